@@ -1,0 +1,283 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"meridian/client"
+	"meridian/internal/config"
+	"meridian/internal/demo"
+	"meridian/internal/server"
+	"meridian/internal/topology"
+)
+
+func serverCmd() *cobra.Command {
+	var cfgPath, nodeName, dataDir, logLevel string
+	var clockOffset time.Duration
+	cmd := &cobra.Command{
+		Use:   "server --config FILE --node NAME [--data-dir DIR]",
+		Short: "Run one Meridian node",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfgPath == "" || nodeName == "" {
+				return fmt.Errorf("server: --config and --node are required")
+			}
+			cfg, err := config.Load(cfgPath)
+			if err != nil {
+				return err
+			}
+			if dataDir == "" {
+				dataDir = fmt.Sprintf("data/%s", nodeName)
+			}
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("server: --log-level %q: %w", logLevel, err)
+			}
+			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			return server.Run(cmd.Context(), server.Options{Cluster: cfg, NodeName: nodeName, DataDir: dataDir, ClockOffset: clockOffset, Logger: logger})
+		},
+	}
+	cmd.Flags().StringVar(&cfgPath, "config", "", "cluster configuration file (YAML)")
+	cmd.Flags().StringVar(&nodeName, "node", "", "name of this node in the configuration")
+	cmd.Flags().StringVar(&dataDir, "data-dir", "", "storage directory (default data/NODE)")
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.Flags().DurationVar(&clockOffset, "clock-offset", 0, "shift this node's clock (testing clock skew)")
+	return cmd
+}
+
+func kvCmd() *cobra.Command {
+	var endpoint, consistency string
+	var timeout time.Duration
+	var limit int
+	dial := func() (*client.Client, error) {
+		if endpoint == "" {
+			return nil, fmt.Errorf("kv: --endpoint HOST:PORT is required")
+		}
+		return client.Dial(endpoint)
+	}
+	opts := func() []client.Option {
+		o := []client.Option{client.Consistency(consistency)}
+		if timeout > 0 {
+			o = append(o, client.Timeout(timeout))
+		}
+		return o
+	}
+	ctxFor := func(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+		d := 65 * time.Second
+		if timeout > 0 {
+			d = timeout + 5*time.Second
+		}
+		return context.WithTimeout(cmd.Context(), d)
+	}
+	cmd := &cobra.Command{Use: "kv", Short: "Read and write keys through a node"}
+	cmd.PersistentFlags().StringVar(&endpoint, "endpoint", "", "node address HOST:PORT")
+	cmd.PersistentFlags().StringVar(&consistency, "consistency", "", "consistency level (quorum: ONE, QUORUM, ALL, LOCAL_ONE, LOCAL_QUORUM); default: the keyspace's")
+	cmd.PersistentFlags().DurationVar(&timeout, "timeout", 0, "request deadline (default: the cluster's)")
+
+	cmd.AddCommand(&cobra.Command{
+		Use: "put KEYSPACE KEY VALUE", Short: "Write a value", Args: cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			c, err := dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := ctxFor(cmd)
+			defer cancel()
+			v, err := c.Put(ctx, a[0], []byte(a[1]), []byte(a[2]), opts()...)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "ok version %s\n", v)
+			return nil
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use: "get KEYSPACE KEY", Short: "Read a value (printed on stdout)", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			c, err := dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := ctxFor(cmd)
+			defer cancel()
+			r, err := c.Get(ctx, a[0], []byte(a[1]), opts()...)
+			if err != nil {
+				return err
+			}
+			if !r.Found {
+				return exitError{code: 2, err: fmt.Errorf("key %q not found in keyspace %q", a[1], a[0])}
+			}
+			os.Stdout.Write(r.Value)
+			os.Stdout.WriteString("\n")
+			return nil
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use: "delete KEYSPACE KEY", Short: "Delete a key", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			c, err := dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := ctxFor(cmd)
+			defer cancel()
+			v, err := c.Delete(ctx, a[0], []byte(a[1]), opts()...)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "ok version %s\n", v)
+			return nil
+		},
+	})
+	scan := &cobra.Command{
+		Use: "scan KEYSPACE START END", Short: "List keys in [START, END) as KEY<TAB>VALUE lines; END \"\" means to the end", Args: cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			c, err := dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := ctxFor(cmd)
+			defer cancel()
+			var end []byte
+			if a[2] != "" {
+				end = []byte(a[2])
+			}
+			items, more, err := c.Scan(ctx, a[0], []byte(a[1]), end, limit, opts()...)
+			if err != nil {
+				return err
+			}
+			for _, it := range items {
+				fmt.Printf("%s\t%s\n", it.Key, it.Value)
+			}
+			if more {
+				fmt.Fprintln(os.Stderr, "(more keys in range; raise --limit or continue after the last key)")
+			}
+			return nil
+		},
+	}
+	scan.Flags().IntVar(&limit, "limit", 0, "maximum keys returned (default 1000; at most limits.max_scan_limit)")
+	cmd.AddCommand(scan)
+
+	var ksProtocol, ksRegions string
+	var ksReplicas, ksPartitions int
+	create := &cobra.Command{
+		Use: "create-keyspace NAME", Short: "Create a keyspace", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			c, err := dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := ctxFor(cmd)
+			defer cancel()
+			spec := &client.KeyspaceSpec{Name: a[0], Protocol: ksProtocol, ReplicasPerRegion: uint32(ksReplicas), Partitions: uint32(ksPartitions)}
+			if ksRegions != "" {
+				spec.Regions = splitList(ksRegions)
+			}
+			got, err := c.CreateKeyspace(ctx, spec)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("created keyspace %s: protocol %s, regions %v, %d replicas per region, %d partitions\n",
+				got.Name, got.Protocol, got.Regions, got.ReplicasPerRegion, got.Partitions)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&ksProtocol, "protocol", "quorum", "replication protocol")
+	create.Flags().StringVar(&ksRegions, "regions", "", "comma-separated regions (default all)")
+	create.Flags().IntVar(&ksReplicas, "replicas-per-region", 1, "replicas in each region")
+	create.Flags().IntVar(&ksPartitions, "partitions", 16, "range partitions")
+	cmd.AddCommand(create)
+	cmd.AddCommand(&cobra.Command{
+		Use: "describe-keyspace NAME", Short: "Show a keyspace and its placement", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			c, err := dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := ctxFor(cmd)
+			defer cancel()
+			d, err := c.DescribeKeyspace(ctx, a[0])
+			if err != nil {
+				return err
+			}
+			s := d.Spec
+			fmt.Printf("keyspace %s (%s): protocol %s, regions %v, %d replicas per region, %d partitions, options %v, placement version %d\n",
+				s.Name, d.Origin, s.Protocol, s.Regions, s.ReplicasPerRegion, s.Partitions, s.Options, d.PlacementVersion)
+			for _, p := range d.Partitions {
+				fmt.Printf("  partition %3d  start %-12s replicas %v\n", p.Partition, strconv.Quote(string(p.Start)), p.Replicas)
+			}
+			return nil
+		},
+	})
+	return cmd
+}
+
+func demoCmd() *cobra.Command {
+	var topo, jsonPath string
+	var duration time.Duration
+	var clients, keys int
+	cmd := &cobra.Command{
+		Use:   "demo [--topology NAME|FILE] [--duration D] [--json FILE]",
+		Short: "Run an in-process cluster on the emulated WAN and report latency per region against the physical lower bound",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, err := loadTopology(topo)
+			if err != nil {
+				return err
+			}
+			rep, err := demo.Execute(cmd.Context(), demo.Options{Topology: t, Duration: duration, ClientsPerRegion: clients, Keys: keys, Seed: 1})
+			if err != nil {
+				return err
+			}
+			if jsonPath != "" {
+				if err := demo.WriteJSON(jsonPath, rep); err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "wrote %s\n", jsonPath)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&topo, "topology", "gcp-meteorshower-3", "built-in topology name or topology file")
+	cmd.Flags().DurationVar(&duration, "duration", 20*time.Second, "measured time per run (plus 2s warm-up; two runs)")
+	cmd.Flags().StringVar(&jsonPath, "json", "", "write the results as JSON to FILE")
+	cmd.Flags().IntVar(&clients, "clients", 8, "closed-loop clients per region")
+	cmd.Flags().IntVar(&keys, "keys", 1000, "number of keys")
+	return cmd
+}
+
+func loadTopology(ref string) (*topology.Topology, error) {
+	if topology.IsBuiltin(ref) {
+		return topology.Builtin(ref)
+	}
+	if _, err := os.Stat(ref); err == nil {
+		return topology.Load(ref)
+	}
+	return nil, fmt.Errorf("topology %q is neither a built-in (%v) nor a readable file", ref, topology.BuiltinNames())
+}
+
+func splitList(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			if i > start {
+				out = append(out, s[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
+}

@@ -1,0 +1,157 @@
+// Package config reads and validates a Meridian cluster configuration: the cluster's name,
+// its topology (regions and the RTTs between them), the clock-offset bound, the nodes, the
+// initial keyspaces, the request limits and the anti-entropy interval.
+//
+// The format is YAML, decoded strictly: unknown fields, duplicate keys, values of the wrong
+// kind and every inconsistency are errors that name the field path and line, for example
+//
+//	config examples/bad.yaml:12: nodes[1].region: unknown region "mars" (topology gcp-meteorshower-3 has europe, us, asia)
+//
+// docs/configuration.md is the reference for every field.
+package config
+
+import (
+	"time"
+
+	"meridian/internal/topology"
+)
+
+// Cluster is a validated cluster configuration.
+type Cluster struct {
+	Name string
+	// Topology is resolved: a built-in topology, a topology file, or the inline description.
+	Topology *topology.Topology
+	// TopologyRef is what the file said: a built-in name, the path as written, or "inline".
+	TopologyRef string
+	Clock       Clock
+	Nodes       []Node
+	Keyspaces   []Keyspace
+	Limits      Limits
+	AntiEntropy AntiEntropy
+}
+
+// Clock holds the clock assumptions protocols may rely on.
+type Clock struct {
+	// MaxOffset is ε, the bound on the clock offset between any two nodes. Protocols that
+	// depend on it (MeteorShower, leases) fall back to a safe mode when the measured offset
+	// exceeds it. Default 2ms; 0 < MaxOffset ≤ 1s.
+	MaxOffset time.Duration `yaml:"max_offset"`
+}
+
+// Node is one server process.
+type Node struct {
+	// ID is the node's numeric identity, used as the tie-breaker of versions (timestamp, node
+	// id). Default: the node's 1-based position in the file. It must stay stable for the
+	// life of the cluster's data: to remove a node that is not the last, give the remaining
+	// nodes explicit ids.
+	ID      uint32 `yaml:"id"`
+	Name    string `yaml:"name"`    // unique, [a-z0-9-]+
+	Region  string `yaml:"region"`  // a region of the topology
+	Listen  string `yaml:"listen"`  // host:port for gRPC (client API and peer traffic)
+	Metrics string `yaml:"metrics"` // optional host:port serving Prometheus /metrics; "" when disabled
+}
+
+// Keyspace is a named set of keys with its replication settings.
+type Keyspace struct {
+	Name              string   `yaml:"name"`                // unique, [a-z][a-z0-9_]*
+	Protocol          string   `yaml:"protocol"`            // a known protocol, see Protocols()
+	Regions           []string `yaml:"regions"`             // the regions holding replicas; default every region
+	ReplicasPerRegion int      `yaml:"replicas_per_region"` // default 1
+	Partitions        int      `yaml:"partitions"`          // number of range partitions; default 16, 1..4096
+	// Options are the protocol's options, validated and normalised by ValidateKeyspace
+	// (defaults filled in, levels upper-cased, durations in canonical form).
+	Options map[string]string `yaml:"options"`
+}
+
+// Limits are the request limits every node enforces.
+type Limits struct {
+	MaxKeyBytes           int           `yaml:"max_key_bytes"`           // default 1024; 1..65536
+	MaxValueBytes         int           `yaml:"max_value_bytes"`         // default 1 MiB; 1..64 MiB
+	MaxScanLimit          int           `yaml:"max_scan_limit"`          // default 10000; 1..1000000
+	DefaultRequestTimeout time.Duration `yaml:"default_request_timeout"` // default 5s; > 0 and ≤ MaxRequestTimeout
+	MaxRequestTimeout     time.Duration `yaml:"max_request_timeout"`     // default 60s; > 0 and ≤ 10m
+}
+
+// AntiEntropy configures the background repair of replicas.
+type AntiEntropy struct {
+	// Interval is how often each node starts one anti-entropy round with a peer.
+	// Default 10s; at least 10ms.
+	Interval time.Duration `yaml:"interval"`
+}
+
+// Defaults and bounds of the fields (docs/configuration.md lists them all).
+const (
+	DefaultMaxOffset           = 2 * time.Millisecond
+	MaxMaxOffset               = time.Second
+	DefaultReplicasPerRegion   = 1
+	DefaultPartitions          = 16
+	MaxPartitions              = 4096
+	DefaultAntiEntropyInterval = 10 * time.Second
+	MinAntiEntropyInterval     = 10 * time.Millisecond
+
+	DefaultMaxKeyBytes           = 1024
+	MaxMaxKeyBytes               = 65536
+	DefaultMaxValueBytes         = 1 << 20
+	MaxMaxValueBytes             = 64 << 20
+	DefaultMaxScanLimit          = 10000
+	MaxMaxScanLimit              = 1_000_000
+	DefaultDefaultRequestTimeout = 5 * time.Second
+	DefaultMaxRequestTimeout     = 60 * time.Second
+	MaxMaxRequestTimeout         = 10 * time.Minute
+
+	maxNameLen         = 63 // cluster and node names
+	maxKeyspaceNameLen = 64
+)
+
+// DefaultLimits returns the limits used for fields left unset.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxKeyBytes:           DefaultMaxKeyBytes,
+		MaxValueBytes:         DefaultMaxValueBytes,
+		MaxScanLimit:          DefaultMaxScanLimit,
+		DefaultRequestTimeout: DefaultDefaultRequestTimeout,
+		MaxRequestTimeout:     DefaultMaxRequestTimeout,
+	}
+}
+
+// Node returns the node called name.
+func (c *Cluster) Node(name string) (Node, bool) {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+// NodeByID returns the node with the given id.
+func (c *Cluster) NodeByID(id uint32) (Node, bool) {
+	for _, n := range c.Nodes {
+		if n.ID == id {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+// Keyspace returns the keyspace called name. The returned value shares its Regions and
+// Options with the configuration; do not modify them.
+func (c *Cluster) Keyspace(name string) (Keyspace, bool) {
+	for _, ks := range c.Keyspaces {
+		if ks.Name == name {
+			return ks, true
+		}
+	}
+	return Keyspace{}, false
+}
+
+// NodesInRegion returns the nodes of a region, in file order.
+func (c *Cluster) NodesInRegion(region string) []Node {
+	var out []Node
+	for _, n := range c.Nodes {
+		if n.Region == region {
+			out = append(out, n)
+		}
+	}
+	return out
+}

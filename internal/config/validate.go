@@ -1,0 +1,314 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"meridian/internal/topology"
+	"meridian/internal/topology/strictyaml"
+)
+
+var (
+	clusterNameRE  = regexp.MustCompile(`^[a-z0-9-]+$`)
+	keyspaceNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+)
+
+// explicitFn reports whether a field was given explicitly (with a non-null value) in the
+// file. Validate treats a zero value as "use the default" unless it was given explicitly,
+// so that `partitions: 0` is an error while an absent field gets its default.
+type explicitFn func(path string) bool
+
+func never(string) bool { return false }
+
+// Validate fills in the defaults of zero-valued fields (node ids, clock, limits,
+// anti-entropy, and each keyspace as ValidateKeyspace does) and then checks the whole
+// configuration. It works on configurations built in code as well as on parsed ones, and it
+// is idempotent. The first problem found is returned as an *Error naming the field path.
+func (c *Cluster) Validate() error { return c.validate(never) }
+
+func (c *Cluster) validate(explicit explicitFn) error {
+	if err := validateName(c.Name); err != nil {
+		return err
+	}
+	if c.Topology == nil {
+		return errorf("topology", "required: name a built-in topology (%s), a topology file, or describe one inline with regions and rtt_ms", strings.Join(topology.BuiltinNames(), ", "))
+	}
+	if err := c.validateClock(explicit); err != nil {
+		return err
+	}
+	if err := c.validateNodes(explicit); err != nil {
+		return err
+	}
+	seen := make(map[string]int, len(c.Keyspaces))
+	for i := range c.Keyspaces {
+		ks := &c.Keyspaces[i]
+		prefix := strictyaml.Index("keyspaces", i)
+		if err := validateKeyspace(ks, c, prefix, explicit); err != nil {
+			return err
+		}
+		if j, dup := seen[ks.Name]; dup {
+			return errorf(prefix+".name", "duplicate keyspace name %q (also keyspaces[%d])", ks.Name, j)
+		}
+		seen[ks.Name] = i
+	}
+	if err := c.validateLimits(explicit); err != nil {
+		return err
+	}
+	return c.validateAntiEntropy(explicit)
+}
+
+func validateName(name string) error {
+	switch {
+	case name == "":
+		return errorf("cluster", "required: the cluster's name, e.g. cluster: local-3")
+	case len(name) > maxNameLen || !clusterNameRE.MatchString(name):
+		return errorf("cluster", "%q is not a valid cluster name (lower-case letters, digits and '-', at most %d characters)", name, maxNameLen)
+	}
+	return nil
+}
+
+func (c *Cluster) validateClock(explicit explicitFn) error {
+	const path = "clock.max_offset"
+	if c.Clock.MaxOffset == 0 && !explicit(path) {
+		c.Clock.MaxOffset = DefaultMaxOffset
+	}
+	if c.Clock.MaxOffset <= 0 || c.Clock.MaxOffset > MaxMaxOffset {
+		return errorf(path, "must be > 0 and ≤ %s, got %s", MaxMaxOffset, c.Clock.MaxOffset)
+	}
+	return nil
+}
+
+func (c *Cluster) regionList() string {
+	return fmt.Sprintf("topology %s has %s", c.Topology.Name, strings.Join(c.Topology.Regions, ", "))
+}
+
+func (c *Cluster) validateNodes(explicit explicitFn) error {
+	if len(c.Nodes) == 0 {
+		return errorf("nodes", "required: list at least one node")
+	}
+	names := make(map[string]int, len(c.Nodes))
+	ids := make(map[uint32]int, len(c.Nodes))
+	addrs := make(map[string]string, 2*len(c.Nodes))
+	for i := range c.Nodes {
+		n := &c.Nodes[i]
+		p := strictyaml.Index("nodes", i)
+		switch {
+		case n.Name == "":
+			return errorf(p+".name", "required")
+		case len(n.Name) > maxNameLen || !clusterNameRE.MatchString(n.Name):
+			return errorf(p+".name", "%q is not a valid node name (lower-case letters, digits and '-', at most %d characters)", n.Name, maxNameLen)
+		}
+		if j, dup := names[n.Name]; dup {
+			return errorf(p+".name", "duplicate node name %q (also nodes[%d])", n.Name, j)
+		}
+		names[n.Name] = i
+
+		if n.ID == 0 {
+			if explicit(p + ".id") {
+				return errorf(p+".id", "must be ≥ 1")
+			}
+			n.ID = uint32(i + 1)
+		}
+		if j, dup := ids[n.ID]; dup {
+			return errorf(p+".id", "node id %d is also used by nodes[%d] (%s); ids default to the position in the list, so when some nodes have explicit ids, give every node one", n.ID, j, c.Nodes[j].Name)
+		}
+		ids[n.ID] = i
+
+		switch {
+		case n.Region == "":
+			return errorf(p+".region", "required (%s)", c.regionList())
+		case !c.Topology.HasRegion(n.Region):
+			return errorf(p+".region", "unknown region %q (%s)", n.Region, c.regionList())
+		}
+
+		if n.Listen == "" {
+			return errorf(p+".listen", "required: the host:port of the node's gRPC server, e.g. 127.0.0.1:7101")
+		}
+		for _, f := range []struct {
+			field string
+			addr  *string
+		}{{"listen", &n.Listen}, {"metrics", &n.Metrics}} {
+			if *f.addr == "" {
+				continue
+			}
+			fp := p + "." + f.field
+			norm, err := checkAddr(*f.addr)
+			if err != nil {
+				return errorf(fp, "%v", err)
+			}
+			if other, dup := addrs[norm]; dup {
+				return errorf(fp, "address %s is already used by %s", *f.addr, other)
+			}
+			addrs[norm] = fp
+		}
+	}
+	return nil
+}
+
+// checkAddr checks a host:port address and returns it in a normal form for comparison.
+func checkAddr(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("invalid address %q: want host:port, e.g. 127.0.0.1:7101", addr)
+	}
+	if host == "" {
+		return "", fmt.Errorf("invalid address %q: the host is missing; peers and clients dial this address, so name the host, e.g. 127.0.0.1%s", addr, addr)
+	}
+	if strings.ContainsAny(host, " \t\r\n") {
+		return "", fmt.Errorf("invalid address %q: the host contains white space", addr)
+	}
+	pn, err := strconv.Atoi(port)
+	if err != nil || pn < 1 || pn > 65535 {
+		return "", fmt.Errorf("invalid address %q: the port must be a number from 1 to 65535", addr)
+	}
+	return net.JoinHostPort(strings.ToLower(host), strconv.Itoa(pn)), nil
+}
+
+func (c *Cluster) validateLimits(explicit explicitFn) error {
+	l := &c.Limits
+	ints := []struct {
+		field    string
+		v        *int
+		def, max int
+	}{
+		{"max_key_bytes", &l.MaxKeyBytes, DefaultMaxKeyBytes, MaxMaxKeyBytes},
+		{"max_value_bytes", &l.MaxValueBytes, DefaultMaxValueBytes, MaxMaxValueBytes},
+		{"max_scan_limit", &l.MaxScanLimit, DefaultMaxScanLimit, MaxMaxScanLimit},
+	}
+	for _, f := range ints {
+		path := "limits." + f.field
+		if *f.v == 0 && !explicit(path) {
+			*f.v = f.def
+		}
+		if *f.v < 1 || *f.v > f.max {
+			return errorf(path, "must be between 1 and %d, got %d", f.max, *f.v)
+		}
+	}
+	durs := []struct {
+		field string
+		v     *time.Duration
+		def   time.Duration
+	}{
+		{"default_request_timeout", &l.DefaultRequestTimeout, DefaultDefaultRequestTimeout},
+		{"max_request_timeout", &l.MaxRequestTimeout, DefaultMaxRequestTimeout},
+	}
+	for _, f := range durs {
+		if *f.v == 0 && !explicit("limits."+f.field) {
+			*f.v = f.def
+		}
+	}
+	if l.MaxRequestTimeout <= 0 || l.MaxRequestTimeout > MaxMaxRequestTimeout {
+		return errorf("limits.max_request_timeout", "must be > 0 and ≤ %s, got %s", MaxMaxRequestTimeout, l.MaxRequestTimeout)
+	}
+	if l.DefaultRequestTimeout <= 0 || l.DefaultRequestTimeout > l.MaxRequestTimeout {
+		return errorf("limits.default_request_timeout", "must be > 0 and ≤ limits.max_request_timeout (%s), got %s", l.MaxRequestTimeout, l.DefaultRequestTimeout)
+	}
+	return nil
+}
+
+func (c *Cluster) validateAntiEntropy(explicit explicitFn) error {
+	const path = "anti_entropy.interval"
+	if c.AntiEntropy.Interval == 0 && !explicit(path) {
+		c.AntiEntropy.Interval = DefaultAntiEntropyInterval
+	}
+	if c.AntiEntropy.Interval < MinAntiEntropyInterval {
+		return errorf(path, "must be ≥ %s, got %s", MinAntiEntropyInterval, c.AntiEntropy.Interval)
+	}
+	return nil
+}
+
+// ValidateKeyspace fills in the defaults of a keyspace (regions: every region of the
+// topology; replicas_per_region: 1; partitions: 16; protocol options: see protocols.go) and
+// checks it against the cluster c: a valid, non-reserved name, a known protocol, regions of
+// the topology each holding at least replicas_per_region nodes, partitions in 1..4096, and
+// the protocol's options (normalised in place). It is used for the keyspaces of the
+// configuration file and for keyspaces created at run time through the API. It does not
+// check that the name is unused; that is the caller's business.
+func ValidateKeyspace(ks *Keyspace, c *Cluster) error {
+	if err := validateKeyspace(ks, c, "", never); err != nil {
+		if e, ok := err.(*Error); ok && ks.Name != "" {
+			e.Subject = fmt.Sprintf("keyspace %q", ks.Name)
+		}
+		return err
+	}
+	return nil
+}
+
+func validateKeyspace(ks *Keyspace, c *Cluster, prefix string, explicit explicitFn) error {
+	field := func(f string) string {
+		if prefix == "" {
+			return f
+		}
+		return prefix + "." + f
+	}
+	if c == nil || c.Topology == nil {
+		return errorf(field("regions"), "the cluster has no topology to check the keyspace against")
+	}
+
+	switch {
+	case ks.Name == "":
+		return errorf(field("name"), "required")
+	case strings.HasPrefix(ks.Name, "_"):
+		return errorf(field("name"), "%q: names starting with \"_\" are reserved for system keyspaces", ks.Name)
+	case len(ks.Name) > maxKeyspaceNameLen || !keyspaceNameRE.MatchString(ks.Name):
+		return errorf(field("name"), "%q is not a valid keyspace name (a lower-case letter, then lower-case letters, digits and '_', at most %d characters)", ks.Name, maxKeyspaceNameLen)
+	}
+
+	known := strings.Join(Protocols(), ", ")
+	if ks.Protocol == "" {
+		return errorf(field("protocol"), "required (known protocols: %s)", known)
+	}
+	proto, ok := Protocol(ks.Protocol)
+	if !ok {
+		return errorf(field("protocol"), "unknown protocol %q (known protocols: %s)", ks.Protocol, known)
+	}
+
+	if ks.ReplicasPerRegion == 0 && !explicit(field("replicas_per_region")) {
+		ks.ReplicasPerRegion = DefaultReplicasPerRegion
+	}
+	if ks.ReplicasPerRegion < 1 {
+		return errorf(field("replicas_per_region"), "must be ≥ 1, got %d", ks.ReplicasPerRegion)
+	}
+
+	if len(ks.Regions) == 0 {
+		if explicit(field("regions")) {
+			return errorf(field("regions"), "must list at least one region (omit the field to use every region of the topology)")
+		}
+		ks.Regions = append([]string(nil), c.Topology.Regions...)
+	}
+	seen := make(map[string]int, len(ks.Regions))
+	for i, r := range ks.Regions {
+		rp := strictyaml.Index(field("regions"), i)
+		if !c.Topology.HasRegion(r) {
+			return errorf(rp, "unknown region %q (%s)", r, c.regionList())
+		}
+		if j, dup := seen[r]; dup {
+			return errorf(rp, "duplicate region %q (also regions[%d])", r, j)
+		}
+		seen[r] = i
+	}
+	for _, r := range ks.Regions {
+		nodes := c.NodesInRegion(r)
+		if len(nodes) < ks.ReplicasPerRegion {
+			return errorf(field("replicas_per_region"), "%d replicas per region need at least %d nodes in every region of the keyspace, but region %s has %d", ks.ReplicasPerRegion, ks.ReplicasPerRegion, r, len(nodes))
+		}
+	}
+
+	if ks.Partitions == 0 && !explicit(field("partitions")) {
+		ks.Partitions = DefaultPartitions
+	}
+	if ks.Partitions < 1 || ks.Partitions > MaxPartitions {
+		return errorf(field("partitions"), "must be between 1 and %d, got %d", MaxPartitions, ks.Partitions)
+	}
+
+	opts, oerr := normalizeOptions(proto, ks.Options)
+	if oerr != nil {
+		return errorf(strictyaml.Key(field("options"), oerr.key), "%s", oerr.msg)
+	}
+	ks.Options = opts
+	return nil
+}

@@ -1,0 +1,159 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"meridian/internal/config"
+	"meridian/internal/errs"
+	"meridian/internal/placement"
+	"meridian/internal/quorum"
+	"meridian/internal/storage"
+)
+
+// The catalog: keyspaces come from the cluster file or are created through the API. Created
+// keyspaces are stored as records of the _system keyspace, which is replicated on every node
+// with the quorum protocol, so they survive restarts and reach nodes that were down through
+// anti-entropy. Until cluster metadata moves to Raft (roadmap step 2), two concurrent creates
+// of the same name resolve by last-writer-wins; a create is acknowledged by a majority of
+// nodes and the others learn it within a WAN delay or the next anti-entropy round.
+
+const catalogPrefix = "keyspace/"
+
+func (n *Node) systemKeyspace() *placement.Keyspace {
+	var ids []uint32
+	regions := []string{}
+	for _, nd := range n.opts.Cluster.Nodes {
+		ids = append(ids, nd.ID)
+		if !slices.Contains(regions, nd.Region) {
+			regions = append(regions, nd.Region)
+		}
+	}
+	slices.Sort(ids)
+	return &placement.Keyspace{
+		Spec: config.Keyspace{Name: quorum.SystemKeyspace, Protocol: "quorum", Regions: regions, ReplicasPerRegion: 0, Partitions: 1,
+			Options: map[string]string{}},
+		Partitions: []placement.Partition{{ID: 0, Start: []byte{}, End: nil, Replicas: ids}},
+	}
+}
+
+// loadPlacement builds the placement of the configured keyspaces, the system keyspace and the
+// keyspaces created through the API that this node has stored.
+func (n *Node) loadPlacement() (*placement.Map, error) {
+	pm, err := placement.Build(n.opts.Cluster)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", n.self.Name, err)
+	}
+	for _, ks := range n.opts.Cluster.Keyspaces {
+		n.origins.Store(ks.Name, "config")
+	}
+	pm = pm.With(n.systemKeyspace())
+	var created []storage.Record
+	err = n.engine.Scan(quorum.SystemKeyspace, 0, []byte(catalogPrefix), nil, 0, func(r storage.Record) bool {
+		if strings.HasPrefix(string(r.Key), catalogPrefix) && !r.Tombstone {
+			created = append(created, r)
+		}
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node %s: load catalog: %w", n.self.Name, err)
+	}
+	for _, r := range created {
+		ks, err := n.decodeKeyspace(r.Value)
+		if err != nil {
+			n.log.Warn("ignoring unreadable catalog entry", "key", string(r.Key), "err", err)
+			continue
+		}
+		if _, exists := pm.Keyspace(ks.Spec.Name); exists {
+			continue
+		}
+		pm = pm.With(ks)
+		n.origins.Store(ks.Spec.Name, "api")
+	}
+	return pm, nil
+}
+
+func (n *Node) decodeKeyspace(b []byte) (*placement.Keyspace, error) {
+	var spec config.Keyspace
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return nil, fmt.Errorf("decode keyspace: %w", err)
+	}
+	if err := config.ValidateKeyspace(&spec, n.opts.Cluster); err != nil {
+		return nil, err
+	}
+	return placement.BuildKeyspace(spec, n.opts.Cluster.Nodes)
+}
+
+// watchCatalog installs keyspaces whose catalog records were just made durable here.
+func (n *Node) watchCatalog(writes []storage.Record) {
+	for _, r := range writes {
+		if r.Keyspace != quorum.SystemKeyspace || r.Tombstone || !strings.HasPrefix(string(r.Key), catalogPrefix) {
+			continue
+		}
+		if _, exists := n.pmap.Load().Keyspace(strings.TrimPrefix(string(r.Key), catalogPrefix)); exists {
+			continue
+		}
+		ks, err := n.decodeKeyspace(r.Value)
+		if err != nil {
+			n.log.Warn("ignoring unreadable catalog entry", "key", string(r.Key), "err", err)
+			continue
+		}
+		n.origins.Store(ks.Spec.Name, "api")
+		select {
+		case n.inbox <- input{kind: inCatalog, ks: ks}:
+		default:
+			// The loop is overloaded; anti-entropy re-delivers the record... but it is already
+			// applied here, so install on the next restart at the latest. Log it loudly.
+			n.log.Error("could not queue keyspace installation", "keyspace", ks.Spec.Name)
+		}
+	}
+}
+
+// CreateKeyspace validates spec, stores it in the catalog at QUORUM and installs it here.
+func (n *Node) CreateKeyspace(ctx context.Context, spec config.Keyspace, timeout time.Duration) (config.Keyspace, error) {
+	if strings.HasPrefix(spec.Name, "_") {
+		return spec, errs.New(errs.Invalid, "keyspace name %q: names starting with _ are reserved", spec.Name)
+	}
+	if err := config.ValidateKeyspace(&spec, n.opts.Cluster); err != nil {
+		return spec, errs.New(errs.Invalid, "%v", err)
+	}
+	if _, exists := n.pmap.Load().Keyspace(spec.Name); exists {
+		return spec, errs.New(errs.AlreadyExists, "keyspace %q already exists", spec.Name)
+	}
+	ks, err := placement.BuildKeyspace(spec, n.opts.Cluster.Nodes)
+	if err != nil {
+		return spec, errs.New(errs.Invalid, "%v", err)
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return spec, errs.New(errs.Internal, "encode keyspace: %v", err)
+	}
+	res := n.Do(ctx, quorum.Request{
+		Op: quorum.OpPut, Keyspace: quorum.SystemKeyspace, Key: []byte(catalogPrefix + spec.Name), Value: b,
+		Level: config.LevelQuorum, Deadline: n.clock.Now().Add(timeout),
+	})
+	if res.Err != nil {
+		return spec, res.Err
+	}
+	// The write is durable here already (this node replicates _system); wait until the
+	// committer has installed it so the caller can use the keyspace at once.
+	for range 1000 {
+		if _, ok := n.pmap.Load().Keyspace(spec.Name); ok {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return ks.Spec, nil
+}
+
+// Origin says where a keyspace was defined: "config" or "api".
+func (n *Node) Origin(name string) string {
+	if v, ok := n.origins.Load(name); ok {
+		return v.(string)
+	}
+	return ""
+}

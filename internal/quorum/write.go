@@ -1,0 +1,141 @@
+package quorum
+
+import (
+	"time"
+
+	"meridian/internal/errs"
+	"meridian/internal/placement"
+	"meridian/internal/storage"
+	"meridian/internal/wire"
+	"meridian/internal/wire/peerpb"
+)
+
+// pendingWrite is a client write this node coordinates. Invariant: acks ⊆ replicas of part,
+// and the request is answered exactly once (done).
+type pendingWrite struct {
+	req      Request
+	rec      storage.Record
+	part     *placement.Partition
+	eligible []uint32
+	need     int
+	acks     map[uint32]bool
+	done     bool
+}
+
+func (w *pendingWrite) eligibleAcks() int {
+	n := 0
+	for _, r := range w.eligible {
+		if w.acks[r] {
+			n++
+		}
+	}
+	return n
+}
+
+func (c *Core) startWrite(now time.Time, ks *placement.Keyspace, req Request) {
+	p := ks.Lookup(req.Key)
+	elig, need, err := c.eligible(p, req.Level)
+	if err != nil {
+		c.fail(req, err)
+		return
+	}
+	if err := c.checkAvailable(elig, need, req.Level, p); err != nil {
+		c.fail(req, err)
+		return
+	}
+	if !req.MinVersion.IsZero() {
+		c.clock.Observe(now, req.MinVersion)
+	}
+	rec := storage.Record{
+		Keyspace:  req.Keyspace,
+		Partition: p.ID,
+		Key:       req.Key,
+		Version:   c.clock.Now(now),
+		Value:     req.Value,
+		Tombstone: req.Op == OpDelete,
+	}
+	if rec.Tombstone {
+		rec.Value = nil
+	}
+	id := c.newPeerReq()
+	w := &pendingWrite{req: req, rec: rec, part: p, eligible: elig, need: need, acks: map[uint32]bool{}}
+	c.writes[id] = w
+	c.inflight++
+	c.timers.add(req.Deadline, timerWriteDeadline, id)
+	pb := wire.RecordToPB(rec)
+	for _, r := range p.Replicas {
+		if r == c.cfg.NodeID {
+			// The local write is durable before this Ready's replies leave (Ready contract),
+			// so it may count as an ack right away.
+			c.out.Writes = append(c.out.Writes, rec)
+			w.acks[r] = true
+			continue
+		}
+		c.send(r, &peerpb.Envelope{Msg: &peerpb.Envelope_Write{Write: &peerpb.WriteRequest{RequestId: id, Record: pb}}})
+	}
+	c.maybeFinishWrite(id, w)
+}
+
+func (c *Core) maybeFinishWrite(id uint64, w *pendingWrite) {
+	if w.done || w.eligibleAcks() < w.need {
+		return
+	}
+	w.done = true
+	c.inflight--
+	c.reply(Result{ID: w.req.ID, Op: w.req.Op, Version: w.rec.Version})
+	// Keep tracking until every replica acked or the deadline passes? No: late acks carry no
+	// information the client needs; drop the entry now to bound memory.
+	delete(c.writes, id)
+}
+
+// handleWrite applies a replicated write (from a coordinator, a read repair or anti-entropy)
+// and acknowledges it once durable. Last-writer-wins needs no comparison here: storage keeps
+// versions side by side and always reads the newest.
+func (c *Core) handleWrite(now time.Time, from uint32, m *peerpb.WriteRequest) {
+	rec, err := wire.RecordFromPB(m.GetRecord())
+	if err != nil {
+		return // a correct peer never sends this; dropping is safe (the coordinator times out)
+	}
+	if _, ok := c.partitionFor(rec.Keyspace, rec.Partition); !ok {
+		return
+	}
+	c.clock.Observe(now, rec.Version)
+	c.out.Writes = append(c.out.Writes, rec)
+	c.send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_WriteAck{WriteAck: &peerpb.WriteAck{RequestId: m.RequestId}}})
+}
+
+func (c *Core) handleWriteAck(now time.Time, from uint32, m *peerpb.WriteAck) {
+	if w, ok := c.writes[m.RequestId]; ok {
+		if w.part.HasReplica(from) {
+			w.acks[from] = true
+		}
+		c.maybeFinishWrite(m.RequestId, w)
+		return
+	}
+	if r, ok := c.reads[m.RequestId]; ok {
+		c.handleRepairAck(now, from, m.RequestId, r)
+	}
+}
+
+// expireWrite fails write id if it is still pending at its deadline.
+func (c *Core) expireWrite(id uint64) {
+	w, ok := c.writes[id]
+	if !ok || w.done {
+		return
+	}
+	{
+		var missing []uint32
+		for _, r := range w.eligible {
+			if !w.acks[r] {
+				missing = append(missing, r)
+			}
+		}
+		w.done = true
+		c.inflight--
+		delete(c.writes, id)
+		c.fail(w.req, errs.New(errs.Timeout,
+			"write timed out at consistency %s: %d of %d replica acks before the deadline (no ack from %v); the write may or may not have been applied",
+			w.req.Level, w.eligibleAcks(), w.need, c.nodeNames(missing)))
+	}
+}
+

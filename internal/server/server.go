@@ -1,0 +1,268 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"meridian/api/meridianpb"
+	"meridian/internal/config"
+	"meridian/internal/errs"
+	"meridian/internal/node"
+	"meridian/internal/quorum"
+	"meridian/internal/transport"
+)
+
+// Service implements the Meridian client API on one node.
+type Service struct {
+	meridianpb.UnimplementedMeridianServer
+	node *node.Node
+}
+
+// NewService returns the client API of n.
+func NewService(n *node.Node) *Service { return &Service{node: n} }
+
+func (s *Service) validator() validator {
+	return validator{limits: s.node.Cluster().Limits, pmap: s.node.Placement(), now: time.Now()}
+}
+
+// ToStatus maps a Meridian error to a gRPC status with the same one-line message.
+func ToStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	code := codes.Internal
+	switch errs.KindOf(err) {
+	case errs.Invalid:
+		code = codes.InvalidArgument
+	case errs.NotFound:
+		code = codes.NotFound
+	case errs.AlreadyExists:
+		code = codes.AlreadyExists
+	case errs.Unavailable:
+		code = codes.Unavailable
+	case errs.Timeout:
+		code = codes.DeadlineExceeded
+	case errs.Overloaded:
+		code = codes.ResourceExhausted
+	}
+	return status.Error(code, err.Error())
+}
+
+func (s *Service) do(ctx context.Context, req quorum.Request) quorum.Result {
+	return s.node.Do(ctx, req)
+}
+
+// Get reads one key.
+func (s *Service) Get(ctx context.Context, r *meridianpb.GetRequest) (*meridianpb.GetResponse, error) {
+	req, err := s.validator().get(r)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	res := s.do(ctx, req)
+	if res.Err != nil {
+		return nil, ToStatus(res.Err)
+	}
+	return &meridianpb.GetResponse{Found: res.Found, Value: res.Value, Version: versionPB(res.Version), Coordinator: s.node.Name()}, nil
+}
+
+// Put writes one key.
+func (s *Service) Put(ctx context.Context, r *meridianpb.PutRequest) (*meridianpb.PutResponse, error) {
+	req, err := s.validator().put(r)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	res := s.do(ctx, req)
+	if res.Err != nil {
+		return nil, ToStatus(res.Err)
+	}
+	return &meridianpb.PutResponse{Version: versionPB(res.Version), Coordinator: s.node.Name()}, nil
+}
+
+// Delete writes a tombstone.
+func (s *Service) Delete(ctx context.Context, r *meridianpb.DeleteRequest) (*meridianpb.DeleteResponse, error) {
+	req, err := s.validator().del(r)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	res := s.do(ctx, req)
+	if res.Err != nil {
+		return nil, ToStatus(res.Err)
+	}
+	return &meridianpb.DeleteResponse{Version: versionPB(res.Version), Coordinator: s.node.Name()}, nil
+}
+
+// Scan reads a key range.
+func (s *Service) Scan(ctx context.Context, r *meridianpb.ScanRequest) (*meridianpb.ScanResponse, error) {
+	req, err := s.validator().scan(r)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	res := s.do(ctx, req)
+	if res.Err != nil {
+		return nil, ToStatus(res.Err)
+	}
+	out := &meridianpb.ScanResponse{More: res.More, Coordinator: s.node.Name()}
+	for _, it := range res.Items {
+		out.Items = append(out.Items, &meridianpb.KeyValue{Key: it.Key, Value: it.Value, Version: versionPB(it.Version)})
+	}
+	return out, nil
+}
+
+func specPB(ks config.Keyspace) *meridianpb.KeyspaceSpec {
+	return &meridianpb.KeyspaceSpec{Name: ks.Name, Protocol: ks.Protocol, Regions: ks.Regions,
+		ReplicasPerRegion: uint32(ks.ReplicasPerRegion), Partitions: uint32(ks.Partitions), Options: ks.Options}
+}
+
+// CreateKeyspace creates a keyspace at run time.
+func (s *Service) CreateKeyspace(ctx context.Context, r *meridianpb.CreateKeyspaceRequest) (*meridianpb.CreateKeyspaceResponse, error) {
+	sp := r.GetSpec()
+	if sp == nil {
+		return nil, ToStatus(errs.New(errs.Invalid, "create keyspace: spec is missing"))
+	}
+	v := s.validator()
+	if _, err := v.deadline(r.GetTimeoutMs()); err != nil {
+		return nil, ToStatus(err)
+	}
+	timeout := v.limits.DefaultRequestTimeout
+	if r.GetTimeoutMs() > 0 {
+		timeout = time.Duration(r.GetTimeoutMs()) * time.Millisecond
+	}
+	if sp.GetReplicasPerRegion() > 1<<16 || sp.GetPartitions() > 1<<20 {
+		return nil, ToStatus(errs.New(errs.Invalid, "create keyspace: replicas_per_region or partitions out of range"))
+	}
+	spec := config.Keyspace{Name: sp.GetName(), Protocol: sp.GetProtocol(), Regions: sp.GetRegions(),
+		ReplicasPerRegion: int(sp.GetReplicasPerRegion()), Partitions: int(sp.GetPartitions()), Options: sp.GetOptions()}
+	got, err := s.node.CreateKeyspace(ctx, spec, timeout)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &meridianpb.CreateKeyspaceResponse{Spec: specPB(got)}, nil
+}
+
+// DescribeKeyspace returns a keyspace's spec and placement.
+func (s *Service) DescribeKeyspace(ctx context.Context, r *meridianpb.DescribeKeyspaceRequest) (*meridianpb.DescribeKeyspaceResponse, error) {
+	v := s.validator()
+	ks, err := v.keyspace(r.GetName())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	out := &meridianpb.DescribeKeyspaceResponse{Spec: specPB(ks.Spec), PlacementVersion: v.pmap.Version, Origin: s.node.Origin(ks.Spec.Name)}
+	for _, p := range ks.Partitions {
+		pp := &meridianpb.PartitionPlacement{Partition: p.ID, Start: p.Start}
+		for _, id := range p.Replicas {
+			nd, _ := s.node.Cluster().NodeByID(id)
+			pp.Replicas = append(pp.Replicas, nd.Name)
+		}
+		out.Partitions = append(out.Partitions, pp)
+	}
+	return out, nil
+}
+
+// ListKeyspaces lists the user keyspaces.
+func (s *Service) ListKeyspaces(ctx context.Context, r *meridianpb.ListKeyspacesRequest) (*meridianpb.ListKeyspacesResponse, error) {
+	pm := s.node.Placement()
+	out := &meridianpb.ListKeyspacesResponse{}
+	for _, name := range sortedNames(pm.Keyspaces) {
+		if name[0] == '_' {
+			continue
+		}
+		out.Keyspaces = append(out.Keyspaces, specPB(pm.Keyspaces[name].Spec))
+	}
+	return out, nil
+}
+
+// Options configures a server process.
+type Options struct {
+	Cluster  *config.Cluster
+	NodeName string
+	DataDir  string
+	// ClockOffset shifts this node's clock (tests and the lab).
+	ClockOffset time.Duration
+	Logger      *slog.Logger
+}
+
+// Run starts a node with the gRPC transport, serves the client API, the peer service and
+// /metrics, and blocks until ctx is done. Then it stops accepting requests and closes the
+// node (acknowledged writes are already durable).
+func Run(ctx context.Context, o Options) error {
+	self, ok := o.Cluster.Node(o.NodeName)
+	if !ok {
+		return fmt.Errorf("server: %q is not a node of cluster %s (nodes: %v)", o.NodeName, o.Cluster.Name, nodeNames(o.Cluster))
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	lis, err := net.Listen("tcp", self.Listen)
+	if err != nil {
+		return fmt.Errorf("server: listen on %s: %w", self.Listen, err)
+	}
+	var grpcTr *transport.GRPC
+	peers := map[uint32]string{}
+	for _, nd := range o.Cluster.Nodes {
+		peers[nd.ID] = nd.Listen
+	}
+	n, err := node.Start(node.Options{
+		Cluster: o.Cluster, NodeName: o.NodeName, DataDir: o.DataDir, Logger: o.Logger,
+		Clock: newOffsetClock(o.ClockOffset),
+		NewTransport: func(h transport.Handler) (transport.Transport, error) {
+			t, err := transport.NewGRPC(transport.GRPCOptions{Self: self.ID, Peers: peers}, h)
+			grpcTr = t
+			return t, err
+		},
+	})
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	gs := grpc.NewServer(grpc.MaxRecvMsgSize(o.Cluster.Limits.MaxValueBytes + o.Cluster.Limits.MaxKeyBytes + 64<<10))
+	meridianpb.RegisterMeridianServer(gs, NewService(n))
+	grpcTr.Register(gs)
+	serveErr := make(chan error, 2)
+	go func() { serveErr <- gs.Serve(lis) }()
+	var hs *http.Server
+	if self.Metrics != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(n.Registry(), promhttp.HandlerOpts{}))
+		hs = &http.Server{Addr: self.Metrics, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		mlis, err := net.Listen("tcp", self.Metrics)
+		if err != nil {
+			gs.Stop()
+			n.Close()
+			return fmt.Errorf("server: metrics listen on %s: %w", self.Metrics, err)
+		}
+		go func() {
+			if err := hs.Serve(mlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- err
+			}
+		}()
+	}
+	o.Logger.Info("serving", "node", self.Name, "listen", self.Listen, "metrics", self.Metrics)
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	}
+	if hs != nil {
+		hs.Close()
+	}
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		gs.Stop()
+	}
+	if cerr := n.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,182 @@
+// Package server is the gateway of DESIGN.md section 4: it validates client requests, turns
+// them into protocol requests for the node's coordinator, and maps results to gRPC statuses.
+// It also assembles a server process (gRPC for clients and peers, Prometheus metrics).
+package server
+
+import (
+	"bytes"
+	"strings"
+	"time"
+
+	"meridian/api/meridianpb"
+	"meridian/internal/config"
+	"meridian/internal/errs"
+	"meridian/internal/hlc"
+	"meridian/internal/placement"
+	"meridian/internal/quorum"
+)
+
+// DefaultScanLimit applies when a scan names no limit.
+const DefaultScanLimit = 1000
+
+// validator checks requests against the cluster's limits and the current placement map.
+type validator struct {
+	limits config.Limits
+	pmap   *placement.Map
+	now    time.Time
+}
+
+func (v validator) keyspace(name string) (*placement.Keyspace, error) {
+	if name == "" {
+		return nil, errs.New(errs.Invalid, "keyspace name is empty")
+	}
+	if strings.HasPrefix(name, "_") {
+		return nil, errs.New(errs.Invalid, "keyspace %q is reserved for Meridian's own metadata", name)
+	}
+	ks, ok := v.pmap.Keyspace(name)
+	if !ok {
+		return nil, errs.New(errs.NotFound, "unknown keyspace %q", name)
+	}
+	return ks, nil
+}
+
+func (v validator) key(key []byte, what string) error {
+	if len(key) == 0 {
+		return errs.New(errs.Invalid, "%s is empty", what)
+	}
+	if len(key) > v.limits.MaxKeyBytes {
+		return errs.New(errs.Invalid, "%s is %d bytes, limit is %d (limits.max_key_bytes)", what, len(key), v.limits.MaxKeyBytes)
+	}
+	return nil
+}
+
+func (v validator) level(ks *placement.Keyspace, s string) (config.Level, error) {
+	if s == "" {
+		return "", nil // the keyspace default
+	}
+	l, err := config.ParseLevel(s)
+	if err != nil {
+		return "", errs.New(errs.Invalid, "consistency %q is not valid for keyspace %q (protocol %s): %v", s, ks.Spec.Name, ks.Spec.Protocol, err)
+	}
+	// LOCAL_* levels also need replicas in the coordinator's region; the core checks that
+	// against the partition, because it knows its own region.
+	return l, nil
+}
+
+func (v validator) deadline(timeoutMs uint32) (time.Time, error) {
+	if timeoutMs == 0 {
+		return v.now.Add(v.limits.DefaultRequestTimeout), nil
+	}
+	d := time.Duration(timeoutMs) * time.Millisecond
+	if d > v.limits.MaxRequestTimeout {
+		return time.Time{}, errs.New(errs.Invalid, "timeout %v exceeds the limit %v (limits.max_request_timeout)", d, v.limits.MaxRequestTimeout)
+	}
+	return v.now.Add(d), nil
+}
+
+func (v validator) get(r *meridianpb.GetRequest) (quorum.Request, error) {
+	ks, err := v.keyspace(r.GetKeyspace())
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	if err := v.key(r.GetKey(), "key"); err != nil {
+		return quorum.Request{}, err
+	}
+	l, err := v.level(ks, r.GetConsistency())
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	dl, err := v.deadline(r.GetTimeoutMs())
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	return quorum.Request{Op: quorum.OpGet, Keyspace: ks.Spec.Name, Key: r.GetKey(), Level: l, Deadline: dl}, nil
+}
+
+func (v validator) put(r *meridianpb.PutRequest) (quorum.Request, error) {
+	ks, err := v.keyspace(r.GetKeyspace())
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	if err := v.key(r.GetKey(), "key"); err != nil {
+		return quorum.Request{}, err
+	}
+	if len(r.GetValue()) > v.limits.MaxValueBytes {
+		return quorum.Request{}, errs.New(errs.Invalid, "value is %d bytes, limit is %d (limits.max_value_bytes)", len(r.GetValue()), v.limits.MaxValueBytes)
+	}
+	l, err := v.level(ks, r.GetConsistency())
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	dl, err := v.deadline(r.GetTimeoutMs())
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	value := r.GetValue()
+	if value == nil {
+		value = []byte{} // an empty value is a value, not a tombstone
+	}
+	return quorum.Request{Op: quorum.OpPut, Keyspace: ks.Spec.Name, Key: r.GetKey(), Value: value, Level: l, Deadline: dl}, nil
+}
+
+func (v validator) del(r *meridianpb.DeleteRequest) (quorum.Request, error) {
+	ks, err := v.keyspace(r.GetKeyspace())
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	if err := v.key(r.GetKey(), "key"); err != nil {
+		return quorum.Request{}, err
+	}
+	l, err := v.level(ks, r.GetConsistency())
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	dl, err := v.deadline(r.GetTimeoutMs())
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	return quorum.Request{Op: quorum.OpDelete, Keyspace: ks.Spec.Name, Key: r.GetKey(), Level: l, Deadline: dl}, nil
+}
+
+func (v validator) scan(r *meridianpb.ScanRequest) (quorum.Request, error) {
+	ks, err := v.keyspace(r.GetKeyspace())
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	if len(r.GetStart()) > v.limits.MaxKeyBytes {
+		return quorum.Request{}, errs.New(errs.Invalid, "scan start is %d bytes, limit is %d (limits.max_key_bytes)", len(r.GetStart()), v.limits.MaxKeyBytes)
+	}
+	if len(r.GetEnd()) > v.limits.MaxKeyBytes {
+		return quorum.Request{}, errs.New(errs.Invalid, "scan end is %d bytes, limit is %d (limits.max_key_bytes)", len(r.GetEnd()), v.limits.MaxKeyBytes)
+	}
+	if len(r.GetEnd()) > 0 && bytes.Compare(r.GetStart(), r.GetEnd()) >= 0 {
+		return quorum.Request{}, errs.New(errs.Invalid, "scan range is empty: start %q is not before end %q", r.GetStart(), r.GetEnd())
+	}
+	limit := int(r.GetLimit())
+	if limit == 0 {
+		limit = min(DefaultScanLimit, v.limits.MaxScanLimit)
+	}
+	if limit > v.limits.MaxScanLimit {
+		return quorum.Request{}, errs.New(errs.Invalid, "scan limit %d exceeds the limit %d (limits.max_scan_limit)", limit, v.limits.MaxScanLimit)
+	}
+	l, err := v.level(ks, r.GetConsistency())
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	dl, err := v.deadline(r.GetTimeoutMs())
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	start := r.GetStart()
+	if start == nil {
+		start = []byte{}
+	}
+	return quorum.Request{Op: quorum.OpScan, Keyspace: ks.Spec.Name, Start: start, End: r.GetEnd(), Limit: limit, Level: l, Deadline: dl}, nil
+}
+
+func versionPB(v hlc.Version) *meridianpb.Version {
+	if v.IsZero() {
+		return nil
+	}
+	return &meridianpb.Version{WallNanos: v.WallNanos, Logical: v.Logical, NodeId: v.NodeID}
+}

@@ -1,0 +1,347 @@
+package storage
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// ErrClosed is returned by every method called after Close.
+var ErrClosed = errors.New("storage: engine closed")
+
+// nextsBeforeSeek is how many Next calls Scan spends looking for the next user key before it
+// seeks past the remaining versions of the current one. Most keys have one or two live
+// versions, and a Next is much cheaper than a SeekGE, so this keeps the common case fast
+// while a key with thousands of versions costs one seek (the trick CockroachDB's MVCC scanner
+// uses).
+const nextsBeforeSeek = 4
+
+// Engine is one node's store: multi-version records on a Pebble DB (DESIGN.md section 4
+// (storage engine)). It is safe for concurrent use; Close must not race with other calls.
+type Engine struct {
+	dir   string
+	fs    vfs.FS
+	db    *pebble.DB
+	popts *pebble.Options // defaulted copy of the options the DB was opened with
+
+	closed atomic.Bool
+
+	applies        atomic.Int64
+	syncApplies    atomic.Int64
+	recordsApplied atomic.Int64
+	gets           atomic.Int64
+	scans          atomic.Int64
+
+	gcMu     sync.Mutex
+	gcResume map[string][]byte // keyspace -> key prefix where the next GC call resumes
+}
+
+// Open opens (creating if missing, with its parents) the store in dir.
+func Open(dir string, opts Options) (*Engine, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("storage: open %s: %w", dir, err)
+	}
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("storage: open %s: %w", dir, err)
+	}
+	po := opts.pebbleOptions()
+	// pebble.Open creates dir and its missing parents and syncs their parent directories,
+	// so a freshly created store survives a crash (MemFS.CrashClone tests rely on this).
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("storage: open %s: %w", dir, err)
+	}
+	return &Engine{
+		dir:      dir,
+		fs:       opts.FS,
+		db:       db,
+		popts:    po,
+		gcResume: make(map[string][]byte),
+	}, nil
+}
+
+// Close closes the store. Data applied with sync=true is durable; data applied with
+// sync=false may or may not be, as after a crash. Calling Close twice returns ErrClosed.
+func (e *Engine) Close() error {
+	if !e.closed.CompareAndSwap(false, true) {
+		return ErrClosed
+	}
+	if err := e.db.Close(); err != nil {
+		return fmt.Errorf("storage: close %s: %w", e.dir, err)
+	}
+	return nil
+}
+
+func (e *Engine) checkOpen() error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+func writeOptions(sync bool) *pebble.WriteOptions {
+	if sync {
+		return pebble.Sync
+	}
+	return pebble.NoSync
+}
+
+// Apply writes all records in one Pebble batch, atomically. With sync=true it returns only
+// after the WAL holding the batch is fsynced. The node's committer merges many client
+// requests into one Apply: that is Meridian's group commit, one fsync for many writes
+// (DESIGN.md section 4 (storage engine)).
+//
+// Every version is its own key, so applying a version that already exists rewrites the same
+// bytes (idempotent), and applying an older version adds a key that sorts after the newer
+// one and never hides it: last-writer-wins needs no read-before-write.
+func (e *Engine) Apply(recs []Record, sync bool) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	size := 0
+	for i := range recs {
+		// Generous estimate: escapes at most double a string; 32 bytes of fixed overhead.
+		size += 2*(len(recs[i].Keyspace)+len(recs[i].Key)) + len(recs[i].Value) + 32
+	}
+	b := e.db.NewBatchWithSize(size)
+	defer b.Close()
+	var kbuf, vbuf []byte
+	for i := range recs {
+		r := &recs[i]
+		kbuf = encodeDataKey(kbuf[:0], r.Keyspace, r.Partition, r.Key, r.Version)
+		vbuf = appendValue(vbuf[:0], r)
+		// Batch.Set copies key and value, so the scratch buffers can be reused.
+		if err := b.Set(kbuf, vbuf, nil); err != nil {
+			return fmt.Errorf("storage: apply: batch set %q/%d/%q@%s: %w",
+				r.Keyspace, r.Partition, r.Key, r.Version, err)
+		}
+	}
+	if err := b.Commit(writeOptions(sync)); err != nil {
+		return fmt.Errorf("storage: apply %d records (sync=%t): %w", len(recs), sync, err)
+	}
+	e.applies.Add(1)
+	e.recordsApplied.Add(int64(len(recs)))
+	if sync {
+		e.syncApplies.Add(1)
+	}
+	return nil
+}
+
+// Get returns the newest version of key, which may be a tombstone (found=true,
+// rec.Tombstone=true). found is false when no version exists.
+func (e *Engine) Get(keyspace string, partition uint32, key []byte) (rec Record, found bool, err error) {
+	if err := e.checkOpen(); err != nil {
+		return Record{}, false, err
+	}
+	e.gets.Add(1)
+	lo := appendKeyPrefix(nil, keyspace, partition, key)
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+	if err != nil {
+		return Record{}, false, fmt.Errorf("storage: get %q/%d/%q: %w", keyspace, partition, key, err)
+	}
+	// The newest version sorts first (inverted version), so the first entry is the answer.
+	if it.First() {
+		rec, err = decodeRecordAt(it)
+		found = err == nil
+	}
+	err = errors.Join(err, it.Error(), it.Close())
+	if err != nil {
+		return Record{}, false, fmt.Errorf("storage: get %q/%d/%q: %w", keyspace, partition, key, err)
+	}
+	return rec, found, nil
+}
+
+// Scan calls fn with the newest version of each key in [start, end) of the partition, in key
+// order, tombstones included (replica merging needs them). A nil end means to the end of the
+// partition; a nil start means from its beginning. Scan stops after limit keys when
+// limit > 0, or as soon as fn returns false. fn owns the Record it receives (its slices are
+// fresh copies) and may call other Engine methods.
+//
+// This is the partition-scoped iterator: Pebble's bounds are set to the partition (or
+// [start, end)), so it never reads a neighbouring partition's blocks.
+func (e *Engine) Scan(keyspace string, partition uint32, start, end []byte, limit int, fn func(Record) bool) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	e.scans.Add(1)
+	if end != nil && bytes.Compare(start, end) >= 0 {
+		return nil
+	}
+	part := appendPartitionPrefix(nil, keyspace, partition)
+	lo := appendEscaped(bytes.Clone(part), start)
+	var hi []byte
+	if end != nil {
+		hi = appendEscaped(bytes.Clone(part), end)
+	} else {
+		hi = prefixEnd(part)
+	}
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return fmt.Errorf("storage: scan %q/%d: %w", keyspace, partition, err)
+	}
+	err = scanNewest(it, limit, fn)
+	err = errors.Join(err, it.Error(), it.Close())
+	if err != nil {
+		return fmt.Errorf("storage: scan %q/%d: %w", keyspace, partition, err)
+	}
+	return nil
+}
+
+// scanNewest drives a bounded iterator over data keys and calls fn with the first (newest)
+// version of every user key. The loop ends when the iterator is exhausted (its bounds are
+// finite), after limit keys, or when fn returns false.
+func scanNewest(it *pebble.Iterator, limit int, fn func(Record) bool) error {
+	var cur []byte // key prefix (everything but the version) of the key just emitted
+	emitted := 0
+	valid := it.First()
+	for valid {
+		rec, err := decodeRecordAt(it)
+		if err != nil {
+			return err
+		}
+		emitted++
+		if !fn(rec) || (limit > 0 && emitted >= limit) {
+			return nil
+		}
+		cur = append(cur[:0], it.Key()[:len(it.Key())-versionLen]...)
+		// Skip the older versions of this key: a few Nexts, then one seek past them all.
+		valid = it.Next()
+		for i := 0; valid && i < nextsBeforeSeek && bytes.HasPrefix(it.Key(), cur); i++ {
+			valid = it.Next()
+		}
+		if valid && bytes.HasPrefix(it.Key(), cur) {
+			valid = it.SeekGE(prefixEnd(cur))
+		}
+	}
+	return nil
+}
+
+// decodeRecordAt decodes the iterator's current entry; the Record owns all its slices.
+func decodeRecordAt(it *pebble.Iterator) (Record, error) {
+	val, err := it.ValueAndErr()
+	if err != nil {
+		return Record{}, err
+	}
+	return decodeRecord(it.Key(), val)
+}
+
+// Versions returns every stored version of key, newest first (tests, debugging, repair).
+func (e *Engine) Versions(keyspace string, partition uint32, key []byte) ([]Record, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	lo := appendKeyPrefix(nil, keyspace, partition, key)
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+	if err != nil {
+		return nil, fmt.Errorf("storage: versions %q/%d/%q: %w", keyspace, partition, key, err)
+	}
+	var out []Record
+	// Bounded by the number of versions of one key (the iterator's bounds).
+	for valid := it.First(); valid && err == nil; valid = it.Next() {
+		var rec Record
+		rec, err = decodeRecordAt(it)
+		if err == nil {
+			out = append(out, rec)
+		}
+	}
+	err = errors.Join(err, it.Error(), it.Close())
+	if err != nil {
+		return nil, fmt.Errorf("storage: versions %q/%d/%q: %w", keyspace, partition, key, err)
+	}
+	return out, nil
+}
+
+// PutMeta stores a small node-local value (node identity, applied schema) under name, in the
+// 'm' key prefix, apart from all data keys.
+func (e *Engine) PutMeta(name string, value []byte, sync bool) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	if err := e.db.Set(encodeMetaKey(name), value, writeOptions(sync)); err != nil {
+		return fmt.Errorf("storage: put meta %q: %w", name, err)
+	}
+	return nil
+}
+
+// GetMeta returns the value stored by PutMeta under name, as a fresh slice.
+func (e *Engine) GetMeta(name string) ([]byte, bool, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, false, err
+	}
+	v, closer, err := e.db.Get(encodeMetaKey(name))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("storage: get meta %q: %w", name, err)
+	}
+	out := bytes.Clone(v)
+	if out == nil {
+		out = []byte{}
+	}
+	if err := closer.Close(); err != nil {
+		return nil, false, fmt.Errorf("storage: get meta %q: %w", name, err)
+	}
+	return out, true, nil
+}
+
+// Stats is a snapshot of the engine's counters and Pebble's metrics.
+type Stats struct {
+	// DiskBytes is the space used on disk: live and obsolete sstables, WAL files, manifest.
+	DiskBytes uint64
+	// MemTableBytes is the memory allocated by memtables (including ones being flushed).
+	MemTableBytes uint64
+	// WALBytes is the physical size of the live WAL files.
+	WALBytes uint64
+	// WALSyncs is the number of WAL fsyncs Pebble performed since Open. Compared with
+	// Applies it shows how well group commit batches writes. If Pebble's fsync histogram is
+	// unavailable it falls back to the number of Apply(sync=true) calls.
+	WALSyncs int64
+	// Applies is the number of successful Apply calls; RecordsApplied the records in them.
+	Applies        int64
+	RecordsApplied int64
+	// Gets and Scans count calls to Get and Scan.
+	Gets  int64
+	Scans int64
+	// Compactions is the number of compactions Pebble has run since Open.
+	Compactions int64
+	// ReadAmp is the current read amplification (L0 sublevels plus non-empty levels).
+	ReadAmp int
+}
+
+// Stats returns the engine's counters and a few Pebble metrics. It takes Pebble's metrics
+// lock, so call it at a reporting interval, not per request.
+func (e *Engine) Stats() Stats {
+	s := Stats{
+		Applies:        e.applies.Load(),
+		RecordsApplied: e.recordsApplied.Load(),
+		Gets:           e.gets.Load(),
+		Scans:          e.scans.Load(),
+		WALSyncs:       e.syncApplies.Load(),
+	}
+	if e.closed.Load() {
+		return s
+	}
+	m := e.db.Metrics()
+	s.DiskBytes = m.DiskSpaceUsage()
+	s.MemTableBytes = m.MemTable.Size
+	s.WALBytes = m.WAL.PhysicalSize
+	s.Compactions = m.Compact.Count
+	s.ReadAmp = m.ReadAmp()
+	if h := m.LogWriter.FsyncLatency; h != nil {
+		// Every WAL fsync is observed in this histogram, so its sample count is the number
+		// of fsyncs.
+		var pm dto.Metric
+		if err := h.Write(&pm); err == nil && pm.GetHistogram() != nil {
+			s.WALSyncs = int64(pm.GetHistogram().GetSampleCount())
+		}
+	}
+	return s
+}

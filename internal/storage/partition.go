@@ -1,0 +1,232 @@
+package storage
+
+// Partition snapshots: a whole partition replica moved as one file.
+//
+// ElasCass bootstrapping (../shared/seeds/elascass-node-bootstrapping.txt) moves consolidated
+// partition replicas between nodes instead of migrating key-value pairs one by one ("each
+// partition of data into single transferable replicas to eliminate the overhead of migrating
+// individual key-value pairs"). Here a partition replica is exported into one sstable written
+// with Pebble's sstable writer from a consistent snapshot, shipped by the caller, and ingested
+// on the receiving node with pebble.DB.Ingest, which links the file into the LSM without
+// rewriting it key by key (DESIGN.md section 4 (storage engine): "partition snapshots as SSTs").
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// ErrPartitionNotEmpty is returned by IngestPartition when the target partition already holds
+// data; the caller deletes it first (DeletePartition).
+var ErrPartitionNotEmpty = errors.New("storage: partition already holds data")
+
+// ExportStats describes one partition snapshot file.
+type ExportStats struct {
+	// Keys is the number of distinct user keys.
+	Keys int
+	// Versions is the number of stored versions (tombstones included); Versions >= Keys.
+	Versions int
+	// Bytes is the size of the snapshot file.
+	Bytes int64
+}
+
+// partitionBounds returns the [lo, hi) span holding every data key of the partition.
+func partitionBounds(keyspace string, partition uint32) (lo, hi []byte) {
+	lo = appendPartitionPrefix(nil, keyspace, partition)
+	return lo, prefixEnd(lo)
+}
+
+// ExportPartition writes every version of every key of the partition, tombstones included,
+// into one sstable at path (on Options.FS), read from a consistent Pebble snapshot so
+// concurrent writes are either wholly in or wholly out. The file is fsynced before
+// ExportPartition returns. An existing file at path is replaced. A partition with no data
+// exports a valid empty sstable. On error the partial file is removed.
+func (e *Engine) ExportPartition(keyspace string, partition uint32, path string) (stats ExportStats, err error) {
+	if err := e.checkOpen(); err != nil {
+		return ExportStats{}, err
+	}
+	wrap := func(err error) error {
+		return fmt.Errorf("storage: export %q/%d to %s: %w", keyspace, partition, path, err)
+	}
+	snap := e.db.NewSnapshot()
+	defer snap.Close()
+	lo, hi := partitionBounds(keyspace, partition)
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return ExportStats{}, wrap(err)
+	}
+	defer func() { err = errors.Join(err, it.Close()) }()
+
+	f, err := e.fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return ExportStats{}, wrap(err)
+	}
+	// The writer uses the DB's comparer, key schema and table format, so the receiving
+	// engine (same binary, same FormatMajorVersion) accepts the file for ingestion. Level 0
+	// options: the file may land on any level, so it must not claim to be bottommost.
+	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f),
+		e.popts.MakeWriterOptions(0, e.db.TableFormat()))
+	closed := false
+	defer func() {
+		if !closed {
+			_ = w.Close()
+		}
+		if err != nil {
+			_ = e.fs.Remove(path)
+		}
+	}()
+
+	var cur []byte // key prefix of the current user key, to count distinct keys
+	// Bounded by the partition's size (finite iterator bounds, one snapshot).
+	for valid := it.First(); valid; valid = it.Next() {
+		k := it.Key()
+		val, err := it.ValueAndErr()
+		if err != nil {
+			return ExportStats{}, wrap(err)
+		}
+		// Validate before shipping: a corrupt entry must fail here, not on the receiver.
+		if _, err := decodeRecord(k, val); err != nil {
+			return ExportStats{}, wrap(err)
+		}
+		prefix := k[:len(k)-versionLen]
+		if stats.Versions == 0 || string(prefix) != string(cur) {
+			stats.Keys++
+			cur = append(cur[:0], prefix...)
+		}
+		stats.Versions++
+		if err := w.Set(k, val); err != nil {
+			return ExportStats{}, wrap(err)
+		}
+	}
+	if err := it.Error(); err != nil {
+		return ExportStats{}, wrap(err)
+	}
+	closed = true
+	// Close flushes, fsyncs (objstorageprovider's file writable syncs in Finish) and closes.
+	if err := w.Close(); err != nil {
+		return ExportStats{}, wrap(err)
+	}
+	fi, err := e.fs.Stat(path)
+	if err != nil {
+		return ExportStats{}, wrap(err)
+	}
+	stats.Bytes = fi.Size()
+	return stats, nil
+}
+
+// IngestPartition ingests a file written by ExportPartition (moved onto Options.FS by the
+// caller) into this engine. It first reads the whole file: every key must decode and belong
+// to one partition, and that partition must hold no data here, else it returns an error
+// wrapping ErrPartitionNotEmpty (the caller deletes the partition first). On success the file
+// is gone: Pebble moves (links) it into the store. An empty snapshot ingests nothing and
+// its file is removed too.
+//
+// A write applied to the partition between the emptiness check and the ingestion is not
+// lost: versions are distinct keys, so the ingested versions merge with it, and an ingested
+// copy of the same version carries the same bytes.
+func (e *Engine) IngestPartition(path string) (ExportStats, error) {
+	if err := e.checkOpen(); err != nil {
+		return ExportStats{}, err
+	}
+	wrap := func(err error) error { return fmt.Errorf("storage: ingest %s: %w", path, err) }
+	fi, err := e.fs.Stat(path)
+	if err != nil {
+		return ExportStats{}, wrap(err)
+	}
+	stats, keyspace, partition, err := e.inspectSnapshot(path)
+	if err != nil {
+		return ExportStats{}, wrap(err)
+	}
+	stats.Bytes = fi.Size()
+	if stats.Versions == 0 {
+		if err := e.fs.Remove(path); err != nil {
+			return ExportStats{}, wrap(err)
+		}
+		return stats, nil
+	}
+	empty, err := e.partitionEmpty(keyspace, partition)
+	if err != nil {
+		return ExportStats{}, wrap(err)
+	}
+	if !empty {
+		return ExportStats{}, wrap(fmt.Errorf("%w: %q/%d", ErrPartitionNotEmpty, keyspace, partition))
+	}
+	if err := e.db.Ingest(context.Background(), []string{path}); err != nil {
+		return ExportStats{}, wrap(err)
+	}
+	return stats, nil
+}
+
+// inspectSnapshot reads a snapshot file with an external iterator, checks that every entry
+// is a well-formed record of a single partition, and counts keys and versions.
+func (e *Engine) inspectSnapshot(path string) (stats ExportStats, keyspace string, partition uint32, err error) {
+	f, err := e.fs.Open(path)
+	if err != nil {
+		return ExportStats{}, "", 0, err
+	}
+	// NewExternalIter owns f from here on (closed with the iterator, or on its error).
+	it, err := pebble.NewExternalIter(e.popts, &pebble.IterOptions{}, [][]sstable.ReadableFile{{f}})
+	if err != nil {
+		return ExportStats{}, "", 0, fmt.Errorf("open sstable: %w", err)
+	}
+	defer func() { err = errors.Join(err, it.Close()) }()
+	var cur []byte
+	// Bounded by the file's size.
+	for valid := it.First(); valid; valid = it.Next() {
+		k := it.Key()
+		val, err := it.ValueAndErr()
+		if err != nil {
+			return ExportStats{}, "", 0, err
+		}
+		rec, err := decodeRecord(k, val)
+		if err != nil {
+			return ExportStats{}, "", 0, err
+		}
+		if stats.Versions == 0 {
+			keyspace, partition = rec.Keyspace, rec.Partition
+		} else if rec.Keyspace != keyspace || rec.Partition != partition {
+			return ExportStats{}, "", 0, fmt.Errorf("%w: snapshot mixes partitions %q/%d and %q/%d",
+				ErrCorrupt, keyspace, partition, rec.Keyspace, rec.Partition)
+		}
+		prefix := k[:len(k)-versionLen]
+		if stats.Versions == 0 || string(prefix) != string(cur) {
+			stats.Keys++
+			cur = append(cur[:0], prefix...)
+		}
+		stats.Versions++
+	}
+	if err := it.Error(); err != nil {
+		return ExportStats{}, "", 0, err
+	}
+	return stats, keyspace, partition, nil
+}
+
+// partitionEmpty reports whether the partition has no visible data key.
+func (e *Engine) partitionEmpty(keyspace string, partition uint32) (empty bool, err error) {
+	lo, hi := partitionBounds(keyspace, partition)
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return false, err
+	}
+	empty = !it.First()
+	return empty, errors.Join(it.Error(), it.Close())
+}
+
+// DeletePartition removes every version of every key of the partition with one range
+// deletion (cheap to write; compactions reclaim the space later). With sync=true it returns
+// after the WAL is fsynced.
+func (e *Engine) DeletePartition(keyspace string, partition uint32, sync bool) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	lo, hi := partitionBounds(keyspace, partition)
+	if err := e.db.DeleteRange(lo, hi, writeOptions(sync)); err != nil {
+		return fmt.Errorf("storage: delete partition %q/%d: %w", keyspace, partition, err)
+	}
+	return nil
+}

@@ -1,0 +1,227 @@
+package transport
+
+import (
+	"container/heap"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"meridian/internal/topology"
+	"meridian/internal/wire/peerpb"
+)
+
+// WANOptions configures the emulated wide-area network.
+type WANOptions struct {
+	// Topology gives the RTT of every region pair; a message is delayed by RTT/2 of its
+	// (sender region, receiver region) pair, intra-region RTT/2 within a region.
+	Topology *topology.Topology
+	// Jitter adds a uniformly random extra delay in [0, Jitter) to each message. Per-link FIFO
+	// order is kept (a message never overtakes an earlier one on the same link), as TCP does.
+	Jitter time.Duration
+	// Seed seeds the jitter generator.
+	Seed uint64
+	// MaxInFlight bounds the messages queued in the network; beyond it Send drops.
+	// Default 1,000,000.
+	MaxInFlight int
+}
+
+// WAN is an in-process network that delays every message by the one-way latency of its
+// region pair. One goroutine delivers messages in due order. Create endpoints with Attach.
+type WAN struct {
+	opts    WANOptions
+	mu      sync.Mutex
+	rng     *rand.Rand
+	queue   deliveryHeap
+	seq     uint64
+	regions map[uint32]string
+	nodes   map[uint32]*wanEndpoint
+	lastDue map[[2]uint32]time.Time // per link: due time of the last message (FIFO)
+	wake    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type delivery struct {
+	due time.Time
+	seq uint64
+	env *peerpb.Envelope
+}
+
+type deliveryHeap []delivery
+
+func (h deliveryHeap) Len() int { return len(h) }
+func (h deliveryHeap) Less(i, j int) bool {
+	if !h[i].due.Equal(h[j].due) {
+		return h[i].due.Before(h[j].due)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h deliveryHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *deliveryHeap) Push(x any)   { *h = append(*h, x.(delivery)) }
+func (h *deliveryHeap) Pop() any {
+	old := *h
+	d := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return d
+}
+
+// NewWAN starts an emulated network.
+func NewWAN(opts WANOptions) (*WAN, error) {
+	if opts.Topology == nil {
+		return nil, fmt.Errorf("transport: WAN needs a topology")
+	}
+	if opts.Jitter < 0 {
+		return nil, fmt.Errorf("transport: WAN jitter %v is negative", opts.Jitter)
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 1_000_000
+	}
+	w := &WAN{
+		opts:    opts,
+		rng:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
+		regions: map[uint32]string{},
+		nodes:   map[uint32]*wanEndpoint{},
+		lastDue: map[[2]uint32]time.Time{},
+		wake:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	go w.run()
+	return w, nil
+}
+
+// Attach registers node id in region and returns its endpoint; h receives its messages.
+func (w *WAN) Attach(id uint32, region string, h Handler) (Transport, error) {
+	if !w.opts.Topology.HasRegion(region) {
+		return nil, fmt.Errorf("transport: region %q is not in topology %s", region, w.opts.Topology.Name)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, dup := w.nodes[id]; dup {
+		return nil, fmt.Errorf("transport: node %d attached twice", id)
+	}
+	ep := &wanEndpoint{wan: w, id: id, handler: h}
+	w.nodes[id] = ep
+	w.regions[id] = region
+	return ep, nil
+}
+
+// Detach removes node id: messages to it are dropped (a crashed process).
+func (w *WAN) Detach(id uint32) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.nodes, id)
+}
+
+// Close stops the delivery goroutine.
+func (w *WAN) Close() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+}
+
+func (w *WAN) send(env *peerpb.Envelope) bool {
+	now := time.Now()
+	w.mu.Lock()
+	from, okFrom := w.regions[env.From]
+	to, okTo := w.regions[env.To]
+	if !okFrom || !okTo || len(w.queue) >= w.opts.MaxInFlight {
+		w.mu.Unlock()
+		return false
+	}
+	delay := w.opts.Topology.OneWay(from, to)
+	if w.opts.Jitter > 0 {
+		delay += time.Duration(w.rng.Int64N(int64(w.opts.Jitter)))
+	}
+	due := now.Add(delay)
+	link := [2]uint32{env.From, env.To}
+	if last := w.lastDue[link]; due.Before(last) {
+		due = last
+	}
+	w.lastDue[link] = due
+	w.seq++
+	heap.Push(&w.queue, delivery{due: due, seq: w.seq, env: env})
+	first := w.queue[0].seq == w.seq
+	w.mu.Unlock()
+	if first {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+func (w *WAN) run() {
+	defer close(w.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var batch []delivery
+	for {
+		w.mu.Lock()
+		now := time.Now()
+		batch = batch[:0]
+		for len(w.queue) > 0 && !w.queue[0].due.After(now) && len(batch) < 4096 {
+			batch = append(batch, heap.Pop(&w.queue).(delivery))
+		}
+		var wait time.Duration = time.Hour
+		if len(w.queue) > 0 {
+			wait = w.queue[0].due.Sub(now)
+		}
+		targets := make([]*wanEndpoint, len(batch))
+		for i, d := range batch {
+			targets[i] = w.nodes[d.env.To]
+		}
+		w.mu.Unlock()
+		for i, d := range batch {
+			if ep := targets[i]; ep != nil {
+				ep.received.Add(1)
+				ep.handler(d.env)
+			}
+		}
+		if len(batch) == 4096 {
+			continue // more may be due already
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(wait)
+		select {
+		case <-w.stop:
+			return
+		case <-w.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+type wanEndpoint struct {
+	wan     *WAN
+	id      uint32
+	handler Handler
+	counters
+}
+
+func (e *wanEndpoint) Send(env *peerpb.Envelope) bool {
+	env.From = e.id
+	if e.wan.send(env) {
+		e.sent.Add(1)
+		return true
+	}
+	e.dropped.Add(1)
+	return false
+}
+
+func (e *wanEndpoint) Stats() Stats { return e.stats() }
+
+func (e *wanEndpoint) Close() error {
+	e.wan.Detach(e.id)
+	return nil
+}
