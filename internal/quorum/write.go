@@ -138,4 +138,3 @@ func (c *Core) expireWrite(id uint64) {
 			w.req.Level, w.eligibleAcks(), w.need, c.nodeNames(missing)))
 	}
 }
-
