@@ -98,6 +98,11 @@ func (c *Core) advanceScan(now time.Time, op *pendingScan) {
 			}
 			count += len(sp.items)
 		}
+		if first >= 0 && count+len(op.parts[first].items) >= op.req.Limit {
+			// The unfinished partition already holds enough items in key order.
+			c.finishScan(op)
+			return
+		}
 		if first < 0 {
 			c.finishScan(op)
 			return

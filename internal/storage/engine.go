@@ -98,6 +98,9 @@ func writeOptions(sync bool) *pebble.WriteOptions {
 // requests into one Apply: that is Meridian's group commit, one fsync for many writes
 // (DESIGN.md section 4 (storage engine)).
 //
+// Apply(nil, true) is a durability barrier: it fsyncs the WAL, making every earlier
+// unsynced Apply durable.
+//
 // Every version is its own key, so applying a version that already exists rewrites the same
 // bytes (idempotent), and applying an older version adds a key that sorts after the newer
 // one and never hides it: last-writer-wins needs no read-before-write.
@@ -121,6 +124,17 @@ func (e *Engine) Apply(recs []Record, sync bool) error {
 		if err := b.Set(kbuf, vbuf, nil); err != nil {
 			return fmt.Errorf("storage: apply: batch set %q/%d/%q@%s: %w",
 				r.Keyspace, r.Partition, r.Key, r.Version, err)
+		}
+	}
+	if len(recs) == 0 {
+		if !sync {
+			return nil
+		}
+		// Pebble skips the WAL for an empty batch, so an empty synced Apply would return
+		// without an fsync. A LogData record (WAL only, never indexed) makes Apply(nil, true)
+		// a durability barrier for every earlier unsynced Apply, as the contract promises.
+		if err := b.LogData(nil, nil); err != nil {
+			return fmt.Errorf("storage: apply: sync barrier: %w", err)
 		}
 	}
 	if err := b.Commit(writeOptions(sync)); err != nil {

@@ -26,7 +26,10 @@ type Options struct {
 	// to simulate a crash (MemFS.CrashClone) or vfs.NewMem().
 	FS vfs.FS
 
-	// CacheBytes is the size of Pebble's block cache, which holds uncompressed sstable blocks.
+	// CacheBytes is the memory for Pebble's block cache, which holds uncompressed sstable
+	// blocks. Pebble counts memtables against its cache, so Open gives Pebble a cache of
+	// CacheBytes + 2*MemTableBytes: CacheBytes stays available for blocks. Total memory is
+	// therefore about CacheBytes + 2*MemTableBytes (more while flushes are stalled).
 	//
 	// The default value is 64 MiB. Negative values are invalid.
 	CacheBytes int64
@@ -81,8 +84,14 @@ func (o *Options) Validate() error {
 // reader options for export and ingest that match the DB.
 func (o *Options) pebbleOptions() *pebble.Options {
 	po := &pebble.Options{
-		FS:           o.FS,
-		CacheSize:    o.CacheBytes,
+		FS: o.FS,
+		// Pebble charges memtable memory against its block cache (DB.newMemTable reserves
+		// each memtable's arena in the cache, and keeps one recycled memtable's reservation).
+		// With the defaults, two 32 MiB memtables would consume the whole 64 MiB cache and
+		// every read would miss (measured: BenchmarkGet 17 µs/op, all of it pread and
+		// snappy). So the cache is sized for CacheBytes of blocks on top of the mutable and
+		// the recycled memtable.
+		CacheSize:    o.CacheBytes + 2*int64(o.MemTableBytes),
 		MemTableSize: o.MemTableBytes,
 		Logger:       o.Logger,
 		// Pin the newest format major version so that a fresh store and an exported

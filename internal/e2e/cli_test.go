@@ -1,0 +1,146 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCLI drives the meridian binary's kv commands against a three-node cluster, and checks
+// that bad input — to the client commands and to the server — is reported as one line on
+// stderr with a non-zero exit.
+func TestCLI(t *testing.T) {
+	skipShort(t)
+	c := newCluster(t, threeNodes, nil)
+	c.startAll()
+	c.waitReady(c.names()...)
+	n1, n2, n3 := c.node("n1").listen, c.node("n2").listen, c.node("n3").listen
+	kv := func(endpoint string, args ...string) cliResult {
+		t.Helper()
+		return runCLI(t, append([]string{"kv", "--endpoint", endpoint}, args...)...)
+	}
+
+	t.Run("put-get-delete-scan", func(t *testing.T) {
+		// Keys spread over several partitions (partition i starts at byte i*16).
+		kvs := [][2]string{
+			{"!bang", "exclaim"}, {"0zero", "0"}, {"Alpha", "upper"}, {"alpha", "lower"},
+			{"bravo", "to be deleted"}, {"charlie", "c h a r"}, {"quebec", "q"}, {"~tilde", "~"},
+			{"é-accent", "ü"},
+		}
+		for _, p := range kvs {
+			kv(n1, "put", "demo", p[0], p[1], "--consistency", "QUORUM").mustSucceed(t)
+		}
+		for _, p := range kvs {
+			r := kv(n3, "get", "demo", p[0], "--consistency", "QUORUM").mustSucceed(t)
+			if r.stdout != p[1]+"\n" {
+				t.Fatalf("%v: want stdout %q", r, p[1]+"\n")
+			}
+		}
+
+		kv(n2, "delete", "demo", "bravo", "--consistency", "QUORUM").mustSucceed(t)
+		r := kv(n3, "get", "demo", "bravo", "--consistency", "QUORUM")
+		r.mustFailOneLine(t, "not found", "bravo")
+		if r.stdout != "" {
+			t.Fatalf("%v: want nothing on stdout", r)
+		}
+
+		want := "!bang\texclaim\n0zero\t0\nAlpha\tupper\nalpha\tlower\ncharlie\tc h a r\nquebec\tq\n~tilde\t~\né-accent\tü\n"
+		r = kv(n2, "scan", "demo", "", "", "--consistency", "QUORUM").mustSucceed(t)
+		if r.stdout != want {
+			t.Fatalf("%v: want stdout %q", r, want)
+		}
+		r = kv(n1, "scan", "demo", "", "", "--limit", "3", "--consistency", "QUORUM").mustSucceed(t)
+		if want3 := "!bang\texclaim\n0zero\t0\nAlpha\tupper\n"; r.stdout != want3 {
+			t.Fatalf("%v: want stdout %q", r, want3)
+		}
+		if !strings.Contains(r.stderr, "more keys") {
+			t.Fatalf("%v: a scan cut short by --limit should say there are more keys", r)
+		}
+		r = kv(n3, "scan", "demo", "alpha", "quebec", "--consistency", "ONE").mustSucceed(t)
+		if wantR := "alpha\tlower\ncharlie\tc h a r\n"; r.stdout != wantR {
+			t.Fatalf("%v: want stdout %q", r, wantR)
+		}
+	})
+
+	t.Run("create-keyspace", func(t *testing.T) {
+		r := kv(n1, "create-keyspace", "ks_e2e", "--partitions", "4").mustSucceed(t)
+		if !strings.Contains(r.stdout, "created keyspace ks_e2e") {
+			t.Fatalf("%v: want a confirmation on stdout", r)
+		}
+		// Another node learns the keyspace from the catalog; until then it may not know it.
+		eventually(t, "put in ks_e2e through n3", func() error {
+			r := kv(n3, "put", "ks_e2e", "greeting", "hello world", "--consistency", "QUORUM")
+			if r.code == 0 {
+				return nil
+			}
+			if !strings.Contains(r.stderr, "unknown keyspace") && !strings.Contains(r.stderr, "unavailable") && !strings.Contains(r.stderr, "timeout") {
+				t.Fatalf("%v: unexpected error", r)
+			}
+			return fmt.Errorf("%v", r)
+		})
+		r = kv(n3, "get", "ks_e2e", "greeting", "--consistency", "QUORUM").mustSucceed(t)
+		if r.stdout != "hello world\n" {
+			t.Fatalf("%v: want stdout %q", r, "hello world\n")
+		}
+		r = kv(n1, "create-keyspace", "ks_e2e")
+		r.mustFailOneLine(t, "already exists")
+	})
+
+	t.Run("describe-keyspace", func(t *testing.T) {
+		r := kv(n2, "describe-keyspace", "demo").mustSucceed(t)
+		lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+		if !strings.HasPrefix(lines[0], "keyspace demo ") {
+			t.Fatalf("%v: first line should describe keyspace demo", r)
+		}
+		parts := 0
+		for _, l := range lines[1:] {
+			if strings.HasPrefix(strings.TrimSpace(l), "partition ") {
+				parts++
+				for _, n := range c.names() {
+					if !strings.Contains(l, n) {
+						t.Fatalf("%v: partition line %q does not list replica %s", r, l, n)
+					}
+				}
+			}
+		}
+		if parts != 16 {
+			t.Fatalf("%v: %d partition lines, want 16", r, parts)
+		}
+	})
+
+	t.Run("bad-input", func(t *testing.T) {
+		kv(n1, "get", "nosuch", "k", "--consistency", "QUORUM").mustFailOneLine(t, `unknown keyspace "nosuch"`)
+		kv(n1, "put", "nosuch", "k", "v", "--consistency", "QUORUM").mustFailOneLine(t, `unknown keyspace "nosuch"`)
+		long := strings.Repeat("k", 1025)
+		kv(n1, "put", "demo", long, "v", "--consistency", "QUORUM").mustFailOneLine(t, "1025", "max_key_bytes")
+		kv(n1, "get", "demo", long, "--consistency", "QUORUM").mustFailOneLine(t, "max_key_bytes")
+		kv(n1, "get", "demo", "k", "--consistency", "FOO").mustFailOneLine(t, "FOO")
+		kv(n1, "put", "demo", "k", "v", "--consistency", "FOO").mustFailOneLine(t, "FOO")
+		kv(n1, "scan", "demo", "", "", "--limit", "20000", "--consistency", "QUORUM").mustFailOneLine(t, "20000", "max_scan_limit")
+		kv(n1, "get", "demo", "k", "--timeout", "2m", "--consistency", "QUORUM").mustFailOneLine(t, "max_request_timeout")
+		kv(n1, "put", "demo", "k", "v", "--timeout", "2m", "--consistency", "QUORUM").mustFailOneLine(t, "max_request_timeout")
+		// Nothing was written by the rejected puts.
+		kv(n2, "get", "demo", "k", "--consistency", "ALL").mustFailOneLine(t, "not found")
+	})
+
+	t.Run("server-bad-config", func(t *testing.T) {
+		// An unknown field in the second node's entry.
+		bad := strings.Replace(c.cfgYAML, "    region: us\n", "    region: us\n    zone: us-east1-b\n", 1)
+		if bad == c.cfgYAML {
+			t.Fatalf("could not inject the unknown field into:\n%s", c.cfgYAML)
+		}
+		path := filepath.Join(t.TempDir(), "bad.yaml")
+		if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := runCLI(t, "server", "--config", path, "--node", "n1", "--data-dir", filepath.Join(t.TempDir(), "d"))
+		r.mustFailOneLine(t, "nodes[1].zone")
+	})
+
+	t.Run("server-unknown-node", func(t *testing.T) {
+		r := runCLI(t, "server", "--config", c.cfgPath, "--node", "n9", "--data-dir", filepath.Join(t.TempDir(), "d"))
+		r.mustFailOneLine(t, `"n9"`)
+	})
+}

@@ -1,0 +1,237 @@
+package quorum
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"meridian/internal/config"
+	"meridian/internal/wire/peerpb"
+)
+
+// TestInteraction runs the protocol trace scripts in testdata/ (in the style of etcd raft's
+// interaction tests): each script proposes requests, delivers, drops and delays chosen
+// messages, advances virtual time, and prints the resulting messages, replies and storage.
+//
+// Commands:
+//
+//	cluster [regions=3] [partitions=1] [read_level=L] [write_level=L]
+//	put|get|delete node=N key=K [value=V] [level=L]
+//	scan node=N [start=S] [end=E] [limit=L] [level=L]
+//	deliver [from=N] [to=N] [type=T]   (delivers matching queued messages, in order)
+//	drop [from=N] [to=N] [type=T]
+//	cut from=N to=N / heal from=N to=N (heartbeats and deliveries on that link are lost)
+//	tick ms=M
+//	stabilize
+//	pending
+//	storage key=K
+//
+// Run with -rewrite to regenerate expected output after an intended change.
+func TestInteraction(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		var h *harness
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			if d.Cmd != "cluster" && h == nil {
+				d.Fatalf(t, "no cluster yet")
+			}
+			arg := func(name string) (string, bool) {
+				for _, a := range d.CmdArgs {
+					if a.Key == name {
+						if len(a.Vals) == 0 {
+							return "", true
+						}
+						return a.Vals[0], true
+					}
+				}
+				return "", false
+			}
+			num := func(name string, def int) int {
+				v, ok := arg(name)
+				if !ok {
+					return def
+				}
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					d.Fatalf(t, "%s: %v", name, err)
+				}
+				return n
+			}
+			var out strings.Builder
+			var before map[*peerpb.Envelope]bool
+			if h != nil {
+				before = map[*peerpb.Envelope]bool{}
+				for _, env := range h.queue {
+					before[env] = true
+				}
+			}
+			printNewlyQueued := func() {
+				for _, env := range h.queue {
+					if !before[env] {
+						fmt.Fprintln(&out, "queued "+h.fmtEnv(env))
+					}
+				}
+			}
+			printReplies := func() {
+				for _, r := range h.takeReplies() {
+					fmt.Fprintln(&out, h.fmtResult(r))
+				}
+			}
+			switch d.Cmd {
+			case "cluster":
+				opts := map[string]string{}
+				for _, k := range []string{"read_level", "write_level"} {
+					if v, ok := arg(k); ok {
+						opts[k] = v
+					}
+				}
+				h = newHarness(t, num("regions", 3), num("partitions", 1), opts)
+				return "ok"
+			case "put", "get", "delete", "scan":
+				node := uint32(num("node", 1))
+				req := Request{Keyspace: "ks"}
+				if v, ok := arg("level"); ok {
+					req.Level = config.Level(v)
+				}
+				k, _ := arg("key")
+				req.Key = []byte(k)
+				switch d.Cmd {
+				case "put":
+					req.Op = OpPut
+					v, _ := arg("value")
+					req.Value = []byte(v)
+				case "get":
+					req.Op = OpGet
+				case "delete":
+					req.Op = OpDelete
+				case "scan":
+					req.Op = OpScan
+					s, _ := arg("start")
+					e, _ := arg("end")
+					req.Start, req.End = []byte(s), []byte(e)
+					if e == "" {
+						req.End = nil
+					}
+					req.Limit = num("limit", 100)
+				}
+				id := h.propose(node, req)
+				fmt.Fprintf(&out, "req=%d\n", id)
+				printReplies()
+				printNewlyQueued()
+				return out.String()
+			case "deliver", "drop":
+				f := match(t, d, num)
+				var envs []*peerpb.Envelope
+				if d.Cmd == "deliver" {
+					envs = h.deliver(f)
+				} else {
+					envs = h.drop(f)
+				}
+				for _, env := range envs {
+					fmt.Fprintln(&out, map[string]string{"deliver": "delivered ", "drop": "dropped "}[d.Cmd]+h.fmtEnv(env))
+				}
+				printReplies()
+				return out.String()
+			case "cut", "heal":
+				link := [2]uint32{uint32(num("from", 0)), uint32(num("to", 0))}
+				if d.Cmd == "cut" {
+					h.cut[link] = true
+				} else {
+					delete(h.cut, link)
+				}
+				return "ok"
+			case "tick":
+				h.tick(time.Duration(num("ms", 0)) * time.Millisecond)
+				printReplies()
+				printNewlyQueued()
+				if out.Len() == 0 {
+					return "ok"
+				}
+				return out.String()
+			case "stabilize":
+				n := h.stabilize()
+				fmt.Fprintf(&out, "delivered %d messages\n", n)
+				printReplies()
+				return out.String()
+			case "pending":
+				for _, env := range h.queue {
+					fmt.Fprintln(&out, h.fmtEnv(env))
+				}
+				if out.Len() == 0 {
+					return "none"
+				}
+				return out.String()
+			case "storage":
+				k, _ := arg("key")
+				nw := h.newest(k)
+				for _, id := range h.ids {
+					rec, ok := nw[id]
+					switch {
+					case !ok:
+						fmt.Fprintf(&out, "n%d: -\n", id)
+					case rec.Tombstone:
+						fmt.Fprintf(&out, "n%d: <tombstone> v=%s\n", id, h.fmtVersion(rec.Version))
+					default:
+						fmt.Fprintf(&out, "n%d: %s v=%s\n", id, rec.Value, h.fmtVersion(rec.Version))
+					}
+				}
+				return out.String()
+			}
+			d.Fatalf(t, "unknown command %q", d.Cmd)
+			return ""
+		})
+	})
+}
+
+func match(t *testing.T, d *datadriven.TestData, num func(string, int) int) func(*peerpb.Envelope) bool {
+	from, to := uint32(num("from", 0)), uint32(num("to", 0))
+	typ := ""
+	for _, a := range d.CmdArgs {
+		if a.Key == "type" && len(a.Vals) > 0 {
+			typ = a.Vals[0]
+		}
+	}
+	return func(env *peerpb.Envelope) bool {
+		if from != 0 && env.From != from {
+			return false
+		}
+		if to != 0 && env.To != to {
+			return false
+		}
+		if typ != "" && envType(env) != typ {
+			return false
+		}
+		return true
+	}
+}
+
+func envType(env *peerpb.Envelope) string {
+	switch env.Msg.(type) {
+	case *peerpb.Envelope_Write:
+		return "write"
+	case *peerpb.Envelope_WriteAck:
+		return "write_ack"
+	case *peerpb.Envelope_Read:
+		return "read"
+	case *peerpb.Envelope_ReadReply:
+		return "read_reply"
+	case *peerpb.Envelope_Scan:
+		return "scan"
+	case *peerpb.Envelope_ScanReply:
+		return "scan_reply"
+	case *peerpb.Envelope_AeDigest:
+		return "ae_digest"
+	case *peerpb.Envelope_AeKeys:
+		return "ae_keys"
+	case *peerpb.Envelope_AePull:
+		return "ae_pull"
+	case *peerpb.Envelope_AePush:
+		return "ae_push"
+	case *peerpb.Envelope_Heartbeat:
+		return "heartbeat"
+	}
+	return "unknown"
+}

@@ -1,0 +1,165 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+
+	"meridian/api/meridianpb"
+	"meridian/internal/config"
+	"meridian/internal/errs"
+	"meridian/internal/quorum"
+)
+
+// fuzzLimits are small so the fuzzer reaches every limit, not only the rules before them.
+var fuzzLimits = config.Limits{MaxKeyBytes: 8, MaxValueBytes: 16, MaxScanLimit: 5,
+	DefaultRequestTimeout: time.Second, MaxRequestTimeout: 3 * time.Second}
+
+// FuzzRequestDecodeValidate decodes arbitrary bytes as the request kind%4 selects
+// (Get, Put, Delete, Scan) and validates it, under the default limits and under small ones.
+// Validation must never panic; a request it accepts must be within the limits; a request it
+// rejects must get an Invalid or NotFound error with a one-line message.
+func FuzzRequestDecodeValidate(f *testing.F) {
+	add := func(kind byte, m proto.Message) {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(kind, b)
+	}
+	long := bytes.Repeat([]byte("x"), config.DefaultMaxKeyBytes+1)
+	// Valid requests.
+	add(0, &meridianpb.GetRequest{Keyspace: "kv", Key: []byte("k")})
+	add(0, &meridianpb.GetRequest{Keyspace: "kv", Key: []byte("k"), Consistency: "local_one", TimeoutMs: 2000})
+	add(1, &meridianpb.PutRequest{Keyspace: "kv", Key: []byte("k"), Value: []byte("v"), Consistency: "ALL"})
+	add(1, &meridianpb.PutRequest{Keyspace: "kv", Key: []byte("12345678")})
+	add(2, &meridianpb.DeleteRequest{Keyspace: "kv", Key: []byte("k"), Consistency: "one", TimeoutMs: 1})
+	add(3, &meridianpb.ScanRequest{Keyspace: "kv"})
+	add(3, &meridianpb.ScanRequest{Keyspace: "kv", Start: []byte("a"), End: []byte("b"), Limit: 5, Consistency: "quorum"})
+	// Invalid requests.
+	add(0, &meridianpb.GetRequest{})
+	add(0, &meridianpb.GetRequest{Keyspace: "_system", Key: []byte("k")})
+	add(0, &meridianpb.GetRequest{Keyspace: "nope", Key: []byte("k")})
+	add(0, &meridianpb.GetRequest{Keyspace: "kv", Key: long})
+	add(1, &meridianpb.PutRequest{Keyspace: "kv", Key: []byte("k"), Value: bytes.Repeat([]byte("v"), 17)})
+	add(1, &meridianpb.PutRequest{Keyspace: "kv", Key: []byte("k"), Consistency: "FOO"})
+	add(2, &meridianpb.DeleteRequest{Keyspace: "kv", Key: []byte("k"), TimeoutMs: 1<<32 - 1})
+	add(2, &meridianpb.DeleteRequest{Keyspace: "kv", Consistency: "ONE\n"})
+	add(3, &meridianpb.ScanRequest{Keyspace: "kv", Start: []byte("b"), End: []byte("a")})
+	add(3, &meridianpb.ScanRequest{Keyspace: "kv", Limit: 10001})
+	add(3, &meridianpb.ScanRequest{Keyspace: "kv", Start: long})
+	// A request of another kind, and bytes that are not protobuf.
+	add(3, &meridianpb.PutRequest{Keyspace: "kv", Key: []byte("k"), Value: []byte("v")})
+	f.Add(byte(0), []byte{0xff, 0xff, 0xff})
+	f.Add(byte(1), []byte{})
+
+	pm := testPlacement(f)
+	validators := []validator{
+		{limits: config.DefaultLimits(), pmap: pm, now: testNow},
+		{limits: fuzzLimits, pmap: pm, now: testNow},
+	}
+	f.Fuzz(func(t *testing.T, kind byte, data []byte) {
+		var msg proto.Message
+		switch kind % 4 {
+		case 0:
+			msg = &meridianpb.GetRequest{}
+		case 1:
+			msg = &meridianpb.PutRequest{}
+		case 2:
+			msg = &meridianpb.DeleteRequest{}
+		case 3:
+			msg = &meridianpb.ScanRequest{}
+		}
+		if err := proto.Unmarshal(data, msg); err != nil {
+			return
+		}
+		for _, v := range validators {
+			got, err := validate(v, msg)
+			if err != nil {
+				checkFuzzError(t, msg, err)
+				continue
+			}
+			checkFuzzRequest(t, v, msg, got)
+		}
+	})
+}
+
+func checkFuzzError(t *testing.T, in proto.Message, err error) {
+	t.Helper()
+	var e *errs.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("%v: error %q is a %T, want *errs.Error", in, err, err)
+	}
+	if e.Kind != errs.Invalid && e.Kind != errs.NotFound {
+		t.Fatalf("%v: error kind %v, want invalid argument or not found (%q)", in, e.Kind, e.Msg)
+	}
+	if e.Msg == "" || strings.ContainsAny(e.Msg, "\r\n") || !utf8.ValidString(e.Msg) {
+		t.Fatalf("%v: message %q is not one non-empty line of UTF-8", in, e.Msg)
+	}
+}
+
+func checkFuzzRequest(t *testing.T, v validator, in proto.Message, r quorum.Request) {
+	t.Helper()
+	lim := v.limits
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf("accepted %v (limits %+v) as %+v: "+format, append([]any{in, lim, r}, args...)...)
+	}
+	if _, ok := v.pmap.Keyspace(r.Keyspace); !ok || strings.HasPrefix(r.Keyspace, "_") {
+		fail("keyspace %q is unknown or reserved", r.Keyspace)
+	}
+	if r.Level != "" && !slices.Contains(config.Levels(), r.Level) {
+		fail("level %q is not a level", r.Level)
+	}
+	if !r.Deadline.After(v.now) || r.Deadline.After(v.now.Add(lim.MaxRequestTimeout)) {
+		fail("deadline %v is not in (now, now+%v]", r.Deadline, lim.MaxRequestTimeout)
+	}
+	checkKey := func(what string, k []byte) {
+		t.Helper()
+		if len(k) < 1 || len(k) > lim.MaxKeyBytes {
+			fail("%s is %d bytes, want 1..%d", what, len(k), lim.MaxKeyBytes)
+		}
+	}
+	switch m := in.(type) {
+	case *meridianpb.GetRequest:
+		if r.Op != quorum.OpGet || r.Keyspace != m.Keyspace || !bytes.Equal(r.Key, m.Key) {
+			fail("not the request given")
+		}
+		checkKey("key", r.Key)
+	case *meridianpb.PutRequest:
+		if r.Op != quorum.OpPut || r.Keyspace != m.Keyspace || !bytes.Equal(r.Key, m.Key) || !bytes.Equal(r.Value, m.Value) {
+			fail("not the request given")
+		}
+		checkKey("key", r.Key)
+		if r.Value == nil || len(r.Value) > lim.MaxValueBytes {
+			fail("value is nil or %d bytes, want non-nil and ≤ %d", len(r.Value), lim.MaxValueBytes)
+		}
+	case *meridianpb.DeleteRequest:
+		if r.Op != quorum.OpDelete || r.Keyspace != m.Keyspace || !bytes.Equal(r.Key, m.Key) {
+			fail("not the request given")
+		}
+		checkKey("key", r.Key)
+	case *meridianpb.ScanRequest:
+		if r.Op != quorum.OpScan || r.Keyspace != m.Keyspace || !bytes.Equal(r.Start, m.Start) || !bytes.Equal(r.End, m.End) {
+			fail("not the request given")
+		}
+		if r.Start == nil || len(r.Start) > lim.MaxKeyBytes || len(r.End) > lim.MaxKeyBytes {
+			fail("start (%d bytes) or end (%d bytes) is nil or over %d", len(r.Start), len(r.End), lim.MaxKeyBytes)
+		}
+		if len(r.End) > 0 && bytes.Compare(r.Start, r.End) >= 0 {
+			fail("empty range [%q, %q)", r.Start, r.End)
+		}
+		if r.Limit < 1 || r.Limit > lim.MaxScanLimit {
+			fail("limit %d, want 1..%d", r.Limit, lim.MaxScanLimit)
+		}
+		if m.Limit != 0 && r.Limit != int(m.Limit) {
+			fail("limit %d, asked for %d", r.Limit, m.Limit)
+		}
+	}
+}
