@@ -1,7 +1,6 @@
 package quorum
 
 import (
-	"strconv"
 	"time"
 
 	"meridian/internal/errs"
@@ -54,16 +53,35 @@ func (c *Core) startRead(now time.Time, ks *placement.Keyspace, req Request) {
 		c.fail(req, err)
 		return
 	}
-	id := c.newPeerReq()
-	r := &pendingRead{
-		req: req, part: p, eligible: elig, need: need,
-		contacted: map[uint32]bool{}, replies: map[uint32]readReply{}, holders: map[uint32]bool{},
-	}
 	var alive []uint32
 	for _, n := range c.byDistance(elig) {
 		if c.live.alive(n) {
 			alive = append(alive, n)
 		}
+	}
+	if need == 1 && alive[0] == c.cfg.NodeID {
+		// Fast path: one reply is enough and the nearest replica is this node. No read
+		// repair can be needed with a single reply.
+		rec, found, err := c.store.Get(req.Keyspace, p.ID, req.Key)
+		if err != nil {
+			c.fail(req, errs.New(errs.Internal, "local read of partition %d: %v", p.ID, err))
+			return
+		}
+		res := Result{ID: req.ID, Op: OpGet}
+		if found {
+			c.clock.Observe(now, rec.Version)
+			res.Version = rec.Version
+			if !rec.Tombstone {
+				res.Found, res.Value = true, rec.Value
+			}
+		}
+		c.reply(res)
+		return
+	}
+	id := c.newPeerReq()
+	r := &pendingRead{
+		req: req, part: p, eligible: elig, need: need,
+		contacted: map[uint32]bool{}, replies: map[uint32]readReply{}, holders: map[uint32]bool{},
 	}
 	first, spare := alive[:need], alive[need:]
 	r.spare = spare
@@ -256,5 +274,3 @@ func (c *Core) expireRead(id uint64) {
 		r.req.Level, len(r.replies), r.need, c.nodeNames(missing)))
 }
 
-// itoa avoids fmt in hot paths.
-func itoa(n int) string { return strconv.Itoa(n) }
