@@ -1,0 +1,110 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"meridian/internal/topology"
+)
+
+// The emulated WAN cannot deliver early, so no measured latency may beat its physical lower
+// bound; a lower bound that is wrong (too high) or an emulation that cuts corners fails here.
+func TestDemoReportsLatencyAtOrAboveLowerBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a small cluster for a few seconds")
+	}
+	topo, err := topology.Parse([]byte(`
+name: tiny
+source: test
+regions: [a, b, c]
+intra_region_rtt_ms: {a: 0, b: 0, c: 0}
+rtt_ms:
+  a: {b: 20, c: 60}
+  b: {c: 40}
+`), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	rep, err := Execute(context.Background(), Options{Topology: topo, Duration: 1500 * time.Millisecond, Warmup: 300 * time.Millisecond,
+		ClientsPerRegion: 2, Keys: 50, Out: &out, Seed: 3})
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	if len(rep.Runs) != 2 {
+		t.Fatalf("%d runs, want the two baseline configurations", len(rep.Runs))
+	}
+	wantBound := map[string]map[string][2]float64{ // run → region → {read, write} bound in ms
+		"QUORUM/QUORUM": {"a": {20, 20}, "b": {20, 20}, "c": {40, 40}},
+		"ALL/ONE":       {"a": {60, 0}, "b": {40, 0}, "c": {60, 0}},
+	}
+	for _, run := range rep.Runs {
+		key := run.ReadLevel + "/" + run.WriteLevel
+		for reg, want := range wantBound[key] {
+			s := run.Regions[reg]
+			if s.Read.LowerBoundMs != want[0] || s.Write.LowerBoundMs != want[1] {
+				t.Fatalf("%s %s: bounds read %.1f write %.1f, want %v", key, reg, s.Read.LowerBoundMs, s.Write.LowerBoundMs, want)
+			}
+			if s.Read.Count == 0 || s.Write.Count == 0 {
+				t.Fatalf("%s %s: no operations measured: %+v", key, reg, s)
+			}
+			if s.Read.Errors+s.Write.Errors > 0 {
+				t.Fatalf("%s %s: errors %+v", key, reg, s)
+			}
+			// 0.5 ms of histogram rounding slack.
+			if s.Read.P50Ms+0.5 < s.Read.LowerBoundMs || s.Write.P50Ms+0.5 < s.Write.LowerBoundMs {
+				t.Fatalf("%s %s: p50 below the physical lower bound: %+v", key, reg, s)
+			}
+		}
+	}
+	path := filepath.Join(t.TempDir(), "demo.json")
+	if err := WriteJSON(path, rep); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var generic map[string]any
+	if err := json.Unmarshal(b, &generic); err != nil {
+		t.Fatal(err)
+	}
+	runs := generic["runs"].([]any)
+	r0 := runs[0].(map[string]any)
+	for _, k := range []string{"protocol", "read_level", "write_level", "regions"} {
+		if _, ok := r0[k]; !ok {
+			t.Fatalf("JSON run lacks %q: %s", k, b)
+		}
+	}
+	read := r0["regions"].(map[string]any)["a"].(map[string]any)["read"].(map[string]any)
+	for _, k := range []string{"count", "p50_ms", "p99_ms", "lower_bound_ms"} {
+		if _, ok := read[k]; !ok {
+			t.Fatalf("JSON read stats lack %q: %s", k, b)
+		}
+	}
+	if generic["topology"] != "tiny" {
+		t.Fatalf("topology %v", generic["topology"])
+	}
+}
+
+func TestLowerBound(t *testing.T) {
+	topo, _ := topology.Builtin("gcp-meteorshower-3")
+	cases := []struct {
+		region string
+		count  int
+		wantMs int64
+	}{
+		{"europe", 1, 0}, {"europe", 2, 100}, {"europe", 3, 250},
+		{"us", 2, 100}, {"asia", 2, 150}, {"asia", 3, 250},
+	}
+	for _, c := range cases {
+		if got := LowerBound(topo, c.region, c.count).Milliseconds(); got != c.wantMs {
+			t.Errorf("LowerBound(%s, %d) = %dms, want %d", c.region, c.count, got, c.wantMs)
+		}
+	}
+}
