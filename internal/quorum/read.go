@@ -273,4 +273,3 @@ func (c *Core) expireRead(id uint64) {
 		"read timed out at consistency %s: %d of %d replica replies before the deadline (no reply from %v)",
 		r.req.Level, len(r.replies), r.need, c.nodeNames(missing)))
 }
-
