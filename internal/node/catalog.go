@@ -115,6 +115,9 @@ func (n *Node) watchCatalog(writes []storage.Record) {
 
 // CreateKeyspace validates spec, stores it in the catalog at QUORUM and installs it here.
 func (n *Node) CreateKeyspace(ctx context.Context, spec config.Keyspace, timeout time.Duration) (config.Keyspace, error) {
+	if spec.Name == "" {
+		return spec, errs.New(errs.Invalid, "create keyspace: name is empty")
+	}
 	if strings.HasPrefix(spec.Name, "_") {
 		return spec, errs.New(errs.Invalid, "keyspace name %q: names starting with _ are reserved", spec.Name)
 	}

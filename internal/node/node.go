@@ -206,6 +206,9 @@ func (n *Node) Placement() *placement.Map { return n.pmap.Load() }
 // Engine exposes the storage engine (tests, benchmarks).
 func (n *Node) Engine() *storage.Engine { return n.engine }
 
+// Clock returns the node's physical clock (with its configured offset).
+func (n *Node) Clock() hlc.PhysicalClock { return n.clock }
+
 // Registry returns the node's metrics registry.
 func (n *Node) Registry() *prometheus.Registry { return n.opts.Registry }
 

@@ -34,7 +34,9 @@ type Service struct {
 func NewService(n *node.Node) *Service { return &Service{node: n} }
 
 func (s *Service) validator() validator {
-	return validator{limits: s.node.Cluster().Limits, pmap: s.node.Placement(), now: time.Now()}
+	// Deadlines are on the node's clock: the core fires them against it, and the clock may
+	// carry a configured offset (tests, the lab).
+	return validator{limits: s.node.Cluster().Limits, pmap: s.node.Placement(), now: s.node.Clock().Now()}
 }
 
 // ToStatus maps a Meridian error to a gRPC status with the same one-line message.

@@ -152,12 +152,13 @@ func (v validator) scan(r *meridianpb.ScanRequest) (quorum.Request, error) {
 	if len(r.GetEnd()) > 0 && bytes.Compare(r.GetStart(), r.GetEnd()) >= 0 {
 		return quorum.Request{}, errs.New(errs.Invalid, "scan range is empty: start %q is not before end %q", r.GetStart(), r.GetEnd())
 	}
+	// Compare in uint64 before converting, so a huge limit cannot wrap on 32-bit platforms.
+	if uint64(r.GetLimit()) > uint64(v.limits.MaxScanLimit) {
+		return quorum.Request{}, errs.New(errs.Invalid, "scan limit %d exceeds the limit %d (limits.max_scan_limit)", r.GetLimit(), v.limits.MaxScanLimit)
+	}
 	limit := int(r.GetLimit())
 	if limit == 0 {
 		limit = min(DefaultScanLimit, v.limits.MaxScanLimit)
-	}
-	if limit > v.limits.MaxScanLimit {
-		return quorum.Request{}, errs.New(errs.Invalid, "scan limit %d exceeds the limit %d (limits.max_scan_limit)", limit, v.limits.MaxScanLimit)
 	}
 	l, err := v.level(ks, r.GetConsistency())
 	if err != nil {

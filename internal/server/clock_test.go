@@ -1,0 +1,73 @@
+package server_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"meridian/api/meridianpb"
+	"meridian/internal/config"
+	"meridian/internal/hlc"
+	"meridian/internal/node"
+	"meridian/internal/server"
+	"meridian/internal/topology"
+	"meridian/internal/transport"
+)
+
+// startSkewedCluster starts 3 nodes (regions a, b, c, 2ms apart) like demo.StartCluster, but
+// node i's clock runs offsets[i] away from the machine clock (as server.Options.ClockOffset
+// does in a real process). It returns the client API of each node.
+func startSkewedCluster(t *testing.T, offsets []time.Duration) []*server.Service {
+	t.Helper()
+	topo := topology.Equidistant("t", regions, 2, 0)
+	cfg := &config.Cluster{Name: "skew", Topology: topo, TopologyRef: topo.Name,
+		Keyspaces: []config.Keyspace{{Name: "kv", Protocol: config.ProtocolQuorum}}}
+	for i, r := range regions {
+		cfg.Nodes = append(cfg.Nodes, config.Node{Name: r + "-1", Region: r, Listen: fmt.Sprintf("127.0.0.1:%d", 21001+i)})
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	wan, err := transport.NewWAN(transport.WANOptions{Topology: topo, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wan.Close)
+	var svcs []*server.Service
+	for i, nd := range cfg.Nodes {
+		n, err := node.Start(node.Options{
+			Cluster: cfg, NodeName: nd.Name, DataDir: "/data", FS: vfs.NewMem(),
+			Clock: hlc.NewSystemClock(offsets[i]),
+			NewTransport: func(h transport.Handler) (transport.Transport, error) {
+				return wan.Attach(nd.ID, nd.Region, h)
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		svcs = append(svcs, server.NewService(n))
+	}
+	return svcs
+}
+
+// TestDeadlineFollowsNodeClock: a request's deadline must be measured on the clock the
+// node's core fires deadlines with. A coordinator whose clock runs ahead of the machine clock
+// (server.Options.ClockOffset, the lab's clock-skew nemesis) must still serve requests with
+// the default timeout.
+// (Regression: the gateway once stamped deadlines with time.Now(), so with a clock 30s ahead
+// every request that needed a remote reply timed out at the first tick.)
+func TestDeadlineFollowsNodeClock(t *testing.T) {
+	svcs := startSkewedCluster(t, []time.Duration{30 * time.Second, 0, 0})
+	cx := ctx(t)
+	_, err := svcs[0].Put(cx, &meridianpb.PutRequest{Keyspace: "kv", Key: []byte("k"), Value: []byte("v")})
+	if err != nil {
+		t.Fatalf("put via the node whose clock is 30s ahead, default timeout (5s): %v", err)
+	}
+	_, err = svcs[0].Get(cx, &meridianpb.GetRequest{Keyspace: "kv", Key: []byte("k")})
+	if err != nil {
+		t.Fatalf("get via the node whose clock is 30s ahead, default timeout (5s): %v", err)
+	}
+}
