@@ -59,6 +59,9 @@ func kvCmd() *cobra.Command {
 		if endpoint == "" {
 			return nil, fmt.Errorf("kv: --endpoint HOST:PORT is required")
 		}
+		if timeout < 0 {
+			return nil, fmt.Errorf("kv: --timeout %v is negative", timeout)
+		}
 		return client.Dial(endpoint)
 	}
 	opts := func() []client.Option {
@@ -180,6 +183,13 @@ func kvCmd() *cobra.Command {
 			defer c.Close()
 			ctx, cancel := ctxFor(cmd)
 			defer cancel()
+			// In the API 0 means "the default"; on the command line an explicit 0 is a mistake.
+			if ksReplicas < 1 || ksReplicas > 1<<16 {
+				return fmt.Errorf("create-keyspace: --replicas-per-region %d must be at least 1", ksReplicas)
+			}
+			if ksPartitions < 1 || ksPartitions > 4096 {
+				return fmt.Errorf("create-keyspace: --partitions %d out of range 1..4096", ksPartitions)
+			}
 			spec := &client.KeyspaceSpec{Name: a[0], Protocol: ksProtocol, ReplicasPerRegion: uint32(ksReplicas), Partitions: uint32(ksPartitions)}
 			if ksRegions != "" {
 				spec.Regions = splitList(ksRegions)

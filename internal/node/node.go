@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -122,6 +123,9 @@ func Start(opts Options) (*Node, error) {
 		return nil, errors.New("node: no transport")
 	}
 	engine, err := storage.Open(opts.DataDir, storage.Options{FS: opts.FS})
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return nil, fmt.Errorf("node %s: data directory %s is locked by another process (is a server for this node still running?)", self.Name, opts.DataDir)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", self.Name, err)
 	}

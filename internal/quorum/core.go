@@ -438,6 +438,8 @@ func (c *Core) Tick(now time.Time) {
 			c.speculateRead(now, t.id)
 		case timerScanDeadline:
 			c.expireScan(t.id)
+		case timerScanSpeculate:
+			c.speculateScan(now, t.id)
 		}
 	}
 	for _, peer := range c.live.heartbeatsDue(now, c.cfg.HeartbeatInterval) {

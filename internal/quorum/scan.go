@@ -50,6 +50,8 @@ type scanRound struct {
 	need      int
 	contacted map[uint32]bool
 	replies   map[uint32]*peerpb.ScanReply
+	spare     []uint32 // live eligible replicas not asked yet (speculative retry)
+	request   *peerpb.ScanRequest
 }
 
 func (c *Core) startScan(now time.Time, ks *placement.Keyspace, req Request) {
@@ -174,23 +176,52 @@ func (c *Core) startScanRound(now time.Time, op *pendingScan, sp *scanPart, limi
 			alive = append(alive, n)
 		}
 	}
+	first := alive
 	if len(alive) > need {
-		alive = alive[:need]
+		first, rd.spare = alive[:need], alive[need:]
 	}
-	for _, n := range alive {
+	rd.request = &peerpb.ScanRequest{RequestId: id, Keyspace: op.req.Keyspace, Partition: sp.p.ID,
+		Start: sp.resume, End: sp.end, Limit: uint32(limit)}
+	var farthest time.Duration
+	for _, n := range first {
+		farthest = max(farthest, c.rtt(n))
+	}
+	if len(rd.spare) > 0 {
+		ks, _ := c.pmap.Keyspace(op.req.Keyspace)
+		c.timers.add(now.Add(c.speculativeDelay(ks, farthest)), timerScanSpeculate, id)
+	}
+	c.askScanReplicas(id, rd, first)
+	return c.completeScanRound(now, id, rd)
+}
+
+func (c *Core) askScanReplicas(id uint64, rd *scanRound, nodes []uint32) {
+	for _, n := range nodes {
+		if rd.contacted[n] {
+			continue
+		}
 		rd.contacted[n] = true
 		if n == c.cfg.NodeID {
-			if rep := c.localScan(op.req.Keyspace, sp.p.ID, sp.resume, sp.end, limit, id); rep != nil {
+			m := rd.request
+			if rep := c.localScan(m.Keyspace, m.Partition, m.Start, m.End, int(m.Limit), id); rep != nil {
 				rd.replies[n] = rep
 			}
 			continue
 		}
-		c.send(n, &peerpb.Envelope{Msg: &peerpb.Envelope_Scan{Scan: &peerpb.ScanRequest{
-			RequestId: id, Keyspace: op.req.Keyspace, Partition: sp.p.ID,
-			Start: sp.resume, End: sp.end, Limit: uint32(limit),
-		}}})
+		c.send(n, &peerpb.Envelope{Msg: &peerpb.Envelope_Scan{Scan: rd.request}})
 	}
-	return c.completeScanRound(now, id, rd)
+}
+
+// speculateScan asks the remaining replicas when the first choice is slow, as reads do.
+func (c *Core) speculateScan(now time.Time, id uint64) {
+	rd, ok := c.scans[id]
+	if !ok || rd.op.done {
+		return
+	}
+	c.askScanReplicas(id, rd, rd.spare)
+	rd.spare = nil
+	if c.completeScanRound(now, id, rd) {
+		c.advanceScan(now, rd.op)
+	}
 }
 
 func (c *Core) localScan(keyspace string, part uint32, start, end []byte, limit int, id uint64) *peerpb.ScanReply {

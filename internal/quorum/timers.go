@@ -12,6 +12,7 @@ const (
 	timerReadDeadline
 	timerReadSpeculate
 	timerScanDeadline
+	timerScanSpeculate
 )
 
 // timer fires once at `at` for the request `id`. Timers of finished requests are dropped

@@ -219,7 +219,10 @@ func Run(ctx context.Context, o Options) error {
 		Cluster: o.Cluster, NodeName: o.NodeName, DataDir: o.DataDir, Logger: o.Logger,
 		Clock: newOffsetClock(o.ClockOffset),
 		NewTransport: func(h transport.Handler) (transport.Transport, error) {
-			t, err := transport.NewGRPC(transport.GRPCOptions{Self: self.ID, Peers: peers}, h)
+			t, err := transport.NewGRPC(transport.GRPCOptions{Self: self.ID, Peers: peers,
+				OnError: func(peer uint32, err error) {
+					o.Logger.Warn("peer stream failed; messages to it are dropped until it reconnects", "peer", peer, "err", err)
+				}}, h)
 			grpcTr = t
 			return t, err
 		},
@@ -228,8 +231,12 @@ func Run(ctx context.Context, o Options) error {
 		lis.Close()
 		return err
 	}
+	// One server carries client requests and peer messages. Client requests are bounded by
+	// the validator (key and value limits); peer messages can be larger — a scan reply or an
+	// anti-entropy push holds up to 4 MiB of records plus one record that crossed the bound.
+	maxRecord := o.Cluster.Limits.MaxValueBytes + o.Cluster.Limits.MaxKeyBytes + 64<<10
 	gs := grpc.NewServer(
-		grpc.MaxRecvMsgSize(o.Cluster.Limits.MaxValueBytes+o.Cluster.Limits.MaxKeyBytes+64<<10),
+		grpc.MaxRecvMsgSize(2*maxRecord+8<<20),
 		// A fixed pool of stream workers instead of a goroutine per request: fewer stack
 		// growths on the hot path.
 		grpc.NumStreamWorkers(uint32(max(4, runtime.GOMAXPROCS(0)*4))),
@@ -269,9 +276,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	stopped := make(chan struct{})
 	go func() { gs.GracefulStop(); close(stopped) }()
+	// Peers' streams never end on their own, so a graceful stop only waits for client
+	// requests in flight, briefly; then the hard stop closes the peer streams.
 	select {
 	case <-stopped:
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Second):
 		gs.Stop()
 	}
 	if cerr := n.Close(); cerr != nil && err == nil {

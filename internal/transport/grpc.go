@@ -24,6 +24,8 @@ type GRPCOptions struct {
 	QueueLen int
 	// MaxBackoff bounds the wait between reconnection attempts to a peer. Default 1s.
 	MaxBackoff time.Duration
+	// OnError, when set, is told of stream failures (at most once a minute per peer).
+	OnError func(peer uint32, err error)
 }
 
 // GRPC sends each peer's messages over one long-lived client stream (Peer.Stream), opened
@@ -41,9 +43,18 @@ type GRPC struct {
 }
 
 type grpcPeer struct {
-	id    uint32
-	addr  string
-	queue chan *peerpb.Envelope
+	id         uint32
+	addr       string
+	queue      chan *peerpb.Envelope
+	lastReport time.Time
+}
+
+func (g *GRPC) reportError(p *grpcPeer, err error) {
+	if g.opts.OnError == nil || time.Since(p.lastReport) < time.Minute {
+		return
+	}
+	p.lastReport = time.Now()
+	g.opts.OnError(p.id, err)
 }
 
 // NewGRPC returns a transport delivering received messages to h. Register it on the node's
@@ -120,7 +131,11 @@ func (g *GRPC) sendLoop(p *grpcPeer) {
 		if g.ctx.Err() != nil {
 			return
 		}
-		_ = err // the peer is down or restarting; retry after a pause, dropping what queues up
+		if err != nil {
+			// The peer is down or restarting, or refused a message; retry after a pause,
+			// dropping what queues up meanwhile. Report it, at most once per peer per minute.
+			g.reportError(p, err)
+		}
 		g.drain(p)
 		select {
 		case <-g.ctx.Done():
