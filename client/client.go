@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -227,4 +228,89 @@ func (c *Client) ListKeyspaces(ctx context.Context) ([]*KeyspaceSpec, error) {
 		return nil, wrap(err)
 	}
 	return r.Keyspaces, nil
+}
+
+// Session keeps one client's guarantees across coordinators: it remembers the newest version
+// it has read or written and sends it with every request, so the coordinator stamps the
+// session's next write with a newer version even when coordinators' clocks disagree.
+// Without it, a write through a coordinator whose clock is behind could get an older version
+// than the same client's previous write, and last-writer-wins would undo the newer write
+// (see docs/consistency.md). A Session is safe for concurrent use, but its guarantees are
+// those of one sequential client.
+type Session struct {
+	c    *Client
+	mu   sync.Mutex
+	seen Version
+}
+
+// NewSession starts a session on c.
+func (c *Client) NewSession() *Session { return &Session{c: c} }
+
+// Seen returns the newest version the session has observed.
+func (s *Session) Seen() Version {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen
+}
+
+func (s *Session) observe(v Version) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if versionLess(s.seen, v) {
+		s.seen = v
+	}
+}
+
+func versionLess(a, b Version) bool {
+	if a.WallNanos != b.WallNanos {
+		return a.WallNanos < b.WallNanos
+	}
+	if a.Logical != b.Logical {
+		return a.Logical < b.Logical
+	}
+	return a.NodeID < b.NodeID
+}
+
+func (s *Session) seenPB() *meridianpb.Version {
+	v := s.Seen()
+	if v == (Version{}) {
+		return nil
+	}
+	return &meridianpb.Version{WallNanos: v.WallNanos, Logical: v.Logical, NodeId: v.NodeID}
+}
+
+// Get reads key within the session.
+func (s *Session) Get(ctx context.Context, keyspace string, key []byte, options ...Option) (GetResult, error) {
+	o := collect(options)
+	r, err := s.c.api.Get(ctx, &meridianpb.GetRequest{Keyspace: keyspace, Key: key, Consistency: o.consistency, TimeoutMs: o.timeoutMs(), SessionVersion: s.seenPB()})
+	if err != nil {
+		return GetResult{}, wrap(err)
+	}
+	res := GetResult{Found: r.Found, Value: r.Value, Version: fromPB(r.Version), Coordinator: r.Coordinator}
+	s.observe(res.Version)
+	return res, nil
+}
+
+// Put writes key within the session.
+func (s *Session) Put(ctx context.Context, keyspace string, key, value []byte, options ...Option) (Version, error) {
+	o := collect(options)
+	r, err := s.c.api.Put(ctx, &meridianpb.PutRequest{Keyspace: keyspace, Key: key, Value: value, Consistency: o.consistency, TimeoutMs: o.timeoutMs(), SessionVersion: s.seenPB()})
+	if err != nil {
+		return Version{}, wrap(err)
+	}
+	v := fromPB(r.Version)
+	s.observe(v)
+	return v, nil
+}
+
+// Delete deletes key within the session.
+func (s *Session) Delete(ctx context.Context, keyspace string, key []byte, options ...Option) (Version, error) {
+	o := collect(options)
+	r, err := s.c.api.Delete(ctx, &meridianpb.DeleteRequest{Keyspace: keyspace, Key: key, Consistency: o.consistency, TimeoutMs: o.timeoutMs(), SessionVersion: s.seenPB()})
+	if err != nil {
+		return Version{}, wrap(err)
+	}
+	v := fromPB(r.Version)
+	s.observe(v)
+	return v, nil
 }

@@ -92,9 +92,11 @@ type GetRequest struct {
 	Key         []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	Consistency string                 `protobuf:"bytes,3,opt,name=consistency,proto3" json:"consistency,omitempty"`
 	// Deadline for the whole request in milliseconds; 0 = the cluster default.
-	TimeoutMs     uint32 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TimeoutMs uint32 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// The newest version this client session has seen or written (see PutRequest).
+	SessionVersion *Version `protobuf:"bytes,5,opt,name=session_version,json=sessionVersion,proto3" json:"session_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GetRequest) Reset() {
@@ -153,6 +155,13 @@ func (x *GetRequest) GetTimeoutMs() uint32 {
 		return x.TimeoutMs
 	}
 	return 0
+}
+
+func (x *GetRequest) GetSessionVersion() *Version {
+	if x != nil {
+		return x.SessionVersion
+	}
+	return nil
 }
 
 type GetResponse struct {
@@ -226,14 +235,18 @@ func (x *GetResponse) GetCoordinator() string {
 }
 
 type PutRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
-	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
-	Consistency   string                 `protobuf:"bytes,4,opt,name=consistency,proto3" json:"consistency,omitempty"`
-	TimeoutMs     uint32                 `protobuf:"varint,5,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace    string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Key         []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Value       []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	Consistency string                 `protobuf:"bytes,4,opt,name=consistency,proto3" json:"consistency,omitempty"`
+	TimeoutMs   uint32                 `protobuf:"varint,5,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// The newest version this client session has seen or written. The coordinator stamps the
+	// write with a newer version, so a session's writes stay in session order even when they
+	// go through coordinators whose clocks disagree (client.Session sets it).
+	SessionVersion *Version `protobuf:"bytes,6,opt,name=session_version,json=sessionVersion,proto3" json:"session_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PutRequest) Reset() {
@@ -301,6 +314,13 @@ func (x *PutRequest) GetTimeoutMs() uint32 {
 	return 0
 }
 
+func (x *PutRequest) GetSessionVersion() *Version {
+	if x != nil {
+		return x.SessionVersion
+	}
+	return nil
+}
+
 type PutResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       *Version               `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -354,13 +374,14 @@ func (x *PutResponse) GetCoordinator() string {
 }
 
 type DeleteRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
-	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Consistency   string                 `protobuf:"bytes,3,opt,name=consistency,proto3" json:"consistency,omitempty"`
-	TimeoutMs     uint32                 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace       string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Key            []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Consistency    string                 `protobuf:"bytes,3,opt,name=consistency,proto3" json:"consistency,omitempty"`
+	TimeoutMs      uint32                 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	SessionVersion *Version               `protobuf:"bytes,5,opt,name=session_version,json=sessionVersion,proto3" json:"session_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DeleteRequest) Reset() {
@@ -419,6 +440,13 @@ func (x *DeleteRequest) GetTimeoutMs() uint32 {
 		return x.TimeoutMs
 	}
 	return 0
+}
+
+func (x *DeleteRequest) GetSessionVersion() *Version {
+	if x != nil {
+		return x.SessionVersion
+	}
+	return nil
 }
 
 type DeleteResponse struct {
@@ -1124,19 +1152,20 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"wall_nanos\x18\x01 \x01(\x03R\twallNanos\x12\x18\n" +
 	"\alogical\x18\x02 \x01(\rR\alogical\x12\x17\n" +
-	"\anode_id\x18\x03 \x01(\rR\x06nodeId\"{\n" +
+	"\anode_id\x18\x03 \x01(\rR\x06nodeId\"\xba\x01\n" +
 	"\n" +
 	"GetRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12 \n" +
 	"\vconsistency\x18\x03 \x01(\tR\vconsistency\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x04 \x01(\rR\ttimeoutMs\"\x8b\x01\n" +
+	"timeout_ms\x18\x04 \x01(\rR\ttimeoutMs\x12=\n" +
+	"\x0fsession_version\x18\x05 \x01(\v2\x14.meridian.v1.VersionR\x0esessionVersion\"\x8b\x01\n" +
 	"\vGetResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12.\n" +
 	"\aversion\x18\x03 \x01(\v2\x14.meridian.v1.VersionR\aversion\x12 \n" +
-	"\vcoordinator\x18\x04 \x01(\tR\vcoordinator\"\x91\x01\n" +
+	"\vcoordinator\x18\x04 \x01(\tR\vcoordinator\"\xd0\x01\n" +
 	"\n" +
 	"PutRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x10\n" +
@@ -1144,16 +1173,18 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12 \n" +
 	"\vconsistency\x18\x04 \x01(\tR\vconsistency\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x05 \x01(\rR\ttimeoutMs\"_\n" +
+	"timeout_ms\x18\x05 \x01(\rR\ttimeoutMs\x12=\n" +
+	"\x0fsession_version\x18\x06 \x01(\v2\x14.meridian.v1.VersionR\x0esessionVersion\"_\n" +
 	"\vPutResponse\x12.\n" +
 	"\aversion\x18\x01 \x01(\v2\x14.meridian.v1.VersionR\aversion\x12 \n" +
-	"\vcoordinator\x18\x02 \x01(\tR\vcoordinator\"~\n" +
+	"\vcoordinator\x18\x02 \x01(\tR\vcoordinator\"\xbd\x01\n" +
 	"\rDeleteRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12 \n" +
 	"\vconsistency\x18\x03 \x01(\tR\vconsistency\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x04 \x01(\rR\ttimeoutMs\"b\n" +
+	"timeout_ms\x18\x04 \x01(\rR\ttimeoutMs\x12=\n" +
+	"\x0fsession_version\x18\x05 \x01(\v2\x14.meridian.v1.VersionR\x0esessionVersion\"b\n" +
 	"\x0eDeleteResponse\x12.\n" +
 	"\aversion\x18\x01 \x01(\v2\x14.meridian.v1.VersionR\aversion\x12 \n" +
 	"\vcoordinator\x18\x02 \x01(\tR\vcoordinator\"\xa8\x01\n" +
@@ -1251,36 +1282,39 @@ var file_meridian_v1_api_proto_goTypes = []any{
 	nil,                              // 18: meridian.v1.KeyspaceSpec.OptionsEntry
 }
 var file_meridian_v1_api_proto_depIdxs = []int32{
-	0,  // 0: meridian.v1.GetResponse.version:type_name -> meridian.v1.Version
-	0,  // 1: meridian.v1.PutResponse.version:type_name -> meridian.v1.Version
-	0,  // 2: meridian.v1.DeleteResponse.version:type_name -> meridian.v1.Version
-	0,  // 3: meridian.v1.KeyValue.version:type_name -> meridian.v1.Version
-	8,  // 4: meridian.v1.ScanResponse.items:type_name -> meridian.v1.KeyValue
-	18, // 5: meridian.v1.KeyspaceSpec.options:type_name -> meridian.v1.KeyspaceSpec.OptionsEntry
-	10, // 6: meridian.v1.CreateKeyspaceRequest.spec:type_name -> meridian.v1.KeyspaceSpec
-	10, // 7: meridian.v1.CreateKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
-	10, // 8: meridian.v1.DescribeKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
-	14, // 9: meridian.v1.DescribeKeyspaceResponse.partitions:type_name -> meridian.v1.PartitionPlacement
-	10, // 10: meridian.v1.ListKeyspacesResponse.keyspaces:type_name -> meridian.v1.KeyspaceSpec
-	1,  // 11: meridian.v1.Meridian.Get:input_type -> meridian.v1.GetRequest
-	3,  // 12: meridian.v1.Meridian.Put:input_type -> meridian.v1.PutRequest
-	5,  // 13: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
-	7,  // 14: meridian.v1.Meridian.Scan:input_type -> meridian.v1.ScanRequest
-	11, // 15: meridian.v1.Meridian.CreateKeyspace:input_type -> meridian.v1.CreateKeyspaceRequest
-	13, // 16: meridian.v1.Meridian.DescribeKeyspace:input_type -> meridian.v1.DescribeKeyspaceRequest
-	16, // 17: meridian.v1.Meridian.ListKeyspaces:input_type -> meridian.v1.ListKeyspacesRequest
-	2,  // 18: meridian.v1.Meridian.Get:output_type -> meridian.v1.GetResponse
-	4,  // 19: meridian.v1.Meridian.Put:output_type -> meridian.v1.PutResponse
-	6,  // 20: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
-	9,  // 21: meridian.v1.Meridian.Scan:output_type -> meridian.v1.ScanResponse
-	12, // 22: meridian.v1.Meridian.CreateKeyspace:output_type -> meridian.v1.CreateKeyspaceResponse
-	15, // 23: meridian.v1.Meridian.DescribeKeyspace:output_type -> meridian.v1.DescribeKeyspaceResponse
-	17, // 24: meridian.v1.Meridian.ListKeyspaces:output_type -> meridian.v1.ListKeyspacesResponse
-	18, // [18:25] is the sub-list for method output_type
-	11, // [11:18] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	0,  // 0: meridian.v1.GetRequest.session_version:type_name -> meridian.v1.Version
+	0,  // 1: meridian.v1.GetResponse.version:type_name -> meridian.v1.Version
+	0,  // 2: meridian.v1.PutRequest.session_version:type_name -> meridian.v1.Version
+	0,  // 3: meridian.v1.PutResponse.version:type_name -> meridian.v1.Version
+	0,  // 4: meridian.v1.DeleteRequest.session_version:type_name -> meridian.v1.Version
+	0,  // 5: meridian.v1.DeleteResponse.version:type_name -> meridian.v1.Version
+	0,  // 6: meridian.v1.KeyValue.version:type_name -> meridian.v1.Version
+	8,  // 7: meridian.v1.ScanResponse.items:type_name -> meridian.v1.KeyValue
+	18, // 8: meridian.v1.KeyspaceSpec.options:type_name -> meridian.v1.KeyspaceSpec.OptionsEntry
+	10, // 9: meridian.v1.CreateKeyspaceRequest.spec:type_name -> meridian.v1.KeyspaceSpec
+	10, // 10: meridian.v1.CreateKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
+	10, // 11: meridian.v1.DescribeKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
+	14, // 12: meridian.v1.DescribeKeyspaceResponse.partitions:type_name -> meridian.v1.PartitionPlacement
+	10, // 13: meridian.v1.ListKeyspacesResponse.keyspaces:type_name -> meridian.v1.KeyspaceSpec
+	1,  // 14: meridian.v1.Meridian.Get:input_type -> meridian.v1.GetRequest
+	3,  // 15: meridian.v1.Meridian.Put:input_type -> meridian.v1.PutRequest
+	5,  // 16: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
+	7,  // 17: meridian.v1.Meridian.Scan:input_type -> meridian.v1.ScanRequest
+	11, // 18: meridian.v1.Meridian.CreateKeyspace:input_type -> meridian.v1.CreateKeyspaceRequest
+	13, // 19: meridian.v1.Meridian.DescribeKeyspace:input_type -> meridian.v1.DescribeKeyspaceRequest
+	16, // 20: meridian.v1.Meridian.ListKeyspaces:input_type -> meridian.v1.ListKeyspacesRequest
+	2,  // 21: meridian.v1.Meridian.Get:output_type -> meridian.v1.GetResponse
+	4,  // 22: meridian.v1.Meridian.Put:output_type -> meridian.v1.PutResponse
+	6,  // 23: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
+	9,  // 24: meridian.v1.Meridian.Scan:output_type -> meridian.v1.ScanResponse
+	12, // 25: meridian.v1.Meridian.CreateKeyspace:output_type -> meridian.v1.CreateKeyspaceResponse
+	15, // 26: meridian.v1.Meridian.DescribeKeyspace:output_type -> meridian.v1.DescribeKeyspaceResponse
+	17, // 27: meridian.v1.Meridian.ListKeyspaces:output_type -> meridian.v1.ListKeyspacesResponse
+	21, // [21:28] is the sub-list for method output_type
+	14, // [14:21] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_api_proto_init() }

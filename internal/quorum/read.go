@@ -53,6 +53,9 @@ func (c *Core) startRead(now time.Time, ks *placement.Keyspace, req Request) {
 		c.fail(req, err)
 		return
 	}
+	if !req.MinVersion.IsZero() {
+		c.clock.Observe(now, req.MinVersion)
+	}
 	var alive []uint32
 	for _, n := range c.byDistance(elig) {
 		if c.live.alive(n) {

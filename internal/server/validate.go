@@ -19,6 +19,12 @@ import (
 // DefaultScanLimit applies when a scan names no limit.
 const DefaultScanLimit = 1000
 
+// maxSessionAhead bounds how far a client's session version may be ahead of the node's
+// clock. A session version comes from another coordinator's clock; within the clock bound it
+// is a few milliseconds ahead at most. Far beyond means a broken client or clock, and
+// adopting it would drag this node's clock into the future.
+const maxSessionAhead = time.Minute
+
 // validator checks requests against the cluster's limits and the current placement map.
 type validator struct {
 	limits config.Limits
@@ -90,7 +96,11 @@ func (v validator) get(r *meridianpb.GetRequest) (quorum.Request, error) {
 	if err != nil {
 		return quorum.Request{}, err
 	}
-	return quorum.Request{Op: quorum.OpGet, Keyspace: ks.Spec.Name, Key: r.GetKey(), Level: l, Deadline: dl}, nil
+	sv, err := v.session(r.GetSessionVersion())
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	return quorum.Request{Op: quorum.OpGet, Keyspace: ks.Spec.Name, Key: r.GetKey(), Level: l, Deadline: dl, MinVersion: sv}, nil
 }
 
 func (v validator) put(r *meridianpb.PutRequest) (quorum.Request, error) {
@@ -116,7 +126,11 @@ func (v validator) put(r *meridianpb.PutRequest) (quorum.Request, error) {
 	if value == nil {
 		value = []byte{} // an empty value is a value, not a tombstone
 	}
-	return quorum.Request{Op: quorum.OpPut, Keyspace: ks.Spec.Name, Key: r.GetKey(), Value: value, Level: l, Deadline: dl}, nil
+	sv, err := v.session(r.GetSessionVersion())
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	return quorum.Request{Op: quorum.OpPut, Keyspace: ks.Spec.Name, Key: r.GetKey(), Value: value, Level: l, Deadline: dl, MinVersion: sv}, nil
 }
 
 func (v validator) del(r *meridianpb.DeleteRequest) (quorum.Request, error) {
@@ -135,7 +149,11 @@ func (v validator) del(r *meridianpb.DeleteRequest) (quorum.Request, error) {
 	if err != nil {
 		return quorum.Request{}, err
 	}
-	return quorum.Request{Op: quorum.OpDelete, Keyspace: ks.Spec.Name, Key: r.GetKey(), Level: l, Deadline: dl}, nil
+	sv, err := v.session(r.GetSessionVersion())
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	return quorum.Request{Op: quorum.OpDelete, Keyspace: ks.Spec.Name, Key: r.GetKey(), Level: l, Deadline: dl, MinVersion: sv}, nil
 }
 
 func (v validator) scan(r *meridianpb.ScanRequest) (quorum.Request, error) {
@@ -173,6 +191,17 @@ func (v validator) scan(r *meridianpb.ScanRequest) (quorum.Request, error) {
 		start = []byte{}
 	}
 	return quorum.Request{Op: quorum.OpScan, Keyspace: ks.Spec.Name, Start: start, End: r.GetEnd(), Limit: limit, Level: l, Deadline: dl}, nil
+}
+
+func (v validator) session(sv *meridianpb.Version) (hlc.Version, error) {
+	if sv == nil {
+		return hlc.Version{}, nil
+	}
+	ver := hlc.Version{WallNanos: sv.GetWallNanos(), Logical: sv.GetLogical(), NodeID: sv.GetNodeId()}
+	if ver.WallNanos > v.now.Add(maxSessionAhead).UnixNano() {
+		return hlc.Version{}, errs.New(errs.Invalid, "session version %s is more than %v ahead of this node's clock", ver, maxSessionAhead)
+	}
+	return ver, nil
 }
 
 func versionPB(v hlc.Version) *meridianpb.Version {
