@@ -5,7 +5,9 @@ TAGS     ?= pebblegozstd
 BIN      ?= bin/meridian
 FUZZTIME ?= 10s
 
-.PHONY: build test test-short fuzz demo vet proto bench-throughput clean
+SIMSEEDS ?= 200
+
+.PHONY: build test test-short fuzz sim-ci demo vet proto bench-throughput clean
 
 build:
 	$(GO) build -tags $(TAGS) -o $(BIN) ./cmd/meridian
@@ -15,6 +17,7 @@ build:
 test: vet
 	$(GO) test -tags $(TAGS) -count=1 -timeout 20m ./...
 	$(MAKE) fuzz
+	$(MAKE) sim-ci
 
 test-short:
 	$(GO) test -tags $(TAGS) -short -count=1 ./...
@@ -26,6 +29,12 @@ fuzz:
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzRequestDecodeValidate$$' -fuzztime $(FUZZTIME) ./internal/server/
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzDecodeDataKey$$' -fuzztime $(FUZZTIME) ./internal/storage/
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./internal/config/
+
+# Deterministic simulation: SIMSEEDS seeds of every protocol with every fault on, then the
+# mutation suite (every broken variant must be caught). Exits non-zero on any violation.
+sim-ci: build
+	$(BIN) sim --protocol quorum --seeds $(SIMSEEDS) --faults all
+	$(BIN) sim --protocol quorum --mutations --mutation-seeds 200 --faults all
 
 # The README's first command: an in-process cluster on the emulated WAN, latency per region.
 demo:

@@ -102,6 +102,9 @@ type Violation struct {
 	Checker string
 	Reason  string
 	Ops     []Op
+	// definitive: the violation does not depend on the order chosen for the operations
+	// (a value nobody wrote, a version that changed between reads, ...).
+	definitive bool
 }
 
 func (v *Violation) Error() string {

@@ -134,6 +134,17 @@ type Config struct {
 	MaxInflight int
 	// MaxClockSkew: versions further ahead of the local clock are not folded into the HLC.
 	MaxClockSkew time.Duration
+	// Mutation deliberately breaks the protocol (see Mutations) so the simulator can prove
+	// its checkers catch the breakage. Empty in every real deployment.
+	Mutation string
+}
+
+// Mutations are the named broken variants of this protocol, for `meridian sim --mutate`. A
+// checker that never fails proves nothing: each of these must be caught within a bounded
+// number of simulation seeds (DESIGN.md section 6).
+var Mutations = map[string]string{
+	"one-one":     "reads and writes at ONE/ONE, so R + W <= N (the simulator sets the levels)",
+	"first-reply": "a read returns the first reply it gets instead of the newest, and repairs nothing",
 }
 
 func (c *Config) ensureDefaults() {

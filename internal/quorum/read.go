@@ -36,6 +36,7 @@ type pendingRead struct {
 	contacted map[uint32]bool
 	spare     []uint32 // eligible live replicas not asked yet, nearest first (speculative retry)
 	replies   map[uint32]readReply
+	order     []uint32 // replicas in the order their replies arrived
 	repairing bool
 	newest    readReply
 	holders   map[uint32]bool // replicas known to hold newest
@@ -129,6 +130,7 @@ func (c *Core) askReplicas(id uint64, r *pendingRead, nodes []uint32) {
 				continue
 			}
 			r.replies[n] = readReply{found: found, rec: rec}
+			r.order = append(r.order, n)
 			continue
 		}
 		c.send(n, &peerpb.Envelope{Msg: &peerpb.Envelope_Read{Read: &peerpb.ReadRequest{
@@ -148,6 +150,13 @@ func (c *Core) maybeFinishRead(now time.Time, id uint64, r *pendingRead) {
 		for _, rep := range r.replies {
 			if r.newest.version().Less(rep.version()) {
 				r.newest = rep
+			}
+		}
+		if c.cfg.Mutation == "first-reply" {
+			// Broken on purpose: answer with whatever arrived first, repair nothing.
+			r.newest = r.replies[r.order[0]]
+			for n := range r.replies {
+				r.holders[n] = true
 			}
 		}
 		if r.newest.found {
@@ -234,6 +243,9 @@ func (c *Core) handleReadReply(now time.Time, from uint32, m *peerpb.ReadReply) 
 			return
 		}
 		rep.rec = rec
+	}
+	if _, dup := r.replies[from]; !dup {
+		r.order = append(r.order, from)
 	}
 	r.replies[from] = rep
 	c.maybeFinishRead(now, m.RequestId, r)

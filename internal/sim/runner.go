@@ -1,0 +1,155 @@
+package sim
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// SeedsOptions runs many seeds of one configuration.
+type SeedsOptions struct {
+	Base      Options
+	Seeds     int
+	SeedStart uint64
+	Out       io.Writer
+	// Progress prints a line every this many seeds (0: never).
+	Progress int
+}
+
+// SeedsResult summarises a multi-seed run.
+type SeedsResult struct {
+	Seeds      int
+	Ops        int
+	OK         int
+	SimSeconds float64
+	Wall       time.Duration
+	Crashes    int
+	Partitions int
+	// Failed is the first failing seed's report (nil when every seed passed).
+	Failed *Report
+}
+
+// SimPerWall is simulated seconds per wall-clock second.
+func (r *SeedsResult) SimPerWall() float64 {
+	if r.Wall <= 0 {
+		return 0
+	}
+	return r.SimSeconds / r.Wall.Seconds()
+}
+
+// RunSeeds runs seeds SeedStart.. SeedStart+Seeds-1 and stops at the first violation.
+func RunSeeds(so SeedsOptions) (*SeedsResult, error) {
+	res := &SeedsResult{}
+	start := time.Now()
+	for i := range so.Seeds {
+		o := so.Base
+		o.Seed = so.SeedStart + uint64(i)
+		rep, err := Run(o)
+		if err != nil {
+			return res, err
+		}
+		res.Seeds++
+		res.Ops += rep.Ops
+		res.OK += rep.OK
+		res.SimSeconds += rep.SimSeconds
+		res.Crashes += rep.Crashes
+		res.Partitions += rep.Partitions
+		if len(rep.Violations) > 0 {
+			res.Failed = rep
+			break
+		}
+		if so.Progress > 0 && so.Out != nil && res.Seeds%so.Progress == 0 {
+			fmt.Fprintf(so.Out, "  %d seeds ok (%d ops, %.0f sim s, %.1f sim s per wall s)\n",
+				res.Seeds, res.Ops, res.SimSeconds, res.SimSeconds/time.Since(start).Seconds())
+		}
+	}
+	res.Wall = time.Since(start)
+	return res, nil
+}
+
+// ReplayCommand is the one command that reproduces a seed exactly.
+func ReplayCommand(o Options) string {
+	o.ensureDefaults()
+	var b strings.Builder
+	fmt.Fprintf(&b, "meridian sim --protocol %s --seeds 1 --seed-start %d --faults %s --topology %s --read-level %s --write-level %s",
+		o.Protocol, o.Seed, FaultList(o.Faults), o.Topology.Name, o.ReadLevel, o.WriteLevel)
+	if o.Mutation != "" {
+		fmt.Fprintf(&b, " --mutate %s", o.Mutation)
+	}
+	if o.Roam {
+		b.WriteString(" --roam")
+	}
+	if o.NoSessions {
+		b.WriteString(" --sessions=false")
+	}
+	if o.Linearizability {
+		b.WriteString(" --linearizability")
+	}
+	if o.ReplicaRegions > 0 {
+		fmt.Fprintf(&b, " --replica-regions %d", o.ReplicaRegions)
+	}
+	b.WriteString(" --verbose")
+	return b.String()
+}
+
+// PrintFailure explains a failing seed and how to replay it.
+func PrintFailure(w io.Writer, o Options, rep *Report) {
+	o.Seed = rep.Seed
+	fmt.Fprintf(w, "seed %d: %d violation(s) in %d operations (%d crashes, %d partitions):\n", rep.Seed, len(rep.Violations), rep.Ops, rep.Crashes, rep.Partitions)
+	for _, v := range rep.Violations {
+		fmt.Fprintf(w, "  %s\n", v.Error())
+	}
+	fmt.Fprintf(w, "replay: %s\n", ReplayCommand(o))
+}
+
+// MutationResult is how a mutation fared against the checkers.
+type MutationResult struct {
+	Mutation    string
+	Description string
+	Caught      bool
+	SeedsTried  int
+	Seed        uint64 // the first seed that caught it
+	Checker     string
+}
+
+// RunMutations runs each mutation of the protocol over up to maxSeeds seeds with every
+// fault on, and records how many seeds it took the checkers to catch it.
+func RunMutations(base Options, maxSeeds int, out io.Writer) ([]MutationResult, error) {
+	base.ensureDefaults()
+	p, err := LookupProtocol(base.Protocol)
+	if err != nil {
+		return nil, err
+	}
+	var results []MutationResult
+	for _, m := range MutationNames(p) {
+		desc, _ := MutationDescription(p, m)
+		o := base
+		o.Mutation = m
+		if setup, ok := mutationSetup[m]; ok {
+			setup(&o)
+		}
+		r := MutationResult{Mutation: m, Description: desc}
+		for i := range maxSeeds {
+			o.Seed = base.Seed + uint64(i)
+			rep, err := Run(o)
+			if err != nil {
+				return results, err
+			}
+			r.SeedsTried = i + 1
+			if len(rep.Violations) > 0 {
+				r.Caught, r.Seed, r.Checker = true, o.Seed, rep.Violations[0].Checker
+				break
+			}
+		}
+		if out != nil {
+			if r.Caught {
+				fmt.Fprintf(out, "  mutation %-16s caught by %-24s after %3d seed(s) (seed %d): %s\n", m, r.Checker, r.SeedsTried, r.Seed, desc)
+			} else {
+				fmt.Fprintf(out, "  mutation %-16s NOT CAUGHT in %d seeds: %s\n", m, r.SeedsTried, desc)
+			}
+		}
+		results = append(results, r)
+	}
+	return results, nil
+}
