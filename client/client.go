@@ -235,7 +235,7 @@ func (c *Client) ListKeyspaces(ctx context.Context) ([]*KeyspaceSpec, error) {
 // session's next write with a newer version even when coordinators' clocks disagree.
 // Without it, a write through a coordinator whose clock is behind could get an older version
 // than the same client's previous write, and last-writer-wins would undo the newer write
-// (see docs/consistency.md). A Session is safe for concurrent use, but its guarantees are
+// (see docs/simulation.md). A Session is safe for concurrent use, but its guarantees are
 // those of one sequential client.
 type Session struct {
 	c    *Client
