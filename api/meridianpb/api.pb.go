@@ -171,7 +171,12 @@ type GetResponse struct {
 	// Version of the value read (of the tombstone when found is false and a delete was seen).
 	Version *Version `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
 	// Name of the coordinator node that served the request.
-	Coordinator   string `protobuf:"bytes,4,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	Coordinator string `protobuf:"bytes,4,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	// How the read was served: "quorum" (replicas asked), "local" (MeteorShower: the local
+	// replica, at once), "local-waited" (local after waiting for statuses or data),
+	// "fallback" (MeteorShower could not serve locally — clock offset beyond ε or statuses
+	// missing too long — and asked a quorum instead).
+	ReadPath      string `protobuf:"bytes,5,opt,name=read_path,json=readPath,proto3" json:"read_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -230,6 +235,13 @@ func (x *GetResponse) GetVersion() *Version {
 func (x *GetResponse) GetCoordinator() string {
 	if x != nil {
 		return x.Coordinator
+	}
+	return ""
+}
+
+func (x *GetResponse) GetReadPath() string {
+	if x != nil {
+		return x.ReadPath
 	}
 	return ""
 }
@@ -1160,12 +1172,13 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\vconsistency\x18\x03 \x01(\tR\vconsistency\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x04 \x01(\rR\ttimeoutMs\x12=\n" +
-	"\x0fsession_version\x18\x05 \x01(\v2\x14.meridian.v1.VersionR\x0esessionVersion\"\x8b\x01\n" +
+	"\x0fsession_version\x18\x05 \x01(\v2\x14.meridian.v1.VersionR\x0esessionVersion\"\xa8\x01\n" +
 	"\vGetResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12.\n" +
 	"\aversion\x18\x03 \x01(\v2\x14.meridian.v1.VersionR\aversion\x12 \n" +
-	"\vcoordinator\x18\x04 \x01(\tR\vcoordinator\"\xd0\x01\n" +
+	"\vcoordinator\x18\x04 \x01(\tR\vcoordinator\x12\x1b\n" +
+	"\tread_path\x18\x05 \x01(\tR\breadPath\"\xd0\x01\n" +
 	"\n" +
 	"PutRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x10\n" +

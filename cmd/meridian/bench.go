@@ -4,15 +4,253 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"meridian/internal/bench"
+	"meridian/internal/chart"
+	"meridian/internal/config"
+	"meridian/internal/topology"
+	"meridian/internal/ycsb"
 )
 
 func benchCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "bench", Short: "Benchmarks (commands, not tests)"}
+	cmd := &cobra.Command{Use: "bench", Short: "Benchmarks (commands, not tests): YCSB workloads, protocol comparisons, throughput"}
+	cmd.AddCommand(throughputCmd(), compareCmd("compare"), compareCmd("run"))
+	return cmd
+}
+
+// benchFlags are shared by bench run and bench compare.
+type benchFlags struct {
+	emulated, configPath, keyspace, target string
+	nodesPerRegion, replicas, partitions   int
+	protocols, workload, mix               string
+	records, fieldCount, fieldLength       int
+	clients                                int
+	rate                                   float64
+	duration, warmup                       time.Duration
+	maxOps                                 int64
+	jsonPath, chartPath                    string
+	sweep                                  string
+	maxMode                                bool
+	p99Bound                               time.Duration
+	seed                                   uint64
+}
+
+func compareCmd(use string) *cobra.Command {
+	var f benchFlags
+	short := "Run each configuration in turn under identical load and print one table with ratios to the first"
+	if use == "run" {
+		short = "Run a YCSB workload against one configuration (the same flags as compare)"
+	}
+	cmd := &cobra.Command{
+		Use:   use + " [--emulated TOPOLOGY | --config FILE | --target noop] [--protocols LIST] [--workload a..f] [--sweep-rtt LIST] [--max --p99 D]",
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.emulated, "emulated", "gcp-meteorshower-3", "run an in-process cluster on the emulated WAN of this topology (built-in name or file)")
+	fl.StringVar(&f.configPath, "config", "", "benchmark a running cluster described by this configuration file instead")
+	fl.StringVar(&f.keyspace, "keyspace", "bench", "keyspace of the running cluster (--config)")
+	fl.StringVar(&f.target, "target", "", "noop: measure the benchmark client alone (runs on one core)")
+	fl.IntVar(&f.nodesPerRegion, "nodes-per-region", 1, "emulated nodes per region")
+	fl.IntVar(&f.replicas, "replicas-per-region", 1, "emulated keyspace replicas per region")
+	fl.IntVar(&f.partitions, "partitions", 16, "emulated keyspace partitions")
+	fl.StringVar(&f.protocols, "protocols", "quorum:QUORUM/QUORUM,quorum:ALL/ONE", "configurations: PROTOCOL[:READ/WRITE][:opt=v+opt=v], comma-separated")
+	fl.StringVar(&f.workload, "workload", "b", "YCSB core workload a..f")
+	fl.StringVar(&f.mix, "mix", "", "custom mix instead of --workload, e.g. read=0.9,update=0.1,dist=uniform")
+	fl.IntVar(&f.records, "records", 1000, "records loaded before the run")
+	fl.IntVar(&f.fieldCount, "field-count", 1, "fields per record")
+	fl.IntVar(&f.fieldLength, "field-length", 100, "bytes per field")
+	fl.IntVar(&f.clients, "clients", 8, "closed-loop clients per region (the worker pool with --rate)")
+	fl.Float64Var(&f.rate, "rate", 0, "open loop: target ops/s per region with Poisson arrivals (0: closed loop)")
+	fl.DurationVar(&f.duration, "duration", 20*time.Second, "measured time per configuration")
+	fl.DurationVar(&f.warmup, "warmup", 2*time.Second, "warm-up excluded from the results")
+	fl.Int64Var(&f.maxOps, "ops", 0, "stop after this many measured operations (0: duration only)")
+	fl.StringVar(&f.jsonPath, "json", "", "write the results as JSON")
+	fl.StringVar(&f.chartPath, "chart", "", "write charts: FILE.png or FILE.svg (read CDF; -write and -regions variants beside it)")
+	fl.StringVar(&f.sweep, "sweep-rtt", "", "repeat over an equidistant 3-region topology at each RTT (ms), e.g. 0,50,100,200")
+	fl.BoolVar(&f.maxMode, "max", false, "find the highest throughput whose p99 stays under --p99 (first configuration only)")
+	fl.DurationVar(&f.p99Bound, "p99", 50*time.Millisecond, "p99 bound for --max")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the workload generators")
+	return cmd
+}
+
+func (f benchFlags) workloadSpec() (ycsb.Workload, error) {
+	var w ycsb.Workload
+	var err error
+	if f.mix != "" {
+		w, err = ycsb.ParseMix(f.mix)
+	} else {
+		w, err = ycsb.Core(f.workload)
+	}
+	if err != nil {
+		return w, err
+	}
+	w.RecordCount, w.FieldCount, w.FieldLength = f.records, f.fieldCount, f.fieldLength
+	return w, w.Validate()
+}
+
+func runBench(cmd *cobra.Command, f benchFlags) error {
+	ctx := cmd.Context()
+	w, err := f.workloadSpec()
+	if err != nil {
+		return err
+	}
+	cfgs, err := bench.ParseConfigs(f.protocols)
+	if err != nil {
+		return err
+	}
+	tty := isTerminal(os.Stderr)
+	ro := bench.RunOptions{Workload: w, ClientsPerRegion: f.clients, RatePerRegion: f.rate, Duration: f.duration,
+		Warmup: f.warmup, MaxOps: f.maxOps, Seed: f.seed, Progress: os.Stderr, ProgressTTY: tty}
+	var target bench.Target
+	nodes := 0
+	switch {
+	case f.target == "noop":
+		runtime.GOMAXPROCS(1)
+		topo, err := loadTopology(f.emulated)
+		if err != nil {
+			return err
+		}
+		target = &bench.NoopTarget{Topo: topo}
+		cfgs = []bench.Config{{Protocol: "noop"}}
+		fmt.Fprintln(os.Stderr, "noop target: measuring the benchmark client alone on one core (GOMAXPROCS=1)")
+	case f.target != "":
+		return fmt.Errorf("bench: unknown --target %q (noop, or use --emulated / --config)", f.target)
+	case f.configPath != "":
+		c, err := config.Load(f.configPath)
+		if err != nil {
+			return err
+		}
+		target = &bench.ClusterTarget{Cluster: c, Keyspace: f.keyspace}
+		nodes = len(c.Nodes)
+	default:
+		topo, err := loadTopology(f.emulated)
+		if err != nil {
+			return err
+		}
+		target = &bench.EmulatedTarget{Topo: topo, NodesPerRegion: f.nodesPerRegion, ReplicasPerRegion: f.replicas, Partitions: f.partitions, Seed: f.seed}
+		nodes = f.nodesPerRegion * len(topo.Regions)
+	}
+	defer target.Close()
+
+	if f.maxMode {
+		res, err := bench.FindMax(ctx, target, cfgs[0], nodes, ro, bench.MaxOptions{P99BoundMs: float64(f.p99Bound.Microseconds()) / 1000}, os.Stdout)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s, workload %s: highest throughput with p99 < %v: %.0f ops/s (p99 %.1f ms) = %.0f ops/s per node, %.0f ops/s per core (%s, %.2f cores)\n",
+			res.Config, res.Workload, f.p99Bound, res.BestOps, res.BestP99Ms, res.OpsPerNode, res.OpsPerCore, res.CPUNote, res.CPUCores)
+		if f.jsonPath != "" {
+			return bench.WriteJSON(f.jsonPath, res)
+		}
+		return nil
+	}
+
+	if f.sweep != "" {
+		if f.configPath != "" {
+			return fmt.Errorf("bench: --sweep-rtt needs the emulated target")
+		}
+		rtts, err := parseFloats(f.sweep)
+		if err != nil {
+			return fmt.Errorf("bench: --sweep-rtt: %w", err)
+		}
+		newTarget := func(t *topology.Topology) bench.Target {
+			return &bench.EmulatedTarget{Topo: t, NodesPerRegion: f.nodesPerRegion, ReplicasPerRegion: f.replicas, Partitions: f.partitions, Seed: f.seed}
+		}
+		sw, err := bench.SweepRTT(ctx, newTarget, []string{"dc1", "dc2", "dc3"}, rtts, cfgs, ro, os.Stdout)
+		if err != nil {
+			return err
+		}
+		fmt.Println()
+		bench.PrintSweep(os.Stdout, sw)
+		if f.jsonPath != "" {
+			if err := bench.WriteJSON(f.jsonPath, sw); err != nil {
+				return err
+			}
+		}
+		if f.chartPath != "" {
+			for _, op := range []string{"read", "write"} {
+				p := chartVariant(f.chartPath, op)
+				if err := chart.LatencyVsRTT(sw, op, p); err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "wrote %s\n", p)
+			}
+		}
+		return nil
+	}
+
+	rep, err := bench.Compare(ctx, target, cfgs, ro, os.Stdout)
+	if err != nil {
+		return err
+	}
+	fmt.Println()
+	bench.PrintCompare(os.Stdout, rep)
+	if f.jsonPath != "" {
+		if err := bench.WriteJSON(f.jsonPath, rep); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "wrote %s\n", f.jsonPath)
+	}
+	if f.chartPath != "" {
+		return writeCharts(rep, f.chartPath)
+	}
+	return nil
+}
+
+// writeCharts writes the read CDF at path, and the write CDF, per-region bars and
+// throughput-over-time beside it.
+func writeCharts(rep *bench.Report, path string) error {
+	charts := []struct {
+		path string
+		draw func(string) error
+	}{
+		{path, func(p string) error { return chart.LatencyCDF(rep, "read", p) }},
+		{chartVariant(path, "write"), func(p string) error { return chart.LatencyCDF(rep, "write", p) }},
+		{chartVariant(path, "regions"), func(p string) error { return chart.RegionBars(rep, "read", p) }},
+		{chartVariant(path, "throughput"), func(p string) error { return chart.ThroughputOverTime(rep, p) }},
+	}
+	for _, c := range charts {
+		if err := c.draw(c.path); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "wrote %s\n", c.path)
+	}
+	return nil
+}
+
+// chartVariant turns "out/latency.png" into "out/latency-write.png".
+func chartVariant(path, suffix string) string {
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + "-" + suffix + ext
+}
+
+func parseFloats(s string) ([]float64, error) {
+	var out []float64
+	for _, p := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("%q is not a non-negative number", p)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func throughputCmd() *cobra.Command {
 	var o bench.ThroughputOptions
 	var ops []string
 	var jsonPath string
@@ -54,6 +292,5 @@ func benchCmd() *cobra.Command {
 	tp.Flags().StringVar(&o.Consistency, "consistency", "ONE", "consistency level")
 	tp.Flags().IntVar(&o.ServerPID, "server-pid", 0, "server process to sample CPU time from")
 	tp.Flags().StringVar(&jsonPath, "json", "", "write results as JSON")
-	cmd.AddCommand(tp)
-	return cmd
+	return tp
 }

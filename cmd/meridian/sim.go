@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,6 +19,7 @@ func simCmd() *cobra.Command {
 		seedStart                                              uint64
 		listMutations, mutations, roam, sessions, lin, verbose bool
 		duration                                               time.Duration
+		options                                                []string
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --protocol NAME [--seeds N] [--seed-start S] [--faults LIST|all|none] [--topology NAME] [--mutate NAME]",
@@ -63,7 +65,14 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 			}
 			base := sim.Options{Protocol: protocol, Seed: seedStart, Topology: t, Faults: fs, ReadLevel: rl, WriteLevel: wl,
 				Mutation: mutate, Roam: roam, NoSessions: !sessions, Linearizability: lin, Duration: duration,
-				ReplicaRegions: replicaRegions}
+				ReplicaRegions: replicaRegions, KeyspaceOptions: map[string]string{}}
+			for _, kv := range options {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok || k == "" {
+					return fmt.Errorf("--option %q: want key=value", kv)
+				}
+				base.KeyspaceOptions[k] = v
+			}
 			if verbose {
 				base.Trace = func(line string) { fmt.Fprintln(os.Stderr, line) }
 			}
@@ -88,6 +97,9 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 			}
 			fmt.Printf("%d seed(s), %d operations (%d ok), %d crashes, %d partitions, %.0f simulated s in %.1f s wall = %.1f sim s per wall s\n",
 				res.Seeds, res.Ops, res.OK, res.Crashes, res.Partitions, res.SimSeconds, res.Wall.Seconds(), res.SimPerWall())
+			if len(res.ReadPaths) > 0 {
+				fmt.Printf("reads served: %v\n", res.ReadPaths)
+			}
 			if res.Failed != nil {
 				sim.PrintFailure(os.Stdout, base, res.Failed)
 				return exitError{code: 1, err: fmt.Errorf("seed %d violated a checker", res.Failed.Seed)}
@@ -112,6 +124,7 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 	f.BoolVar(&sessions, "sessions", true, "clients send their session version with each request")
 	f.BoolVar(&lin, "linearizability", false, "also check linearizability (Porcupine)")
 	f.BoolVar(&verbose, "verbose", false, "print the event trace on stderr")
+	f.StringArrayVar(&options, "option", nil, "keyspace protocol option key=value (repeatable), e.g. theta=lower")
 	f.IntVar(&replicaRegions, "replica-regions", 0, "place replicas in the first N regions only (0: all)")
 	f.DurationVar(&duration, "duration", 5*time.Second, "virtual time of the workload per seed (plus 5s of quiescence)")
 	return cmd

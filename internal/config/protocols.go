@@ -9,7 +9,8 @@ import (
 
 // Protocol names.
 const (
-	ProtocolQuorum = "quorum"
+	ProtocolQuorum       = "quorum"
+	ProtocolMeteorShower = "meteorshower"
 )
 
 // OptionSpec describes one option of a protocol.
@@ -55,6 +56,79 @@ var protocols = []ProtocolSpec{
 			},
 		},
 	},
+	{
+		Name: ProtocolMeteorShower,
+		Doc: "quorum writes, sequentially consistent reads served by the local replica using periodic status " +
+			"messages and bounded clock error (meteorshower-paper.txt II-III)",
+		Options: []OptionSpec{
+			{Name: "read_level", Default: string(LevelQuorum), Doc: "QUORUM or ALL: how many valid statuses a local read needs", Normalize: normalizeMSReadLevel},
+			{Name: "write_level", Default: string(LevelQuorum), Doc: "ONE, QUORUM or ALL; also decides θ upper (paper II-E)", Normalize: normalizeMSWriteLevel},
+			{Name: "theta", Default: "lower", Doc: "maximum staleness of a usable status: lower (0; sequentially consistent), upper (the paper's bound from the write level and the one-way delay lower bounds, minus ε; NOT sequentially consistent with concurrent writers in other regions, see docs/meteorshower.md), or a Go duration", Normalize: normalizeTheta},
+			{Name: "status_interval", Default: "10ms", Doc: "how often each replica sends its status to every peer; 1ms..1s", Normalize: durationRange(time.Millisecond, time.Second)},
+			{Name: "redundancy", Default: "3", Doc: "l: earlier statuses repeated in each status, so up to l consecutive lost statuses are tolerated; 0..16", Normalize: intRange(0, 16)},
+			{Name: "speculative_retry", Default: "0s", Doc: "for fallback quorum reads: as in quorum", Normalize: normalizeNonNegativeDuration},
+		},
+	},
+}
+
+func normalizeMSReadLevel(v string) (string, error) {
+	l, err := ParseLevel(v)
+	if err != nil {
+		return "", err
+	}
+	if l != LevelQuorum && l != LevelAll {
+		return "", fmt.Errorf("meteorshower reads are QUORUM or ALL, not %s", l)
+	}
+	return string(l), nil
+}
+
+func normalizeMSWriteLevel(v string) (string, error) {
+	l, err := ParseLevel(v)
+	if err != nil {
+		return "", err
+	}
+	if l != LevelOne && l != LevelQuorum && l != LevelAll {
+		return "", fmt.Errorf("meteorshower writes are ONE, QUORUM or ALL, not %s", l)
+	}
+	return string(l), nil
+}
+
+func normalizeTheta(v string) (string, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "lower", "upper":
+		return strings.ToLower(strings.TrimSpace(v)), nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil || d < 0 {
+		return "", fmt.Errorf("theta must be lower, upper or a Go duration ≥ 0, got %q", v)
+	}
+	return d.String(), nil
+}
+
+func durationRange(lo, hi time.Duration) func(string) (string, error) {
+	return func(v string) (string, error) {
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil {
+			return "", fmt.Errorf("invalid duration %q", v)
+		}
+		if d < lo || d > hi {
+			return "", fmt.Errorf("must be between %v and %v, got %v", lo, hi, d)
+		}
+		return d.String(), nil
+	}
+}
+
+func intRange(lo, hi int) func(string) (string, error) {
+	return func(v string) (string, error) {
+		var n int
+		if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d", &n); err != nil || fmt.Sprint(n) != strings.TrimSpace(v) {
+			return "", fmt.Errorf("not an integer: %q", v)
+		}
+		if n < lo || n > hi {
+			return "", fmt.Errorf("must be between %d and %d, got %d", lo, hi, n)
+		}
+		return fmt.Sprint(n), nil
+	}
 }
 
 func normalizeLevel(v string) (string, error) {

@@ -1,341 +1,138 @@
+// Package demo is Meridian's main job on one machine, and its story: every protocol Meridian
+// has, side by side on an in-process cluster with one node per region of the MeteorShower
+// paper's GCP deployment (emulated WAN), under the same read-heavy YCSB load from clients in
+// every region, with each latency printed next to the physical lower bound of its guarantee
+// (DESIGN.md sections 1 and 7).
 package demo
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
-	"slices"
-	"sync"
-	"text/tabwriter"
+	"strings"
 	"time"
 
-	"github.com/HdrHistogram/hdrhistogram-go"
-
-	"meridian/api/meridianpb"
-	"meridian/internal/config"
+	"meridian/internal/bench"
 	"meridian/internal/topology"
+	"meridian/internal/ycsb"
 )
 
-// Run is one configuration the demo measures.
-type Run struct {
-	Protocol   string `json:"protocol"`
-	ReadLevel  string `json:"read_level"`
-	WriteLevel string `json:"write_level"`
-}
-
-// DefaultRuns are the seeds' baseline configurations (MeteorShower paper IV-2): QUORUM reads
-// with QUORUM writes, and ALL reads with ONE writes — both give R + W > N.
-var DefaultRuns = []Run{
+// Configs are the configurations the demo compares: every protocol Meridian has, each at the
+// levels that give its guarantee. Protocols add themselves here as they land.
+var Configs = []bench.Config{
 	{Protocol: "quorum", ReadLevel: "QUORUM", WriteLevel: "QUORUM"},
 	{Protocol: "quorum", ReadLevel: "ALL", WriteLevel: "ONE"},
+}
+
+// Explanations are printed under the table, one per protocol, to say what the reader sees.
+var Explanations = map[string]string{
+	"quorum": "quorum (the seeds' baseline, Cassandra's levels): a QUORUM read costs the round trip to the " +
+		"nearest other replica, an ALL read the round trip to the farthest; ONE writes return at once " +
+		"but push the cost onto ALL reads. Both pairs give R + W > N: every read sees the newest " +
+		"acknowledged write.",
 }
 
 // Options configures the demo.
 type Options struct {
 	Topology *topology.Topology
-	// Duration is the measured time of each run (after a warm-up that is not measured).
-	Duration time.Duration
-	Warmup   time.Duration
-	// ClientsPerRegion closed-loop clients, each talking to a node in its own region.
+	Workload ycsb.Workload
+	// Duration is measured time per configuration (after Warmup).
+	Duration         time.Duration
+	Warmup           time.Duration
 	ClientsPerRegion int
-	Keys             int
-	ValueBytes       int
-	// ReadFraction of operations are reads, the rest updates (0.5 as in paper IV-A).
-	ReadFraction float64
-	Runs         []Run
-	Seed         uint64
-	Out          io.Writer
+	Configs          []bench.Config
+	Seed             uint64
+	Out              io.Writer
+	// Progress shows a live line while each configuration runs.
+	Progress    io.Writer
+	ProgressTTY bool
 }
 
-func (o *Options) ensureDefaults() {
-	if o.Duration <= 0 {
-		o.Duration = 20 * time.Second
+// DefaultWorkload is read-heavy: YCSB workload B (95% reads, 5% updates, zipfian) over 1,000
+// records of 100 bytes, the shape of the MeteorShower and GlobLease evaluations.
+func DefaultWorkload() ycsb.Workload {
+	w, _ := ycsb.Core("b")
+	w.RecordCount = 1000
+	w.FieldCount, w.FieldLength = 1, 100
+	return w
+}
+
+// Run executes the comparison and prints the story.
+func Run(ctx context.Context, o Options) (*bench.Report, error) {
+	if o.Out == nil {
+		o.Out = os.Stdout
 	}
-	if o.Warmup <= 0 {
-		o.Warmup = 2 * time.Second
+	if len(o.Configs) == 0 {
+		o.Configs = Configs
 	}
 	if o.ClientsPerRegion <= 0 {
 		o.ClientsPerRegion = 8
 	}
-	if o.Keys <= 0 {
-		o.Keys = 1000
+	fmt.Fprintf(o.Out, "Meridian demo: one node per region of %s (%s) on the emulated WAN.\n", o.Topology.Name, rtts(o.Topology))
+	fmt.Fprintf(o.Out, "Workload %s: %s, %d closed-loop clients per region, each talking to its own region's node; %v measured per configuration.\n\n",
+		o.Workload.Name, mix(o.Workload), o.ClientsPerRegion, o.Duration)
+	target := &bench.EmulatedTarget{Topo: o.Topology, Partitions: 16, Seed: o.Seed}
+	rep, err := bench.Compare(ctx, target, o.Configs, bench.RunOptions{
+		Workload: o.Workload, ClientsPerRegion: o.ClientsPerRegion, Duration: o.Duration, Warmup: o.Warmup,
+		Seed: o.Seed, Progress: o.Progress, ProgressTTY: o.ProgressTTY,
+	}, o.Out)
+	if err != nil {
+		return rep, err
 	}
-	if o.ValueBytes <= 0 {
-		o.ValueBytes = 100
-	}
-	if o.ReadFraction == 0 {
-		o.ReadFraction = 0.5
-	}
-	if len(o.Runs) == 0 {
-		o.Runs = DefaultRuns
-	}
-	if o.Out == nil {
-		o.Out = os.Stdout
-	}
-}
-
-// OpStats are the latencies of one operation type in one region.
-type OpStats struct {
-	Count        int64   `json:"count"`
-	Errors       int64   `json:"errors"`
-	P50Ms        float64 `json:"p50_ms"`
-	P99Ms        float64 `json:"p99_ms"`
-	LowerBoundMs float64 `json:"lower_bound_ms"`
-}
-
-// RegionStats are one region's results of one run.
-type RegionStats struct {
-	Read  OpStats `json:"read"`
-	Write OpStats `json:"write"`
-}
-
-// RunResult is one run's results.
-type RunResult struct {
-	Run
-	Regions       map[string]RegionStats `json:"regions"`
-	ThroughputOps float64                `json:"throughput_ops"`
-}
-
-// Report is the demo's JSON output.
-type Report struct {
-	Topology string      `json:"topology"`
-	Runs     []RunResult `json:"runs"`
-}
-
-// Execute runs every configuration in turn, each on a fresh cluster under the same load, and
-// prints the table.
-func Execute(ctx context.Context, o Options) (*Report, error) {
-	o.ensureDefaults()
-	rep := &Report{Topology: o.Topology.Name}
-	fmt.Fprintf(o.Out, "Meridian demo: topology %s (%s), one node per region on the emulated WAN,\n", o.Topology.Name, regionRTTs(o.Topology))
-	fmt.Fprintf(o.Out, "%d clients per region, %.0f%% reads / %.0f%% updates over %d keys of %d bytes, %v measured per run.\n\n",
-		o.ClientsPerRegion, o.ReadFraction*100, (1-o.ReadFraction)*100, o.Keys, o.ValueBytes, o.Duration)
-	for _, r := range o.Runs {
-		if err := ctx.Err(); err != nil {
-			return rep, err
+	fmt.Fprintln(o.Out)
+	bench.PrintCompare(o.Out, rep)
+	fmt.Fprintln(o.Out)
+	seen := map[string]bool{}
+	for _, c := range o.Configs {
+		if e, ok := Explanations[c.Protocol]; ok && !seen[c.Protocol] {
+			seen[c.Protocol] = true
+			fmt.Fprintln(o.Out, wrap("- "+e, 100))
 		}
-		fmt.Fprintf(o.Out, "running %s read %s / write %s ...\n", r.Protocol, r.ReadLevel, r.WriteLevel)
-		res, err := executeRun(ctx, o, r)
-		if err != nil {
-			return rep, fmt.Errorf("demo: run %s %s/%s: %w", r.Protocol, r.ReadLevel, r.WriteLevel, err)
-		}
-		rep.Runs = append(rep.Runs, *res)
 	}
-	PrintTable(o.Out, o.Topology, rep)
 	return rep, nil
 }
 
-func regionRTTs(t *topology.Topology) string {
-	s := ""
+func rtts(t *topology.Topology) string {
+	var parts []string
 	for i, a := range t.Regions {
 		for _, b := range t.Regions[i+1:] {
-			if s != "" {
-				s += ", "
+			parts = append(parts, fmt.Sprintf("%s-%s %.0f ms", a, b, float64(t.RTT(a, b).Microseconds())/1000))
+		}
+	}
+	return "RTT " + strings.Join(parts, ", ")
+}
+
+func mix(w ycsb.Workload) string {
+	var parts []string
+	add := func(p float64, name string) {
+		if p > 0 {
+			parts = append(parts, fmt.Sprintf("%.0f%% %s", p*100, name))
+		}
+	}
+	add(w.ReadProportion, "reads")
+	add(w.UpdateProportion, "updates")
+	add(w.InsertProportion, "inserts")
+	add(w.ScanProportion, "scans")
+	add(w.ReadModifyWriteProportion, "read-modify-writes")
+	return fmt.Sprintf("%s, %s over %d records of %d bytes", strings.Join(parts, " / "), w.RequestDistribution, w.RecordCount, w.ValueBytes())
+}
+
+func wrap(s string, width int) string {
+	var b strings.Builder
+	line := 0
+	for i, word := range strings.Fields(s) {
+		if i > 0 {
+			if line+1+len(word) > width {
+				b.WriteString("\n  ")
+				line = 2
+			} else {
+				b.WriteByte(' ')
+				line++
 			}
-			s += fmt.Sprintf("%s-%s %.0fms", a, b, float64(t.RTT(a, b).Microseconds())/1000)
 		}
+		b.WriteString(word)
+		line += len(word)
 	}
-	return "RTT " + s
-}
-
-// LowerBound is the physical minimum latency of an operation that needs `count` replies from
-// the replicas (one per region here) when the client sits in `region`: the count-th smallest
-// RTT from region to the replicas (the local replica costs nothing).
-func LowerBound(t *topology.Topology, region string, count int) time.Duration {
-	var rtts []time.Duration
-	for _, r := range t.Regions {
-		if r == region {
-			rtts = append(rtts, 0)
-		} else {
-			rtts = append(rtts, t.RTT(region, r))
-		}
-	}
-	slices.Sort(rtts)
-	if count < 1 || count > len(rtts) {
-		return 0
-	}
-	return rtts[count-1]
-}
-
-func levelCount(level string, replicas int) int {
-	switch config.Level(level) {
-	case config.LevelOne, config.LevelLocalOne, config.LevelLocalQuorum:
-		return 1
-	case config.LevelQuorum:
-		return replicas/2 + 1
-	case config.LevelAll:
-		return replicas
-	}
-	return replicas
-}
-
-type regionHists struct {
-	mu               sync.Mutex
-	read, write      *hdrhistogram.Histogram
-	readErr, writeEr int64
-}
-
-func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 120_000_000, 3) } // µs, up to 120s
-
-func executeRun(ctx context.Context, o Options, r Run) (*RunResult, error) {
-	c, err := StartCluster(ClusterOptions{
-		Topology: o.Topology,
-		Keyspace: config.Keyspace{Name: "demo", Protocol: r.Protocol, ReplicasPerRegion: 1, Partitions: 16,
-			Options: map[string]string{"read_level": r.ReadLevel, "write_level": r.WriteLevel}},
-		Seed: o.Seed,
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	value := make([]byte, o.ValueBytes)
-	for i := range value {
-		value[i] = 'a' + byte(i%26)
-	}
-	if err := load(ctx, c, o.Topology.Regions[0], o.Keys, value); err != nil {
-		return nil, err
-	}
-	hists := map[string]*regionHists{}
-	for _, reg := range o.Topology.Regions {
-		hists[reg] = &regionHists{read: newHist(), write: newHist()}
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	measureFrom := time.Now().Add(o.Warmup)
-	measureTo := measureFrom.Add(o.Duration)
-	var wg sync.WaitGroup
-	for ri, reg := range o.Topology.Regions {
-		for ci := range o.ClientsPerRegion {
-			wg.Add(1)
-			go func(reg string, seed uint64, svc serviceAPI) {
-				defer wg.Done()
-				rng := rand.New(rand.NewPCG(o.Seed, seed))
-				h := hists[reg]
-				for runCtx.Err() == nil {
-					now := time.Now()
-					if now.After(measureTo) {
-						return
-					}
-					key := keyName(rng.IntN(o.Keys))
-					isRead := rng.Float64() < o.ReadFraction
-					var err error
-					start := time.Now()
-					if isRead {
-						_, err = svc.Get(runCtx, &meridianpb.GetRequest{Keyspace: "demo", Key: key})
-					} else {
-						_, err = svc.Put(runCtx, &meridianpb.PutRequest{Keyspace: "demo", Key: key, Value: value})
-					}
-					lat := time.Since(start)
-					if start.Before(measureFrom) {
-						continue
-					}
-					h.mu.Lock()
-					switch {
-					case err != nil && isRead:
-						h.readErr++
-					case err != nil:
-						h.writeEr++
-					case isRead:
-						_ = h.read.RecordValue(max(1, lat.Microseconds()))
-					default:
-						_ = h.write.RecordValue(max(1, lat.Microseconds()))
-					}
-					h.mu.Unlock()
-				}
-			}(reg, uint64(ri*1000+ci+1), c.ServiceIn(reg, ci))
-		}
-	}
-	wg.Wait()
-	res := &RunResult{Run: r, Regions: map[string]RegionStats{}}
-	var total int64
-	n := len(o.Topology.Regions)
-	for _, reg := range o.Topology.Regions {
-		h := hists[reg]
-		rs := RegionStats{
-			Read:  opStats(h.read, h.readErr, LowerBound(o.Topology, reg, levelCount(r.ReadLevel, n))),
-			Write: opStats(h.write, h.writeEr, LowerBound(o.Topology, reg, levelCount(r.WriteLevel, n))),
-		}
-		total += rs.Read.Count + rs.Write.Count
-		res.Regions[reg] = rs
-	}
-	res.ThroughputOps = float64(total) / o.Duration.Seconds()
-	return res, nil
-}
-
-// load writes every key once at ALL, 128 at a time, so reads find data in every region.
-func load(ctx context.Context, c *Cluster, region string, keys int, value []byte) error {
-	const parallel = 128
-	sem := make(chan struct{}, parallel)
-	var mu sync.Mutex
-	var first error
-	var wg sync.WaitGroup
-	svc := c.ServiceIn(region, 0)
-	for k := range keys {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func(k int) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := c.Put(ctx, svc, "demo", keyName(k), value, "ALL"); err != nil {
-				mu.Lock()
-				if first == nil {
-					first = fmt.Errorf("load key %d: %w", k, err)
-				}
-				mu.Unlock()
-			}
-		}(k)
-	}
-	wg.Wait()
-	return first
-}
-
-type serviceAPI interface {
-	Get(context.Context, *meridianpb.GetRequest) (*meridianpb.GetResponse, error)
-	Put(context.Context, *meridianpb.PutRequest) (*meridianpb.PutResponse, error)
-}
-
-func keyName(i int) []byte { return fmt.Appendf(nil, "user%08d", i) }
-
-func opStats(h *hdrhistogram.Histogram, errs int64, bound time.Duration) OpStats {
-	return OpStats{
-		Count:        h.TotalCount(),
-		Errors:       errs,
-		P50Ms:        float64(h.ValueAtQuantile(50)) / 1000,
-		P99Ms:        float64(h.ValueAtQuantile(99)) / 1000,
-		LowerBoundMs: float64(bound.Microseconds()) / 1000,
-	}
-}
-
-// PrintTable prints one line per run and region.
-func PrintTable(w io.Writer, t *topology.Topology, rep *Report) {
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\tregion\treads\tp50 ms\tp99 ms\tbound ms\twrites\tp50 ms\tp99 ms\tbound ms\terrors\t")
-	for _, run := range rep.Runs {
-		name := fmt.Sprintf("%s %s/%s", run.Protocol, run.ReadLevel, run.WriteLevel)
-		for _, reg := range t.Regions {
-			s := run.Regions[reg]
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%.1f\t%d\t%.1f\t%.1f\t%.1f\t%d\t\n", name, reg,
-				s.Read.Count, s.Read.P50Ms, s.Read.P99Ms, s.Read.LowerBoundMs,
-				s.Write.Count, s.Write.P50Ms, s.Write.P99Ms, s.Write.LowerBoundMs, s.Read.Errors+s.Write.Errors)
-		}
-	}
-	tw.Flush()
-	fmt.Fprintln(w, "\nbound = the physical lower bound: the RTT to the replica whose reply completes the level")
-	fmt.Fprintln(w, "(the nearest majority for QUORUM, the farthest replica for ALL, the local replica for ONE).")
-}
-
-// WriteJSON writes the report.
-func WriteJSON(path string, rep *Report) error {
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("demo: write %s: %w", path, err)
-	}
-	return nil
+	return b.String()
 }

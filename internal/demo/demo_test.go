@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"meridian/internal/bench"
 	"meridian/internal/topology"
 )
 
@@ -30,14 +32,17 @@ rtt_ms:
 	if err != nil {
 		t.Fatal(err)
 	}
+	w := DefaultWorkload()
+	w.RecordCount = 50
+	w.ReadProportion, w.UpdateProportion = 0.5, 0.5
 	var out bytes.Buffer
-	rep, err := Execute(context.Background(), Options{Topology: topo, Duration: 1500 * time.Millisecond, Warmup: 300 * time.Millisecond,
-		ClientsPerRegion: 2, Keys: 50, Out: &out, Seed: 3})
+	rep, err := Run(context.Background(), Options{Topology: topo, Workload: w, Duration: 1500 * time.Millisecond,
+		Warmup: 300 * time.Millisecond, ClientsPerRegion: 2, Out: &out, Seed: 3})
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
-	if len(rep.Runs) != 2 {
-		t.Fatalf("%d runs, want the two baseline configurations", len(rep.Runs))
+	if len(rep.Runs) != len(Configs) {
+		t.Fatalf("%d runs, want %d", len(rep.Runs), len(Configs))
 	}
 	wantBound := map[string]map[string][2]float64{ // run → region → {read, write} bound in ms
 		"QUORUM/QUORUM": {"a": {20, 20}, "b": {20, 20}, "c": {40, 40}},
@@ -62,8 +67,11 @@ rtt_ms:
 			}
 		}
 	}
+	if !strings.Contains(out.String(), "ratio") || !strings.Contains(out.String(), "R + W > N") {
+		t.Fatalf("the table or the explanation is missing:\n%s", out.String())
+	}
 	path := filepath.Join(t.TempDir(), "demo.json")
-	if err := WriteJSON(path, rep); err != nil {
+	if err := bench.WriteJSON(path, rep); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(path)
@@ -74,37 +82,19 @@ rtt_ms:
 	if err := json.Unmarshal(b, &generic); err != nil {
 		t.Fatal(err)
 	}
-	runs := generic["runs"].([]any)
-	r0 := runs[0].(map[string]any)
-	for _, k := range []string{"protocol", "read_level", "write_level", "regions"} {
+	r0 := generic["runs"].([]any)[0].(map[string]any)
+	for _, k := range []string{"protocol", "read_level", "write_level", "regions", "throughput_ops"} {
 		if _, ok := r0[k]; !ok {
 			t.Fatalf("JSON run lacks %q: %s", k, b)
 		}
 	}
 	read := r0["regions"].(map[string]any)["a"].(map[string]any)["read"].(map[string]any)
-	for _, k := range []string{"count", "p50_ms", "p99_ms", "lower_bound_ms"} {
+	for _, k := range []string{"count", "p50_ms", "p99_ms", "p999_ms", "lower_bound_ms"} {
 		if _, ok := read[k]; !ok {
 			t.Fatalf("JSON read stats lack %q: %s", k, b)
 		}
 	}
 	if generic["topology"] != "tiny" {
 		t.Fatalf("topology %v", generic["topology"])
-	}
-}
-
-func TestLowerBound(t *testing.T) {
-	topo, _ := topology.Builtin("gcp-meteorshower-3")
-	cases := []struct {
-		region string
-		count  int
-		wantMs int64
-	}{
-		{"europe", 1, 0}, {"europe", 2, 100}, {"europe", 3, 250},
-		{"us", 2, 100}, {"asia", 2, 150}, {"asia", 3, 250},
-	}
-	for _, c := range cases {
-		if got := LowerBound(topo, c.region, c.count).Milliseconds(); got != c.wantMs {
-			t.Errorf("LowerBound(%s, %d) = %dms, want %d", c.region, c.count, got, c.wantMs)
-		}
 	}
 }

@@ -59,6 +59,25 @@ func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
 	storageGauge("meridian_storage_wal_syncs", "Synced storage batches since start.", func() float64 { return float64(n.engine.Stats().WALSyncs) })
 	storageGauge("meridian_storage_records_applied", "Records applied since start.", func() float64 { return float64(n.engine.Stats().RecordsApplied) })
 	storageGauge("meridian_storage_read_amplification", "Pebble read amplification.", func() float64 { return float64(n.engine.Stats().ReadAmp) })
+	ms := n.core.MS()
+	counter := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
+	}
+	counter("meridian_meteorshower_reads_local_total", "MeteorShower reads served by the local replica at once.", func() float64 { return float64(ms.ReadsLocal.Load()) })
+	counter("meridian_meteorshower_reads_waited_total", "MeteorShower reads served locally after waiting for statuses or data.", func() float64 { return float64(ms.ReadsWaited.Load()) })
+	counter("meridian_meteorshower_reads_fallback_total", "MeteorShower reads served by a quorum instead (clock offset beyond ε, or statuses missing too long).", func() float64 { return float64(ms.ReadsFallback.Load()) })
+	counter("meridian_meteorshower_read_wait_seconds_total", "Total time MeteorShower reads waited before being served locally.", func() float64 { return float64(ms.ReadWaitNanosTotal.Load()) / 1e9 })
+	counter("meridian_meteorshower_statuses_sent_total", "Status messages sent.", func() float64 { return float64(ms.StatusesSent.Load()) })
+	counter("meridian_meteorshower_statuses_received_total", "Status messages received.", func() float64 { return float64(ms.StatusesReceived.Load()) })
+	counter("meridian_meteorshower_status_bytes_sent_total", "Approximate bytes of status messages sent.", func() float64 { return float64(ms.StatusBytesSent.Load()) })
+	counter("meridian_meteorshower_status_gaps_total", "Gaps in a peer's status sequence longer than the redundancy, repaired with a full status.", func() float64 { return float64(ms.Gaps.Load()) })
+	storageGauge("meridian_clock_measured_offset_seconds", "Largest clock offset to a peer measured by the clock service.", func() float64 { return float64(ms.MeasuredOffsetNanos.Load()) / 1e9 })
+	storageGauge("meridian_clock_unsafe", "1 when the measured clock offset exceeds ε and clock-dependent reads fall back.", func() float64 {
+		if ms.ClockUnsafe.Load() {
+			return 1
+		}
+		return 0
+	})
 	storageGauge("meridian_peers_down", "Peers the failure detector considers down.", func() float64 {
 		down := 0
 		for _, nd := range n.opts.Cluster.Nodes {
@@ -123,6 +142,18 @@ func msgType(env *peerpb.Envelope) string {
 		return "ae_push"
 	case *peerpb.Envelope_Heartbeat:
 		return "heartbeat"
+	case *peerpb.Envelope_Status:
+		return "status"
+	case *peerpb.Envelope_WriteNotification:
+		return "write_notification"
+	case *peerpb.Envelope_FullStatusRequest:
+		return "full_status_request"
+	case *peerpb.Envelope_FullStatus:
+		return "full_status"
+	case *peerpb.Envelope_ClockPing:
+		return "clock_ping"
+	case *peerpb.Envelope_ClockPong:
+		return "clock_pong"
 	}
 	return "unknown"
 }

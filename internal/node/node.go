@@ -156,6 +156,7 @@ func Start(opts Options) (*Node, error) {
 		Topology:            opts.Cluster.Topology,
 		Limits:              opts.Cluster.Limits,
 		AntiEntropyInterval: opts.Cluster.AntiEntropy.Interval,
+		MaxClockOffset:      opts.Cluster.Clock.MaxOffset,
 	}, engine)
 	n.core.SetPlacement(pm)
 	n.m = newMetrics(opts.Registry, n)

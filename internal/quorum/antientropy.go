@@ -47,6 +47,9 @@ const (
 	JobCompareDigest
 	JobReconcile
 	JobServePull
+	// JobFullStatus scans the MeteorShower partitions shared with Peer and sends their
+	// newest versions as a full status (after a gap in the peer's view of our statuses).
+	JobFullStatus
 )
 
 // Job is anti-entropy work for the runtime to run off the event loop with RunJob.
@@ -61,6 +64,11 @@ type Job struct {
 	Entries   []*peerpb.KeyVersion // JobReconcile: the peer's keys in those buckets
 	Truncated bool                 // JobReconcile: the peer's entries were cut short
 	Keys      [][]byte             // JobServePull
+	// JobFullStatus: the status seq, incarnation and clock at the request.
+	FullBaseSeq     uint64
+	FullIncarnation uint64
+	FullBaseSts     int64
+	fullParts       []partRef
 }
 
 type aeState struct {
@@ -167,7 +175,7 @@ func (c *Core) handleAEPush(now time.Time, from uint32, m *peerpb.AEPush) {
 			continue
 		}
 		c.clock.Observe(now, rec.Version)
-		c.out.Writes = append(c.out.Writes, rec)
+		c.applyLocal(now, rec, false)
 	}
 }
 
@@ -305,6 +313,25 @@ func RunJob(store Reader, self uint32, job Job) ([]*peerpb.Envelope, error) {
 			out = append(out, env(pull))
 		}
 		return out, nil
+
+	case JobFullStatus:
+		var out []*peerpb.Envelope
+		fs := &peerpb.FullStatus{Incarnation: job.FullIncarnation, BaseSeq: job.FullBaseSeq, BaseStsUnixNanos: job.FullBaseSts}
+		for _, ref := range job.fullParts {
+			err := store.Scan(ref.keyspace, ref.partition, nil, nil, 0, func(r storage.Record) bool {
+				fs.Entries = append(fs.Entries, &peerpb.StatusEntry{Keyspace: r.Keyspace, Partition: r.Partition, Key: r.Key, Wts: wire.VersionToPB(r.Version)})
+				if len(fs.Entries) >= maxAEEntries {
+					out = append(out, &peerpb.Envelope{From: self, To: job.Peer, Msg: &peerpb.Envelope_FullStatus{FullStatus: fs}})
+					fs = &peerpb.FullStatus{Incarnation: job.FullIncarnation, BaseSeq: job.FullBaseSeq, BaseStsUnixNanos: job.FullBaseSts}
+				}
+				return true
+			})
+			if err != nil {
+				return nil, err
+			}
+		}
+		fs.Done = true
+		return append(out, &peerpb.Envelope{From: self, To: job.Peer, Msg: &peerpb.Envelope_FullStatus{FullStatus: fs}}), nil
 
 	case JobServePull:
 		push := &peerpb.AEPush{RoundId: job.RoundID}

@@ -92,6 +92,8 @@ type Result struct {
 	// Items are the live records of a scan, in key order.
 	Items []storage.Record
 	More  bool
+	// Path says how a read was served (PathQuorum, PathLocal, ...).
+	Path string
 }
 
 // Reader is the synchronous, read-only view of the node's storage the core needs.
@@ -134,6 +136,8 @@ type Config struct {
 	MaxInflight int
 	// MaxClockSkew: versions further ahead of the local clock are not folded into the HLC.
 	MaxClockSkew time.Duration
+	// MaxClockOffset is ε, the clock bound MeteorShower reads rely on (default 2ms).
+	MaxClockOffset time.Duration
 	// Mutation deliberately breaks the protocol (see Mutations) so the simulator can prove
 	// its checkers catch the breakage. Empty in every real deployment.
 	Mutation string
@@ -163,6 +167,9 @@ func (c *Config) ensureDefaults() {
 	if c.MaxClockSkew <= 0 {
 		c.MaxClockSkew = time.Minute
 	}
+	if c.MaxClockOffset <= 0 {
+		c.MaxClockOffset = 2 * time.Millisecond
+	}
 }
 
 // Core is the quorum protocol state machine of one node. Not safe for concurrent use.
@@ -181,10 +188,13 @@ type Core struct {
 	scanOps     map[uint64]*pendingScan  // by client request ID
 	inflight    int
 
-	timers   timers
-	live     liveness
-	ae       aeState
-	lastTick time.Time
+	timers timers
+	live   liveness
+	ae     aeState
+
+	ms         *msState // MeteorShower's statuses and waiting reads; nil without such keyspaces
+	msCounters MSCounters
+	lastTick   time.Time
 
 	out Ready
 }
@@ -273,7 +283,11 @@ func (c *Core) Propose(now time.Time, req Request) {
 	case OpPut, OpDelete:
 		c.startWrite(now, ks, req)
 	case OpGet:
-		c.startRead(now, ks, req)
+		if isMS(ks) && c.ms != nil && req.Level != config.LevelOne && !req.Level.IsLocal() {
+			c.startMSRead(now, ks, req)
+		} else {
+			c.startRead(now, ks, req, PathQuorum)
+		}
 	case OpScan:
 		c.startScan(now, ks, req)
 	default:
@@ -433,6 +447,9 @@ func (c *Core) Step(now time.Time, env *peerpb.Envelope) {
 		c.handleAEPush(now, env.From, m.AePush)
 	case *peerpb.Envelope_Heartbeat:
 		// liveness already recorded
+	case *peerpb.Envelope_Status, *peerpb.Envelope_WriteNotification, *peerpb.Envelope_FullStatusRequest,
+		*peerpb.Envelope_FullStatus, *peerpb.Envelope_ClockPing, *peerpb.Envelope_ClockPong:
+		c.handleMS(now, env)
 	}
 }
 
@@ -458,6 +475,7 @@ func (c *Core) Tick(now time.Time) {
 	}
 	c.live.update(now, c.cfg.FailureTimeout)
 	c.tickAE(now)
+	c.tickMS(now)
 }
 
 // localReplica reports whether this node holds a replica of p.

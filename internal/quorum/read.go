@@ -41,9 +41,10 @@ type pendingRead struct {
 	newest    readReply
 	holders   map[uint32]bool // replicas known to hold newest
 	done      bool
+	path      string
 }
 
-func (c *Core) startRead(now time.Time, ks *placement.Keyspace, req Request) {
+func (c *Core) startRead(now time.Time, ks *placement.Keyspace, req Request, path string) {
 	p := ks.Lookup(req.Key)
 	elig, need, err := c.eligible(p, req.Level)
 	if err != nil {
@@ -71,7 +72,7 @@ func (c *Core) startRead(now time.Time, ks *placement.Keyspace, req Request) {
 			c.fail(req, errs.New(errs.Internal, "local read of partition %d: %v", p.ID, err))
 			return
 		}
-		res := Result{ID: req.ID, Op: OpGet}
+		res := Result{ID: req.ID, Op: OpGet, Path: path}
 		if found {
 			c.clock.Observe(now, rec.Version)
 			res.Version = rec.Version
@@ -84,7 +85,7 @@ func (c *Core) startRead(now time.Time, ks *placement.Keyspace, req Request) {
 	}
 	id := c.newPeerReq()
 	r := &pendingRead{
-		req: req, part: p, eligible: elig, need: need,
+		req: req, part: p, eligible: elig, need: need, path: path,
 		contacted: map[uint32]bool{}, replies: map[uint32]readReply{}, holders: map[uint32]bool{},
 	}
 	first, spare := alive[:need], alive[need:]
@@ -172,7 +173,7 @@ func (c *Core) maybeFinishRead(now time.Time, id uint64, r *pendingRead) {
 			pb := wire.RecordToPB(r.newest.rec)
 			for _, n := range sortedStale(r) {
 				if n == c.cfg.NodeID {
-					c.out.Writes = append(c.out.Writes, r.newest.rec)
+					c.applyLocal(now, r.newest.rec, false)
 					r.holders[n] = true
 					continue
 				}
@@ -186,7 +187,7 @@ func (c *Core) maybeFinishRead(now time.Time, id uint64, r *pendingRead) {
 	r.done = true
 	c.inflight--
 	delete(c.reads, id)
-	res := Result{ID: r.req.ID, Op: OpGet, Version: r.newest.version()}
+	res := Result{ID: r.req.ID, Op: OpGet, Version: r.newest.version(), Path: r.path}
 	if r.newest.found && !r.newest.rec.Tombstone {
 		res.Found = true
 		res.Value = r.newest.rec.Value

@@ -67,7 +67,7 @@ func (c *Core) startWrite(now time.Time, ks *placement.Keyspace, req Request) {
 		if r == c.cfg.NodeID {
 			// The local write is durable before this Ready's replies leave (Ready contract),
 			// so it may count as an ack right away.
-			c.out.Writes = append(c.out.Writes, rec)
+			c.applyLocal(now, rec, true)
 			w.acks[r] = true
 			continue
 		}
@@ -100,7 +100,7 @@ func (c *Core) handleWrite(now time.Time, from uint32, m *peerpb.WriteRequest) {
 		return
 	}
 	c.clock.Observe(now, rec.Version)
-	c.out.Writes = append(c.out.Writes, rec)
+	c.applyLocal(now, rec, true)
 	c.send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_WriteAck{WriteAck: &peerpb.WriteAck{RequestId: m.RequestId}}})
 }
 

@@ -76,7 +76,7 @@ func (s *Service) Get(ctx context.Context, r *meridianpb.GetRequest) (*meridianp
 	if res.Err != nil {
 		return nil, ToStatus(res.Err)
 	}
-	return &meridianpb.GetResponse{Found: res.Found, Value: res.Value, Version: versionPB(res.Version), Coordinator: s.node.Name()}, nil
+	return &meridianpb.GetResponse{Found: res.Found, Value: res.Value, Version: versionPB(res.Version), Coordinator: s.node.Name(), ReadPath: res.Path}, nil
 }
 
 // Put writes one key.

@@ -19,7 +19,7 @@ import (
 
 	"meridian/api/meridianpb"
 	"meridian/internal/config"
-	"meridian/internal/demo"
+	"meridian/internal/bench"
 	"meridian/internal/placement"
 	"meridian/internal/server"
 	"meridian/internal/topology"
@@ -27,9 +27,9 @@ import (
 
 var regions = []string{"a", "b", "c"}
 
-func startCluster(t *testing.T) *demo.Cluster {
+func startCluster(t *testing.T) *bench.Cluster {
 	t.Helper()
-	c, err := demo.StartCluster(demo.ClusterOptions{
+	c, err := bench.StartCluster(bench.ClusterOptions{
 		Topology:       topology.Equidistant("t", regions, 2, 0),
 		NodesPerRegion: 1,
 		Keyspace:       config.Keyspace{Name: "kv", Protocol: config.ProtocolQuorum},

@@ -94,6 +94,8 @@ type Options struct {
 	NodesPerRegion    int
 	ReplicasPerRegion int
 	Partitions        int
+	// KeyspaceOptions are the protocol's keyspace options (e.g. meteorshower theta).
+	KeyspaceOptions map[string]string
 	// ReplicaRegions, when set, places the keyspace's replicas in the first ReplicaRegions
 	// regions only (clients stay in every region).
 	ReplicaRegions int

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"meridian/internal/config"
+	"meridian/internal/meteorshower"
 	"meridian/internal/quorum"
 	"meridian/internal/storage"
 	"meridian/internal/topology"
@@ -57,6 +58,22 @@ var RuntimeMutations = map[string]string{
 // unless every copy is lost, so ack-before-sync runs with one replica.
 var mutationSetup = map[string]func(*Options){
 	"ack-before-sync": func(o *Options) { o.ReplicaRegions = 1 },
+	// Only clocks beyond ε make the missing fallback matter.
+	"clock-no-fallback": func(o *Options) { o.Faults[FaultClockBeyond] = true },
+	// Stale statuses show without faults; crashes and partitions mostly send reads to the
+	// quorum fallback, which hides them.
+	"theta-above-upper": func(o *Options) { o.Faults = map[string]bool{} },
+	// Gaps come from partitions and loss; crashes restart the sequence instead.
+	"gap-ignored": func(o *Options) { o.Faults = map[string]bool{FaultPartition: true, FaultLoss: true} },
+}
+
+func init() {
+	q := protocols["quorum"]
+	ms := q
+	ms.Name = "meteorshower"
+	ms.Mutations = meteorshower.Mutations
+	ms.Levels = func(_ string, read, write config.Level) (config.Level, config.Level) { return read, write }
+	protocols["meteorshower"] = ms
 }
 
 var protocols = map[string]Protocol{
@@ -66,7 +83,7 @@ var protocols = map[string]Protocol{
 		NewCore: func(s NodeSetup) (Core, error) {
 			core := quorum.NewCore(quorum.Config{
 				NodeID: s.Self.ID, Nodes: s.Cluster.Nodes, Topology: s.Topology, Limits: s.Cluster.Limits,
-				AntiEntropyInterval: s.AntiEntropyInterval, Mutation: s.Mutation,
+				AntiEntropyInterval: s.AntiEntropyInterval, Mutation: s.Mutation, MaxClockOffset: s.Cluster.Clock.MaxOffset,
 			}, s.Store)
 			return core, nil
 		},

@@ -3,6 +3,8 @@ package sim
 import (
 	"fmt"
 	"io"
+	"maps"
+	"sort"
 	"strings"
 	"time"
 )
@@ -26,6 +28,7 @@ type SeedsResult struct {
 	Wall       time.Duration
 	Crashes    int
 	Partitions int
+	ReadPaths  map[string]int
 	// Failed is the first failing seed's report (nil when every seed passed).
 	Failed *Report
 }
@@ -55,6 +58,12 @@ func RunSeeds(so SeedsOptions) (*SeedsResult, error) {
 		res.SimSeconds += rep.SimSeconds
 		res.Crashes += rep.Crashes
 		res.Partitions += rep.Partitions
+		if res.ReadPaths == nil {
+			res.ReadPaths = map[string]int{}
+		}
+		for k, v := range rep.ReadPaths {
+			res.ReadPaths[k] += v
+		}
 		if len(rep.Violations) > 0 {
 			res.Failed = rep
 			break
@@ -85,6 +94,9 @@ func ReplayCommand(o Options) string {
 	}
 	if o.Linearizability {
 		b.WriteString(" --linearizability")
+	}
+	for _, k := range sortedOptionKeys(o.KeyspaceOptions) {
+		fmt.Fprintf(&b, " --option %s=%s", k, o.KeyspaceOptions[k])
 	}
 	if o.ReplicaRegions > 0 {
 		fmt.Fprintf(&b, " --replica-regions %d", o.ReplicaRegions)
@@ -126,6 +138,7 @@ func RunMutations(base Options, maxSeeds int, out io.Writer) ([]MutationResult, 
 		desc, _ := MutationDescription(p, m)
 		o := base
 		o.Mutation = m
+		o.Faults = maps.Clone(base.Faults)
 		if setup, ok := mutationSetup[m]; ok {
 			setup(&o)
 		}
@@ -152,4 +165,13 @@ func RunMutations(base Options, maxSeeds int, out io.Writer) ([]MutationResult, 
 		results = append(results, r)
 	}
 	return results, nil
+}
+
+func sortedOptionKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -38,6 +38,8 @@ type Report struct {
 	Messages    int
 	Dropped     int
 	MaxOffsetMs float64 // largest pairwise clock difference seen
+	// ReadPaths counts how OK reads were served (quorum, local, local-waited, fallback).
+	ReadPaths map[string]int
 }
 
 type eventKind uint8
@@ -218,8 +220,12 @@ func (s *simulator) setup() error {
 				Listen: fmt.Sprintf("127.0.0.1:%d", 40000+id)})
 		}
 	}
+	opts := map[string]string{}
+	for k, v := range s.o.KeyspaceOptions {
+		opts[k] = v
+	}
 	ks := config.Keyspace{Name: "sim", Protocol: s.o.Protocol, ReplicasPerRegion: s.o.ReplicasPerRegion,
-		Partitions: s.o.Partitions, Options: map[string]string{}}
+		Partitions: s.o.Partitions, Options: opts}
 	if s.o.ReplicaRegions > 0 && s.o.ReplicaRegions < len(t.Regions) {
 		ks.Regions = slices.Clone(t.Regions[:s.o.ReplicaRegions])
 	}
@@ -649,7 +655,7 @@ func (s *simulator) clientOp(ci int) error {
 	if !n.up {
 		// Connection refused: certainly not executed. The client moves to another node.
 		s.finishOp(ci, len(s.history)-1, check.Failed, quorum.Result{})
-		cl.home = s.rng.IntN(len(s.nodes))
+		cl.home = s.otherNodeIn(cl.region, cl.home)
 		return nil
 	}
 	s.nextReq++
@@ -706,6 +712,10 @@ func (s *simulator) finishOp(ci, idx int, outcome check.Outcome, r quorum.Result
 		if op.Kind == check.Read {
 			op.Found = r.Found
 			op.Value = string(r.Value)
+			if s.report.ReadPaths == nil {
+				s.report.ReadPaths = map[string]int{}
+			}
+			s.report.ReadPaths[r.Path]++
 		}
 		if cl.session.Less(r.Version) {
 			cl.session = r.Version
@@ -730,7 +740,22 @@ func (s *simulator) clientTimeout(ci int, req uint64) {
 		return
 	}
 	s.finishOp(ci, cl.inflight.idx, check.Indeterminate, quorum.Result{})
-	cl.home = s.rng.IntN(len(s.nodes)) // try another coordinator
+	cl.home = s.otherNodeIn(cl.region, cl.home) // try another coordinator of its region
+}
+
+// otherNodeIn picks another node of the client's region (the same node when it is alone):
+// a client keeps to its own region's coordinators, as the protocols' models assume.
+func (s *simulator) otherNodeIn(region string, cur int) int {
+	var in []int
+	for i, n := range s.nodes {
+		if n.cfg.Region == region && i != cur {
+			in = append(in, i)
+		}
+	}
+	if len(in) == 0 {
+		return cur
+	}
+	return in[s.rng.IntN(len(in))]
 }
 
 // --- the end ---

@@ -868,6 +868,463 @@ func (x *AEPush) GetRecords() []*Record {
 	return nil
 }
 
+// MeteorShower (meteorshower-paper.txt III-A). A status lists the (key, wts) of the writes a
+// replica applied during one interval, stamped with the sender's clock (sts) when sent.
+type StatusEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Wts           *Version               `protobuf:"bytes,4,opt,name=wts,proto3" json:"wts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusEntry) Reset() {
+	*x = StatusEntry{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusEntry) ProtoMessage() {}
+
+func (x *StatusEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusEntry.ProtoReflect.Descriptor instead.
+func (*StatusEntry) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *StatusEntry) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *StatusEntry) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *StatusEntry) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *StatusEntry) GetWts() *Version {
+	if x != nil {
+		return x.Wts
+	}
+	return nil
+}
+
+type StatusBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	StsUnixNanos  int64                  `protobuf:"varint,2,opt,name=sts_unix_nanos,json=stsUnixNanos,proto3" json:"sts_unix_nanos,omitempty"`
+	Entries       []*StatusEntry         `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusBatch) Reset() {
+	*x = StatusBatch{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusBatch) ProtoMessage() {}
+
+func (x *StatusBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusBatch.ProtoReflect.Descriptor instead.
+func (*StatusBatch) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *StatusBatch) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *StatusBatch) GetStsUnixNanos() int64 {
+	if x != nil {
+		return x.StsUnixNanos
+	}
+	return 0
+}
+
+func (x *StatusBatch) GetEntries() []*StatusEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type Status struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sender's start time: a new incarnation restarts seq.
+	Incarnation uint64       `protobuf:"varint,1,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Current     *StatusBatch `protobuf:"bytes,2,opt,name=current,proto3" json:"current,omitempty"`
+	// The previous l batches, so that l consecutive lost statuses are tolerated.
+	Redundant     []*StatusBatch `protobuf:"bytes,3,rep,name=redundant,proto3" json:"redundant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Status) Reset() {
+	*x = Status{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Status) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Status) ProtoMessage() {}
+
+func (x *Status) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Status.ProtoReflect.Descriptor instead.
+func (*Status) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Status) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *Status) GetCurrent() *StatusBatch {
+	if x != nil {
+		return x.Current
+	}
+	return nil
+}
+
+func (x *Status) GetRedundant() []*StatusBatch {
+	if x != nil {
+		return x.Redundant
+	}
+	return nil
+}
+
+// A write notification carries the applied value to peer replicas (paper III-A).
+type WriteNotification struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Record        *Record                `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteNotification) Reset() {
+	*x = WriteNotification{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteNotification) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteNotification) ProtoMessage() {}
+
+func (x *WriteNotification) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteNotification.ProtoReflect.Descriptor instead.
+func (*WriteNotification) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *WriteNotification) GetRecord() *Record {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+// Asks the receiver for a full status: after a gap larger than l, or at start.
+type FullStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Incarnation   uint64                 `protobuf:"varint,1,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FullStatusRequest) Reset() {
+	*x = FullStatusRequest{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FullStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FullStatusRequest) ProtoMessage() {}
+
+func (x *FullStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FullStatusRequest.ProtoReflect.Descriptor instead.
+func (*FullStatusRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *FullStatusRequest) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+// A full status: the sender's newest version of every key it shares with the receiver, taken
+// after its status seq base_seq, in chunks.
+type FullStatus struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Incarnation      uint64                 `protobuf:"varint,1,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	BaseSeq          uint64                 `protobuf:"varint,2,opt,name=base_seq,json=baseSeq,proto3" json:"base_seq,omitempty"`
+	BaseStsUnixNanos int64                  `protobuf:"varint,3,opt,name=base_sts_unix_nanos,json=baseStsUnixNanos,proto3" json:"base_sts_unix_nanos,omitempty"`
+	Entries          []*StatusEntry         `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
+	Done             bool                   `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *FullStatus) Reset() {
+	*x = FullStatus{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FullStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FullStatus) ProtoMessage() {}
+
+func (x *FullStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FullStatus.ProtoReflect.Descriptor instead.
+func (*FullStatus) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *FullStatus) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *FullStatus) GetBaseSeq() uint64 {
+	if x != nil {
+		return x.BaseSeq
+	}
+	return 0
+}
+
+func (x *FullStatus) GetBaseStsUnixNanos() int64 {
+	if x != nil {
+		return x.BaseStsUnixNanos
+	}
+	return 0
+}
+
+func (x *FullStatus) GetEntries() []*StatusEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *FullStatus) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+// Clock service: ping/pong offset estimation (DESIGN.md section 4, "Clock").
+type ClockPing struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	T1UnixNanos   int64                  `protobuf:"varint,1,opt,name=t1_unix_nanos,json=t1UnixNanos,proto3" json:"t1_unix_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClockPing) Reset() {
+	*x = ClockPing{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClockPing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClockPing) ProtoMessage() {}
+
+func (x *ClockPing) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClockPing.ProtoReflect.Descriptor instead.
+func (*ClockPing) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ClockPing) GetT1UnixNanos() int64 {
+	if x != nil {
+		return x.T1UnixNanos
+	}
+	return 0
+}
+
+type ClockPong struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	T1UnixNanos   int64                  `protobuf:"varint,1,opt,name=t1_unix_nanos,json=t1UnixNanos,proto3" json:"t1_unix_nanos,omitempty"`
+	T2UnixNanos   int64                  `protobuf:"varint,2,opt,name=t2_unix_nanos,json=t2UnixNanos,proto3" json:"t2_unix_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClockPong) Reset() {
+	*x = ClockPong{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClockPong) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClockPong) ProtoMessage() {}
+
+func (x *ClockPong) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClockPong.ProtoReflect.Descriptor instead.
+func (*ClockPong) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ClockPong) GetT1UnixNanos() int64 {
+	if x != nil {
+		return x.T1UnixNanos
+	}
+	return 0
+}
+
+func (x *ClockPong) GetT2UnixNanos() int64 {
+	if x != nil {
+		return x.T2UnixNanos
+	}
+	return 0
+}
+
 // Heartbeat tells a peer this node is alive; any message does, heartbeats cover idle links.
 type Heartbeat struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -878,7 +1335,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[13]
+	mi := &file_meridian_v1_peer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +1347,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[13]
+	mi := &file_meridian_v1_peer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +1360,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Heartbeat) GetSentUnixNanos() int64 {
@@ -930,6 +1387,12 @@ type Envelope struct {
 	//	*Envelope_AePull
 	//	*Envelope_AePush
 	//	*Envelope_Heartbeat
+	//	*Envelope_Status
+	//	*Envelope_WriteNotification
+	//	*Envelope_FullStatusRequest
+	//	*Envelope_FullStatus
+	//	*Envelope_ClockPing
+	//	*Envelope_ClockPong
 	Msg           isEnvelope_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -937,7 +1400,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[14]
+	mi := &file_meridian_v1_peer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1412,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[14]
+	mi := &file_meridian_v1_peer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1425,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{14}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Envelope) GetFrom() uint32 {
@@ -1085,6 +1548,60 @@ func (x *Envelope) GetHeartbeat() *Heartbeat {
 	return nil
 }
 
+func (x *Envelope) GetStatus() *Status {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_Status); ok {
+			return x.Status
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetWriteNotification() *WriteNotification {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_WriteNotification); ok {
+			return x.WriteNotification
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetFullStatusRequest() *FullStatusRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_FullStatusRequest); ok {
+			return x.FullStatusRequest
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetFullStatus() *FullStatus {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_FullStatus); ok {
+			return x.FullStatus
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetClockPing() *ClockPing {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_ClockPing); ok {
+			return x.ClockPing
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetClockPong() *ClockPong {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_ClockPong); ok {
+			return x.ClockPong
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Msg interface {
 	isEnvelope_Msg()
 }
@@ -1133,6 +1650,30 @@ type Envelope_Heartbeat struct {
 	Heartbeat *Heartbeat `protobuf:"bytes,30,opt,name=heartbeat,proto3,oneof"`
 }
 
+type Envelope_Status struct {
+	Status *Status `protobuf:"bytes,40,opt,name=status,proto3,oneof"`
+}
+
+type Envelope_WriteNotification struct {
+	WriteNotification *WriteNotification `protobuf:"bytes,41,opt,name=write_notification,json=writeNotification,proto3,oneof"`
+}
+
+type Envelope_FullStatusRequest struct {
+	FullStatusRequest *FullStatusRequest `protobuf:"bytes,42,opt,name=full_status_request,json=fullStatusRequest,proto3,oneof"`
+}
+
+type Envelope_FullStatus struct {
+	FullStatus *FullStatus `protobuf:"bytes,43,opt,name=full_status,json=fullStatus,proto3,oneof"`
+}
+
+type Envelope_ClockPing struct {
+	ClockPing *ClockPing `protobuf:"bytes,44,opt,name=clock_ping,json=clockPing,proto3,oneof"`
+}
+
+type Envelope_ClockPong struct {
+	ClockPong *ClockPong `protobuf:"bytes,45,opt,name=clock_pong,json=clockPong,proto3,oneof"`
+}
+
 func (*Envelope_Write) isEnvelope_Msg() {}
 
 func (*Envelope_WriteAck) isEnvelope_Msg() {}
@@ -1155,6 +1696,18 @@ func (*Envelope_AePush) isEnvelope_Msg() {}
 
 func (*Envelope_Heartbeat) isEnvelope_Msg() {}
 
+func (*Envelope_Status) isEnvelope_Msg() {}
+
+func (*Envelope_WriteNotification) isEnvelope_Msg() {}
+
+func (*Envelope_FullStatusRequest) isEnvelope_Msg() {}
+
+func (*Envelope_FullStatus) isEnvelope_Msg() {}
+
+func (*Envelope_ClockPing) isEnvelope_Msg() {}
+
+func (*Envelope_ClockPong) isEnvelope_Msg() {}
+
 type StreamAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1163,7 +1716,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[15]
+	mi := &file_meridian_v1_peer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1728,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[15]
+	mi := &file_meridian_v1_peer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1741,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{15}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{23}
 }
 
 var File_meridian_v1_peer_proto protoreflect.FileDescriptor
@@ -1262,9 +1815,38 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x04keys\x18\x04 \x03(\fR\x04keys\"W\n" +
 	"\x06AEPush\x12\x19\n" +
 	"\bround_id\x18\x01 \x01(\x04R\aroundId\x122\n" +
-	"\arecords\x18\x02 \x03(\v2\x18.meridian.peer.v1.RecordR\arecords\"3\n" +
+	"\arecords\x18\x02 \x03(\v2\x18.meridian.peer.v1.RecordR\arecords\"\x86\x01\n" +
+	"\vStatusEntry\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\fR\x03key\x12+\n" +
+	"\x03wts\x18\x04 \x01(\v2\x19.meridian.peer.v1.VersionR\x03wts\"~\n" +
+	"\vStatusBatch\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12$\n" +
+	"\x0ests_unix_nanos\x18\x02 \x01(\x03R\fstsUnixNanos\x127\n" +
+	"\aentries\x18\x03 \x03(\v2\x1d.meridian.peer.v1.StatusEntryR\aentries\"\xa0\x01\n" +
+	"\x06Status\x12 \n" +
+	"\vincarnation\x18\x01 \x01(\x04R\vincarnation\x127\n" +
+	"\acurrent\x18\x02 \x01(\v2\x1d.meridian.peer.v1.StatusBatchR\acurrent\x12;\n" +
+	"\tredundant\x18\x03 \x03(\v2\x1d.meridian.peer.v1.StatusBatchR\tredundant\"E\n" +
+	"\x11WriteNotification\x120\n" +
+	"\x06record\x18\x01 \x01(\v2\x18.meridian.peer.v1.RecordR\x06record\"5\n" +
+	"\x11FullStatusRequest\x12 \n" +
+	"\vincarnation\x18\x01 \x01(\x04R\vincarnation\"\xc5\x01\n" +
+	"\n" +
+	"FullStatus\x12 \n" +
+	"\vincarnation\x18\x01 \x01(\x04R\vincarnation\x12\x19\n" +
+	"\bbase_seq\x18\x02 \x01(\x04R\abaseSeq\x12-\n" +
+	"\x13base_sts_unix_nanos\x18\x03 \x01(\x03R\x10baseStsUnixNanos\x127\n" +
+	"\aentries\x18\x04 \x03(\v2\x1d.meridian.peer.v1.StatusEntryR\aentries\x12\x12\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\"/\n" +
+	"\tClockPing\x12\"\n" +
+	"\rt1_unix_nanos\x18\x01 \x01(\x03R\vt1UnixNanos\"S\n" +
+	"\tClockPong\x12\"\n" +
+	"\rt1_unix_nanos\x18\x01 \x01(\x03R\vt1UnixNanos\x12\"\n" +
+	"\rt2_unix_nanos\x18\x02 \x01(\x03R\vt2UnixNanos\"3\n" +
 	"\tHeartbeat\x12&\n" +
-	"\x0fsent_unix_nanos\x18\x01 \x01(\x03R\rsentUnixNanos\"\xa5\x05\n" +
+	"\x0fsent_unix_nanos\x18\x01 \x01(\x03R\rsentUnixNanos\"\xc3\b\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\rR\x02to\x126\n" +
@@ -1281,7 +1863,16 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\aae_keys\x18\x15 \x01(\v2\x18.meridian.peer.v1.AEKeysH\x00R\x06aeKeys\x123\n" +
 	"\aae_pull\x18\x16 \x01(\v2\x18.meridian.peer.v1.AEPullH\x00R\x06aePull\x123\n" +
 	"\aae_push\x18\x17 \x01(\v2\x18.meridian.peer.v1.AEPushH\x00R\x06aePush\x12;\n" +
-	"\theartbeat\x18\x1e \x01(\v2\x1b.meridian.peer.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
+	"\theartbeat\x18\x1e \x01(\v2\x1b.meridian.peer.v1.HeartbeatH\x00R\theartbeat\x122\n" +
+	"\x06status\x18( \x01(\v2\x18.meridian.peer.v1.StatusH\x00R\x06status\x12T\n" +
+	"\x12write_notification\x18) \x01(\v2#.meridian.peer.v1.WriteNotificationH\x00R\x11writeNotification\x12U\n" +
+	"\x13full_status_request\x18* \x01(\v2#.meridian.peer.v1.FullStatusRequestH\x00R\x11fullStatusRequest\x12?\n" +
+	"\vfull_status\x18+ \x01(\v2\x1c.meridian.peer.v1.FullStatusH\x00R\n" +
+	"fullStatus\x12<\n" +
+	"\n" +
+	"clock_ping\x18, \x01(\v2\x1b.meridian.peer.v1.ClockPingH\x00R\tclockPing\x12<\n" +
+	"\n" +
+	"clock_pong\x18- \x01(\v2\x1b.meridian.peer.v1.ClockPongH\x00R\tclockPongB\x05\n" +
 	"\x03msg\"\v\n" +
 	"\tStreamAck2K\n" +
 	"\x04Peer\x12C\n" +
@@ -1299,24 +1890,32 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_meridian_v1_peer_proto_goTypes = []any{
-	(*Version)(nil),      // 0: meridian.peer.v1.Version
-	(*Record)(nil),       // 1: meridian.peer.v1.Record
-	(*WriteRequest)(nil), // 2: meridian.peer.v1.WriteRequest
-	(*WriteAck)(nil),     // 3: meridian.peer.v1.WriteAck
-	(*ReadRequest)(nil),  // 4: meridian.peer.v1.ReadRequest
-	(*ReadReply)(nil),    // 5: meridian.peer.v1.ReadReply
-	(*ScanRequest)(nil),  // 6: meridian.peer.v1.ScanRequest
-	(*ScanReply)(nil),    // 7: meridian.peer.v1.ScanReply
-	(*AEDigest)(nil),     // 8: meridian.peer.v1.AEDigest
-	(*KeyVersion)(nil),   // 9: meridian.peer.v1.KeyVersion
-	(*AEKeys)(nil),       // 10: meridian.peer.v1.AEKeys
-	(*AEPull)(nil),       // 11: meridian.peer.v1.AEPull
-	(*AEPush)(nil),       // 12: meridian.peer.v1.AEPush
-	(*Heartbeat)(nil),    // 13: meridian.peer.v1.Heartbeat
-	(*Envelope)(nil),     // 14: meridian.peer.v1.Envelope
-	(*StreamAck)(nil),    // 15: meridian.peer.v1.StreamAck
+	(*Version)(nil),           // 0: meridian.peer.v1.Version
+	(*Record)(nil),            // 1: meridian.peer.v1.Record
+	(*WriteRequest)(nil),      // 2: meridian.peer.v1.WriteRequest
+	(*WriteAck)(nil),          // 3: meridian.peer.v1.WriteAck
+	(*ReadRequest)(nil),       // 4: meridian.peer.v1.ReadRequest
+	(*ReadReply)(nil),         // 5: meridian.peer.v1.ReadReply
+	(*ScanRequest)(nil),       // 6: meridian.peer.v1.ScanRequest
+	(*ScanReply)(nil),         // 7: meridian.peer.v1.ScanReply
+	(*AEDigest)(nil),          // 8: meridian.peer.v1.AEDigest
+	(*KeyVersion)(nil),        // 9: meridian.peer.v1.KeyVersion
+	(*AEKeys)(nil),            // 10: meridian.peer.v1.AEKeys
+	(*AEPull)(nil),            // 11: meridian.peer.v1.AEPull
+	(*AEPush)(nil),            // 12: meridian.peer.v1.AEPush
+	(*StatusEntry)(nil),       // 13: meridian.peer.v1.StatusEntry
+	(*StatusBatch)(nil),       // 14: meridian.peer.v1.StatusBatch
+	(*Status)(nil),            // 15: meridian.peer.v1.Status
+	(*WriteNotification)(nil), // 16: meridian.peer.v1.WriteNotification
+	(*FullStatusRequest)(nil), // 17: meridian.peer.v1.FullStatusRequest
+	(*FullStatus)(nil),        // 18: meridian.peer.v1.FullStatus
+	(*ClockPing)(nil),         // 19: meridian.peer.v1.ClockPing
+	(*ClockPong)(nil),         // 20: meridian.peer.v1.ClockPong
+	(*Heartbeat)(nil),         // 21: meridian.peer.v1.Heartbeat
+	(*Envelope)(nil),          // 22: meridian.peer.v1.Envelope
+	(*StreamAck)(nil),         // 23: meridian.peer.v1.StreamAck
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,  // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -1326,24 +1925,36 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,  // 4: meridian.peer.v1.KeyVersion.version:type_name -> meridian.peer.v1.Version
 	9,  // 5: meridian.peer.v1.AEKeys.entries:type_name -> meridian.peer.v1.KeyVersion
 	1,  // 6: meridian.peer.v1.AEPush.records:type_name -> meridian.peer.v1.Record
-	2,  // 7: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
-	3,  // 8: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
-	4,  // 9: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
-	5,  // 10: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
-	6,  // 11: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
-	7,  // 12: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
-	8,  // 13: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
-	10, // 14: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
-	11, // 15: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
-	12, // 16: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
-	13, // 17: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
-	14, // 18: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	15, // 19: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	19, // [19:20] is the sub-list for method output_type
-	18, // [18:19] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	0,  // 7: meridian.peer.v1.StatusEntry.wts:type_name -> meridian.peer.v1.Version
+	13, // 8: meridian.peer.v1.StatusBatch.entries:type_name -> meridian.peer.v1.StatusEntry
+	14, // 9: meridian.peer.v1.Status.current:type_name -> meridian.peer.v1.StatusBatch
+	14, // 10: meridian.peer.v1.Status.redundant:type_name -> meridian.peer.v1.StatusBatch
+	1,  // 11: meridian.peer.v1.WriteNotification.record:type_name -> meridian.peer.v1.Record
+	13, // 12: meridian.peer.v1.FullStatus.entries:type_name -> meridian.peer.v1.StatusEntry
+	2,  // 13: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
+	3,  // 14: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
+	4,  // 15: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
+	5,  // 16: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
+	6,  // 17: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
+	7,  // 18: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
+	8,  // 19: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
+	10, // 20: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
+	11, // 21: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
+	12, // 22: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
+	21, // 23: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
+	15, // 24: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
+	16, // 25: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
+	17, // 26: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
+	18, // 27: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
+	19, // 28: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
+	20, // 29: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
+	22, // 30: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	23, // 31: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	31, // [31:32] is the sub-list for method output_type
+	30, // [30:31] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -1351,7 +1962,7 @@ func file_meridian_v1_peer_proto_init() {
 	if File_meridian_v1_peer_proto != nil {
 		return
 	}
-	file_meridian_v1_peer_proto_msgTypes[14].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[22].OneofWrappers = []any{
 		(*Envelope_Write)(nil),
 		(*Envelope_WriteAck)(nil),
 		(*Envelope_Read)(nil),
@@ -1363,6 +1974,12 @@ func file_meridian_v1_peer_proto_init() {
 		(*Envelope_AePull)(nil),
 		(*Envelope_AePush)(nil),
 		(*Envelope_Heartbeat)(nil),
+		(*Envelope_Status)(nil),
+		(*Envelope_WriteNotification)(nil),
+		(*Envelope_FullStatusRequest)(nil),
+		(*Envelope_FullStatus)(nil),
+		(*Envelope_ClockPing)(nil),
+		(*Envelope_ClockPong)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1370,7 +1987,7 @@ func file_meridian_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

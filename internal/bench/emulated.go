@@ -1,10 +1,7 @@
-// Package demo runs Meridian's main job on one machine: an in-process cluster with one node
-// per region on the emulated WAN (DESIGN.md section 4, "emulated" runtime), clients in every
-// region, and a per-region latency report next to the physical lower bound of each
-// consistency level (DESIGN.md section 7).
-package demo
+package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -14,13 +11,17 @@ import (
 
 	"meridian/api/meridianpb"
 	"meridian/internal/config"
+	"meridian/internal/hlc"
 	"meridian/internal/node"
 	"meridian/internal/server"
 	"meridian/internal/topology"
 	"meridian/internal/transport"
 )
 
-// Cluster is an in-process cluster on the emulated WAN.
+// Cluster is an in-process cluster on the emulated WAN (DESIGN.md section 4, the "emulated"
+// runtime): real nodes — gateway, event loop, committer, protocol core, Pebble on an
+// in-memory filesystem — whose peer messages are delayed by their region pair's one-way
+// latency.
 type Cluster struct {
 	Config   *config.Cluster
 	Nodes    []*node.Node
@@ -35,8 +36,12 @@ type ClusterOptions struct {
 	Keyspace       config.Keyspace
 	// Jitter of the emulated WAN.
 	Jitter time.Duration
-	Seed   uint64
-	Logger *slog.Logger
+	// ClockOffsets, when set, shifts each node's clock (node index → offset).
+	ClockOffsets map[int]time.Duration
+	// MaxClockOffset is ε (default 2ms).
+	MaxClockOffset time.Duration
+	Seed           uint64
+	Logger         *slog.Logger
 }
 
 // StartCluster builds a configuration (nodes named <region>-<i>) and starts every node with
@@ -53,7 +58,7 @@ func StartCluster(o ClusterOptions) (*Cluster, error) {
 		Name:        "demo",
 		Topology:    o.Topology,
 		TopologyRef: o.Topology.Name,
-		Clock:       config.Clock{MaxOffset: 2 * time.Millisecond},
+		Clock:       config.Clock{MaxOffset: cmp.Or(o.MaxClockOffset, 2*time.Millisecond)},
 		Limits:      config.DefaultLimits(),
 		AntiEntropy: config.AntiEntropy{Interval: 10 * time.Second},
 	}
@@ -74,10 +79,11 @@ func StartCluster(o ClusterOptions) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{Config: cfg, wan: wan}
-	for _, nd := range cfg.Nodes {
+	for i, nd := range cfg.Nodes {
 		nd := nd
 		n, err := node.Start(node.Options{
 			Cluster: cfg, NodeName: nd.Name, DataDir: "/data", FS: vfs.NewMem(), Logger: o.Logger,
+			Clock: hlc.NewSystemClock(o.ClockOffsets[i]),
 			NewTransport: func(h transport.Handler) (transport.Transport, error) {
 				return wan.Attach(nd.ID, nd.Region, h)
 			},

@@ -1,0 +1,158 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"meridian/internal/topology"
+)
+
+// ParseConfigs parses a --protocols list: entries separated by ';' or ',' of the form
+// PROTOCOL[:READ/WRITE][:key=value+key=value], e.g.
+// "quorum:QUORUM/QUORUM,quorum:ALL/ONE,meteorshower:QUORUM/QUORUM:theta=upper".
+// A protocol without levels uses QUORUM/QUORUM.
+func ParseConfigs(s string) ([]Config, error) {
+	var out []Config
+	for _, part := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ';' }) {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		f := strings.Split(part, ":")
+		c := Config{Protocol: f[0], ReadLevel: "QUORUM", WriteLevel: "QUORUM"}
+		if len(f) > 1 && f[1] != "" {
+			lv := strings.Split(f[1], "/")
+			if len(lv) != 2 {
+				return nil, fmt.Errorf("bench: %q: levels must be READ/WRITE, e.g. QUORUM/QUORUM", part)
+			}
+			c.ReadLevel, c.WriteLevel = strings.ToUpper(lv[0]), strings.ToUpper(lv[1])
+		}
+		if len(f) > 2 && f[2] != "" {
+			c.Options = map[string]string{}
+			for _, kv := range strings.Split(f[2], "+") {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok || k == "" {
+					return nil, fmt.Errorf("bench: %q: option %q must be key=value", part, kv)
+				}
+				c.Options[k] = v
+			}
+		}
+		if len(f) > 3 {
+			return nil, fmt.Errorf("bench: %q: too many ':' parts", part)
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("bench: no configuration given")
+	}
+	return out, nil
+}
+
+// Compare runs each configuration in turn against the target under identical load (same
+// workload, clients, seed and durations) and returns one report.
+func Compare(ctx context.Context, t Target, cfgs []Config, o RunOptions, log io.Writer) (*Report, error) {
+	topo := t.Topology()
+	rep := &Report{Topology: topo.Name, Regions: topo.Regions}
+	for _, cfg := range cfgs {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		if log != nil {
+			fmt.Fprintf(log, "running %s on %s (%s, %d clients per region, %v + %v warm-up) ...\n",
+				cfg.Label(), t.Name(), o.Workload.Name, o.ClientsPerRegion, o.Duration, o.Warmup)
+		}
+		sess, err := t.Prepare(ctx, cfg)
+		if err != nil {
+			return rep, fmt.Errorf("bench: prepare %s: %w", cfg.Label(), err)
+		}
+		run, err := Execute(ctx, sess, topo.Regions, cfg, o)
+		sess.Close()
+		if err != nil {
+			return rep, fmt.Errorf("bench: run %s: %w", cfg.Label(), err)
+		}
+		rep.Runs = append(rep.Runs, *run)
+	}
+	return rep, nil
+}
+
+// SweepRTT repeats Compare over an equidistant topology of the given regions at each RTT.
+func SweepRTT(ctx context.Context, newTarget func(*topology.Topology) Target, regions []string, rttsMs []float64,
+	cfgs []Config, o RunOptions, log io.Writer) (*Sweep, error) {
+	sw := &Sweep{}
+	for _, rtt := range rttsMs {
+		topo := topology.Equidistant("equidistant", regions, rtt, 0.5)
+		if log != nil {
+			fmt.Fprintf(log, "== RTT %.0f ms ==\n", rtt)
+		}
+		rep, err := Compare(ctx, newTarget(topo), cfgs, o, log)
+		if err != nil {
+			return sw, err
+		}
+		r := rtt
+		rep.RTTMs = &r
+		sw.Points = append(sw.Points, *rep)
+	}
+	return sw, nil
+}
+
+// PrintCompare prints one table: per configuration and region, read and write p50/p99, the
+// physical lower bound, and each configuration's p50 ratio to the first configuration's.
+func PrintCompare(w io.Writer, rep *Report) {
+	if len(rep.Runs) == 0 {
+		fmt.Fprintln(w, "no runs")
+		return
+	}
+	regions := rep.Regions
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "configuration\tregion\tread p50\tp99\tbound\tratio\twrite p50\tp99\tbound\tratio\terrors\t")
+	base := rep.Runs[0]
+	for _, run := range rep.Runs {
+		for _, reg := range regions {
+			s, b := run.Regions[reg], base.Regions[reg]
+			fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.1f\t%s\t%.1f\t%.1f\t%.1f\t%s\t%d\t\n", run.Label(), reg,
+				s.Read.P50Ms, s.Read.P99Ms, s.Read.LowerBoundMs, ratio(s.Read.P50Ms, b.Read.P50Ms, s.Read.Count),
+				s.Write.P50Ms, s.Write.P99Ms, s.Write.LowerBoundMs, ratio(s.Write.P50Ms, b.Write.P50Ms, s.Write.Count),
+				s.Read.Errors+s.Write.Errors)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "latencies in ms; bound = the physical lower bound for the configuration's guarantee; ratio = p50 / p50 of %s\n", base.Label())
+	for _, run := range rep.Runs {
+		fmt.Fprintf(w, "  %s: %.0f ops/s\n", run.Label(), run.ThroughputOps)
+	}
+}
+
+func ratio(a, b float64, count int64) string {
+	if count == 0 {
+		return "-"
+	}
+	if b <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
+
+// PrintSweep prints, per RTT and configuration, read and write p50/p99 averaged over regions.
+func PrintSweep(w io.Writer, sw *Sweep) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "RTT ms\tconfiguration\tread p50\tp99\tbound\twrite p50\tp99\tbound\t")
+	for _, p := range sw.Points {
+		for _, run := range p.Runs {
+			var rp50, rp99, rb, wp50, wp99, wb float64
+			n := float64(len(run.Regions))
+			for _, s := range run.Regions {
+				rp50 += s.Read.P50Ms / n
+				rp99 += s.Read.P99Ms / n
+				rb += s.Read.LowerBoundMs / n
+				wp50 += s.Write.P50Ms / n
+				wp99 += s.Write.P99Ms / n
+				wb += s.Write.LowerBoundMs / n
+			}
+			fmt.Fprintf(tw, "%.0f\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", *p.RTTMs, run.Label(), rp50, rp99, rb, wp50, wp99, wb)
+		}
+	}
+	tw.Flush()
+}

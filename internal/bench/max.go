@@ -1,0 +1,159 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"time"
+)
+
+// MaxOptions configures the search for the highest throughput whose p99 stays under a bound.
+type MaxOptions struct {
+	// P99BoundMs: every region's p99 of every operation must stay under it.
+	P99BoundMs float64
+	// StartRatePerRegion is the first probe's open-loop rate (default 200 ops/s per region).
+	StartRatePerRegion float64
+	// Probe is the measured time of each probe (default 5s, plus 1s warm-up).
+	Probe time.Duration
+	// Bisections after the first failing rate (default 4).
+	Bisections int
+}
+
+// Probe is one measured rate.
+type Probe struct {
+	RatePerRegion float64 `json:"rate_per_region"`
+	Achieved      float64 `json:"achieved_ops"`
+	WorstP99Ms    float64 `json:"worst_p99_ms"`
+	Errors        int64   `json:"errors"`
+	CPUCores      float64 `json:"cpu_cores"`
+	OK            bool    `json:"ok"`
+}
+
+// MaxResult is the outcome of FindMax.
+type MaxResult struct {
+	Config     string  `json:"config"`
+	Workload   string  `json:"workload"`
+	Nodes      int     `json:"nodes"`
+	BestOps    float64 `json:"best_ops"`
+	BestP99Ms  float64 `json:"best_p99_ms"`
+	OpsPerNode float64 `json:"ops_per_node"`
+	OpsPerCore float64 `json:"ops_per_core"`
+	CPUCores   float64 `json:"cpu_cores"`
+	P99BoundMs float64 `json:"p99_bound_ms"`
+	Probes     []Probe `json:"probes"`
+	CPUNote    string  `json:"cpu_note"`
+}
+
+// FindMax doubles the open-loop rate until a probe breaks the p99 bound (or errors, or
+// falls behind its rate), then bisects. CPU is sampled from /proc/self/stat: for the
+// emulated target that is the whole process — nodes and clients.
+func FindMax(ctx context.Context, t Target, cfg Config, nodes int, o RunOptions, mo MaxOptions, log io.Writer) (*MaxResult, error) {
+	if mo.P99BoundMs <= 0 {
+		return nil, fmt.Errorf("bench: --max needs a positive p99 bound")
+	}
+	if mo.StartRatePerRegion <= 0 {
+		mo.StartRatePerRegion = 200
+	}
+	if mo.Probe <= 0 {
+		mo.Probe = 5 * time.Second
+	}
+	if mo.Bisections <= 0 {
+		mo.Bisections = 4
+	}
+	sess, err := t.Prepare(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer sess.Close()
+	regions := o.Regions
+	if len(regions) == 0 {
+		regions = t.Topology().Regions
+	}
+	if err := Load(ctx, sess, o.Workload, regions, 256); err != nil {
+		return nil, err
+	}
+	res := &MaxResult{Config: cfg.Label(), Workload: o.Workload.Name, Nodes: nodes, P99BoundMs: mo.P99BoundMs,
+		CPUNote: fmt.Sprintf("CPU of this process (nodes and clients together) on a %d-core machine", runtime.NumCPU())}
+	probe := func(rate float64) (Probe, error) {
+		po := o
+		po.SkipLoad = true
+		po.RatePerRegion = rate
+		po.Duration = mo.Probe
+		po.Warmup = time.Second
+		po.ClientsPerRegion = max(o.ClientsPerRegion, 256)
+		cpu0 := processCPUSeconds()
+		wall0 := time.Now()
+		run, err := Execute(ctx, sess, regions, cfg, po)
+		if err != nil {
+			return Probe{}, err
+		}
+		p := Probe{RatePerRegion: rate, Achieved: run.ThroughputOps,
+			CPUCores: (processCPUSeconds() - cpu0) / time.Since(wall0).Seconds()}
+		for _, rs := range run.Regions {
+			for _, s := range []*OpStats{&rs.Read, &rs.Write, rs.Scan, rs.Insert, rs.RMW} {
+				if s != nil && s.Count > 0 {
+					p.WorstP99Ms = max(p.WorstP99Ms, s.P99Ms)
+				}
+				if s != nil {
+					p.Errors += s.Errors
+				}
+			}
+		}
+		want := rate * float64(len(regions))
+		p.OK = p.Errors == 0 && p.WorstP99Ms < mo.P99BoundMs && p.Achieved >= 0.95*want
+		if log != nil {
+			fmt.Fprintf(log, "  probe %6.0f ops/s per region: achieved %7.0f ops/s, worst p99 %7.1f ms, errors %d, CPU %.2f cores -> %s\n",
+				rate, p.Achieved, p.WorstP99Ms, p.Errors, p.CPUCores, map[bool]string{true: "ok", false: "over"}[p.OK])
+		}
+		res.Probes = append(res.Probes, p)
+		if p.OK && p.Achieved > res.BestOps {
+			res.BestOps, res.BestP99Ms, res.CPUCores = p.Achieved, p.WorstP99Ms, p.CPUCores
+		}
+		return p, nil
+	}
+	good, bad := 0.0, 0.0
+	for rate := mo.StartRatePerRegion; rate < 1e7; rate *= 2 {
+		p, err := probe(rate)
+		if err != nil {
+			return res, err
+		}
+		if !p.OK {
+			bad = rate
+			break
+		}
+		good = rate
+	}
+	for range mo.Bisections {
+		if bad == 0 || ctx.Err() != nil {
+			break
+		}
+		mid := (good + bad) / 2
+		p, err := probe(mid)
+		if err != nil {
+			return res, err
+		}
+		if p.OK {
+			good = mid
+		} else {
+			bad = mid
+		}
+	}
+	if nodes > 0 {
+		res.OpsPerNode = res.BestOps / float64(nodes)
+	}
+	if res.CPUCores > 0 {
+		res.OpsPerCore = res.BestOps / res.CPUCores
+	}
+	return res, nil
+}
+
+// processCPUSeconds is this process's user+system CPU time.
+func processCPUSeconds() float64 {
+	v, err := procCPU(os.Getpid())
+	if err != nil {
+		return selfCPU()
+	}
+	return v
+}

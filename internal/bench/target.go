@@ -1,0 +1,304 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"meridian/api/meridianpb"
+	"meridian/client"
+	"meridian/internal/config"
+	"meridian/internal/topology"
+)
+
+// KV is one benchmark client's connection to the system under test. Implementations must be
+// safe for use by one goroutine at a time (each client has its own).
+type KV interface {
+	Read(ctx context.Context, key []byte) error
+	Update(ctx context.Context, key, value []byte) error
+	Insert(ctx context.Context, key, value []byte) error
+	Scan(ctx context.Context, start []byte, count int) error
+}
+
+// Config is one configuration of the system under test: a protocol with its consistency
+// levels and options. The lab adds peers (Cassandra, etcd) with their own protocol names.
+type Config struct {
+	Protocol   string
+	ReadLevel  string
+	WriteLevel string
+	Options    map[string]string
+}
+
+// Label names the configuration.
+func (c Config) Label() string {
+	return Run{Protocol: c.Protocol, ReadLevel: c.ReadLevel, WriteLevel: c.WriteLevel, Options: c.Options}.Label()
+}
+
+// Target is a system that can be benchmarked under a configuration. Keep it an interface:
+// the emulated cluster, a running Meridian cluster, and (in the lab) Cassandra and etcd all
+// sit behind it.
+type Target interface {
+	// Name describes the target.
+	Name() string
+	// Topology gives the regions and RTTs the target runs under.
+	Topology() *topology.Topology
+	// Prepare readies the target for cfg (fresh cluster or keyspace) and returns a session.
+	Prepare(ctx context.Context, cfg Config) (Session, error)
+	Close() error
+}
+
+// Session is a prepared configuration of a target.
+type Session interface {
+	// Connect returns the i-th client's connection in region.
+	Connect(region string, i int) (KV, error)
+	// LowerBoundMs is the physical lower bound of op ("read" or "write") from region.
+	LowerBoundMs(region, op string) float64
+	Close() error
+}
+
+// --- the emulated cluster ---
+
+// EmulatedTarget starts a fresh in-process cluster on the emulated WAN for each
+// configuration, so no run inherits another's state.
+type EmulatedTarget struct {
+	Topo              *topology.Topology
+	NodesPerRegion    int
+	ReplicasPerRegion int
+	Partitions        int
+	Jitter            time.Duration
+	Seed              uint64
+}
+
+func (t *EmulatedTarget) Name() string                 { return "emulated " + t.Topo.Name }
+func (t *EmulatedTarget) Topology() *topology.Topology { return t.Topo }
+func (t *EmulatedTarget) Close() error                 { return nil }
+
+// Prepare starts the cluster with keyspace "bench" under cfg.
+func (t *EmulatedTarget) Prepare(ctx context.Context, cfg Config) (Session, error) {
+	opts := map[string]string{}
+	for k, v := range cfg.Options {
+		opts[k] = v
+	}
+	if cfg.ReadLevel != "" {
+		opts["read_level"] = cfg.ReadLevel
+	}
+	if cfg.WriteLevel != "" {
+		opts["write_level"] = cfg.WriteLevel
+	}
+	c, err := StartCluster(ClusterOptions{
+		Topology:       t.Topo,
+		NodesPerRegion: t.NodesPerRegion,
+		Keyspace: config.Keyspace{Name: "bench", Protocol: cfg.Protocol, ReplicasPerRegion: max(1, t.ReplicasPerRegion),
+			Partitions: max(1, t.Partitions), Options: opts},
+		Jitter: t.Jitter,
+		Seed:   t.Seed,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &emulatedSession{c: c, cfg: cfg, topo: t.Topo}, nil
+}
+
+type emulatedSession struct {
+	c    *Cluster
+	cfg  Config
+	topo *topology.Topology
+}
+
+func (s *emulatedSession) Connect(region string, i int) (KV, error) {
+	svc := s.c.ServiceIn(region, i)
+	if svc == nil {
+		return nil, fmt.Errorf("bench: no node in region %q", region)
+	}
+	return &serviceKV{svc: svc}, nil
+}
+
+func (s *emulatedSession) LowerBoundMs(region, op string) float64 {
+	return LowerBoundMs(s.topo, s.cfg, region, op)
+}
+
+func (s *emulatedSession) Close() error { s.c.Close(); return nil }
+
+// serviceKV calls a node's gateway in-process (no gRPC), keyspace "bench", with the
+// keyspace's default levels.
+type serviceKV struct {
+	svc interface {
+		Get(context.Context, *meridianpb.GetRequest) (*meridianpb.GetResponse, error)
+		Put(context.Context, *meridianpb.PutRequest) (*meridianpb.PutResponse, error)
+		Scan(context.Context, *meridianpb.ScanRequest) (*meridianpb.ScanResponse, error)
+	}
+}
+
+func (k *serviceKV) Read(ctx context.Context, key []byte) error {
+	_, err := k.svc.Get(ctx, &meridianpb.GetRequest{Keyspace: "bench", Key: key})
+	return err
+}
+
+func (k *serviceKV) Update(ctx context.Context, key, value []byte) error {
+	_, err := k.svc.Put(ctx, &meridianpb.PutRequest{Keyspace: "bench", Key: key, Value: value})
+	return err
+}
+
+func (k *serviceKV) Insert(ctx context.Context, key, value []byte) error {
+	return k.Update(ctx, key, value)
+}
+
+func (k *serviceKV) Scan(ctx context.Context, start []byte, count int) error {
+	_, err := k.svc.Scan(ctx, &meridianpb.ScanRequest{Keyspace: "bench", Start: start, Limit: uint32(count)})
+	return err
+}
+
+// --- a running cluster ---
+
+// ClusterTarget benchmarks a running Meridian cluster described by its configuration file;
+// each client connects over gRPC to a node in its own region. The configuration's levels are
+// sent with every request; its protocol must match the keyspace's.
+type ClusterTarget struct {
+	Cluster  *config.Cluster
+	Keyspace string
+}
+
+func (t *ClusterTarget) Name() string                 { return "cluster " + t.Cluster.Name }
+func (t *ClusterTarget) Topology() *topology.Topology { return t.Cluster.Topology }
+func (t *ClusterTarget) Close() error                 { return nil }
+
+func (t *ClusterTarget) Prepare(ctx context.Context, cfg Config) (Session, error) {
+	ks, ok := t.Cluster.Keyspace(t.Keyspace)
+	if !ok {
+		return nil, fmt.Errorf("bench: keyspace %q is not in cluster %s's configuration", t.Keyspace, t.Cluster.Name)
+	}
+	if cfg.Protocol != "" && cfg.Protocol != ks.Protocol {
+		return nil, fmt.Errorf("bench: keyspace %q uses protocol %s, not %s", t.Keyspace, ks.Protocol, cfg.Protocol)
+	}
+	return &clusterSession{t: t, cfg: cfg}, nil
+}
+
+type clusterSession struct {
+	t       *ClusterTarget
+	cfg     Config
+	clients []*client.Client
+}
+
+func (s *clusterSession) Connect(region string, i int) (KV, error) {
+	nodes := s.t.Cluster.NodesInRegion(region)
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("bench: cluster %s has no node in region %q", s.t.Cluster.Name, region)
+	}
+	c, err := client.Dial(nodes[i%len(nodes)].Listen)
+	if err != nil {
+		return nil, err
+	}
+	s.clients = append(s.clients, c)
+	return &clientKV{c: c, ks: s.t.Keyspace, read: client.Consistency(s.cfg.ReadLevel), write: client.Consistency(s.cfg.WriteLevel)}, nil
+}
+
+func (s *clusterSession) LowerBoundMs(region, op string) float64 {
+	return LowerBoundMs(s.t.Cluster.Topology, s.cfg, region, op)
+}
+
+func (s *clusterSession) Close() error {
+	for _, c := range s.clients {
+		c.Close()
+	}
+	return nil
+}
+
+type clientKV struct {
+	c           *client.Client
+	ks          string
+	read, write client.Option
+}
+
+func (k *clientKV) Read(ctx context.Context, key []byte) error {
+	_, err := k.c.Get(ctx, k.ks, key, k.read)
+	return err
+}
+
+func (k *clientKV) Update(ctx context.Context, key, value []byte) error {
+	_, err := k.c.Put(ctx, k.ks, key, value, k.write)
+	return err
+}
+
+func (k *clientKV) Insert(ctx context.Context, key, value []byte) error {
+	return k.Update(ctx, key, value)
+}
+
+func (k *clientKV) Scan(ctx context.Context, start []byte, count int) error {
+	_, _, err := k.c.Scan(ctx, k.ks, start, nil, count, k.read)
+	return err
+}
+
+// --- no-op ---
+
+// NoopTarget answers every operation at once. It measures the benchmark client itself: the
+// client must never be the bottleneck.
+type NoopTarget struct{ Topo *topology.Topology }
+
+func (t *NoopTarget) Name() string                 { return "noop" }
+func (t *NoopTarget) Topology() *topology.Topology { return t.Topo }
+func (t *NoopTarget) Close() error                 { return nil }
+func (t *NoopTarget) Prepare(context.Context, Config) (Session, error) {
+	return noopSession{}, nil
+}
+
+type noopSession struct{}
+
+func (noopSession) Connect(string, int) (KV, error)     { return noopKV{}, nil }
+func (noopSession) LowerBoundMs(string, string) float64 { return 0 }
+func (noopSession) Close() error                        { return nil }
+
+type noopKV struct{}
+
+func (noopKV) Read(context.Context, []byte) error           { return nil }
+func (noopKV) Update(context.Context, []byte, []byte) error { return nil }
+func (noopKV) Insert(context.Context, []byte, []byte) error { return nil }
+func (noopKV) Scan(context.Context, []byte, int) error      { return nil }
+
+// --- lower bounds ---
+
+// LowerBoundMs is the latency physics allows for op from region under cfg, with one replica
+// per region: the count-th smallest RTT from region to the replicas, where count is the
+// number of replies the level needs (the local replica costs nothing). Protocols that serve
+// reads locally (MeteorShower with θ upper, GlobLease under a lease) have a read bound of 0.
+func LowerBoundMs(t *topology.Topology, cfg Config, region, op string) float64 {
+	level := cfg.ReadLevel
+	if op != "read" {
+		level = cfg.WriteLevel
+	}
+	if b, ok := protocolBounds[cfg.Protocol]; ok {
+		if v, ok := b(t, cfg, region, op); ok {
+			return v
+		}
+	}
+	n := len(t.Regions)
+	count := n
+	switch config.Level(level) {
+	case config.LevelOne, config.LevelLocalOne, config.LevelLocalQuorum:
+		count = 1
+	case config.LevelQuorum:
+		count = n/2 + 1
+	}
+	return nthRTTMs(t, region, count)
+}
+
+// protocolBounds lets protocols override the quorum bound (registered by their files).
+var protocolBounds = map[string]func(t *topology.Topology, cfg Config, region, op string) (float64, bool){}
+
+func nthRTTMs(t *topology.Topology, region string, count int) float64 {
+	var rtts []float64
+	for _, r := range t.Regions {
+		if r == region {
+			rtts = append(rtts, 0)
+		} else {
+			rtts = append(rtts, float64(t.RTT(region, r).Microseconds())/1000)
+		}
+	}
+	slices.Sort(rtts)
+	if count < 1 || count > len(rtts) {
+		return 0
+	}
+	return rtts[count-1]
+}

@@ -1,0 +1,433 @@
+package quorum
+
+import (
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"meridian/internal/config"
+	"meridian/internal/errs"
+	"meridian/internal/hlc"
+	"meridian/internal/meteorshower"
+	"meridian/internal/placement"
+	"meridian/internal/storage"
+	"meridian/internal/wire"
+	"meridian/internal/wire/peerpb"
+)
+
+// MeteorShower keyspaces share the quorum protocol's writes, failure detector and
+// anti-entropy; what differs is the read path (meteorshower-paper.txt II-C, Fig. 5): a read
+// is served by the local replica once a majority (ALL: every replica) of valid statuses show
+// that the local version is the newest, and otherwise waits in the read-subscription map,
+// woken by statuses and by writes applied locally. Three guards keep it within what the
+// paper's proof covers:
+//   - clock: when the clock service measures an offset beyond ε, reads fall back to quorum
+//     reads (a round trip) — visibly, in the response's read path and in metrics;
+//   - staleness: a read that waits longer than msMaxWait also falls back (a partition that
+//     stops statuses must not stop reads that a quorum can still answer);
+//   - placement: a coordinator that holds no replica of the key uses quorum reads.
+
+// ReadPath says how a read was served (returned to clients as read_path).
+const (
+	PathQuorum      = "quorum"
+	PathLocal       = "local"
+	PathLocalWaited = "local-waited"
+	PathFallback    = "fallback"
+)
+
+// MSCounters are MeteorShower's metrics, updated by the core and read by the runtime's
+// metrics (atomic: the core runs on the event loop, metrics on another goroutine).
+type MSCounters struct {
+	ReadsLocal, ReadsWaited, ReadsFallback                atomic.Int64
+	ReadWaitNanosTotal                                    atomic.Int64
+	StatusesSent, StatusesReceived, StatusBytesSent, Gaps atomic.Int64
+	MeasuredOffsetNanos                                   atomic.Int64
+	ClockUnsafe                                           atomic.Bool
+}
+
+type msRead struct {
+	req    Request
+	ks     *placement.Keyspace
+	part   *placement.Partition
+	need   int
+	theta  time.Duration
+	since  time.Time
+	waited bool
+	done   bool
+}
+
+type msState struct {
+	tracker *meteorshower.Tracker
+	pending map[string][]*msRead // by key ID
+	count   int
+}
+
+// msMaxWait is how long a local read may wait for statuses before it is served by a quorum
+// instead: a few status intervals beyond the slowest one-way delay of the cluster.
+func (c *Core) msMaxWait(ks *placement.Keyspace) time.Duration {
+	var slowest time.Duration
+	for _, a := range c.cfg.Nodes {
+		for _, b := range c.cfg.Nodes {
+			if c.cfg.Topology != nil && c.cfg.Topology.HasRegion(a.Region) && c.cfg.Topology.HasRegion(b.Region) {
+				slowest = max(slowest, c.cfg.Topology.OneWay(a.Region, b.Region))
+			}
+		}
+	}
+	return 2*slowest + 10*msInterval(ks) + 50*time.Millisecond
+}
+
+func msInterval(ks *placement.Keyspace) time.Duration {
+	if d, err := time.ParseDuration(ks.Spec.Options["status_interval"]); err == nil && d > 0 {
+		return d
+	}
+	return 10 * time.Millisecond
+}
+
+func isMS(ks *placement.Keyspace) bool {
+	return ks != nil && ks.Spec.Protocol == config.ProtocolMeteorShower
+}
+
+// setupMS creates the status tracker when the placement first holds a MeteorShower keyspace
+// this node replicates.
+func (c *Core) setupMS(now time.Time) {
+	if c.ms != nil || c.pmap == nil {
+		return
+	}
+	interval := time.Duration(0)
+	redundancy := 0
+	peers := map[uint32]bool{}
+	for _, ks := range c.pmap.Keyspaces {
+		if !isMS(ks) {
+			continue
+		}
+		iv := msInterval(ks)
+		if interval == 0 || iv < interval {
+			interval = iv
+		}
+		if l, err := strconv.Atoi(ks.Spec.Options["redundancy"]); err == nil {
+			redundancy = max(redundancy, l)
+		} else {
+			redundancy = max(redundancy, 3)
+		}
+		for i := range ks.Partitions {
+			p := &ks.Partitions[i]
+			if !p.HasReplica(c.cfg.NodeID) {
+				continue
+			}
+			for _, r := range p.Replicas {
+				if r != c.cfg.NodeID {
+					peers[r] = true
+				}
+			}
+		}
+	}
+	if interval == 0 {
+		return
+	}
+	var list []uint32
+	for p := range peers {
+		list = append(list, p)
+	}
+	slices.Sort(list)
+	c.ms = &msState{
+		tracker: meteorshower.New(meteorshower.Config{Self: c.cfg.NodeID, Peers: list, Interval: interval, Redundancy: redundancy,
+			MaxClockOffset: c.cfg.MaxClockOffset, Mutation: c.cfg.Mutation}, now),
+		pending: map[string][]*msRead{},
+	}
+}
+
+// peersOf lists the other replicas of a partition.
+func (c *Core) peersOf(p *placement.Partition) []uint32 {
+	out := make([]uint32, 0, len(p.Replicas))
+	for _, r := range p.Replicas {
+		if r != c.cfg.NodeID {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// applyLocal queues a record for this replica's storage and, for MeteorShower keyspaces,
+// reports it in the next status, sends write notifications (for writes first applied here:
+// notify), and wakes reads waiting for the key.
+func (c *Core) applyLocal(now time.Time, rec storage.Record, notify bool) {
+	c.out.Writes = append(c.out.Writes, rec)
+	if c.ms == nil {
+		return
+	}
+	ks, _ := c.pmap.Keyspace(rec.Keyspace)
+	if !isMS(ks) || int(rec.Partition) >= len(ks.Partitions) {
+		return
+	}
+	p := &ks.Partitions[rec.Partition]
+	peers := c.peersOf(p)
+	c.ms.tracker.Applied(rec.Keyspace, rec.Partition, rec.Key, rec.Version, peers)
+	if notify {
+		pb := wire.RecordToPB(rec)
+		for _, r := range peers {
+			c.send(r, &peerpb.Envelope{Msg: &peerpb.Envelope_WriteNotification{WriteNotification: &peerpb.WriteNotification{Record: pb}}})
+		}
+	}
+	// The local version changed only once the write is in storage: re-check after this
+	// Ready, on the next event (the write is visible to reads from then on).
+	c.msWakeKey(now, rec.Keyspace, rec.Partition, rec.Key, rec)
+}
+
+func msKeyID(keyspace string, partition uint32, key []byte) string {
+	return keyspace + "\x00" + strconv.FormatUint(uint64(partition), 10) + "\x00" + string(key)
+}
+
+// startMSRead begins a MeteorShower read.
+func (c *Core) startMSRead(now time.Time, ks *placement.Keyspace, req Request) {
+	p := ks.Lookup(req.Key)
+	if !req.MinVersion.IsZero() {
+		c.clock.Observe(now, req.MinVersion)
+	}
+	if !p.HasReplica(c.cfg.NodeID) {
+		c.startRead(now, ks, req, PathQuorum)
+		return
+	}
+	if !c.ms.tracker.ClockSafe() {
+		c.msCounters.ReadsFallback.Add(1)
+		c.startRead(now, ks, req, PathFallback)
+		return
+	}
+	need := len(p.Replicas)/2 + 1
+	if req.Level == config.LevelAll {
+		need = len(p.Replicas)
+	}
+	r := &msRead{req: req, ks: ks, part: p, need: need, theta: c.theta(ks, p), since: now}
+	if c.tryMSRead(now, r, nil) {
+		return
+	}
+	if c.inflight >= c.cfg.MaxInflight {
+		c.fail(req, errs.New(errs.Overloaded, "node coordinates %d requests already", c.inflight))
+		return
+	}
+	r.waited = true
+	id := msKeyID(req.Keyspace, p.ID, req.Key)
+	c.ms.pending[id] = append(c.ms.pending[id], r)
+	c.ms.count++
+	c.inflight++
+}
+
+// tryMSRead serves r if the statuses allow; known is a record just queued for storage (not
+// yet readable) that is the newest local version.
+func (c *Core) tryMSRead(now time.Time, r *msRead, known *storage.Record) bool {
+	rec, found, err := c.store.Get(r.req.Keyspace, r.part.ID, r.req.Key)
+	if err != nil {
+		c.fail(r.req, errs.New(errs.Internal, "local read: %v", err))
+		r.done = true
+		return true
+	}
+	if known != nil && (!found || rec.Version.Less(known.Version)) {
+		rec, found = *known, true
+	}
+	local := rec.Version
+	if !found {
+		local = hlc.Version{}
+	}
+	// Validity is judged at the read's own timestamp ts (paper Fig. 5b: sts + θ > ts), not
+	// at the time of this re-check.
+	ok, _ := c.ms.tracker.Check(r.since, r.req.Keyspace, r.part.ID, r.req.Key, local, r.part.Replicas, r.need, r.theta, r.req.MinVersion.WallNanos)
+	if !ok {
+		return false
+	}
+	r.done = true
+	res := Result{ID: r.req.ID, Op: OpGet, Path: PathLocal}
+	if r.waited {
+		res.Path = PathLocalWaited
+		c.msCounters.ReadsWaited.Add(1)
+		c.msCounters.ReadWaitNanosTotal.Add(int64(now.Sub(r.since)))
+	} else {
+		c.msCounters.ReadsLocal.Add(1)
+	}
+	if found {
+		c.clock.Observe(now, rec.Version)
+		res.Version = rec.Version
+		if !rec.Tombstone {
+			res.Found, res.Value = true, rec.Value
+		}
+	}
+	c.reply(res)
+	return true
+}
+
+// msWakeKey re-checks the reads waiting for one key after a local write.
+func (c *Core) msWakeKey(now time.Time, keyspace string, partition uint32, key []byte, rec storage.Record) {
+	id := msKeyID(keyspace, partition, key)
+	waiting := c.ms.pending[id]
+	if len(waiting) == 0 {
+		return
+	}
+	kept := waiting[:0]
+	for _, r := range waiting {
+		if r.done || c.tryMSRead(now, r, &rec) {
+			c.msDone(r)
+			continue
+		}
+		kept = append(kept, r)
+	}
+	c.msSet(id, kept)
+}
+
+// msWakeAll re-checks every waiting read (a status arrived: validity or versions changed),
+// and sends reads that waited too long, or whose deadline passed, elsewhere.
+func (c *Core) msWakeAll(now time.Time) {
+	if c.ms == nil || c.ms.count == 0 {
+		return
+	}
+	ids := make([]string, 0, len(c.ms.pending))
+	for id := range c.ms.pending {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids) // deterministic order of replies
+	for _, id := range ids {
+		waiting := c.ms.pending[id]
+		kept := waiting[:0]
+		for _, r := range waiting {
+			switch {
+			case r.done:
+				c.msDone(r)
+			case !now.Before(r.req.Deadline):
+				r.done = true
+				c.msDone(r)
+				c.fail(r.req, errs.New(errs.Timeout, "read timed out waiting for replica statuses (meteorshower)"))
+			case !c.ms.tracker.ClockSafe() || now.Sub(r.since) > c.msMaxWait(r.ks):
+				r.done = true
+				c.msDone(r)
+				c.msCounters.ReadsFallback.Add(1)
+				c.startRead(now, r.ks, r.req, PathFallback)
+			case c.tryMSRead(now, r, nil):
+				c.msDone(r)
+			default:
+				kept = append(kept, r)
+			}
+		}
+		c.msSet(id, kept)
+	}
+}
+
+func (c *Core) msDone(r *msRead) {
+	c.ms.count--
+	c.inflight--
+}
+
+func (c *Core) msSet(id string, kept []*msRead) {
+	if len(kept) == 0 {
+		delete(c.ms.pending, id)
+	} else {
+		c.ms.pending[id] = kept
+	}
+}
+
+// theta resolves θ for reads of partition p coordinated here (paper II-E): lower is 0; upper
+// is the one-way delay lower bound from this node to the replicas — sorted, the minimum for
+// ONE writes, the majority-th (the median for three) for QUORUM, the maximum for ALL — minus
+// ε; an explicit duration is used as is. The one-way lower bounds are the configured
+// topology's RTT/2: safe as long as no message between two regions arrives faster than half
+// the configured RTT (true for the emulated WAN and the lab router, which add delay, and an
+// operator's responsibility in production).
+func (c *Core) theta(ks *placement.Keyspace, p *placement.Partition) time.Duration {
+	if c.cfg.Mutation == "theta-above-upper" {
+		return 3*c.thetaUpper(ks, p) + 20*time.Millisecond
+	}
+	switch mode := ks.Spec.Options["theta"]; mode {
+	case "", "lower":
+		return 0
+	case "upper":
+		return c.thetaUpper(ks, p)
+	default:
+		d, _ := time.ParseDuration(mode) // validated by config
+		return d
+	}
+}
+
+func (c *Core) thetaUpper(ks *placement.Keyspace, p *placement.Partition) time.Duration {
+	var ones []time.Duration
+	for _, r := range p.Replicas {
+		if r == c.cfg.NodeID {
+			ones = append(ones, 0)
+			continue
+		}
+		ones = append(ones, c.rtt(r)/2)
+	}
+	slices.Sort(ones)
+	idx := len(ones) / 2 // QUORUM: the majority-th smallest (the median of three)
+	switch config.Level(ks.Spec.Options["write_level"]) {
+	case config.LevelOne:
+		idx = 0
+	case config.LevelAll:
+		idx = len(ones) - 1
+	}
+	return max(0, ones[idx]-c.cfg.MaxClockOffset)
+}
+
+// handleMS processes MeteorShower's peer messages.
+func (c *Core) handleMS(now time.Time, env *peerpb.Envelope) {
+	if c.ms == nil {
+		return
+	}
+	switch m := env.Msg.(type) {
+	case *peerpb.Envelope_Status:
+		for _, e := range c.ms.tracker.OnStatus(now, env.From, m.Status) {
+			c.send(e.To, e)
+		}
+		c.msSyncCounters()
+		c.msWakeAll(now)
+	case *peerpb.Envelope_WriteNotification:
+		rec, err := wire.RecordFromPB(m.WriteNotification.GetRecord())
+		if err != nil {
+			return
+		}
+		if _, ok := c.partitionFor(rec.Keyspace, rec.Partition); !ok {
+			return
+		}
+		c.clock.Observe(now, rec.Version)
+		c.applyLocal(now, rec, false)
+	case *peerpb.Envelope_FullStatusRequest:
+		seq, inc := c.ms.tracker.FullStatusBase(env.From)
+		var parts []partRef
+		for _, ref := range c.sharedPartitions(env.From) {
+			if ks, ok := c.pmap.Keyspace(ref.keyspace); ok && isMS(ks) {
+				parts = append(parts, ref)
+			}
+		}
+		c.out.Jobs = append(c.out.Jobs, Job{Kind: JobFullStatus, Peer: env.From, FullBaseSeq: seq, FullIncarnation: inc,
+			FullBaseSts: now.UnixNano(), fullParts: parts})
+	case *peerpb.Envelope_FullStatus:
+		c.ms.tracker.OnFullStatus(now, env.From, m.FullStatus)
+		c.msWakeAll(now)
+	case *peerpb.Envelope_ClockPing:
+		e := c.ms.tracker.OnClockPing(now, env.From, m.ClockPing)
+		c.send(e.To, e)
+	case *peerpb.Envelope_ClockPong:
+		c.ms.tracker.OnClockPong(now, env.From, m.ClockPong)
+		c.msCounters.MeasuredOffsetNanos.Store(int64(c.ms.tracker.MaxMeasuredOffset()))
+		c.msCounters.ClockUnsafe.Store(!c.ms.tracker.ClockSafe())
+	}
+}
+
+func (c *Core) tickMS(now time.Time) {
+	c.setupMS(now)
+	if c.ms == nil {
+		return
+	}
+	for _, e := range c.ms.tracker.Tick(now) {
+		c.send(e.To, e)
+	}
+	c.msSyncCounters()
+	c.msWakeAll(now)
+}
+
+func (c *Core) msSyncCounters() {
+	st := c.ms.tracker.Stats()
+	c.msCounters.StatusesSent.Store(int64(st.StatusesSent))
+	c.msCounters.StatusesReceived.Store(int64(st.StatusesReceived))
+	c.msCounters.StatusBytesSent.Store(int64(st.StatusBytesSent))
+	c.msCounters.Gaps.Store(int64(st.Gaps))
+}
+
+// MS exposes MeteorShower's counters (nil-safe to read: zero when unused).
+func (c *Core) MS() *MSCounters { return &c.msCounters }
