@@ -40,6 +40,7 @@ type benchFlags struct {
 	maxMode                                bool
 	p99Bound                               time.Duration
 	seed                                   uint64
+	maxClockOffset                         time.Duration
 }
 
 func compareCmd(use string) *cobra.Command {
@@ -79,6 +80,7 @@ func compareCmd(use string) *cobra.Command {
 	fl.BoolVar(&f.maxMode, "max", false, "find the highest throughput whose p99 stays under --p99 (first configuration only)")
 	fl.DurationVar(&f.p99Bound, "p99", 50*time.Millisecond, "p99 bound for --max")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the workload generators")
+	fl.DurationVar(&f.maxClockOffset, "max-clock-offset", 2*time.Millisecond, "ε of the emulated cluster")
 	return cmd
 }
 
@@ -136,7 +138,7 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 		if err != nil {
 			return err
 		}
-		target = &bench.EmulatedTarget{Topo: topo, NodesPerRegion: f.nodesPerRegion, ReplicasPerRegion: f.replicas, Partitions: f.partitions, Seed: f.seed}
+		target = &bench.EmulatedTarget{Topo: topo, NodesPerRegion: f.nodesPerRegion, ReplicasPerRegion: f.replicas, Partitions: f.partitions, Seed: f.seed, MaxClockOffset: f.maxClockOffset}
 		nodes = f.nodesPerRegion * len(topo.Regions)
 	}
 	defer target.Close()
@@ -163,7 +165,7 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 			return fmt.Errorf("bench: --sweep-rtt: %w", err)
 		}
 		newTarget := func(t *topology.Topology) bench.Target {
-			return &bench.EmulatedTarget{Topo: t, NodesPerRegion: f.nodesPerRegion, ReplicasPerRegion: f.replicas, Partitions: f.partitions, Seed: f.seed}
+			return &bench.EmulatedTarget{Topo: t, NodesPerRegion: f.nodesPerRegion, ReplicasPerRegion: f.replicas, Partitions: f.partitions, Seed: f.seed, MaxClockOffset: f.maxClockOffset}
 		}
 		sw, err := bench.SweepRTT(ctx, newTarget, []string{"dc1", "dc2", "dc3"}, rtts, cfgs, ro, os.Stdout)
 		if err != nil {

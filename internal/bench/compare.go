@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"meridian/internal/topology"
 )
@@ -68,7 +69,22 @@ func Compare(ctx context.Context, t Target, cfgs []Config, o RunOptions, log io.
 		if err != nil {
 			return rep, fmt.Errorf("bench: prepare %s: %w", cfg.Label(), err)
 		}
+		type statusCounter interface {
+			StatusBytes() int64
+			Nodes() int
+		}
+		sc, hasStatus := sess.(statusCounter)
+		var before int64
+		var started time.Time
+		if hasStatus {
+			before, started = sc.StatusBytes(), time.Now()
+		}
 		run, err := Execute(ctx, sess, topo.Regions, cfg, o)
+		if err == nil && hasStatus && sc.Nodes() > 0 {
+			if d := time.Since(started).Seconds(); d > 0 {
+				run.StatusBytesPerNodePerS = float64(sc.StatusBytes()-before) / d / float64(sc.Nodes())
+			}
+		}
 		sess.Close()
 		if err != nil {
 			return rep, fmt.Errorf("bench: run %s: %w", cfg.Label(), err)
@@ -121,7 +137,11 @@ func PrintCompare(w io.Writer, rep *Report) {
 	tw.Flush()
 	fmt.Fprintf(w, "latencies in ms; bound = the physical lower bound for the configuration's guarantee; ratio = p50 / p50 of %s\n", base.Label())
 	for _, run := range rep.Runs {
-		fmt.Fprintf(w, "  %s: %.0f ops/s\n", run.Label(), run.ThroughputOps)
+		fmt.Fprintf(w, "  %s: %.0f ops/s", run.Label(), run.ThroughputOps)
+		if run.StatusBytesPerNodePerS > 0 {
+			fmt.Fprintf(w, ", status traffic %.0f bytes/s per node", run.StatusBytesPerNodePerS)
+		}
+		fmt.Fprintln(w)
 	}
 }
 

@@ -56,7 +56,9 @@ type Run struct {
 	Workload      string                 `json:"workload,omitempty"`
 	Regions       map[string]RegionStats `json:"regions"`
 	ThroughputOps float64                `json:"throughput_ops"`
-	Timeline      []TimePoint            `json:"timeline,omitempty"`
+	// StatusBytesPerNodePerS is MeteorShower's status traffic per node during the run.
+	StatusBytesPerNodePerS float64     `json:"status_bytes_per_node_per_s,omitempty"`
+	Timeline               []TimePoint `json:"timeline,omitempty"`
 }
 
 // Label names the run in tables and chart legends, e.g. "quorum QUORUM/QUORUM" or

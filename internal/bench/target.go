@@ -69,6 +69,8 @@ type EmulatedTarget struct {
 	Partitions        int
 	Jitter            time.Duration
 	Seed              uint64
+	// MaxClockOffset is the cluster's ε (default 2ms).
+	MaxClockOffset time.Duration
 }
 
 func (t *EmulatedTarget) Name() string                 { return "emulated " + t.Topo.Name }
@@ -92,9 +94,10 @@ func (t *EmulatedTarget) Prepare(ctx context.Context, cfg Config) (Session, erro
 		NodesPerRegion: t.NodesPerRegion,
 		Keyspace: config.Keyspace{Name: "bench", Protocol: cfg.Protocol, ReplicasPerRegion: max(1, t.ReplicasPerRegion),
 			Partitions: max(1, t.Partitions), Options: opts},
-		Jitter: t.Jitter,
-		Seed:   t.Seed,
-		Logger: slog.New(slog.DiscardHandler),
+		Jitter:         t.Jitter,
+		Seed:           t.Seed,
+		MaxClockOffset: t.MaxClockOffset,
+		Logger:         slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		return nil, err
@@ -121,6 +124,18 @@ func (s *emulatedSession) LowerBoundMs(region, op string) float64 {
 }
 
 func (s *emulatedSession) Close() error { s.c.Close(); return nil }
+
+// StatusBytes is the MeteorShower status traffic every node has sent so far.
+func (s *emulatedSession) StatusBytes() int64 {
+	var n int64
+	for _, nd := range s.c.Nodes {
+		n += nd.StatusBytesSent()
+	}
+	return n
+}
+
+// Nodes is the number of nodes.
+func (s *emulatedSession) Nodes() int { return len(s.c.Nodes) }
 
 // serviceKV calls a node's gateway in-process (no gRPC), keyspace "bench", with the
 // keyspace's default levels.

@@ -66,7 +66,10 @@ type peerIn struct {
 	lastSts  int64 // sender's clock, ns, of batch lastSeq
 	// received holds batches beyond lastSeq (seq → sts) until the sequence is contiguous.
 	received map[uint64]int64
-	versions map[keyID]hlc.Version
+	// versions holds, per key, the newest few versions the peer reported, ascending: a read
+	// at ts compares with the newest version stamped no later than ts, so writes that began
+	// after the read cannot starve it.
+	versions map[keyID][]hlc.Version
 	// full status being assembled.
 	fullBase     uint64
 	fullBaseSts  int64
@@ -111,7 +114,7 @@ func New(cfg Config, start time.Time) *Tracker {
 	slices.Sort(t.cfg.Peers)
 	for _, p := range t.cfg.Peers {
 		t.out[p] = &peerOut{}
-		t.in[p] = &peerIn{received: map[uint64]int64{}, versions: map[keyID]hlc.Version{}}
+		t.in[p] = &peerIn{received: map[uint64]int64{}, versions: map[keyID][]hlc.Version{}}
 	}
 	t.clock.init(cfg.Peers)
 	return t
@@ -196,16 +199,13 @@ func (t *Tracker) OnStatus(now time.Time, from uint32, st *peerpb.Status) []*pee
 	if st.Incarnation != in.incarnation {
 		// A new incarnation (the peer restarted): its sequence starts over and nothing we
 		// knew of it is a base any more.
-		*in = peerIn{incarnation: st.Incarnation, received: map[uint64]int64{}, versions: map[keyID]hlc.Version{}}
+		*in = peerIn{incarnation: st.Incarnation, received: map[uint64]int64{}, versions: map[keyID][]hlc.Version{}}
 	}
 	in.statusesSeen++
 	batches := append([]*peerpb.StatusBatch{st.Current}, st.Redundant...)
 	for _, b := range batches {
 		for _, e := range b.Entries {
-			id := makeKeyID(e.Keyspace, e.Partition, e.Key)
-			if v := wire.VersionFromPB(e.Wts); in.versions[id].Less(v) {
-				in.versions[id] = v
-			}
+			in.note(makeKeyID(e.Keyspace, e.Partition, e.Key), wire.VersionFromPB(e.Wts))
 		}
 		if b.Seq > in.lastSeq {
 			in.received[b.Seq] = b.StsUnixNanos
@@ -239,6 +239,35 @@ func (t *Tracker) OnStatus(now time.Time, from uint32, st *peerpb.Status) []*pee
 }
 
 func (t *Tracker) hasSeq(in *peerIn, s uint64) bool { _, ok := in.received[s]; return ok }
+
+// versionsKept bounds the per-key version list of the status map.
+const versionsKept = 4
+
+// note records that the peer holds version v of key (statuses may repeat and reorder).
+func (in *peerIn) note(id keyID, v hlc.Version) {
+	vs := in.versions[id]
+	i, found := slices.BinarySearchFunc(vs, v, hlc.Version.Compare)
+	if found {
+		return
+	}
+	vs = slices.Insert(vs, i, v)
+	if len(vs) > versionsKept {
+		vs = vs[len(vs)-versionsKept:]
+	}
+	in.versions[id] = vs
+}
+
+// newestAtOrBefore returns the newest version of key the peer reported that was stamped no
+// later than ts; known is false when every kept version is later and older ones were dropped.
+func (in *peerIn) newestAtOrBefore(id keyID, ts int64) (v hlc.Version, known bool) {
+	vs := in.versions[id]
+	for i := len(vs) - 1; i >= 0; i-- {
+		if vs[i].WallNanos <= ts {
+			return vs[i], true
+		}
+	}
+	return hlc.Version{}, len(vs) < versionsKept
+}
 
 func (t *Tracker) advance(in *peerIn) {
 	for {
@@ -278,10 +307,7 @@ func (t *Tracker) OnFullStatus(now time.Time, from uint32, fs *peerpb.FullStatus
 		return
 	}
 	for _, e := range fs.Entries {
-		id := makeKeyID(e.Keyspace, e.Partition, e.Key)
-		if v := wire.VersionFromPB(e.Wts); in.versions[id].Less(v) {
-			in.versions[id] = v
-		}
+		in.note(makeKeyID(e.Keyspace, e.Partition, e.Key), wire.VersionFromPB(e.Wts))
 	}
 	if !fs.Done {
 		return
@@ -317,24 +343,34 @@ type Theta = time.Duration
 func (t *Tracker) Check(now time.Time, keyspace string, partition uint32, key []byte, local hlc.Version,
 	replicas []uint32, need int, theta time.Duration, floor int64) (serve bool, valid int) {
 	id := makeKeyID(keyspace, partition, key)
-	valid, holders := 1, 1 // the local status
+	valid, holders, stable := 1, 1, 1 // the local status; the local copy holds local
 	for _, r := range replicas {
 		if r == t.cfg.Self {
 			continue
 		}
 		in, ok := t.in[r]
-		if !ok || !in.complete || in.lastSeq == 0 {
+		if !ok {
+			continue
+		}
+		if vs := in.versions[id]; local.IsZero() || (len(vs) > 0 && !vs[len(vs)-1].Less(local)) {
+			stable++
+		}
+		if !in.complete || in.lastSeq == 0 {
 			continue
 		}
 		if in.lastSts+int64(theta) <= now.UnixNano() || in.lastSts <= floor {
 			continue
 		}
 		valid++
-		if !local.Less(in.versions[id]) {
+		if pv, known := in.newestAtOrBefore(id, now.UnixNano()); known && !local.Less(pv) {
 			holders++
 		}
 	}
-	return valid >= need && holders >= need, valid
+	// Stability: the value returned must already be held by enough replicas, as a quorum
+	// read's blocking read repair ensures. Returning a write that only the local replica has
+	// lets two readers in two regions each see their own region's fresh write first and
+	// miss the other's — a cycle no sequential order explains (docs/meteorshower.md).
+	return valid >= need && holders >= need && stable >= need, valid
 }
 
 // ClockSafe reports whether every measured peer offset is within ε (DESIGN.md section 4:

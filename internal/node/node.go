@@ -214,6 +214,9 @@ func (n *Node) Engine() *storage.Engine { return n.engine }
 // Clock returns the node's physical clock (with its configured offset).
 func (n *Node) Clock() hlc.PhysicalClock { return n.clock }
 
+// StatusBytesSent is the MeteorShower status traffic this node has sent.
+func (n *Node) StatusBytesSent() int64 { return n.core.MS().StatusBytesSent.Load() }
+
 // Registry returns the node's metrics registry.
 func (n *Node) Registry() *prometheus.Registry { return n.opts.Registry }
 

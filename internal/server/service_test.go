@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"meridian/api/meridianpb"
-	"meridian/internal/config"
 	"meridian/internal/bench"
+	"meridian/internal/config"
 	"meridian/internal/placement"
 	"meridian/internal/server"
 	"meridian/internal/topology"

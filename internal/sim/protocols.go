@@ -58,11 +58,21 @@ var RuntimeMutations = map[string]string{
 // unless every copy is lost, so ack-before-sync runs with one replica.
 var mutationSetup = map[string]func(*Options){
 	"ack-before-sync": func(o *Options) { o.ReplicaRegions = 1 },
-	// Only clocks beyond ε make the missing fallback matter.
-	"clock-no-fallback": func(o *Options) { o.Faults[FaultClockBeyond] = true },
-	// Stale statuses show without faults; crashes and partitions mostly send reads to the
-	// quorum fallback, which hides them.
-	"theta-above-upper": func(o *Options) { o.Faults = map[string]bool{} },
+	// Only clocks beyond ε make the missing fallback matter. Sessions are off for the
+	// clock and θ mutations: a session's version floor also protects reads from statuses
+	// that are too old, and would hide the broken bound.
+	//
+	// θ protects a process that reads, through one coordinator, what it wrote through
+	// another (Lemma 1); a process that stays with its coordinator finds its writes in the
+	// coordinator's own replica whatever θ is. So these two run with roaming clients.
+	"clock-no-fallback": func(o *Options) {
+		o.Faults = map[string]bool{FaultClockBeyond: true}
+		o.NoSessions, o.Roam = true, true
+	},
+	"theta-above-upper": func(o *Options) {
+		o.Faults = map[string]bool{}
+		o.NoSessions, o.Roam = true, true
+	},
 	// Gaps come from partitions and loss; crashes restart the sequence instead.
 	"gap-ignored": func(o *Options) { o.Faults = map[string]bool{FaultPartition: true, FaultLoss: true} },
 }
