@@ -35,6 +35,9 @@ fuzz:
 sim-ci: build
 	$(BIN) sim --protocol quorum --seeds $(SIMSEEDS) --faults all
 	$(BIN) sim --protocol quorum --mutations --mutation-seeds 200 --faults all
+	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --option theta=lower
+	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --option theta=upper
+	$(BIN) sim --protocol meteorshower --mutations --mutation-seeds 200 --faults all
 
 # The README's first command: an in-process cluster on the emulated WAN, latency per region.
 demo:

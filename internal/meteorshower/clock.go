@@ -16,17 +16,24 @@ type clockService struct {
 	peers   []uint32
 	last    time.Time
 	samples map[uint32][]clockSample // ring of recent samples
+	// netRTT is the configured network RTT to each peer. The part of a sample's RTT beyond
+	// it is time spent in queues and event loops on either side, which can fall on one leg
+	// only: it bounds the error it adds to the estimate, so it is subtracted before the
+	// estimate is compared with ε (otherwise scheduling noise of a few ms on a busy machine
+	// would read as clock offset).
+	netRTT map[uint32]time.Duration
 }
 
 type clockSample struct {
 	offset, rtt time.Duration
 }
 
-const clockSamples = 8
+const clockSamples = 16
 
-func (c *clockService) init(peers []uint32) {
+func (c *clockService) init(peers []uint32, netRTT map[uint32]time.Duration) {
 	c.peers = peers
 	c.samples = map[uint32][]clockSample{}
+	c.netRTT = netRTT
 }
 
 func (c *clockService) tick(now time.Time, self uint32, every time.Duration) []*peerpb.Envelope {
@@ -72,6 +79,9 @@ func (c *clockService) maxOffset() time.Duration {
 		off := best.offset
 		if off < 0 {
 			off = -off
+		}
+		if excess := best.rtt - c.netRTT[p]; excess > 0 {
+			off = max(0, off-excess/2)
 		}
 		worst = max(worst, off)
 	}

@@ -51,8 +51,10 @@ type Config struct {
 	Redundancy int
 	// MaxClockOffset is ε.
 	MaxClockOffset time.Duration
-	// ClockPingInterval: how often the clock service pings each peer. Default 1s.
+	// ClockPingInterval: how often the clock service pings each peer. Default 250ms.
 	ClockPingInterval time.Duration
+	// PeerRTT is the configured network RTT to each peer (the topology's).
+	PeerRTT map[uint32]time.Duration
 	Mutation          string
 }
 
@@ -108,7 +110,7 @@ func New(cfg Config, start time.Time) *Tracker {
 		cfg.Interval = 10 * time.Millisecond
 	}
 	if cfg.ClockPingInterval <= 0 {
-		cfg.ClockPingInterval = time.Second
+		cfg.ClockPingInterval = 250 * time.Millisecond
 	}
 	t := &Tracker{cfg: cfg, incarnation: uint64(start.UnixNano()), out: map[uint32]*peerOut{}, in: map[uint32]*peerIn{}}
 	slices.Sort(t.cfg.Peers)
@@ -116,7 +118,7 @@ func New(cfg Config, start time.Time) *Tracker {
 		t.out[p] = &peerOut{}
 		t.in[p] = &peerIn{received: map[uint64]int64{}, versions: map[keyID][]hlc.Version{}}
 	}
-	t.clock.init(cfg.Peers)
+	t.clock.init(cfg.Peers, cfg.PeerRTT)
 	return t
 }
 

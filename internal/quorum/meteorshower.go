@@ -130,9 +130,13 @@ func (c *Core) setupMS(now time.Time) {
 		list = append(list, p)
 	}
 	slices.Sort(list)
+	rtts := map[uint32]time.Duration{}
+	for _, p := range list {
+		rtts[p] = c.rtt(p)
+	}
 	c.ms = &msState{
 		tracker: meteorshower.New(meteorshower.Config{Self: c.cfg.NodeID, Peers: list, Interval: interval, Redundancy: redundancy,
-			MaxClockOffset: c.cfg.MaxClockOffset, Mutation: c.cfg.Mutation}, now),
+			MaxClockOffset: c.cfg.MaxClockOffset, Mutation: c.cfg.Mutation, PeerRTT: rtts}, now),
 		pending: map[string][]*msRead{},
 	}
 }
@@ -162,6 +166,13 @@ func (c *Core) applyLocal(now time.Time, rec storage.Record, notify bool) {
 	}
 	p := &ks.Partitions[rec.Partition]
 	peers := c.peersOf(p)
+	if !notify {
+		// Notifications, repairs and anti-entropy often bring a version this replica already
+		// has: report only what is new here, so statuses stay small.
+		if cur, found, err := c.store.Get(rec.Keyspace, rec.Partition, rec.Key); err == nil && found && !cur.Version.Less(rec.Version) {
+			return
+		}
+	}
 	c.ms.tracker.Applied(rec.Keyspace, rec.Partition, rec.Key, rec.Version, peers)
 	if notify {
 		pb := wire.RecordToPB(rec)
