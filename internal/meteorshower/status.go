@@ -54,8 +54,8 @@ type Config struct {
 	// ClockPingInterval: how often the clock service pings each peer. Default 250ms.
 	ClockPingInterval time.Duration
 	// PeerRTT is the configured network RTT to each peer (the topology's).
-	PeerRTT map[uint32]time.Duration
-	Mutation          string
+	PeerRTT  map[uint32]time.Duration
+	Mutation string
 }
 
 // peerIn is what this node knows of one peer's statuses.

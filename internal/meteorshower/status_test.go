@@ -21,7 +21,9 @@ func statuses(envs []*peerpb.Envelope) []*peerpb.Status {
 	return out
 }
 
-func v(ms int64) hlc.Version { return hlc.Version{WallNanos: t0.Add(time.Duration(ms) * time.Millisecond).UnixNano(), NodeID: 2} }
+func v(ms int64) hlc.Version {
+	return hlc.Version{WallNanos: t0.Add(time.Duration(ms) * time.Millisecond).UnixNano(), NodeID: 2}
+}
 
 // pair builds a sender (node 2) and a receiver (node 1) and makes the receiver's view of the
 // sender complete (first status, full status).
