@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -138,7 +139,9 @@ func (s *emulatedSession) StatusBytes() int64 {
 func (s *emulatedSession) Nodes() int { return len(s.c.Nodes) }
 
 // serviceKV calls a node's gateway in-process (no gRPC), keyspace "bench", with the
-// keyspace's default levels.
+// keyspace's default levels. The gateway keeps the request's byte slices (they travel in
+// replication messages and storage batches), so keys and values are copied here: the YCSB
+// generator reuses its buffers for the next operation.
 type serviceKV struct {
 	svc interface {
 		Get(context.Context, *meridianpb.GetRequest) (*meridianpb.GetResponse, error)
@@ -148,12 +151,12 @@ type serviceKV struct {
 }
 
 func (k *serviceKV) Read(ctx context.Context, key []byte) error {
-	_, err := k.svc.Get(ctx, &meridianpb.GetRequest{Keyspace: "bench", Key: key})
+	_, err := k.svc.Get(ctx, &meridianpb.GetRequest{Keyspace: "bench", Key: bytes.Clone(key)})
 	return err
 }
 
 func (k *serviceKV) Update(ctx context.Context, key, value []byte) error {
-	_, err := k.svc.Put(ctx, &meridianpb.PutRequest{Keyspace: "bench", Key: key, Value: value})
+	_, err := k.svc.Put(ctx, &meridianpb.PutRequest{Keyspace: "bench", Key: bytes.Clone(key), Value: bytes.Clone(value)})
 	return err
 }
 
@@ -162,7 +165,7 @@ func (k *serviceKV) Insert(ctx context.Context, key, value []byte) error {
 }
 
 func (k *serviceKV) Scan(ctx context.Context, start []byte, count int) error {
-	_, err := k.svc.Scan(ctx, &meridianpb.ScanRequest{Keyspace: "bench", Start: start, Limit: uint32(count)})
+	_, err := k.svc.Scan(ctx, &meridianpb.ScanRequest{Keyspace: "bench", Start: bytes.Clone(start), Limit: uint32(count)})
 	return err
 }
 

@@ -24,7 +24,9 @@ import (
 	"meridian/internal/transport"
 )
 
-// Service implements the Meridian client API on one node.
+// Service implements the Meridian client API on one node. In-process callers (the emulated
+// cluster) must not modify a request's byte slices after the call: the node keeps them in
+// replication messages and storage batches.
 type Service struct {
 	meridianpb.UnimplementedMeridianServer
 	node *node.Node
