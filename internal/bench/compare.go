@@ -74,12 +74,21 @@ func Compare(ctx context.Context, t Target, cfgs []Config, o RunOptions, log io.
 			Nodes() int
 		}
 		sc, hasStatus := sess.(statusCounter)
+		ro := o
+		if !o.SkipLoad {
+			// Load first, so the status traffic below is that of the measured run alone.
+			if err := Load(ctx, sess, o.Workload, topo.Regions, max(o.LoadParallel, 256)); err != nil {
+				sess.Close()
+				return rep, fmt.Errorf("bench: load %s: %w", cfg.Label(), err)
+			}
+			ro.SkipLoad = true
+		}
 		var before int64
 		var started time.Time
 		if hasStatus {
 			before, started = sc.StatusBytes(), time.Now()
 		}
-		run, err := Execute(ctx, sess, topo.Regions, cfg, o)
+		run, err := Execute(ctx, sess, topo.Regions, cfg, ro)
 		if err == nil && hasStatus && sc.Nodes() > 0 {
 			if d := time.Since(started).Seconds(); d > 0 {
 				run.StatusBytesPerNodePerS = float64(sc.StatusBytes()-before) / d / float64(sc.Nodes())

@@ -104,17 +104,28 @@ func (s *second) p99() float64 {
 	return coarseUpperMs(coarseBuckets - 1)
 }
 
-// clientStats are one client's histograms, allocated lazily per operation type.
+// clientStats are the histograms of one region's clients, shared (under a mutex) so that a
+// run with hundreds of clients does not allocate hundreds of histograms at its start — the
+// allocation burst and the GC it causes showed up as tail latency.
 type clientStats struct {
+	mu   sync.Mutex
 	h    [numOps]*hdrhistogram.Histogram
 	errs [numOps]int64
 }
 
 func (c *clientStats) record(op ycsb.OpKind, d time.Duration) {
+	c.mu.Lock()
 	if c.h[op] == nil {
 		c.h[op] = hdrhistogram.New(1, 120_000_000, 3) // µs, up to 2 min
 	}
 	_ = c.h[op].RecordValue(max(1, d.Microseconds()))
+	c.mu.Unlock()
+}
+
+func (c *clientStats) fail(op ycsb.OpKind) {
+	c.mu.Lock()
+	c.errs[op]++
+	c.mu.Unlock()
 }
 
 // Load inserts the workload's records through the session's clients, all regions sharing
@@ -170,7 +181,7 @@ func Execute(ctx context.Context, sess Session, regions []string, cfg Config, o 
 			return nil, err
 		}
 	}
-	shared := ycsb.NewShared(o.Workload)
+	gens := ycsb.NewShared(o.Workload)
 	start := time.Now()
 	measureFrom := start.Add(o.Warmup)
 	end := measureFrom.Add(o.Duration)
@@ -186,7 +197,8 @@ func Execute(ctx context.Context, sess Session, regions []string, cfg Config, o 
 	var wg sync.WaitGroup
 	var connErr error
 	for ri, region := range o.Regions {
-		perRegion[ri].stats = make([]*clientStats, o.ClientsPerRegion)
+		perRegion[ri].stats = []*clientStats{{}}
+		shared := perRegion[ri].stats[0]
 		var arrivals chan time.Time
 		if o.RatePerRegion > 0 {
 			arrivals = make(chan time.Time, 100_000)
@@ -203,9 +215,8 @@ func Execute(ctx context.Context, sess Session, regions []string, cfg Config, o 
 				connErr = err
 				break
 			}
-			st := &clientStats{}
-			perRegion[ri].stats[ci] = st
-			gen := shared.NewGenerator(o.Seed*1_000_003 + uint64(ri*10_000+ci))
+			st := shared
+			gen := gens.NewGenerator(o.Seed*1_000_003 + uint64(ri*10_000+ci))
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -354,7 +365,7 @@ func runClient(ctx context.Context, kv KV, gen *ycsb.Generator, st *clientStats,
 			continue
 		}
 		if err != nil {
-			st.errs[op.Kind]++
+			st.fail(op.Kind)
 			continue
 		}
 		st.record(op.Kind, lat)

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"meridian/internal/hlc"
 	"meridian/internal/wire"
 	"meridian/internal/wire/peerpb"
@@ -157,7 +159,7 @@ func (t *Tracker) Tick(now time.Time) []*peerpb.Envelope {
 			}
 			env := &peerpb.Envelope{From: t.cfg.Self, To: p, Msg: &peerpb.Envelope_Status{Status: st}}
 			t.stats.StatusesSent++
-			t.stats.StatusBytesSent += uint64(statusSize(st))
+			t.stats.StatusBytesSent += uint64(proto.Size(env))
 			envs = append(envs, env)
 		}
 	}
@@ -170,17 +172,6 @@ func (t *Tracker) Tick(now time.Time) []*peerpb.Envelope {
 		}
 	}
 	return envs
-}
-
-func statusSize(st *peerpb.Status) int {
-	n := 24
-	for _, b := range append([]*peerpb.StatusBatch{st.Current}, st.Redundant...) {
-		n += 20
-		for _, e := range b.Entries {
-			n += len(e.Keyspace) + len(e.Key) + 24
-		}
-	}
-	return n
 }
 
 func (t *Tracker) askFull(now time.Time, p uint32) *peerpb.Envelope {
