@@ -64,6 +64,8 @@ type Job struct {
 	Entries   []*peerpb.KeyVersion // JobReconcile: the peer's keys in those buckets
 	Truncated bool                 // JobReconcile: the peer's entries were cut short
 	Keys      [][]byte             // JobServePull
+	// Cutoff: only keys whose newest version is at or before it take part (0: all).
+	Cutoff int64
 	// JobFullStatus: the status seq, incarnation and clock at the request.
 	FullBaseSeq     uint64
 	FullIncarnation uint64
@@ -131,7 +133,7 @@ func (c *Core) tickAE(now time.Time) {
 		for i := range n {
 			ref := shared[(start+i)%len(shared)]
 			c.out.Jobs = append(c.out.Jobs, Job{Kind: JobSendDigest, Peer: peer, RoundID: c.ae.nextRound,
-				Keyspace: ref.keyspace, Partition: ref.partition})
+				Keyspace: ref.keyspace, Partition: ref.partition, Cutoff: now.Add(-c.aeGrace()).UnixNano()})
 		}
 		c.ae.cursor[peer] = (start + n) % len(shared)
 	}
@@ -146,14 +148,15 @@ func (c *Core) handleAE(now time.Time, env *peerpb.Envelope) {
 			return
 		}
 		c.out.Jobs = append(c.out.Jobs, Job{Kind: JobCompareDigest, Peer: env.From, RoundID: d.RoundId,
-			Keyspace: d.Keyspace, Partition: d.Partition, Hashes: d.BucketHashes})
+			Keyspace: d.Keyspace, Partition: d.Partition, Hashes: d.BucketHashes, Cutoff: d.CutoffUnixNanos})
 	case *peerpb.Envelope_AeKeys:
 		k := m.AeKeys
 		if _, ok := c.partitionFor(k.Keyspace, k.Partition); !ok {
 			return
 		}
 		c.out.Jobs = append(c.out.Jobs, Job{Kind: JobReconcile, Peer: env.From, RoundID: k.RoundId,
-			Keyspace: k.Keyspace, Partition: k.Partition, Buckets: k.Buckets, Entries: k.Entries, Truncated: k.Truncated})
+			Keyspace: k.Keyspace, Partition: k.Partition, Buckets: k.Buckets, Entries: k.Entries, Truncated: k.Truncated,
+			Cutoff: k.CutoffUnixNanos})
 	case *peerpb.Envelope_AePull:
 		p := m.AePull
 		if _, ok := c.partitionFor(p.Keyspace, p.Partition); !ok || len(p.Keys) > maxAEEntries {
@@ -195,11 +198,28 @@ func entryHash(key []byte, v hlc.Version, tombstone bool) uint64 {
 	return d.Sum64()
 }
 
-// Digest computes the bucket hashes of one partition.
-func Digest(store Reader, keyspace string, partition uint32) ([]uint64, error) {
+// aeGrace is how old a key's newest version must be before anti-entropy compares it: writes
+// younger than a few WAN round trips are normally still being replicated, and comparing them
+// only produces differences that replication itself resolves a moment later — extra scans,
+// pushes and load spikes under heavy writes.
+func (c *Core) aeGrace() time.Duration {
+	var slowest time.Duration
+	for _, n := range c.cfg.Nodes {
+		slowest = max(slowest, c.rtt(n.ID))
+	}
+	return time.Second + 4*slowest
+}
+
+// settled reports whether r takes part in an anti-entropy round with this cutoff.
+func settled(r storage.Record, cutoff int64) bool { return cutoff == 0 || r.Version.WallNanos <= cutoff }
+
+// Digest computes the bucket hashes of one partition over the keys settled by cutoff.
+func Digest(store Reader, keyspace string, partition uint32, cutoff int64) ([]uint64, error) {
 	h := make([]uint64, aeBuckets)
 	err := store.Scan(keyspace, partition, nil, nil, 0, func(r storage.Record) bool {
-		h[bucketOf(r.Key)] ^= entryHash(r.Key, r.Version, r.Tombstone)
+		if settled(r, cutoff) {
+			h[bucketOf(r.Key)] ^= entryHash(r.Key, r.Version, r.Tombstone)
+		}
 		return true
 	})
 	return h, err
@@ -215,14 +235,15 @@ func RunJob(store Reader, self uint32, job Job) ([]*peerpb.Envelope, error) {
 	}
 	switch job.Kind {
 	case JobSendDigest:
-		h, err := Digest(store, job.Keyspace, job.Partition)
+		h, err := Digest(store, job.Keyspace, job.Partition, job.Cutoff)
 		if err != nil {
 			return nil, err
 		}
-		return []*peerpb.Envelope{env(&peerpb.AEDigest{RoundId: job.RoundID, Keyspace: job.Keyspace, Partition: job.Partition, BucketHashes: h})}, nil
+		return []*peerpb.Envelope{env(&peerpb.AEDigest{RoundId: job.RoundID, Keyspace: job.Keyspace, Partition: job.Partition,
+			BucketHashes: h, CutoffUnixNanos: job.Cutoff})}, nil
 
 	case JobCompareDigest:
-		h, err := Digest(store, job.Keyspace, job.Partition)
+		h, err := Digest(store, job.Keyspace, job.Partition, job.Cutoff)
 		if err != nil {
 			return nil, err
 		}
@@ -236,9 +257,10 @@ func RunJob(store Reader, self uint32, job Job) ([]*peerpb.Envelope, error) {
 			return nil, nil
 		}
 		want := bucketSet(diff)
-		keys := &peerpb.AEKeys{RoundId: job.RoundID, Keyspace: job.Keyspace, Partition: job.Partition, Buckets: diff}
+		keys := &peerpb.AEKeys{RoundId: job.RoundID, Keyspace: job.Keyspace, Partition: job.Partition, Buckets: diff,
+			CutoffUnixNanos: job.Cutoff}
 		err = store.Scan(job.Keyspace, job.Partition, nil, nil, 0, func(r storage.Record) bool {
-			if !want[bucketOf(r.Key)] {
+			if !want[bucketOf(r.Key)] || !settled(r, job.Cutoff) {
 				return true
 			}
 			if len(keys.Entries) >= maxAEEntries {
@@ -268,6 +290,10 @@ func RunJob(store Reader, self uint32, job Job) ([]*peerpb.Envelope, error) {
 		seen := map[string]bool{}
 		err := store.Scan(job.Keyspace, job.Partition, nil, nil, 0, func(r storage.Record) bool {
 			if !want[bucketOf(r.Key)] {
+				return true
+			}
+			if !settled(r, job.Cutoff) {
+				seen[string(r.Key)] = true // newer here than the round looks at: never pull it
 				return true
 			}
 			if job.Truncated && bytes.Compare(r.Key, lastRemote) > 0 {

@@ -547,9 +547,12 @@ type AEDigest struct {
 	Keyspace  string                 `protobuf:"bytes,2,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
 	Partition uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
 	// One hash per bucket of the partition's keys (xor of hash(key, newest version)).
-	BucketHashes  []uint64 `protobuf:"fixed64,4,rep,packed,name=bucket_hashes,json=bucketHashes,proto3" json:"bucket_hashes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BucketHashes []uint64 `protobuf:"fixed64,4,rep,packed,name=bucket_hashes,json=bucketHashes,proto3" json:"bucket_hashes,omitempty"`
+	// Only keys whose newest version is at or before this time (the initiator's clock) are
+	// compared: writes still in flight are normal replication's job, not repair's.
+	CutoffUnixNanos int64 `protobuf:"varint,5,opt,name=cutoff_unix_nanos,json=cutoffUnixNanos,proto3" json:"cutoff_unix_nanos,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AEDigest) Reset() {
@@ -608,6 +611,13 @@ func (x *AEDigest) GetBucketHashes() []uint64 {
 		return x.BucketHashes
 	}
 	return nil
+}
+
+func (x *AEDigest) GetCutoffUnixNanos() int64 {
+	if x != nil {
+		return x.CutoffUnixNanos
+	}
+	return 0
 }
 
 type KeyVersion struct {
@@ -671,9 +681,10 @@ type AEKeys struct {
 	Buckets []uint32      `protobuf:"varint,4,rep,packed,name=buckets,proto3" json:"buckets,omitempty"`
 	Entries []*KeyVersion `protobuf:"bytes,5,rep,name=entries,proto3" json:"entries,omitempty"`
 	// True when entries was cut at the message size bound.
-	Truncated     bool `protobuf:"varint,6,opt,name=truncated,proto3" json:"truncated,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Truncated       bool  `protobuf:"varint,6,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	CutoffUnixNanos int64 `protobuf:"varint,7,opt,name=cutoff_unix_nanos,json=cutoffUnixNanos,proto3" json:"cutoff_unix_nanos,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AEKeys) Reset() {
@@ -746,6 +757,13 @@ func (x *AEKeys) GetTruncated() bool {
 		return x.Truncated
 	}
 	return false
+}
+
+func (x *AEKeys) GetCutoffUnixNanos() int64 {
+	if x != nil {
+		return x.CutoffUnixNanos
+	}
+	return 0
 }
 
 type AEPull struct {
@@ -1791,23 +1809,25 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x122\n" +
 	"\arecords\x18\x02 \x03(\v2\x18.meridian.peer.v1.RecordR\arecords\x12\x1c\n" +
-	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\x84\x01\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\xb0\x01\n" +
 	"\bAEDigest\x12\x19\n" +
 	"\bround_id\x18\x01 \x01(\x04R\aroundId\x12\x1a\n" +
 	"\bkeyspace\x18\x02 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\rR\tpartition\x12#\n" +
-	"\rbucket_hashes\x18\x04 \x03(\x06R\fbucketHashes\"S\n" +
+	"\rbucket_hashes\x18\x04 \x03(\x06R\fbucketHashes\x12*\n" +
+	"\x11cutoff_unix_nanos\x18\x05 \x01(\x03R\x0fcutoffUnixNanos\"S\n" +
 	"\n" +
 	"KeyVersion\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x123\n" +
-	"\aversion\x18\x02 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\"\xcd\x01\n" +
+	"\aversion\x18\x02 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\"\xf9\x01\n" +
 	"\x06AEKeys\x12\x19\n" +
 	"\bround_id\x18\x01 \x01(\x04R\aroundId\x12\x1a\n" +
 	"\bkeyspace\x18\x02 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\rR\tpartition\x12\x18\n" +
 	"\abuckets\x18\x04 \x03(\rR\abuckets\x126\n" +
 	"\aentries\x18\x05 \x03(\v2\x1c.meridian.peer.v1.KeyVersionR\aentries\x12\x1c\n" +
-	"\ttruncated\x18\x06 \x01(\bR\ttruncated\"q\n" +
+	"\ttruncated\x18\x06 \x01(\bR\ttruncated\x12*\n" +
+	"\x11cutoff_unix_nanos\x18\a \x01(\x03R\x0fcutoffUnixNanos\"q\n" +
 	"\x06AEPull\x12\x19\n" +
 	"\bround_id\x18\x01 \x01(\x04R\aroundId\x12\x1a\n" +
 	"\bkeyspace\x18\x02 \x01(\tR\bkeyspace\x12\x1c\n" +
