@@ -45,11 +45,17 @@ rtt_ms:
 		t.Fatalf("%d runs, want %d", len(rep.Runs), len(Configs))
 	}
 	wantBound := map[string]map[string][2]float64{ // run → region → {read, write} bound in ms
-		"QUORUM/QUORUM": {"a": {20, 20}, "b": {20, 20}, "c": {40, 40}},
-		"ALL/ONE":       {"a": {60, 0}, "b": {40, 0}, "c": {60, 0}},
+		"quorum QUORUM/QUORUM": {"a": {20, 20}, "b": {20, 20}, "c": {40, 40}},
+		"quorum ALL/ONE":       {"a": {60, 0}, "b": {40, 0}, "c": {60, 0}},
+		// θ lower: one one-way delay to the nearest peer; θ upper: no WAN message.
+		"meteorshower QUORUM/QUORUM theta=lower": {"a": {10, 20}, "b": {10, 20}, "c": {20, 40}},
+		"meteorshower QUORUM/QUORUM theta=upper": {"a": {0, 20}, "b": {0, 20}, "c": {0, 40}},
 	}
 	for _, run := range rep.Runs {
-		key := run.ReadLevel + "/" + run.WriteLevel
+		key := run.Label()
+		if _, ok := wantBound[key]; !ok {
+			t.Fatalf("no expected bounds for %q", key)
+		}
 		for reg, want := range wantBound[key] {
 			s := run.Regions[reg]
 			if s.Read.LowerBoundMs != want[0] || s.Write.LowerBoundMs != want[1] {
