@@ -211,7 +211,9 @@ func (c *Core) aeGrace() time.Duration {
 }
 
 // settled reports whether r takes part in an anti-entropy round with this cutoff.
-func settled(r storage.Record, cutoff int64) bool { return cutoff == 0 || r.Version.WallNanos <= cutoff }
+func settled(r storage.Record, cutoff int64) bool {
+	return cutoff == 0 || r.Version.WallNanos <= cutoff
+}
 
 // Digest computes the bucket hashes of one partition over the keys settled by cutoff.
 func Digest(store Reader, keyspace string, partition uint32, cutoff int64) ([]uint64, error) {
