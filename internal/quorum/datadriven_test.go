@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"meridian/internal/config"
+	"meridian/internal/wire"
 	"meridian/internal/wire/peerpb"
 )
 
@@ -201,37 +202,10 @@ func match(t *testing.T, d *datadriven.TestData, num func(string, int) int) func
 		if to != 0 && env.To != to {
 			return false
 		}
-		if typ != "" && envType(env) != typ {
+		if typ != "" && wire.MessageType(env) != typ {
 			return false
 		}
 		return true
 	}
 }
 
-func envType(env *peerpb.Envelope) string {
-	switch env.Msg.(type) {
-	case *peerpb.Envelope_Write:
-		return "write"
-	case *peerpb.Envelope_WriteAck:
-		return "write_ack"
-	case *peerpb.Envelope_Read:
-		return "read"
-	case *peerpb.Envelope_ReadReply:
-		return "read_reply"
-	case *peerpb.Envelope_Scan:
-		return "scan"
-	case *peerpb.Envelope_ScanReply:
-		return "scan_reply"
-	case *peerpb.Envelope_AeDigest:
-		return "ae_digest"
-	case *peerpb.Envelope_AeKeys:
-		return "ae_keys"
-	case *peerpb.Envelope_AePull:
-		return "ae_pull"
-	case *peerpb.Envelope_AePush:
-		return "ae_push"
-	case *peerpb.Envelope_Heartbeat:
-		return "heartbeat"
-	}
-	return "unknown"
-}

@@ -80,80 +80,62 @@ func (v validator) deadline(timeoutMs uint32) (time.Time, error) {
 	return v.now.Add(d), nil
 }
 
+// point validates the fields every single-key operation shares, in the order clients see
+// their errors: keyspace, key, then (extra) the operation's own fields, level, deadline,
+// session.
+func (v validator) point(op quorum.Op, keyspace string, key []byte, extra func() error, consistency string,
+	timeoutMs uint32, session *meridianpb.Version) (quorum.Request, error) {
+	ks, err := v.keyspace(keyspace)
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	if err := v.key(key, "key"); err != nil {
+		return quorum.Request{}, err
+	}
+	if extra != nil {
+		if err := extra(); err != nil {
+			return quorum.Request{}, err
+		}
+	}
+	l, err := v.level(ks, consistency)
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	dl, err := v.deadline(timeoutMs)
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	sv, err := v.session(session)
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	return quorum.Request{Op: op, Keyspace: ks.Spec.Name, Key: key, Level: l, Deadline: dl, MinVersion: sv}, nil
+}
+
 func (v validator) get(r *meridianpb.GetRequest) (quorum.Request, error) {
-	ks, err := v.keyspace(r.GetKeyspace())
-	if err != nil {
-		return quorum.Request{}, err
-	}
-	if err := v.key(r.GetKey(), "key"); err != nil {
-		return quorum.Request{}, err
-	}
-	l, err := v.level(ks, r.GetConsistency())
-	if err != nil {
-		return quorum.Request{}, err
-	}
-	dl, err := v.deadline(r.GetTimeoutMs())
-	if err != nil {
-		return quorum.Request{}, err
-	}
-	sv, err := v.session(r.GetSessionVersion())
-	if err != nil {
-		return quorum.Request{}, err
-	}
-	return quorum.Request{Op: quorum.OpGet, Keyspace: ks.Spec.Name, Key: r.GetKey(), Level: l, Deadline: dl, MinVersion: sv}, nil
+	return v.point(quorum.OpGet, r.GetKeyspace(), r.GetKey(), nil, r.GetConsistency(), r.GetTimeoutMs(), r.GetSessionVersion())
 }
 
 func (v validator) put(r *meridianpb.PutRequest) (quorum.Request, error) {
-	ks, err := v.keyspace(r.GetKeyspace())
+	checkValue := func() error {
+		if len(r.GetValue()) > v.limits.MaxValueBytes {
+			return errs.New(errs.Invalid, "value is %d bytes, limit is %d (limits.max_value_bytes)", len(r.GetValue()), v.limits.MaxValueBytes)
+		}
+		return nil
+	}
+	req, err := v.point(quorum.OpPut, r.GetKeyspace(), r.GetKey(), checkValue, r.GetConsistency(), r.GetTimeoutMs(), r.GetSessionVersion())
 	if err != nil {
-		return quorum.Request{}, err
+		return req, err
 	}
-	if err := v.key(r.GetKey(), "key"); err != nil {
-		return quorum.Request{}, err
+	req.Value = r.GetValue()
+	if req.Value == nil {
+		req.Value = []byte{} // an empty value is a value, not a tombstone
 	}
-	if len(r.GetValue()) > v.limits.MaxValueBytes {
-		return quorum.Request{}, errs.New(errs.Invalid, "value is %d bytes, limit is %d (limits.max_value_bytes)", len(r.GetValue()), v.limits.MaxValueBytes)
-	}
-	l, err := v.level(ks, r.GetConsistency())
-	if err != nil {
-		return quorum.Request{}, err
-	}
-	dl, err := v.deadline(r.GetTimeoutMs())
-	if err != nil {
-		return quorum.Request{}, err
-	}
-	value := r.GetValue()
-	if value == nil {
-		value = []byte{} // an empty value is a value, not a tombstone
-	}
-	sv, err := v.session(r.GetSessionVersion())
-	if err != nil {
-		return quorum.Request{}, err
-	}
-	return quorum.Request{Op: quorum.OpPut, Keyspace: ks.Spec.Name, Key: r.GetKey(), Value: value, Level: l, Deadline: dl, MinVersion: sv}, nil
+	return req, nil
 }
 
 func (v validator) del(r *meridianpb.DeleteRequest) (quorum.Request, error) {
-	ks, err := v.keyspace(r.GetKeyspace())
-	if err != nil {
-		return quorum.Request{}, err
-	}
-	if err := v.key(r.GetKey(), "key"); err != nil {
-		return quorum.Request{}, err
-	}
-	l, err := v.level(ks, r.GetConsistency())
-	if err != nil {
-		return quorum.Request{}, err
-	}
-	dl, err := v.deadline(r.GetTimeoutMs())
-	if err != nil {
-		return quorum.Request{}, err
-	}
-	sv, err := v.session(r.GetSessionVersion())
-	if err != nil {
-		return quorum.Request{}, err
-	}
-	return quorum.Request{Op: quorum.OpDelete, Keyspace: ks.Spec.Name, Key: r.GetKey(), Level: l, Deadline: dl, MinVersion: sv}, nil
+	return v.point(quorum.OpDelete, r.GetKeyspace(), r.GetKey(), nil, r.GetConsistency(), r.GetTimeoutMs(), r.GetSessionVersion())
 }
 
 func (v validator) scan(r *meridianpb.ScanRequest) (quorum.Request, error) {
