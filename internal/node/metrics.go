@@ -119,5 +119,7 @@ func (m *metrics) commit(records int, d time.Duration) {
 	m.commitTime.Observe(d.Seconds())
 }
 
-func (m *metrics) sent(env *peerpb.Envelope)     { m.msgSent.WithLabelValues(wire.MessageType(env)).Inc() }
-func (m *metrics) received(env *peerpb.Envelope) { m.msgReceived.WithLabelValues(wire.MessageType(env)).Inc() }
+func (m *metrics) sent(env *peerpb.Envelope) { m.msgSent.WithLabelValues(wire.MessageType(env)).Inc() }
+func (m *metrics) received(env *peerpb.Envelope) {
+	m.msgReceived.WithLabelValues(wire.MessageType(env)).Inc()
+}

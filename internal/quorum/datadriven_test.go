@@ -208,4 +208,3 @@ func match(t *testing.T, d *datadriven.TestData, num func(string, int) int) func
 		return true
 	}
 }
-
