@@ -80,6 +80,17 @@ func kvCmd() *cobra.Command {
 		}
 		return context.WithTimeout(cmd.Context(), d)
 	}
+	// withClient dials the endpoint, bounds the call by the request timeout, and runs fn.
+	withClient := func(cmd *cobra.Command, fn func(ctx context.Context, c *client.Client) error) error {
+		c, err := dial()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		ctx, cancel := ctxFor(cmd)
+		defer cancel()
+		return fn(ctx, c)
+	}
 	cmd := &cobra.Command{Use: "kv", Short: "Read and write keys through a node"}
 	cmd.PersistentFlags().StringVar(&endpoint, "endpoint", "", "node address HOST:PORT")
 	cmd.PersistentFlags().StringVar(&consistency, "consistency", "", "consistency level (quorum: ONE, QUORUM, ALL, LOCAL_ONE, LOCAL_QUORUM); default: the keyspace's")
@@ -88,86 +99,66 @@ func kvCmd() *cobra.Command {
 	cmd.AddCommand(&cobra.Command{
 		Use: "put KEYSPACE KEY VALUE", Short: "Write a value", Args: cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			c, err := dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := ctxFor(cmd)
-			defer cancel()
-			v, err := c.Put(ctx, a[0], []byte(a[1]), []byte(a[2]), opts()...)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(os.Stderr, "ok version %s\n", v)
-			return nil
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				v, err := c.Put(ctx, a[0], []byte(a[1]), []byte(a[2]), opts()...)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "ok version %s\n", v)
+				return nil
+			})
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
 		Use: "get KEYSPACE KEY", Short: "Read a value (printed on stdout)", Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			c, err := dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := ctxFor(cmd)
-			defer cancel()
-			r, err := c.Get(ctx, a[0], []byte(a[1]), opts()...)
-			if err != nil {
-				return err
-			}
-			if !r.Found {
-				return exitError{code: 2, err: fmt.Errorf("key %q not found in keyspace %q", a[1], a[0])}
-			}
-			os.Stdout.Write(r.Value)
-			os.Stdout.WriteString("\n")
-			return nil
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				r, err := c.Get(ctx, a[0], []byte(a[1]), opts()...)
+				if err != nil {
+					return err
+				}
+				if !r.Found {
+					return exitError{code: 2, err: fmt.Errorf("key %q not found in keyspace %q", a[1], a[0])}
+				}
+				os.Stdout.Write(r.Value)
+				os.Stdout.WriteString("\n")
+				return nil
+			})
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
 		Use: "delete KEYSPACE KEY", Short: "Delete a key", Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			c, err := dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := ctxFor(cmd)
-			defer cancel()
-			v, err := c.Delete(ctx, a[0], []byte(a[1]), opts()...)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(os.Stderr, "ok version %s\n", v)
-			return nil
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				v, err := c.Delete(ctx, a[0], []byte(a[1]), opts()...)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "ok version %s\n", v)
+				return nil
+			})
 		},
 	})
 	scan := &cobra.Command{
 		Use: "scan KEYSPACE START END", Short: "List keys in [START, END) as KEY<TAB>VALUE lines; END \"\" means to the end", Args: cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			c, err := dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := ctxFor(cmd)
-			defer cancel()
-			var end []byte
-			if a[2] != "" {
-				end = []byte(a[2])
-			}
-			items, more, err := c.Scan(ctx, a[0], []byte(a[1]), end, limit, opts()...)
-			if err != nil {
-				return err
-			}
-			for _, it := range items {
-				fmt.Printf("%s\t%s\n", it.Key, it.Value)
-			}
-			if more {
-				fmt.Fprintln(os.Stderr, "(more keys in range; raise --limit or continue after the last key)")
-			}
-			return nil
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				var end []byte
+				if a[2] != "" {
+					end = []byte(a[2])
+				}
+				items, more, err := c.Scan(ctx, a[0], []byte(a[1]), end, limit, opts()...)
+				if err != nil {
+					return err
+				}
+				for _, it := range items {
+					fmt.Printf("%s\t%s\n", it.Key, it.Value)
+				}
+				if more {
+					fmt.Fprintln(os.Stderr, "(more keys in range; raise --limit or continue after the last key)")
+				}
+				return nil
+			})
 		},
 	}
 	scan.Flags().IntVar(&limit, "limit", 0, "maximum keys returned (default 1000; at most limits.max_scan_limit)")
@@ -178,31 +169,26 @@ func kvCmd() *cobra.Command {
 	create := &cobra.Command{
 		Use: "create-keyspace NAME", Short: "Create a keyspace", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			c, err := dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := ctxFor(cmd)
-			defer cancel()
-			// In the API 0 means "the default"; on the command line an explicit 0 is a mistake.
-			if ksReplicas < 1 || ksReplicas > 1<<16 {
-				return fmt.Errorf("create-keyspace: --replicas-per-region %d must be at least 1", ksReplicas)
-			}
-			if ksPartitions < 1 || ksPartitions > 4096 {
-				return fmt.Errorf("create-keyspace: --partitions %d out of range 1..4096", ksPartitions)
-			}
-			spec := &client.KeyspaceSpec{Name: a[0], Protocol: ksProtocol, ReplicasPerRegion: uint32(ksReplicas), Partitions: uint32(ksPartitions)}
-			if ksRegions != "" {
-				spec.Regions = splitList(ksRegions)
-			}
-			got, err := c.CreateKeyspace(ctx, spec)
-			if err != nil {
-				return err
-			}
-			fmt.Printf("created keyspace %s: protocol %s, regions %v, %d replicas per region, %d partitions\n",
-				got.Name, got.Protocol, got.Regions, got.ReplicasPerRegion, got.Partitions)
-			return nil
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				// In the API 0 means "the default"; on the command line an explicit 0 is a mistake.
+				if ksReplicas < 1 || ksReplicas > 1<<16 {
+					return fmt.Errorf("create-keyspace: --replicas-per-region %d must be at least 1", ksReplicas)
+				}
+				if ksPartitions < 1 || ksPartitions > 4096 {
+					return fmt.Errorf("create-keyspace: --partitions %d out of range 1..4096", ksPartitions)
+				}
+				spec := &client.KeyspaceSpec{Name: a[0], Protocol: ksProtocol, ReplicasPerRegion: uint32(ksReplicas), Partitions: uint32(ksPartitions)}
+				if ksRegions != "" {
+					spec.Regions = splitList(ksRegions)
+				}
+				got, err := c.CreateKeyspace(ctx, spec)
+				if err != nil {
+					return err
+				}
+				fmt.Printf("created keyspace %s: protocol %s, regions %v, %d replicas per region, %d partitions\n",
+					got.Name, got.Protocol, got.Regions, got.ReplicasPerRegion, got.Partitions)
+				return nil
+			})
 		},
 	}
 	create.Flags().StringVar(&ksProtocol, "protocol", "quorum", "replication protocol")
@@ -213,24 +199,19 @@ func kvCmd() *cobra.Command {
 	cmd.AddCommand(&cobra.Command{
 		Use: "describe-keyspace NAME", Short: "Show a keyspace and its placement", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			c, err := dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := ctxFor(cmd)
-			defer cancel()
-			d, err := c.DescribeKeyspace(ctx, a[0])
-			if err != nil {
-				return err
-			}
-			s := d.Spec
-			fmt.Printf("keyspace %s (%s): protocol %s, regions %v, %d replicas per region, %d partitions, options %v, placement version %d\n",
-				s.Name, d.Origin, s.Protocol, s.Regions, s.ReplicasPerRegion, s.Partitions, s.Options, d.PlacementVersion)
-			for _, p := range d.Partitions {
-				fmt.Printf("  partition %3d  start %-12s replicas %v\n", p.Partition, strconv.Quote(string(p.Start)), p.Replicas)
-			}
-			return nil
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				d, err := c.DescribeKeyspace(ctx, a[0])
+				if err != nil {
+					return err
+				}
+				s := d.Spec
+				fmt.Printf("keyspace %s (%s): protocol %s, regions %v, %d replicas per region, %d partitions, options %v, placement version %d\n",
+					s.Name, d.Origin, s.Protocol, s.Regions, s.ReplicasPerRegion, s.Partitions, s.Options, d.PlacementVersion)
+				for _, p := range d.Partitions {
+					fmt.Printf("  partition %3d  start %-12s replicas %v\n", p.Partition, strconv.Quote(string(p.Start)), p.Replicas)
+				}
+				return nil
+			})
 		},
 	})
 	return cmd
