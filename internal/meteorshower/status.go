@@ -30,6 +30,12 @@ var Mutations = map[string]string{
 // keyID identifies a key across keyspaces and partitions.
 type keyID string
 
+// KeyID is the map key the quorum core uses for its read-subscription map: the same
+// identity as the status map's.
+func KeyID(keyspace string, partition uint32, key []byte) string {
+	return string(makeKeyID(keyspace, partition, key))
+}
+
 func makeKeyID(keyspace string, partition uint32, key []byte) keyID {
 	b := make([]byte, 0, len(keyspace)+len(key)+6)
 	b = append(b, keyspace...)

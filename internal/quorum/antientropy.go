@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"time"
 
@@ -108,6 +109,9 @@ func (c *Core) sharedPartitions(peer uint32) []partRef {
 }
 
 func (c *Core) tickAE(now time.Time) {
+	if c.cfg.Mutation == "no-anti-entropy" {
+		return // broken on purpose: replicas that missed a write never catch up
+	}
 	if c.ae.lastRound.IsZero() {
 		c.ae.lastRound = now // first round one interval after start
 		return
@@ -230,18 +234,14 @@ func Digest(store Reader, keyspace string, partition uint32, cutoff int64) ([]ui
 // RunJob performs one anti-entropy job against storage and returns the messages to send. It
 // is a pure function of the job and the storage contents, so the simulator can run it inline.
 func RunJob(store Reader, self uint32, job Job) ([]*peerpb.Envelope, error) {
-	env := func(m isEnvelopeMsg) *peerpb.Envelope {
-		e := &peerpb.Envelope{From: self, To: job.Peer}
-		setMsg(e, m)
-		return e
-	}
+	to := func(msg any) *peerpb.Envelope { return aeEnvelope(self, job.Peer, msg) }
 	switch job.Kind {
 	case JobSendDigest:
 		h, err := Digest(store, job.Keyspace, job.Partition, job.Cutoff)
 		if err != nil {
 			return nil, err
 		}
-		return []*peerpb.Envelope{env(&peerpb.AEDigest{RoundId: job.RoundID, Keyspace: job.Keyspace, Partition: job.Partition,
+		return []*peerpb.Envelope{to(&peerpb.AEDigest{RoundId: job.RoundID, Keyspace: job.Keyspace, Partition: job.Partition,
 			BucketHashes: h, CutoffUnixNanos: job.Cutoff})}, nil
 
 	case JobCompareDigest:
@@ -275,7 +275,7 @@ func RunJob(store Reader, self uint32, job Job) ([]*peerpb.Envelope, error) {
 		if err != nil {
 			return nil, err
 		}
-		return []*peerpb.Envelope{env(keys)}, nil
+		return []*peerpb.Envelope{to(keys)}, nil
 
 	case JobReconcile:
 		want := bucketSet(job.Buckets)
@@ -335,10 +335,10 @@ func RunJob(store Reader, self uint32, job Job) ([]*peerpb.Envelope, error) {
 		}
 		var out []*peerpb.Envelope
 		if len(push.Records) > 0 {
-			out = append(out, env(push))
+			out = append(out, to(push))
 		}
 		if len(pull.Keys) > 0 {
-			out = append(out, env(pull))
+			out = append(out, to(pull))
 		}
 		return out, nil
 
@@ -381,7 +381,7 @@ func RunJob(store Reader, self uint32, job Job) ([]*peerpb.Envelope, error) {
 		if len(push.Records) == 0 {
 			return nil, nil
 		}
-		return []*peerpb.Envelope{env(push)}, nil
+		return []*peerpb.Envelope{to(push)}, nil
 	}
 	return nil, nil
 }
@@ -396,10 +396,10 @@ func bucketSet(buckets []uint32) map[uint32]bool {
 	return m
 }
 
-type isEnvelopeMsg interface{}
-
-func setMsg(e *peerpb.Envelope, m isEnvelopeMsg) {
-	switch v := m.(type) {
+// aeEnvelope wraps an anti-entropy message for the wire.
+func aeEnvelope(from, to uint32, msg any) *peerpb.Envelope {
+	e := &peerpb.Envelope{From: from, To: to}
+	switch v := msg.(type) {
 	case *peerpb.AEDigest:
 		e.Msg = &peerpb.Envelope_AeDigest{AeDigest: v}
 	case *peerpb.AEKeys:
@@ -408,5 +408,8 @@ func setMsg(e *peerpb.Envelope, m isEnvelopeMsg) {
 		e.Msg = &peerpb.Envelope_AePull{AePull: v}
 	case *peerpb.AEPush:
 		e.Msg = &peerpb.Envelope_AePush{AePush: v}
+	default:
+		panic(fmt.Sprintf("quorum: %T is not an anti-entropy message", msg))
 	}
+	return e
 }

@@ -147,8 +147,9 @@ type Config struct {
 // checker that never fails proves nothing: each of these must be caught within a bounded
 // number of simulation seeds (DESIGN.md section 6).
 var Mutations = map[string]string{
-	"one-one":     "reads and writes at ONE/ONE, so R + W <= N (the simulator sets the levels)",
-	"first-reply": "a read returns the first reply it gets instead of the newest, and repairs nothing",
+	"one-one":         "reads and writes at ONE/ONE, so R + W <= N (the simulator sets the levels)",
+	"first-reply":     "a read returns the first reply it gets instead of the newest, and repairs nothing",
+	"no-anti-entropy": "anti-entropy never runs, so a replica that missed writes stays behind (the convergence checker must see it)",
 }
 
 func (c *Config) ensureDefaults() {

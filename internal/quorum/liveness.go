@@ -66,14 +66,3 @@ func (l *liveness) heartbeatsDue(now time.Time, interval time.Duration) []uint32
 	}
 	return out
 }
-
-// downPeers lists the peers considered down, sorted.
-func (l *liveness) downPeers() []uint32 {
-	var out []uint32
-	for _, p := range l.peers {
-		if l.down[p] {
-			out = append(out, p)
-		}
-	}
-	return out
-}

@@ -186,7 +186,7 @@ func (c *Core) applyLocal(now time.Time, rec storage.Record, notify bool) {
 }
 
 func msKeyID(keyspace string, partition uint32, key []byte) string {
-	return keyspace + "\x00" + strconv.FormatUint(uint64(partition), 10) + "\x00" + string(key)
+	return meteorshower.KeyID(keyspace, partition, key)
 }
 
 // startMSRead begins a MeteorShower read.
@@ -440,5 +440,5 @@ func (c *Core) msSyncCounters() {
 	c.msCounters.Gaps.Store(int64(st.Gaps))
 }
 
-// MS exposes MeteorShower's counters (nil-safe to read: zero when unused).
+// MS exposes MeteorShower's counters (all zero on nodes without MeteorShower keyspaces).
 func (c *Core) MS() *MSCounters { return &c.msCounters }
