@@ -257,8 +257,12 @@ type PutRequest struct {
 	// write with a newer version, so a session's writes stay in session order even when they
 	// go through coordinators whose clocks disagree (client.Session sets it).
 	SessionVersion *Version `protobuf:"bytes,6,opt,name=session_version,json=sessionVersion,proto3" json:"session_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// GlobLease keyspaces only: "active" (default: replicas holding leases are updated before
+	// the reply) or "passive" (when no replica holds a valid lease the master replies after its
+	// local write and propagates afterwards; liu-thesis 4.1.3).
+	WriteMode     string `protobuf:"bytes,7,opt,name=write_mode,json=writeMode,proto3" json:"write_mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PutRequest) Reset() {
@@ -333,6 +337,13 @@ func (x *PutRequest) GetSessionVersion() *Version {
 	return nil
 }
 
+func (x *PutRequest) GetWriteMode() string {
+	if x != nil {
+		return x.WriteMode
+	}
+	return ""
+}
+
 type PutResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       *Version               `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -392,6 +403,7 @@ type DeleteRequest struct {
 	Consistency    string                 `protobuf:"bytes,3,opt,name=consistency,proto3" json:"consistency,omitempty"`
 	TimeoutMs      uint32                 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	SessionVersion *Version               `protobuf:"bytes,5,opt,name=session_version,json=sessionVersion,proto3" json:"session_version,omitempty"`
+	WriteMode      string                 `protobuf:"bytes,6,opt,name=write_mode,json=writeMode,proto3" json:"write_mode,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -461,6 +473,144 @@ func (x *DeleteRequest) GetSessionVersion() *Version {
 	return nil
 }
 
+func (x *DeleteRequest) GetWriteMode() string {
+	if x != nil {
+		return x.WriteMode
+	}
+	return ""
+}
+
+// MoveMasterRequest moves the master of one key of a GlobLease keyspace to a replica in
+// region (two-phase master migration, liu-thesis 4.1.3).
+type MoveMasterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Region        string                 `protobuf:"bytes,3,opt,name=region,proto3" json:"region,omitempty"`
+	TimeoutMs     uint32                 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveMasterRequest) Reset() {
+	*x = MoveMasterRequest{}
+	mi := &file_meridian_v1_api_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveMasterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveMasterRequest) ProtoMessage() {}
+
+func (x *MoveMasterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveMasterRequest.ProtoReflect.Descriptor instead.
+func (*MoveMasterRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *MoveMasterRequest) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *MoveMasterRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *MoveMasterRequest) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *MoveMasterRequest) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type MoveMasterResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The master node after the move.
+	Master        string `protobuf:"bytes,1,opt,name=master,proto3" json:"master,omitempty"`
+	Region        string `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
+	TableVersion  uint64 `protobuf:"varint,3,opt,name=table_version,json=tableVersion,proto3" json:"table_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveMasterResponse) Reset() {
+	*x = MoveMasterResponse{}
+	mi := &file_meridian_v1_api_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveMasterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveMasterResponse) ProtoMessage() {}
+
+func (x *MoveMasterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveMasterResponse.ProtoReflect.Descriptor instead.
+func (*MoveMasterResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *MoveMasterResponse) GetMaster() string {
+	if x != nil {
+		return x.Master
+	}
+	return ""
+}
+
+func (x *MoveMasterResponse) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *MoveMasterResponse) GetTableVersion() uint64 {
+	if x != nil {
+		return x.TableVersion
+	}
+	return 0
+}
+
 type DeleteResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       *Version               `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -471,7 +621,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[6]
+	mi := &file_meridian_v1_api_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -483,7 +633,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[6]
+	mi := &file_meridian_v1_api_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -496,7 +646,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{6}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeleteResponse) GetVersion() *Version {
@@ -528,7 +678,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[7]
+	mi := &file_meridian_v1_api_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +690,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[7]
+	mi := &file_meridian_v1_api_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +703,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{7}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ScanRequest) GetKeyspace() string {
@@ -609,7 +759,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_meridian_v1_api_proto_msgTypes[8]
+	mi := &file_meridian_v1_api_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -621,7 +771,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[8]
+	mi := &file_meridian_v1_api_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -634,7 +784,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{8}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -670,7 +820,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[9]
+	mi := &file_meridian_v1_api_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +832,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[9]
+	mi := &file_meridian_v1_api_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +845,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{9}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ScanResponse) GetItems() []*KeyValue {
@@ -733,7 +883,7 @@ type KeyspaceSpec struct {
 
 func (x *KeyspaceSpec) Reset() {
 	*x = KeyspaceSpec{}
-	mi := &file_meridian_v1_api_proto_msgTypes[10]
+	mi := &file_meridian_v1_api_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +895,7 @@ func (x *KeyspaceSpec) String() string {
 func (*KeyspaceSpec) ProtoMessage() {}
 
 func (x *KeyspaceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[10]
+	mi := &file_meridian_v1_api_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +908,7 @@ func (x *KeyspaceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyspaceSpec.ProtoReflect.Descriptor instead.
 func (*KeyspaceSpec) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{10}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *KeyspaceSpec) GetName() string {
@@ -813,7 +963,7 @@ type CreateKeyspaceRequest struct {
 
 func (x *CreateKeyspaceRequest) Reset() {
 	*x = CreateKeyspaceRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[11]
+	mi := &file_meridian_v1_api_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -825,7 +975,7 @@ func (x *CreateKeyspaceRequest) String() string {
 func (*CreateKeyspaceRequest) ProtoMessage() {}
 
 func (x *CreateKeyspaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[11]
+	mi := &file_meridian_v1_api_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -838,7 +988,7 @@ func (x *CreateKeyspaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyspaceRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyspaceRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{11}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateKeyspaceRequest) GetSpec() *KeyspaceSpec {
@@ -864,7 +1014,7 @@ type CreateKeyspaceResponse struct {
 
 func (x *CreateKeyspaceResponse) Reset() {
 	*x = CreateKeyspaceResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[12]
+	mi := &file_meridian_v1_api_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -876,7 +1026,7 @@ func (x *CreateKeyspaceResponse) String() string {
 func (*CreateKeyspaceResponse) ProtoMessage() {}
 
 func (x *CreateKeyspaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[12]
+	mi := &file_meridian_v1_api_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -889,7 +1039,7 @@ func (x *CreateKeyspaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyspaceResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyspaceResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{12}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateKeyspaceResponse) GetSpec() *KeyspaceSpec {
@@ -908,7 +1058,7 @@ type DescribeKeyspaceRequest struct {
 
 func (x *DescribeKeyspaceRequest) Reset() {
 	*x = DescribeKeyspaceRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[13]
+	mi := &file_meridian_v1_api_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +1070,7 @@ func (x *DescribeKeyspaceRequest) String() string {
 func (*DescribeKeyspaceRequest) ProtoMessage() {}
 
 func (x *DescribeKeyspaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[13]
+	mi := &file_meridian_v1_api_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +1083,7 @@ func (x *DescribeKeyspaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeKeyspaceRequest.ProtoReflect.Descriptor instead.
 func (*DescribeKeyspaceRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{13}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DescribeKeyspaceRequest) GetName() string {
@@ -956,7 +1106,7 @@ type PartitionPlacement struct {
 
 func (x *PartitionPlacement) Reset() {
 	*x = PartitionPlacement{}
-	mi := &file_meridian_v1_api_proto_msgTypes[14]
+	mi := &file_meridian_v1_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -968,7 +1118,7 @@ func (x *PartitionPlacement) String() string {
 func (*PartitionPlacement) ProtoMessage() {}
 
 func (x *PartitionPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[14]
+	mi := &file_meridian_v1_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -981,7 +1131,7 @@ func (x *PartitionPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionPlacement.ProtoReflect.Descriptor instead.
 func (*PartitionPlacement) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{14}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PartitionPlacement) GetPartition() uint32 {
@@ -1019,7 +1169,7 @@ type DescribeKeyspaceResponse struct {
 
 func (x *DescribeKeyspaceResponse) Reset() {
 	*x = DescribeKeyspaceResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[15]
+	mi := &file_meridian_v1_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1181,7 @@ func (x *DescribeKeyspaceResponse) String() string {
 func (*DescribeKeyspaceResponse) ProtoMessage() {}
 
 func (x *DescribeKeyspaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[15]
+	mi := &file_meridian_v1_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1194,7 @@ func (x *DescribeKeyspaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeKeyspaceResponse.ProtoReflect.Descriptor instead.
 func (*DescribeKeyspaceResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DescribeKeyspaceResponse) GetSpec() *KeyspaceSpec {
@@ -1083,7 +1233,7 @@ type ListKeyspacesRequest struct {
 
 func (x *ListKeyspacesRequest) Reset() {
 	*x = ListKeyspacesRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[16]
+	mi := &file_meridian_v1_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1245,7 @@ func (x *ListKeyspacesRequest) String() string {
 func (*ListKeyspacesRequest) ProtoMessage() {}
 
 func (x *ListKeyspacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[16]
+	mi := &file_meridian_v1_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1258,7 @@ func (x *ListKeyspacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeyspacesRequest.ProtoReflect.Descriptor instead.
 func (*ListKeyspacesRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{18}
 }
 
 type ListKeyspacesResponse struct {
@@ -1120,7 +1270,7 @@ type ListKeyspacesResponse struct {
 
 func (x *ListKeyspacesResponse) Reset() {
 	*x = ListKeyspacesResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[17]
+	mi := &file_meridian_v1_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1282,7 @@ func (x *ListKeyspacesResponse) String() string {
 func (*ListKeyspacesResponse) ProtoMessage() {}
 
 func (x *ListKeyspacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[17]
+	mi := &file_meridian_v1_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1295,7 @@ func (x *ListKeyspacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeyspacesResponse.ProtoReflect.Descriptor instead.
 func (*ListKeyspacesResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListKeyspacesResponse) GetKeyspaces() []*KeyspaceSpec {
@@ -1178,7 +1328,7 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12.\n" +
 	"\aversion\x18\x03 \x01(\v2\x14.meridian.v1.VersionR\aversion\x12 \n" +
 	"\vcoordinator\x18\x04 \x01(\tR\vcoordinator\x12\x1b\n" +
-	"\tread_path\x18\x05 \x01(\tR\breadPath\"\xd0\x01\n" +
+	"\tread_path\x18\x05 \x01(\tR\breadPath\"\xef\x01\n" +
 	"\n" +
 	"PutRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x10\n" +
@@ -1187,17 +1337,31 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\vconsistency\x18\x04 \x01(\tR\vconsistency\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x05 \x01(\rR\ttimeoutMs\x12=\n" +
-	"\x0fsession_version\x18\x06 \x01(\v2\x14.meridian.v1.VersionR\x0esessionVersion\"_\n" +
+	"\x0fsession_version\x18\x06 \x01(\v2\x14.meridian.v1.VersionR\x0esessionVersion\x12\x1d\n" +
+	"\n" +
+	"write_mode\x18\a \x01(\tR\twriteMode\"_\n" +
 	"\vPutResponse\x12.\n" +
 	"\aversion\x18\x01 \x01(\v2\x14.meridian.v1.VersionR\aversion\x12 \n" +
-	"\vcoordinator\x18\x02 \x01(\tR\vcoordinator\"\xbd\x01\n" +
+	"\vcoordinator\x18\x02 \x01(\tR\vcoordinator\"\xdc\x01\n" +
 	"\rDeleteRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12 \n" +
 	"\vconsistency\x18\x03 \x01(\tR\vconsistency\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x04 \x01(\rR\ttimeoutMs\x12=\n" +
-	"\x0fsession_version\x18\x05 \x01(\v2\x14.meridian.v1.VersionR\x0esessionVersion\"b\n" +
+	"\x0fsession_version\x18\x05 \x01(\v2\x14.meridian.v1.VersionR\x0esessionVersion\x12\x1d\n" +
+	"\n" +
+	"write_mode\x18\x06 \x01(\tR\twriteMode\"x\n" +
+	"\x11MoveMasterRequest\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x16\n" +
+	"\x06region\x18\x03 \x01(\tR\x06region\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x04 \x01(\rR\ttimeoutMs\"i\n" +
+	"\x12MoveMasterResponse\x12\x16\n" +
+	"\x06master\x18\x01 \x01(\tR\x06master\x12\x16\n" +
+	"\x06region\x18\x02 \x01(\tR\x06region\x12#\n" +
+	"\rtable_version\x18\x03 \x01(\x04R\ftableVersion\"b\n" +
 	"\x0eDeleteResponse\x12.\n" +
 	"\aversion\x18\x01 \x01(\v2\x14.meridian.v1.VersionR\aversion\x12 \n" +
 	"\vcoordinator\x18\x02 \x01(\tR\vcoordinator\"\xa8\x01\n" +
@@ -1250,7 +1414,7 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x06origin\x18\x04 \x01(\tR\x06origin\"\x16\n" +
 	"\x14ListKeyspacesRequest\"P\n" +
 	"\x15ListKeyspacesResponse\x127\n" +
-	"\tkeyspaces\x18\x01 \x03(\v2\x19.meridian.v1.KeyspaceSpecR\tkeyspaces2\x92\x04\n" +
+	"\tkeyspaces\x18\x01 \x03(\v2\x19.meridian.v1.KeyspaceSpecR\tkeyspaces2\xe1\x04\n" +
 	"\bMeridian\x128\n" +
 	"\x03Get\x12\x17.meridian.v1.GetRequest\x1a\x18.meridian.v1.GetResponse\x128\n" +
 	"\x03Put\x12\x17.meridian.v1.PutRequest\x1a\x18.meridian.v1.PutResponse\x12A\n" +
@@ -1258,7 +1422,9 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x04Scan\x12\x18.meridian.v1.ScanRequest\x1a\x19.meridian.v1.ScanResponse\x12Y\n" +
 	"\x0eCreateKeyspace\x12\".meridian.v1.CreateKeyspaceRequest\x1a#.meridian.v1.CreateKeyspaceResponse\x12_\n" +
 	"\x10DescribeKeyspace\x12$.meridian.v1.DescribeKeyspaceRequest\x1a%.meridian.v1.DescribeKeyspaceResponse\x12V\n" +
-	"\rListKeyspaces\x12!.meridian.v1.ListKeyspacesRequest\x1a\".meridian.v1.ListKeyspacesResponseB\x19Z\x17meridian/api/meridianpbb\x06proto3"
+	"\rListKeyspaces\x12!.meridian.v1.ListKeyspacesRequest\x1a\".meridian.v1.ListKeyspacesResponse\x12M\n" +
+	"\n" +
+	"MoveMaster\x12\x1e.meridian.v1.MoveMasterRequest\x1a\x1f.meridian.v1.MoveMasterResponseB\x19Z\x17meridian/api/meridianpbb\x06proto3"
 
 var (
 	file_meridian_v1_api_proto_rawDescOnce sync.Once
@@ -1272,7 +1438,7 @@ func file_meridian_v1_api_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_api_proto_rawDescData
 }
 
-var file_meridian_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_meridian_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_meridian_v1_api_proto_goTypes = []any{
 	(*Version)(nil),                  // 0: meridian.v1.Version
 	(*GetRequest)(nil),               // 1: meridian.v1.GetRequest
@@ -1280,19 +1446,21 @@ var file_meridian_v1_api_proto_goTypes = []any{
 	(*PutRequest)(nil),               // 3: meridian.v1.PutRequest
 	(*PutResponse)(nil),              // 4: meridian.v1.PutResponse
 	(*DeleteRequest)(nil),            // 5: meridian.v1.DeleteRequest
-	(*DeleteResponse)(nil),           // 6: meridian.v1.DeleteResponse
-	(*ScanRequest)(nil),              // 7: meridian.v1.ScanRequest
-	(*KeyValue)(nil),                 // 8: meridian.v1.KeyValue
-	(*ScanResponse)(nil),             // 9: meridian.v1.ScanResponse
-	(*KeyspaceSpec)(nil),             // 10: meridian.v1.KeyspaceSpec
-	(*CreateKeyspaceRequest)(nil),    // 11: meridian.v1.CreateKeyspaceRequest
-	(*CreateKeyspaceResponse)(nil),   // 12: meridian.v1.CreateKeyspaceResponse
-	(*DescribeKeyspaceRequest)(nil),  // 13: meridian.v1.DescribeKeyspaceRequest
-	(*PartitionPlacement)(nil),       // 14: meridian.v1.PartitionPlacement
-	(*DescribeKeyspaceResponse)(nil), // 15: meridian.v1.DescribeKeyspaceResponse
-	(*ListKeyspacesRequest)(nil),     // 16: meridian.v1.ListKeyspacesRequest
-	(*ListKeyspacesResponse)(nil),    // 17: meridian.v1.ListKeyspacesResponse
-	nil,                              // 18: meridian.v1.KeyspaceSpec.OptionsEntry
+	(*MoveMasterRequest)(nil),        // 6: meridian.v1.MoveMasterRequest
+	(*MoveMasterResponse)(nil),       // 7: meridian.v1.MoveMasterResponse
+	(*DeleteResponse)(nil),           // 8: meridian.v1.DeleteResponse
+	(*ScanRequest)(nil),              // 9: meridian.v1.ScanRequest
+	(*KeyValue)(nil),                 // 10: meridian.v1.KeyValue
+	(*ScanResponse)(nil),             // 11: meridian.v1.ScanResponse
+	(*KeyspaceSpec)(nil),             // 12: meridian.v1.KeyspaceSpec
+	(*CreateKeyspaceRequest)(nil),    // 13: meridian.v1.CreateKeyspaceRequest
+	(*CreateKeyspaceResponse)(nil),   // 14: meridian.v1.CreateKeyspaceResponse
+	(*DescribeKeyspaceRequest)(nil),  // 15: meridian.v1.DescribeKeyspaceRequest
+	(*PartitionPlacement)(nil),       // 16: meridian.v1.PartitionPlacement
+	(*DescribeKeyspaceResponse)(nil), // 17: meridian.v1.DescribeKeyspaceResponse
+	(*ListKeyspacesRequest)(nil),     // 18: meridian.v1.ListKeyspacesRequest
+	(*ListKeyspacesResponse)(nil),    // 19: meridian.v1.ListKeyspacesResponse
+	nil,                              // 20: meridian.v1.KeyspaceSpec.OptionsEntry
 }
 var file_meridian_v1_api_proto_depIdxs = []int32{
 	0,  // 0: meridian.v1.GetRequest.session_version:type_name -> meridian.v1.Version
@@ -1302,29 +1470,31 @@ var file_meridian_v1_api_proto_depIdxs = []int32{
 	0,  // 4: meridian.v1.DeleteRequest.session_version:type_name -> meridian.v1.Version
 	0,  // 5: meridian.v1.DeleteResponse.version:type_name -> meridian.v1.Version
 	0,  // 6: meridian.v1.KeyValue.version:type_name -> meridian.v1.Version
-	8,  // 7: meridian.v1.ScanResponse.items:type_name -> meridian.v1.KeyValue
-	18, // 8: meridian.v1.KeyspaceSpec.options:type_name -> meridian.v1.KeyspaceSpec.OptionsEntry
-	10, // 9: meridian.v1.CreateKeyspaceRequest.spec:type_name -> meridian.v1.KeyspaceSpec
-	10, // 10: meridian.v1.CreateKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
-	10, // 11: meridian.v1.DescribeKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
-	14, // 12: meridian.v1.DescribeKeyspaceResponse.partitions:type_name -> meridian.v1.PartitionPlacement
-	10, // 13: meridian.v1.ListKeyspacesResponse.keyspaces:type_name -> meridian.v1.KeyspaceSpec
+	10, // 7: meridian.v1.ScanResponse.items:type_name -> meridian.v1.KeyValue
+	20, // 8: meridian.v1.KeyspaceSpec.options:type_name -> meridian.v1.KeyspaceSpec.OptionsEntry
+	12, // 9: meridian.v1.CreateKeyspaceRequest.spec:type_name -> meridian.v1.KeyspaceSpec
+	12, // 10: meridian.v1.CreateKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
+	12, // 11: meridian.v1.DescribeKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
+	16, // 12: meridian.v1.DescribeKeyspaceResponse.partitions:type_name -> meridian.v1.PartitionPlacement
+	12, // 13: meridian.v1.ListKeyspacesResponse.keyspaces:type_name -> meridian.v1.KeyspaceSpec
 	1,  // 14: meridian.v1.Meridian.Get:input_type -> meridian.v1.GetRequest
 	3,  // 15: meridian.v1.Meridian.Put:input_type -> meridian.v1.PutRequest
 	5,  // 16: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
-	7,  // 17: meridian.v1.Meridian.Scan:input_type -> meridian.v1.ScanRequest
-	11, // 18: meridian.v1.Meridian.CreateKeyspace:input_type -> meridian.v1.CreateKeyspaceRequest
-	13, // 19: meridian.v1.Meridian.DescribeKeyspace:input_type -> meridian.v1.DescribeKeyspaceRequest
-	16, // 20: meridian.v1.Meridian.ListKeyspaces:input_type -> meridian.v1.ListKeyspacesRequest
-	2,  // 21: meridian.v1.Meridian.Get:output_type -> meridian.v1.GetResponse
-	4,  // 22: meridian.v1.Meridian.Put:output_type -> meridian.v1.PutResponse
-	6,  // 23: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
-	9,  // 24: meridian.v1.Meridian.Scan:output_type -> meridian.v1.ScanResponse
-	12, // 25: meridian.v1.Meridian.CreateKeyspace:output_type -> meridian.v1.CreateKeyspaceResponse
-	15, // 26: meridian.v1.Meridian.DescribeKeyspace:output_type -> meridian.v1.DescribeKeyspaceResponse
-	17, // 27: meridian.v1.Meridian.ListKeyspaces:output_type -> meridian.v1.ListKeyspacesResponse
-	21, // [21:28] is the sub-list for method output_type
-	14, // [14:21] is the sub-list for method input_type
+	9,  // 17: meridian.v1.Meridian.Scan:input_type -> meridian.v1.ScanRequest
+	13, // 18: meridian.v1.Meridian.CreateKeyspace:input_type -> meridian.v1.CreateKeyspaceRequest
+	15, // 19: meridian.v1.Meridian.DescribeKeyspace:input_type -> meridian.v1.DescribeKeyspaceRequest
+	18, // 20: meridian.v1.Meridian.ListKeyspaces:input_type -> meridian.v1.ListKeyspacesRequest
+	6,  // 21: meridian.v1.Meridian.MoveMaster:input_type -> meridian.v1.MoveMasterRequest
+	2,  // 22: meridian.v1.Meridian.Get:output_type -> meridian.v1.GetResponse
+	4,  // 23: meridian.v1.Meridian.Put:output_type -> meridian.v1.PutResponse
+	8,  // 24: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
+	11, // 25: meridian.v1.Meridian.Scan:output_type -> meridian.v1.ScanResponse
+	14, // 26: meridian.v1.Meridian.CreateKeyspace:output_type -> meridian.v1.CreateKeyspaceResponse
+	17, // 27: meridian.v1.Meridian.DescribeKeyspace:output_type -> meridian.v1.DescribeKeyspaceResponse
+	19, // 28: meridian.v1.Meridian.ListKeyspaces:output_type -> meridian.v1.ListKeyspacesResponse
+	7,  // 29: meridian.v1.Meridian.MoveMaster:output_type -> meridian.v1.MoveMasterResponse
+	22, // [22:30] is the sub-list for method output_type
+	14, // [14:22] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
@@ -1341,7 +1511,7 @@ func file_meridian_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_api_proto_rawDesc), len(file_meridian_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

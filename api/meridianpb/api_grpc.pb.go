@@ -30,6 +30,7 @@ const (
 	Meridian_CreateKeyspace_FullMethodName   = "/meridian.v1.Meridian/CreateKeyspace"
 	Meridian_DescribeKeyspace_FullMethodName = "/meridian.v1.Meridian/DescribeKeyspace"
 	Meridian_ListKeyspaces_FullMethodName    = "/meridian.v1.Meridian/ListKeyspaces"
+	Meridian_MoveMaster_FullMethodName       = "/meridian.v1.Meridian/MoveMaster"
 )
 
 // MeridianClient is the client API for Meridian service.
@@ -43,6 +44,7 @@ type MeridianClient interface {
 	CreateKeyspace(ctx context.Context, in *CreateKeyspaceRequest, opts ...grpc.CallOption) (*CreateKeyspaceResponse, error)
 	DescribeKeyspace(ctx context.Context, in *DescribeKeyspaceRequest, opts ...grpc.CallOption) (*DescribeKeyspaceResponse, error)
 	ListKeyspaces(ctx context.Context, in *ListKeyspacesRequest, opts ...grpc.CallOption) (*ListKeyspacesResponse, error)
+	MoveMaster(ctx context.Context, in *MoveMasterRequest, opts ...grpc.CallOption) (*MoveMasterResponse, error)
 }
 
 type meridianClient struct {
@@ -123,6 +125,16 @@ func (c *meridianClient) ListKeyspaces(ctx context.Context, in *ListKeyspacesReq
 	return out, nil
 }
 
+func (c *meridianClient) MoveMaster(ctx context.Context, in *MoveMasterRequest, opts ...grpc.CallOption) (*MoveMasterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveMasterResponse)
+	err := c.cc.Invoke(ctx, Meridian_MoveMaster_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MeridianServer is the server API for Meridian service.
 // All implementations must embed UnimplementedMeridianServer
 // for forward compatibility.
@@ -134,6 +146,7 @@ type MeridianServer interface {
 	CreateKeyspace(context.Context, *CreateKeyspaceRequest) (*CreateKeyspaceResponse, error)
 	DescribeKeyspace(context.Context, *DescribeKeyspaceRequest) (*DescribeKeyspaceResponse, error)
 	ListKeyspaces(context.Context, *ListKeyspacesRequest) (*ListKeyspacesResponse, error)
+	MoveMaster(context.Context, *MoveMasterRequest) (*MoveMasterResponse, error)
 	mustEmbedUnimplementedMeridianServer()
 }
 
@@ -164,6 +177,9 @@ func (UnimplementedMeridianServer) DescribeKeyspace(context.Context, *DescribeKe
 }
 func (UnimplementedMeridianServer) ListKeyspaces(context.Context, *ListKeyspacesRequest) (*ListKeyspacesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListKeyspaces not implemented")
+}
+func (UnimplementedMeridianServer) MoveMaster(context.Context, *MoveMasterRequest) (*MoveMasterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MoveMaster not implemented")
 }
 func (UnimplementedMeridianServer) mustEmbedUnimplementedMeridianServer() {}
 func (UnimplementedMeridianServer) testEmbeddedByValue()                  {}
@@ -312,6 +328,24 @@ func _Meridian_ListKeyspaces_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meridian_MoveMaster_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveMasterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).MoveMaster(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_MoveMaster_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).MoveMaster(ctx, req.(*MoveMasterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Meridian_ServiceDesc is the grpc.ServiceDesc for Meridian service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -346,6 +380,10 @@ var Meridian_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListKeyspaces",
 			Handler:    _Meridian_ListKeyspaces_Handler,
+		},
+		{
+			MethodName: "MoveMaster",
+			Handler:    _Meridian_MoveMaster_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -15,7 +15,7 @@ import (
 func simCmd() *cobra.Command {
 	var (
 		protocol, faults, topo, mutate, readLevel, writeLevel  string
-		seeds, mutationSeeds, replicaRegions                   int
+		seeds, mutationSeeds, replicaRegions, nodesPerRegion   int
 		seedStart                                              uint64
 		listMutations, mutations, roam, sessions, lin, verbose bool
 		duration                                               time.Duration
@@ -65,7 +65,10 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 			}
 			base := sim.Options{Protocol: protocol, Seed: seedStart, Topology: t, Faults: fs, ReadLevel: rl, WriteLevel: wl,
 				Mutation: mutate, Roam: roam, NoSessions: !sessions, Linearizability: lin, Duration: duration,
-				ReplicaRegions: replicaRegions, KeyspaceOptions: map[string]string{}}
+				ReplicaRegions: replicaRegions, NodesPerRegion: nodesPerRegion, KeyspaceOptions: map[string]string{}}
+			if nodesPerRegion < 0 || nodesPerRegion > 16 {
+				return fmt.Errorf("--nodes-per-region %d out of range 0..16", nodesPerRegion)
+			}
 			for _, kv := range options {
 				k, v, ok := strings.Cut(kv, "=")
 				if !ok || k == "" {
@@ -120,6 +123,7 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 	f.BoolVar(&listMutations, "list-mutations", false, "list the protocol's mutations and exit")
 	f.BoolVar(&mutations, "mutations", false, "run the mutation suite")
 	f.IntVar(&mutationSeeds, "mutation-seeds", 200, "seeds each mutation may take to be caught")
+	f.IntVar(&nodesPerRegion, "nodes-per-region", 0, "nodes in each region (0: the protocol's default; globlease uses 2 so hot keys have affiliated nodes)")
 	f.BoolVar(&roam, "roam", false, "clients send a third of their requests to random nodes in any region")
 	f.BoolVar(&sessions, "sessions", true, "clients send their session version with each request")
 	f.BoolVar(&lin, "linearizability", false, "also check linearizability (Porcupine)")

@@ -236,8 +236,8 @@ func TestInvalid(t *testing.T) {
 		{name: "bad keyspace name", old: "name: demo", new: "name: 1demo", path: "keyspaces[0].name", msg: "not a valid keyspace name"},
 		{name: "keyspace name with dash", old: "name: demo", new: "name: my-demo", path: "keyspaces[0].name", msg: "not a valid keyspace name"},
 		{name: "duplicate keyspace", new: "  - {name: demo, protocol: quorum}\n", path: "keyspaces[1].name", msg: "duplicate keyspace name"},
-		{name: "missing protocol", old: "    protocol: quorum\n", new: "", path: "keyspaces[0].protocol", msg: "required (known protocols: meteorshower, quorum)"},
-		{name: "unknown protocol", old: "protocol: quorum", new: "protocol: paxos", path: "keyspaces[0].protocol", msg: `unknown protocol "paxos" (known protocols: meteorshower, quorum)`},
+		{name: "missing protocol", old: "    protocol: quorum\n", new: "", path: "keyspaces[0].protocol", msg: "required (known protocols: globlease, meteorshower, quorum)"},
+		{name: "unknown protocol", old: "protocol: quorum", new: "protocol: paxos", path: "keyspaces[0].protocol", msg: `unknown protocol "paxos" (known protocols: globlease, meteorshower, quorum)`},
 		{name: "zero partitions", old: "    protocol: quorum\n", new: "    protocol: quorum\n    partitions: 0\n", path: "keyspaces[0].partitions", msg: "between 1 and 4096"},
 		{name: "too many partitions", old: "    protocol: quorum\n", new: "    protocol: quorum\n    partitions: 5000\n", path: "keyspaces[0].partitions", msg: "between 1 and 4096, got 5000"},
 		{name: "fractional partitions", old: "    protocol: quorum\n", new: "    protocol: quorum\n    partitions: 1.5\n", path: "keyspaces[0].partitions", msg: "expected an integer"},
@@ -501,7 +501,7 @@ func TestParseLevel(t *testing.T) {
 }
 
 func TestProtocolTable(t *testing.T) {
-	if got := Protocols(); !reflect.DeepEqual(got, []string{"meteorshower", "quorum"}) {
+	if got := Protocols(); !reflect.DeepEqual(got, []string{"globlease", "meteorshower", "quorum"}) {
 		t.Errorf("Protocols() = %v", got)
 	}
 	for _, name := range Protocols() {
@@ -515,6 +515,37 @@ func TestProtocolTable(t *testing.T) {
 			if err != nil || v != o.Default {
 				t.Errorf("%s.%s: default %q normalises to %q, %v", name, o.Name, o.Default, v, err)
 			}
+		}
+	}
+}
+
+func TestGlobLeaseOptions(t *testing.T) {
+	regions := []string{"europe", "us", "asia"}
+	o, err := GlobLeaseOptionsOf(map[string]string{"home_ranges": "k5=us,m=asia", "lease_ranges": "z=5s"}, regions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"a": "europe", "k5": "us", "k9": "us", "m": "asia", "zz": "asia"} {
+		if got := o.HomeRegionOf([]byte(key)); got != want {
+			t.Errorf("HomeRegionOf(%q) = %q, want %q", key, got, want)
+		}
+	}
+	if o.LeaseOf([]byte("a")) != time.Minute || o.LeaseOf([]byte("zz")) != 5*time.Second {
+		t.Errorf("LeaseOf: %v %v", o.LeaseOf([]byte("a")), o.LeaseOf([]byte("zz")))
+	}
+	bad := []map[string]string{
+		{"home_region": "mars"},
+		{"home_ranges": "a=mars"},
+		{"home_ranges": "b=us,a=asia"},
+		{"lease_ranges": "a=1ns"},
+		{"master_lease": "2s", "election_timeout": "2s"},
+		{"migrate_share": "0.5"},
+		{"write_mode": "lazy"},
+		{"hot_key_replicas": "0"},
+	}
+	for _, opts := range bad {
+		if _, err := GlobLeaseOptionsOf(opts, regions); err == nil {
+			t.Errorf("%v: accepted", opts)
 		}
 	}
 }

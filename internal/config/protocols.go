@@ -2,7 +2,10 @@ package config
 
 import (
 	"fmt"
+	"math"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -11,6 +14,7 @@ import (
 const (
 	ProtocolQuorum       = "quorum"
 	ProtocolMeteorShower = "meteorshower"
+	ProtocolGlobLease    = "globlease"
 )
 
 // OptionSpec describes one option of a protocol.
@@ -69,6 +73,99 @@ var protocols = []ProtocolSpec{
 			{Name: "speculative_retry", Default: "0s", Doc: "for fallback quorum reads: as in quorum", Normalize: normalizeNonNegativeDuration},
 		},
 	},
+	{
+		Name: ProtocolGlobLease,
+		Doc: "one master per key, read leases that let other replicas serve reads locally, active or passive " +
+			"writes, master migration and failover, hot-key replicas under secondary leases (liu-thesis 4.1)",
+		Options: []OptionSpec{
+			{Name: "home_region", Default: "", Doc: "region whose replica masters keys by default (empty: the keyspace's first region); must be one of the keyspace's regions", Normalize: normalizeRegionName},
+			{Name: "home_ranges", Default: "", Doc: "per key range home regions: \"START=REGION,...\" (keys ≥ START, up to the next START, are mastered in REGION); keys below the first START use home_region", Normalize: normalizeRanges},
+			{Name: "lease", Default: "1m0s", Doc: "length of a read lease (liu-thesis Table 4.2: 60 s); 10ms..1h", Normalize: durationRange(10*time.Millisecond, time.Hour)},
+			{Name: "lease_ranges", Default: "", Doc: "per key range lease lengths: \"START=DURATION,...\" (keys ≥ START up to the next START); keys below the first START use lease", Normalize: normalizeRanges},
+			{Name: "write_mode", Default: "active", Doc: "default for writes that do not name one: active (replicas holding leases are updated before the reply) or passive (no valid lease: reply after the master's write, propagate afterwards)", Normalize: normalizeWriteMode},
+			{Name: "master_lease", Default: "1s", Doc: "a master keeps acting only while a majority of its partition's replicas acknowledged one of its heartbeats this recently; 100ms..1m", Normalize: durationRange(100*time.Millisecond, time.Minute)},
+			{Name: "election_timeout", Default: "2s", Doc: "a replica that has not acknowledged the master for this long may elect a new one; must exceed master_lease by at least 100ms; 200ms..2m", Normalize: durationRange(200*time.Millisecond, 2*time.Minute)},
+			{Name: "auto_migrate", Default: "true", Doc: "move a key's master to the region its writes come from (share migrate_share, held for migrate_hold, at most once per migrate_cooldown)", Normalize: normalizeBool},
+			{Name: "migrate_share", Default: "0.8", Doc: "share of a key's recent writes one other region must have for automatic migration; 0.5 < share ≤ 1", Normalize: floatRange(0.5, 1, false)},
+			{Name: "migrate_hold", Default: "3s", Doc: "how long that share must hold before the master moves (hysteresis); 0s..10m", Normalize: durationRange(0, 10*time.Minute)},
+			{Name: "migrate_cooldown", Default: "30s", Doc: "no second automatic move of a key within this time; 0s..1h", Normalize: durationRange(0, time.Hour)},
+			{Name: "hot_keys", Default: "true", Doc: "replicate the hottest keys to the other nodes of a region under secondary leases (liu-thesis 4.1.4, affiliated nodes)", Normalize: normalizeBool},
+			{Name: "hot_key_rate", Default: "200", Doc: "reads per second of one key at one replica above which the key is hot; 1..1000000", Normalize: floatRange(1, 1e6, true)},
+			{Name: "hot_key_replicas", Default: "4", Doc: "most affiliated nodes per hot key and region; 1..64", Normalize: intRange(1, 64)},
+			{Name: "secondary_lease", Default: "2s", Doc: "length of a secondary lease on an affiliated node (always a sub-period of the host's lease); 10ms..1m", Normalize: durationRange(10*time.Millisecond, time.Minute)},
+		},
+	},
+}
+
+func normalizeRegionName(v string) (string, error) {
+	v = strings.TrimSpace(v)
+	if v != "" && !regionNameRE.MatchString(v) {
+		return "", fmt.Errorf("%q is not a region name", v)
+	}
+	return v, nil
+}
+
+var regionNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+
+// normalizeRanges checks "START=VALUE,..." lists; starts must be strictly increasing. The
+// values are checked against the keyspace (regions) or parsed (durations) by
+// GlobLeaseOptionsOf.
+func normalizeRanges(v string) (string, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return "", nil
+	}
+	parts := strings.Split(v, ",")
+	if len(parts) > 1024 {
+		return "", fmt.Errorf("at most 1024 ranges, got %d", len(parts))
+	}
+	prev := ""
+	out := make([]string, 0, len(parts))
+	for i, part := range parts {
+		start, val, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || val == "" {
+			return "", fmt.Errorf("range %d: want START=VALUE, got %q", i+1, part)
+		}
+		if i > 0 && start <= prev {
+			return "", fmt.Errorf("range %d: starts must increase (%q after %q)", i+1, start, prev)
+		}
+		prev = start
+		out = append(out, start+"="+strings.TrimSpace(val))
+	}
+	return strings.Join(out, ","), nil
+}
+
+func normalizeWriteMode(v string) (string, error) {
+	switch m := strings.ToLower(strings.TrimSpace(v)); m {
+	case "active", "passive":
+		return m, nil
+	}
+	return "", fmt.Errorf("write_mode is active or passive, not %q", v)
+}
+
+func normalizeBool(v string) (string, error) {
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		return "", fmt.Errorf("want true or false, got %q", v)
+	}
+	return strconv.FormatBool(b), nil
+}
+
+func floatRange(lo, hi float64, loInclusive bool) func(string) (string, error) {
+	return func(v string) (string, error) {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || math.IsNaN(f) {
+			return "", fmt.Errorf("not a number: %q", v)
+		}
+		if f > hi || f < lo || (!loInclusive && f == lo) {
+			op := "<"
+			if loInclusive {
+				op = "≤"
+			}
+			return "", fmt.Errorf("must be %v %s value ≤ %v, got %v", lo, op, hi, f)
+		}
+		return strconv.FormatFloat(f, 'g', -1, 64), nil
+	}
 }
 
 func normalizeMSReadLevel(v string) (string, error) {
@@ -237,4 +334,122 @@ func QuorumOptionsOf(opts map[string]string) (QuorumOptions, error) {
 		WriteLevel:       Level(norm["write_level"]),
 		SpeculativeRetry: d,
 	}, nil
+}
+
+// KeyRange maps keys ≥ Start (up to the next range's Start) to a value.
+type KeyRange[T any] struct {
+	Start string
+	Value T
+}
+
+// GlobLeaseOptions are the typed options of a globlease keyspace.
+type GlobLeaseOptions struct {
+	HomeRegion      string
+	HomeRanges      []KeyRange[string]
+	Lease           time.Duration
+	LeaseRanges     []KeyRange[time.Duration]
+	Passive         bool // default write mode
+	MasterLease     time.Duration
+	ElectionTimeout time.Duration
+	AutoMigrate     bool
+	MigrateShare    float64
+	MigrateHold     time.Duration
+	MigrateCooldown time.Duration
+	HotKeys         bool
+	HotKeyRate      float64
+	HotKeyReplicas  int
+	SecondaryLease  time.Duration
+}
+
+// HomeRegionOf returns the region whose replica masters key by default.
+func (o GlobLeaseOptions) HomeRegionOf(key []byte) string {
+	return rangeValue(o.HomeRanges, key, o.HomeRegion)
+}
+
+// LeaseOf returns the lease length of key.
+func (o GlobLeaseOptions) LeaseOf(key []byte) time.Duration {
+	return rangeValue(o.LeaseRanges, key, o.Lease)
+}
+
+func rangeValue[T any](ranges []KeyRange[T], key []byte, def T) T {
+	// The last range whose start is ≤ key; ranges are sorted by start (validated).
+	i := sort.Search(len(ranges), func(i int) bool { return ranges[i].Start > string(key) })
+	if i == 0 {
+		return def
+	}
+	return ranges[i-1].Value
+}
+
+// GlobLeaseOptionsOf parses the options of a globlease keyspace whose replicas are in regions
+// (the first is the default home region). Missing options take their defaults.
+func GlobLeaseOptionsOf(opts map[string]string, regions []string) (GlobLeaseOptions, error) {
+	p, _ := Protocol(ProtocolGlobLease)
+	norm, oerr := normalizeOptions(p, opts)
+	if oerr != nil {
+		return GlobLeaseOptions{}, fmt.Errorf("options.%s: %s", oerr.key, oerr.msg)
+	}
+	var o GlobLeaseOptions
+	inRegions := func(r string) bool { return slicesContains(regions, r) }
+	o.HomeRegion = norm["home_region"]
+	if o.HomeRegion == "" && len(regions) > 0 {
+		o.HomeRegion = regions[0]
+	}
+	if !inRegions(o.HomeRegion) {
+		return o, fmt.Errorf("options.home_region: %q is not one of the keyspace's regions %v", o.HomeRegion, regions)
+	}
+	for _, kv := range splitRanges(norm["home_ranges"]) {
+		if !inRegions(kv.Value) {
+			return o, fmt.Errorf("options.home_ranges: %q is not one of the keyspace's regions %v", kv.Value, regions)
+		}
+		o.HomeRanges = append(o.HomeRanges, kv)
+	}
+	dur := func(name string) time.Duration {
+		d, _ := time.ParseDuration(norm[name]) // normalized above
+		return d
+	}
+	o.Lease = dur("lease")
+	for _, kv := range splitRanges(norm["lease_ranges"]) {
+		d, err := durationRange(10*time.Millisecond, time.Hour)(kv.Value)
+		if err != nil {
+			return o, fmt.Errorf("options.lease_ranges: range %q: %v", kv.Start, err)
+		}
+		dd, _ := time.ParseDuration(d)
+		o.LeaseRanges = append(o.LeaseRanges, KeyRange[time.Duration]{Start: kv.Start, Value: dd})
+	}
+	o.Passive = norm["write_mode"] == "passive"
+	o.MasterLease = dur("master_lease")
+	o.ElectionTimeout = dur("election_timeout")
+	if o.ElectionTimeout < o.MasterLease+100*time.Millisecond {
+		return o, fmt.Errorf("options.election_timeout: %v must exceed master_lease (%v) by at least 100ms, so a new master is elected only after the old one stopped acting", o.ElectionTimeout, o.MasterLease)
+	}
+	o.AutoMigrate = norm["auto_migrate"] == "true"
+	o.MigrateShare, _ = strconv.ParseFloat(norm["migrate_share"], 64)
+	o.MigrateHold = dur("migrate_hold")
+	o.MigrateCooldown = dur("migrate_cooldown")
+	o.HotKeys = norm["hot_keys"] == "true"
+	o.HotKeyRate, _ = strconv.ParseFloat(norm["hot_key_rate"], 64)
+	o.HotKeyReplicas, _ = strconv.Atoi(norm["hot_key_replicas"])
+	o.SecondaryLease = dur("secondary_lease")
+	return o, nil
+}
+
+func splitRanges(v string) []KeyRange[string] {
+	if v == "" {
+		return nil
+	}
+	var out []KeyRange[string]
+	for _, part := range strings.Split(v, ",") {
+		start, val, _ := strings.Cut(part, "=")
+		out = append(out, KeyRange[string]{Start: start, Value: val})
+	}
+	return out
+}
+
+func slicesContains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
 }

@@ -310,5 +310,12 @@ func validateKeyspace(ks *Keyspace, c *Cluster, prefix string, explicit explicit
 		return errorf(strictyaml.Key(field("options"), oerr.key), "%s", oerr.msg)
 	}
 	ks.Options = opts
+	if ks.Protocol == ProtocolGlobLease {
+		// Cross-field checks (home regions among the keyspace's regions, election timeout
+		// above the master lease) need the whole keyspace.
+		if _, err := GlobLeaseOptionsOf(opts, ks.Regions); err != nil {
+			return errorf(field("options"), "%v", err)
+		}
+	}
 	return nil
 }

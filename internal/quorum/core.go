@@ -79,6 +79,10 @@ type Request struct {
 	// MinVersion, when set, is folded into the coordinator's clock before a write is stamped,
 	// so a client session's later writes are newer than everything it has seen.
 	MinVersion hlc.Version
+	// WriteMode is GlobLease's write mode: "active", "passive" or "" (the keyspace default).
+	WriteMode string
+	// Region is the target region of OpMoveMaster.
+	Region string
 }
 
 // Result is the reply to one Request.
@@ -94,11 +98,16 @@ type Result struct {
 	More  bool
 	// Path says how a read was served (PathQuorum, PathLocal, ...).
 	Path string
+	// Master, MasterRegion and TableVersion answer OpMoveMaster.
+	Master, MasterRegion string
+	TableVersion         uint64
 }
 
 // Reader is the synchronous, read-only view of the node's storage the core needs.
 type Reader interface {
 	Get(keyspace string, partition uint32, key []byte) (storage.Record, bool, error)
+	// GetAt returns the newest version of key not newer than maxVersion.
+	GetAt(keyspace string, partition uint32, key []byte, maxVersion hlc.Version) (storage.Record, bool, error)
 	Scan(keyspace string, partition uint32, start, end []byte, limit int, fn func(storage.Record) bool) error
 }
 
@@ -195,6 +204,8 @@ type Core struct {
 
 	ms         *msState // MeteorShower's statuses and waiting reads; nil without such keyspaces
 	msCounters MSCounters
+	gl         *glState // GlobLease state; nil until the placement holds a globlease keyspace
+	glCounters GLCounters
 	lastTick   time.Time
 
 	out Ready
@@ -280,6 +291,14 @@ func (c *Core) Propose(now time.Time, req Request) {
 		level = defaultLevel(ks.Spec, req.Op)
 	}
 	req.Level = level
+	if req.Op == OpMoveMaster && !isGL(ks) {
+		c.fail(req, errs.New(errs.Invalid, "keyspace %q uses protocol %s: only globlease keyspaces have masters to move", req.Keyspace, ks.Spec.Protocol))
+		return
+	}
+	if isGL(ks) && req.Op != OpScan {
+		c.glProposeReq(now, ks, req)
+		return
+	}
 	switch req.Op {
 	case OpPut, OpDelete:
 		c.startWrite(now, ks, req)
@@ -451,6 +470,8 @@ func (c *Core) Step(now time.Time, env *peerpb.Envelope) {
 	case *peerpb.Envelope_Status, *peerpb.Envelope_WriteNotification, *peerpb.Envelope_FullStatusRequest,
 		*peerpb.Envelope_FullStatus, *peerpb.Envelope_ClockPing, *peerpb.Envelope_ClockPong:
 		c.handleMS(now, env)
+	default:
+		c.glStep(now, env)
 	}
 }
 
@@ -469,6 +490,14 @@ func (c *Core) Tick(now time.Time) {
 			c.expireScan(t.id)
 		case timerScanSpeculate:
 			c.speculateScan(now, t.id)
+		case timerGLLocalDeadline:
+			if c.gl != nil {
+				c.glExpireLocal(t.id)
+			}
+		case timerGLFwdDeadline:
+			if c.gl != nil {
+				c.glExpireFwd(t.id)
+			}
 		}
 	}
 	for _, peer := range c.live.heartbeatsDue(now, c.cfg.HeartbeatInterval) {
@@ -477,6 +506,7 @@ func (c *Core) Tick(now time.Time) {
 	c.live.update(now, c.cfg.FailureTimeout)
 	c.tickAE(now)
 	c.tickMS(now)
+	c.glTick(now)
 }
 
 // localReplica reports whether this node holds a replica of p.

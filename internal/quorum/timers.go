@@ -13,6 +13,8 @@ const (
 	timerReadSpeculate
 	timerScanDeadline
 	timerScanSpeculate
+	timerGLLocalDeadline
+	timerGLFwdDeadline
 )
 
 // timer fires once at `at` for the request `id`. Timers of finished requests are dropped

@@ -46,6 +46,12 @@ type Protocol struct {
 	RunJob func(store *storage.Engine, self uint32, job quorum.Job) ([]*peerpb.Envelope, error)
 	// Levels adjusts the levels for a mutation (e.g. "one-one").
 	Levels func(mutation string, read, write config.Level) (config.Level, config.Level)
+	// Prepare, when set, adjusts a run's options for the protocol before defaults apply
+	// (only fields the caller left unset).
+	Prepare func(o *Options)
+	// Invariant, when set, is checked after every event that can change it; a non-empty
+	// string is a violation.
+	Invariant func(now []time.Time, cores []Core, up []bool) string
 }
 
 // RuntimeMutations break the simulated runtime rather than a protocol; they apply to every
@@ -79,10 +85,17 @@ var mutationSetup = map[string]func(*Options){
 
 func init() {
 	q := protocols["quorum"]
+	gl := q
+	gl.Name = "globlease"
+	gl.Mutations = quorum.GLMutations
+	gl.Levels = ms0
+	gl.Prepare = prepareGlobLease
+	gl.Invariant = oneMasterInvariant
+	protocols["globlease"] = gl
 	ms := q
 	ms.Name = "meteorshower"
 	ms.Mutations = meteorshower.Mutations
-	ms.Levels = func(_ string, read, write config.Level) (config.Level, config.Level) { return read, write }
+	ms.Levels = ms0
 	protocols["meteorshower"] = ms
 }
 
@@ -148,4 +161,82 @@ func MutationDescription(p Protocol, name string) (string, bool) {
 	}
 	d, ok := RuntimeMutations[name]
 	return d, ok
+}
+
+func ms0(_ string, read, write config.Level) (config.Level, config.Level) { return read, write }
+
+// prepareGlobLease scales GlobLease's timings to a simulated run of seconds: leases of a few
+// hundred milliseconds so they expire and renew many times, a master lease short enough that
+// failovers happen within the run, hot keys at the simulator's rates, and two nodes per
+// region so every region has an affiliated node for hot keys.
+func prepareGlobLease(o *Options) {
+	defaults := map[string]string{
+		"lease": "400ms", "master_lease": "300ms", "election_timeout": "600ms",
+		"hot_key_rate": "1", "secondary_lease": "150ms",
+		"migrate_hold": "500ms", "migrate_cooldown": "2s",
+	}
+	if o.KeyspaceOptions == nil {
+		o.KeyspaceOptions = map[string]string{}
+	}
+	for k, v := range defaults {
+		if _, ok := o.KeyspaceOptions[k]; !ok {
+			o.KeyspaceOptions[k] = v
+		}
+	}
+	if o.NodesPerRegion == 0 {
+		o.NodesPerRegion = 2
+	}
+}
+
+// oneMasterInvariant: at no step may two nodes act as master of the same key (liu-thesis
+// 4.1.3: "either no master or only one correct master of a key exists"). Each node's claim is
+// evaluated at its own clock.
+func oneMasterInvariant(now []time.Time, cores []Core, up []bool) string {
+	byPart := map[string][]quorum.GLClaim{}
+	for i, c := range cores {
+		if !up[i] {
+			continue
+		}
+		qc, ok := c.(*quorum.Core)
+		if !ok {
+			continue
+		}
+		for _, cl := range qc.GLMasterClaims(now[i]) {
+			id := fmt.Sprintf("%s/%d", cl.Keyspace, cl.Partition)
+			byPart[id] = append(byPart[id], cl)
+		}
+	}
+	parts := make([]string, 0, len(byPart))
+	for p := range byPart {
+		parts = append(parts, p)
+	}
+	sort.Strings(parts)
+	for _, p := range parts {
+		cls := byPart[p]
+		for i := range cls {
+			for j := i + 1; j < len(cls); j++ {
+				a, b := cls[i], cls[j]
+				for _, h := range a.Homes {
+					if slicesContains(b.Homes, h) {
+						return fmt.Sprintf("partition %s: nodes %d and %d both act as master of the keys homed at node %d", p, a.Node, b.Node, h)
+					}
+				}
+				for _, k := range append(append([]string{}, a.Keys...), append(b.Keys, append(a.Excluded, b.Excluded...)...)...) {
+					if a.Claims(k) && b.Claims(k) {
+						return fmt.Sprintf("partition %s: nodes %d and %d both act as master of key %q", p, a.Node, b.Node, k)
+					}
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func slicesContains(xs []uint32, x uint32) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
 }

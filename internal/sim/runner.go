@@ -101,6 +101,9 @@ func ReplayCommand(o Options) string {
 	if o.ReplicaRegions > 0 {
 		fmt.Fprintf(&b, " --replica-regions %d", o.ReplicaRegions)
 	}
+	if o.NodesPerRegion > 1 {
+		fmt.Fprintf(&b, " --nodes-per-region %d", o.NodesPerRegion)
+	}
 	b.WriteString(" --verbose")
 	return b.String()
 }
@@ -128,11 +131,18 @@ type MutationResult struct {
 // RunMutations runs each mutation of the protocol over up to maxSeeds seeds with every
 // fault on, and records how many seeds it took the checkers to catch it.
 func RunMutations(base Options, maxSeeds int, out io.Writer) ([]MutationResult, error) {
-	base.ensureDefaults()
+	if base.Protocol == "" {
+		base.Protocol = "quorum"
+	}
 	p, err := LookupProtocol(base.Protocol)
 	if err != nil {
 		return nil, err
 	}
+	if p.Prepare != nil {
+		base.KeyspaceOptions = maps.Clone(base.KeyspaceOptions)
+		p.Prepare(&base)
+	}
+	base.ensureDefaults()
 	var results []MutationResult
 	for _, m := range MutationNames(p) {
 		desc, _ := MutationDescription(p, m)

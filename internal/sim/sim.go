@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash"
 	"hash/fnv"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -150,15 +151,23 @@ type simulator struct {
 	readLvl, writeLvl config.Level
 	workloadOver      bool
 	lossProb, dupProb float64
+	invariantBroken   *check.Violation
 }
 
 // Run executes one seed and checks its history.
 func Run(o Options) (*Report, error) {
-	o.ensureDefaults()
+	if o.Protocol == "" {
+		o.Protocol = "quorum"
+	}
 	p, err := LookupProtocol(o.Protocol)
 	if err != nil {
 		return nil, err
 	}
+	if p.Prepare != nil {
+		o.KeyspaceOptions = maps.Clone(o.KeyspaceOptions)
+		p.Prepare(&o)
+	}
+	o.ensureDefaults()
 	if o.Mutation != "" {
 		if _, ok := MutationDescription(p, o.Mutation); !ok {
 			return nil, fmt.Errorf("sim: protocol %s has no mutation %q (known: %v)", p.Name, o.Mutation, MutationNames(p))
@@ -363,7 +372,11 @@ func (s *simulator) handle(e event) error {
 		}
 		s.trace("deliver %s", fmtEnv(e.env))
 		n.core.Step(s.localTime(i), e.env)
-		return s.processReady(i)
+		if err := s.processReady(i); err != nil {
+			return err
+		}
+		s.checkInvariant()
+		return nil
 	case evSync:
 		return s.completeSync(e.node, e.cli)
 	case evClientOp:
@@ -399,6 +412,24 @@ func (s *simulator) handle(e event) error {
 		}
 	}
 	return nil
+}
+
+// checkInvariant evaluates the protocol's step invariant (GlobLease: one master per key) and
+// records the first violation.
+func (s *simulator) checkInvariant() {
+	if s.proto.Invariant == nil || s.invariantBroken != nil {
+		return
+	}
+	now := make([]time.Time, len(s.nodes))
+	cores := make([]Core, len(s.nodes))
+	up := make([]bool, len(s.nodes))
+	for i, n := range s.nodes {
+		now[i], cores[i], up[i] = s.localTime(i), n.core, n.up
+	}
+	if msg := s.proto.Invariant(now, cores, up); msg != "" {
+		s.invariantBroken = &check.Violation{Checker: "invariant", Reason: fmt.Sprintf("at %.3fms: %s", float64(s.now)/1e6, msg)}
+		s.trace("INVARIANT BROKEN: %s", msg)
+	}
 }
 
 func (s *simulator) isCut(from, to uint32) bool {
@@ -790,6 +821,9 @@ func (s *simulator) finish() (*Report, error) {
 		return nil, fmt.Errorf("sim: seed %d produced a malformed history (a simulator bug): %w", s.o.Seed, err)
 	}
 	s.report.Violations = check.CheckAll(s.history, final, check.Options{Linearizability: s.o.Linearizability, LinearizabilityTimeout: 10 * time.Second})
+	if s.invariantBroken != nil {
+		s.report.Violations = append([]*check.Violation{s.invariantBroken}, s.report.Violations...)
+	}
 	s.report.Ops = len(s.history)
 	for _, op := range s.history {
 		if op.Outcome == check.OK {
@@ -813,6 +847,23 @@ func fmtEnv(env *peerpb.Envelope) string {
 		return fmt.Sprintf("%d->%d read_reply %d found=%v v=%s", env.From, env.To, m.ReadReply.RequestId, m.ReadReply.Found, vstr(m.ReadReply.GetRecord().GetVersion()))
 	case *peerpb.Envelope_Heartbeat:
 		return fmt.Sprintf("%d->%d heartbeat", env.From, env.To)
+	case *peerpb.Envelope_GlForward:
+		f := m.GlForward
+		return fmt.Sprintf("%d->%d gl_forward #%d op=%d %s=%s lease=%v hops=%d", env.From, env.To, f.RequestId, f.Op, f.Key, f.Value, f.WantLease, f.Hops)
+	case *peerpb.Envelope_GlForwardReply:
+		f := m.GlForwardReply
+		return fmt.Sprintf("%d->%d gl_forward_reply #%d found=%v v=%s rec=%s lease=%v redirect=%d err=%q", env.From, env.To, f.RequestId, f.Found, vstr(f.GetVersion()), vstr(f.GetRecord().GetVersion()), time.Duration(f.LeaseNanos), f.Redirect, f.ErrMsg)
+	case *peerpb.Envelope_GlUpdate:
+		u := m.GlUpdate
+		return fmt.Sprintf("%d->%d gl_update #%d %s=%s v=%s lease=%v committed=%v", env.From, env.To, u.WriteId, u.GetRecord().GetKey(), u.GetRecord().GetValue(), vstr(u.GetRecord().GetVersion()), time.Duration(u.LeaseNanos), u.Committed)
+	case *peerpb.Envelope_GlUpdateAck:
+		return fmt.Sprintf("%d->%d gl_update_ack #%d lease=%v", env.From, env.To, m.GlUpdateAck.WriteId, time.Duration(m.GlUpdateAck.LeaseNanos))
+	case *peerpb.Envelope_GlCommit:
+		return fmt.Sprintf("%d->%d gl_commit %s v=%s", env.From, env.To, m.GlCommit.Key, vstr(m.GlCommit.GetVersion()))
+	case *peerpb.Envelope_GlLeaseAck:
+		return fmt.Sprintf("%d->%d gl_lease_ack %s grant=%d accepted=%v", env.From, env.To, m.GlLeaseAck.Key, m.GlLeaseAck.GrantId, m.GlLeaseAck.Accepted)
+	case *peerpb.Envelope_GlCommitTable:
+		return fmt.Sprintf("%d->%d gl_commit_table p%d v%d %v", env.From, env.To, m.GlCommitTable.GetTable().GetPartition(), m.GlCommitTable.GetTable().GetVersion(), m.GlCommitTable.GetTable().GetOverrides())
 	default:
 		return fmt.Sprintf("%d->%d %T", env.From, env.To, env.Msg)
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	dto "github.com/prometheus/client_model/go"
+
+	"meridian/internal/hlc"
 )
 
 // ErrClosed is returned by every method called after Close.
@@ -172,6 +174,39 @@ func (e *Engine) Get(keyspace string, partition uint32, key []byte) (rec Record,
 	return rec, found, nil
 }
 
+// GetAt returns the newest version of key whose version is <= maxVersion, which may be a
+// tombstone (found=true, rec.Tombstone=true). found is false when no such version exists.
+// It is the read of a snapshot as of maxVersion: a lease holder or a repair path that must
+// not see writes stamped after a cut can read the key as it was, without scanning versions.
+//
+// Versions of one key sort newest first (inverted version suffix, see keys.go), so the
+// versions <= maxVersion are exactly the entries at or after encodeDataKey(..., maxVersion):
+// one SeekGE on an iterator bounded to the key's prefix lands on the answer, and the bounds
+// keep a different user key (say "ab" when asking for "a") from ever being returned.
+func (e *Engine) GetAt(keyspace string, partition uint32, key []byte, maxVersion hlc.Version) (rec Record, found bool, err error) {
+	if err := e.checkOpen(); err != nil {
+		return Record{}, false, err
+	}
+	e.gets.Add(1)
+	seek := encodeDataKey(nil, keyspace, partition, key, maxVersion)
+	// The key prefix is the seek key without its version. lo aliases seek, which is fine:
+	// neither is modified while the iterator lives, and prefixEnd returns a copy.
+	lo := seek[:len(seek)-versionLen]
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+	if err != nil {
+		return Record{}, false, fmt.Errorf("storage: get %q/%d/%q at %s: %w", keyspace, partition, key, maxVersion, err)
+	}
+	if it.SeekGE(seek) {
+		rec, err = decodeRecordAt(it)
+		found = err == nil
+	}
+	err = errors.Join(err, it.Error(), it.Close())
+	if err != nil {
+		return Record{}, false, fmt.Errorf("storage: get %q/%d/%q at %s: %w", keyspace, partition, key, maxVersion, err)
+	}
+	return rec, found, nil
+}
+
 // Scan calls fn with the newest version of each key in [start, end) of the partition, in key
 // order, tombstones included (replica merging needs them). A nil end means to the end of the
 // partition; a nil start means from its beginning. Scan stops after limit keys when
@@ -321,7 +356,7 @@ type Stats struct {
 	// Applies is the number of successful Apply calls; RecordsApplied the records in them.
 	Applies        int64
 	RecordsApplied int64
-	// Gets and Scans count calls to Get and Scan.
+	// Gets and Scans count calls to Get (and GetAt) and Scan.
 	Gets  int64
 	Scans int64
 	// Compactions is the number of compactions Pebble has run since Open.

@@ -1388,6 +1388,1677 @@ func (x *Heartbeat) GetSentUnixNanos() int64 {
 	return 0
 }
 
+// GlTable is the mastership table of one partition at one version: the default master of
+// its keys and the keys moved elsewhere. Versions change only through GlPrepare/GlAccept
+// (a Paxos instance per version, 4.1.3 "Master Migration and Failure Recovery").
+type GlTable struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Version       uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	DefaultMaster uint32                 `protobuf:"varint,4,opt,name=default_master,json=defaultMaster,proto3" json:"default_master,omitempty"`
+	Overrides     []*GlOverride          `protobuf:"bytes,5,rep,name=overrides,proto3" json:"overrides,omitempty"`
+	// The node that proposed this version. A node that gives keys away itself (migration)
+	// needs no wait; taking keys from another node (failover) does.
+	Initiator uint32 `protobuf:"varint,6,opt,name=initiator,proto3" json:"initiator,omitempty"`
+	// The proposer's clock when it proposed: whoever adopts the table folds it into its HLC,
+	// so a new master stamps versions above everything the old master wrote.
+	Hlc           *Version `protobuf:"bytes,7,opt,name=hlc,proto3" json:"hlc,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlTable) Reset() {
+	*x = GlTable{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlTable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlTable) ProtoMessage() {}
+
+func (x *GlTable) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlTable.ProtoReflect.Descriptor instead.
+func (*GlTable) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GlTable) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *GlTable) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *GlTable) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *GlTable) GetDefaultMaster() uint32 {
+	if x != nil {
+		return x.DefaultMaster
+	}
+	return 0
+}
+
+func (x *GlTable) GetOverrides() []*GlOverride {
+	if x != nil {
+		return x.Overrides
+	}
+	return nil
+}
+
+func (x *GlTable) GetInitiator() uint32 {
+	if x != nil {
+		return x.Initiator
+	}
+	return 0
+}
+
+func (x *GlTable) GetHlc() *Version {
+	if x != nil {
+		return x.Hlc
+	}
+	return nil
+}
+
+type GlOverride struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Master        uint32                 `protobuf:"varint,2,opt,name=master,proto3" json:"master,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlOverride) Reset() {
+	*x = GlOverride{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlOverride) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlOverride) ProtoMessage() {}
+
+func (x *GlOverride) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlOverride.ProtoReflect.Descriptor instead.
+func (*GlOverride) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GlOverride) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *GlOverride) GetMaster() uint32 {
+	if x != nil {
+		return x.Master
+	}
+	return 0
+}
+
+type GlBallot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Round         uint64                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Node          uint32                 `protobuf:"varint,2,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlBallot) Reset() {
+	*x = GlBallot{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlBallot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlBallot) ProtoMessage() {}
+
+func (x *GlBallot) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlBallot.ProtoReflect.Descriptor instead.
+func (*GlBallot) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *GlBallot) GetRound() uint64 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *GlBallot) GetNode() uint32 {
+	if x != nil {
+		return x.Node
+	}
+	return 0
+}
+
+// GlForward carries a client request to the key's master (reads: also a lease renewal), or
+// from a non-replica coordinator to a replica in its region.
+type GlForward struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Keyspace  string                 `protobuf:"bytes,2,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	Key       []byte                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	// 1 read, 2 put, 3 delete.
+	Op                uint32   `protobuf:"varint,5,opt,name=op,proto3" json:"op,omitempty"`
+	Value             []byte   `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	Passive           bool     `protobuf:"varint,7,opt,name=passive,proto3" json:"passive,omitempty"`
+	MinVersion        *Version `protobuf:"bytes,8,opt,name=min_version,json=minVersion,proto3" json:"min_version,omitempty"`
+	WantLease         bool     `protobuf:"varint,9,opt,name=want_lease,json=wantLease,proto3" json:"want_lease,omitempty"`
+	OriginRegion      string   `protobuf:"bytes,10,opt,name=origin_region,json=originRegion,proto3" json:"origin_region,omitempty"`
+	TableVersion      uint64   `protobuf:"varint,11,opt,name=table_version,json=tableVersion,proto3" json:"table_version,omitempty"`
+	DeadlineUnixNanos int64    `protobuf:"varint,12,opt,name=deadline_unix_nanos,json=deadlineUnixNanos,proto3" json:"deadline_unix_nanos,omitempty"`
+	// Hops taken so far (bounded: stale routes are redirected a few times at most).
+	Hops          uint32 `protobuf:"varint,13,opt,name=hops,proto3" json:"hops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlForward) Reset() {
+	*x = GlForward{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlForward) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlForward) ProtoMessage() {}
+
+func (x *GlForward) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlForward.ProtoReflect.Descriptor instead.
+func (*GlForward) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GlForward) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *GlForward) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *GlForward) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *GlForward) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *GlForward) GetOp() uint32 {
+	if x != nil {
+		return x.Op
+	}
+	return 0
+}
+
+func (x *GlForward) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *GlForward) GetPassive() bool {
+	if x != nil {
+		return x.Passive
+	}
+	return false
+}
+
+func (x *GlForward) GetMinVersion() *Version {
+	if x != nil {
+		return x.MinVersion
+	}
+	return nil
+}
+
+func (x *GlForward) GetWantLease() bool {
+	if x != nil {
+		return x.WantLease
+	}
+	return false
+}
+
+func (x *GlForward) GetOriginRegion() string {
+	if x != nil {
+		return x.OriginRegion
+	}
+	return ""
+}
+
+func (x *GlForward) GetTableVersion() uint64 {
+	if x != nil {
+		return x.TableVersion
+	}
+	return 0
+}
+
+func (x *GlForward) GetDeadlineUnixNanos() int64 {
+	if x != nil {
+		return x.DeadlineUnixNanos
+	}
+	return 0
+}
+
+func (x *GlForward) GetHops() uint32 {
+	if x != nil {
+		return x.Hops
+	}
+	return 0
+}
+
+type GlForwardReply struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Found     bool                   `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"`
+	Record    *Record                `protobuf:"bytes,3,opt,name=record,proto3" json:"record,omitempty"`
+	Version   *Version               `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	// errs.Kind and message when the request failed; 0 = success.
+	ErrKind uint32 `protobuf:"varint,5,opt,name=err_kind,json=errKind,proto3" json:"err_kind,omitempty"`
+	ErrMsg  string `protobuf:"bytes,6,opt,name=err_msg,json=errMsg,proto3" json:"err_msg,omitempty"`
+	// Not the master (any more): the sender should retry at this node.
+	Redirect uint32   `protobuf:"varint,7,opt,name=redirect,proto3" json:"redirect,omitempty"`
+	Table    *GlTable `protobuf:"bytes,8,opt,name=table,proto3" json:"table,omitempty"`
+	// A lease grant (read renewals): length and the master's send time; 0 = no lease.
+	LeaseNanos         int64  `protobuf:"varint,9,opt,name=lease_nanos,json=leaseNanos,proto3" json:"lease_nanos,omitempty"`
+	GrantSentUnixNanos int64  `protobuf:"varint,10,opt,name=grant_sent_unix_nanos,json=grantSentUnixNanos,proto3" json:"grant_sent_unix_nanos,omitempty"`
+	GrantId            uint64 `protobuf:"varint,11,opt,name=grant_id,json=grantId,proto3" json:"grant_id,omitempty"`
+	Path               string `protobuf:"bytes,12,opt,name=path,proto3" json:"path,omitempty"`
+	// Hot keys: affiliated nodes that hold the key under a secondary lease.
+	Affiliates []uint32 `protobuf:"varint,13,rep,packed,name=affiliates,proto3" json:"affiliates,omitempty"`
+	// Master moves: the key's master after the move, and the table version.
+	Master        uint32 `protobuf:"varint,14,opt,name=master,proto3" json:"master,omitempty"`
+	TableVersion  uint64 `protobuf:"varint,15,opt,name=table_version,json=tableVersion,proto3" json:"table_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlForwardReply) Reset() {
+	*x = GlForwardReply{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlForwardReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlForwardReply) ProtoMessage() {}
+
+func (x *GlForwardReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlForwardReply.ProtoReflect.Descriptor instead.
+func (*GlForwardReply) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GlForwardReply) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *GlForwardReply) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *GlForwardReply) GetRecord() *Record {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *GlForwardReply) GetVersion() *Version {
+	if x != nil {
+		return x.Version
+	}
+	return nil
+}
+
+func (x *GlForwardReply) GetErrKind() uint32 {
+	if x != nil {
+		return x.ErrKind
+	}
+	return 0
+}
+
+func (x *GlForwardReply) GetErrMsg() string {
+	if x != nil {
+		return x.ErrMsg
+	}
+	return ""
+}
+
+func (x *GlForwardReply) GetRedirect() uint32 {
+	if x != nil {
+		return x.Redirect
+	}
+	return 0
+}
+
+func (x *GlForwardReply) GetTable() *GlTable {
+	if x != nil {
+		return x.Table
+	}
+	return nil
+}
+
+func (x *GlForwardReply) GetLeaseNanos() int64 {
+	if x != nil {
+		return x.LeaseNanos
+	}
+	return 0
+}
+
+func (x *GlForwardReply) GetGrantSentUnixNanos() int64 {
+	if x != nil {
+		return x.GrantSentUnixNanos
+	}
+	return 0
+}
+
+func (x *GlForwardReply) GetGrantId() uint64 {
+	if x != nil {
+		return x.GrantId
+	}
+	return 0
+}
+
+func (x *GlForwardReply) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *GlForwardReply) GetAffiliates() []uint32 {
+	if x != nil {
+		return x.Affiliates
+	}
+	return nil
+}
+
+func (x *GlForwardReply) GetMaster() uint32 {
+	if x != nil {
+		return x.Master
+	}
+	return 0
+}
+
+func (x *GlForwardReply) GetTableVersion() uint64 {
+	if x != nil {
+		return x.TableVersion
+	}
+	return 0
+}
+
+// GlLeaseAck: the lease is in force at the replica; the master's record starts now.
+type GlLeaseAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	GrantId       uint64                 `protobuf:"varint,4,opt,name=grant_id,json=grantId,proto3" json:"grant_id,omitempty"`
+	Accepted      bool                   `protobuf:"varint,5,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlLeaseAck) Reset() {
+	*x = GlLeaseAck{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlLeaseAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlLeaseAck) ProtoMessage() {}
+
+func (x *GlLeaseAck) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlLeaseAck.ProtoReflect.Descriptor instead.
+func (*GlLeaseAck) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *GlLeaseAck) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *GlLeaseAck) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *GlLeaseAck) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *GlLeaseAck) GetGrantId() uint64 {
+	if x != nil {
+		return x.GrantId
+	}
+	return 0
+}
+
+func (x *GlLeaseAck) GetAccepted() bool {
+	if x != nil {
+		return x.Accepted
+	}
+	return false
+}
+
+// GlUpdate: a write pushed by the master (active update) or lazily (passive), with a lease
+// for the replica when lease_nanos > 0; also from a host replica to its affiliated nodes.
+type GlUpdate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WriteId       uint64                 `protobuf:"varint,1,opt,name=write_id,json=writeId,proto3" json:"write_id,omitempty"`
+	Record        *Record                `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"`
+	LeaseNanos    int64                  `protobuf:"varint,3,opt,name=lease_nanos,json=leaseNanos,proto3" json:"lease_nanos,omitempty"`
+	SentUnixNanos int64                  `protobuf:"varint,4,opt,name=sent_unix_nanos,json=sentUnixNanos,proto3" json:"sent_unix_nanos,omitempty"`
+	TableVersion  uint64                 `protobuf:"varint,5,opt,name=table_version,json=tableVersion,proto3" json:"table_version,omitempty"`
+	// Serve the record at once (lazy updates of committed writes, secondary leases) instead
+	// of waiting for GlCommit.
+	Committed     bool `protobuf:"varint,6,opt,name=committed,proto3" json:"committed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlUpdate) Reset() {
+	*x = GlUpdate{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlUpdate) ProtoMessage() {}
+
+func (x *GlUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlUpdate.ProtoReflect.Descriptor instead.
+func (*GlUpdate) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GlUpdate) GetWriteId() uint64 {
+	if x != nil {
+		return x.WriteId
+	}
+	return 0
+}
+
+func (x *GlUpdate) GetRecord() *Record {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *GlUpdate) GetLeaseNanos() int64 {
+	if x != nil {
+		return x.LeaseNanos
+	}
+	return 0
+}
+
+func (x *GlUpdate) GetSentUnixNanos() int64 {
+	if x != nil {
+		return x.SentUnixNanos
+	}
+	return 0
+}
+
+func (x *GlUpdate) GetTableVersion() uint64 {
+	if x != nil {
+		return x.TableVersion
+	}
+	return 0
+}
+
+func (x *GlUpdate) GetCommitted() bool {
+	if x != nil {
+		return x.Committed
+	}
+	return false
+}
+
+type GlUpdateAck struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	WriteId uint64                 `protobuf:"varint,1,opt,name=write_id,json=writeId,proto3" json:"write_id,omitempty"`
+	Ok      bool                   `protobuf:"varint,2,opt,name=ok,proto3" json:"ok,omitempty"`
+	// The lease the replica now holds (0: none).
+	LeaseNanos    int64 `protobuf:"varint,3,opt,name=lease_nanos,json=leaseNanos,proto3" json:"lease_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlUpdateAck) Reset() {
+	*x = GlUpdateAck{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlUpdateAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlUpdateAck) ProtoMessage() {}
+
+func (x *GlUpdateAck) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlUpdateAck.ProtoReflect.Descriptor instead.
+func (*GlUpdateAck) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GlUpdateAck) GetWriteId() uint64 {
+	if x != nil {
+		return x.WriteId
+	}
+	return 0
+}
+
+func (x *GlUpdateAck) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *GlUpdateAck) GetLeaseNanos() int64 {
+	if x != nil {
+		return x.LeaseNanos
+	}
+	return 0
+}
+
+// GlCommit: the write is committed; replicas holding it may serve it under their lease.
+type GlCommit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Version       *Version               `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlCommit) Reset() {
+	*x = GlCommit{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlCommit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlCommit) ProtoMessage() {}
+
+func (x *GlCommit) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlCommit.ProtoReflect.Descriptor instead.
+func (*GlCommit) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *GlCommit) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *GlCommit) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *GlCommit) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *GlCommit) GetVersion() *Version {
+	if x != nil {
+		return x.Version
+	}
+	return nil
+}
+
+type GlPartVersion struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Version       uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlPartVersion) Reset() {
+	*x = GlPartVersion{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlPartVersion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlPartVersion) ProtoMessage() {}
+
+func (x *GlPartVersion) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlPartVersion.ProtoReflect.Descriptor instead.
+func (*GlPartVersion) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *GlPartVersion) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *GlPartVersion) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *GlPartVersion) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// GlHeartbeat: a master's heartbeat to the replicas of the partitions where it masters keys.
+// Acks from a majority at the same table version keep its master lease.
+type GlHeartbeat struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Parts         []*GlPartVersion       `protobuf:"bytes,2,rep,name=parts,proto3" json:"parts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlHeartbeat) Reset() {
+	*x = GlHeartbeat{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlHeartbeat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlHeartbeat) ProtoMessage() {}
+
+func (x *GlHeartbeat) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlHeartbeat.ProtoReflect.Descriptor instead.
+func (*GlHeartbeat) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *GlHeartbeat) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *GlHeartbeat) GetParts() []*GlPartVersion {
+	if x != nil {
+		return x.Parts
+	}
+	return nil
+}
+
+type GlHeartbeatAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Acked         []*GlPartVersion       `protobuf:"bytes,2,rep,name=acked,proto3" json:"acked,omitempty"`
+	Newer         []*GlTable             `protobuf:"bytes,3,rep,name=newer,proto3" json:"newer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlHeartbeatAck) Reset() {
+	*x = GlHeartbeatAck{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlHeartbeatAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlHeartbeatAck) ProtoMessage() {}
+
+func (x *GlHeartbeatAck) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlHeartbeatAck.ProtoReflect.Descriptor instead.
+func (*GlHeartbeatAck) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *GlHeartbeatAck) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *GlHeartbeatAck) GetAcked() []*GlPartVersion {
+	if x != nil {
+		return x.Acked
+	}
+	return nil
+}
+
+func (x *GlHeartbeatAck) GetNewer() []*GlTable {
+	if x != nil {
+		return x.Newer
+	}
+	return nil
+}
+
+type GlPrepare struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Version       uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	Ballot        *GlBallot              `protobuf:"bytes,4,opt,name=ballot,proto3" json:"ballot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlPrepare) Reset() {
+	*x = GlPrepare{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlPrepare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlPrepare) ProtoMessage() {}
+
+func (x *GlPrepare) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlPrepare.ProtoReflect.Descriptor instead.
+func (*GlPrepare) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *GlPrepare) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *GlPrepare) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *GlPrepare) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *GlPrepare) GetBallot() *GlBallot {
+	if x != nil {
+		return x.Ballot
+	}
+	return nil
+}
+
+type GlPromise struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace       string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition      uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Version        uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	Ballot         *GlBallot              `protobuf:"bytes,4,opt,name=ballot,proto3" json:"ballot,omitempty"`
+	Ok             bool                   `protobuf:"varint,5,opt,name=ok,proto3" json:"ok,omitempty"`
+	AcceptedBallot *GlBallot              `protobuf:"bytes,6,opt,name=accepted_ballot,json=acceptedBallot,proto3" json:"accepted_ballot,omitempty"`
+	Accepted       *GlTable               `protobuf:"bytes,7,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	Committed      *GlTable               `protobuf:"bytes,8,opt,name=committed,proto3" json:"committed,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *GlPromise) Reset() {
+	*x = GlPromise{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlPromise) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlPromise) ProtoMessage() {}
+
+func (x *GlPromise) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlPromise.ProtoReflect.Descriptor instead.
+func (*GlPromise) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *GlPromise) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *GlPromise) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *GlPromise) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *GlPromise) GetBallot() *GlBallot {
+	if x != nil {
+		return x.Ballot
+	}
+	return nil
+}
+
+func (x *GlPromise) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *GlPromise) GetAcceptedBallot() *GlBallot {
+	if x != nil {
+		return x.AcceptedBallot
+	}
+	return nil
+}
+
+func (x *GlPromise) GetAccepted() *GlTable {
+	if x != nil {
+		return x.Accepted
+	}
+	return nil
+}
+
+func (x *GlPromise) GetCommitted() *GlTable {
+	if x != nil {
+		return x.Committed
+	}
+	return nil
+}
+
+type GlAccept struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ballot        *GlBallot              `protobuf:"bytes,1,opt,name=ballot,proto3" json:"ballot,omitempty"`
+	Table         *GlTable               `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlAccept) Reset() {
+	*x = GlAccept{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlAccept) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlAccept) ProtoMessage() {}
+
+func (x *GlAccept) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlAccept.ProtoReflect.Descriptor instead.
+func (*GlAccept) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *GlAccept) GetBallot() *GlBallot {
+	if x != nil {
+		return x.Ballot
+	}
+	return nil
+}
+
+func (x *GlAccept) GetTable() *GlTable {
+	if x != nil {
+		return x.Table
+	}
+	return nil
+}
+
+type GlAccepted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Version       uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	Ballot        *GlBallot              `protobuf:"bytes,4,opt,name=ballot,proto3" json:"ballot,omitempty"`
+	Ok            bool                   `protobuf:"varint,5,opt,name=ok,proto3" json:"ok,omitempty"`
+	Reason        string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	Committed     *GlTable               `protobuf:"bytes,7,opt,name=committed,proto3" json:"committed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlAccepted) Reset() {
+	*x = GlAccepted{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlAccepted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlAccepted) ProtoMessage() {}
+
+func (x *GlAccepted) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlAccepted.ProtoReflect.Descriptor instead.
+func (*GlAccepted) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *GlAccepted) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *GlAccepted) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *GlAccepted) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *GlAccepted) GetBallot() *GlBallot {
+	if x != nil {
+		return x.Ballot
+	}
+	return nil
+}
+
+func (x *GlAccepted) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *GlAccepted) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *GlAccepted) GetCommitted() *GlTable {
+	if x != nil {
+		return x.Committed
+	}
+	return nil
+}
+
+type GlCommitTable struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Table         *GlTable               `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlCommitTable) Reset() {
+	*x = GlCommitTable{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlCommitTable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlCommitTable) ProtoMessage() {}
+
+func (x *GlCommitTable) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlCommitTable.ProtoReflect.Descriptor instead.
+func (*GlCommitTable) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *GlCommitTable) GetTable() *GlTable {
+	if x != nil {
+		return x.Table
+	}
+	return nil
+}
+
+// GlRevoke: a new (or restarted) master asks every node to drop the leases the grantor gave
+// on the partition (only on keys, when listed), so it need not wait for them to run out.
+type GlRevoke struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Grantor       uint32                 `protobuf:"varint,3,opt,name=grantor,proto3" json:"grantor,omitempty"`
+	Keys          [][]byte               `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
+	Id            uint64                 `protobuf:"varint,5,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlRevoke) Reset() {
+	*x = GlRevoke{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlRevoke) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlRevoke) ProtoMessage() {}
+
+func (x *GlRevoke) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlRevoke.ProtoReflect.Descriptor instead.
+func (*GlRevoke) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *GlRevoke) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *GlRevoke) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *GlRevoke) GetGrantor() uint32 {
+	if x != nil {
+		return x.Grantor
+	}
+	return 0
+}
+
+func (x *GlRevoke) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *GlRevoke) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type GlRevokeAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Id            uint64                 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlRevokeAck) Reset() {
+	*x = GlRevokeAck{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlRevokeAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlRevokeAck) ProtoMessage() {}
+
+func (x *GlRevokeAck) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlRevokeAck.ProtoReflect.Descriptor instead.
+func (*GlRevokeAck) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *GlRevokeAck) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *GlRevokeAck) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *GlRevokeAck) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+// GlAcceptorState is what a replica stores durably per GlobLease partition: the committed
+// mastership table and its Paxos acceptor state for the next version.
+type GlAcceptorState struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Committed      *GlTable               `protobuf:"bytes,1,opt,name=committed,proto3" json:"committed,omitempty"`
+	Promised       *GlBallot              `protobuf:"bytes,2,opt,name=promised,proto3" json:"promised,omitempty"`
+	AcceptedBallot *GlBallot              `protobuf:"bytes,3,opt,name=accepted_ballot,json=acceptedBallot,proto3" json:"accepted_ballot,omitempty"`
+	Accepted       *GlTable               `protobuf:"bytes,4,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *GlAcceptorState) Reset() {
+	*x = GlAcceptorState{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlAcceptorState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlAcceptorState) ProtoMessage() {}
+
+func (x *GlAcceptorState) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlAcceptorState.ProtoReflect.Descriptor instead.
+func (*GlAcceptorState) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *GlAcceptorState) GetCommitted() *GlTable {
+	if x != nil {
+		return x.Committed
+	}
+	return nil
+}
+
+func (x *GlAcceptorState) GetPromised() *GlBallot {
+	if x != nil {
+		return x.Promised
+	}
+	return nil
+}
+
+func (x *GlAcceptorState) GetAcceptedBallot() *GlBallot {
+	if x != nil {
+		return x.AcceptedBallot
+	}
+	return nil
+}
+
+func (x *GlAcceptorState) GetAccepted() *GlTable {
+	if x != nil {
+		return x.Accepted
+	}
+	return nil
+}
+
+// GlFetch reads a replica's newest record (recovery of a key's committed value by a new or
+// restarted master).
+type GlFetch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Keyspace      string                 `protobuf:"bytes,2,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	Key           []byte                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlFetch) Reset() {
+	*x = GlFetch{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlFetch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlFetch) ProtoMessage() {}
+
+func (x *GlFetch) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlFetch.ProtoReflect.Descriptor instead.
+func (*GlFetch) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *GlFetch) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *GlFetch) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *GlFetch) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *GlFetch) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+type GlFetchReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Found         bool                   `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"`
+	Record        *Record                `protobuf:"bytes,3,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlFetchReply) Reset() {
+	*x = GlFetchReply{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlFetchReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlFetchReply) ProtoMessage() {}
+
+func (x *GlFetchReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlFetchReply.ProtoReflect.Descriptor instead.
+func (*GlFetchReply) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *GlFetchReply) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *GlFetchReply) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *GlFetchReply) GetRecord() *Record {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
 type Envelope struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	From  uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -1411,6 +3082,23 @@ type Envelope struct {
 	//	*Envelope_FullStatus
 	//	*Envelope_ClockPing
 	//	*Envelope_ClockPong
+	//	*Envelope_GlForward
+	//	*Envelope_GlForwardReply
+	//	*Envelope_GlLeaseAck
+	//	*Envelope_GlUpdate
+	//	*Envelope_GlUpdateAck
+	//	*Envelope_GlCommit
+	//	*Envelope_GlHeartbeat
+	//	*Envelope_GlHeartbeatAck
+	//	*Envelope_GlPrepare
+	//	*Envelope_GlPromise
+	//	*Envelope_GlAccept
+	//	*Envelope_GlAccepted
+	//	*Envelope_GlCommitTable
+	//	*Envelope_GlFetch
+	//	*Envelope_GlFetchReply
+	//	*Envelope_GlRevoke
+	//	*Envelope_GlRevokeAck
 	Msg           isEnvelope_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1418,7 +3106,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[22]
+	mi := &file_meridian_v1_peer_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +3118,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[22]
+	mi := &file_meridian_v1_peer_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +3131,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{22}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Envelope) GetFrom() uint32 {
@@ -1620,6 +3308,159 @@ func (x *Envelope) GetClockPong() *ClockPong {
 	return nil
 }
 
+func (x *Envelope) GetGlForward() *GlForward {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_GlForward); ok {
+			return x.GlForward
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGlForwardReply() *GlForwardReply {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_GlForwardReply); ok {
+			return x.GlForwardReply
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGlLeaseAck() *GlLeaseAck {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_GlLeaseAck); ok {
+			return x.GlLeaseAck
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGlUpdate() *GlUpdate {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_GlUpdate); ok {
+			return x.GlUpdate
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGlUpdateAck() *GlUpdateAck {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_GlUpdateAck); ok {
+			return x.GlUpdateAck
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGlCommit() *GlCommit {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_GlCommit); ok {
+			return x.GlCommit
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGlHeartbeat() *GlHeartbeat {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_GlHeartbeat); ok {
+			return x.GlHeartbeat
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGlHeartbeatAck() *GlHeartbeatAck {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_GlHeartbeatAck); ok {
+			return x.GlHeartbeatAck
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGlPrepare() *GlPrepare {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_GlPrepare); ok {
+			return x.GlPrepare
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGlPromise() *GlPromise {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_GlPromise); ok {
+			return x.GlPromise
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGlAccept() *GlAccept {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_GlAccept); ok {
+			return x.GlAccept
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGlAccepted() *GlAccepted {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_GlAccepted); ok {
+			return x.GlAccepted
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGlCommitTable() *GlCommitTable {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_GlCommitTable); ok {
+			return x.GlCommitTable
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGlFetch() *GlFetch {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_GlFetch); ok {
+			return x.GlFetch
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGlFetchReply() *GlFetchReply {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_GlFetchReply); ok {
+			return x.GlFetchReply
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGlRevoke() *GlRevoke {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_GlRevoke); ok {
+			return x.GlRevoke
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGlRevokeAck() *GlRevokeAck {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_GlRevokeAck); ok {
+			return x.GlRevokeAck
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Msg interface {
 	isEnvelope_Msg()
 }
@@ -1692,6 +3533,74 @@ type Envelope_ClockPong struct {
 	ClockPong *ClockPong `protobuf:"bytes,45,opt,name=clock_pong,json=clockPong,proto3,oneof"`
 }
 
+type Envelope_GlForward struct {
+	GlForward *GlForward `protobuf:"bytes,50,opt,name=gl_forward,json=glForward,proto3,oneof"`
+}
+
+type Envelope_GlForwardReply struct {
+	GlForwardReply *GlForwardReply `protobuf:"bytes,51,opt,name=gl_forward_reply,json=glForwardReply,proto3,oneof"`
+}
+
+type Envelope_GlLeaseAck struct {
+	GlLeaseAck *GlLeaseAck `protobuf:"bytes,52,opt,name=gl_lease_ack,json=glLeaseAck,proto3,oneof"`
+}
+
+type Envelope_GlUpdate struct {
+	GlUpdate *GlUpdate `protobuf:"bytes,53,opt,name=gl_update,json=glUpdate,proto3,oneof"`
+}
+
+type Envelope_GlUpdateAck struct {
+	GlUpdateAck *GlUpdateAck `protobuf:"bytes,54,opt,name=gl_update_ack,json=glUpdateAck,proto3,oneof"`
+}
+
+type Envelope_GlCommit struct {
+	GlCommit *GlCommit `protobuf:"bytes,55,opt,name=gl_commit,json=glCommit,proto3,oneof"`
+}
+
+type Envelope_GlHeartbeat struct {
+	GlHeartbeat *GlHeartbeat `protobuf:"bytes,56,opt,name=gl_heartbeat,json=glHeartbeat,proto3,oneof"`
+}
+
+type Envelope_GlHeartbeatAck struct {
+	GlHeartbeatAck *GlHeartbeatAck `protobuf:"bytes,57,opt,name=gl_heartbeat_ack,json=glHeartbeatAck,proto3,oneof"`
+}
+
+type Envelope_GlPrepare struct {
+	GlPrepare *GlPrepare `protobuf:"bytes,58,opt,name=gl_prepare,json=glPrepare,proto3,oneof"`
+}
+
+type Envelope_GlPromise struct {
+	GlPromise *GlPromise `protobuf:"bytes,59,opt,name=gl_promise,json=glPromise,proto3,oneof"`
+}
+
+type Envelope_GlAccept struct {
+	GlAccept *GlAccept `protobuf:"bytes,60,opt,name=gl_accept,json=glAccept,proto3,oneof"`
+}
+
+type Envelope_GlAccepted struct {
+	GlAccepted *GlAccepted `protobuf:"bytes,61,opt,name=gl_accepted,json=glAccepted,proto3,oneof"`
+}
+
+type Envelope_GlCommitTable struct {
+	GlCommitTable *GlCommitTable `protobuf:"bytes,62,opt,name=gl_commit_table,json=glCommitTable,proto3,oneof"`
+}
+
+type Envelope_GlFetch struct {
+	GlFetch *GlFetch `protobuf:"bytes,63,opt,name=gl_fetch,json=glFetch,proto3,oneof"`
+}
+
+type Envelope_GlFetchReply struct {
+	GlFetchReply *GlFetchReply `protobuf:"bytes,64,opt,name=gl_fetch_reply,json=glFetchReply,proto3,oneof"`
+}
+
+type Envelope_GlRevoke struct {
+	GlRevoke *GlRevoke `protobuf:"bytes,65,opt,name=gl_revoke,json=glRevoke,proto3,oneof"`
+}
+
+type Envelope_GlRevokeAck struct {
+	GlRevokeAck *GlRevokeAck `protobuf:"bytes,66,opt,name=gl_revoke_ack,json=glRevokeAck,proto3,oneof"`
+}
+
 func (*Envelope_Write) isEnvelope_Msg() {}
 
 func (*Envelope_WriteAck) isEnvelope_Msg() {}
@@ -1726,6 +3635,40 @@ func (*Envelope_ClockPing) isEnvelope_Msg() {}
 
 func (*Envelope_ClockPong) isEnvelope_Msg() {}
 
+func (*Envelope_GlForward) isEnvelope_Msg() {}
+
+func (*Envelope_GlForwardReply) isEnvelope_Msg() {}
+
+func (*Envelope_GlLeaseAck) isEnvelope_Msg() {}
+
+func (*Envelope_GlUpdate) isEnvelope_Msg() {}
+
+func (*Envelope_GlUpdateAck) isEnvelope_Msg() {}
+
+func (*Envelope_GlCommit) isEnvelope_Msg() {}
+
+func (*Envelope_GlHeartbeat) isEnvelope_Msg() {}
+
+func (*Envelope_GlHeartbeatAck) isEnvelope_Msg() {}
+
+func (*Envelope_GlPrepare) isEnvelope_Msg() {}
+
+func (*Envelope_GlPromise) isEnvelope_Msg() {}
+
+func (*Envelope_GlAccept) isEnvelope_Msg() {}
+
+func (*Envelope_GlAccepted) isEnvelope_Msg() {}
+
+func (*Envelope_GlCommitTable) isEnvelope_Msg() {}
+
+func (*Envelope_GlFetch) isEnvelope_Msg() {}
+
+func (*Envelope_GlFetchReply) isEnvelope_Msg() {}
+
+func (*Envelope_GlRevoke) isEnvelope_Msg() {}
+
+func (*Envelope_GlRevokeAck) isEnvelope_Msg() {}
+
 type StreamAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1734,7 +3677,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[23]
+	mi := &file_meridian_v1_peer_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +3689,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[23]
+	mi := &file_meridian_v1_peer_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +3702,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{23}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{45}
 }
 
 var File_meridian_v1_peer_proto protoreflect.FileDescriptor
@@ -1866,7 +3809,151 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\rt1_unix_nanos\x18\x01 \x01(\x03R\vt1UnixNanos\x12\"\n" +
 	"\rt2_unix_nanos\x18\x02 \x01(\x03R\vt2UnixNanos\"3\n" +
 	"\tHeartbeat\x12&\n" +
-	"\x0fsent_unix_nanos\x18\x01 \x01(\x03R\rsentUnixNanos\"\xc3\b\n" +
+	"\x0fsent_unix_nanos\x18\x01 \x01(\x03R\rsentUnixNanos\"\x8b\x02\n" +
+	"\aGlTable\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\x12%\n" +
+	"\x0edefault_master\x18\x04 \x01(\rR\rdefaultMaster\x12:\n" +
+	"\toverrides\x18\x05 \x03(\v2\x1c.meridian.peer.v1.GlOverrideR\toverrides\x12\x1c\n" +
+	"\tinitiator\x18\x06 \x01(\rR\tinitiator\x12+\n" +
+	"\x03hlc\x18\a \x01(\v2\x19.meridian.peer.v1.VersionR\x03hlc\"6\n" +
+	"\n" +
+	"GlOverride\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x16\n" +
+	"\x06master\x18\x02 \x01(\rR\x06master\"4\n" +
+	"\bGlBallot\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\x04R\x05round\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\rR\x04node\"\x9f\x03\n" +
+	"\tGlForward\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1a\n" +
+	"\bkeyspace\x18\x02 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x03 \x01(\rR\tpartition\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\fR\x03key\x12\x0e\n" +
+	"\x02op\x18\x05 \x01(\rR\x02op\x12\x14\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\x12\x18\n" +
+	"\apassive\x18\a \x01(\bR\apassive\x12:\n" +
+	"\vmin_version\x18\b \x01(\v2\x19.meridian.peer.v1.VersionR\n" +
+	"minVersion\x12\x1d\n" +
+	"\n" +
+	"want_lease\x18\t \x01(\bR\twantLease\x12#\n" +
+	"\rorigin_region\x18\n" +
+	" \x01(\tR\foriginRegion\x12#\n" +
+	"\rtable_version\x18\v \x01(\x04R\ftableVersion\x12.\n" +
+	"\x13deadline_unix_nanos\x18\f \x01(\x03R\x11deadlineUnixNanos\x12\x12\n" +
+	"\x04hops\x18\r \x01(\rR\x04hops\"\x8d\x04\n" +
+	"\x0eGlForwardReply\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x14\n" +
+	"\x05found\x18\x02 \x01(\bR\x05found\x120\n" +
+	"\x06record\x18\x03 \x01(\v2\x18.meridian.peer.v1.RecordR\x06record\x123\n" +
+	"\aversion\x18\x04 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\x12\x19\n" +
+	"\berr_kind\x18\x05 \x01(\rR\aerrKind\x12\x17\n" +
+	"\aerr_msg\x18\x06 \x01(\tR\x06errMsg\x12\x1a\n" +
+	"\bredirect\x18\a \x01(\rR\bredirect\x12/\n" +
+	"\x05table\x18\b \x01(\v2\x19.meridian.peer.v1.GlTableR\x05table\x12\x1f\n" +
+	"\vlease_nanos\x18\t \x01(\x03R\n" +
+	"leaseNanos\x121\n" +
+	"\x15grant_sent_unix_nanos\x18\n" +
+	" \x01(\x03R\x12grantSentUnixNanos\x12\x19\n" +
+	"\bgrant_id\x18\v \x01(\x04R\agrantId\x12\x12\n" +
+	"\x04path\x18\f \x01(\tR\x04path\x12\x1e\n" +
+	"\n" +
+	"affiliates\x18\r \x03(\rR\n" +
+	"affiliates\x12\x16\n" +
+	"\x06master\x18\x0e \x01(\rR\x06master\x12#\n" +
+	"\rtable_version\x18\x0f \x01(\x04R\ftableVersion\"\x8f\x01\n" +
+	"\n" +
+	"GlLeaseAck\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\fR\x03key\x12\x19\n" +
+	"\bgrant_id\x18\x04 \x01(\x04R\agrantId\x12\x1a\n" +
+	"\baccepted\x18\x05 \x01(\bR\baccepted\"\xe3\x01\n" +
+	"\bGlUpdate\x12\x19\n" +
+	"\bwrite_id\x18\x01 \x01(\x04R\awriteId\x120\n" +
+	"\x06record\x18\x02 \x01(\v2\x18.meridian.peer.v1.RecordR\x06record\x12\x1f\n" +
+	"\vlease_nanos\x18\x03 \x01(\x03R\n" +
+	"leaseNanos\x12&\n" +
+	"\x0fsent_unix_nanos\x18\x04 \x01(\x03R\rsentUnixNanos\x12#\n" +
+	"\rtable_version\x18\x05 \x01(\x04R\ftableVersion\x12\x1c\n" +
+	"\tcommitted\x18\x06 \x01(\bR\tcommitted\"Y\n" +
+	"\vGlUpdateAck\x12\x19\n" +
+	"\bwrite_id\x18\x01 \x01(\x04R\awriteId\x12\x0e\n" +
+	"\x02ok\x18\x02 \x01(\bR\x02ok\x12\x1f\n" +
+	"\vlease_nanos\x18\x03 \x01(\x03R\n" +
+	"leaseNanos\"\x8b\x01\n" +
+	"\bGlCommit\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\fR\x03key\x123\n" +
+	"\aversion\x18\x04 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\"c\n" +
+	"\rGlPartVersion\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\"V\n" +
+	"\vGlHeartbeat\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x125\n" +
+	"\x05parts\x18\x02 \x03(\v2\x1f.meridian.peer.v1.GlPartVersionR\x05parts\"\x8a\x01\n" +
+	"\x0eGlHeartbeatAck\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x125\n" +
+	"\x05acked\x18\x02 \x03(\v2\x1f.meridian.peer.v1.GlPartVersionR\x05acked\x12/\n" +
+	"\x05newer\x18\x03 \x03(\v2\x19.meridian.peer.v1.GlTableR\x05newer\"\x93\x01\n" +
+	"\tGlPrepare\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\x122\n" +
+	"\x06ballot\x18\x04 \x01(\v2\x1a.meridian.peer.v1.GlBallotR\x06ballot\"\xd8\x02\n" +
+	"\tGlPromise\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\x122\n" +
+	"\x06ballot\x18\x04 \x01(\v2\x1a.meridian.peer.v1.GlBallotR\x06ballot\x12\x0e\n" +
+	"\x02ok\x18\x05 \x01(\bR\x02ok\x12C\n" +
+	"\x0faccepted_ballot\x18\x06 \x01(\v2\x1a.meridian.peer.v1.GlBallotR\x0eacceptedBallot\x125\n" +
+	"\baccepted\x18\a \x01(\v2\x19.meridian.peer.v1.GlTableR\baccepted\x127\n" +
+	"\tcommitted\x18\b \x01(\v2\x19.meridian.peer.v1.GlTableR\tcommitted\"o\n" +
+	"\bGlAccept\x122\n" +
+	"\x06ballot\x18\x01 \x01(\v2\x1a.meridian.peer.v1.GlBallotR\x06ballot\x12/\n" +
+	"\x05table\x18\x02 \x01(\v2\x19.meridian.peer.v1.GlTableR\x05table\"\xf5\x01\n" +
+	"\n" +
+	"GlAccepted\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\x122\n" +
+	"\x06ballot\x18\x04 \x01(\v2\x1a.meridian.peer.v1.GlBallotR\x06ballot\x12\x0e\n" +
+	"\x02ok\x18\x05 \x01(\bR\x02ok\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x127\n" +
+	"\tcommitted\x18\a \x01(\v2\x19.meridian.peer.v1.GlTableR\tcommitted\"@\n" +
+	"\rGlCommitTable\x12/\n" +
+	"\x05table\x18\x01 \x01(\v2\x19.meridian.peer.v1.GlTableR\x05table\"\x82\x01\n" +
+	"\bGlRevoke\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x18\n" +
+	"\agrantor\x18\x03 \x01(\rR\agrantor\x12\x12\n" +
+	"\x04keys\x18\x04 \x03(\fR\x04keys\x12\x0e\n" +
+	"\x02id\x18\x05 \x01(\x04R\x02id\"W\n" +
+	"\vGlRevokeAck\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\x04R\x02id\"\xfe\x01\n" +
+	"\x0fGlAcceptorState\x127\n" +
+	"\tcommitted\x18\x01 \x01(\v2\x19.meridian.peer.v1.GlTableR\tcommitted\x126\n" +
+	"\bpromised\x18\x02 \x01(\v2\x1a.meridian.peer.v1.GlBallotR\bpromised\x12C\n" +
+	"\x0faccepted_ballot\x18\x03 \x01(\v2\x1a.meridian.peer.v1.GlBallotR\x0eacceptedBallot\x125\n" +
+	"\baccepted\x18\x04 \x01(\v2\x19.meridian.peer.v1.GlTableR\baccepted\"t\n" +
+	"\aGlFetch\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1a\n" +
+	"\bkeyspace\x18\x02 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x03 \x01(\rR\tpartition\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\fR\x03key\"u\n" +
+	"\fGlFetchReply\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x14\n" +
+	"\x05found\x18\x02 \x01(\bR\x05found\x120\n" +
+	"\x06record\x18\x03 \x01(\v2\x18.meridian.peer.v1.RecordR\x06record\"\xa1\x11\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\rR\x02to\x126\n" +
@@ -1892,7 +3979,29 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"clock_ping\x18, \x01(\v2\x1b.meridian.peer.v1.ClockPingH\x00R\tclockPing\x12<\n" +
 	"\n" +
-	"clock_pong\x18- \x01(\v2\x1b.meridian.peer.v1.ClockPongH\x00R\tclockPongB\x05\n" +
+	"clock_pong\x18- \x01(\v2\x1b.meridian.peer.v1.ClockPongH\x00R\tclockPong\x12<\n" +
+	"\n" +
+	"gl_forward\x182 \x01(\v2\x1b.meridian.peer.v1.GlForwardH\x00R\tglForward\x12L\n" +
+	"\x10gl_forward_reply\x183 \x01(\v2 .meridian.peer.v1.GlForwardReplyH\x00R\x0eglForwardReply\x12@\n" +
+	"\fgl_lease_ack\x184 \x01(\v2\x1c.meridian.peer.v1.GlLeaseAckH\x00R\n" +
+	"glLeaseAck\x129\n" +
+	"\tgl_update\x185 \x01(\v2\x1a.meridian.peer.v1.GlUpdateH\x00R\bglUpdate\x12C\n" +
+	"\rgl_update_ack\x186 \x01(\v2\x1d.meridian.peer.v1.GlUpdateAckH\x00R\vglUpdateAck\x129\n" +
+	"\tgl_commit\x187 \x01(\v2\x1a.meridian.peer.v1.GlCommitH\x00R\bglCommit\x12B\n" +
+	"\fgl_heartbeat\x188 \x01(\v2\x1d.meridian.peer.v1.GlHeartbeatH\x00R\vglHeartbeat\x12L\n" +
+	"\x10gl_heartbeat_ack\x189 \x01(\v2 .meridian.peer.v1.GlHeartbeatAckH\x00R\x0eglHeartbeatAck\x12<\n" +
+	"\n" +
+	"gl_prepare\x18: \x01(\v2\x1b.meridian.peer.v1.GlPrepareH\x00R\tglPrepare\x12<\n" +
+	"\n" +
+	"gl_promise\x18; \x01(\v2\x1b.meridian.peer.v1.GlPromiseH\x00R\tglPromise\x129\n" +
+	"\tgl_accept\x18< \x01(\v2\x1a.meridian.peer.v1.GlAcceptH\x00R\bglAccept\x12?\n" +
+	"\vgl_accepted\x18= \x01(\v2\x1c.meridian.peer.v1.GlAcceptedH\x00R\n" +
+	"glAccepted\x12I\n" +
+	"\x0fgl_commit_table\x18> \x01(\v2\x1f.meridian.peer.v1.GlCommitTableH\x00R\rglCommitTable\x126\n" +
+	"\bgl_fetch\x18? \x01(\v2\x19.meridian.peer.v1.GlFetchH\x00R\aglFetch\x12F\n" +
+	"\x0egl_fetch_reply\x18@ \x01(\v2\x1e.meridian.peer.v1.GlFetchReplyH\x00R\fglFetchReply\x129\n" +
+	"\tgl_revoke\x18A \x01(\v2\x1a.meridian.peer.v1.GlRevokeH\x00R\bglRevoke\x12C\n" +
+	"\rgl_revoke_ack\x18B \x01(\v2\x1d.meridian.peer.v1.GlRevokeAckH\x00R\vglRevokeAckB\x05\n" +
 	"\x03msg\"\v\n" +
 	"\tStreamAck2K\n" +
 	"\x04Peer\x12C\n" +
@@ -1910,7 +4019,7 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Version)(nil),           // 0: meridian.peer.v1.Version
 	(*Record)(nil),            // 1: meridian.peer.v1.Record
@@ -1934,8 +4043,30 @@ var file_meridian_v1_peer_proto_goTypes = []any{
 	(*ClockPing)(nil),         // 19: meridian.peer.v1.ClockPing
 	(*ClockPong)(nil),         // 20: meridian.peer.v1.ClockPong
 	(*Heartbeat)(nil),         // 21: meridian.peer.v1.Heartbeat
-	(*Envelope)(nil),          // 22: meridian.peer.v1.Envelope
-	(*StreamAck)(nil),         // 23: meridian.peer.v1.StreamAck
+	(*GlTable)(nil),           // 22: meridian.peer.v1.GlTable
+	(*GlOverride)(nil),        // 23: meridian.peer.v1.GlOverride
+	(*GlBallot)(nil),          // 24: meridian.peer.v1.GlBallot
+	(*GlForward)(nil),         // 25: meridian.peer.v1.GlForward
+	(*GlForwardReply)(nil),    // 26: meridian.peer.v1.GlForwardReply
+	(*GlLeaseAck)(nil),        // 27: meridian.peer.v1.GlLeaseAck
+	(*GlUpdate)(nil),          // 28: meridian.peer.v1.GlUpdate
+	(*GlUpdateAck)(nil),       // 29: meridian.peer.v1.GlUpdateAck
+	(*GlCommit)(nil),          // 30: meridian.peer.v1.GlCommit
+	(*GlPartVersion)(nil),     // 31: meridian.peer.v1.GlPartVersion
+	(*GlHeartbeat)(nil),       // 32: meridian.peer.v1.GlHeartbeat
+	(*GlHeartbeatAck)(nil),    // 33: meridian.peer.v1.GlHeartbeatAck
+	(*GlPrepare)(nil),         // 34: meridian.peer.v1.GlPrepare
+	(*GlPromise)(nil),         // 35: meridian.peer.v1.GlPromise
+	(*GlAccept)(nil),          // 36: meridian.peer.v1.GlAccept
+	(*GlAccepted)(nil),        // 37: meridian.peer.v1.GlAccepted
+	(*GlCommitTable)(nil),     // 38: meridian.peer.v1.GlCommitTable
+	(*GlRevoke)(nil),          // 39: meridian.peer.v1.GlRevoke
+	(*GlRevokeAck)(nil),       // 40: meridian.peer.v1.GlRevokeAck
+	(*GlAcceptorState)(nil),   // 41: meridian.peer.v1.GlAcceptorState
+	(*GlFetch)(nil),           // 42: meridian.peer.v1.GlFetch
+	(*GlFetchReply)(nil),      // 43: meridian.peer.v1.GlFetchReply
+	(*Envelope)(nil),          // 44: meridian.peer.v1.Envelope
+	(*StreamAck)(nil),         // 45: meridian.peer.v1.StreamAck
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,  // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -1951,30 +4082,73 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	14, // 10: meridian.peer.v1.Status.redundant:type_name -> meridian.peer.v1.StatusBatch
 	1,  // 11: meridian.peer.v1.WriteNotification.record:type_name -> meridian.peer.v1.Record
 	13, // 12: meridian.peer.v1.FullStatus.entries:type_name -> meridian.peer.v1.StatusEntry
-	2,  // 13: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
-	3,  // 14: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
-	4,  // 15: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
-	5,  // 16: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
-	6,  // 17: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
-	7,  // 18: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
-	8,  // 19: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
-	10, // 20: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
-	11, // 21: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
-	12, // 22: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
-	21, // 23: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
-	15, // 24: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
-	16, // 25: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
-	17, // 26: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
-	18, // 27: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
-	19, // 28: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
-	20, // 29: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
-	22, // 30: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	23, // 31: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	31, // [31:32] is the sub-list for method output_type
-	30, // [30:31] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	23, // 13: meridian.peer.v1.GlTable.overrides:type_name -> meridian.peer.v1.GlOverride
+	0,  // 14: meridian.peer.v1.GlTable.hlc:type_name -> meridian.peer.v1.Version
+	0,  // 15: meridian.peer.v1.GlForward.min_version:type_name -> meridian.peer.v1.Version
+	1,  // 16: meridian.peer.v1.GlForwardReply.record:type_name -> meridian.peer.v1.Record
+	0,  // 17: meridian.peer.v1.GlForwardReply.version:type_name -> meridian.peer.v1.Version
+	22, // 18: meridian.peer.v1.GlForwardReply.table:type_name -> meridian.peer.v1.GlTable
+	1,  // 19: meridian.peer.v1.GlUpdate.record:type_name -> meridian.peer.v1.Record
+	0,  // 20: meridian.peer.v1.GlCommit.version:type_name -> meridian.peer.v1.Version
+	31, // 21: meridian.peer.v1.GlHeartbeat.parts:type_name -> meridian.peer.v1.GlPartVersion
+	31, // 22: meridian.peer.v1.GlHeartbeatAck.acked:type_name -> meridian.peer.v1.GlPartVersion
+	22, // 23: meridian.peer.v1.GlHeartbeatAck.newer:type_name -> meridian.peer.v1.GlTable
+	24, // 24: meridian.peer.v1.GlPrepare.ballot:type_name -> meridian.peer.v1.GlBallot
+	24, // 25: meridian.peer.v1.GlPromise.ballot:type_name -> meridian.peer.v1.GlBallot
+	24, // 26: meridian.peer.v1.GlPromise.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
+	22, // 27: meridian.peer.v1.GlPromise.accepted:type_name -> meridian.peer.v1.GlTable
+	22, // 28: meridian.peer.v1.GlPromise.committed:type_name -> meridian.peer.v1.GlTable
+	24, // 29: meridian.peer.v1.GlAccept.ballot:type_name -> meridian.peer.v1.GlBallot
+	22, // 30: meridian.peer.v1.GlAccept.table:type_name -> meridian.peer.v1.GlTable
+	24, // 31: meridian.peer.v1.GlAccepted.ballot:type_name -> meridian.peer.v1.GlBallot
+	22, // 32: meridian.peer.v1.GlAccepted.committed:type_name -> meridian.peer.v1.GlTable
+	22, // 33: meridian.peer.v1.GlCommitTable.table:type_name -> meridian.peer.v1.GlTable
+	22, // 34: meridian.peer.v1.GlAcceptorState.committed:type_name -> meridian.peer.v1.GlTable
+	24, // 35: meridian.peer.v1.GlAcceptorState.promised:type_name -> meridian.peer.v1.GlBallot
+	24, // 36: meridian.peer.v1.GlAcceptorState.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
+	22, // 37: meridian.peer.v1.GlAcceptorState.accepted:type_name -> meridian.peer.v1.GlTable
+	1,  // 38: meridian.peer.v1.GlFetchReply.record:type_name -> meridian.peer.v1.Record
+	2,  // 39: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
+	3,  // 40: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
+	4,  // 41: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
+	5,  // 42: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
+	6,  // 43: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
+	7,  // 44: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
+	8,  // 45: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
+	10, // 46: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
+	11, // 47: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
+	12, // 48: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
+	21, // 49: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
+	15, // 50: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
+	16, // 51: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
+	17, // 52: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
+	18, // 53: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
+	19, // 54: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
+	20, // 55: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
+	25, // 56: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
+	26, // 57: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
+	27, // 58: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
+	28, // 59: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
+	29, // 60: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
+	30, // 61: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
+	32, // 62: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
+	33, // 63: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
+	34, // 64: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
+	35, // 65: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
+	36, // 66: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
+	37, // 67: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
+	38, // 68: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
+	42, // 69: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
+	43, // 70: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
+	39, // 71: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
+	40, // 72: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
+	44, // 73: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	45, // 74: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	74, // [74:75] is the sub-list for method output_type
+	73, // [73:74] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -1982,7 +4156,7 @@ func file_meridian_v1_peer_proto_init() {
 	if File_meridian_v1_peer_proto != nil {
 		return
 	}
-	file_meridian_v1_peer_proto_msgTypes[22].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[44].OneofWrappers = []any{
 		(*Envelope_Write)(nil),
 		(*Envelope_WriteAck)(nil),
 		(*Envelope_Read)(nil),
@@ -2000,6 +4174,23 @@ func file_meridian_v1_peer_proto_init() {
 		(*Envelope_FullStatus)(nil),
 		(*Envelope_ClockPing)(nil),
 		(*Envelope_ClockPong)(nil),
+		(*Envelope_GlForward)(nil),
+		(*Envelope_GlForwardReply)(nil),
+		(*Envelope_GlLeaseAck)(nil),
+		(*Envelope_GlUpdate)(nil),
+		(*Envelope_GlUpdateAck)(nil),
+		(*Envelope_GlCommit)(nil),
+		(*Envelope_GlHeartbeat)(nil),
+		(*Envelope_GlHeartbeatAck)(nil),
+		(*Envelope_GlPrepare)(nil),
+		(*Envelope_GlPromise)(nil),
+		(*Envelope_GlAccept)(nil),
+		(*Envelope_GlAccepted)(nil),
+		(*Envelope_GlCommitTable)(nil),
+		(*Envelope_GlFetch)(nil),
+		(*Envelope_GlFetchReply)(nil),
+		(*Envelope_GlRevoke)(nil),
+		(*Envelope_GlRevokeAck)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2007,7 +4198,7 @@ func file_meridian_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

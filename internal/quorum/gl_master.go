@@ -1,0 +1,781 @@
+package quorum
+
+import (
+	"slices"
+	"time"
+
+	"meridian/internal/errs"
+	"meridian/internal/hlc"
+	"meridian/internal/storage"
+	"meridian/internal/wire"
+	"meridian/internal/wire/peerpb"
+)
+
+// The master's side of GlobLease: serialised writes (Algorithm 2), reads and lease grants
+// (Algorithm 1), lease records, recovery of a key's committed version, revocation.
+
+// glConservative: after this node became master of keys (start, failover, migration), every
+// node may still hold a lease from grantor on them until `until`, unless it acknowledged the
+// revocation.
+type glConservative struct {
+	id      uint64
+	grantor uint32
+	keys    map[string]bool // nil: every key of the partition this node masters
+	until   time.Time
+	acked   map[uint32]bool
+	next    time.Time
+}
+
+type glRecovery struct {
+	id      uint64
+	replies map[uint32]*storage.Record // nil value: the replica has no version
+	resend  time.Time
+}
+
+// glLeaseHorizon is how long after a new master takes over a lease from the old one may
+// still be in force: the lease, the grant's maximum age in flight, ε, and drift.
+func (c *Core) glLeaseHorizon(gp *glPart) time.Duration {
+	longest := gp.opts.Lease
+	for _, r := range gp.opts.LeaseRanges {
+		longest = max(longest, r.Value)
+	}
+	return time.Duration(float64(longest)*(1+2*glDriftMargin)) + glGrantMaxAge + c.cfg.MaxClockOffset + 10*time.Millisecond
+}
+
+func (c *Core) glStartConservative(now time.Time, gp *glPart, grantor uint32, keys map[string]bool) {
+	cons := &glConservative{id: c.glNewID(), grantor: grantor, keys: keys, until: now.Add(c.glLeaseHorizon(gp)),
+		acked: map[uint32]bool{c.cfg.NodeID: true}}
+	if len(gp.cons) >= 64 {
+		// Bounded: merge into one that covers the whole partition (more conservative).
+		cons.keys = nil
+		gp.cons = gp.cons[1:]
+	}
+	gp.cons = append(gp.cons, cons)
+	c.glCounters.Revocations.Add(1)
+	c.glSendRevokes(now, gp, cons)
+}
+
+func (c *Core) glSendRevokes(now time.Time, gp *glPart, cons *glConservative) {
+	cons.next = now.Add(glResendEvery)
+	msg := &peerpb.GlRevoke{Keyspace: gp.ks.Spec.Name, Partition: gp.p.ID, Grantor: cons.grantor, Id: cons.id}
+	if cons.keys != nil {
+		ks := make([]string, 0, len(cons.keys))
+		for k := range cons.keys {
+			ks = append(ks, k)
+		}
+		slices.Sort(ks)
+		for _, k := range ks {
+			msg.Keys = append(msg.Keys, []byte(k))
+		}
+	}
+	for _, n := range c.cfg.Nodes {
+		if !cons.acked[n.ID] {
+			c.send(n.ID, &peerpb.Envelope{Msg: &peerpb.Envelope_GlRevoke{GlRevoke: msg}})
+		}
+	}
+}
+
+// glHolders lists the nodes that may hold a valid lease on k now (sorted): acknowledged or
+// outstanding grants, and every node a conservative period still covers.
+func (c *Core) glHolders(now time.Time, k *glKey) []uint32 {
+	set := map[uint32]bool{}
+	for n, r := range k.leases {
+		if now.Before(r.until) {
+			set[n] = true
+		}
+	}
+	for _, cons := range k.gp.cons {
+		if !now.Before(cons.until) || (cons.keys != nil && !cons.keys[string(k.key)]) {
+			continue
+		}
+		for _, n := range c.cfg.Nodes {
+			if !cons.acked[n.ID] {
+				set[n.ID] = true
+			}
+		}
+	}
+	delete(set, c.cfg.NodeID)
+	return sortedKeys(set)
+}
+
+func (c *Core) glKeyState(gp *glPart, key []byte) *glKey {
+	id := msKeyID(gp.ks.Spec.Name, gp.p.ID, key)
+	if k, ok := c.gl.keys[id]; ok {
+		return k
+	}
+	if len(c.gl.keys) >= glMaxKeys {
+		c.glEvictKeys(c.lastTick)
+	}
+	k := &glKey{gp: gp, key: append([]byte(nil), key...), id: id, leases: map[uint32]*glRecord{}}
+	c.gl.keys[id] = k
+	return k
+}
+
+// glEvictKeys forgets idle key states (no write, no queue, no valid lease record): they will
+// be recovered on next use. Bounded by the map size.
+func (c *Core) glEvictKeys(now time.Time) {
+	for id, k := range c.gl.keys {
+		if k.write != nil || len(k.queue) > 0 || k.recovery != nil || len(k.moveWait) > 0 {
+			continue
+		}
+		valid := false
+		for _, r := range k.leases {
+			if now.Before(r.until) {
+				valid = true
+				break
+			}
+		}
+		if !valid {
+			delete(c.gl.keys, id)
+		}
+	}
+}
+
+// glMasterOp runs (or queues) an operation at the node its table names as the key's master.
+func (c *Core) glMasterOp(now time.Time, gp *glPart, op *glOp) {
+	k := c.glKeyState(gp, op.key())
+	if len(k.queue) > 0 || !c.glTry(now, k, op) {
+		if len(k.queue) >= glMaxQueue {
+			c.glFailOp(op, errs.New(errs.Overloaded, "globlease: %d operations already wait for key %q at its master", len(k.queue), k.key))
+			return
+		}
+		k.queue = append(k.queue, op)
+		c.gl.waiting[k.id] = true
+		c.glDrain(now, k)
+	}
+}
+
+func (op *glOp) key() []byte {
+	return op.keyBytes
+}
+
+// glDrain runs queued operations in order until one has to wait.
+func (c *Core) glDrain(now time.Time, k *glKey) {
+	// Not re-entrant: a write that commits at once (one replica) would drain again from
+	// inside the operation being run.
+	if k.draining {
+		return
+	}
+	k.draining = true
+	defer func() { k.draining = false }()
+	for n := 0; len(k.queue) > 0 && n < glMaxQueue; n++ {
+		if !c.glTry(now, k, k.queue[0]) {
+			break
+		}
+		k.queue[0] = nil
+		k.queue = k.queue[1:]
+	}
+	if len(k.queue) == 0 {
+		delete(c.gl.waiting, k.id)
+	}
+}
+
+// glTry performs op if it can now; false means it must wait (no effects).
+func (c *Core) glTry(now time.Time, k *glKey, op *glOp) bool {
+	gp := k.gp
+	if now.After(op.deadline) {
+		c.glFailOp(op, errs.New(errs.Timeout, "globlease %s of key %q timed out at its master (no master lease, a write in progress or recovery); a write may or may not have been applied", op.op, k.key))
+		return true
+	}
+	master := gp.masterOf(k.key, c.region)
+	if master != c.cfg.NodeID {
+		c.glRedirectOp(now, op, master)
+		return true
+	}
+	if op.op == OpMoveMaster {
+		return c.glTryMove(now, k, op)
+	}
+	if !c.glActing(gp, k.key, now) {
+		return false
+	}
+	switch op.op {
+	case OpGet:
+		if !k.known {
+			if k.write == nil && k.recovery == nil {
+				c.glStartRecovery(now, k)
+			}
+			return false
+		}
+		rec, found, ok := c.glCommittedRecord(k)
+		if !ok {
+			return false // committed version not yet visible in local storage
+		}
+		c.glReplyRead(now, k, op, rec, found, op.wantLease && k.write == nil)
+		return true
+	case OpPut, OpDelete:
+		if k.write != nil || k.recovery != nil {
+			return false
+		}
+		c.glStartWrite(now, k, op, nil)
+		return true
+	}
+	c.glFailOp(op, errs.New(errs.Invalid, "globlease: unsupported operation %s", op.op))
+	return true
+}
+
+// glCommittedRecord reads the committed version from storage; ok is false while the write
+// that made it is still on its way to storage.
+func (c *Core) glCommittedRecord(k *glKey) (rec storage.Record, found, ok bool) {
+	if !k.exists {
+		return storage.Record{}, false, true
+	}
+	rec, found, err := c.store.GetAt(k.gp.ks.Spec.Name, k.gp.p.ID, k.key, k.committed)
+	if err != nil || !found || rec.Version != k.committed {
+		return storage.Record{}, false, false
+	}
+	return rec, !rec.Tombstone, true
+}
+
+func (c *Core) glReplyRead(now time.Time, k *glKey, op *glOp, rec storage.Record, found, grant bool) {
+	if op.from == 0 {
+		c.glCounters.ReadsMaster.Add(1)
+		res := Result{Op: OpGet, Path: PathMaster, Version: rec.Version}
+		if found {
+			res.Found, res.Value = true, rec.Value
+		}
+		c.glFinish(op.req.ID, res)
+		return
+	}
+	r := &peerpb.GlForwardReply{RequestId: op.fwdID, Found: found, Path: PathForwarded, Version: wire.VersionToPB(rec.Version)}
+	if found {
+		r.Record = wire.RecordToPB(rec)
+	}
+	r.Affiliates = c.glAffiliatesOf(now, k.id)
+	if grant {
+		lease := k.gp.opts.LeaseOf(k.key)
+		c.gl.nextGrant++
+		g := c.gl.nextGrant
+		// Until the acknowledgement arrives the record is conservative: the grant may be in
+		// flight for up to glGrantMaxAge (older grants are refused), and clocks differ by ε.
+		k.leases[op.from] = &glRecord{until: now.Add(glGrantMaxAge + c.cfg.MaxClockOffset + stretch(lease)), grant: g}
+		r.LeaseNanos = int64(lease)
+		r.GrantSentUnixNanos = now.UnixNano()
+		r.GrantId = g
+		c.glCounters.LeasesGranted.Add(1)
+		c.glCounters.LeaseMessages.Add(1)
+	}
+	c.send(op.from, &peerpb.Envelope{Msg: &peerpb.Envelope_GlForwardReply{GlForwardReply: r}})
+}
+
+// stretch lengthens a lease for the master's record (clock drift).
+func stretch(d time.Duration) time.Duration { return time.Duration(float64(d) * (1 + 2*glDriftMargin)) }
+
+func (c *Core) glHandleLeaseAck(now time.Time, from uint32, m *peerpb.GlLeaseAck) {
+	c.glCounters.LeaseMessages.Add(1)
+	k, ok := c.gl.keys[msKeyID(m.GetKeyspace(), m.GetPartition(), m.GetKey())]
+	if !ok {
+		return
+	}
+	r, ok := k.leases[from]
+	if !ok || r.grant != m.GetGrantId() {
+		return
+	}
+	if !m.GetAccepted() {
+		delete(k.leases, from)
+		return
+	}
+	lease := k.gp.opts.LeaseOf(k.key)
+	if c.cfg.Mutation == "lease-record-at-grant" {
+		// Broken on purpose: the record starts when the grant was sent, so it ends before the
+		// replica's lease (which started when the grant arrived).
+		r.acked = true
+		r.until = r.until.Add(-glGrantMaxAge - c.cfg.MaxClockOffset - stretch(lease)).Add(lease)
+		return
+	}
+	r.until = now.Add(stretch(lease))
+	r.acked = true
+}
+
+// glStartWrite begins a write (op) or the recovery re-write of rec (op nil).
+func (c *Core) glStartWrite(now time.Time, k *glKey, op *glOp, recovered *storage.Record) {
+	gp := k.gp
+	var rec storage.Record
+	if recovered != nil {
+		rec = *recovered
+	} else {
+		if cur, found, err := c.store.Get(gp.ks.Spec.Name, gp.p.ID, k.key); err == nil && found {
+			c.clock.Observe(now, cur.Version)
+		}
+		if !op.minVer.IsZero() {
+			c.clock.Observe(now, op.minVer)
+		}
+		rec = storage.Record{Keyspace: gp.ks.Spec.Name, Partition: gp.p.ID, Key: k.key, Version: c.clock.Now(now)}
+		if op.op == OpDelete {
+			rec.Tombstone = true
+		} else {
+			rec.Value = op.value
+		}
+		if c.gl.origins != nil && op.origin != "" && gp.opts.AutoMigrate {
+			c.gl.origins.Observe(now, []byte(k.id), op.origin)
+		}
+	}
+	holders := c.glHolders(now, k)
+	c.applyLocal(now, rec, false)
+	if op != nil && op.passive && k.known && k.exists && len(holders) == 0 {
+		// Passive update (Algorithm 2, first branch): no valid lease anywhere, so nobody can
+		// serve the old value; reply after the local write and propagate lazily.
+		k.committed = rec.Version
+		c.glCounters.WritesPassive.Add(1)
+		c.glReplyWrite(op, rec.Version)
+		c.glStartLazy(now, gp, rec)
+		return
+	}
+	w := &glWrite{id: c.glNewID(), rec: rec, acks: map[uint32]bool{c.cfg.NodeID: true}, leaseTo: map[uint32]bool{},
+		nextResend: now.Add(glResendEvery), recovery: recovered != nil}
+	if op != nil {
+		w.waiters = append(w.waiters, op)
+		c.glCounters.WritesActive.Add(1)
+	}
+	k.write = w
+	c.gl.writes[w.id] = k
+	for _, h := range holders {
+		if r, ok := k.leases[h]; ok && now.Before(r.until) {
+			w.leaseTo[h] = true
+		}
+	}
+	if len(holders) > 0 {
+		c.glCounters.LeaseUpdates.Add(int64(len(holders)))
+		c.glCounters.LeaseMessages.Add(int64(len(holders)))
+	}
+	c.glSendUpdates(now, k, w, holders)
+	c.glCheckWrite(now, k)
+}
+
+// glSendUpdates sends the write to every replica and every possible lease holder that has not
+// acknowledged it; holders with a valid record get a renewed lease with it.
+func (c *Core) glSendUpdates(now time.Time, k *glKey, w *glWrite, holders []uint32) {
+	gp := k.gp
+	targets := map[uint32]bool{}
+	for _, r := range gp.p.Replicas {
+		targets[r] = true
+	}
+	for _, h := range holders {
+		targets[h] = true
+	}
+	pb := wire.RecordToPB(w.rec)
+	for _, n := range sortedKeys(targets) {
+		if w.acks[n] {
+			continue
+		}
+		u := &peerpb.GlUpdate{WriteId: w.id, Record: pb, SentUnixNanos: now.UnixNano(), TableVersion: gp.table.version}
+		if w.leaseTo[n] {
+			if gp.p.HasReplica(n) {
+				u.LeaseNanos = int64(gp.opts.LeaseOf(k.key))
+			} else {
+				u.LeaseNanos = int64(gp.opts.SecondaryLease)
+			}
+		}
+		c.send(n, &peerpb.Envelope{Msg: &peerpb.Envelope_GlUpdate{GlUpdate: u}})
+	}
+}
+
+// glCheckWrite commits k's write when a majority of replicas has it and every node that may
+// hold a valid lease has it too (or its lease ran out), while this node is the acting master.
+func (c *Core) glCheckWrite(now time.Time, k *glKey) {
+	w := k.write
+	if w == nil || !c.glMasterLeaseValid(k.gp, now) {
+		return
+	}
+	n := 0
+	for _, r := range k.gp.p.Replicas {
+		if w.acks[r] {
+			n++
+		}
+	}
+	if n < k.gp.majority() {
+		return
+	}
+	if c.cfg.Mutation != "write-skips-lease-holder" {
+		for _, h := range c.glHolders(now, k) {
+			if !w.acks[h] {
+				return
+			}
+		}
+	}
+	k.write = nil
+	delete(c.gl.writes, w.id)
+	k.known, k.exists, k.committed = true, true, w.rec.Version
+	for _, op := range w.waiters {
+		c.glReplyWrite(op, w.rec.Version)
+	}
+	commit := &peerpb.GlCommit{Keyspace: w.rec.Keyspace, Partition: w.rec.Partition, Key: w.rec.Key, Version: wire.VersionToPB(w.rec.Version)}
+	for _, node := range sortedKeys(w.acks) {
+		if node != c.cfg.NodeID {
+			c.send(node, &peerpb.Envelope{Msg: &peerpb.Envelope_GlCommit{GlCommit: commit}})
+		}
+	}
+	if w.recovery {
+		k.recovery = nil
+	}
+	c.glDrain(now, k)
+}
+
+func (c *Core) glHandleUpdateAckAtMaster(now time.Time, from uint32, k *glKey, m *peerpb.GlUpdateAck) {
+	w := k.write
+	if w == nil || w.id != m.GetWriteId() {
+		return
+	}
+	if !m.GetOk() {
+		return
+	}
+	w.acks[from] = true
+	if w.leaseTo[from] {
+		c.glCounters.LeaseMessages.Add(1)
+		if m.GetLeaseNanos() > 0 {
+			k.leases[from] = &glRecord{until: now.Add(stretch(time.Duration(m.GetLeaseNanos()))), acked: true}
+		} else {
+			delete(k.leases, from)
+		}
+	}
+	c.glCheckWrite(now, k)
+}
+
+func (c *Core) glReplyWrite(op *glOp, v hlc.Version) {
+	if op.from == 0 {
+		c.glFinish(op.req.ID, Result{Op: op.op, Version: v})
+		return
+	}
+	c.send(op.from, &peerpb.Envelope{Msg: &peerpb.Envelope_GlForwardReply{GlForwardReply: &peerpb.GlForwardReply{RequestId: op.fwdID, Version: wire.VersionToPB(v)}}})
+}
+
+func (c *Core) glFailOp(op *glOp, err error) {
+	if op.from == 0 {
+		c.glFinish(op.req.ID, Result{Op: op.op, Err: err})
+		return
+	}
+	c.send(op.from, &peerpb.Envelope{Msg: &peerpb.Envelope_GlForwardReply{GlForwardReply: &peerpb.GlForwardReply{
+		RequestId: op.fwdID, ErrKind: uint32(errs.KindOf(err)), ErrMsg: err.Error()}}})
+}
+
+// glRedirectOp sends an operation on to the key's master: local ones are forwarded, forwarded
+// ones get a redirection (with this node's table) so the coordinator retries there.
+func (c *Core) glRedirectOp(now time.Time, op *glOp, master uint32) {
+	if op.from != 0 {
+		r := &peerpb.GlForwardReply{RequestId: op.fwdID, Redirect: master}
+		if gp := c.glPartOf(op.req.Keyspace, op.part); gp != nil {
+			r.Table = gp.table.toPB(gp.ks.Spec.Name, gp.p.ID)
+		}
+		c.send(op.from, &peerpb.Envelope{Msg: &peerpb.Envelope_GlForwardReply{GlForwardReply: r}})
+		return
+	}
+	ks, ok := c.pmap.Keyspace(op.req.Keyspace)
+	if !ok {
+		c.glFinish(op.req.ID, Result{Op: op.op, Err: errs.New(errs.NotFound, "unknown keyspace %q", op.req.Keyspace)})
+		return
+	}
+	p := ks.Lookup(op.req.Key)
+	fwd := &glFwd{req: op.req, id: msKeyID(ks.Spec.Name, p.ID, op.req.Key), gp: c.glPartOf(ks.Spec.Name, p.ID), waiter: glWaiter{local: op.req.ID}}
+	c.glForward(now, ks, p, fwd, master)
+}
+
+// --- recovery ---
+
+// glStartRecovery learns a key's committed version after this node became its master: a
+// majority of replicas reports its newest version; if they agree and no old lease can be in
+// force, that is the committed version, otherwise the newest is re-written actively.
+func (c *Core) glStartRecovery(now time.Time, k *glKey) {
+	c.glCounters.Recoveries.Add(1)
+	rv := &glRecovery{id: c.glNewID(), replies: map[uint32]*storage.Record{}, resend: now.Add(c.glRoundTimeout(k.gp))}
+	k.recovery = rv
+	c.gl.fetches[rv.id] = k
+	if cur, found, err := c.store.Get(k.gp.ks.Spec.Name, k.gp.p.ID, k.key); err == nil {
+		if found {
+			rv.replies[c.cfg.NodeID] = &cur
+		} else {
+			rv.replies[c.cfg.NodeID] = nil
+		}
+	}
+	c.glSendFetches(k, rv)
+	c.glCheckRecovery(now, k)
+}
+
+func (c *Core) glSendFetches(k *glKey, rv *glRecovery) {
+	for _, r := range k.gp.p.Replicas {
+		if _, ok := rv.replies[r]; !ok {
+			c.send(r, &peerpb.Envelope{Msg: &peerpb.Envelope_GlFetch{GlFetch: &peerpb.GlFetch{RequestId: rv.id, Keyspace: k.gp.ks.Spec.Name, Partition: k.gp.p.ID, Key: k.key}}})
+		}
+	}
+}
+
+func (c *Core) glHandleFetch(now time.Time, from uint32, m *peerpb.GlFetch) {
+	gp := c.glPartOf(m.GetKeyspace(), m.GetPartition())
+	if gp == nil || !gp.p.HasReplica(from) {
+		return
+	}
+	r := &peerpb.GlFetchReply{RequestId: m.GetRequestId()}
+	if rec, found, err := c.store.Get(m.GetKeyspace(), m.GetPartition(), m.GetKey()); err == nil && found {
+		r.Found, r.Record = true, wire.RecordToPB(rec)
+	} else if err != nil {
+		return
+	}
+	c.send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_GlFetchReply{GlFetchReply: r}})
+}
+
+func (c *Core) glHandleFetchReply(now time.Time, from uint32, m *peerpb.GlFetchReply) {
+	k, ok := c.gl.fetches[m.GetRequestId()]
+	if !ok || k.recovery == nil || k.recovery.id != m.GetRequestId() || !k.gp.p.HasReplica(from) {
+		return
+	}
+	if m.GetFound() {
+		rec, err := wire.RecordFromPB(m.GetRecord())
+		if err != nil {
+			return
+		}
+		c.clock.Observe(now, rec.Version)
+		k.recovery.replies[from] = &rec
+	} else {
+		k.recovery.replies[from] = nil
+	}
+	c.glCheckRecovery(now, k)
+}
+
+func (c *Core) glCheckRecovery(now time.Time, k *glKey) {
+	rv := k.recovery
+	if rv == nil || k.write != nil || len(rv.replies) < k.gp.majority() {
+		return
+	}
+	delete(c.gl.fetches, rv.id)
+	var newest *storage.Record
+	for _, r := range rv.replies {
+		if r != nil && (newest == nil || newest.Version.Less(r.Version)) {
+			newest = r
+		}
+	}
+	agree := 0
+	for _, r := range rv.replies {
+		if (r == nil && newest == nil) || (r != nil && newest != nil && r.Version == newest.Version) {
+			agree++
+		}
+	}
+	if newest == nil || (agree >= k.gp.majority() && len(c.glHolders(now, k)) == 0) {
+		k.recovery = nil
+		k.known = true
+		k.exists = newest != nil
+		if newest != nil {
+			k.committed = newest.Version
+		}
+		c.glDrain(now, k)
+		return
+	}
+	// Re-write the newest version (same version: idempotent at replicas) so that it is on a
+	// majority and on every possible lease holder before anyone serves it.
+	rec := *newest
+	c.glStartWrite(now, k, nil, &rec)
+}
+
+// --- passive propagation ---
+
+func (c *Core) glStartLazy(now time.Time, gp *glPart, rec storage.Record) {
+	lz := &glLazy{rec: rec, pending: map[uint32]bool{}, next: now.Add(glResendEvery)}
+	for _, r := range gp.p.Replicas {
+		if r != c.cfg.NodeID {
+			lz.pending[r] = true
+		}
+	}
+	id := c.glNewID()
+	if len(c.gl.lazy) < 100_000 {
+		c.gl.lazy[id] = lz
+	}
+	c.glSendLazy(now, id, lz)
+}
+
+func (c *Core) glSendLazy(now time.Time, id uint64, lz *glLazy) {
+	lz.next = now.Add(glResendEvery)
+	pb := wire.RecordToPB(lz.rec)
+	for _, n := range sortedKeys(lz.pending) {
+		c.send(n, &peerpb.Envelope{Msg: &peerpb.Envelope_GlUpdate{GlUpdate: &peerpb.GlUpdate{WriteId: id, Record: pb, SentUnixNanos: now.UnixNano(), Committed: true}}})
+	}
+}
+
+// --- migration ---
+
+// glTryMove starts moving k's master to the replica in op.region (two-phase, gl_table.go).
+func (c *Core) glTryMove(now time.Time, k *glKey, op *glOp) bool {
+	gp := k.gp
+	target := uint32(0)
+	for _, r := range gp.p.Replicas {
+		if c.region[r] == op.region && (target == 0 || r < target) {
+			target = r
+		}
+	}
+	if target == 0 {
+		c.glFailOp(op, errs.New(errs.Invalid, "keyspace %q has no replica in region %q", gp.ks.Spec.Name, op.region))
+		return true
+	}
+	if target == c.cfg.NodeID {
+		c.glReplyMove(op, gp)
+		return true
+	}
+	if !c.glActing(gp, k.key, now) || k.write != nil || k.recovery != nil {
+		return false
+	}
+	c.glBeginMove(now, k, target)
+	k.moveWait = append(k.moveWait, op)
+	return true
+}
+
+func (c *Core) glBeginMove(now time.Time, k *glKey, target uint32) {
+	k.gp.migrating[string(k.key)] = target
+	k.gp.wantMoves[string(k.key)] = target
+	k.moveTo, k.moveAt = target, now
+}
+
+func (c *Core) glReplyMove(op *glOp, gp *glPart) {
+	master := gp.masterOf(op.keyBytes, c.region)
+	if op.from == 0 {
+		c.glFinish(op.req.ID, Result{Op: OpMoveMaster, Master: c.nodeName(master), MasterRegion: c.region[master], TableVersion: gp.table.version})
+		return
+	}
+	c.send(op.from, &peerpb.Envelope{Msg: &peerpb.Envelope_GlForwardReply{GlForwardReply: &peerpb.GlForwardReply{
+		RequestId: op.fwdID, Master: master, TableVersion: gp.table.version}}})
+}
+
+// glTableChanged hands over the keys that left this node and prepares for those that came.
+func (c *Core) glTableChanged(now time.Time, gp *glPart, old *glTable) {
+	self := c.cfg.NodeID
+	// Keys that came: from failover (a home's keys) or migration (one key).
+	for _, h := range gp.homes(c.region) {
+		if from := old.resolve(h); from != self && gp.table.resolve(h) == self {
+			c.glStartConservative(now, gp, from, nil)
+			c.glCounters.MasterMoves.Add(1)
+		}
+	}
+	byGrantor := map[uint32]map[string]bool{}
+	for k, m := range gp.table.overrides {
+		if m != self {
+			continue
+		}
+		if from := old.masterOf([]byte(k), gp.home([]byte(k), c.region)); from != self {
+			if byGrantor[from] == nil {
+				byGrantor[from] = map[string]bool{}
+			}
+			byGrantor[from][k] = true
+			c.glCounters.MasterMoves.Add(1)
+		}
+	}
+	for _, from := range sortedKeys(byGrantor) {
+		c.glStartConservative(now, gp, from, byGrantor[from])
+	}
+	// Key states: keys that came must be recovered; keys that left are handed over.
+	ids := make([]string, 0)
+	for id, k := range c.gl.keys {
+		if k.gp == gp {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		k := c.gl.keys[id]
+		oldM := old.masterOf(k.key, gp.home(k.key, c.region))
+		newM := gp.masterOf(k.key, c.region)
+		if oldM != self && newM == self {
+			k.known = false
+			continue
+		}
+		if newM == self {
+			continue
+		}
+		if k.write != nil {
+			delete(c.gl.writes, k.write.id)
+			for _, op := range k.write.waiters {
+				c.glFailOp(op, errs.New(errs.Timeout, "globlease: the master of key %q moved during the write; it may or may not have been applied", k.key))
+			}
+			k.write = nil
+		}
+		if k.recovery != nil {
+			delete(c.gl.fetches, k.recovery.id)
+			k.recovery = nil
+		}
+		for _, op := range k.moveWait {
+			c.glReplyMove(op, gp)
+		}
+		k.moveWait = nil
+		queue := k.queue
+		k.queue = nil
+		delete(c.gl.waiting, id)
+		for _, op := range queue {
+			c.glRedirectOp(now, op, newM)
+		}
+		k.known = false
+		k.leases = map[uint32]*glRecord{}
+	}
+}
+
+// glTickMaster: deadlines, resends, expiring leases, waiting operations, moves that stall.
+func (c *Core) glTickMaster(now time.Time) {
+	gl := c.gl
+	ids := make([]uint64, 0, len(gl.writes))
+	for id := range gl.writes {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		k := gl.writes[id]
+		if k == nil || k.write == nil || k.write.id != id {
+			delete(gl.writes, id)
+			continue
+		}
+		if now.After(k.write.nextResend) {
+			k.write.nextResend = now.Add(glResendEvery)
+			c.glSendUpdates(now, k, k.write, c.glHolders(now, k))
+		}
+		c.glCheckWrite(now, k)
+	}
+	keys := make([]string, 0, len(gl.waiting))
+	for id := range gl.waiting {
+		keys = append(keys, id)
+	}
+	slices.Sort(keys)
+	for _, id := range keys {
+		if k, ok := gl.keys[id]; ok {
+			c.glDrain(now, k)
+			if k.recovery != nil && now.After(k.recovery.resend) {
+				k.recovery.resend = now.Add(c.glRoundTimeout(k.gp))
+				c.glSendFetches(k, k.recovery)
+			}
+		} else {
+			delete(gl.waiting, id)
+		}
+	}
+	lids := make([]uint64, 0, len(gl.lazy))
+	for id := range gl.lazy {
+		lids = append(lids, id)
+	}
+	slices.Sort(lids)
+	for _, id := range lids {
+		if lz := gl.lazy[id]; now.After(lz.next) {
+			c.glSendLazy(now, id, lz)
+		}
+	}
+	for _, gp := range gl.partList {
+		kept := gp.cons[:0]
+		for _, cons := range gp.cons {
+			if !now.Before(cons.until) || len(cons.acked) >= len(c.cfg.Nodes) {
+				continue
+			}
+			if now.After(cons.next) {
+				c.glSendRevokes(now, gp, cons)
+			}
+			kept = append(kept, cons)
+		}
+		gp.cons = kept
+	}
+}
+
+func (c *Core) glHandleRevokeAck(now time.Time, from uint32, m *peerpb.GlRevokeAck) {
+	gp := c.glPartOf(m.GetKeyspace(), m.GetPartition())
+	if gp == nil {
+		return
+	}
+	for _, cons := range gp.cons {
+		if cons.id == m.GetId() {
+			cons.acked[from] = true
+		}
+	}
+	c.glWakeMasters(now)
+}
+
+// glWakeMasters lets writes and queued operations that waited for acknowledgements proceed.
+func (c *Core) glWakeMasters(now time.Time) {
+	c.glTickMaster(now)
+}
