@@ -38,6 +38,9 @@ sim-ci: build
 	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --option theta=lower
 	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --option theta=upper
 	$(BIN) sim --protocol meteorshower --mutations --mutation-seeds 200 --faults all
+	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS) --faults all
+	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS) --faults all --nodes-per-region 1
+	$(BIN) sim --protocol globlease --mutations --mutation-seeds 200 --faults all
 
 # The README's first command: an in-process cluster on the emulated WAN, latency per region.
 demo:

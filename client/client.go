@@ -118,11 +118,19 @@ type Option func(*opts)
 
 type opts struct {
 	consistency string
+	writeMode   string
 	timeout     time.Duration
 }
 
 // Consistency sets the consistency level (quorum: ONE, QUORUM, ALL, LOCAL_ONE, LOCAL_QUORUM).
+// GlobLease keyspaces take none on Get, Put and Delete.
 func Consistency(level string) Option { return func(o *opts) { o.consistency = level } }
+
+// WriteMode sets the write mode of a Put or Delete on a GlobLease keyspace: "active"
+// (replicas holding read leases are updated before the reply) or "passive" (the reply comes
+// after the master's write; leases are outwaited or updated afterwards). "" is the
+// keyspace's default. Other requests ignore it.
+func WriteMode(mode string) Option { return func(o *opts) { o.writeMode = mode } }
 
 // Timeout sets the server-side deadline of the request.
 func Timeout(d time.Duration) Option { return func(o *opts) { o.timeout = d } }
@@ -148,6 +156,9 @@ type GetResult struct {
 	Value       []byte
 	Version     Version
 	Coordinator string
+	// ReadPath says how the read was served: "quorum", "local", ... (see the API's
+	// GetResponse.read_path); for GlobLease "master", "lease", "forwarded" or "affiliate".
+	ReadPath string
 }
 
 // Get reads key.
@@ -157,13 +168,13 @@ func (c *Client) Get(ctx context.Context, keyspace string, key []byte, options .
 	if err != nil {
 		return GetResult{}, wrap(err)
 	}
-	return GetResult{Found: r.Found, Value: r.Value, Version: fromPB(r.Version), Coordinator: r.Coordinator}, nil
+	return GetResult{Found: r.Found, Value: r.Value, Version: fromPB(r.Version), Coordinator: r.Coordinator, ReadPath: r.ReadPath}, nil
 }
 
 // Put writes key and returns the version it was written at.
 func (c *Client) Put(ctx context.Context, keyspace string, key, value []byte, options ...Option) (Version, error) {
 	o := collect(options)
-	r, err := c.api.Put(ctx, &meridianpb.PutRequest{Keyspace: keyspace, Key: key, Value: value, Consistency: o.consistency, TimeoutMs: o.timeoutMs()})
+	r, err := c.api.Put(ctx, &meridianpb.PutRequest{Keyspace: keyspace, Key: key, Value: value, Consistency: o.consistency, WriteMode: o.writeMode, TimeoutMs: o.timeoutMs()})
 	if err != nil {
 		return Version{}, wrap(err)
 	}
@@ -173,7 +184,7 @@ func (c *Client) Put(ctx context.Context, keyspace string, key, value []byte, op
 // Delete deletes key and returns the version of the tombstone.
 func (c *Client) Delete(ctx context.Context, keyspace string, key []byte, options ...Option) (Version, error) {
 	o := collect(options)
-	r, err := c.api.Delete(ctx, &meridianpb.DeleteRequest{Keyspace: keyspace, Key: key, Consistency: o.consistency, TimeoutMs: o.timeoutMs()})
+	r, err := c.api.Delete(ctx, &meridianpb.DeleteRequest{Keyspace: keyspace, Key: key, Consistency: o.consistency, WriteMode: o.writeMode, TimeoutMs: o.timeoutMs()})
 	if err != nil {
 		return Version{}, wrap(err)
 	}
@@ -201,6 +212,18 @@ func (c *Client) Scan(ctx context.Context, keyspace string, start, end []byte, l
 		items = append(items, KeyValue{Key: it.Key, Value: it.Value, Version: fromPB(it.Version)})
 	}
 	return items, r.More, nil
+}
+
+// MoveMaster moves the master of key in a GlobLease keyspace to a replica in region. It
+// returns the key's master (node name) and its region after the move, and the version of the
+// mastership table that records it.
+func (c *Client) MoveMaster(ctx context.Context, keyspace string, key []byte, region string, options ...Option) (master, masterRegion string, tableVersion uint64, err error) {
+	o := collect(options)
+	r, err := c.api.MoveMaster(ctx, &meridianpb.MoveMasterRequest{Keyspace: keyspace, Key: key, Region: region, TimeoutMs: o.timeoutMs()})
+	if err != nil {
+		return "", "", 0, wrap(err)
+	}
+	return r.Master, r.Region, r.TableVersion, nil
 }
 
 // KeyspaceSpec describes a keyspace.
@@ -286,7 +309,7 @@ func (s *Session) Get(ctx context.Context, keyspace string, key []byte, options 
 	if err != nil {
 		return GetResult{}, wrap(err)
 	}
-	res := GetResult{Found: r.Found, Value: r.Value, Version: fromPB(r.Version), Coordinator: r.Coordinator}
+	res := GetResult{Found: r.Found, Value: r.Value, Version: fromPB(r.Version), Coordinator: r.Coordinator, ReadPath: r.ReadPath}
 	s.observe(res.Version)
 	return res, nil
 }
@@ -294,7 +317,7 @@ func (s *Session) Get(ctx context.Context, keyspace string, key []byte, options 
 // Put writes key within the session.
 func (s *Session) Put(ctx context.Context, keyspace string, key, value []byte, options ...Option) (Version, error) {
 	o := collect(options)
-	r, err := s.c.api.Put(ctx, &meridianpb.PutRequest{Keyspace: keyspace, Key: key, Value: value, Consistency: o.consistency, TimeoutMs: o.timeoutMs(), SessionVersion: s.seenPB()})
+	r, err := s.c.api.Put(ctx, &meridianpb.PutRequest{Keyspace: keyspace, Key: key, Value: value, Consistency: o.consistency, WriteMode: o.writeMode, TimeoutMs: o.timeoutMs(), SessionVersion: s.seenPB()})
 	if err != nil {
 		return Version{}, wrap(err)
 	}
@@ -306,7 +329,7 @@ func (s *Session) Put(ctx context.Context, keyspace string, key, value []byte, o
 // Delete deletes key within the session.
 func (s *Session) Delete(ctx context.Context, keyspace string, key []byte, options ...Option) (Version, error) {
 	o := collect(options)
-	r, err := s.c.api.Delete(ctx, &meridianpb.DeleteRequest{Keyspace: keyspace, Key: key, Consistency: o.consistency, TimeoutMs: o.timeoutMs(), SessionVersion: s.seenPB()})
+	r, err := s.c.api.Delete(ctx, &meridianpb.DeleteRequest{Keyspace: keyspace, Key: key, Consistency: o.consistency, WriteMode: o.writeMode, TimeoutMs: o.timeoutMs(), SessionVersion: s.seenPB()})
 	if err != nil {
 		return Version{}, wrap(err)
 	}

@@ -21,7 +21,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Benchmarks (commands, not tests): YCSB workloads, protocol comparisons, throughput"}
-	cmd.AddCommand(throughputCmd(), compareCmd("compare"), compareCmd("run"))
+	cmd.AddCommand(throughputCmd(), compareCmd("compare"), compareCmd("run"), globleaseFiguresCmd())
 	return cmd
 }
 
@@ -295,4 +295,172 @@ func throughputCmd() *cobra.Command {
 	tp.Flags().IntVar(&o.ServerPID, "server-pid", 0, "server process to sample CPU time from")
 	tp.Flags().StringVar(&jsonPath, "json", "", "write results as JSON")
 	return tp
+}
+
+// globleaseFiguresCmd reproduces the GlobLease evaluation of the liu thesis (Figures 4.4–4.6
+// and 4.8) on the emulated WAN: charts into --out-dir, Markdown tables on stdout.
+func globleaseFiguresCmd() *cobra.Command {
+	var (
+		topoName, outDir, jsonPath, mdPath, shares, sweep string
+		o                                                 bench.GlobLeaseFigOptions
+		quick                                             bool
+	)
+	cmd := &cobra.Command{
+		Use:   "globlease-figures [--topology ec2-globlease-4] [--out-dir docs/img] [--json FILE] [--markdown FILE] [--quick]",
+		Short: "Reproduce the GlobLease evaluation of the liu thesis (Figs. 4.4, 4.5, 4.6, 4.8): GlobLease vs Cassandra READ-ONE-WRITE-ALL on the emulated WAN",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fl := cmd.Flags()
+			if quick {
+				// A smoke run: small data, short runs, two lease lengths (explicit flags win).
+				set := func(name string, apply func()) {
+					if !fl.Changed(name) {
+						apply()
+					}
+				}
+				set("records", func() { o.Records = 1000 })
+				set("value-bytes", func() { o.ValueBytes = 1024 })
+				set("warmup", func() { o.Warmup = 3 * time.Second })
+				set("duration", func() { o.Duration = 5 * time.Second })
+				set("sweep-warmup", func() { o.SweepWarmup = 2 * time.Second })
+				set("sweep-duration", func() { o.SweepDuration = 4 * time.Second })
+				set("lease-sweep", func() { sweep = "1s,5s" })
+			}
+			topo, err := loadTopology(topoName)
+			if err != nil {
+				return err
+			}
+			o.Topology = topo
+			if o.ReadShares, err = parseShares(shares); err != nil {
+				return fmt.Errorf("bench globlease-figures: --read-shares: %w", err)
+			}
+			o.LeaseSweep = nil
+			for _, p := range strings.Split(sweep, ",") {
+				d, err := time.ParseDuration(strings.TrimSpace(p))
+				if err != nil || d <= 0 {
+					return fmt.Errorf("bench globlease-figures: --lease-sweep: %q is not a positive duration", p)
+				}
+				o.LeaseSweep = append(o.LeaseSweep, d)
+			}
+			if err := os.MkdirAll(outDir, 0o755); err != nil {
+				return fmt.Errorf("bench globlease-figures: %w", err)
+			}
+			o.Log, o.Progress, o.ProgressTTY = os.Stderr, os.Stderr, isTerminal(os.Stderr)
+			res, runErr := bench.GlobLeaseFigures(cmd.Context(), o)
+			if res == nil {
+				return runErr
+			}
+			md := res.Markdown()
+			fmt.Print(md)
+			if mdPath != "" {
+				if err := os.WriteFile(mdPath, []byte(md), 0o644); err != nil {
+					return fmt.Errorf("bench globlease-figures: write %s: %w", mdPath, err)
+				}
+				fmt.Fprintf(os.Stderr, "wrote %s\n", mdPath)
+			}
+			if jsonPath != "" {
+				if err := bench.WriteJSON(jsonPath, res); err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "wrote %s\n", jsonPath)
+			}
+			if runErr != nil {
+				return runErr
+			}
+			return writeGlobLeaseCharts(res, outDir)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&topoName, "topology", "ec2-globlease-4", "emulated WAN topology (built-in name or file); GlobLease's home region is its first region")
+	fl.IntVar(&o.Records, "records", 10000, "keys (thesis Table 4.2: 10000)")
+	fl.IntVar(&o.ValueBytes, "value-bytes", 10240, "value size in bytes (thesis: 10 KB)")
+	fl.Float64Var(&o.RatePerSecond, "rate", 1000, "total open-loop requests/s, split evenly over the regions")
+	fl.IntVar(&o.ClientsPerRegion, "clients", 64, "open-loop worker pool per region")
+	fl.StringVar(&shares, "read-shares", "0.75,0.85,0.95", "read proportions of the GlobLease-vs-Cassandra runs (the rest are updates)")
+	fl.DurationVar(&o.Lease, "lease", 60*time.Second, "GlobLease lease length of those runs")
+	fl.StringVar(&sweep, "lease-sweep", "1s,5s,15s,60s", "lease lengths of Fig. 4.8 (run at 95% reads)")
+	fl.DurationVar(&o.Warmup, "warmup", 20*time.Second, "warm-up of each comparison run")
+	fl.DurationVar(&o.Duration, "duration", 40*time.Second, "measured time of each comparison run")
+	fl.DurationVar(&o.SweepWarmup, "sweep-warmup", 10*time.Second, "warm-up of each lease-sweep run")
+	fl.DurationVar(&o.SweepDuration, "sweep-duration", 30*time.Second, "measured time of each lease-sweep run")
+	fl.Uint64Var(&o.Seed, "seed", 1, "seed of the workload generators and the emulated WAN")
+	fl.StringVar(&outDir, "out-dir", "docs/img", "directory of the charts globlease-{cdf,above300,overhead,lease}.png")
+	fl.StringVar(&jsonPath, "json", "", "write every report and table as JSON")
+	fl.StringVar(&mdPath, "markdown", "", "also write the Markdown tables to this file")
+	fl.BoolVar(&quick, "quick", false, "smoke run: 1000 records of 1 KB, 3s+5s runs, lease sweep 1s,5s at 2s+4s")
+	return cmd
+}
+
+func parseShares(s string) ([]float64, error) {
+	var out []float64
+	for _, p := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+		if err != nil || !(v > 0 && v <= 1) {
+			return nil, fmt.Errorf("%q is not a proportion in (0,1]", p)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// writeGlobLeaseCharts writes Figs. 4.4, 4.5, 4.6 and 4.8 as PNGs into dir.
+func writeGlobLeaseCharts(res *bench.GlobLeaseFigResults, dir string) error {
+	topo := " — " + res.Topology
+	var cdf, above, overhead, lease []chart.Series
+	for _, l := range res.Fig44 {
+		// One colour per line; the 95 % lines dashed.
+		cdf = append(cdf, chart.Series{Name: l.Name, Points: l.Points, Dashed: l.ReadShare >= 0.9})
+	}
+	cas, gl := chart.Series{Name: "Cassandra READ-ONE-WRITE-ALL"}, chart.Series{Name: "GlobLease"}
+	for _, r := range res.Fig45 {
+		cas.Points = append(cas.Points, [2]float64{r.ReadShare * 100, r.CassandraAbove * 100})
+		gl.Points = append(gl.Points, [2]float64{r.ReadShare * 100, r.GlobLeaseAbove * 100})
+	}
+	above = []chart.Series{cas, gl}
+	meas := chart.Series{Name: "measured (renewals + updates) per read"}
+	formula := chart.Series{Name: "formula W/R + K/(L·R)", Dashed: true}
+	bound := chart.Series{Name: "bound (n−1)·W/R + (n−1)/n·K/(L·R)", Dashed: true}
+	for _, r := range res.Fig46 {
+		if r.HasCounters {
+			meas.Points = append(meas.Points, [2]float64{r.ReadShare * 100, r.Measured})
+		}
+		formula.Points = append(formula.Points, [2]float64{r.ReadShare * 100, r.Formula})
+		bound.Points = append(bound.Points, [2]float64{r.ReadShare * 100, r.Bound})
+	}
+	overhead = []chart.Series{meas, formula, bound}
+	rd, wr, all := chart.Series{Name: "read"}, chart.Series{Name: "write"}, chart.Series{Name: "all requests"}
+	for _, r := range res.Fig48 {
+		rd.Points = append(rd.Points, [2]float64{r.LeaseS, r.MeanReadMs})
+		wr.Points = append(wr.Points, [2]float64{r.LeaseS, r.MeanWriteMs})
+		all.Points = append(all.Points, [2]float64{r.LeaseS, r.MeanAllMs})
+	}
+	lease = []chart.Series{rd, wr, all}
+	charts := []struct {
+		file string
+		draw func(string) error
+	}{
+		{"globlease-cdf.png", func(p string) error {
+			return chart.CombinedCDF("Fig. 4.4: latency CDF of all requests"+topo, cdf, p)
+		}},
+		{"globlease-above300.png", func(p string) error {
+			return chart.Lines(fmt.Sprintf("Fig. 4.5: requests above %d ms%s", bench.HighLatencyMs, topo), "reads (% of requests)",
+				fmt.Sprintf("requests above %d ms (%%)", bench.HighLatencyMs), above, p)
+		}},
+		{"globlease-overhead.png", func(p string) error {
+			return chart.Lines(fmt.Sprintf("Fig. 4.6: lease maintenance overhead (lease %g s)%s", res.LeaseS, topo),
+				"reads (% of requests)", "lease messages per read", overhead, p)
+		}},
+		{"globlease-lease.png", func(p string) error {
+			return chart.Lines(fmt.Sprintf("Fig. 4.8: average latency vs lease length (%.0f%% reads)%s", res.SweepReadShare*100, topo),
+				"lease length (s)", "mean latency (ms)", lease, p)
+		}},
+	}
+	for _, c := range charts {
+		p := filepath.Join(dir, c.file)
+		if err := c.draw(p); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "wrote %s\n", p)
+	}
+	return nil
 }

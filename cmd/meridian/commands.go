@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -54,7 +55,7 @@ func serverCmd() *cobra.Command {
 }
 
 func kvCmd() *cobra.Command {
-	var endpoint, consistency string
+	var endpoint, consistency, writeMode string
 	var timeout time.Duration
 	var limit int
 	dial := func() (*client.Client, error) {
@@ -67,7 +68,7 @@ func kvCmd() *cobra.Command {
 		return client.Dial(endpoint)
 	}
 	opts := func() []client.Option {
-		o := []client.Option{client.Consistency(consistency)}
+		o := []client.Option{client.Consistency(consistency), client.WriteMode(writeMode)}
 		if timeout > 0 {
 			o = append(o, client.Timeout(timeout))
 		}
@@ -93,10 +94,15 @@ func kvCmd() *cobra.Command {
 	}
 	cmd := &cobra.Command{Use: "kv", Short: "Read and write keys through a node"}
 	cmd.PersistentFlags().StringVar(&endpoint, "endpoint", "", "node address HOST:PORT")
-	cmd.PersistentFlags().StringVar(&consistency, "consistency", "", "consistency level (quorum: ONE, QUORUM, ALL, LOCAL_ONE, LOCAL_QUORUM); default: the keyspace's")
+	cmd.PersistentFlags().StringVar(&consistency, "consistency", "", "consistency level (quorum: ONE, QUORUM, ALL, LOCAL_ONE, LOCAL_QUORUM; globlease: none except for scans); default: the keyspace's")
 	cmd.PersistentFlags().DurationVar(&timeout, "timeout", 0, "request deadline (default: the cluster's)")
 
-	cmd.AddCommand(&cobra.Command{
+	// --write-mode is checked by the server, which names the valid values.
+	writeModeFlag := func(c *cobra.Command) *cobra.Command {
+		c.Flags().StringVar(&writeMode, "write-mode", "", "globlease only: active or passive (default: the keyspace's write_mode)")
+		return c
+	}
+	cmd.AddCommand(writeModeFlag(&cobra.Command{
 		Use: "put KEYSPACE KEY VALUE", Short: "Write a value", Args: cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
@@ -108,7 +114,7 @@ func kvCmd() *cobra.Command {
 				return nil
 			})
 		},
-	})
+	}))
 	cmd.AddCommand(&cobra.Command{
 		Use: "get KEYSPACE KEY", Short: "Read a value (printed on stdout)", Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, a []string) error {
@@ -122,11 +128,14 @@ func kvCmd() *cobra.Command {
 				}
 				os.Stdout.Write(r.Value)
 				os.Stdout.WriteString("\n")
+				if r.ReadPath != "" {
+					fmt.Fprintf(os.Stderr, "ok version %s, read path %s, coordinator %s\n", r.Version, r.ReadPath, r.Coordinator)
+				}
 				return nil
 			})
 		},
 	})
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(writeModeFlag(&cobra.Command{
 		Use: "delete KEYSPACE KEY", Short: "Delete a key", Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
@@ -135,6 +144,22 @@ func kvCmd() *cobra.Command {
 					return err
 				}
 				fmt.Fprintf(os.Stderr, "ok version %s\n", v)
+				return nil
+			})
+		},
+	}))
+	cmd.AddCommand(&cobra.Command{
+		Use: "move-master KEYSPACE KEY REGION", Short: "Move a key's master to a replica in REGION (globlease keyspaces)", Args: cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			if consistency != "" {
+				return fmt.Errorf("move-master: --consistency does not apply (a move goes through the key's master)")
+			}
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				master, region, tv, err := c.MoveMaster(ctx, a[0], []byte(a[1]), a[2], opts()...)
+				if err != nil {
+					return err
+				}
+				fmt.Printf("master of %q is now %s (region %s), table version %d\n", a[1], master, region, tv)
 				return nil
 			})
 		},
@@ -166,6 +191,7 @@ func kvCmd() *cobra.Command {
 
 	var ksProtocol, ksRegions string
 	var ksReplicas, ksPartitions int
+	var ksOptions []string
 	create := &cobra.Command{
 		Use: "create-keyspace NAME", Short: "Create a keyspace", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, a []string) error {
@@ -181,12 +207,25 @@ func kvCmd() *cobra.Command {
 				if ksRegions != "" {
 					spec.Regions = splitList(ksRegions)
 				}
+				for _, kv := range ksOptions {
+					k, v, ok := strings.Cut(kv, "=")
+					if !ok || k == "" {
+						return fmt.Errorf("create-keyspace: --option %q: want KEY=VALUE", kv)
+					}
+					if spec.Options == nil {
+						spec.Options = map[string]string{}
+					}
+					if _, dup := spec.Options[k]; dup {
+						return fmt.Errorf("create-keyspace: --option %s given twice", k)
+					}
+					spec.Options[k] = v
+				}
 				got, err := c.CreateKeyspace(ctx, spec)
 				if err != nil {
 					return err
 				}
-				fmt.Printf("created keyspace %s: protocol %s, regions %v, %d replicas per region, %d partitions\n",
-					got.Name, got.Protocol, got.Regions, got.ReplicasPerRegion, got.Partitions)
+				fmt.Printf("created keyspace %s: protocol %s, regions %v, %d replicas per region, %d partitions, options %v\n",
+					got.Name, got.Protocol, got.Regions, got.ReplicasPerRegion, got.Partitions, got.Options)
 				return nil
 			})
 		},
@@ -195,6 +234,7 @@ func kvCmd() *cobra.Command {
 	create.Flags().StringVar(&ksRegions, "regions", "", "comma-separated regions (default all)")
 	create.Flags().IntVar(&ksReplicas, "replicas-per-region", 1, "replicas in each region")
 	create.Flags().IntVar(&ksPartitions, "partitions", 16, "range partitions")
+	create.Flags().StringArrayVar(&ksOptions, "option", nil, "protocol option KEY=VALUE (repeatable), e.g. --option lease=2s")
 	cmd.AddCommand(create)
 	cmd.AddCommand(&cobra.Command{
 		Use: "describe-keyspace NAME", Short: "Show a keyspace and its placement", Args: cobra.ExactArgs(1),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"meridian/internal/config"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,6 +25,13 @@ func ParseConfigs(s string) ([]Config, error) {
 		}
 		f := strings.Split(part, ":")
 		c := Config{Protocol: f[0], ReadLevel: "QUORUM", WriteLevel: "QUORUM"}
+		if c.Protocol == config.ProtocolGlobLease {
+			// GlobLease has no levels: reads go to the master or a lease, writes to the master.
+			c.ReadLevel, c.WriteLevel = "", ""
+			if len(f) > 1 && f[1] != "" {
+				return nil, fmt.Errorf("bench: %q: globlease takes no consistency levels (write with option write_mode=active|passive)", part)
+			}
+		}
 		if len(f) > 1 && f[1] != "" {
 			lv := strings.Split(f[1], "/")
 			if len(lv) != 2 {
@@ -50,6 +58,12 @@ func ParseConfigs(s string) ([]Config, error) {
 		return nil, fmt.Errorf("bench: no configuration given")
 	}
 	return out, nil
+}
+
+// protocolCounters is implemented by sessions that can report a protocol's counters summed
+// over every node (GlobLease: reads by path, lease renewals and updates, master moves).
+type protocolCounters interface {
+	ProtocolCounters() map[string]int64
 }
 
 // Compare runs each configuration in turn against the target under identical load (same
@@ -88,10 +102,23 @@ func Compare(ctx context.Context, t Target, cfgs []Config, o RunOptions, log io.
 		if hasStatus {
 			before, started = sc.StatusBytes(), time.Now()
 		}
+		pc, hasCounters := sess.(protocolCounters)
+		var countersBefore map[string]int64
+		if hasCounters {
+			countersBefore = pc.ProtocolCounters()
+		}
 		run, err := Execute(ctx, sess, topo.Regions, cfg, ro)
 		if err == nil && hasStatus && sc.Nodes() > 0 {
 			if d := time.Since(started).Seconds(); d > 0 {
 				run.StatusBytesPerNodePerS = float64(sc.StatusBytes()-before) / d / float64(sc.Nodes())
+			}
+		}
+		if err == nil && hasCounters {
+			run.ProtocolCounters = map[string]int64{}
+			for k, v := range pc.ProtocolCounters() {
+				if d := v - countersBefore[k]; d != 0 {
+					run.ProtocolCounters[k] = d
+				}
 			}
 		}
 		sess.Close()

@@ -45,6 +45,7 @@ type TimePoint struct {
 	TSec    float64 `json:"t_s"`
 	OpsPerS float64 `json:"ops_per_s"`
 	P99Ms   float64 `json:"p99_ms"`
+	MeanMs  float64 `json:"mean_ms,omitempty"`
 }
 
 // Run is one configuration's results.
@@ -59,12 +60,18 @@ type Run struct {
 	// StatusBytesPerNodePerS is MeteorShower's status traffic per node during the run.
 	StatusBytesPerNodePerS float64     `json:"status_bytes_per_node_per_s,omitempty"`
 	Timeline               []TimePoint `json:"timeline,omitempty"`
+	// ProtocolCounters are the protocol's own counters over the measured run, summed over
+	// every node (GlobLease: reads by path, lease renewals and updates, master moves, ...).
+	ProtocolCounters map[string]int64 `json:"protocol_counters,omitempty"`
 }
 
 // Label names the run in tables and chart legends, e.g. "quorum QUORUM/QUORUM" or
 // "meteorshower QUORUM/QUORUM theta=upper".
 func (r Run) Label() string {
 	s := fmt.Sprintf("%s %s/%s", r.Protocol, r.ReadLevel, r.WriteLevel)
+	if r.ReadLevel == "" && r.WriteLevel == "" {
+		s = r.Protocol
+	}
 	for _, k := range sortedKeys(r.Options) {
 		if k == "read_level" || k == "write_level" {
 			continue

@@ -27,6 +27,9 @@ type RunOptions struct {
 	// rate (ops/s) in each region, and latency is measured from the intended start, so
 	// coordinated omission cannot hide tail latency.
 	RatePerRegion float64
+	// RateSteps change the open loop's rate during the run: from At (since the run's start,
+	// warm-up included) on, operations arrive at PerRegion ops/s in each region. Sorted by At.
+	RateSteps []RateStep
 	// Duration is measured time after Warmup (not measured). MaxOps > 0 stops earlier.
 	Duration time.Duration
 	Warmup   time.Duration
@@ -84,8 +87,9 @@ func coarseBucket(us int64) int {
 func coarseUpperMs(b int) float64 { return math.Pow(2, float64(b)/8) / 1000 }
 
 type second struct {
-	ops     atomic.Int64
-	buckets [coarseBuckets]atomic.Int64
+	ops       atomic.Int64
+	sumMicros atomic.Int64
+	buckets   [coarseBuckets]atomic.Int64
 }
 
 func (s *second) p99() float64 {
@@ -206,7 +210,7 @@ func Execute(ctx context.Context, sess Session, regions []string, cfg Config, o 
 			go func(seed uint64) {
 				defer wg.Done()
 				defer close(arrivals)
-				poisson(runCtx, arrivals, o.RatePerRegion, seed)
+				poisson(runCtx, arrivals, rateAt(o.RatePerRegion, o.RateSteps, start), seed)
 			}(o.Seed*7919 + uint64(ri))
 		}
 		for ci := range o.ClientsPerRegion {
@@ -292,16 +296,39 @@ func Execute(ctx context.Context, sess Session, regions []string, cfg Config, o 
 		if t > o.Duration.Seconds()+0.5 {
 			break
 		}
-		run.Timeline = append(run.Timeline, TimePoint{TSec: t, OpsPerS: float64(secs[s].ops.Load()), P99Ms: secs[s].p99()})
+		tp := TimePoint{TSec: t, OpsPerS: float64(secs[s].ops.Load()), P99Ms: secs[s].p99()}
+		if n := secs[s].ops.Load(); n > 0 {
+			tp.MeanMs = float64(secs[s].sumMicros.Load()) / float64(n) / 1000
+		}
+		run.Timeline = append(run.Timeline, tp)
 	}
 	return run, nil
 }
 
-func poisson(ctx context.Context, out chan<- time.Time, rate float64, seed uint64) {
+// RateStep is a change of the open loop's arrival rate (a load spike, liu-thesis Fig. 4.10).
+type RateStep struct {
+	At        time.Duration
+	PerRegion float64
+}
+
+// rateAt returns the arrival rate in force at a time.
+func rateAt(base float64, steps []RateStep, start time.Time) func(time.Time) float64 {
+	return func(t time.Time) float64 {
+		r := base
+		for _, s := range steps {
+			if t.Sub(start) >= s.At {
+				r = s.PerRegion
+			}
+		}
+		return r
+	}
+}
+
+func poisson(ctx context.Context, out chan<- time.Time, rate func(time.Time) float64, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x9e37))
 	next := time.Now()
 	for ctx.Err() == nil {
-		next = next.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
+		next = next.Add(time.Duration(rng.ExpFloat64() / rate(next) * float64(time.Second)))
 		if d := time.Until(next); d > 0 {
 			t := time.NewTimer(d)
 			select {
@@ -372,6 +399,7 @@ func runClient(ctx context.Context, kv KV, gen *ycsb.Generator, st *clientStats,
 		measured.Add(1)
 		if s := int(done.Sub(start) / time.Second); s < len(secs) {
 			secs[s].ops.Add(1)
+			secs[s].sumMicros.Add(lat.Microseconds())
 			secs[s].buckets[coarseBucket(lat.Microseconds())].Add(1)
 		}
 	}

@@ -72,6 +72,8 @@ type EmulatedTarget struct {
 	Seed              uint64
 	// MaxClockOffset is the cluster's ε (default 2ms).
 	MaxClockOffset time.Duration
+	// NodeCapacityOps gives each node a service capacity (ClusterOptions.NodeCapacityOps).
+	NodeCapacityOps float64
 }
 
 func (t *EmulatedTarget) Name() string                 { return "emulated " + t.Topo.Name }
@@ -95,10 +97,11 @@ func (t *EmulatedTarget) Prepare(ctx context.Context, cfg Config) (Session, erro
 		NodesPerRegion: t.NodesPerRegion,
 		Keyspace: config.Keyspace{Name: "bench", Protocol: cfg.Protocol, ReplicasPerRegion: max(1, t.ReplicasPerRegion),
 			Partitions: max(1, t.Partitions), Options: opts},
-		Jitter:         t.Jitter,
-		Seed:           t.Seed,
-		MaxClockOffset: t.MaxClockOffset,
-		Logger:         slog.New(slog.DiscardHandler),
+		Jitter:          t.Jitter,
+		Seed:            t.Seed,
+		MaxClockOffset:  t.MaxClockOffset,
+		NodeCapacityOps: t.NodeCapacityOps,
+		Logger:          slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		return nil, err
@@ -117,7 +120,7 @@ func (s *emulatedSession) Connect(region string, i int) (KV, error) {
 	if svc == nil {
 		return nil, fmt.Errorf("bench: no node in region %q", region)
 	}
-	return &serviceKV{svc: svc}, nil
+	return &serviceKV{svc: svc, cap: s.c.capacityIn(region, i)}, nil
 }
 
 func (s *emulatedSession) LowerBoundMs(region, op string) float64 {
@@ -138,11 +141,23 @@ func (s *emulatedSession) StatusBytes() int64 {
 // Nodes is the number of nodes.
 func (s *emulatedSession) Nodes() int { return len(s.c.Nodes) }
 
+// ProtocolCounters sums GlobLease's counters over every node (zero for other protocols).
+func (s *emulatedSession) ProtocolCounters() map[string]int64 {
+	out := map[string]int64{}
+	for _, nd := range s.c.Nodes {
+		for k, v := range nd.GLCounters().Snapshot() {
+			out[k] += v
+		}
+	}
+	return out
+}
+
 // serviceKV calls a node's gateway in-process (no gRPC), keyspace "bench", with the
 // keyspace's default levels. The gateway keeps the request's byte slices (they travel in
 // replication messages and storage batches), so keys and values are copied here: the YCSB
 // generator reuses its buffers for the next operation.
 type serviceKV struct {
+	cap *capacity // the node's service queue; nil: unlimited
 	svc interface {
 		Get(context.Context, *meridianpb.GetRequest) (*meridianpb.GetResponse, error)
 		Put(context.Context, *meridianpb.PutRequest) (*meridianpb.PutResponse, error)
@@ -151,11 +166,21 @@ type serviceKV struct {
 }
 
 func (k *serviceKV) Read(ctx context.Context, key []byte) error {
+	if k.cap != nil {
+		if err := k.cap.wait(ctx); err != nil {
+			return err
+		}
+	}
 	_, err := k.svc.Get(ctx, &meridianpb.GetRequest{Keyspace: "bench", Key: bytes.Clone(key)})
 	return err
 }
 
 func (k *serviceKV) Update(ctx context.Context, key, value []byte) error {
+	if k.cap != nil {
+		if err := k.cap.wait(ctx); err != nil {
+			return err
+		}
+	}
 	_, err := k.svc.Put(ctx, &meridianpb.PutRequest{Keyspace: "bench", Key: bytes.Clone(key), Value: bytes.Clone(value)})
 	return err
 }

@@ -25,6 +25,7 @@ var Configs = []bench.Config{
 	{Protocol: "quorum", ReadLevel: "ALL", WriteLevel: "ONE"},
 	{Protocol: "meteorshower", ReadLevel: "QUORUM", WriteLevel: "QUORUM", Options: map[string]string{"theta": "lower"}},
 	{Protocol: "meteorshower", ReadLevel: "QUORUM", WriteLevel: "QUORUM", Options: map[string]string{"theta": "upper"}},
+	{Protocol: "globlease"},
 }
 
 // Explanations are printed under the table, one per protocol, to say what the reader sees.
@@ -40,6 +41,11 @@ var Explanations = map[string]string{
 		"return in about ε + one status interval; that is sequentially consistent only while each " +
 		"client stays with its own region's node — `meridian sim --roam` finds the counterexample " +
 		"otherwise (docs/meteorshower.md) — so Meridian's default is theta=lower.",
+	"globlease": "globlease (liu-thesis 4.1): every key has a master (here in the first region); other regions " +
+		"read locally under a 60 s lease, and the first read of a key in a region renews the lease at the " +
+		"master (one round trip). Writes go to the master and wait for a majority plus every replica still " +
+		"holding a lease, so write latency grows with the distance to the master; sequentially consistent " +
+		"(docs/globlease.md).",
 }
 
 // Options configures the demo.

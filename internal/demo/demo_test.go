@@ -50,6 +50,9 @@ rtt_ms:
 		// θ lower: one one-way delay to the nearest peer; θ upper: no WAN message.
 		"meteorshower QUORUM/QUORUM theta=lower": {"a": {10, 20}, "b": {10, 20}, "c": {20, 40}},
 		"meteorshower QUORUM/QUORUM theta=upper": {"a": {0, 20}, "b": {0, 20}, "c": {0, 40}},
+		// GlobLease: reads under a lease need no WAN message; writes go to the master (in a)
+		// and wait for a majority there.
+		"globlease": {"a": {0, 20}, "b": {0, 40}, "c": {0, 80}},
 	}
 	for _, run := range rep.Runs {
 		key := run.Label()

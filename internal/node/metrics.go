@@ -1,6 +1,9 @@
 package node
 
 import (
+	"maps"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,6 +82,7 @@ func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
 		}
 		return 0
 	})
+	registerGLMetrics(reg, n.core.GLCounters())
 	storageGauge("meridian_peers_down", "Peers the failure detector considers down.", func() float64 {
 		down := 0
 		for _, nd := range n.opts.Cluster.Nodes {
@@ -89,6 +93,43 @@ func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
 		return float64(down)
 	})
 	return m
+}
+
+// registerGLMetrics exports GlobLease's counters (liu-thesis 4.1): how reads were served,
+// write modes, lease maintenance, mastership changes and hot keys.
+func registerGLMetrics(reg *prometheus.Registry, gl *quorum.GLCounters) {
+	load := func(v *atomic.Int64) func() float64 { return func() float64 { return float64(v.Load()) } }
+	labeledCounter := func(name, help, label string, values map[string]*atomic.Int64) {
+		for _, lv := range slices.Sorted(maps.Keys(values)) {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help,
+				ConstLabels: prometheus.Labels{label: lv}}, load(values[lv])))
+		}
+	}
+	labeledCounter("meridian_globlease_reads_total", "GlobLease reads by how they were served: master (coordinated by the key's master), "+
+		"lease (by the coordinator's replica under a valid read lease), forwarded (the coordinator asked the master), "+
+		"affiliate (served by this node for a hot key under a secondary lease).",
+		"path", map[string]*atomic.Int64{
+			quorum.PathMaster: &gl.ReadsMaster, quorum.PathLease: &gl.ReadsLease,
+			quorum.PathForwarded: &gl.ReadsForwarded, quorum.PathAffiliate: &gl.ReadsAffiliate,
+		})
+	labeledCounter("meridian_globlease_writes_total", "GlobLease writes this node ran as master, by write mode (passive counts only writes that found no valid lease).",
+		"mode", map[string]*atomic.Int64{"active": &gl.WritesActive, "passive": &gl.WritesPassive})
+	counter := func(name, help string, v *atomic.Int64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, load(v)))
+	}
+	counter("meridian_globlease_writes_waited_for_lease_total", "GlobLease writes that waited for a lease holder's lease to expire.", &gl.WritesWaitedForLease)
+	counter("meridian_globlease_lease_renewals_total", "GlobLease reads at a replica without a valid lease that asked the master for one (liu-thesis 4.1.5).", &gl.LeaseRenewals)
+	counter("meridian_globlease_lease_updates_total", "Lease holders GlobLease writes had to update or outwait (liu-thesis 4.1.5).", &gl.LeaseUpdates)
+	counter("meridian_globlease_leases_granted_total", "Read leases granted by this node as master.", &gl.LeasesGranted)
+	counter("meridian_globlease_lease_expired_waits_total", "GlobLease waits for an expired lease.", &gl.LeasesExpiredWaits)
+	counter("meridian_globlease_lease_messages_total", "GlobLease lease messages sent or received by this node (requests, grants, acknowledgements, updates).", &gl.LeaseMessages)
+	counter("meridian_globlease_master_moves_total", "Masterships this node took over from another node (a moved key, or a home's keys after failover).", &gl.MasterMoves)
+	counter("meridian_globlease_table_changes_total", "Mastership table versions this node applied.", &gl.TableChanges)
+	counter("meridian_globlease_recoveries_total", "Keys whose committed version this node recovered after becoming their master.", &gl.Recoveries)
+	counter("meridian_globlease_revocations_total", "Lease revocation rounds this node started after taking over keys another master may have leased.", &gl.Revocations)
+	counter("meridian_globlease_secondary_grants_total", "Secondary leases granted to affiliated nodes for hot keys.", &gl.SecondaryGrants)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_globlease_hot_keys",
+		Help: "Keys this node currently considers hot (replicated to affiliated nodes)."}, load(&gl.HotKeys)))
 }
 
 func outcome(err error) string {
@@ -111,7 +152,14 @@ func outcome(err error) string {
 }
 
 func (m *metrics) observe(req quorum.Request, res quorum.Result, d time.Duration) {
-	m.latency.WithLabelValues(req.Op.String(), string(req.Level), outcome(res.Err)).Observe(d.Seconds())
+	m.latency.WithLabelValues(opName(req.Op), string(req.Level), outcome(res.Err)).Observe(d.Seconds())
+}
+
+func opName(op quorum.Op) string {
+	if op == quorum.OpMoveMaster {
+		return "move_master"
+	}
+	return op.String()
 }
 
 func (m *metrics) commit(records int, d time.Duration) {

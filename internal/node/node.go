@@ -217,6 +217,9 @@ func (n *Node) Clock() hlc.PhysicalClock { return n.clock }
 // StatusBytesSent is the MeteorShower status traffic this node has sent.
 func (n *Node) StatusBytesSent() int64 { return n.core.MS().StatusBytesSent.Load() }
 
+// GLCounters returns the node's GlobLease counters (read-only use: metrics, benchmarks).
+func (n *Node) GLCounters() *quorum.GLCounters { return n.core.GLCounters() }
+
 // Registry returns the node's metrics registry.
 func (n *Node) Registry() *prometheus.Registry { return n.opts.Registry }
 

@@ -169,6 +169,16 @@ func (c *Core) glHandleUpdate(now time.Time, from uint32, m *peerpb.GlUpdate) {
 	pid := glPartID{rec.Keyspace, rec.Partition}
 	gp := c.glPartOf(rec.Keyspace, rec.Partition)
 	leaseOK := m.GetLeaseNanos() > 0 && c.glGrantFresh(now, pid, from, m.GetSentUnixNanos())
+	// A lease that comes with an older version than an update this node already has (a
+	// delayed grant overtaken by a write) would revive what that update suspended.
+	if u, ok := c.gl.updated[id]; ok && rec.Version.Less(u.version) {
+		leaseOK = false
+	}
+	if u, ok := c.gl.updated[id]; !ok || u.version.Less(rec.Version) {
+		if len(c.gl.updated) < glMaxSeen {
+			c.gl.updated[id] = glUpdated{version: rec.Version, at: now}
+		}
+	}
 	ack := &peerpb.GlUpdateAck{WriteId: m.GetWriteId(), Ok: true}
 	if gp == nil {
 		c.glAffUpdate(now, from, id, pid, rec, m, leaseOK)
@@ -180,11 +190,6 @@ func (c *Core) glHandleUpdate(now time.Time, from uint32, m *peerpb.GlUpdate) {
 	}
 	c.clock.Observe(now, rec.Version)
 	c.applyLocal(now, rec, false)
-	if u, ok := c.gl.updated[id]; !ok || u.version.Less(rec.Version) {
-		if len(c.gl.updated) < glMaxSeen {
-			c.gl.updated[id] = glUpdated{version: rec.Version, at: now}
-		}
-	}
 	l := c.gl.leases[id]
 	switch {
 	case leaseOK:

@@ -75,6 +75,18 @@ type GLCounters struct {
 var GLMutations = map[string]string{
 	"lease-record-at-grant":    "the master's lease record starts when the grant is sent instead of when the replica's acknowledgement arrives, so it ends before the replica's lease",
 	"write-skips-lease-holder": "a write commits at a majority without updating (or outwaiting) a replica that still holds a valid lease",
+	"master-ignores-lease":     "a master keeps acting without a majority's heartbeat acknowledgements, so a partitioned master and its elected successor overlap (the one-master invariant must see it)",
+}
+
+// Snapshot returns the counters by name.
+func (g *GLCounters) Snapshot() map[string]int64 {
+	return map[string]int64{
+		"reads_master": g.ReadsMaster.Load(), "reads_lease": g.ReadsLease.Load(), "reads_forwarded": g.ReadsForwarded.Load(),
+		"reads_affiliate": g.ReadsAffiliate.Load(), "writes_active": g.WritesActive.Load(), "writes_passive": g.WritesPassive.Load(),
+		"lease_renewals": g.LeaseRenewals.Load(), "lease_updates": g.LeaseUpdates.Load(), "leases_granted": g.LeasesGranted.Load(),
+		"lease_messages": g.LeaseMessages.Load(), "master_moves": g.MasterMoves.Load(), "table_changes": g.TableChanges.Load(),
+		"recoveries": g.Recoveries.Load(), "revocations": g.Revocations.Load(), "secondary_grants": g.SecondaryGrants.Load(),
+	}
 }
 
 // GLCounters returns the GlobLease counters.

@@ -42,6 +42,10 @@ func FuzzRequestDecodeValidate(f *testing.F) {
 	add(2, &meridianpb.DeleteRequest{Keyspace: "kv", Key: []byte("k"), Consistency: "one", TimeoutMs: 1})
 	add(3, &meridianpb.ScanRequest{Keyspace: "kv"})
 	add(3, &meridianpb.ScanRequest{Keyspace: "kv", Start: []byte("a"), End: []byte("b"), Limit: 5, Consistency: "quorum"})
+	add(0, &meridianpb.GetRequest{Keyspace: "gl", Key: []byte("k")})
+	add(1, &meridianpb.PutRequest{Keyspace: "gl", Key: []byte("k"), Value: []byte("v"), WriteMode: "passive"})
+	add(2, &meridianpb.DeleteRequest{Keyspace: "gl", Key: []byte("k"), WriteMode: "ACTIVE"})
+	add(3, &meridianpb.ScanRequest{Keyspace: "gl", Consistency: "ONE"})
 	// Invalid requests.
 	add(0, &meridianpb.GetRequest{})
 	add(0, &meridianpb.GetRequest{Keyspace: "_system", Key: []byte("k")})
@@ -49,6 +53,9 @@ func FuzzRequestDecodeValidate(f *testing.F) {
 	add(0, &meridianpb.GetRequest{Keyspace: "kv", Key: long})
 	add(1, &meridianpb.PutRequest{Keyspace: "kv", Key: []byte("k"), Value: bytes.Repeat([]byte("v"), 17)})
 	add(1, &meridianpb.PutRequest{Keyspace: "kv", Key: []byte("k"), Consistency: "FOO"})
+	add(0, &meridianpb.GetRequest{Keyspace: "gl", Key: []byte("k"), Consistency: "QUORUM"})
+	add(1, &meridianpb.PutRequest{Keyspace: "kv", Key: []byte("k"), WriteMode: "active"})
+	add(2, &meridianpb.DeleteRequest{Keyspace: "gl", Key: []byte("k"), WriteMode: "lazy"})
 	add(2, &meridianpb.DeleteRequest{Keyspace: "kv", Key: []byte("k"), TimeoutMs: 1<<32 - 1})
 	add(2, &meridianpb.DeleteRequest{Keyspace: "kv", Consistency: "ONE\n"})
 	add(3, &meridianpb.ScanRequest{Keyspace: "kv", Start: []byte("b"), End: []byte("a")})
@@ -116,6 +123,14 @@ func checkFuzzRequest(t *testing.T, v validator, in proto.Message, r quorum.Requ
 	}
 	if r.Level != "" && !slices.Contains(config.Levels(), r.Level) {
 		fail("level %q is not a level", r.Level)
+	}
+	ks, _ := v.pmap.Keyspace(r.Keyspace)
+	gl := ks != nil && ks.Spec.Protocol == config.ProtocolGlobLease
+	if gl && r.Op != quorum.OpScan && r.Level != "" {
+		fail("level %q on a single-key operation of a globlease keyspace", r.Level)
+	}
+	if r.WriteMode != "" && (!gl || (r.WriteMode != "active" && r.WriteMode != "passive") || (r.Op != quorum.OpPut && r.Op != quorum.OpDelete)) {
+		fail("write mode %q", r.WriteMode)
 	}
 	if !r.Deadline.After(v.now) || r.Deadline.After(v.now.Add(lim.MaxRequestTimeout)) {
 		fail("deadline %v is not in (now, now+%v]", r.Deadline, lim.MaxRequestTimeout)

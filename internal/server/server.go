@@ -124,6 +124,19 @@ func (s *Service) Scan(ctx context.Context, r *meridianpb.ScanRequest) (*meridia
 	return out, nil
 }
 
+// MoveMaster moves the master of one key of a globlease keyspace to a replica in a region.
+func (s *Service) MoveMaster(ctx context.Context, r *meridianpb.MoveMasterRequest) (*meridianpb.MoveMasterResponse, error) {
+	req, err := s.validator().moveMaster(r)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	res := s.do(ctx, req)
+	if res.Err != nil {
+		return nil, ToStatus(res.Err)
+	}
+	return &meridianpb.MoveMasterResponse{Master: res.Master, Region: res.MasterRegion, TableVersion: res.TableVersion}, nil
+}
+
 func specPB(ks config.Keyspace) *meridianpb.KeyspaceSpec {
 	return &meridianpb.KeyspaceSpec{Name: ks.Name, Protocol: ks.Protocol, Regions: ks.Regions,
 		ReplicasPerRegion: uint32(ks.ReplicasPerRegion), Partitions: uint32(ks.Partitions), Options: ks.Options}

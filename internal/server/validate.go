@@ -5,6 +5,7 @@ package server
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,10 +81,36 @@ func (v validator) deadline(timeoutMs uint32) (time.Time, error) {
 	return v.now.Add(d), nil
 }
 
+// pointLevel is level for single-key operations: a globlease keyspace takes no consistency
+// level on them (its scans do, see scan).
+func (v validator) pointLevel(ks *placement.Keyspace, s string) (config.Level, error) {
+	if s != "" && ks.Spec.Protocol == config.ProtocolGlobLease {
+		return "", errs.New(errs.Invalid, "keyspace %q uses protocol globlease, which takes no consistency level "+
+			"(reads are served by the master or under a lease; writes take write_mode active|passive)", ks.Spec.Name)
+	}
+	return v.level(ks, s)
+}
+
+// writeMode checks a write's write_mode and returns it in lower case ("" means the
+// keyspace's default). Only globlease keyspaces have write modes.
+func (v validator) writeMode(ks *placement.Keyspace, s string) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	m := strings.ToLower(s)
+	if m != "active" && m != "passive" {
+		return "", errs.New(errs.Invalid, "write_mode %q is not valid: use active or passive (or none for the keyspace's default)", s)
+	}
+	if ks.Spec.Protocol != config.ProtocolGlobLease {
+		return "", errs.New(errs.Invalid, "write_mode %q is only for globlease keyspaces; keyspace %q uses protocol %s", s, ks.Spec.Name, ks.Spec.Protocol)
+	}
+	return m, nil
+}
+
 // point validates the fields every single-key operation shares, in the order clients see
 // their errors: keyspace, key, then (extra) the operation's own fields, level, deadline,
 // session.
-func (v validator) point(op quorum.Op, keyspace string, key []byte, extra func() error, consistency string,
+func (v validator) point(op quorum.Op, keyspace string, key []byte, extra func(ks *placement.Keyspace) error, consistency string,
 	timeoutMs uint32, session *meridianpb.Version) (quorum.Request, error) {
 	ks, err := v.keyspace(keyspace)
 	if err != nil {
@@ -93,11 +120,11 @@ func (v validator) point(op quorum.Op, keyspace string, key []byte, extra func()
 		return quorum.Request{}, err
 	}
 	if extra != nil {
-		if err := extra(); err != nil {
+		if err := extra(ks); err != nil {
 			return quorum.Request{}, err
 		}
 	}
-	l, err := v.level(ks, consistency)
+	l, err := v.pointLevel(ks, consistency)
 	if err != nil {
 		return quorum.Request{}, err
 	}
@@ -117,16 +144,20 @@ func (v validator) get(r *meridianpb.GetRequest) (quorum.Request, error) {
 }
 
 func (v validator) put(r *meridianpb.PutRequest) (quorum.Request, error) {
-	checkValue := func() error {
+	var mode string
+	check := func(ks *placement.Keyspace) error {
 		if len(r.GetValue()) > v.limits.MaxValueBytes {
 			return errs.New(errs.Invalid, "value is %d bytes, limit is %d (limits.max_value_bytes)", len(r.GetValue()), v.limits.MaxValueBytes)
 		}
-		return nil
+		var err error
+		mode, err = v.writeMode(ks, r.GetWriteMode())
+		return err
 	}
-	req, err := v.point(quorum.OpPut, r.GetKeyspace(), r.GetKey(), checkValue, r.GetConsistency(), r.GetTimeoutMs(), r.GetSessionVersion())
+	req, err := v.point(quorum.OpPut, r.GetKeyspace(), r.GetKey(), check, r.GetConsistency(), r.GetTimeoutMs(), r.GetSessionVersion())
 	if err != nil {
 		return req, err
 	}
+	req.WriteMode = mode
 	req.Value = r.GetValue()
 	if req.Value == nil {
 		req.Value = []byte{} // an empty value is a value, not a tombstone
@@ -135,7 +166,44 @@ func (v validator) put(r *meridianpb.PutRequest) (quorum.Request, error) {
 }
 
 func (v validator) del(r *meridianpb.DeleteRequest) (quorum.Request, error) {
-	return v.point(quorum.OpDelete, r.GetKeyspace(), r.GetKey(), nil, r.GetConsistency(), r.GetTimeoutMs(), r.GetSessionVersion())
+	var mode string
+	check := func(ks *placement.Keyspace) error {
+		var err error
+		mode, err = v.writeMode(ks, r.GetWriteMode())
+		return err
+	}
+	req, err := v.point(quorum.OpDelete, r.GetKeyspace(), r.GetKey(), check, r.GetConsistency(), r.GetTimeoutMs(), r.GetSessionVersion())
+	if err != nil {
+		return req, err
+	}
+	req.WriteMode = mode
+	return req, nil
+}
+
+// moveMaster validates a request to move a key's master: keyspace (globlease only), key,
+// region (one of the keyspace's), deadline.
+func (v validator) moveMaster(r *meridianpb.MoveMasterRequest) (quorum.Request, error) {
+	ks, err := v.keyspace(r.GetKeyspace())
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	if ks.Spec.Protocol != config.ProtocolGlobLease {
+		return quorum.Request{}, errs.New(errs.Invalid, "keyspace %q uses protocol %s: only globlease keyspaces have masters to move", ks.Spec.Name, ks.Spec.Protocol)
+	}
+	if err := v.key(r.GetKey(), "key"); err != nil {
+		return quorum.Request{}, err
+	}
+	if r.GetRegion() == "" {
+		return quorum.Request{}, errs.New(errs.Invalid, "move master: region is empty; keyspace %q has regions %s", ks.Spec.Name, strings.Join(ks.Spec.Regions, ", "))
+	}
+	if !slices.Contains(ks.Spec.Regions, r.GetRegion()) {
+		return quorum.Request{}, errs.New(errs.Invalid, "move master: %q is not a region of keyspace %q (regions: %s)", r.GetRegion(), ks.Spec.Name, strings.Join(ks.Spec.Regions, ", "))
+	}
+	dl, err := v.deadline(r.GetTimeoutMs())
+	if err != nil {
+		return quorum.Request{}, err
+	}
+	return quorum.Request{Op: quorum.OpMoveMaster, Keyspace: ks.Spec.Name, Key: r.GetKey(), Region: r.GetRegion(), Deadline: dl}, nil
 }
 
 func (v validator) scan(r *meridianpb.ScanRequest) (quorum.Request, error) {

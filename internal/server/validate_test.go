@@ -23,8 +23,9 @@ import (
 var testNow = time.Date(2025, 3, 14, 15, 9, 26, 535897932, time.UTC)
 
 // testPlacement builds, through config.Validate and placement.Build, the placement of a
-// 3-region cluster with one user keyspace "kv". It also holds a "_system" keyspace, so the
-// reserved-name rule is seen to apply to names that exist.
+// 3-region cluster with the user keyspaces "kv" (quorum) and "gl" (globlease, regions a and
+// b). It also holds a "_system" keyspace, so the reserved-name rule is seen to apply to
+// names that exist.
 func testPlacement(t testing.TB) *placement.Map {
 	t.Helper()
 	c := &config.Cluster{
@@ -35,7 +36,10 @@ func testPlacement(t testing.TB) *placement.Map {
 			{Name: "b-1", Region: "b", Listen: "127.0.0.1:7002"},
 			{Name: "c-1", Region: "c", Listen: "127.0.0.1:7003"},
 		},
-		Keyspaces: []config.Keyspace{{Name: "kv", Protocol: config.ProtocolQuorum}},
+		Keyspaces: []config.Keyspace{
+			{Name: "kv", Protocol: config.ProtocolQuorum},
+			{Name: "gl", Protocol: config.ProtocolGlobLease, Regions: []string{"a", "b"}},
+		},
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("test cluster: %v", err)
@@ -66,6 +70,8 @@ func validate(v validator, req any) (quorum.Request, error) {
 		return v.del(r)
 	case *meridianpb.ScanRequest:
 		return v.scan(r)
+	case *meridianpb.MoveMasterRequest:
+		return v.moveMaster(r)
 	}
 	panic(fmt.Sprintf("validate: unexpected request type %T", req))
 }
@@ -283,7 +289,11 @@ func TestValidatorRules(t *testing.T) {
 		}},
 	)
 
-	v := testValidator(t)
+	runValCases(t, testValidator(t), cases)
+}
+
+func runValCases(t *testing.T, v validator, cases []valCase) {
+	t.Helper()
 	names := map[string]bool{}
 	for _, c := range cases {
 		if names[c.name] {
@@ -304,6 +314,126 @@ func TestValidatorRules(t *testing.T) {
 			}
 		})
 	}
+}
+
+func wantWriteMode(m string) func(*testing.T, quorum.Request) {
+	return func(t *testing.T, r quorum.Request) {
+		if r.WriteMode != m {
+			t.Errorf("WriteMode = %q, want %q", r.WriteMode, m)
+		}
+	}
+}
+
+// TestValidatorGlobLease checks the rules that differ for globlease keyspaces: no
+// consistency level on single-key operations (scans keep theirs), write modes only there,
+// and the move-master request.
+func TestValidatorGlobLease(t *testing.T) {
+	lim := config.DefaultLimits()
+	longKey := bytes.Repeat([]byte("k"), lim.MaxKeyBytes+1)
+	maxMs := uint32(lim.MaxRequestTimeout / time.Millisecond)
+	noLevel := []string{`keyspace "gl" uses protocol globlease, which takes no consistency level`, "write_mode active|passive"}
+
+	var cases []valCase
+	for _, o := range ops {
+		b := o.build
+		if o.qop == quorum.OpScan {
+			cases = append(cases,
+				valCase{name: "scan/globlease takes a level", req: b("gl", nil, "quorum", 0), check: wantLevel(config.LevelQuorum)},
+				valCase{name: "scan/globlease bad level", req: b("gl", nil, "FOO", 0), kind: errs.Invalid, msg: []string{`consistency "FOO"`}},
+				valCase{name: "scan/globlease default level", req: b("gl", nil, "", 0), check: wantLevel("")},
+			)
+			continue
+		}
+		cases = append(cases,
+			valCase{name: o.name + "/globlease rejects a level", req: b("gl", []byte("k"), "QUORUM", 0), kind: errs.Invalid, msg: noLevel},
+			valCase{name: o.name + "/globlease rejects even ONE", req: b("gl", []byte("k"), "one", 0), kind: errs.Invalid, msg: noLevel},
+			valCase{name: o.name + "/globlease key before level", req: b("gl", nil, "QUORUM", 0), kind: errs.Invalid, msg: []string{"key is empty"}},
+			valCase{name: o.name + "/globlease no level", req: b("gl", []byte("k"), "", 0), check: func(t *testing.T, r quorum.Request) {
+				if r.Op != o.qop || r.Keyspace != "gl" || r.Level != "" || r.WriteMode != "" {
+					t.Errorf("request = %+v, want op %v keyspace gl, no level, no write mode", r, o.qop)
+				}
+			}},
+			valCase{name: o.name + "/globlease timeout over max", req: b("gl", []byte("k"), "", maxMs+1), kind: errs.Invalid,
+				msg: []string{"limits.max_request_timeout"}},
+		)
+	}
+
+	put := func(ks, mode string) *meridianpb.PutRequest {
+		return &meridianpb.PutRequest{Keyspace: ks, Key: []byte("k"), Value: []byte("v"), WriteMode: mode}
+	}
+	del := func(ks, mode string) *meridianpb.DeleteRequest {
+		return &meridianpb.DeleteRequest{Keyspace: ks, Key: []byte("k"), WriteMode: mode}
+	}
+	for _, w := range []struct {
+		name  string
+		build func(ks, mode string) any
+	}{
+		{"put", func(ks, mode string) any { return put(ks, mode) }},
+		{"del", func(ks, mode string) any { return del(ks, mode) }},
+	} {
+		b := w.build
+		cases = append(cases,
+			valCase{name: w.name + "/write_mode active", req: b("gl", "active"), check: wantWriteMode("active")},
+			valCase{name: w.name + "/write_mode passive", req: b("gl", "passive"), check: wantWriteMode("passive")},
+			valCase{name: w.name + "/write_mode is case-insensitive", req: b("gl", "PASSIVE"), check: wantWriteMode("passive")},
+			valCase{name: w.name + "/write_mode mixed case", req: b("gl", "Active"), check: wantWriteMode("active")},
+			valCase{name: w.name + "/no write_mode is the keyspace default", req: b("gl", ""), check: wantWriteMode("")},
+			valCase{name: w.name + "/bad write_mode", req: b("gl", "eager"), kind: errs.Invalid,
+				msg: []string{`write_mode "eager"`, "active or passive"}},
+			valCase{name: w.name + "/write_mode with newline stays one line", req: b("gl", "active\npassive"), kind: errs.Invalid,
+				msg: []string{`write_mode "active\npassive"`}},
+			valCase{name: w.name + "/write_mode on a quorum keyspace", req: b("kv", "active"), kind: errs.Invalid,
+				msg: []string{`write_mode "active"`, "only for globlease keyspaces", `keyspace "kv"`, "protocol quorum"}},
+			valCase{name: w.name + "/bad write_mode on a quorum keyspace names the valid values", req: b("kv", "lazy"), kind: errs.Invalid,
+				msg: []string{`write_mode "lazy"`, "active or passive"}},
+			valCase{name: w.name + "/no write_mode on a quorum keyspace", req: b("kv", ""), check: wantWriteMode("")},
+			valCase{name: w.name + "/unknown keyspace before write_mode", req: b("nope", "eager"), kind: errs.NotFound, msg: []string{"nope"}},
+		)
+	}
+	cases = append(cases,
+		valCase{name: "put/write_mode before level", req: &meridianpb.PutRequest{Keyspace: "gl", Key: []byte("k"), WriteMode: "x", Consistency: "ONE"},
+			kind: errs.Invalid, msg: []string{`write_mode "x"`}},
+		valCase{name: "put/value before write_mode", req: &meridianpb.PutRequest{Keyspace: "gl", Key: []byte("k"), Value: make([]byte, lim.MaxValueBytes+1), WriteMode: "x"},
+			kind: errs.Invalid, msg: []string{"limits.max_value_bytes"}},
+		valCase{name: "put/globlease value kept", req: put("gl", "passive"), check: func(t *testing.T, r quorum.Request) {
+			if r.Op != quorum.OpPut || string(r.Key) != "k" || string(r.Value) != "v" || r.WriteMode != "passive" {
+				t.Errorf("request = %+v", r)
+			}
+		}},
+	)
+
+	// Move master.
+	mm := func(ks string, key []byte, region string, ms uint32) *meridianpb.MoveMasterRequest {
+		return &meridianpb.MoveMasterRequest{Keyspace: ks, Key: key, Region: region, TimeoutMs: ms}
+	}
+	k := []byte("k")
+	cases = append(cases,
+		valCase{name: "move/ok", req: mm("gl", k, "b", 0), check: func(t *testing.T, r quorum.Request) {
+			if r.Op != quorum.OpMoveMaster || r.Keyspace != "gl" || string(r.Key) != "k" || r.Region != "b" {
+				t.Errorf("request = %+v, want move-master of gl/k to b", r)
+			}
+			wantDeadline(lim.DefaultRequestTimeout)(t, r)
+		}},
+		valCase{name: "move/timeout", req: mm("gl", k, "a", 1500), check: wantDeadline(1500 * time.Millisecond)},
+		valCase{name: "move/timeout over max", req: mm("gl", k, "a", maxMs+1), kind: errs.Invalid, msg: []string{"limits.max_request_timeout"}},
+		valCase{name: "move/empty keyspace", req: mm("", k, "a", 0), kind: errs.Invalid, msg: []string{"keyspace name is empty"}},
+		valCase{name: "move/reserved keyspace", req: mm("_system", k, "a", 0), kind: errs.Invalid, msg: []string{"reserved"}},
+		valCase{name: "move/unknown keyspace", req: mm("nope", k, "a", 0), kind: errs.NotFound, msg: []string{`unknown keyspace "nope"`}},
+		valCase{name: "move/quorum keyspace", req: mm("kv", k, "a", 0), kind: errs.Invalid,
+			msg: []string{`keyspace "kv"`, "protocol quorum", "only globlease keyspaces have masters"}},
+		valCase{name: "move/empty key", req: mm("gl", nil, "a", 0), kind: errs.Invalid, msg: []string{"key is empty"}},
+		valCase{name: "move/key max+1", req: mm("gl", longKey, "a", 0), kind: errs.Invalid,
+			msg: []string{fmt.Sprintf("key is %d bytes", lim.MaxKeyBytes+1), "limits.max_key_bytes"}},
+		valCase{name: "move/empty region", req: mm("gl", k, "", 0), kind: errs.Invalid,
+			msg: []string{"region is empty", `keyspace "gl"`, "a, b"}},
+		valCase{name: "move/region outside the keyspace", req: mm("gl", k, "c", 0), kind: errs.Invalid,
+			msg: []string{`"c" is not a region of keyspace "gl"`, "regions: a, b"}},
+		valCase{name: "move/unknown region", req: mm("gl", k, "mars", 0), kind: errs.Invalid, msg: []string{`"mars"`, "regions: a, b"}},
+		valCase{name: "move/region is case-sensitive", req: mm("gl", k, "A", 0), kind: errs.Invalid, msg: []string{`"A"`}},
+		valCase{name: "move/region with newline stays one line", req: mm("gl", k, "a\nb", 0), kind: errs.Invalid, msg: []string{`"a\nb"`}},
+		valCase{name: "move/key before region", req: mm("gl", nil, "", 0), kind: errs.Invalid, msg: []string{"key is empty"}},
+	)
+	runValCases(t, testValidator(t), cases)
 }
 
 // TestValidatorConfiguredLimits checks that the rules use the cluster's limits, not the

@@ -24,6 +24,7 @@ const (
 	FaultLoss      = "loss"      // messages dropped with a probability
 	FaultDup       = "dup"       // messages delivered twice
 	FaultReorder   = "reorder"   // jitter large enough to reorder messages on a link
+	FaultDelay     = "delay"     // delay spikes: a message (and, on a FIFO link, those behind it) held 100ms–1s
 	FaultPartition = "partition" // scheduled cuts: a node, a region, one direction, a minority
 	FaultCrash     = "crash"     // nodes crash (unsynced data lost) and restart
 	FaultSlowDisk  = "slowdisk"  // some syncs take tens to hundreds of milliseconds
@@ -34,7 +35,7 @@ const (
 )
 
 // AllFaults is what --faults all enables: every fault within the protocols' assumptions.
-var AllFaults = []string{FaultLoss, FaultDup, FaultReorder, FaultPartition, FaultCrash, FaultSlowDisk, FaultClock}
+var AllFaults = []string{FaultLoss, FaultDup, FaultReorder, FaultDelay, FaultPartition, FaultCrash, FaultSlowDisk, FaultClock}
 
 var knownFaults = append(slices.Clone(AllFaults), FaultClockBeyond)
 
@@ -122,6 +123,9 @@ type Options struct {
 	// Roam: each client sends a share of its requests to a random node in any region, so
 	// one client's requests meet coordinators with different clocks.
 	Roam bool
+	// DelaySpikeProb, when set, is the share of messages the delay fault holds back
+	// (default: 0.5%–2.5%, drawn per seed).
+	DelaySpikeProb float64
 	// Mutation names a deliberately broken variant (protocol or runtime).
 	Mutation string
 	// Linearizability also runs the Porcupine check (quorum does not promise it).

@@ -79,6 +79,14 @@ var mutationSetup = map[string]func(*Options){
 		o.Faults = map[string]bool{}
 		o.NoSessions, o.Roam = true, true
 	},
+	// The window this mutation opens is the grant's time in flight; a client sees it when the
+	// write's update to the lease holder is overtaken by the write's reply (links that reorder,
+	// delay spikes), with leases short enough to expire often.
+	"lease-record-at-grant": func(o *Options) {
+		o.Faults = map[string]bool{FaultDelay: true, FaultReorder: true}
+		o.DelaySpikeProb = 0.2
+		o.KeyspaceOptions["lease"] = "300ms"
+	},
 	// Gaps come from partitions and loss; crashes restart the sequence instead.
 	"gap-ignored": func(o *Options) { o.Faults = map[string]bool{FaultPartition: true, FaultLoss: true} },
 }

@@ -151,6 +151,7 @@ type simulator struct {
 	readLvl, writeLvl config.Level
 	workloadOver      bool
 	lossProb, dupProb float64
+	spikeProb         float64
 	invariantBroken   *check.Violation
 }
 
@@ -290,6 +291,12 @@ func (s *simulator) setup() error {
 	if s.o.Faults[FaultDup] {
 		s.dupProb = 0.01 + s.rng.Float64()*0.05
 	}
+	if s.o.Faults[FaultDelay] {
+		s.spikeProb = 0.005 + s.rng.Float64()*0.02
+		if s.o.DelaySpikeProb > 0 {
+			s.spikeProb = s.o.DelaySpikeProb
+		}
+	}
 	s.scheduleFaults()
 	s.schedule(event{at: int64(s.o.Duration), kind: evEndWorkload})
 	return nil
@@ -401,7 +408,7 @@ func (s *simulator) handle(e event) error {
 		s.workloadOver = true
 		s.trace("workload over: healing every fault")
 		s.cuts = nil
-		s.lossProb, s.dupProb = 0, 0
+		s.lossProb, s.dupProb, s.spikeProb = 0, 0, 0
 		for i, n := range s.nodes {
 			if !n.up {
 				s.trace("restart %s", n.cfg.Name)
@@ -535,6 +542,11 @@ func (s *simulator) send(env *peerpb.Envelope) {
 	jitter := s.rng.Int64N(int64(100*time.Microsecond) + 1)
 	if s.o.Faults[FaultReorder] {
 		jitter = s.rng.Int64N(delay/3 + int64(2*time.Millisecond))
+	}
+	if s.spikeProb > 0 && s.rng.Float64() < s.spikeProb {
+		// A delay spike (a retransmission, a paused process): the kind of delay a lease's
+		// timing rule must survive (liu-thesis 4.1.3, "Leasing Period").
+		jitter += int64(100*time.Millisecond) + s.rng.Int64N(int64(900*time.Millisecond))
 	}
 	due := s.now + delay + jitter
 	link := [2]uint32{env.From, env.To}
@@ -862,6 +874,16 @@ func fmtEnv(env *peerpb.Envelope) string {
 		return fmt.Sprintf("%d->%d gl_commit %s v=%s", env.From, env.To, m.GlCommit.Key, vstr(m.GlCommit.GetVersion()))
 	case *peerpb.Envelope_GlLeaseAck:
 		return fmt.Sprintf("%d->%d gl_lease_ack %s grant=%d accepted=%v", env.From, env.To, m.GlLeaseAck.Key, m.GlLeaseAck.GrantId, m.GlLeaseAck.Accepted)
+	case *peerpb.Envelope_GlPrepare:
+		return fmt.Sprintf("%d->%d gl_prepare p%d v%d b%d.%d", env.From, env.To, m.GlPrepare.Partition, m.GlPrepare.Version, m.GlPrepare.GetBallot().GetRound(), m.GlPrepare.GetBallot().GetNode())
+	case *peerpb.Envelope_GlPromise:
+		return fmt.Sprintf("%d->%d gl_promise p%d v%d ok=%v", env.From, env.To, m.GlPromise.Partition, m.GlPromise.Version, m.GlPromise.Ok)
+	case *peerpb.Envelope_GlAccept:
+		return fmt.Sprintf("%d->%d gl_accept p%d v%d %v", env.From, env.To, m.GlAccept.GetTable().GetPartition(), m.GlAccept.GetTable().GetVersion(), m.GlAccept.GetTable().GetOverrides())
+	case *peerpb.Envelope_GlAccepted:
+		return fmt.Sprintf("%d->%d gl_accepted p%d v%d ok=%v %s", env.From, env.To, m.GlAccepted.Partition, m.GlAccepted.Version, m.GlAccepted.Ok, m.GlAccepted.Reason)
+	case *peerpb.Envelope_GlHeartbeatAck:
+		return fmt.Sprintf("%d->%d gl_heartbeat_ack #%d acked=%v newer=%d", env.From, env.To, m.GlHeartbeatAck.Seq, m.GlHeartbeatAck.GetAcked(), len(m.GlHeartbeatAck.GetNewer()))
 	case *peerpb.Envelope_GlCommitTable:
 		return fmt.Sprintf("%d->%d gl_commit_table p%d v%d %v", env.From, env.To, m.GlCommitTable.GetTable().GetPartition(), m.GlCommitTable.GetTable().GetVersion(), m.GlCommitTable.GetTable().GetOverrides())
 	default:

@@ -1,0 +1,86 @@
+package sim
+
+import (
+	"maps"
+	"strings"
+	"testing"
+)
+
+// GlobLease's broken variants are each caught: the two timing-rule mutations by the
+// sequential-consistency checker, the mastership one by the one-master invariant.
+func TestGlobLeaseMutationsAreCaught(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs up to hundreds of seeds")
+	}
+	results, err := RunMutations(Options{Protocol: "globlease", Topology: gcp(t), Faults: allFaults(t), Seed: 1}, 200, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		if !r.Caught {
+			t.Errorf("mutation %s (%s) not caught in %d seeds", r.Mutation, r.Description, r.SeedsTried)
+			continue
+		}
+		if r.Mutation == "master-ignores-lease" && r.Checker != "invariant" {
+			t.Errorf("master-ignores-lease caught by %s, want the one-master invariant", r.Checker)
+		}
+		t.Logf("mutation %s caught by %s after %d seeds", r.Mutation, r.Checker, r.SeedsTried)
+	}
+}
+
+// The settings that let each mutation show do not break the correct protocol: what the
+// mutation suite catches is the mutation.
+func TestGlobLeaseCorrectUnderMutationSettings(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs hundreds of seeds")
+	}
+	for _, m := range []string{"lease-record-at-grant", "write-skips-lease-holder", "master-ignores-lease"} {
+		o := Options{Protocol: "globlease", Topology: gcp(t), Faults: allFaults(t), KeyspaceOptions: map[string]string{}}
+		prepareGlobLease(&o)
+		o.Faults = maps.Clone(o.Faults)
+		if setup, ok := mutationSetup[m]; ok {
+			setup(&o)
+		}
+		res, err := RunSeeds(SeedsOptions{Base: o, Seeds: 100, SeedStart: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Failed != nil {
+			var b strings.Builder
+			PrintFailure(&b, o, res.Failed)
+			t.Fatalf("settings of %s, no mutation:\n%s", m, b.String())
+		}
+	}
+}
+
+// One node per region (no affiliated nodes) and passive writes: the correct protocol passes.
+func TestGlobLeaseVariants(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs hundreds of seeds")
+	}
+	one := Options{Protocol: "globlease", Topology: gcp(t), Faults: allFaults(t), NodesPerRegion: 1}
+	res, err := RunSeeds(SeedsOptions{Base: one, Seeds: 100, SeedStart: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Failed != nil {
+		var b strings.Builder
+		PrintFailure(&b, one, res.Failed)
+		t.Fatalf("one node per region:\n%s", b.String())
+	}
+	t.Logf("one node per region: %d seeds, reads %v", res.Seeds, res.ReadPaths)
+
+	// Passive writes are acknowledged by the master alone: they survive everything but the
+	// loss of the master before propagation (docs/globlease.md), so no crashes or partitions.
+	passive := Options{Protocol: "globlease", Topology: gcp(t), KeyspaceOptions: map[string]string{"write_mode": "passive"},
+		Faults: map[string]bool{FaultLoss: true, FaultDup: true, FaultReorder: true, FaultDelay: true, FaultSlowDisk: true, FaultClock: true}}
+	res, err = RunSeeds(SeedsOptions{Base: passive, Seeds: 100, SeedStart: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Failed != nil {
+		var b strings.Builder
+		PrintFailure(&b, passive, res.Failed)
+		t.Fatalf("passive writes:\n%s", b.String())
+	}
+}
