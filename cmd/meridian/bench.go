@@ -21,7 +21,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Benchmarks (commands, not tests): YCSB workloads, protocol comparisons, throughput"}
-	cmd.AddCommand(throughputCmd(), compareCmd("compare"), compareCmd("run"), globleaseFiguresCmd())
+	cmd.AddCommand(throughputCmd(), compareCmd("compare"), compareCmd("run"), globleaseFiguresCmd(), globleaseSpikeCmd())
 	return cmd
 }
 
@@ -304,6 +304,7 @@ func globleaseFiguresCmd() *cobra.Command {
 		topoName, outDir, jsonPath, mdPath, shares, sweep string
 		o                                                 bench.GlobLeaseFigOptions
 		quick                                             bool
+		glOptions                                         []string
 	)
 	cmd := &cobra.Command{
 		Use:   "globlease-figures [--topology ec2-globlease-4] [--out-dir docs/img] [--json FILE] [--markdown FILE] [--quick]",
@@ -331,6 +332,14 @@ func globleaseFiguresCmd() *cobra.Command {
 				return err
 			}
 			o.Topology = topo
+			o.GlobLeaseOptions = map[string]string{}
+			for _, kv := range glOptions {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok || k == "" {
+					return fmt.Errorf("bench globlease-figures: --option %q: want KEY=VALUE", kv)
+				}
+				o.GlobLeaseOptions[k] = v
+			}
 			if o.ReadShares, err = parseShares(shares); err != nil {
 				return fmt.Errorf("bench globlease-figures: --read-shares: %w", err)
 			}
@@ -388,6 +397,8 @@ func globleaseFiguresCmd() *cobra.Command {
 	fl.StringVar(&jsonPath, "json", "", "write every report and table as JSON")
 	fl.StringVar(&mdPath, "markdown", "", "also write the Markdown tables to this file")
 	fl.BoolVar(&quick, "quick", false, "smoke run: 1000 records of 1 KB, 3s+5s runs, lease sweep 1s,5s at 2s+4s")
+	fl.StringArrayVar(&glOptions, "option", nil, "extra GlobLease keyspace option KEY=VALUE (repeatable), e.g. home_ranges=user31=virginia")
+	fl.StringVar(&o.Distribution, "distribution", "", "YCSB request distribution: zipfian (default), uniform, hotspot, latest")
 	return cmd
 }
 
@@ -417,6 +428,15 @@ func writeGlobLeaseCharts(res *bench.GlobLeaseFigResults, dir string) error {
 		gl.Points = append(gl.Points, [2]float64{r.ReadShare * 100, r.GlobLeaseAbove * 100})
 	}
 	above = []chart.Series{cas, gl}
+	if res.ScaledThresholdMs > 0 {
+		casS := chart.Series{Name: fmt.Sprintf("Cassandra, > %.0f ms (scaled)", res.ScaledThresholdMs), Dashed: true}
+		glS := chart.Series{Name: fmt.Sprintf("GlobLease, > %.0f ms (scaled)", res.ScaledThresholdMs), Dashed: true}
+		for _, r := range res.Fig45 {
+			casS.Points = append(casS.Points, [2]float64{r.ReadShare * 100, r.CassandraAboveScaled * 100})
+			glS.Points = append(glS.Points, [2]float64{r.ReadShare * 100, r.GlobLeaseAboveScaled * 100})
+		}
+		above = append(above, casS, glS)
+	}
 	meas := chart.Series{Name: "measured (renewals + updates) per read"}
 	formula := chart.Series{Name: "formula W/R + K/(L·R)", Dashed: true}
 	bound := chart.Series{Name: "bound (n−1)·W/R + (n−1)/n·K/(L·R)", Dashed: true}
@@ -448,7 +468,7 @@ func writeGlobLeaseCharts(res *bench.GlobLeaseFigResults, dir string) error {
 		}},
 		{"globlease-overhead.png", func(p string) error {
 			return chart.Lines(fmt.Sprintf("Fig. 4.6: lease maintenance overhead (lease %g s)%s", res.LeaseS, topo),
-				"reads (% of requests)", "lease messages per read", overhead, p)
+				"reads (% of requests)", "lease renewals + updates per read", overhead, p)
 		}},
 		{"globlease-lease.png", func(p string) error {
 			return chart.Lines(fmt.Sprintf("Fig. 4.8: average latency vs lease length (%.0f%% reads)%s", res.SweepReadShare*100, topo),
@@ -463,4 +483,73 @@ func writeGlobLeaseCharts(res *bench.GlobLeaseFigResults, dir string) error {
 		fmt.Fprintf(os.Stderr, "wrote %s\n", p)
 	}
 	return nil
+}
+
+// globleaseSpikeCmd reproduces liu-thesis Fig. 4.10: a spike from 400 to 1,800 requests/s on
+// a Zipfian (exponent 4) key set, with hot-key replicas off and on.
+func globleaseSpikeCmd() *cobra.Command {
+	var (
+		topoName, jsonPath, chartPath string
+		o                             bench.GlobLeaseSpikeOptions
+	)
+	cmd := &cobra.Command{
+		Use:   "globlease-spike [--topology ec2-globlease-4] [--chart FILE] [--json FILE]",
+		Short: "Reproduce the elasticity experiment of the liu thesis (Fig. 4.10): a load spike on a skewed key set, hot-key replicas off and on",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			topo, err := loadTopology(topoName)
+			if err != nil {
+				return err
+			}
+			o.Topology = topo
+			o.Log, o.Progress = os.Stderr, nil
+			rs, err := bench.GlobLeaseSpike(cmd.Context(), o)
+			if err != nil {
+				return fmt.Errorf("bench globlease-spike: %w", err)
+			}
+			fmt.Print(bench.SpikeMarkdown(rs))
+			if jsonPath != "" {
+				if err := bench.WriteJSON(jsonPath, rs); err != nil {
+					return err
+				}
+			}
+			if chartPath != "" {
+				var series []chart.Series
+				for _, r := range rs {
+					name := "hot-key replicas off"
+					if r.HotKeys {
+						name = "hot-key replicas on"
+					}
+					s := chart.Series{Name: name, Dashed: !r.HotKeys}
+					for _, p := range r.Run.Timeline {
+						s.Points = append(s.Points, [2]float64{p.TSec, p.MeanMs})
+					}
+					series = append(series, s)
+				}
+				title := fmt.Sprintf("GlobLease under a spike (%.0f → %.0f requests/s at t=%.0f s) — %s", o.BeforeRate, o.AfterRate, o.Before.Seconds(), topo.Name)
+				if err := chart.Lines(title, "time (s)", "mean latency per second (ms)", series, chartPath); err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "wrote %s\n", chartPath)
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&topoName, "topology", "ec2-globlease-4", "emulated WAN topology")
+	fl.IntVar(&o.NodesPerRegion, "nodes-per-region", 3, "nodes per region: each partition's host plus candidates for affiliated nodes")
+	fl.Float64Var(&o.NodeCapacityOps, "node-capacity", 300, "each node's service capacity (requests/s; client and forwarded requests alike)")
+	fl.IntVar(&o.Records, "records", 1000, "keys")
+	fl.IntVar(&o.ValueBytes, "value-bytes", 1024, "value size in bytes")
+	fl.Float64Var(&o.ReadShare, "read-share", 1, "read proportion (the rest are updates); the thesis's skewed experiments are reads")
+	fl.Float64Var(&o.ZipfExponent, "zipf", 4, "Zipfian exponent of the key popularity (thesis Table 4.2: 4)")
+	fl.Float64Var(&o.BeforeRate, "before-rate", 400, "total requests/s before the spike")
+	fl.Float64Var(&o.AfterRate, "after-rate", 1800, "total requests/s after the spike")
+	fl.DurationVar(&o.Warmup, "warmup", 20*time.Second, "unmeasured warm-up at the first rate")
+	fl.DurationVar(&o.Before, "before", 20*time.Second, "measured time before the spike")
+	fl.DurationVar(&o.After, "after", 40*time.Second, "measured time after the spike")
+	fl.Uint64Var(&o.Seed, "seed", 1, "seed")
+	fl.StringVar(&chartPath, "chart", "", "write the latency-over-time chart (PNG or SVG)")
+	fl.StringVar(&jsonPath, "json", "", "write the runs as JSON")
+	return cmd
 }

@@ -59,7 +59,12 @@ type GlobLeaseFigOptions struct {
 	SweepWarmup, SweepDuration time.Duration
 	// ClientsPerRegion is the worker pool of the open loop (default 64).
 	ClientsPerRegion int
-	Seed             uint64
+	// GlobLeaseOptions are extra keyspace options of the GlobLease runs (e.g. home_ranges to
+	// spread masters over the regions, as the thesis's load-balanced mastership does).
+	GlobLeaseOptions map[string]string
+	// Distribution is YCSB's request distribution (default zipfian).
+	Distribution string
+	Seed         uint64
 	// Log receives a line per run; Progress the runs' live progress lines (nil: none).
 	Log         io.Writer
 	Progress    io.Writer
@@ -130,6 +135,10 @@ type GLHighLatencyRow struct {
 	ReductionPct    *float64 `json:"reduction_pct,omitempty"`
 	CassandraMeanMs float64  `json:"cassandra_mean_ms"`
 	GlobLeaseMeanMs float64  `json:"globlease_mean_ms"`
+	// The same at the scaled threshold (GlobLeaseFigResults.ScaledThresholdMs).
+	CassandraAboveScaled float64  `json:"cassandra_above_scaled"`
+	GlobLeaseAboveScaled float64  `json:"globlease_above_scaled"`
+	ReductionScaledPct   *float64 `json:"reduction_scaled_pct,omitempty"`
 }
 
 // GLOverheadRow is a row of Fig. 4.6.
@@ -195,6 +204,11 @@ type GlobLeaseFigResults struct {
 	SweepDurationS   float64  `json:"sweep_duration_s"`
 	SweepReadShare   float64  `json:"sweep_read_share"`
 	ClientsPerRegion int      `json:"clients_per_region"`
+	// ScaledThresholdMs is Fig. 4.5's 300 ms scaled to this topology: the thesis's round
+	// trips span 100–500 ms ("latency connecting data centers varies from 50 ms to 250 ms,
+	// which result in 100 ms to 500 ms round trip"), so 300 ms is 60% of its longest round
+	// trip; this is 60% of the topology's longest.
+	ScaledThresholdMs float64 `json:"scaled_threshold_ms"`
 
 	Shares []GLShareRun `json:"shares"`
 	Sweep  []GLLeaseRun `json:"lease_sweep"`
@@ -205,11 +219,28 @@ type GlobLeaseFigResults struct {
 	Fig48 []GLLeaseRow       `json:"fig48_lease_length"`
 }
 
+// scaledThreshold is 60% of the topology's longest round trip (see ScaledThresholdMs).
+func scaledThreshold(t *topology.Topology) float64 {
+	longest := 0.0
+	for _, a := range t.Regions {
+		for _, b := range t.Regions {
+			if a != b {
+				longest = math.Max(longest, float64(t.RTT(a, b).Microseconds())/1000)
+			}
+		}
+	}
+	return math.Round(0.6 * longest)
+}
+
 // cassandraConfig is the thesis's baseline for read-dominant workloads.
 var cassandraConfig = Config{Protocol: config.ProtocolQuorum, ReadLevel: "ONE", WriteLevel: "ALL"}
 
-func globleaseConfig(lease time.Duration) Config {
-	return Config{Protocol: config.ProtocolGlobLease, Options: map[string]string{"lease": lease.String()}}
+func globleaseConfig(lease time.Duration, extra map[string]string) Config {
+	opts := map[string]string{"lease": lease.String()}
+	for k, v := range extra {
+		opts[k] = v
+	}
+	return Config{Protocol: config.ProtocolGlobLease, Options: opts}
 }
 
 // glWorkload is YCSB with readShare reads and the rest updates, zipfian requests (YCSB's
@@ -246,11 +277,15 @@ func GlobLeaseFigures(ctx context.Context, o GlobLeaseFigOptions) (*GlobLeaseFig
 		WarmupS: o.Warmup.Seconds(), DurationS: o.Duration.Seconds(),
 		SweepWarmupS: o.SweepWarmup.Seconds(), SweepDurationS: o.SweepDuration.Seconds(),
 		SweepReadShare: o.SweepReadShare, ClientsPerRegion: o.ClientsPerRegion,
+		ScaledThresholdMs: scaledThreshold(o.Topology),
 	}
 	target := &EmulatedTarget{Topo: o.Topology, NodesPerRegion: 1, ReplicasPerRegion: 1, Partitions: 16, Seed: o.Seed}
 	defer target.Close()
 	run := func(share float64, cfgs []Config, warmup, dur time.Duration) (*Report, error) {
 		w, err := glWorkload(share, o.Records, o.ValueBytes)
+		if o.Distribution != "" {
+			w.RequestDistribution = o.Distribution
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -266,7 +301,7 @@ func GlobLeaseFigures(ctx context.Context, o GlobLeaseFigOptions) (*GlobLeaseFig
 	}
 	for _, s := range o.ReadShares {
 		logf("== %.0f%% reads: GlobLease lease=%v vs Cassandra READ-ONE-WRITE-ALL ==\n", s*100, o.Lease)
-		rep, err := run(s, []Config{globleaseConfig(o.Lease), cassandraConfig}, o.Warmup, o.Duration)
+		rep, err := run(s, []Config{globleaseConfig(o.Lease, o.GlobLeaseOptions), cassandraConfig}, o.Warmup, o.Duration)
 		if rep != nil && len(rep.Runs) > 0 {
 			res.Shares = append(res.Shares, GLShareRun{ReadShare: s, Report: rep})
 		}
@@ -277,7 +312,7 @@ func GlobLeaseFigures(ctx context.Context, o GlobLeaseFigOptions) (*GlobLeaseFig
 	}
 	for _, l := range o.LeaseSweep {
 		logf("== lease %v, %.0f%% reads ==\n", l, o.SweepReadShare*100)
-		rep, err := run(o.SweepReadShare, []Config{globleaseConfig(l)}, o.SweepWarmup, o.SweepDuration)
+		rep, err := run(o.SweepReadShare, []Config{globleaseConfig(l, o.GlobLeaseOptions)}, o.SweepWarmup, o.SweepDuration)
 		if rep != nil && len(rep.Runs) > 0 {
 			res.Sweep = append(res.Sweep, GLLeaseRun{LeaseS: l.Seconds(), ReadShare: o.SweepReadShare, Report: rep})
 		}
@@ -525,6 +560,18 @@ func (r *GlobLeaseFigResults) Tabulate() {
 			v := (row.CassandraAbove - row.GlobLeaseAbove) / row.CassandraAbove * 100
 			row.ReductionPct = &v
 		}
+		if r.ScaledThresholdMs > 0 {
+			if cas != nil {
+				row.CassandraAboveScaled = ShareAbove(RunOpStats(cas), r.ScaledThresholdMs)
+			}
+			if gl != nil {
+				row.GlobLeaseAboveScaled = ShareAbove(RunOpStats(gl), r.ScaledThresholdMs)
+			}
+			if cas != nil && gl != nil && row.CassandraAboveScaled > 0 {
+				v := (row.CassandraAboveScaled - row.GlobLeaseAboveScaled) / row.CassandraAboveScaled * 100
+				row.ReductionScaledPct = &v
+			}
+		}
 		r.Fig45 = append(r.Fig45, row)
 
 		if gl == nil || r.DurationS <= 0 || nReg == 0 {
@@ -612,6 +659,19 @@ func (r *GlobLeaseFigResults) Markdown() string {
 				red, row.CassandraMeanMs, row.GlobLeaseMeanMs)
 		}
 		pf("\nShares of all requests (reads and writes, every region), estimated from each region's stored percentiles by linear interpolation; means over all requests.\n\n")
+		if r.ScaledThresholdMs > 0 {
+			t := r.ScaledThresholdMs
+			pf("At the threshold scaled to this topology (60%% of its longest round trip, as 300 ms is of the thesis's 500 ms): %.0f ms.\n\n", t)
+			pf("| reads (%%) | Cassandra > %.0f ms (%%) | GlobLease > %.0f ms (%%) | reduction (%%) |\n|---:|---:|---:|---:|\n", t, t)
+			for _, row := range r.Fig45 {
+				red := "-"
+				if row.ReductionScaledPct != nil {
+					red = fmt.Sprintf("%.0f", *row.ReductionScaledPct)
+				}
+				pf("| %.0f | %.2f | %.2f | %s |\n", row.ReadShare*100, row.CassandraAboveScaled*100, row.GlobLeaseAboveScaled*100, red)
+			}
+			pf("\n")
+		}
 	}
 
 	pf("### Fig. 4.6 — lease maintenance overhead (lease %s)\n\n", fmtSec(r.LeaseS))

@@ -24,7 +24,7 @@ type GlobLeaseSpikeOptions struct {
 	NodeCapacityOps float64
 	Records         int     // default 1,000
 	ValueBytes      int     // default 1,024
-	ReadShare       float64 // default 0.95
+	ReadShare       float64 // default 1: the thesis's skewed experiments are read workloads
 	ZipfExponent    float64 // default 4 (thesis Table 4.2)
 	// BeforeRate and AfterRate are total request rates (split evenly over the regions).
 	BeforeRate, AfterRate float64 // defaults 400 and 1,800
@@ -51,7 +51,7 @@ func (o *GlobLeaseSpikeOptions) ensureDefaults() {
 	if o.ValueBytes <= 0 {
 		o.ValueBytes = 1024
 	}
-	def(&o.ReadShare, 0.95)
+	def(&o.ReadShare, 1)
 	def(&o.ZipfExponent, 4)
 	def(&o.BeforeRate, 400)
 	def(&o.AfterRate, 1800)

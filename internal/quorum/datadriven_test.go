@@ -20,7 +20,8 @@ import (
 //
 // Commands:
 //
-//	cluster [regions=3] [partitions=1] [read_level=L] [write_level=L]
+//	cluster [protocol=quorum|globlease] [regions=3] [partitions=1] [read_level=L] [write_level=L]
+//	        [lease=D] [master_lease=D] [election_timeout=D] [hot_keys=B] [auto_migrate=B]
 //	put|get|delete node=N key=K [value=V] [level=L]
 //	scan node=N [start=S] [end=E] [limit=L] [level=L]
 //	deliver [from=N] [to=N] [type=T]   (delivers matching queued messages, in order)
@@ -84,18 +85,25 @@ func TestInteraction(t *testing.T) {
 			switch d.Cmd {
 			case "cluster":
 				opts := map[string]string{}
-				for _, k := range []string{"read_level", "write_level"} {
+				for _, k := range []string{"read_level", "write_level", "lease", "master_lease", "election_timeout", "hot_keys", "auto_migrate"} {
 					if v, ok := arg(k); ok {
 						opts[k] = v
 					}
 				}
-				h = newHarness(t, num("regions", 3), num("partitions", 1), opts)
+				protocol := "quorum"
+				if v, ok := arg("protocol"); ok {
+					protocol = v
+				}
+				h = newProtocolHarness(t, protocol, num("regions", 3), num("partitions", 1), opts)
 				return "ok"
 			case "put", "get", "delete", "scan":
 				node := uint32(num("node", 1))
 				req := Request{Keyspace: "ks"}
 				if v, ok := arg("level"); ok {
 					req.Level = config.Level(v)
+				}
+				if v, ok := arg("mode"); ok {
+					req.WriteMode = v
 				}
 				k, _ := arg("key")
 				req.Key = []byte(k)

@@ -206,6 +206,7 @@ type glOp struct {
 	value     []byte
 	minVer    hlc.Version
 	deadline  time.Time
+	version   hlc.Version // a write's version, once stamped
 }
 
 type glWrite struct {

@@ -14,6 +14,7 @@ import (
 	"meridian/internal/placement"
 	"meridian/internal/storage"
 	"meridian/internal/topology"
+	"meridian/internal/wire"
 	"meridian/internal/wire/peerpb"
 )
 
@@ -44,6 +45,10 @@ var testEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // newHarness builds a cluster with one node per region of an equidistant topology (RTT 100ms)
 // and a keyspace "ks" replicated once per region with the given partitions and options.
 func newHarness(t testing.TB, regions, partitions int, options map[string]string) *harness {
+	return newProtocolHarness(t, "quorum", regions, partitions, options)
+}
+
+func newProtocolHarness(t testing.TB, protocol string, regions, partitions int, options map[string]string) *harness {
 	t.Helper()
 	var names []string
 	for i := range regions {
@@ -57,7 +62,7 @@ func newHarness(t testing.TB, regions, partitions int, options map[string]string
 	if options == nil {
 		options = map[string]string{}
 	}
-	c.Keyspaces = []config.Keyspace{{Name: "ks", Protocol: "quorum", ReplicasPerRegion: 1, Partitions: partitions, Options: options}}
+	c.Keyspaces = []config.Keyspace{{Name: "ks", Protocol: protocol, ReplicasPerRegion: 1, Partitions: partitions, Options: options}}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
 	}
@@ -265,6 +270,36 @@ func (h *harness) fmtEnv(env *peerpb.Envelope) string {
 		fmt.Fprintf(&b, "ae_push records=%d", len(m.AePush.Records))
 	case *peerpb.Envelope_Heartbeat:
 		b.WriteString("heartbeat")
+	case *peerpb.Envelope_GlForward:
+		f := m.GlForward
+		fmt.Fprintf(&b, "gl_forward op=%d %s", f.Op, f.Key)
+		if f.WantLease {
+			b.WriteString(" want_lease")
+		}
+	case *peerpb.Envelope_GlForwardReply:
+		f := m.GlForwardReply
+		switch {
+		case f.Redirect != 0:
+			fmt.Fprintf(&b, "gl_forward_reply redirect=%d", f.Redirect)
+		case f.Found:
+			fmt.Fprintf(&b, "gl_forward_reply %s v=%s", f.Record.Value, h.fmtVersion(versionOf(f.Record.Version)))
+		default:
+			fmt.Fprintf(&b, "gl_forward_reply v=%s", h.fmtVersion(versionOf(f.Version)))
+		}
+		if f.LeaseNanos > 0 {
+			fmt.Fprintf(&b, " lease=%v", time.Duration(f.LeaseNanos))
+		}
+	case *peerpb.Envelope_GlUpdate:
+		u := m.GlUpdate
+		fmt.Fprintf(&b, "gl_update %s=%s v=%s lease=%v", u.Record.Key, u.Record.Value, h.fmtVersion(versionOf(u.Record.Version)), time.Duration(u.LeaseNanos))
+	case *peerpb.Envelope_GlUpdateAck:
+		fmt.Fprintf(&b, "gl_update_ack lease=%v", time.Duration(m.GlUpdateAck.LeaseNanos))
+	case *peerpb.Envelope_GlCommit:
+		fmt.Fprintf(&b, "gl_commit %s v=%s", m.GlCommit.Key, h.fmtVersion(versionOf(m.GlCommit.Version)))
+	case *peerpb.Envelope_GlLeaseAck:
+		fmt.Fprintf(&b, "gl_lease_ack %s accepted=%v", m.GlLeaseAck.Key, m.GlLeaseAck.Accepted)
+	default:
+		b.WriteString(wire.MessageType(env))
 	}
 	return b.String()
 }
@@ -282,6 +317,8 @@ func (h *harness) fmtResult(r nodeResult) string {
 	switch {
 	case r.Err != nil:
 		fmt.Fprintf(&b, "error: %v", r.Err)
+	case r.Op == OpGet && r.Found && r.Path != "" && r.Path != PathQuorum:
+		fmt.Fprintf(&b, "%s v=%s path=%s", r.Value, h.fmtVersion(r.Version), r.Path)
 	case r.Op == OpGet && r.Found:
 		fmt.Fprintf(&b, "%s v=%s", r.Value, h.fmtVersion(r.Version))
 	case r.Op == OpGet:

@@ -39,6 +39,40 @@ func MessageType(env *peerpb.Envelope) string {
 		return "clock_ping"
 	case *peerpb.Envelope_ClockPong:
 		return "clock_pong"
+	case *peerpb.Envelope_GlForward:
+		return "gl_forward"
+	case *peerpb.Envelope_GlForwardReply:
+		return "gl_forward_reply"
+	case *peerpb.Envelope_GlLeaseAck:
+		return "gl_lease_ack"
+	case *peerpb.Envelope_GlUpdate:
+		return "gl_update"
+	case *peerpb.Envelope_GlUpdateAck:
+		return "gl_update_ack"
+	case *peerpb.Envelope_GlCommit:
+		return "gl_commit"
+	case *peerpb.Envelope_GlHeartbeat:
+		return "gl_heartbeat"
+	case *peerpb.Envelope_GlHeartbeatAck:
+		return "gl_heartbeat_ack"
+	case *peerpb.Envelope_GlPrepare:
+		return "gl_prepare"
+	case *peerpb.Envelope_GlPromise:
+		return "gl_promise"
+	case *peerpb.Envelope_GlAccept:
+		return "gl_accept"
+	case *peerpb.Envelope_GlAccepted:
+		return "gl_accepted"
+	case *peerpb.Envelope_GlCommitTable:
+		return "gl_commit_table"
+	case *peerpb.Envelope_GlFetch:
+		return "gl_fetch"
+	case *peerpb.Envelope_GlFetchReply:
+		return "gl_fetch_reply"
+	case *peerpb.Envelope_GlRevoke:
+		return "gl_revoke"
+	case *peerpb.Envelope_GlRevokeAck:
+		return "gl_revoke_ack"
 	}
 	return "unknown"
 }
