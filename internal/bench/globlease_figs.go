@@ -209,6 +209,9 @@ type GlobLeaseFigResults struct {
 	// which result in 100 ms to 500 ms round trip"), so 300 ms is 60% of its longest round
 	// trip; this is 60% of the topology's longest.
 	ScaledThresholdMs float64 `json:"scaled_threshold_ms"`
+	// GlobLeaseOptions and Distribution as run.
+	GlobLeaseOptions map[string]string `json:"globlease_options,omitempty"`
+	Distribution     string            `json:"distribution,omitempty"`
 
 	Shares []GLShareRun `json:"shares"`
 	Sweep  []GLLeaseRun `json:"lease_sweep"`
@@ -278,6 +281,7 @@ func GlobLeaseFigures(ctx context.Context, o GlobLeaseFigOptions) (*GlobLeaseFig
 		SweepWarmupS: o.SweepWarmup.Seconds(), SweepDurationS: o.SweepDuration.Seconds(),
 		SweepReadShare: o.SweepReadShare, ClientsPerRegion: o.ClientsPerRegion,
 		ScaledThresholdMs: scaledThreshold(o.Topology),
+		GlobLeaseOptions:  o.GlobLeaseOptions, Distribution: o.Distribution,
 	}
 	target := &EmulatedTarget{Topo: o.Topology, NodesPerRegion: 1, ReplicasPerRegion: 1, Partitions: 16, Seed: o.Seed}
 	defer target.Close()
@@ -622,11 +626,19 @@ func (r *GlobLeaseFigResults) Markdown() string {
 	var b strings.Builder
 	pf := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	pf("## GlobLease evaluation (liu thesis 4.1.5) on the emulated WAN %s\n\n", r.Topology)
-	pf("Setup: regions %s, one node and one replica per region; YCSB zipfian requests over %d keys of %d B; "+
-		"open loop at %.0f requests/s in total (%.0f per region, %d workers per region); GlobLease lease %s, home region %s; "+
+	masters := "home region " + firstOr(r.Regions, "-")
+	if v := r.GlobLeaseOptions["home_ranges"]; v != "" {
+		masters = fmt.Sprintf("masters by key range (home_ranges %s; keys below the first start in %s)", v, firstOr(r.Regions, "-"))
+	}
+	dist := r.Distribution
+	if dist == "" {
+		dist = "zipfian"
+	}
+	pf("Setup: regions %s, one node and one replica per region; YCSB %s requests over %d keys of %d B; "+
+		"open loop at %.0f requests/s in total (%.0f per region, %d workers per region); GlobLease lease %s, %s; "+
 		"Cassandra READ-ONE-WRITE-ALL = quorum ONE/ALL. Each run: %s warm-up + %s measured; lease sweep: %s + %s at %.0f%% reads.\n\n",
-		strings.Join(r.Regions, ", "), r.Records, r.ValueBytes, r.RatePerSecond, r.RatePerSecond/math.Max(1, float64(len(r.Regions))),
-		r.ClientsPerRegion, fmtSec(r.LeaseS), firstOr(r.Regions, "-"), fmtSec(r.WarmupS), fmtSec(r.DurationS),
+		strings.Join(r.Regions, ", "), dist, r.Records, r.ValueBytes, r.RatePerSecond, r.RatePerSecond/math.Max(1, float64(len(r.Regions))),
+		r.ClientsPerRegion, fmtSec(r.LeaseS), masters, fmtSec(r.WarmupS), fmtSec(r.DurationS),
 		fmtSec(r.SweepWarmupS), fmtSec(r.SweepDurationS), r.SweepReadShare*100)
 
 	pf("### Fig. 4.4 — latency distribution of all requests\n\n")

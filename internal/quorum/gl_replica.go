@@ -452,6 +452,12 @@ func (c *Core) glTickHot(now time.Time) {
 			if !ok || !l.pending.IsZero() || !now.Before(l.until) {
 				continue
 			}
+			if l.until.Sub(now) < 2*gp.opts.SecondaryLease+glGrantMaxAge {
+				// A hot key's host renews its own lease before it runs out: secondary leases
+				// must end before it, so a lapse would send every affiliated node's reads
+				// back to the host at once.
+				c.glRenewInBackground(now, gp, id, key)
+			}
 			lease = c.glSecondaryLength(now, gp, id, int64(l.until.Sub(now)))
 			if lease == 0 {
 				continue
@@ -514,6 +520,15 @@ func (c *Core) glTickHot(now time.Time) {
 			delete(gl.seen, k)
 		}
 	}
+}
+
+// glRenewInBackground asks the master for a fresh lease on key without a client waiting.
+func (c *Core) glRenewInBackground(now time.Time, gp *glPart, id string, key []byte) {
+	if _, busy := c.gl.renewing[id]; busy {
+		return
+	}
+	req := Request{Op: OpGet, Keyspace: gp.ks.Spec.Name, Key: key, Deadline: now.Add(c.glRoundTimeout(gp))}
+	c.glSendOrWait(now, gp.ks, gp.p, gp, &glFwd{req: req, id: id, gp: gp})
 }
 
 // glGrantSecondary sends secondary leases on a hot key to the affiliated nodes: the nodes of
