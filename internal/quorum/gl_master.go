@@ -1,6 +1,7 @@
 package quorum
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -59,11 +60,7 @@ func (c *Core) glSendRevokes(now time.Time, gp *glPart, cons *glConservative) {
 	cons.next = now.Add(glResendEvery)
 	msg := &peerpb.GlRevoke{Keyspace: gp.ks.Spec.Name, Partition: gp.p.ID, Grantor: cons.grantor, Id: cons.id}
 	if cons.keys != nil {
-		ks := make([]string, 0, len(cons.keys))
-		for k := range cons.keys {
-			ks = append(ks, k)
-		}
-		slices.Sort(ks)
+		ks := slices.Sorted(maps.Keys(cons.keys))
 		for _, k := range ks {
 			msg.Keys = append(msg.Keys, []byte(k))
 		}
@@ -743,11 +740,7 @@ func (c *Core) glTableChanged(now time.Time, gp *glPart, old *glTable) {
 // glTickMaster: deadlines, resends, expiring leases, waiting operations, moves that stall.
 func (c *Core) glTickMaster(now time.Time) {
 	gl := c.gl
-	ids := make([]uint64, 0, len(gl.writes))
-	for id := range gl.writes {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := slices.Sorted(maps.Keys(gl.writes))
 	for _, id := range ids {
 		k := gl.writes[id]
 		if k == nil || k.write == nil || k.write.id != id {
@@ -760,11 +753,7 @@ func (c *Core) glTickMaster(now time.Time) {
 		}
 		c.glCheckWrite(now, k)
 	}
-	keys := make([]string, 0, len(gl.waiting))
-	for id := range gl.waiting {
-		keys = append(keys, id)
-	}
-	slices.Sort(keys)
+	keys := slices.Sorted(maps.Keys(gl.waiting))
 	for _, id := range keys {
 		if k, ok := gl.keys[id]; ok {
 			c.glDrain(now, k)
@@ -776,11 +765,7 @@ func (c *Core) glTickMaster(now time.Time) {
 			delete(gl.waiting, id)
 		}
 	}
-	lids := make([]uint64, 0, len(gl.lazy))
-	for id := range gl.lazy {
-		lids = append(lids, id)
-	}
-	slices.Sort(lids)
+	lids := slices.Sorted(maps.Keys(gl.lazy))
 	for _, id := range lids {
 		if lz := gl.lazy[id]; now.After(lz.next) {
 			c.glSendLazy(now, id, lz)

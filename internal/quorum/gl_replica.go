@@ -1,6 +1,7 @@
 package quorum
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -476,11 +477,7 @@ func (c *Core) glTickHot(now time.Time) {
 		c.glGrantSecondary(now, gp, id, rec, found, lease, master)
 	}
 	// Host waits whose affiliated nodes' leases ran out.
-	ids := make([]uint64, 0, len(gl.hostWait))
-	for id := range gl.hostWait {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := slices.Sorted(maps.Keys(gl.hostWait))
 	for _, id := range ids {
 		c.glMaybeAckHost(now, id, gl.hostWait[id])
 	}
@@ -708,11 +705,7 @@ func (c *Core) glTickMoves(now time.Time) {
 func (c *Core) glMovingKeys() []*glKey {
 	var out []*glKey
 	for _, gp := range c.gl.partList {
-		keys := make([]string, 0, len(gp.migrating))
-		for k := range gp.migrating {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
+		keys := slices.Sorted(maps.Keys(gp.migrating))
 		for _, k := range keys {
 			if ks, ok := c.gl.keys[msKeyID(gp.ks.Spec.Name, gp.p.ID, []byte(k))]; ok {
 				out = append(out, ks)

@@ -3,6 +3,7 @@ package quorum
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -114,19 +115,11 @@ func (t *glTable) masterOf(key []byte, home uint32) uint32 {
 // text in practice, and a table is only ever decoded by this function.
 func (t *glTable) toPB(ks string, part uint32) *peerpb.GlTable {
 	pb := &peerpb.GlTable{Keyspace: ks, Partition: part, Version: t.version, Initiator: t.initiator, Hlc: wire.VersionToPB(t.hlc)}
-	homes := make([]uint32, 0, len(t.subst))
-	for h := range t.subst {
-		homes = append(homes, h)
-	}
-	slices.Sort(homes)
+	homes := slices.Sorted(maps.Keys(t.subst))
 	for _, h := range homes {
 		pb.Overrides = append(pb.Overrides, &peerpb.GlOverride{Key: substKey(h), Master: t.subst[h]})
 	}
-	keys := make([]string, 0, len(t.overrides))
-	for k := range t.overrides {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+	keys := slices.Sorted(maps.Keys(t.overrides))
 	for _, k := range keys {
 		pb.Overrides = append(pb.Overrides, &peerpb.GlOverride{Key: []byte(k), Master: t.overrides[k]})
 	}
@@ -236,11 +229,7 @@ func (gp *glPart) homes(region map[uint32]string) []uint32 {
 	}
 	// Ranges that begin before the partition but cover part of it are represented by the
 	// partition's start key above.
-	out := make([]uint32, 0, len(seen))
-	for n := range seen {
-		out = append(out, n)
-	}
-	slices.Sort(out)
+	out := slices.Sorted(maps.Keys(seen))
 	return out
 }
 
@@ -415,14 +404,9 @@ func (c *Core) glTickHeartbeats(now time.Time) {
 	}
 }
 
-func sortedKeys[V any](m map[uint32]V) []uint32 {
-	out := make([]uint32, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+// sortedKeys lists a map's node IDs in order, so that messages and decisions come out the
+// same on every run (map iteration order is random).
+func sortedKeys[V any](m map[uint32]V) []uint32 { return slices.Sorted(maps.Keys(m)) }
 
 func (c *Core) glHandleHeartbeat(now time.Time, from uint32, m *peerpb.GlHeartbeat) {
 	ack := &peerpb.GlHeartbeatAck{Seq: m.GetSeq()}
@@ -569,11 +553,7 @@ func (c *Core) glBuild(gp *glPart) *glTable {
 			}
 		}
 	}
-	keys := make([]string, 0, len(gp.wantMoves))
-	for k := range gp.wantMoves {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+	keys := slices.Sorted(maps.Keys(gp.wantMoves))
 	for _, k := range keys {
 		to := gp.wantMoves[k]
 		if next.masterOf([]byte(k), gp.home([]byte(k), c.region)) != c.cfg.NodeID {

@@ -84,3 +84,21 @@ func TestGlobLeaseVariants(t *testing.T) {
 		t.Fatalf("passive writes:\n%s", b.String())
 	}
 }
+
+// GlobLease runs are deterministic too: same seed, same trace.
+func TestGlobLeaseSameSeedSameTrace(t *testing.T) {
+	for _, seed := range []uint64{3, 17} {
+		o := Options{Protocol: "globlease", Topology: gcp(t), Faults: allFaults(t), Seed: seed}
+		a, err := Run(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Run(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.TraceHash != b.TraceHash || a.Events != b.Events {
+			t.Fatalf("seed %d: trace %x (%d events) then %x (%d events)", seed, a.TraceHash, a.Events, b.TraceHash, b.Events)
+		}
+	}
+}
