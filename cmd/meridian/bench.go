@@ -399,6 +399,7 @@ func globleaseFiguresCmd() *cobra.Command {
 	fl.BoolVar(&quick, "quick", false, "smoke run: 1000 records of 1 KB, 3s+5s runs, lease sweep 1s,5s at 2s+4s")
 	fl.StringArrayVar(&glOptions, "option", nil, "extra GlobLease keyspace option KEY=VALUE (repeatable), e.g. home_ranges=user31=virginia")
 	fl.StringVar(&o.Distribution, "distribution", "", "YCSB request distribution: zipfian (default), uniform, hotspot, latest")
+	fl.Float64Var(&o.KeyLocality, "locality", 0, "share of each region's reads and updates on keys mastered in that region (0: no locality)")
 	return cmd
 }
 

@@ -19,6 +19,7 @@ func simCmd() *cobra.Command {
 		seedStart                                              uint64
 		listMutations, mutations, roam, sessions, lin, verbose bool
 		duration                                               time.Duration
+		spikeProb                                              float64
 		options                                                []string
 	)
 	cmd := &cobra.Command{
@@ -65,7 +66,11 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 			}
 			base := sim.Options{Protocol: protocol, Seed: seedStart, Topology: t, Faults: fs, ReadLevel: rl, WriteLevel: wl,
 				Mutation: mutate, Roam: roam, NoSessions: !sessions, Linearizability: lin, Duration: duration,
-				ReplicaRegions: replicaRegions, NodesPerRegion: nodesPerRegion, KeyspaceOptions: map[string]string{}}
+				ReplicaRegions: replicaRegions, NodesPerRegion: nodesPerRegion, KeyspaceOptions: map[string]string{},
+				DelaySpikeProb: spikeProb}
+			if spikeProb < 0 || spikeProb > 1 {
+				return fmt.Errorf("--delay-spike-prob %v out of range 0..1", spikeProb)
+			}
 			if nodesPerRegion < 0 || nodesPerRegion > 16 {
 				return fmt.Errorf("--nodes-per-region %d out of range 0..16", nodesPerRegion)
 			}
@@ -123,6 +128,7 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 	f.BoolVar(&listMutations, "list-mutations", false, "list the protocol's mutations and exit")
 	f.BoolVar(&mutations, "mutations", false, "run the mutation suite")
 	f.IntVar(&mutationSeeds, "mutation-seeds", 200, "seeds each mutation may take to be caught")
+	f.Float64Var(&spikeProb, "delay-spike-prob", 0, "share of messages the delay fault holds back (0: 0.5–2.5% drawn per seed)")
 	f.IntVar(&nodesPerRegion, "nodes-per-region", 0, "nodes in each region (0: the protocol's default; globlease uses 2 so hot keys have affiliated nodes)")
 	f.BoolVar(&roam, "roam", false, "clients send a third of their requests to random nodes in any region")
 	f.BoolVar(&sessions, "sessions", true, "clients send their session version with each request")

@@ -64,7 +64,10 @@ type GlobLeaseFigOptions struct {
 	GlobLeaseOptions map[string]string
 	// Distribution is YCSB's request distribution (default zipfian).
 	Distribution string
-	Seed         uint64
+	// KeyLocality > 0: that share of each region's reads and updates go to keys mastered in
+	// the region (RunOptions.KeyLocality), for both systems alike.
+	KeyLocality float64
+	Seed        uint64
 	// Log receives a line per run; Progress the runs' live progress lines (nil: none).
 	Log         io.Writer
 	Progress    io.Writer
@@ -212,6 +215,7 @@ type GlobLeaseFigResults struct {
 	// GlobLeaseOptions and Distribution as run.
 	GlobLeaseOptions map[string]string `json:"globlease_options,omitempty"`
 	Distribution     string            `json:"distribution,omitempty"`
+	KeyLocality      float64           `json:"key_locality,omitempty"`
 
 	Shares []GLShareRun `json:"shares"`
 	Sweep  []GLLeaseRun `json:"lease_sweep"`
@@ -281,7 +285,11 @@ func GlobLeaseFigures(ctx context.Context, o GlobLeaseFigOptions) (*GlobLeaseFig
 		SweepWarmupS: o.SweepWarmup.Seconds(), SweepDurationS: o.SweepDuration.Seconds(),
 		SweepReadShare: o.SweepReadShare, ClientsPerRegion: o.ClientsPerRegion,
 		ScaledThresholdMs: scaledThreshold(o.Topology),
-		GlobLeaseOptions:  o.GlobLeaseOptions, Distribution: o.Distribution,
+		GlobLeaseOptions:  o.GlobLeaseOptions, Distribution: o.Distribution, KeyLocality: o.KeyLocality,
+	}
+	glOpts, err := config.GlobLeaseOptionsOf(o.GlobLeaseOptions, regions)
+	if err != nil {
+		return nil, fmt.Errorf("bench: globlease figures: %w", err)
 	}
 	target := &EmulatedTarget{Topo: o.Topology, NodesPerRegion: 1, ReplicasPerRegion: 1, Partitions: 16, Seed: o.Seed}
 	defer target.Close()
@@ -295,7 +303,8 @@ func GlobLeaseFigures(ctx context.Context, o GlobLeaseFigOptions) (*GlobLeaseFig
 		}
 		ro := RunOptions{Workload: w, ClientsPerRegion: o.ClientsPerRegion,
 			RatePerRegion: o.RatePerSecond / float64(len(regions)), Warmup: warmup, Duration: dur,
-			Seed: o.Seed, Progress: o.Progress, ProgressTTY: o.ProgressTTY}
+			Seed: o.Seed, Progress: o.Progress, ProgressTTY: o.ProgressTTY,
+			KeyLocality: o.KeyLocality, HomeOf: glOpts.HomeRegionOf}
 		return Compare(ctx, target, cfgs, ro, o.Log)
 	}
 	logf := func(format string, args ...any) {
@@ -633,6 +642,9 @@ func (r *GlobLeaseFigResults) Markdown() string {
 	dist := r.Distribution
 	if dist == "" {
 		dist = "zipfian"
+	}
+	if r.KeyLocality > 0 {
+		dist += fmt.Sprintf(" (%.0f%% of each region's requests on keys mastered in that region)", r.KeyLocality*100)
 	}
 	pf("Setup: regions %s, one node and one replica per region; YCSB %s requests over %d keys of %d B; "+
 		"open loop at %.0f requests/s in total (%.0f per region, %d workers per region); GlobLease lease %s, %s; "+

@@ -30,6 +30,12 @@ type RunOptions struct {
 	// RateSteps change the open loop's rate during the run: from At (since the run's start,
 	// warm-up included) on, operations arrive at PerRegion ops/s in each region. Sorted by At.
 	RateSteps []RateStep
+	// KeyLocality > 0 gives each region's clients that share of their reads and updates on
+	// keys whose home region (HomeOf) is their own, the rest on other regions' keys (user
+	// data that lives where its users are). Keys keep the workload's popularity within each
+	// subset (drawn again until they fall in it, a bounded number of times).
+	KeyLocality float64
+	HomeOf      func(key []byte) string
 	// Duration is measured time after Warmup (not measured). MaxOps > 0 stops earlier.
 	Duration time.Duration
 	Warmup   time.Duration
@@ -224,7 +230,8 @@ func Execute(ctx context.Context, sess Session, regions []string, cfg Config, o 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				runClient(runCtx, kv, gen, st, arrivals, o, start, measureFrom, end, secs, &measured)
+				runClient(runCtx, kv, gen, st, arrivals, o, start, measureFrom, end, secs, &measured, region,
+					rand.New(rand.NewPCG(o.Seed, uint64(ri*10_000+ci))))
 			}()
 		}
 	}
@@ -349,7 +356,7 @@ func poisson(ctx context.Context, out chan<- time.Time, rate func(time.Time) flo
 }
 
 func runClient(ctx context.Context, kv KV, gen *ycsb.Generator, st *clientStats, arrivals <-chan time.Time,
-	o RunOptions, start, measureFrom, end time.Time, secs []second, measured *atomic.Int64) {
+	o RunOptions, start, measureFrom, end time.Time, secs []second, measured *atomic.Int64, region string, rng *rand.Rand) {
 	for {
 		var intended time.Time
 		if arrivals != nil {
@@ -372,6 +379,12 @@ func runClient(ctx context.Context, kv KV, gen *ycsb.Generator, st *clientStats,
 			return
 		}
 		op := gen.Next()
+		if o.KeyLocality > 0 && o.HomeOf != nil && (op.Kind == ycsb.Read || op.Kind == ycsb.Update) {
+			local := rng.Float64() < o.KeyLocality
+			for try := 0; try < 64 && (o.HomeOf(op.Key) == region) != local; try++ {
+				op = gen.Next()
+			}
+		}
 		opCtx, cancel := context.WithTimeout(ctx, o.Timeout)
 		err := do(opCtx, kv, op)
 		cancel()

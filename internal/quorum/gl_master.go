@@ -240,8 +240,7 @@ func (c *Core) glReplyRead(now time.Time, k *glKey, op *glOp, rec storage.Record
 	r.Affiliates = c.glAffiliatesOf(now, k.id)
 	if grant {
 		lease := k.gp.opts.LeaseOf(k.key)
-		c.gl.nextGrant++
-		g := c.gl.nextGrant
+		g := c.glNewID()
 		// Until the acknowledgement arrives the record is conservative: the grant may be in
 		// flight for up to glGrantMaxAge (older grants are refused), and clocks differ by ε.
 		k.leases[op.from] = &glRecord{until: now.Add(glGrantMaxAge + c.cfg.MaxClockOffset + stretch(lease)), grant: g}

@@ -142,7 +142,7 @@ func (c *Core) glInstallLease(now time.Time, fwd *glFwd, from uint32, m *peerpb.
 	if seen, ok := c.gl.updated[fwd.id]; ok && grantVer.Less(seen.version) {
 		newer = true
 	}
-	if fwd.gp != nil && !newer && c.glGrantFresh(now, pid, from, m.GetGrantSentUnixNanos()) {
+	if fwd.gp != nil && !newer && c.glGrantFresh(now, pid, from, m.GetGrantSentUnixNanos()) && c.glCheckGrant(now, fwd.id, from, m.GetGrantId()) == glGrantNew {
 		l := &glLease{until: now.Add(time.Duration(m.GetLeaseNanos())), found: m.GetFound(), grantor: from, part: pid}
 		if m.GetFound() {
 			l.version = rec.Version
@@ -174,6 +174,24 @@ func (c *Core) glHandleUpdate(now time.Time, from uint32, m *peerpb.GlUpdate) {
 	// delayed grant overtaken by a write) would revive what that update suspended.
 	if u, ok := c.gl.updated[id]; ok && rec.Version.Less(u.version) {
 		leaseOK = false
+	}
+	if leaseOK {
+		switch c.glCheckGrant(now, id, from, m.GetWriteId()) {
+		case glGrantStale:
+			leaseOK = false
+		case glGrantDuplicate:
+			// Already applied: keep the lease as the first copy started it, and acknowledge
+			// as then (the grantor may record the lease again, later: conservative) — unless
+			// the first copy's acknowledgement still waits for this host's affiliated nodes.
+			for _, hw := range c.gl.hostWait {
+				if hw.master == from && hw.writeID == m.GetWriteId() {
+					return
+				}
+			}
+			c.send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_GlUpdateAck{GlUpdateAck: &peerpb.GlUpdateAck{
+				WriteId: m.GetWriteId(), Ok: true, LeaseNanos: m.GetLeaseNanos()}}})
+			return
+		}
 	}
 	if u, ok := c.gl.updated[id]; !ok || u.version.Less(rec.Version) {
 		if len(c.gl.updated) < glMaxSeen {
@@ -512,6 +530,11 @@ func (c *Core) glTickHot(now time.Time) {
 			delete(gl.updated, id) // older grants are refused as stale anyway
 		}
 	}
+	for id, g := range gl.grantSeen {
+		if now.Sub(g.at) > 2*glGrantMaxAge { // older grants are refused as stale anyway
+			delete(gl.grantSeen, id)
+		}
+	}
 	for k, until := range gl.seen {
 		if now.After(until) {
 			delete(gl.seen, k)
@@ -798,3 +821,47 @@ func (c *Core) GLMasterClaims(now time.Time) []GLClaim {
 }
 
 var _ = placement.Map{}
+
+// GLServingLease is a version a node serves under a valid lease (or secondary lease) now.
+type GLServingLease struct {
+	Node    uint32
+	KeyID   string
+	Version hlc.Version
+}
+
+// GLServingLeases lists what this node would serve under its leases at its local time now.
+func (c *Core) GLServingLeases(now time.Time) []GLServingLease {
+	if c.gl == nil {
+		return nil
+	}
+	var out []GLServingLease
+	for _, id := range slices.Sorted(maps.Keys(c.gl.leases)) {
+		if l := c.gl.leases[id]; now.Before(l.until) && l.pending.IsZero() {
+			out = append(out, GLServingLease{Node: c.cfg.NodeID, KeyID: id, Version: l.version})
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(c.gl.aff)) {
+		if a := c.gl.aff[id]; now.Before(a.until) && a.pending == nil {
+			v := a.rec.Version
+			if !a.found && a.rec.Tombstone && a.rec.Version.WallNanos == 0 {
+				v = hlc.Version{}
+			}
+			out = append(out, GLServingLease{Node: c.cfg.NodeID, KeyID: id, Version: v})
+		}
+	}
+	return out
+}
+
+// GLCommitted returns the committed version of every key this node knows as its master.
+func (c *Core) GLCommitted() map[string]hlc.Version {
+	if c.gl == nil {
+		return nil
+	}
+	out := map[string]hlc.Version{}
+	for id, k := range c.gl.keys {
+		if k.known && k.exists {
+			out[id] = k.committed
+		}
+	}
+	return out
+}

@@ -112,6 +112,39 @@ type glSeenKey struct {
 
 const glMaxSeen = 1 << 18
 
+type glGrantSeen struct {
+	grantor uint32
+	id      uint64
+	at      time.Time
+}
+
+// glGrantVerdict classifies a lease grant against the newest one accepted for the key.
+type glGrantVerdict int
+
+const (
+	glGrantNew       glGrantVerdict = iota // newer than anything accepted: use it
+	glGrantDuplicate                       // the one already accepted, delivered again
+	glGrantStale                           // older than one already accepted: refuse
+)
+
+// glCheckGrant classifies a lease grant (grantor, id) on key and remembers a new one as the
+// newest. A duplicate must not restart the lease (it started when the first copy arrived, and
+// the grantor's record follows that copy's acknowledgement); a stale one must not revive it.
+func (c *Core) glCheckGrant(now time.Time, key string, grantor uint32, id uint64) glGrantVerdict {
+	if s, ok := c.gl.grantSeen[key]; ok && s.grantor == grantor {
+		switch {
+		case id < s.id:
+			return glGrantStale
+		case id == s.id:
+			return glGrantDuplicate
+		}
+	}
+	if _, ok := c.gl.grantSeen[key]; ok || len(c.gl.grantSeen) < glMaxSeen {
+		c.gl.grantSeen[key] = glGrantSeen{grantor: grantor, id: id, at: now}
+	}
+	return glGrantNew
+}
+
 type glUpdated struct {
 	version hlc.Version
 	at      time.Time
@@ -144,6 +177,10 @@ type glState struct {
 	revoked  map[glPartID]map[uint32]time.Time
 	seen     map[glSeenKey]time.Time // forwarded writes executed here, until they expire
 	updated  map[string]glUpdated    // newest version each key's updates brought, for a while
+	// grantSeen: the newest lease grant accepted per key (grantor, ID). Grant IDs grow with
+	// every grant a node sends, so a grant older than one already accepted — overtaken on
+	// the way — is refused: the grantor's record follows only its newest grant.
+	grantSeen map[string]glGrantSeen
 
 	hot     *globlease.HotKeys
 	origins *globlease.Origins
@@ -154,7 +191,6 @@ type glState struct {
 	heartbeatInterval time.Duration
 	startedAt         time.Time
 	nextSlow          time.Time
-	nextGrant         uint64
 	// nextID numbers this incarnation's messages that expect an answer. It starts at the
 	// start time in nanoseconds, so answers meant for a previous incarnation (still in flight
 	// after a restart) never match a new request.
@@ -311,10 +347,10 @@ func (c *Core) glSetup(now time.Time) {
 		c.gl = &glState{
 			parts: map[glPartID]*glPart{}, keys: map[string]*glKey{}, waiting: map[string]bool{},
 			leases: map[string]*glLease{}, renewing: map[string]*glRenewal{}, aff: map[string]*glAff{},
-			hostAff: map[string]*glHostKey{}, routes: map[string]*glRoute{}, fwd: map[uint64]*glFwd{}, local: map[uint64]bool{}, fetches: map[uint64]*glKey{}, grants: map[uint64]glGrant{}, seen: map[glSeenKey]time.Time{}, updated: map[string]glUpdated{},
+			hostAff: map[string]*glHostKey{}, routes: map[string]*glRoute{}, fwd: map[uint64]*glFwd{}, local: map[uint64]bool{}, fetches: map[uint64]*glKey{}, grants: map[uint64]glGrant{}, seen: map[glSeenKey]time.Time{}, updated: map[string]glUpdated{}, grantSeen: map[string]glGrantSeen{},
 			writes: map[uint64]*glKey{}, hostWait: map[uint64]*glHostWait{}, lazy: map[uint64]*glLazy{},
 			revoked: map[glPartID]map[uint32]time.Time{}, hbSent: map[uint64]time.Time{},
-			startedAt: now, heartbeatInterval: hbInterval, nextID: uint64(now.UnixNano()), nextGrant: uint64(now.UnixNano()),
+			startedAt: now, heartbeatInterval: hbInterval, nextID: uint64(now.UnixNano()),
 		}
 	}
 	gl := c.gl

@@ -104,6 +104,9 @@ func ReplayCommand(o Options) string {
 	if o.NodesPerRegion > 1 {
 		fmt.Fprintf(&b, " --nodes-per-region %d", o.NodesPerRegion)
 	}
+	if o.DelaySpikeProb > 0 {
+		fmt.Fprintf(&b, " --delay-spike-prob %g", o.DelaySpikeProb)
+	}
 	b.WriteString(" --verbose")
 	return b.String()
 }
