@@ -131,15 +131,13 @@ func (c *Core) glEvictKeys(now time.Time) {
 // glMasterOp runs (or queues) an operation at the node its table names as the key's master.
 func (c *Core) glMasterOp(now time.Time, gp *glPart, op *glOp) {
 	k := c.glKeyState(gp, op.key())
-	if len(k.queue) > 0 || !c.glTry(now, k, op) {
-		if len(k.queue) >= glMaxQueue {
-			c.glFailOp(op, errs.New(errs.Overloaded, "globlease: %d operations already wait for key %q at its master", len(k.queue), k.key))
-			return
-		}
-		k.queue = append(k.queue, op)
-		c.gl.waiting[k.id] = true
-		c.glDrain(now, k)
+	if len(k.queue) >= glMaxQueue {
+		c.glFailOp(op, errs.New(errs.Overloaded, "globlease: %d operations already wait for key %q at its master", len(k.queue), k.key))
+		return
 	}
+	k.queue = append(k.queue, op)
+	c.gl.waiting[k.id] = true
+	c.glDrain(now, k)
 }
 
 func (op *glOp) key() []byte {
@@ -155,13 +153,16 @@ func (c *Core) glDrain(now time.Time, k *glKey) {
 	}
 	k.draining = true
 	defer func() { k.draining = false }()
-	for n := 0; len(k.queue) > 0 && n < glMaxQueue; n++ {
-		if !c.glTry(now, k, k.queue[0]) {
-			break
+	// Every waiting operation that can run now runs, not only those at the front: a read
+	// behind a write that waits answers with the committed version (the two are concurrent,
+	// so the read may be ordered first), and writes behind it join the next batch. Each
+	// client has one request in flight, so no client's order changes.
+	for i := 0; i < len(k.queue) && i < glMaxQueue; i++ {
+		if op := k.queue[i]; !op.done && c.glTry(now, k, op) {
+			op.done = true
 		}
-		k.queue[0] = nil
-		k.queue = k.queue[1:]
 	}
+	k.queue = slices.DeleteFunc(k.queue, func(op *glOp) bool { return op.done })
 	if len(k.queue) == 0 {
 		delete(c.gl.waiting, k.id)
 	}
@@ -381,22 +382,18 @@ func (c *Core) glSendUpdates(now time.Time, k *glKey, w *glWrite, holders []uint
 	}
 }
 
-// glTakeWriteBatch returns op and the writes queued right behind it for the same key (at most
-// glMaxBatch), removing those from the queue; op itself stays where the drain expects it.
+// glTakeWriteBatch returns op and the other writes waiting for the same key (at most
+// glMaxBatch), marking those done.
 func (c *Core) glTakeWriteBatch(k *glKey, op *glOp) []*glOp {
 	batch := []*glOp{op}
-	from := 0
-	if len(k.queue) > 0 && k.queue[0] == op {
-		from = 1
-	}
-	n := from
-	for n < len(k.queue) && len(batch) < glMaxBatch && (k.queue[n].op == OpPut || k.queue[n].op == OpDelete) {
-		batch = append(batch, k.queue[n])
-		n++
-	}
-	k.queue = append(k.queue[:from], k.queue[n:]...)
-	if len(k.queue) == 0 {
-		delete(c.gl.waiting, k.id)
+	for _, q := range k.queue {
+		if len(batch) >= glMaxBatch {
+			break
+		}
+		if q != op && !q.done && (q.op == OpPut || q.op == OpDelete) {
+			q.done = true // carried by this write; the drain drops it from the queue
+			batch = append(batch, q)
+		}
 	}
 	return batch
 }
@@ -729,7 +726,9 @@ func (c *Core) glTableChanged(now time.Time, gp *glPart, old *glTable) {
 		k.queue = nil
 		delete(c.gl.waiting, id)
 		for _, op := range queue {
-			c.glRedirectOp(now, op, newM)
+			if !op.done {
+				c.glRedirectOp(now, op, newM)
+			}
 		}
 		k.known = false
 		k.leases = map[uint32]*glRecord{}

@@ -243,6 +243,7 @@ type glOp struct {
 	minVer    hlc.Version
 	deadline  time.Time
 	version   hlc.Version // a write's version, once stamped
+	done      bool        // answered, or carried by a batched write (leaves the queue)
 }
 
 type glWrite struct {
