@@ -7,7 +7,6 @@ import (
 
 	"meridian/internal/errs"
 	"meridian/internal/hlc"
-	"meridian/internal/placement"
 	"meridian/internal/storage"
 	"meridian/internal/wire"
 	"meridian/internal/wire/peerpb"
@@ -820,7 +819,6 @@ func (c *Core) GLMasterClaims(now time.Time) []GLClaim {
 	return out
 }
 
-var _ = placement.Map{}
 
 // GLServingLease is a version a node serves under a valid lease (or secondary lease) now.
 type GLServingLease struct {

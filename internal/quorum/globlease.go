@@ -421,8 +421,8 @@ func (c *Core) glPartOf(ks string, part uint32) *glPart {
 	return c.gl.parts[glPartID{ks, part}]
 }
 
-// glPartFor returns the partition state, or a state-less view for partitions this node does
-// not replicate (a coordinator that only forwards).
+// glOptions returns a globlease keyspace's typed options, also on a node that replicates none
+// of its partitions (a coordinator that only forwards).
 func (c *Core) glOptions(ks *placement.Keyspace) *config.GlobLeaseOptions {
 	for _, gp := range c.gl.partList {
 		if gp.ks.Spec.Name == ks.Spec.Name {
