@@ -819,7 +819,6 @@ func (c *Core) GLMasterClaims(now time.Time) []GLClaim {
 	return out
 }
 
-
 // GLServingLease is a version a node serves under a valid lease (or secondary lease) now.
 type GLServingLease struct {
 	Node    uint32
