@@ -25,6 +25,12 @@ func TestAcknowledgedWritesSurviveKillAll(t *testing.T) {
 	t.Run("single-node-one", func(t *testing.T) {
 		runKillAll(t, threeNodes[:1], []string{threeNodes[0].region}, "ONE")
 	})
+	// GlobLease: active writes acknowledged by the master once a majority has them; after
+	// every process is killed and restarted, the masters recover each key before serving it.
+	t.Run("three-nodes-globlease", func(t *testing.T) {
+		runKillAllKeyspace(t, threeNodes, nil, "", &client.KeyspaceSpec{Name: "gl", Protocol: "globlease", Partitions: 4,
+			Options: map[string]string{"lease": "2s", "master_lease": "500ms", "election_timeout": "1s"}})
+	})
 }
 
 const (
@@ -36,9 +42,28 @@ const (
 type ackedWrite struct{ key, val string }
 
 func runKillAll(t *testing.T, specs []nodeSpec, ksRegions []string, level string) {
+	runKillAllKeyspace(t, specs, ksRegions, level, nil)
+}
+
+// runKillAllKeyspace runs the kill-all test on keyspace "demo" of the configuration, or on
+// the keyspace spec creates (through the API) when given.
+func runKillAllKeyspace(t *testing.T, specs []nodeSpec, ksRegions []string, level string, spec *client.KeyspaceSpec) {
 	c := newCluster(t, specs, ksRegions)
 	c.startAll()
 	c.waitReady(c.names()...)
+	ks, levelName := "demo", level
+	if level == "" {
+		levelName = "the keyspace's default"
+	}
+	if spec != nil {
+		ks = spec.Name
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		_, err := c.client(c.nodes[0].name).CreateKeyspace(ctx, spec)
+		cancel()
+		if err != nil {
+			t.Fatalf("create keyspace %s: %v", ks, err)
+		}
+	}
 
 	var clients []*client.Client
 	for _, p := range c.nodes {
@@ -63,7 +88,7 @@ func runKillAll(t *testing.T, specs []nodeSpec, ksRegions []string, level string
 				val := fmt.Sprintf("%s/%x", key, nonce)
 				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 				inflight.Add(1)
-				_, err := cl.Put(ctx, "demo", []byte(key), []byte(val), client.Consistency(level), client.Timeout(10*time.Second))
+				_, err := cl.Put(ctx, ks, []byte(key), []byte(val), client.Consistency(level), client.Timeout(10*time.Second))
 				inflight.Add(-1)
 				cancel()
 				if err == nil {
@@ -159,7 +184,7 @@ func runKillAll(t *testing.T, specs []nodeSpec, ksRegions []string, level string
 				ni := i % len(clients)
 				for {
 					ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-					r, err := clients[ni].Get(ctx, "demo", []byte(a.key), client.Consistency(level), client.Timeout(5*time.Second))
+					r, err := clients[ni].Get(ctx, ks, []byte(a.key), client.Consistency(level), client.Timeout(5*time.Second))
 					cancel()
 					if err != nil && transient(err) && time.Now().Before(deadline) {
 						retries.Add(1)
@@ -185,8 +210,8 @@ func runKillAll(t *testing.T, specs []nodeSpec, ksRegions []string, level string
 	if badCount > 0 {
 		sort.Strings(bad)
 		t.Fatalf("%d of %d acknowledged writes not read back correctly at %s after restarting every node; first ones:\n%s",
-			badCount, len(all), level, strings.Join(bad, "\n"))
+			badCount, len(all), levelName, strings.Join(bad, "\n"))
 	}
 	t.Logf("checked %d acknowledged writes at %s after restart (%d writers, read through %d node(s) in turn, %d transient read retries)",
-		checked.Load(), level, killAllWriters, len(clients), retries.Load())
+		checked.Load(), levelName, killAllWriters, len(clients), retries.Load())
 }
