@@ -41,15 +41,7 @@ func TestGlobLeaseCorrectUnderMutationSettings(t *testing.T) {
 		if setup, ok := mutationSetup[m]; ok {
 			setup(&o)
 		}
-		res, err := RunSeeds(SeedsOptions{Base: o, Seeds: 100, SeedStart: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Failed != nil {
-			var b strings.Builder
-			PrintFailure(&b, o, res.Failed)
-			t.Fatalf("settings of %s, no mutation:\n%s", m, b.String())
-		}
+		mustPassSeeds(t, o, 100, "settings of "+m+", no mutation")
 	}
 }
 
@@ -59,30 +51,14 @@ func TestGlobLeaseVariants(t *testing.T) {
 		t.Skip("runs hundreds of seeds")
 	}
 	one := Options{Protocol: "globlease", Topology: gcp(t), Faults: allFaults(t), NodesPerRegion: 1}
-	res, err := RunSeeds(SeedsOptions{Base: one, Seeds: 100, SeedStart: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Failed != nil {
-		var b strings.Builder
-		PrintFailure(&b, one, res.Failed)
-		t.Fatalf("one node per region:\n%s", b.String())
-	}
+	res := mustPassSeeds(t, one, 100, "one node per region")
 	t.Logf("one node per region: %d seeds, reads %v", res.Seeds, res.ReadPaths)
 
 	// Passive writes are acknowledged by the master alone: they survive everything but the
 	// loss of the master before propagation (docs/globlease.md), so no crashes or partitions.
 	passive := Options{Protocol: "globlease", Topology: gcp(t), KeyspaceOptions: map[string]string{"write_mode": "passive"},
 		Faults: map[string]bool{FaultLoss: true, FaultDup: true, FaultReorder: true, FaultDelay: true, FaultSlowDisk: true, FaultClock: true}}
-	res, err = RunSeeds(SeedsOptions{Base: passive, Seeds: 100, SeedStart: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Failed != nil {
-		var b strings.Builder
-		PrintFailure(&b, passive, res.Failed)
-		t.Fatalf("passive writes:\n%s", b.String())
-	}
+	mustPassSeeds(t, passive, 100, "passive writes")
 }
 
 // GlobLease runs are deterministic too: same seed, same trace.
@@ -101,4 +77,20 @@ func TestGlobLeaseSameSeedSameTrace(t *testing.T) {
 			t.Fatalf("seed %d: trace %x (%d events) then %x (%d events)", seed, a.TraceHash, a.Events, b.TraceHash, b.Events)
 		}
 	}
+}
+
+// mustPassSeeds runs seeds 1..n of o and fails the test with the first failure's explanation
+// and replay command.
+func mustPassSeeds(t *testing.T, o Options, n int, what string) *SeedsResult {
+	t.Helper()
+	res, err := RunSeeds(SeedsOptions{Base: o, Seeds: n, SeedStart: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Failed != nil {
+		var b strings.Builder
+		PrintFailure(&b, o, res.Failed)
+		t.Fatalf("%s:\n%s", what, b.String())
+	}
+	return res
 }
