@@ -23,6 +23,7 @@ import (
 func serverCmd() *cobra.Command {
 	var cfgPath, nodeName, dataDir, logLevel string
 	var clockOffset time.Duration
+	var clockControl bool
 	cmd := &cobra.Command{
 		Use:   "server --config FILE --node NAME [--data-dir DIR]",
 		Short: "Run one Meridian node",
@@ -43,7 +44,7 @@ func serverCmd() *cobra.Command {
 				return fmt.Errorf("server: --log-level %q: %w", logLevel, err)
 			}
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-			return server.Run(cmd.Context(), server.Options{Cluster: cfg, NodeName: nodeName, DataDir: dataDir, ClockOffset: clockOffset, Logger: logger})
+			return server.Run(cmd.Context(), server.Options{Cluster: cfg, NodeName: nodeName, DataDir: dataDir, ClockOffset: clockOffset, ClockControl: clockControl, Logger: logger})
 		},
 	}
 	cmd.Flags().StringVar(&cfgPath, "config", "", "cluster configuration file (YAML)")
@@ -51,6 +52,7 @@ func serverCmd() *cobra.Command {
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "storage directory (default data/NODE)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().DurationVar(&clockOffset, "clock-offset", 0, "shift this node's clock (testing clock skew)")
+	cmd.Flags().BoolVar(&clockControl, "clock-control", false, "serve /debug/clock on the metrics address to change this node's clock offset and drift at run time (lab faults; never in production)")
 	return cmd
 }
 

@@ -1,6 +1,7 @@
 package hlc
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -15,6 +16,15 @@ type PhysicalClock interface {
 // run nodes whose clocks disagree by a known amount (DESIGN.md section 4, "Clock").
 type SystemClock struct {
 	offsetNanos atomic.Int64
+	// drift, when set, makes the clock run fast (ppm > 0) or slow by ppm parts per million
+	// since drift.since: the lab's nemesis drifts a node's clock past ε.
+	drift   atomic.Pointer[clockDrift]
+	writeMu sync.Mutex // serialises SetOffset and SetDrift (Now takes no lock)
+}
+
+type clockDrift struct {
+	since time.Time
+	ppm   float64
 }
 
 // NewSystemClock returns the machine clock shifted by offset.
@@ -24,14 +34,52 @@ func NewSystemClock(offset time.Duration) *SystemClock {
 	return c
 }
 
-// Now returns the machine time plus the offset.
-func (c *SystemClock) Now() time.Time { return time.Now().Add(time.Duration(c.offsetNanos.Load())) }
+// Now returns the machine time plus the offset (and the drift accumulated so far).
+func (c *SystemClock) Now() time.Time {
+	t := time.Now()
+	return t.Add(c.offsetAt(t))
+}
 
-// SetOffset changes the offset at run time (lab nemesis, tests).
-func (c *SystemClock) SetOffset(offset time.Duration) { c.offsetNanos.Store(int64(offset)) }
+func (c *SystemClock) offsetAt(t time.Time) time.Duration {
+	off := time.Duration(c.offsetNanos.Load())
+	if d := c.drift.Load(); d != nil {
+		off += time.Duration(float64(t.Sub(d.since)) * d.ppm / 1e6)
+	}
+	return off
+}
 
-// Offset returns the configured offset.
-func (c *SystemClock) Offset() time.Duration { return time.Duration(c.offsetNanos.Load()) }
+// SetOffset changes the offset at run time (lab nemesis, tests) and stops any drift.
+func (c *SystemClock) SetOffset(offset time.Duration) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	c.drift.Store(nil)
+	c.offsetNanos.Store(int64(offset))
+}
+
+// SetDrift makes the clock gain ppm parts per million from now on (negative: lose), keeping
+// the offset it has reached; 0 stops drifting.
+func (c *SystemClock) SetDrift(ppm float64) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	now := time.Now()
+	c.offsetNanos.Store(int64(c.offsetAt(now)))
+	if ppm == 0 {
+		c.drift.Store(nil)
+		return
+	}
+	c.drift.Store(&clockDrift{since: now, ppm: ppm})
+}
+
+// Offset returns the current offset from the machine clock, drift included.
+func (c *SystemClock) Offset() time.Duration { return c.offsetAt(time.Now()) }
+
+// DriftPPM returns the drift rate (0: none).
+func (c *SystemClock) DriftPPM() float64 {
+	if d := c.drift.Load(); d != nil {
+		return d.ppm
+	}
+	return 0
+}
 
 // HLC is a hybrid logical clock (Kulkarni et al., "Logical Physical Clocks", 2014): its wall
 // component never runs behind the physical clock nor behind any version it has observed, and

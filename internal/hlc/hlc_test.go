@@ -76,3 +76,27 @@ func TestSystemClockOffset(t *testing.T) {
 		t.Fatal("SetOffset")
 	}
 }
+
+func TestSystemClockDrift(t *testing.T) {
+	c := NewSystemClock(time.Second)
+	// 1e6 ppm: the clock runs at twice the machine's rate, so the offset grows by the time
+	// that passes; the sleep is only a lower bound on that time.
+	c.SetDrift(1e6)
+	time.Sleep(20 * time.Millisecond)
+	if off := c.Offset(); off < time.Second+20*time.Millisecond {
+		t.Fatalf("drift not applied: offset %v", off)
+	}
+	if c.DriftPPM() != 1e6 {
+		t.Fatalf("DriftPPM = %v", c.DriftPPM())
+	}
+	c.SetDrift(0)
+	kept := c.Offset()
+	time.Sleep(5 * time.Millisecond)
+	if c.Offset() != kept || kept < time.Second+20*time.Millisecond {
+		t.Fatalf("stopping the drift must keep the offset reached: %v then %v", kept, c.Offset())
+	}
+	c.SetOffset(-time.Second)
+	if c.Offset() != -time.Second || c.DriftPPM() != 0 {
+		t.Fatal("SetOffset must replace offset and drift")
+	}
+}

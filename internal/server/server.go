@@ -19,6 +19,7 @@ import (
 	"meridian/api/meridianpb"
 	"meridian/internal/config"
 	"meridian/internal/errs"
+	"meridian/internal/hlc"
 	"meridian/internal/node"
 	"meridian/internal/quorum"
 	"meridian/internal/transport"
@@ -207,7 +208,11 @@ type Options struct {
 	DataDir  string
 	// ClockOffset shifts this node's clock (tests and the lab).
 	ClockOffset time.Duration
-	Logger      *slog.Logger
+	// ClockControl serves /debug/clock on the metrics address, through which the lab's
+	// nemesis changes this node's clock offset and drift at run time. Off in production: a
+	// clock that anyone on the metrics port can move is a fault injector.
+	ClockControl bool
+	Logger       *slog.Logger
 }
 
 // Run starts a node with the gRPC transport, serves the client API, the peer service and
@@ -225,6 +230,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("server: listen on %s: %w", self.Listen, err)
 	}
+	clock := hlc.NewSystemClock(o.ClockOffset)
 	var grpcTr *transport.GRPC
 	peers := map[uint32]string{}
 	for _, nd := range o.Cluster.Nodes {
@@ -232,7 +238,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	n, err := node.Start(node.Options{
 		Cluster: o.Cluster, NodeName: o.NodeName, DataDir: o.DataDir, Logger: o.Logger,
-		Clock: newOffsetClock(o.ClockOffset),
+		Clock: clock,
 		NewTransport: func(h transport.Handler) (transport.Transport, error) {
 			t, err := transport.NewGRPC(transport.GRPCOptions{Self: self.ID, Peers: peers,
 				OnError: func(peer uint32, err error) {
@@ -268,6 +274,9 @@ func Run(ctx context.Context, o Options) error {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		if o.ClockControl {
+			mux.Handle("/debug/clock", clockHandler(clock, o.Logger))
+		}
 		hs = &http.Server{Addr: self.Metrics, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		mlis, err := net.Listen("tcp", self.Metrics)
 		if err != nil {
