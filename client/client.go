@@ -11,6 +11,7 @@ package client
 
 import (
 	"context"
+	"net"
 	"errors"
 	"fmt"
 	"sync"
@@ -97,10 +98,17 @@ type Client struct {
 }
 
 // Dial connects to a node at host:port. The connection is made lazily.
-func Dial(endpoint string) (*Client, error) {
-	conn, err := grpc.NewClient(endpoint,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20), grpc.MaxCallSendMsgSize(256<<20)))
+func Dial(endpoint string) (*Client, error) { return DialWith(endpoint, nil) }
+
+// DialWith connects through dial (nil: the default dialer) — the lab dials from a client
+// host's network namespace.
+func DialWith(endpoint string, dial func(ctx context.Context, address string) (net.Conn, error)) (*Client, error) {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20), grpc.MaxCallSendMsgSize(256<<20))}
+	if dial != nil {
+		opts = append(opts, grpc.WithContextDialer(dial))
+	}
+	conn, err := grpc.NewClient(endpoint, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("client: dial %s: %w", endpoint, err)
 	}

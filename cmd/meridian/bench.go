@@ -41,6 +41,7 @@ type benchFlags struct {
 	p99Bound                               time.Duration
 	seed                                   uint64
 	maxClockOffset                         time.Duration
+	labDir                                 string // the network lab (lab bench, lab run)
 }
 
 func compareCmd(use string) *cobra.Command {
@@ -55,6 +56,13 @@ func compareCmd(use string) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f) },
 	}
+	addBenchFlags(cmd, &f)
+	return cmd
+}
+
+// addBenchFlags declares the flags shared by bench run/compare and lab bench/run.
+func addBenchFlags(cmd *cobra.Command, fp *benchFlags) {
+	f := fp
 	fl := cmd.Flags()
 	fl.StringVar(&f.emulated, "emulated", "gcp-meteorshower-3", "run an in-process cluster on the emulated WAN of this topology (built-in name or file)")
 	fl.StringVar(&f.configPath, "config", "", "benchmark a running cluster described by this configuration file instead")
@@ -81,7 +89,6 @@ func compareCmd(use string) *cobra.Command {
 	fl.DurationVar(&f.p99Bound, "p99", 50*time.Millisecond, "p99 bound for --max")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the workload generators")
 	fl.DurationVar(&f.maxClockOffset, "max-clock-offset", 2*time.Millisecond, "ε of the emulated cluster")
-	return cmd
 }
 
 func (f benchFlags) workloadSpec() (ycsb.Workload, error) {
@@ -126,6 +133,13 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 		fmt.Fprintln(os.Stderr, "noop target: measuring the benchmark client alone on one core (GOMAXPROCS=1)")
 	case f.target != "":
 		return fmt.Errorf("bench: unknown --target %q (noop, or use --emulated / --config)", f.target)
+	case f.labDir != "":
+		lt, err := newLabTarget(f.labDir)
+		if err != nil {
+			return err
+		}
+		target = lt
+		nodes = labNodes(lt)
 	case f.configPath != "":
 		c, err := config.Load(f.configPath)
 		if err != nil {

@@ -12,6 +12,15 @@ import (
 	"meridian/internal/topology"
 )
 
+// Peer protocols in the lab (issue 7): Apache Cassandra takes Cassandra's levels
+// (cassandra:QUORUM/QUORUM); etcd takes its read mode (etcd:linearizable, etcd:serializable).
+const (
+	ProtocolCassandra = "cassandra"
+	ProtocolEtcd      = "etcd"
+	EtcdLinearizable  = "linearizable"
+	EtcdSerializable  = "serializable"
+)
+
 // ParseConfigs parses a --protocols list: entries separated by ';' or ',' of the form
 // PROTOCOL[:READ/WRITE][:key=value+key=value], e.g.
 // "quorum:QUORUM/QUORUM,quorum:ALL/ONE,meteorshower:QUORUM/QUORUM:theta=upper".
@@ -31,6 +40,17 @@ func ParseConfigs(s string) ([]Config, error) {
 			if len(f) > 1 && f[1] != "" {
 				return nil, fmt.Errorf("bench: %q: globlease takes no consistency levels (write with option write_mode=active|passive)", part)
 			}
+		}
+		if c.Protocol == ProtocolEtcd {
+			// etcd has one write path (the Raft log) and two read paths.
+			c.ReadLevel, c.WriteLevel = EtcdLinearizable, ""
+			if len(f) > 1 && f[1] != "" {
+				c.ReadLevel = strings.ToLower(f[1])
+				if c.ReadLevel != EtcdLinearizable && c.ReadLevel != EtcdSerializable {
+					return nil, fmt.Errorf("bench: %q: etcd reads are %s or %s", part, EtcdLinearizable, EtcdSerializable)
+				}
+			}
+			f = f[:min(len(f), 1)]
 		}
 		if len(f) > 1 && f[1] != "" {
 			lv := strings.Split(f[1], "/")

@@ -69,8 +69,11 @@ type Run struct {
 // "meteorshower QUORUM/QUORUM theta=upper".
 func (r Run) Label() string {
 	s := fmt.Sprintf("%s %s/%s", r.Protocol, r.ReadLevel, r.WriteLevel)
-	if r.ReadLevel == "" && r.WriteLevel == "" {
+	switch {
+	case r.ReadLevel == "" && r.WriteLevel == "":
 		s = r.Protocol
+	case r.WriteLevel == "":
+		s = r.Protocol + " " + r.ReadLevel // etcd: its read mode
 	}
 	for _, k := range sortedKeys(r.Options) {
 		if k == "read_level" || k == "write_level" {

@@ -327,8 +327,15 @@ func LowerBoundMs(t *topology.Topology, cfg Config, region, op string) float64 {
 	return nthRTTMs(t, region, count)
 }
 
+// BoundFunc computes a protocol's lower bound; ok false falls back to the quorum bound.
+type BoundFunc func(t *topology.Topology, cfg Config, region, op string) (ms float64, ok bool)
+
 // protocolBounds lets protocols override the quorum bound (registered by their files).
-var protocolBounds = map[string]func(t *topology.Topology, cfg Config, region, op string) (float64, bool){}
+var protocolBounds = map[string]BoundFunc{}
+
+// RegisterLowerBound sets protocol's lower bound (peers register theirs: etcd's depends on
+// where its leader is). Call it from an init function: the map is not locked.
+func RegisterLowerBound(protocol string, fn BoundFunc) { protocolBounds[protocol] = fn }
 
 func nthRTTMs(t *topology.Topology, region string, count int) float64 {
 	var rtts []float64
