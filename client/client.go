@@ -11,9 +11,9 @@ package client
 
 import (
 	"context"
-	"net"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 

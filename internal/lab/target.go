@@ -112,7 +112,9 @@ func (t *Target) PeerOptions(role string) (peer.Options, error) {
 	for _, h := range hosts {
 		ns := h.Netns
 		o.Hosts = append(o.Hosts, peer.Host{Name: h.Name, Region: h.Region, Addr: h.Addr.String(),
-			Command: func(ctx context.Context, name string, args ...string) *exec.Cmd { return netnsCommand(ctx, ns, name, args...) }})
+			Command: func(ctx context.Context, name string, args ...string) *exec.Cmd {
+				return netnsCommand(ctx, ns, name, args...)
+			}})
 	}
 	return o, nil
 }

@@ -33,7 +33,7 @@ type RouterOptions struct {
 	// (default 262144, about 400 MB at the MTU); a packet arriving at a full queue is
 	// dropped and counted.
 	QueuePackets int
-	Log              *slog.Logger
+	Log          *slog.Logger
 }
 
 type packet struct {
