@@ -1,0 +1,19 @@
+//go:build linux
+
+package lab
+
+import (
+	"context"
+
+	"meridian/internal/peer"
+	"meridian/internal/peer/etcd"
+)
+
+// The peers the lab runs beside Meridian. Each starts one node per region on its own hosts.
+func init() {
+	peerStarters[RoleEtcd] = func(ctx context.Context, o peer.Options) (PeerCluster, error) {
+		// One member per region; the leader is moved to the topology's first region so runs
+		// are comparable (etcd's costs depend on where its leader is).
+		return etcd.Start(ctx, o, etcd.Options{})
+	}
+}
