@@ -356,24 +356,7 @@ func runScenario(ctx context.Context, t *Target, cfg bench.Config, scenario stri
 		}
 	}
 	res.Ops = len(h)
-	res.Checkers = []string{check.CheckerSequential, check.CheckerDurable}
-	if err := h.Validate(); err != nil {
-		res.Violations = append(res.Violations, "history: "+err.Error())
-	} else {
-		if v := check.SequentiallyConsistent(h); v != nil {
-			res.Violations = append(res.Violations, v.Error())
-		}
-		if v := check.Durable(h, final); v != nil {
-			res.Violations = append(res.Violations, v.Error())
-		}
-		if linearizable(cfg) {
-			res.Checkers = append(res.Checkers, check.CheckerLinearizable)
-			if r, v := check.Linearizable(h, 30*time.Second); r == check.Illegal && v != nil {
-				res.Violations = append(res.Violations, v.Error())
-			}
-		}
-	}
-	res.LostWrites = lostWrites(h, final)
+	res.Checkers, res.Violations, res.LostWrites = checkHistory(cfg, h, final)
 	if o.HistoryDir != "" {
 		if err := os.MkdirAll(o.HistoryDir, 0o755); err != nil {
 			return nil, err
@@ -433,6 +416,30 @@ func finalStates(ctx context.Context, m *Meridian, cfg bench.Config, keys int) (
 		c.Close()
 	}
 	return out, nil
+}
+
+// checkHistory runs the simulator's checkers on a lab history: sequential consistency and
+// durability for every protocol, linearizability for those that promise it.
+func checkHistory(cfg bench.Config, h check.History, final []check.ReplicaState) (checkers, violations []string, lost int) {
+	checkers = []string{check.CheckerSequential, check.CheckerDurable}
+	if linearizable(cfg) {
+		checkers = append(checkers, check.CheckerLinearizable)
+	}
+	if err := h.Validate(); err != nil {
+		return checkers, []string{"history: " + err.Error()}, lostWrites(h, final)
+	}
+	if v := check.SequentiallyConsistent(h); v != nil {
+		violations = append(violations, v.Error())
+	}
+	if v := check.Durable(h, final); v != nil {
+		violations = append(violations, v.Error())
+	}
+	if linearizable(cfg) {
+		if r, v := check.Linearizable(h, 30*time.Second); r == check.Illegal && v != nil {
+			violations = append(violations, v.Error())
+		}
+	}
+	return checkers, violations, lostWrites(h, final)
 }
 
 // lostWrites counts acknowledged writes that no node holds, nor a newer version of their key.
