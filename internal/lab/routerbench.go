@@ -152,6 +152,7 @@ func probe(ctx context.Context, from, to Host, rate int, d time.Duration, delayM
 		return nil, err
 	}
 	defer rx.Close()
+	setBuffers(rx)
 	tx, err := ListenPacketIn(from.Netns, "udp4", fmt.Sprintf("%s:0", from.Addr))
 	if err != nil {
 		return nil, err
@@ -219,6 +220,7 @@ func capacity(ctx context.Context, from, to Host, d time.Duration) (CapacityResu
 		rx.Close()
 		return c, err
 	}
+	setBuffers(rx)
 	var received atomic.Int64
 	done := make(chan struct{})
 	go func() {
@@ -295,4 +297,12 @@ func capacity(ctx context.Context, from, to Host, d time.Duration) (CapacityResu
 	<-srvDone
 	c.TCPMbps = float64(got.Load()) * 8 / elapsed.Seconds() / 1e6
 	return c, nil
+}
+
+// setBuffers enlarges a probe socket's receive buffer, so that drops measure the router and
+// not a receiver that fell behind for a moment.
+func setBuffers(pc net.PacketConn) {
+	if u, ok := pc.(*net.UDPConn); ok {
+		_ = u.SetReadBuffer(16 << 20)
+	}
 }

@@ -39,7 +39,8 @@ type RouterOptions struct {
 type packet struct {
 	data     []byte
 	release  time.Time
-	seq      uint64 // arrival order: ties in release time leave in arrival order
+	buf      *[]byte // data's buffer, returned to the pool once written
+	seq      uint64  // arrival order: ties in release time leave in arrival order
 	src, dst int
 }
 
@@ -57,6 +58,7 @@ type Router struct {
 	mu    sync.Mutex // guards policy
 	stats [][]*linkStats
 	sched *scheduler
+	bufs  sync.Pool // *[]byte of MTU+64 bytes: packet copies without garbage
 	// lateness is how long after its release time each packet was written (the router's
 	// delay error), in microseconds.
 	lateMu   sync.Mutex
@@ -93,6 +95,8 @@ func NewRouter(o RouterOptions) (*Router, error) {
 			r.stats[i][j] = &linkStats{}
 		}
 	}
+	mtu := o.MTU
+	r.bufs.New = func() any { b := make([]byte, 0, mtu+64); return &b }
 	sched, err := newScheduler(o.QueuePackets)
 	if err != nil {
 		return nil, err
@@ -141,8 +145,11 @@ func (r *Router) readLoop(src int) {
 		if v != Forward {
 			continue
 		}
-		if !r.sched.push(packet{data: append([]byte(nil), buf[:n]...), release: release, src: src, dst: dst}) {
+		bp := r.bufs.Get().(*[]byte)
+		data := append((*bp)[:0], buf[:n]...)
+		if !r.sched.push(packet{data: data, buf: bp, release: release, src: src, dst: dst}) {
 			st.overflow.Add(1)
+			r.bufs.Put(bp)
 		}
 	}
 }
@@ -154,7 +161,9 @@ func (r *Router) readLoop(src int) {
 func (r *Router) sendLoop() {
 	defer r.wg.Done()
 	r.sched.run(r.closeCh, func(p packet, now time.Time) {
-		if _, err := r.o.Ports[p.dst].Write(p.data); err != nil {
+		_, err := r.o.Ports[p.dst].Write(p.data)
+		r.bufs.Put(p.buf) // the device copied the packet
+		if err != nil {
 			// A host whose device went away (its namespace was deleted) just loses packets.
 			return
 		}

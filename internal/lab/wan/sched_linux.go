@@ -3,7 +3,6 @@
 package wan
 
 import (
-	"container/heap"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -42,7 +41,7 @@ func (s *scheduler) push(p packet) bool {
 	}
 	s.seq++
 	p.seq = s.seq
-	heap.Push(&s.q, p)
+	s.q.push(p)
 	earliest := s.q[0].seq == p.seq
 	s.mu.Unlock()
 	if earliest {
@@ -77,7 +76,7 @@ func (s *scheduler) run(done <-chan struct{}, send func(p packet, now time.Time)
 		now := time.Now()
 		s.mu.Lock()
 		for len(s.q) > 0 && !s.q[0].release.After(now) && len(due) < cap(due) {
-			due = append(due, heap.Pop(&s.q).(packet))
+			due = append(due, s.q.pop())
 		}
 		var wait time.Duration = -1 // -1: until woken
 		if len(s.q) > 0 {
@@ -107,22 +106,53 @@ func (s *scheduler) run(done <-chan struct{}, send func(p packet, now time.Time)
 	}
 }
 
-// packetHeap orders packets by release time, then arrival.
+// packetHeap is a binary min-heap of packets by release time, then arrival. It is written
+// out rather than used through container/heap, whose interface boxes every packet: the
+// allocations made the release thread assist the garbage collector, which showed up as
+// milliseconds of delay error.
 type packetHeap []packet
 
-func (h packetHeap) Len() int { return len(h) }
-func (h packetHeap) Less(i, j int) bool {
+func (h packetHeap) less(i, j int) bool {
 	if !h[i].release.Equal(h[j].release) {
 		return h[i].release.Before(h[j].release)
 	}
 	return h[i].seq < h[j].seq
 }
-func (h packetHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *packetHeap) Push(x any)   { *h = append(*h, x.(packet)) }
-func (h *packetHeap) Pop() any {
-	old := *h
-	p := old[len(old)-1]
-	old[len(old)-1] = packet{}
-	*h = old[:len(old)-1]
-	return p
+
+func (h *packetHeap) push(p packet) {
+	*h = append(*h, p)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !q.less(i, parent) {
+			break
+		}
+		q[i], q[parent] = q[parent], q[i]
+		i = parent
+	}
+}
+
+func (h *packetHeap) pop() packet {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q[last] = packet{}
+	q = q[:last]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < len(q) && q.less(l, m) {
+			m = l
+		}
+		if r < len(q) && q.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	*h = q
+	return top
 }
