@@ -6,14 +6,18 @@ import (
 	"errors"
 
 	"github.com/spf13/cobra"
+
+	"meridian/internal/bench"
 )
+
+var errLabLinux = errors.New("lab: needs Linux (network namespaces and TUN devices)")
 
 func labCmd() *cobra.Command {
 	return &cobra.Command{Use: "lab", Short: "The network lab (Linux only)", RunE: func(*cobra.Command, []string) error {
-		return errors.New("lab: needs Linux (network namespaces and TUN devices)")
+		return errLabLinux
 	}}
 }
 
-func newLabTarget(string) (interface{ Close() error }, error) {
-	return nil, errors.New("lab: needs Linux")
-}
+func newLabTarget(string) (bench.Target, error) { return nil, errLabLinux }
+
+func labNodes(bench.Target) int { return 0 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -19,6 +21,9 @@ type MaxOptions struct {
 	Probe time.Duration
 	// Bisections after the first failing rate (default 4).
 	Bisections int
+	// MachineCPU samples the whole machine's CPU (/proc/stat) instead of this process's:
+	// in the lab the servers are other processes.
+	MachineCPU bool
 }
 
 // Probe is one measured rate.
@@ -76,6 +81,11 @@ func FindMax(ctx context.Context, t Target, cfg Config, nodes int, o RunOptions,
 	}
 	res := &MaxResult{Config: cfg.Label(), Workload: o.Workload.Name, Nodes: nodes, P99BoundMs: mo.P99BoundMs,
 		CPUNote: fmt.Sprintf("CPU of this process (nodes and clients together) on a %d-core machine", runtime.NumCPU())}
+	cpuSeconds := processCPUSeconds
+	if mo.MachineCPU {
+		cpuSeconds = machineCPUSeconds
+		res.CPUNote = fmt.Sprintf("CPU of the whole machine (servers, router and clients together) on a %d-core machine", runtime.NumCPU())
+	}
 	probe := func(rate float64) (Probe, error) {
 		po := o
 		po.SkipLoad = true
@@ -83,14 +93,14 @@ func FindMax(ctx context.Context, t Target, cfg Config, nodes int, o RunOptions,
 		po.Duration = mo.Probe
 		po.Warmup = time.Second
 		po.ClientsPerRegion = max(o.ClientsPerRegion, 256)
-		cpu0 := processCPUSeconds()
+		cpu0 := cpuSeconds()
 		wall0 := time.Now()
 		run, err := Execute(ctx, sess, regions, cfg, po)
 		if err != nil {
 			return Probe{}, err
 		}
 		p := Probe{RatePerRegion: rate, Achieved: run.ThroughputOps,
-			CPUCores: (processCPUSeconds() - cpu0) / time.Since(wall0).Seconds()}
+			CPUCores: (cpuSeconds() - cpu0) / time.Since(wall0).Seconds()}
 		for _, rs := range run.Regions {
 			for _, s := range []*OpStats{&rs.Read, &rs.Write, rs.Scan, rs.Insert, rs.RMW} {
 				if s != nil && s.Count > 0 {
@@ -156,4 +166,28 @@ func processCPUSeconds() float64 {
 		return selfCPU()
 	}
 	return v
+}
+
+// machineCPUSeconds is the machine's busy CPU time (every core, every process) from
+// /proc/stat, in seconds; 0 when unreadable.
+func machineCPUSeconds() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	var busy float64
+	// user nice system idle iowait irq softirq steal: everything but idle and iowait.
+	for i, v := range f[1:min(len(f), 9)] {
+		if i == 3 || i == 4 {
+			continue
+		}
+		n, _ := strconv.ParseFloat(v, 64)
+		busy += n
+	}
+	return busy / 100 // USER_HZ is 100 on Linux
 }
