@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -108,6 +109,18 @@ func (f benchFlags) workloadSpec() (ycsb.Workload, error) {
 
 func runBench(cmd *cobra.Command, f benchFlags) error {
 	ctx := cmd.Context()
+	if path := os.Getenv("MERIDIAN_CPUPROFILE"); path != "" {
+		// The benchmark client's own profile (is the client the bottleneck?).
+		pf, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("bench: MERIDIAN_CPUPROFILE: %w", err)
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return fmt.Errorf("bench: MERIDIAN_CPUPROFILE: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	w, err := f.workloadSpec()
 	if err != nil {
 		return err

@@ -31,7 +31,7 @@ func init() {
 			if home != region {
 				toMaster = float64(t.RTT(region, home).Microseconds()) / 1000
 			}
-			if b := toMaster + nthRTTMs(t, home, len(t.Regions)/2+1); best < 0 || b < best {
+			if b := toMaster + NthRTTMs(t, home, len(t.Regions)/2+1); best < 0 || b < best {
 				best = b
 			}
 		}

@@ -20,7 +20,7 @@ func init() {
 		if config.Level(cfg.ReadLevel) == config.LevelAll {
 			count = len(t.Regions)
 		}
-		oneWayMs := nthRTTMs(t, region, count) / 2
+		oneWayMs := NthRTTMs(t, region, count) / 2
 		switch cfg.Options["theta"] {
 		case "upper":
 			return 0, true

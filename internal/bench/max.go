@@ -79,6 +79,18 @@ func FindMax(ctx context.Context, t Target, cfg Config, nodes int, o RunOptions,
 	if err := Load(ctx, sess, o.Workload, regions, 256); err != nil {
 		return nil, err
 	}
+	if o.Warmup > time.Second {
+		// Settle before the first probe: a JVM peer compiles its hot paths and a freshly
+		// loaded store compacts during the first tens of seconds, and a probe measured then
+		// measures that instead. Unmeasured, at the first probe's rate.
+		so := o
+		so.SkipLoad, so.RatePerRegion, so.Duration, so.Warmup = true, mo.StartRatePerRegion, o.Warmup, 0
+		so.ClientsPerRegion = max(o.ClientsPerRegion, 256)
+		so.Progress = nil
+		if _, err := Execute(ctx, sess, regions, cfg, so); err != nil {
+			return nil, fmt.Errorf("bench: settling before the search: %w", err)
+		}
+	}
 	res := &MaxResult{Config: cfg.Label(), Workload: o.Workload.Name, Nodes: nodes, P99BoundMs: mo.P99BoundMs,
 		CPUNote: fmt.Sprintf("CPU of this process (nodes and clients together) on a %d-core machine", runtime.NumCPU())}
 	cpuSeconds := processCPUSeconds

@@ -324,7 +324,7 @@ func LowerBoundMs(t *topology.Topology, cfg Config, region, op string) float64 {
 	case config.LevelQuorum:
 		count = n/2 + 1
 	}
-	return nthRTTMs(t, region, count)
+	return NthRTTMs(t, region, count)
 }
 
 // BoundFunc computes a protocol's lower bound; ok false falls back to the quorum bound.
@@ -337,7 +337,10 @@ var protocolBounds = map[string]BoundFunc{}
 // where its leader is). Call it from an init function: the map is not locked.
 func RegisterLowerBound(protocol string, fn BoundFunc) { protocolBounds[protocol] = fn }
 
-func nthRTTMs(t *topology.Topology, region string, count int) float64 {
+// NthRTTMs is the count-th smallest RTT from region to the topology's regions (0 to itself),
+// the latency of waiting for count replies with one replica per region; 0 if there are fewer
+// regions than count.
+func NthRTTMs(t *topology.Topology, region string, count int) float64 {
 	var rtts []float64
 	for _, r := range t.Regions {
 		if r == region {

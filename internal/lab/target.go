@@ -168,10 +168,13 @@ func (t *Target) Prepare(ctx context.Context, cfg bench.Config) (bench.Session, 
 }
 
 type meridianSession struct {
-	t       *Target
-	cfg     bench.Config
-	mu      sync.Mutex
-	clients []*client.Client
+	t   *Target
+	cfg bench.Config
+	mu  sync.Mutex
+	// clients are shared by every benchmark client of a region talking to the same server,
+	// as the peers' drivers share one session per region: one HTTP/2 connection carries
+	// all of them, so requests are batched into fewer packets and syscalls.
+	clients map[string]*client.Client
 }
 
 func (s *meridianSession) Connect(region string, i int) (bench.KV, error) {
@@ -184,13 +187,20 @@ func (s *meridianSession) Connect(region string, i int) (bench.KV, error) {
 	if len(hosts) == 0 {
 		return nil, fmt.Errorf("lab: no Meridian server in region %q", region)
 	}
-	c, err := s.t.meridian.Dial(hosts[i%len(hosts)], region)
+	h := hosts[i%len(hosts)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.clients[h.Name]; ok {
+		return &meridianKV{c: c}, nil
+	}
+	c, err := s.t.meridian.Dial(h, region)
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	s.clients = append(s.clients, c)
-	s.mu.Unlock()
+	if s.clients == nil {
+		s.clients = map[string]*client.Client{}
+	}
+	s.clients[h.Name] = c
 	return &meridianKV{c: c}, nil
 }
 

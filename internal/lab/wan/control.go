@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 )
 
@@ -45,6 +46,9 @@ type CutRequest struct {
 // Handler serves the control API of r.
 func Handler(r *Router) http.Handler {
 	mux := http.NewServeMux()
+	// Profiles of the router itself, for when it shows up in a benchmark's CPU.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, r.Status()) })
 	mux.HandleFunc("POST /v1/reset-lateness", func(w http.ResponseWriter, _ *http.Request) {
 		r.ResetLateness()

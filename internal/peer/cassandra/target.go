@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -427,23 +426,6 @@ func lowerBound(t *topology.Topology, cfg bench.Config, region, op string) (floa
 	if err != nil || (c != gocql.Two && c != gocql.Three) {
 		return 0, false
 	}
-	return nthRTTMs(t, region, fixedReplicas(c)), true
+	return bench.NthRTTMs(t, region, fixedReplicas(c)), true
 }
 
-// nthRTTMs is the count-th smallest RTT from region to the topology's regions (0 to itself);
-// 0 if there are fewer regions (such a level is unavailable, and Prepare refuses it).
-func nthRTTMs(t *topology.Topology, region string, count int) float64 {
-	var rtts []float64
-	for _, r := range t.Regions {
-		if r == region {
-			rtts = append(rtts, 0)
-		} else {
-			rtts = append(rtts, float64(t.RTT(region, r).Microseconds())/1000)
-		}
-	}
-	slices.Sort(rtts)
-	if count < 1 || count > len(rtts) {
-		return 0
-	}
-	return rtts[count-1]
-}
