@@ -428,4 +428,3 @@ func lowerBound(t *topology.Topology, cfg bench.Config, region, op string) (floa
 	}
 	return bench.NthRTTMs(t, region, fixedReplicas(c)), true
 }
-
