@@ -149,6 +149,14 @@ func labStatusCmd(dir *string) *cobra.Command {
 	return cmd
 }
 
+// labRouter returns the control client of the lab up in dir (a clear error when none is).
+func labRouter(dir string) (*wan.Client, error) {
+	if _, err := lab.LoadState(dir); err != nil {
+		return nil, err
+	}
+	return wan.NewClient(lab.RouterSocket(dir)), nil
+}
+
 func labWANCmd(dir *string) *cobra.Command {
 	cmd := &cobra.Command{Use: "wan", Short: "Change the WAN at run time: link delay, jitter, loss, bandwidth; cut and heal"}
 	var from, to string
@@ -173,7 +181,11 @@ func labWANCmd(dir *string) *cobra.Command {
 			if fl.Changed("bandwidth-mbps") {
 				r.BandwidthMbps = &bw
 			}
-			return wan.NewClient(lab.RouterSocket(*dir)).SetLink(cmd.Context(), r)
+			rc, err := labRouter(*dir)
+			if err != nil {
+				return err
+			}
+			return rc.SetLink(cmd.Context(), r)
 		},
 	}
 	set.Flags().Float64Var(&delay, "delay-ms", 0, "one-way delay")
@@ -186,7 +198,11 @@ func labWANCmd(dir *string) *cobra.Command {
 		Short: "Drop every packet between the selections (both directions unless --one-way)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return wan.NewClient(lab.RouterSocket(*dir)).Cut(cmd.Context(), wan.CutRequest{From: from, To: to, OneWay: oneWay})
+			rc, err := labRouter(*dir)
+			if err != nil {
+				return err
+			}
+			return rc.Cut(cmd.Context(), wan.CutRequest{From: from, To: to, OneWay: oneWay})
 		},
 	}
 	heal := &cobra.Command{
@@ -194,7 +210,11 @@ func labWANCmd(dir *string) *cobra.Command {
 		Short: "Heal cut links",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return wan.NewClient(lab.RouterSocket(*dir)).Heal(cmd.Context(), wan.CutRequest{From: from, To: to, OneWay: oneWay, All: all})
+			rc, err := labRouter(*dir)
+			if err != nil {
+				return err
+			}
+			return rc.Heal(cmd.Context(), wan.CutRequest{From: from, To: to, OneWay: oneWay, All: all})
 		},
 	}
 	heal.Flags().BoolVar(&all, "all", false, "heal every link")
