@@ -67,6 +67,10 @@ type NemesisResult struct {
 	Failed        int            `json:"failed"`
 	Indeterminate int            `json:"indeterminate"`
 	ClientErrors  map[string]int `json:"client_errors"` // by gRPC code
+	// ReadPaths counts successful reads by how the node served them (quorum, local,
+	// fallback, master, lease, ...): a protocol that cannot keep its guarantee under a fault
+	// must show it here (MeteorShower falls back to quorum reads when a clock is beyond ε).
+	ReadPaths map[string]int `json:"read_paths"`
 	Checkers      []string       `json:"checkers"`
 	Violations    []string       `json:"violations"`
 	// LostWrites counts acknowledged writes no node returns after the faults healed (nor a
@@ -79,10 +83,10 @@ type NemesisResult struct {
 	History           string `json:"history,omitempty"`
 }
 
-// clockDependent reports whether cfg's correctness rests on the clock bound ε.
-func clockDependent(cfg bench.Config) bool {
-	return cfg.Protocol == config.ProtocolMeteorShower || cfg.Protocol == config.ProtocolGlobLease
-}
+// clockDependent reports whether cfg's correctness rests on the clock bound ε holding.
+// MeteorShower does not count: it measures its peers' offsets and falls back to quorum reads
+// when one exceeds ε (docs/meteorshower.md), which the clock-beyond scenario checks.
+func clockDependent(cfg bench.Config) bool { return cfg.Protocol == config.ProtocolGlobLease }
 
 // linearizable reports whether cfg promises linearizability (checked with Porcupine).
 func linearizable(cfg bench.Config) bool { return cfg.Protocol == config.ProtocolGlobLease }
@@ -206,7 +210,7 @@ func runScenario(ctx context.Context, t *Target, cfg bench.Config, scenario stri
 	layout := t.st.Layout
 	regions := layout.Topology.Regions
 	hosts := m.Hosts()
-	res := &NemesisResult{Scenario: scenario, Config: cfg.Label(), ClientErrors: map[string]int{},
+	res := &NemesisResult{Scenario: scenario, Config: cfg.Label(), ClientErrors: map[string]int{}, ReadPaths: map[string]int{},
 		WithinAssumptions: !(scenario == ScenarioClockBeyond && clockDependent(cfg))}
 	// The fault targets the second region's node (the first is often a home or leader).
 	victim := hosts[min(1, len(hosts)-1)]
@@ -289,6 +293,11 @@ func runScenario(ctx context.Context, t *Target, cfg bench.Config, scenario stri
 							}
 							op.Outcome, op.Found, op.Value, op.Version = check.OK, r.Found, string(r.Value), hlcVersion(r.Version)
 						})
+						if err == nil {
+							errMu.Lock()
+							res.ReadPaths[r.ReadPath]++
+							errMu.Unlock()
+						}
 						opErr = err
 					} else {
 						value := fmt.Sprintf("r%d-c%d-%d", ri, ci, n)
@@ -357,6 +366,10 @@ func runScenario(ctx context.Context, t *Target, cfg bench.Config, scenario stri
 	}
 	res.Ops = len(h)
 	res.Checkers, res.Violations, res.LostWrites = checkHistory(cfg, h, final)
+	if scenario == ScenarioClockBeyond && cfg.Protocol == config.ProtocolMeteorShower && res.ReadPaths["fallback"] == 0 {
+		// Beyond ε MeteorShower's local reads are unsafe; it must have noticed and fallen back.
+		res.Violations = append(res.Violations, "clock beyond ε, yet no read fell back to the quorum path: the node degraded silently")
+	}
 	if o.HistoryDir != "" {
 		if err := os.MkdirAll(o.HistoryDir, 0o755); err != nil {
 			return nil, err
@@ -482,6 +495,13 @@ func PrintNemesis(w io.Writer, res []NemesisResult) {
 			strings.Join(errs, ", "), strings.Join(r.Checkers, "+"), len(r.Violations), r.LostWrites, r.WithinAssumptions)
 	}
 	tw.Flush()
+	for _, r := range res {
+		var paths []string
+		for _, k := range slices.Sorted(maps.Keys(r.ReadPaths)) {
+			paths = append(paths, fmt.Sprintf("%s %d", k, r.ReadPaths[k]))
+		}
+		fmt.Fprintf(w, "read paths, %s under %s: %s\n", r.Config, r.Scenario, strings.Join(paths, ", "))
+	}
 	for _, r := range res {
 		for _, v := range r.Violations {
 			fmt.Fprintf(w, "\n%s under %s: %s\n", r.Config, r.Scenario, v)
