@@ -212,9 +212,16 @@ func runScenario(ctx context.Context, t *Target, cfg bench.Config, scenario stri
 	hosts := m.Hosts()
 	res := &NemesisResult{Scenario: scenario, Config: cfg.Label(), ClientErrors: map[string]int{}, ReadPaths: map[string]int{},
 		WithinAssumptions: !(scenario == ScenarioClockBeyond && clockDependent(cfg))}
-	// The fault targets the second region's node (the first is often a home or leader).
-	victim := hosts[min(1, len(hosts)-1)]
+	// The fault targets the second region and its first node (the first region is often a
+	// home or a leader, which other scenarios and the simulator cover).
 	victimRegion := regions[min(1, len(regions)-1)]
+	victim := hosts[0]
+	for _, h := range hosts {
+		if h.Region == victimRegion {
+			victim = h
+			break
+		}
+	}
 	eps := m.MaxClockOffset
 	inject, heal := func() error { return nil }, func() error { return nil }
 	switch scenario {
