@@ -70,9 +70,9 @@ type NemesisResult struct {
 	// ReadPaths counts successful reads by how the node served them (quorum, local,
 	// fallback, master, lease, ...): a protocol that cannot keep its guarantee under a fault
 	// must show it here (MeteorShower falls back to quorum reads when a clock is beyond ε).
-	ReadPaths map[string]int `json:"read_paths"`
-	Checkers      []string       `json:"checkers"`
-	Violations    []string       `json:"violations"`
+	ReadPaths  map[string]int `json:"read_paths"`
+	Checkers   []string       `json:"checkers"`
+	Violations []string       `json:"violations"`
 	// LostWrites counts acknowledged writes no node returns after the faults healed (nor a
 	// newer version of their key).
 	LostWrites int `json:"lost_writes"`
