@@ -29,7 +29,9 @@ type Link struct {
 	DelayMs float64 `json:"delay_ms"`
 	// JitterMs adds a uniform random delay in [0, JitterMs) per packet. Packets of one link
 	// never overtake each other (as in netem with rate limiting): TCP would read reordering
-	// as loss.
+	// as loss. The price: a packet waits for the latest release before it, so in a burst
+	// (packets closer together than the jitter) delays gather near the top of the range
+	// (testdata/jitter_loss.txt shows it).
 	JitterMs float64 `json:"jitter_ms"`
 	// LossPct drops that share of packets at random (0..100).
 	LossPct float64 `json:"loss_pct"`
