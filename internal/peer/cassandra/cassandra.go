@@ -20,7 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	gocql "github.com/apache/cassandra-gocql-driver/v2"
@@ -137,10 +136,7 @@ type node struct {
 	host peer.Host
 	dirs nodeDirs
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the current process has exited
-	err  error         // its exit status, set before done closes
+	proc peer.Process
 }
 
 // Start writes each node's configuration into o.Dir/<host>/ (wiping any data left there,
@@ -319,84 +315,25 @@ func (c *Cluster) writeNodeFiles(n *node, fresh bool) error {
 
 // launch starts n's JVM on its host, appending to its log file.
 func (c *Cluster) launch(n *node) error {
-	logf, err := os.OpenFile(n.dirs.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	header := fmt.Sprintf("=== meridian: starting %s (%s, dc %s) at %s", n.host.Name, n.host.Addr, n.host.Region, time.Now().Format(time.RFC3339))
+	pid, err := n.proc.Start(c.procCtx, n.host, n.dirs.LogFile, n.dirs.Root, header, c.co.Java, javaArgs(c.co, n.i, n.dirs)...)
 	if err != nil {
-		return fmt.Errorf("cassandra: open log of %s: %w", n.host.Name, err)
+		return fmt.Errorf("cassandra: %w", err)
 	}
-	fmt.Fprintf(logf, "=== meridian: starting %s (%s, dc %s) at %s\n", n.host.Name, n.host.Addr, n.host.Region, time.Now().Format(time.RFC3339))
-	cmd := n.host.Cmd(c.procCtx, c.co.Java, javaArgs(c.co, n.i, n.dirs)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Dir = n.dirs.Root
-	if cmd.SysProcAttr == nil {
-		// Own process group, so a kill reaches the JVM even if the host's command wraps it;
-		// and die with this process, so no JVM outlives a crashed test.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("cassandra: start %s: %w", n.host.Name, err)
-	}
-	done := make(chan struct{})
-	n.mu.Lock()
-	n.cmd, n.done, n.err = cmd, done, nil
-	n.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		logf.Close()
-		n.mu.Lock()
-		n.err = err
-		n.mu.Unlock()
-		close(done)
-	}()
-	c.o.Logf("cassandra: started %s on %s (pid %d)", n.host.Name, n.host.Addr, cmd.Process.Pid)
+	c.o.Logf("cassandra: started %s on %s (pid %d)", n.host.Name, n.host.Addr, pid)
 	return nil
 }
 
 // kill SIGKILLs n's process group and waits (at most a minute) for the process to exit.
 func (n *node) kill() error {
-	n.mu.Lock()
-	cmd, done := n.cmd, n.done
-	n.mu.Unlock()
-	if cmd == nil {
-		return nil
+	if err := n.proc.Kill(time.Minute); err != nil {
+		return fmt.Errorf("cassandra: %s: %w", n.host.Name, err)
 	}
-	select {
-	case <-done:
-		return nil
-	default:
-	}
-	pid := cmd.Process.Pid
-	if cmd.SysProcAttr != nil && cmd.SysProcAttr.Setpgid {
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-	} else {
-		_ = cmd.Process.Kill()
-	}
-	select {
-	case <-done:
-		return nil
-	case <-time.After(time.Minute):
-		return fmt.Errorf("cassandra: %s (pid %d) did not exit within a minute of SIGKILL", n.host.Name, pid)
-	}
+	return nil
 }
 
 // exited reports whether n's current process has exited, and how.
-func (n *node) exited() (bool, error) {
-	n.mu.Lock()
-	done, err := n.done, n.err
-	n.mu.Unlock()
-	if done == nil {
-		return true, errors.New("never started")
-	}
-	select {
-	case <-done:
-		n.mu.Lock()
-		err = n.err
-		n.mu.Unlock()
-		return true, err
-	default:
-		return false, err
-	}
-}
+func (n *node) exited() (bool, error) { return n.proc.Exited() }
 
 // waitGroup runs wait for every node concurrently and returns the first error.
 func (c *Cluster) waitGroup(ctx context.Context, nodes []*node, wait func(*Cluster, context.Context, *node) error) error {

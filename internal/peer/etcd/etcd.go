@@ -21,7 +21,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -246,10 +245,7 @@ type member struct {
 	admin   *clientv3.Client // endpoint: this member only, dialled from its region
 	id      uint64           // Raft member ID, learnt from its status
 
-	// process state, under Cluster.mu
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
-	err  error         // cmd's exit status, after done
+	proc peer.Process
 }
 
 // Start starts one member per host, waits until the cluster has a leader and every member is
@@ -354,62 +350,23 @@ func newClient(endpoints []string, dial peer.DialFunc) (*clientv3.Client, error)
 
 // launch starts m's process. Called with c.mu held.
 func (c *Cluster) launch(m *member) error {
-	logf, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("etcd: log file: %w", err)
-	}
 	flags := memberFlags(m.host, c.o.Hosts, m.dataDir, c.token, c.eo)
-	fmt.Fprintf(logf, "### %s: %s %s\n", time.Now().Format(time.RFC3339), c.binary, strings.Join(flags, " "))
+	header := fmt.Sprintf("### %s: %s %s", time.Now().Format(time.RFC3339), c.binary, strings.Join(flags, " "))
 	// The process outlives Start's context: it ends with Stop or Kill.
-	cmd := m.host.Cmd(context.Background(), c.binary, flags...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if cmd.SysProcAttr == nil {
-		// Its own process group (Kill reaches a wrapper's children too), killed if we die.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if _, err := m.proc.Start(context.Background(), m.host, m.logPath, "", header, c.binary, flags...); err != nil {
+		return fmt.Errorf("etcd: member %s: %w", m.host.Name, err)
 	}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("etcd: start member %s: %w", m.host.Name, err)
-	}
-	done := make(chan struct{})
-	m.cmd, m.done, m.err = cmd, done, nil
-	go func() {
-		err := cmd.Wait()
-		logf.Close()
-		c.mu.Lock()
-		m.err = err
-		c.mu.Unlock()
-		close(done)
-	}()
 	return nil
 }
 
-// running reports whether m's process is running. Called with c.mu held.
-func (m *member) running() bool {
-	if m.done == nil {
-		return false
-	}
-	select {
-	case <-m.done:
-		return false
-	default:
-		return true
-	}
-}
+// running reports whether m's process is running.
+func (m *member) running() bool { return m.proc.Running() }
 
-// kill kills m's process and waits for it. Called without c.mu.
+// kill kills m's process and waits (at most a minute) for it.
 func (c *Cluster) kill(m *member) {
-	c.mu.Lock()
-	cmd, done := m.cmd, m.done
-	c.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
-		return
+	if err := m.proc.Kill(time.Minute); err != nil {
+		c.o.Logf("etcd: %s: %v", m.host.Name, err)
 	}
-	if cmd.SysProcAttr != nil && cmd.SysProcAttr.Setpgid {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
-	_ = cmd.Process.Kill()
-	<-done
 }
 
 // Stop kills every member and waits for them to exit; the data stays in o.Dir. Idempotent.
@@ -563,7 +520,7 @@ func (c *Cluster) waitHealthy(ctx context.Context, ms []*member) error {
 	defer cancel()
 	c.mu.Lock()
 	for _, m := range ms {
-		if done := m.done; done != nil {
+		if done := m.proc.Done(); done != nil {
 			go func() {
 				select {
 				case <-done:
@@ -589,7 +546,8 @@ func (c *Cluster) waitHealthy(ctx context.Context, ms []*member) error {
 		}
 		c.mu.Unlock()
 		if exited != nil {
-			return fmt.Errorf("etcd: member %s exited (%v); see %s\n%s", exited.host.Name, exited.err, exited.logPath, c.logTails())
+			_, exitErr := exited.proc.Exited()
+			return fmt.Errorf("etcd: member %s exited (%v); see %s\n%s", exited.host.Name, exitErr, exited.logPath, c.logTails())
 		}
 		select {
 		case <-ctx.Done():

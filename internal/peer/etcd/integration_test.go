@@ -72,9 +72,7 @@ func startLoopback(t *testing.T, leader string) *Cluster {
 			t.Error(err)
 		}
 		for _, m := range c.members {
-			select {
-			case <-m.done:
-			default:
+			if m.proc.Running() {
 				t.Errorf("member %s still running after Stop", m.host.Name)
 			}
 		}
