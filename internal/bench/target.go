@@ -235,7 +235,7 @@ func (s *clusterSession) Connect(region string, i int) (KV, error) {
 		return nil, err
 	}
 	s.clients = append(s.clients, c)
-	return &clientKV{c: c, ks: s.t.Keyspace, read: client.Consistency(s.cfg.ReadLevel), write: client.Consistency(s.cfg.WriteLevel)}, nil
+	return ClientKV(c, s.t.Keyspace, s.cfg), nil
 }
 
 func (s *clusterSession) LowerBoundMs(region, op string) float64 {
@@ -253,6 +253,13 @@ type clientKV struct {
 	c           *client.Client
 	ks          string
 	read, write client.Option
+}
+
+// ClientKV benchmarks keyspace ks through c at the configuration's levels (the lab's
+// Meridian target; ClusterTarget). gRPC marshals each request, so the generator's reused
+// buffers need no copy here.
+func ClientKV(c *client.Client, ks string, cfg Config) KV {
+	return &clientKV{c: c, ks: ks, read: client.Consistency(cfg.ReadLevel), write: client.Consistency(cfg.WriteLevel)}
 }
 
 func (k *clientKV) Read(ctx context.Context, key []byte) error {

@@ -115,3 +115,28 @@ func TestCheckHistoryCatchesBrokenHistories(t *testing.T) {
 		t.Fatalf("quorum is checked with %v, want sequential consistency and durability", c)
 	}
 }
+
+// Beyond ε MeteorShower must fall back visibly: a run whose reads all stayed local (the
+// broken variant: a node that ignores its clock service) is a violation; one with fallback
+// reads, or a fault within ε, is not.
+func TestSilentDegradationCaught(t *testing.T) {
+	ms := bench.Config{Protocol: "meteorshower", ReadLevel: "QUORUM", WriteLevel: "QUORUM"}
+	if silentDegradation(ms, ScenarioClockBeyond, map[string]int{"local": 400, "local-waited": 200}) == "" {
+		t.Fatal("MeteorShower serving only local reads with a clock beyond ε must be caught")
+	}
+	if v := silentDegradation(ms, ScenarioClockBeyond, map[string]int{"fallback": 243, "local-waited": 406}); v != "" {
+		t.Fatalf("a run that fell back was flagged: %s", v)
+	}
+	if v := silentDegradation(ms, ScenarioClockWithin, map[string]int{"local": 400}); v != "" {
+		t.Fatalf("local reads within ε were flagged: %s", v)
+	}
+	if v := silentDegradation(bench.Config{Protocol: "quorum"}, ScenarioClockBeyond, map[string]int{"quorum": 400}); v != "" {
+		t.Fatalf("quorum has no local reads to fall back from: %s", v)
+	}
+}
+
+func TestPlanRefusesNegativeServers(t *testing.T) {
+	if _, err := Plan(PlanOptions{Topology: mustTopology(t, "gcp-meteorshower-3"), MeridianPerRegion: -1}); err == nil {
+		t.Fatal("a negative server count must be refused")
+	}
+}

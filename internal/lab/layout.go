@@ -70,7 +70,10 @@ func Plan(o PlanOptions) (*Layout, error) {
 	if len(t.Regions) > 250 {
 		return nil, fmt.Errorf("lab: %d regions; at most 250", len(t.Regions))
 	}
-	if o.MeridianPerRegion <= 0 {
+	if o.MeridianPerRegion < 0 {
+		return nil, fmt.Errorf("lab: %d Meridian servers per region; give 1 or more (0: the default, 1)", o.MeridianPerRegion)
+	}
+	if o.MeridianPerRegion == 0 {
 		o.MeridianPerRegion = 1
 	}
 	for _, p := range o.Peers {

@@ -373,9 +373,8 @@ func runScenario(ctx context.Context, t *Target, cfg bench.Config, scenario stri
 	}
 	res.Ops = len(h)
 	res.Checkers, res.Violations, res.LostWrites = checkHistory(cfg, h, final)
-	if scenario == ScenarioClockBeyond && cfg.Protocol == config.ProtocolMeteorShower && res.ReadPaths["fallback"] == 0 {
-		// Beyond ε MeteorShower's local reads are unsafe; it must have noticed and fallen back.
-		res.Violations = append(res.Violations, "clock beyond ε, yet no read fell back to the quorum path: the node degraded silently")
+	if v := silentDegradation(cfg, scenario, res.ReadPaths); v != "" {
+		res.Violations = append(res.Violations, v)
 	}
 	if o.HistoryDir != "" {
 		if err := os.MkdirAll(o.HistoryDir, 0o755); err != nil {
@@ -460,6 +459,16 @@ func checkHistory(cfg bench.Config, h check.History, final []check.ReplicaState)
 		}
 	}
 	return checkers, violations, lostWrites(h, final)
+}
+
+// silentDegradation explains a run in which a protocol that cannot keep its guarantee
+// under the fault kept serving as if it could: beyond ε MeteorShower's local reads are
+// unsafe, so it must notice and fall back to quorum reads. "" when the run is fine.
+func silentDegradation(cfg bench.Config, scenario string, readPaths map[string]int) string {
+	if scenario == ScenarioClockBeyond && cfg.Protocol == config.ProtocolMeteorShower && readPaths["fallback"] == 0 {
+		return "clock beyond ε, yet no read fell back to the quorum path: the node degraded silently"
+	}
+	return ""
 }
 
 // lostWrites counts acknowledged writes that no node holds, nor a newer version of their key.

@@ -3,7 +3,6 @@
 package lab
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -191,7 +190,7 @@ func (s *meridianSession) Connect(region string, i int) (bench.KV, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c, ok := s.clients[h.Name]; ok {
-		return &meridianKV{c: c}, nil
+		return bench.ClientKV(c, "bench", s.cfg), nil
 	}
 	c, err := s.t.meridian.Dial(h, region)
 	if err != nil {
@@ -201,7 +200,7 @@ func (s *meridianSession) Connect(region string, i int) (bench.KV, error) {
 		s.clients = map[string]*client.Client{}
 	}
 	s.clients[h.Name] = c
-	return &meridianKV{c: c}, nil
+	return bench.ClientKV(c, "bench", s.cfg), nil
 }
 
 func (s *meridianSession) LowerBoundMs(region, op string) float64 {
@@ -219,26 +218,4 @@ func (s *meridianSession) Close() error {
 	}
 	s.clients = nil
 	return nil
-}
-
-// meridianKV uses the keyspace's default levels (the configuration's).
-type meridianKV struct{ c *client.Client }
-
-func (k *meridianKV) Read(ctx context.Context, key []byte) error {
-	_, err := k.c.Get(ctx, "bench", bytes.Clone(key))
-	return err
-}
-
-func (k *meridianKV) Update(ctx context.Context, key, value []byte) error {
-	_, err := k.c.Put(ctx, "bench", bytes.Clone(key), bytes.Clone(value))
-	return err
-}
-
-func (k *meridianKV) Insert(ctx context.Context, key, value []byte) error {
-	return k.Update(ctx, key, value)
-}
-
-func (k *meridianKV) Scan(ctx context.Context, start []byte, count int) error {
-	_, _, err := k.c.Scan(ctx, "bench", bytes.Clone(start), nil, count)
-	return err
 }
