@@ -1006,8 +1006,12 @@ func (x *CreateKeyspaceRequest) GetTimeoutMs() uint32 {
 }
 
 type CreateKeyspaceResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Spec          *KeyspaceSpec          `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Spec  *KeyspaceSpec          `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	// Nodes that had not installed the keyspace when the call returned (down, or silent until
+	// the deadline), each as "NAME: reason". Empty when the keyspace is usable on every node.
+	// Those nodes learn it when they are back (replication or anti-entropy of the catalog).
+	NotInstalled  []string `protobuf:"bytes,2,rep,name=not_installed,json=notInstalled,proto3" json:"not_installed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1045,6 +1049,13 @@ func (*CreateKeyspaceResponse) Descriptor() ([]byte, []int) {
 func (x *CreateKeyspaceResponse) GetSpec() *KeyspaceSpec {
 	if x != nil {
 		return x.Spec
+	}
+	return nil
+}
+
+func (x *CreateKeyspaceResponse) GetNotInstalled() []string {
+	if x != nil {
+		return x.NotInstalled
 	}
 	return nil
 }
@@ -1305,6 +1316,155 @@ func (x *ListKeyspacesResponse) GetKeyspaces() []*KeyspaceSpec {
 	return nil
 }
 
+type ServerInfoRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServerInfoRequest) Reset() {
+	*x = ServerInfoRequest{}
+	mi := &file_meridian_v1_api_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServerInfoRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServerInfoRequest) ProtoMessage() {}
+
+func (x *ServerInfoRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServerInfoRequest.ProtoReflect.Descriptor instead.
+func (*ServerInfoRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{20}
+}
+
+// ServerInfoResponse describes the node answering and the limits it enforces, so a client can
+// explain a refusal (or refuse before sending) in the terms of the documented limits.
+type ServerInfoResponse struct {
+	state                   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster                 string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Node                    string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Region                  string                 `protobuf:"bytes,3,opt,name=region,proto3" json:"region,omitempty"`
+	MaxKeyBytes             uint32                 `protobuf:"varint,4,opt,name=max_key_bytes,json=maxKeyBytes,proto3" json:"max_key_bytes,omitempty"`
+	MaxValueBytes           uint32                 `protobuf:"varint,5,opt,name=max_value_bytes,json=maxValueBytes,proto3" json:"max_value_bytes,omitempty"`
+	MaxScanLimit            uint32                 `protobuf:"varint,6,opt,name=max_scan_limit,json=maxScanLimit,proto3" json:"max_scan_limit,omitempty"`
+	DefaultRequestTimeoutMs uint32                 `protobuf:"varint,7,opt,name=default_request_timeout_ms,json=defaultRequestTimeoutMs,proto3" json:"default_request_timeout_ms,omitempty"`
+	MaxRequestTimeoutMs     uint32                 `protobuf:"varint,8,opt,name=max_request_timeout_ms,json=maxRequestTimeoutMs,proto3" json:"max_request_timeout_ms,omitempty"`
+	// The largest request message the client listener accepts (gRPC's receive limit): a key,
+	// a value and the request's framing. Larger messages are cut off by the transport before
+	// any validation.
+	MaxRequestMessageBytes uint32 `protobuf:"varint,9,opt,name=max_request_message_bytes,json=maxRequestMessageBytes,proto3" json:"max_request_message_bytes,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *ServerInfoResponse) Reset() {
+	*x = ServerInfoResponse{}
+	mi := &file_meridian_v1_api_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServerInfoResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServerInfoResponse) ProtoMessage() {}
+
+func (x *ServerInfoResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServerInfoResponse.ProtoReflect.Descriptor instead.
+func (*ServerInfoResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ServerInfoResponse) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ServerInfoResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ServerInfoResponse) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *ServerInfoResponse) GetMaxKeyBytes() uint32 {
+	if x != nil {
+		return x.MaxKeyBytes
+	}
+	return 0
+}
+
+func (x *ServerInfoResponse) GetMaxValueBytes() uint32 {
+	if x != nil {
+		return x.MaxValueBytes
+	}
+	return 0
+}
+
+func (x *ServerInfoResponse) GetMaxScanLimit() uint32 {
+	if x != nil {
+		return x.MaxScanLimit
+	}
+	return 0
+}
+
+func (x *ServerInfoResponse) GetDefaultRequestTimeoutMs() uint32 {
+	if x != nil {
+		return x.DefaultRequestTimeoutMs
+	}
+	return 0
+}
+
+func (x *ServerInfoResponse) GetMaxRequestTimeoutMs() uint32 {
+	if x != nil {
+		return x.MaxRequestTimeoutMs
+	}
+	return 0
+}
+
+func (x *ServerInfoResponse) GetMaxRequestMessageBytes() uint32 {
+	if x != nil {
+		return x.MaxRequestMessageBytes
+	}
+	return 0
+}
+
 var File_meridian_v1_api_proto protoreflect.FileDescriptor
 
 const file_meridian_v1_api_proto_rawDesc = "" +
@@ -1396,9 +1556,10 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x15CreateKeyspaceRequest\x12-\n" +
 	"\x04spec\x18\x01 \x01(\v2\x19.meridian.v1.KeyspaceSpecR\x04spec\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x02 \x01(\rR\ttimeoutMs\"G\n" +
+	"timeout_ms\x18\x02 \x01(\rR\ttimeoutMs\"l\n" +
 	"\x16CreateKeyspaceResponse\x12-\n" +
-	"\x04spec\x18\x01 \x01(\v2\x19.meridian.v1.KeyspaceSpecR\x04spec\"-\n" +
+	"\x04spec\x18\x01 \x01(\v2\x19.meridian.v1.KeyspaceSpecR\x04spec\x12#\n" +
+	"\rnot_installed\x18\x02 \x03(\tR\fnotInstalled\"-\n" +
 	"\x17DescribeKeyspaceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"d\n" +
 	"\x12PartitionPlacement\x12\x1c\n" +
@@ -1414,7 +1575,18 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x06origin\x18\x04 \x01(\tR\x06origin\"\x16\n" +
 	"\x14ListKeyspacesRequest\"P\n" +
 	"\x15ListKeyspacesResponse\x127\n" +
-	"\tkeyspaces\x18\x01 \x03(\v2\x19.meridian.v1.KeyspaceSpecR\tkeyspaces2\xe1\x04\n" +
+	"\tkeyspaces\x18\x01 \x03(\v2\x19.meridian.v1.KeyspaceSpecR\tkeyspaces\"\x13\n" +
+	"\x11ServerInfoRequest\"\xf9\x02\n" +
+	"\x12ServerInfoResponse\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x16\n" +
+	"\x06region\x18\x03 \x01(\tR\x06region\x12\"\n" +
+	"\rmax_key_bytes\x18\x04 \x01(\rR\vmaxKeyBytes\x12&\n" +
+	"\x0fmax_value_bytes\x18\x05 \x01(\rR\rmaxValueBytes\x12$\n" +
+	"\x0emax_scan_limit\x18\x06 \x01(\rR\fmaxScanLimit\x12;\n" +
+	"\x1adefault_request_timeout_ms\x18\a \x01(\rR\x17defaultRequestTimeoutMs\x123\n" +
+	"\x16max_request_timeout_ms\x18\b \x01(\rR\x13maxRequestTimeoutMs\x129\n" +
+	"\x19max_request_message_bytes\x18\t \x01(\rR\x16maxRequestMessageBytes2\xb0\x05\n" +
 	"\bMeridian\x128\n" +
 	"\x03Get\x12\x17.meridian.v1.GetRequest\x1a\x18.meridian.v1.GetResponse\x128\n" +
 	"\x03Put\x12\x17.meridian.v1.PutRequest\x1a\x18.meridian.v1.PutResponse\x12A\n" +
@@ -1424,7 +1596,9 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x10DescribeKeyspace\x12$.meridian.v1.DescribeKeyspaceRequest\x1a%.meridian.v1.DescribeKeyspaceResponse\x12V\n" +
 	"\rListKeyspaces\x12!.meridian.v1.ListKeyspacesRequest\x1a\".meridian.v1.ListKeyspacesResponse\x12M\n" +
 	"\n" +
-	"MoveMaster\x12\x1e.meridian.v1.MoveMasterRequest\x1a\x1f.meridian.v1.MoveMasterResponseB\x19Z\x17meridian/api/meridianpbb\x06proto3"
+	"MoveMaster\x12\x1e.meridian.v1.MoveMasterRequest\x1a\x1f.meridian.v1.MoveMasterResponse\x12M\n" +
+	"\n" +
+	"ServerInfo\x12\x1e.meridian.v1.ServerInfoRequest\x1a\x1f.meridian.v1.ServerInfoResponseB\x19Z\x17meridian/api/meridianpbb\x06proto3"
 
 var (
 	file_meridian_v1_api_proto_rawDescOnce sync.Once
@@ -1438,7 +1612,7 @@ func file_meridian_v1_api_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_api_proto_rawDescData
 }
 
-var file_meridian_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_meridian_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_meridian_v1_api_proto_goTypes = []any{
 	(*Version)(nil),                  // 0: meridian.v1.Version
 	(*GetRequest)(nil),               // 1: meridian.v1.GetRequest
@@ -1460,7 +1634,9 @@ var file_meridian_v1_api_proto_goTypes = []any{
 	(*DescribeKeyspaceResponse)(nil), // 17: meridian.v1.DescribeKeyspaceResponse
 	(*ListKeyspacesRequest)(nil),     // 18: meridian.v1.ListKeyspacesRequest
 	(*ListKeyspacesResponse)(nil),    // 19: meridian.v1.ListKeyspacesResponse
-	nil,                              // 20: meridian.v1.KeyspaceSpec.OptionsEntry
+	(*ServerInfoRequest)(nil),        // 20: meridian.v1.ServerInfoRequest
+	(*ServerInfoResponse)(nil),       // 21: meridian.v1.ServerInfoResponse
+	nil,                              // 22: meridian.v1.KeyspaceSpec.OptionsEntry
 }
 var file_meridian_v1_api_proto_depIdxs = []int32{
 	0,  // 0: meridian.v1.GetRequest.session_version:type_name -> meridian.v1.Version
@@ -1471,7 +1647,7 @@ var file_meridian_v1_api_proto_depIdxs = []int32{
 	0,  // 5: meridian.v1.DeleteResponse.version:type_name -> meridian.v1.Version
 	0,  // 6: meridian.v1.KeyValue.version:type_name -> meridian.v1.Version
 	10, // 7: meridian.v1.ScanResponse.items:type_name -> meridian.v1.KeyValue
-	20, // 8: meridian.v1.KeyspaceSpec.options:type_name -> meridian.v1.KeyspaceSpec.OptionsEntry
+	22, // 8: meridian.v1.KeyspaceSpec.options:type_name -> meridian.v1.KeyspaceSpec.OptionsEntry
 	12, // 9: meridian.v1.CreateKeyspaceRequest.spec:type_name -> meridian.v1.KeyspaceSpec
 	12, // 10: meridian.v1.CreateKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
 	12, // 11: meridian.v1.DescribeKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
@@ -1485,16 +1661,18 @@ var file_meridian_v1_api_proto_depIdxs = []int32{
 	15, // 19: meridian.v1.Meridian.DescribeKeyspace:input_type -> meridian.v1.DescribeKeyspaceRequest
 	18, // 20: meridian.v1.Meridian.ListKeyspaces:input_type -> meridian.v1.ListKeyspacesRequest
 	6,  // 21: meridian.v1.Meridian.MoveMaster:input_type -> meridian.v1.MoveMasterRequest
-	2,  // 22: meridian.v1.Meridian.Get:output_type -> meridian.v1.GetResponse
-	4,  // 23: meridian.v1.Meridian.Put:output_type -> meridian.v1.PutResponse
-	8,  // 24: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
-	11, // 25: meridian.v1.Meridian.Scan:output_type -> meridian.v1.ScanResponse
-	14, // 26: meridian.v1.Meridian.CreateKeyspace:output_type -> meridian.v1.CreateKeyspaceResponse
-	17, // 27: meridian.v1.Meridian.DescribeKeyspace:output_type -> meridian.v1.DescribeKeyspaceResponse
-	19, // 28: meridian.v1.Meridian.ListKeyspaces:output_type -> meridian.v1.ListKeyspacesResponse
-	7,  // 29: meridian.v1.Meridian.MoveMaster:output_type -> meridian.v1.MoveMasterResponse
-	22, // [22:30] is the sub-list for method output_type
-	14, // [14:22] is the sub-list for method input_type
+	20, // 22: meridian.v1.Meridian.ServerInfo:input_type -> meridian.v1.ServerInfoRequest
+	2,  // 23: meridian.v1.Meridian.Get:output_type -> meridian.v1.GetResponse
+	4,  // 24: meridian.v1.Meridian.Put:output_type -> meridian.v1.PutResponse
+	8,  // 25: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
+	11, // 26: meridian.v1.Meridian.Scan:output_type -> meridian.v1.ScanResponse
+	14, // 27: meridian.v1.Meridian.CreateKeyspace:output_type -> meridian.v1.CreateKeyspaceResponse
+	17, // 28: meridian.v1.Meridian.DescribeKeyspace:output_type -> meridian.v1.DescribeKeyspaceResponse
+	19, // 29: meridian.v1.Meridian.ListKeyspaces:output_type -> meridian.v1.ListKeyspacesResponse
+	7,  // 30: meridian.v1.Meridian.MoveMaster:output_type -> meridian.v1.MoveMasterResponse
+	21, // 31: meridian.v1.Meridian.ServerInfo:output_type -> meridian.v1.ServerInfoResponse
+	23, // [23:32] is the sub-list for method output_type
+	14, // [14:23] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
@@ -1511,7 +1689,7 @@ func file_meridian_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_api_proto_rawDesc), len(file_meridian_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	Meridian_DescribeKeyspace_FullMethodName = "/meridian.v1.Meridian/DescribeKeyspace"
 	Meridian_ListKeyspaces_FullMethodName    = "/meridian.v1.Meridian/ListKeyspaces"
 	Meridian_MoveMaster_FullMethodName       = "/meridian.v1.Meridian/MoveMaster"
+	Meridian_ServerInfo_FullMethodName       = "/meridian.v1.Meridian/ServerInfo"
 )
 
 // MeridianClient is the client API for Meridian service.
@@ -45,6 +46,7 @@ type MeridianClient interface {
 	DescribeKeyspace(ctx context.Context, in *DescribeKeyspaceRequest, opts ...grpc.CallOption) (*DescribeKeyspaceResponse, error)
 	ListKeyspaces(ctx context.Context, in *ListKeyspacesRequest, opts ...grpc.CallOption) (*ListKeyspacesResponse, error)
 	MoveMaster(ctx context.Context, in *MoveMasterRequest, opts ...grpc.CallOption) (*MoveMasterResponse, error)
+	ServerInfo(ctx context.Context, in *ServerInfoRequest, opts ...grpc.CallOption) (*ServerInfoResponse, error)
 }
 
 type meridianClient struct {
@@ -135,6 +137,16 @@ func (c *meridianClient) MoveMaster(ctx context.Context, in *MoveMasterRequest, 
 	return out, nil
 }
 
+func (c *meridianClient) ServerInfo(ctx context.Context, in *ServerInfoRequest, opts ...grpc.CallOption) (*ServerInfoResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ServerInfoResponse)
+	err := c.cc.Invoke(ctx, Meridian_ServerInfo_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MeridianServer is the server API for Meridian service.
 // All implementations must embed UnimplementedMeridianServer
 // for forward compatibility.
@@ -147,6 +159,7 @@ type MeridianServer interface {
 	DescribeKeyspace(context.Context, *DescribeKeyspaceRequest) (*DescribeKeyspaceResponse, error)
 	ListKeyspaces(context.Context, *ListKeyspacesRequest) (*ListKeyspacesResponse, error)
 	MoveMaster(context.Context, *MoveMasterRequest) (*MoveMasterResponse, error)
+	ServerInfo(context.Context, *ServerInfoRequest) (*ServerInfoResponse, error)
 	mustEmbedUnimplementedMeridianServer()
 }
 
@@ -180,6 +193,9 @@ func (UnimplementedMeridianServer) ListKeyspaces(context.Context, *ListKeyspaces
 }
 func (UnimplementedMeridianServer) MoveMaster(context.Context, *MoveMasterRequest) (*MoveMasterResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MoveMaster not implemented")
+}
+func (UnimplementedMeridianServer) ServerInfo(context.Context, *ServerInfoRequest) (*ServerInfoResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ServerInfo not implemented")
 }
 func (UnimplementedMeridianServer) mustEmbedUnimplementedMeridianServer() {}
 func (UnimplementedMeridianServer) testEmbeddedByValue()                  {}
@@ -346,6 +362,24 @@ func _Meridian_MoveMaster_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meridian_ServerInfo_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ServerInfoRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).ServerInfo(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_ServerInfo_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).ServerInfo(ctx, req.(*ServerInfoRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Meridian_ServiceDesc is the grpc.ServiceDesc for Meridian service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -384,6 +418,10 @@ var Meridian_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MoveMaster",
 			Handler:    _Meridian_MoveMaster_Handler,
+		},
+		{
+			MethodName: "ServerInfo",
+			Handler:    _Meridian_ServerInfo_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -201,6 +201,25 @@ func (s *Service) ListKeyspaces(ctx context.Context, r *meridianpb.ListKeyspaces
 	return out, nil
 }
 
+// ServerInfo describes this node and the limits it enforces.
+func (s *Service) ServerInfo(ctx context.Context, r *meridianpb.ServerInfoRequest) (*meridianpb.ServerInfoResponse, error) {
+	c := s.node.Cluster()
+	l := c.Limits
+	return &meridianpb.ServerInfoResponse{
+		Cluster: c.Name, Node: s.node.Name(), Region: s.node.Region(),
+		MaxKeyBytes: uint32(l.MaxKeyBytes), MaxValueBytes: uint32(l.MaxValueBytes), MaxScanLimit: uint32(l.MaxScanLimit),
+		DefaultRequestTimeoutMs: uint32(l.DefaultRequestTimeout.Milliseconds()), MaxRequestTimeoutMs: uint32(l.MaxRequestTimeout.Milliseconds()),
+		MaxRequestMessageBytes: uint32(ClientMaxRecvBytes(l)),
+	}, nil
+}
+
+// ClientMaxRecvBytes is the client listener's gRPC receive limit: the largest key and value
+// the limits allow plus room for the request's other fields and framing. Anything larger is
+// cut off by gRPC before the validator sees it (the client maps that refusal to the limits).
+func ClientMaxRecvBytes(l config.Limits) int {
+	return l.MaxValueBytes + l.MaxKeyBytes + 64<<10
+}
+
 // Options configures a server process.
 type Options struct {
 	Cluster  *config.Cluster
