@@ -133,7 +133,7 @@ func StartCluster(o ClusterOptions) (*Cluster, error) {
 		for i := range o.NodesPerRegion {
 			id++
 			cfg.Nodes = append(cfg.Nodes, config.Node{ID: id, Name: fmt.Sprintf("%s-%d", r, i+1), Region: r,
-				Listen: fmt.Sprintf("127.0.0.1:%d", 20000+id)})
+				Listen: fmt.Sprintf("127.0.0.1:%d", 20000+id), PeerListen: fmt.Sprintf("127.0.0.1:%d", 30000+id)})
 		}
 	}
 	cfg.Keyspaces = []config.Keyspace{o.Keyspace}

@@ -36,7 +36,16 @@ type Clock struct {
 	// depend on it (MeteorShower, leases) fall back to a safe mode when the measured offset
 	// exceeds it. Default 2ms; 0 < MaxOffset ≤ 1s.
 	MaxOffset time.Duration `yaml:"max_offset"`
+	// FutureVersionMargin: a version received from a peer more than MaxOffset +
+	// FutureVersionMargin ahead of the receiver's clock is refused and counted, never
+	// applied. No correct node issues one while clocks are within ε (a hybrid logical clock
+	// never runs ahead of the fastest physical clock); the margin keeps a clock that is
+	// somewhat beyond ε degrading visibly instead of losing writes. Default 1s; ≤ 1h.
+	FutureVersionMargin time.Duration `yaml:"future_version_margin"`
 }
+
+// MaxFutureVersion is how far ahead of the receiver's clock a peer's version may be.
+func (c Clock) MaxFutureVersion() time.Duration { return c.MaxOffset + c.FutureVersionMargin }
 
 // Node is one server process.
 type Node struct {
@@ -44,11 +53,15 @@ type Node struct {
 	// id). Default: the node's 1-based position in the file. It must stay stable for the
 	// life of the cluster's data: to remove a node that is not the last, give the remaining
 	// nodes explicit ids.
-	ID      uint32 `yaml:"id"`
-	Name    string `yaml:"name"`    // unique, [a-z0-9-]+
-	Region  string `yaml:"region"`  // a region of the topology
-	Listen  string `yaml:"listen"`  // host:port for gRPC (client API and peer traffic)
-	Metrics string `yaml:"metrics"` // optional host:port serving Prometheus /metrics; "" when disabled
+	ID     uint32 `yaml:"id"`
+	Name   string `yaml:"name"`   // unique, [a-z0-9-]+
+	Region string `yaml:"region"` // a region of the topology
+	Listen string `yaml:"listen"` // host:port of the client API (gRPC)
+	// PeerListen is the host:port of the peer service (replication between nodes). It is a
+	// separate listener so that it can be firewalled off from clients; peers accept streams
+	// only from nodes of the cluster (docs/configuration.md, "Peer traffic").
+	PeerListen string `yaml:"peer_listen"`
+	Metrics    string `yaml:"metrics"` // optional host:port serving Prometheus /metrics; "" when disabled
 }
 
 // Keyspace is a named set of keys with its replication settings.
@@ -83,6 +96,8 @@ type AntiEntropy struct {
 const (
 	DefaultMaxOffset           = 2 * time.Millisecond
 	MaxMaxOffset               = time.Second
+	DefaultFutureVersionMargin = time.Second
+	MaxFutureVersionMargin     = time.Hour
 	DefaultReplicasPerRegion   = 1
 	DefaultPartitions          = 16
 	MaxPartitions              = 4096

@@ -47,9 +47,9 @@ func TestLocal3(t *testing.T) {
 		t.Errorf("europe-asia RTT = %v", got)
 	}
 	wantNodes := []Node{
-		{ID: 1, Name: "n1", Region: "europe", Listen: "127.0.0.1:7101", Metrics: "127.0.0.1:9101"},
-		{ID: 2, Name: "n2", Region: "us", Listen: "127.0.0.1:7102", Metrics: "127.0.0.1:9102"},
-		{ID: 3, Name: "n3", Region: "asia", Listen: "127.0.0.1:7103", Metrics: "127.0.0.1:9103"},
+		{ID: 1, Name: "n1", Region: "europe", Listen: "127.0.0.1:7101", PeerListen: "127.0.0.1:8101", Metrics: "127.0.0.1:9101"},
+		{ID: 2, Name: "n2", Region: "us", Listen: "127.0.0.1:7102", PeerListen: "127.0.0.1:8102", Metrics: "127.0.0.1:9102"},
+		{ID: 3, Name: "n3", Region: "asia", Listen: "127.0.0.1:7103", PeerListen: "127.0.0.1:8103", Metrics: "127.0.0.1:9103"},
 	}
 	if !reflect.DeepEqual(c.Nodes, wantNodes) {
 		t.Errorf("Nodes = %+v\nwant %+v", c.Nodes, wantNodes)
@@ -124,13 +124,16 @@ nodes:
   - name: n1
     region: europe
     listen: 127.0.0.1:7101
+    peer_listen: 127.0.0.1:7201
     metrics: 127.0.0.1:9101
   - name: n2
     region: us
     listen: 127.0.0.1:7102
+    peer_listen: 127.0.0.1:7202
   - name: n3
     region: asia
     listen: 127.0.0.1:7103
+    peer_listen: 127.0.0.1:7203
 keyspaces:
   - name: demo
     protocol: quorum
@@ -223,6 +226,10 @@ func TestInvalid(t *testing.T) {
 		{name: "metrics equals a listen address", old: "    listen: 127.0.0.1:7103\n", new: "    listen: 127.0.0.1:7103\n    metrics: 127.0.0.1:7101\n", path: "nodes[2].metrics", msg: "already used by nodes[0].listen"},
 		{name: "duplicate metrics", old: "    listen: 127.0.0.1:7103\n", new: "    listen: 127.0.0.1:7103\n    metrics: 127.0.0.1:9101\n", path: "nodes[2].metrics", msg: "already used by nodes[0].metrics"},
 		{name: "missing listen", old: "    listen: 127.0.0.1:7103\n", new: "", path: "nodes[2].listen", msg: "required"},
+		{name: "missing peer_listen", old: "    peer_listen: 127.0.0.1:7203\n", new: "", path: "nodes[2].peer_listen", msg: "required"},
+		{name: "peer_listen equals a listen address", old: "peer_listen: 127.0.0.1:7203", new: "peer_listen: 127.0.0.1:7101", path: "nodes[2].peer_listen", msg: "already used by nodes[0].listen"},
+		{name: "peer_listen without host", old: "peer_listen: 127.0.0.1:7203", new: `peer_listen: ":7203"`, path: "nodes[2].peer_listen", msg: "host is missing"},
+		{name: "negative future version margin", new: "clock: {future_version_margin: -1s}\n", path: "clock.future_version_margin", msg: "must be ≥ 0"},
 		{name: "listen without port", old: "listen: 127.0.0.1:7103", new: "listen: 127.0.0.1", path: "nodes[2].listen", msg: "want host:port"},
 		{name: "listen port out of range", old: "listen: 127.0.0.1:7103", new: "listen: 127.0.0.1:70000", path: "nodes[2].listen", msg: "port must be"},
 		{name: "listen without host", old: "listen: 127.0.0.1:7103", new: `listen: ":7103"`, path: "nodes[2].listen", msg: "host is missing"},
@@ -318,8 +325,8 @@ func TestErrorLocation(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Load(file)
-	want := file + ":" + "9" + `: nodes[1].region: unknown region "mars" (topology gcp-meteorshower-3 has europe, us, asia)`
-	if line := lineOf(t, src, "region: mars"); line != 9 {
+	want := file + ":" + "10" + `: nodes[1].region: unknown region "mars" (topology gcp-meteorshower-3 has europe, us, asia)`
+	if line := lineOf(t, src, "region: mars"); line != 10 {
 		t.Fatalf("test bug: line %d", line)
 	}
 	if err == nil || err.Error() != "config "+want {
@@ -353,8 +360,8 @@ func TestTopologyFile(t *testing.T) {
 	cfg := `cluster: lab
 topology: topo/lab.yaml
 nodes:
-  - {name: w1, region: west, listen: "127.0.0.1:7001"}
-  - {name: e1, region: east, listen: "127.0.0.1:7002"}
+  - {name: w1, region: west, listen: "127.0.0.1:7001", peer_listen: "127.0.0.1:8001"}
+  - {name: e1, region: east, listen: "127.0.0.1:7002", peer_listen: "127.0.0.1:8002"}
 `
 	if err := os.WriteFile(filepath.Join(dir, "lab.yaml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -393,11 +400,11 @@ func threeRegionCluster(t *testing.T) *Cluster {
 		Name:     "prog",
 		Topology: topo,
 		Nodes: []Node{
-			{Name: "a1", Region: "europe", Listen: "127.0.0.1:7001"},
-			{Name: "a2", Region: "europe", Listen: "127.0.0.1:7002"},
-			{Name: "b1", Region: "us", Listen: "127.0.0.1:7003"},
-			{Name: "b2", Region: "us", Listen: "127.0.0.1:7004"},
-			{Name: "c1", Region: "asia", Listen: "127.0.0.1:7005"},
+			{Name: "a1", Region: "europe", Listen: "127.0.0.1:7001", PeerListen: "127.0.0.1:8001"},
+			{Name: "a2", Region: "europe", Listen: "127.0.0.1:7002", PeerListen: "127.0.0.1:8002"},
+			{Name: "b1", Region: "us", Listen: "127.0.0.1:7003", PeerListen: "127.0.0.1:8003"},
+			{Name: "b2", Region: "us", Listen: "127.0.0.1:7004", PeerListen: "127.0.0.1:8004"},
+			{Name: "c1", Region: "asia", Listen: "127.0.0.1:7005", PeerListen: "127.0.0.1:8005"},
 		},
 		Keyspaces: []Keyspace{{Name: "kv", Protocol: ProtocolQuorum, Regions: []string{"europe", "us"}, ReplicasPerRegion: 2}},
 	}

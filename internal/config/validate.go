@@ -79,6 +79,13 @@ func (c *Cluster) validateClock(explicit explicitFn) error {
 	if c.Clock.MaxOffset <= 0 || c.Clock.MaxOffset > MaxMaxOffset {
 		return errorf(path, "must be > 0 and ≤ %s, got %s", MaxMaxOffset, c.Clock.MaxOffset)
 	}
+	const marginPath = "clock.future_version_margin"
+	if c.Clock.FutureVersionMargin == 0 && !explicit(marginPath) {
+		c.Clock.FutureVersionMargin = DefaultFutureVersionMargin
+	}
+	if c.Clock.FutureVersionMargin < 0 || c.Clock.FutureVersionMargin > MaxFutureVersionMargin {
+		return errorf(marginPath, "must be ≥ 0 and ≤ %s, got %s", MaxFutureVersionMargin, c.Clock.FutureVersionMargin)
+	}
 	return nil
 }
 
@@ -92,7 +99,7 @@ func (c *Cluster) validateNodes(explicit explicitFn) error {
 	}
 	names := make(map[string]int, len(c.Nodes))
 	ids := make(map[uint32]int, len(c.Nodes))
-	addrs := make(map[string]string, 2*len(c.Nodes))
+	addrs := make(map[string]string, 3*len(c.Nodes))
 	for i := range c.Nodes {
 		n := &c.Nodes[i]
 		p := strictyaml.Index("nodes", i)
@@ -126,12 +133,15 @@ func (c *Cluster) validateNodes(explicit explicitFn) error {
 		}
 
 		if n.Listen == "" {
-			return errorf(p+".listen", "required: the host:port of the node's gRPC server, e.g. 127.0.0.1:7101")
+			return errorf(p+".listen", "required: the host:port of the node's client API (gRPC), e.g. 127.0.0.1:7101")
+		}
+		if n.PeerListen == "" {
+			return errorf(p+".peer_listen", "required: the host:port where the node's peers connect for replication, e.g. 127.0.0.1:7201 (a separate listener from listen, so it can be firewalled off from clients)")
 		}
 		for _, f := range []struct {
 			field string
 			addr  *string
-		}{{"listen", &n.Listen}, {"metrics", &n.Metrics}} {
+		}{{"listen", &n.Listen}, {"peer_listen", &n.PeerListen}, {"metrics", &n.Metrics}} {
 			if *f.addr == "" {
 				continue
 			}

@@ -71,9 +71,9 @@ var threeNodes = []nodeSpec{
 // proc is one node of a test cluster and, while it runs, its server process.
 type proc struct {
 	nodeSpec
-	listen, metrics string
-	dataDir         string
-	logPath         string
+	listen, peerListen, metrics string
+	dataDir                     string
+	logPath                     string
 
 	cmd  *exec.Cmd     // nil when not running
 	done chan struct{} // closed when cmd has exited
@@ -113,16 +113,17 @@ func newCluster(t *testing.T, specs []nodeSpec, ksRegions []string) *cluster {
 	c := &cluster{t: t, dir: t.TempDir(), byName: map[string]*proc{}}
 	var hosts []string
 	for _, s := range specs {
-		hosts = append(hosts, s.host, s.host) // listen and metrics
+		hosts = append(hosts, s.host, s.host, s.host) // listen, peer_listen and metrics
 	}
 	addrs := freeAddrs(t, hosts)
 	for i, s := range specs {
 		p := &proc{
-			nodeSpec: s,
-			listen:   addrs[2*i],
-			metrics:  addrs[2*i+1],
-			dataDir:  filepath.Join(c.dir, "data", s.name),
-			logPath:  filepath.Join(c.dir, s.name+".log"),
+			nodeSpec:   s,
+			listen:     addrs[3*i],
+			peerListen: addrs[3*i+1],
+			metrics:    addrs[3*i+2],
+			dataDir:    filepath.Join(c.dir, "data", s.name),
+			logPath:    filepath.Join(c.dir, s.name+".log"),
 		}
 		c.nodes = append(c.nodes, p)
 		c.byName[s.name] = p
@@ -150,7 +151,7 @@ func (c *cluster) configYAML(ksRegions []string) string {
 	var b strings.Builder
 	b.WriteString("cluster: e2e\ntopology: gcp-meteorshower-3\nnodes:\n")
 	for _, p := range c.nodes {
-		fmt.Fprintf(&b, "  - name: %s\n    region: %s\n    listen: %s\n    metrics: %s\n", p.name, p.region, p.listen, p.metrics)
+		fmt.Fprintf(&b, "  - name: %s\n    region: %s\n    listen: %s\n    peer_listen: %s\n    metrics: %s\n", p.name, p.region, p.listen, p.peerListen, p.metrics)
 	}
 	b.WriteString("keyspaces:\n  - name: demo\n    protocol: quorum\n")
 	if ksRegions != nil {

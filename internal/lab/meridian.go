@@ -27,6 +27,7 @@ import (
 // Ports every Meridian server uses on its own address.
 const (
 	MeridianPort        = 7070
+	MeridianPeerPort    = 7080
 	MeridianMetricsPort = 9090
 )
 
@@ -62,6 +63,8 @@ func (m *Meridian) Hosts() []Host { return m.st.Layout.ByRole(RoleMeridian) }
 // Endpoint is the gRPC address of the server on host h.
 func Endpoint(h Host) string { return fmt.Sprintf("%s:%d", h.Addr, MeridianPort) }
 
+func peerAddr(h Host) string { return fmt.Sprintf("%s:%d", h.Addr, MeridianPeerPort) }
+
 func metricsAddr(h Host) string { return fmt.Sprintf("%s:%d", h.Addr, MeridianMetricsPort) }
 
 // writeConfig writes the cluster configuration with keyspace ks.
@@ -78,10 +81,11 @@ func (m *Meridian) writeConfig(ks config.Keyspace) error {
 		return fmt.Errorf("lab: %w", err)
 	}
 	type node struct {
-		Name    string `yaml:"name"`
-		Region  string `yaml:"region"`
-		Listen  string `yaml:"listen"`
-		Metrics string `yaml:"metrics"`
+		Name       string `yaml:"name"`
+		Region     string `yaml:"region"`
+		Listen     string `yaml:"listen"`
+		PeerListen string `yaml:"peer_listen"`
+		Metrics    string `yaml:"metrics"`
 	}
 	type keyspace struct {
 		Name              string            `yaml:"name"`
@@ -98,7 +102,7 @@ func (m *Meridian) writeConfig(ks config.Keyspace) error {
 		Keyspace []keyspace        `yaml:"keyspaces"`
 	}{Cluster: "lab", Topology: "topology.yaml", Clock: map[string]string{"max_offset": m.MaxClockOffset.String()}}
 	for _, h := range m.Hosts() {
-		cfg.Nodes = append(cfg.Nodes, node{Name: h.Name, Region: h.Region, Listen: Endpoint(h), Metrics: metricsAddr(h)})
+		cfg.Nodes = append(cfg.Nodes, node{Name: h.Name, Region: h.Region, Listen: Endpoint(h), PeerListen: peerAddr(h), Metrics: metricsAddr(h)})
 	}
 	cfg.Keyspace = []keyspace{{Name: ks.Name, Protocol: ks.Protocol, ReplicasPerRegion: max(1, ks.ReplicasPerRegion), Partitions: max(1, ks.Partitions), Options: ks.Options}}
 	b, err := yaml.Marshal(cfg)

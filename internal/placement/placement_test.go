@@ -21,7 +21,7 @@ func testCluster(t *testing.T, nodesPerRegion, rpr, parts int) *config.Cluster {
 	for _, r := range topo.Regions {
 		for i := range nodesPerRegion {
 			id++
-			c.Nodes = append(c.Nodes, config.Node{ID: id, Name: fmt.Sprintf("%s-%d", r, i), Region: r, Listen: fmt.Sprintf("127.0.0.1:%d", 7000+id)})
+			c.Nodes = append(c.Nodes, config.Node{ID: id, Name: fmt.Sprintf("%s-%d", r, i), Region: r, Listen: fmt.Sprintf("127.0.0.1:%d", 7000+id), PeerListen: fmt.Sprintf("127.0.0.1:%d", 17000+id)})
 		}
 	}
 	c.Keyspaces = []config.Keyspace{{Name: "ks", Protocol: "quorum", ReplicasPerRegion: rpr, Partitions: parts}}

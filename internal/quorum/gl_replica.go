@@ -578,13 +578,13 @@ func (c *Core) glGrantSecondary(now time.Time, gp *glPart, id string, rec storag
 		}
 		recs = hk.recs
 	}
-	pb := wire.RecordToPB(rec)
 	if !found {
-		pb.Tombstone, pb.Value = true, nil
-		if pb.Version == nil || (pb.Version.WallNanos == 0 && pb.Version.Logical == 0) {
-			pb.Version = &peerpb.Version{WallNanos: 0}
-		}
+		// A key that does not exist has no record to lease: such a grant would carry no key
+		// (the update is refused at the door, wire.PeerCheck) and this host would wait on a
+		// lease nobody holds. Affiliates forward reads of absent keys to the master.
+		return
 	}
+	pb := wire.RecordToPB(rec)
 	for _, n := range affs {
 		if r, ok := recs[n]; ok && r.acked && r.until.Sub(now) > lease/2 {
 			continue

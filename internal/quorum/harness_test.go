@@ -57,7 +57,7 @@ func newProtocolHarness(t testing.TB, protocol string, regions, partitions int, 
 	topo := topology.Equidistant("test", names, 100, 0.5)
 	c := &config.Cluster{Name: "test", Topology: topo, TopologyRef: "test"}
 	for i, r := range names {
-		c.Nodes = append(c.Nodes, config.Node{ID: uint32(i + 1), Name: fmt.Sprintf("n%d", i+1), Region: r, Listen: fmt.Sprintf("127.0.0.1:%d", 30001+i)})
+		c.Nodes = append(c.Nodes, config.Node{ID: uint32(i + 1), Name: fmt.Sprintf("n%d", i+1), Region: r, Listen: fmt.Sprintf("127.0.0.1:%d", 30001+i), PeerListen: fmt.Sprintf("127.0.0.1:%d", 31001+i)})
 	}
 	if options == nil {
 		options = map[string]string{}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"google.golang.org/grpc/codes"
 
 	"meridian/api/meridianpb"
 	"meridian/internal/config"
@@ -25,7 +26,7 @@ func startSkewedCluster(t *testing.T, offsets []time.Duration) []*server.Service
 	cfg := &config.Cluster{Name: "skew", Topology: topo, TopologyRef: topo.Name,
 		Keyspaces: []config.Keyspace{{Name: "kv", Protocol: config.ProtocolQuorum}}}
 	for i, r := range regions {
-		cfg.Nodes = append(cfg.Nodes, config.Node{Name: r + "-1", Region: r, Listen: fmt.Sprintf("127.0.0.1:%d", 21001+i)})
+		cfg.Nodes = append(cfg.Nodes, config.Node{Name: r + "-1", Region: r, Listen: fmt.Sprintf("127.0.0.1:%d", 21001+i), PeerListen: fmt.Sprintf("127.0.0.1:%d", 22001+i)})
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -55,19 +56,40 @@ func startSkewedCluster(t *testing.T, offsets []time.Duration) []*server.Service
 
 // TestDeadlineFollowsNodeClock: a request's deadline must be measured on the clock the
 // node's core fires deadlines with. A coordinator whose clock runs ahead of the machine clock
-// (server.Options.ClockOffset, the lab's clock-skew nemesis) must still serve requests with
-// the default timeout.
-// (Regression: the gateway once stamped deadlines with time.Now(), so with a clock 30s ahead
-// every request that needed a remote reply timed out at the first tick.)
+// (server.Options.ClockOffset, the lab's clock-skew nemesis) must still serve requests whose
+// timeout is shorter than its offset.
+// (Regression: the gateway once stamped deadlines with time.Now(), so with a clock ahead by
+// more than the timeout every request that needed a remote reply timed out at the first tick.)
+// The offset stays within ε + clock.future_version_margin: further ahead, the other nodes
+// refuse the node's versions (TestFarFutureVersionsAreRefused).
 func TestDeadlineFollowsNodeClock(t *testing.T) {
+	svcs := startSkewedCluster(t, []time.Duration{800 * time.Millisecond, 0, 0})
+	cx := ctx(t)
+	_, err := svcs[0].Put(cx, &meridianpb.PutRequest{Keyspace: "kv", Key: []byte("k"), Value: []byte("v"), TimeoutMs: 500})
+	if err != nil {
+		t.Fatalf("put via the node whose clock is 800ms ahead, timeout 500ms: %v", err)
+	}
+	_, err = svcs[0].Get(cx, &meridianpb.GetRequest{Keyspace: "kv", Key: []byte("k"), TimeoutMs: 500})
+	if err != nil {
+		t.Fatalf("get via the node whose clock is 800ms ahead, timeout 500ms: %v", err)
+	}
+}
+
+// A coordinator whose clock is far beyond ε + clock.future_version_margin ahead cannot keep
+// the clock assumption: the other replicas refuse its versions (counted), so its writes fail
+// visibly instead of shadowing every later write (issue 12, defect 1).
+func TestFarFutureVersionsAreRefused(t *testing.T) {
 	svcs := startSkewedCluster(t, []time.Duration{30 * time.Second, 0, 0})
 	cx := ctx(t)
-	_, err := svcs[0].Put(cx, &meridianpb.PutRequest{Keyspace: "kv", Key: []byte("k"), Value: []byte("v")})
+	_, err := svcs[0].Put(cx, &meridianpb.PutRequest{Keyspace: "kv", Key: []byte("k"), Value: []byte("from-the-future"), TimeoutMs: 500})
+	wantCode(t, err, codes.DeadlineExceeded, "no ack from [b-1 c-1]")
+	// The honest nodes' writes are unaffected.
+	v, err := svcs[1].Put(cx, &meridianpb.PutRequest{Keyspace: "kv", Key: []byte("k"), Value: []byte("now")})
 	if err != nil {
-		t.Fatalf("put via the node whose clock is 30s ahead, default timeout (5s): %v", err)
+		t.Fatal(err)
 	}
-	_, err = svcs[0].Get(cx, &meridianpb.GetRequest{Keyspace: "kv", Key: []byte("k")})
-	if err != nil {
-		t.Fatalf("get via the node whose clock is 30s ahead, default timeout (5s): %v", err)
+	g, err := svcs[2].Get(cx, &meridianpb.GetRequest{Keyspace: "kv", Key: []byte("k"), Consistency: "QUORUM"})
+	if err != nil || string(g.Value) != "now" || g.Version.WallNanos != v.Version.WallNanos {
+		t.Fatalf("read after the refused future write: %q %v (%v), want the acknowledged write", g.GetValue(), g.GetVersion(), err)
 	}
 }

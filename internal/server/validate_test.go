@@ -32,9 +32,9 @@ func testPlacement(t testing.TB) *placement.Map {
 		Name:     "vt",
 		Topology: topology.Equidistant("t", []string{"a", "b", "c"}, 2, 0),
 		Nodes: []config.Node{
-			{Name: "a-1", Region: "a", Listen: "127.0.0.1:7001"},
-			{Name: "b-1", Region: "b", Listen: "127.0.0.1:7002"},
-			{Name: "c-1", Region: "c", Listen: "127.0.0.1:7003"},
+			{Name: "a-1", Region: "a", Listen: "127.0.0.1:7001", PeerListen: "127.0.0.1:8001"},
+			{Name: "b-1", Region: "b", Listen: "127.0.0.1:7002", PeerListen: "127.0.0.1:8002"},
+			{Name: "c-1", Region: "c", Listen: "127.0.0.1:7003", PeerListen: "127.0.0.1:8003"},
 		},
 		Keyspaces: []config.Keyspace{
 			{Name: "kv", Protocol: config.ProtocolQuorum},

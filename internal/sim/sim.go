@@ -19,6 +19,7 @@ import (
 	"meridian/internal/placement"
 	"meridian/internal/quorum"
 	"meridian/internal/storage"
+	"meridian/internal/wire"
 	"meridian/internal/wire/peerpb"
 )
 
@@ -227,7 +228,7 @@ func (s *simulator) setup() error {
 		for i := range s.o.NodesPerRegion {
 			id++
 			c.Nodes = append(c.Nodes, config.Node{ID: id, Name: fmt.Sprintf("%s-%d", r, i+1), Region: r,
-				Listen: fmt.Sprintf("127.0.0.1:%d", 40000+id)})
+				Listen: fmt.Sprintf("127.0.0.1:%d", 40000+id), PeerListen: fmt.Sprintf("127.0.0.1:%d", 50000+id)})
 		}
 	}
 	opts := map[string]string{}
@@ -378,6 +379,19 @@ func (s *simulator) handle(e event) error {
 			return nil
 		}
 		s.trace("deliver %s", fmtEnv(e.env))
+		// The node runtime validates every peer message before its core sees it
+		// (wire.PeerCheck). Every message here comes from a correct node, so a refusal means
+		// the validation rules are wrong: it is a violation, as a broken invariant is.
+		// (A message a node addresses to itself is ignored by its core, and no transport
+		// carries it in production; it is not a peer message.)
+		if rej := s.peerCheck(i).Envelope(e.env); rej != nil && e.env.From != e.env.To {
+			if s.invariantBroken == nil {
+				s.invariantBroken = &check.Violation{Checker: "peer-check", Reason: fmt.Sprintf("at %.3fms: %s refused a correct node's %s: %v",
+					float64(s.now)/1e6, n.cfg.Name, fmtEnv(e.env), rej)}
+			}
+			s.report.Dropped++
+			return nil
+		}
 		n.core.Step(s.localTime(i), e.env)
 		if err := s.processReady(i); err != nil {
 			return err
@@ -423,6 +437,12 @@ func (s *simulator) handle(e event) error {
 
 // checkInvariant evaluates the protocol's step invariant (GlobLease: one master per key) and
 // records the first violation.
+// peerCheck is the validation node i's runtime applies to a peer message now.
+func (s *simulator) peerCheck(i int) *wire.PeerCheck {
+	return &wire.PeerCheck{Self: s.nodes[i].cfg.ID, Members: func(id uint32) bool { _, ok := s.byID[id]; return ok },
+		Placement: s.pmap, Limits: s.cluster.Limits, Now: s.localTime(i), MaxFuture: s.cluster.Clock.MaxFutureVersion()}
+}
+
 func (s *simulator) checkInvariant() {
 	if s.proto.Invariant == nil || s.invariantBroken != nil {
 		return

@@ -5,28 +5,70 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	"meridian/internal/wire/peerpb"
 )
 
+// PeerNode is one node of the cluster as the transport knows it.
+type PeerNode struct {
+	ID   uint32
+	Name string
+	// Addr is the node's peer listener (host:port): where it is dialled, and, when the host
+	// is an IP address, the only source address its streams are accepted from.
+	Addr string
+}
+
 // GRPCOptions configures the production transport.
 type GRPCOptions struct {
-	// Self is this node's ID; Peers maps every other node's ID to its listen address.
+	// Cluster is the cluster's name: sent when a stream opens and checked by the receiver.
+	Cluster string
+	// Self is this node's ID; Nodes lists every node of the cluster, this one included.
 	Self  uint32
-	Peers map[uint32]string
+	Nodes []PeerNode
 	// QueueLen bounds the messages waiting for one peer; beyond it Send drops. Default 16384.
 	QueueLen int
 	// MaxBackoff bounds the wait between reconnection attempts to a peer. Default 1s.
 	MaxBackoff time.Duration
 	// OnError, when set, is told of stream failures (at most once a minute per peer).
 	OnError func(peer uint32, err error)
+	// OnRefused, when set, is told of every incoming stream refused at setup and of every
+	// message whose sender is not the stream's authenticated node; reason is a short label.
+	OnRefused func(reason, remote string, err error)
+	// DialTimeout bounds connecting to a peer. Default 5s.
+	DialTimeout time.Duration
 }
+
+// Metadata keys of a peer stream's setup: who is sending, in which cluster, to whom.
+const (
+	mdCluster = "meridian-cluster"
+	mdNodeID  = "meridian-node-id"
+	mdNode    = "meridian-node"
+	mdTo      = "meridian-to"
+)
+
+// Reasons an incoming peer stream or message is refused (metric label values).
+const (
+	RefuseNoIdentity    = "no_identity"
+	RefuseWrongCluster  = "wrong_cluster"
+	RefuseNotMember     = "not_member"
+	RefuseWrongNode     = "wrong_node"
+	RefuseSourceAddress = "source_address"
+	RefuseFromMismatch  = "from_mismatch"
+)
 
 // GRPC sends each peer's messages over one long-lived client stream (Peer.Stream), opened
 // lazily and reopened with backoff after a failure. Messages queued while a peer is
@@ -34,12 +76,23 @@ type GRPCOptions struct {
 type GRPC struct {
 	opts    GRPCOptions
 	handler Handler
+	self    PeerNode
+	members map[uint32]member
 	peers   map[uint32]*grpcPeer
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	counters
+	refusedCount atomic.Uint64
 	peerpb.UnimplementedPeerServer
+}
+
+// member is what an incoming stream's claimed identity is checked against.
+type member struct {
+	PeerNode
+	// sources are the addresses the node's streams may come from; empty: not checked (the
+	// peer address names a host, not an IP, or the unspecified address).
+	sources []netip.Addr
 }
 
 type grpcPeer struct {
@@ -66,29 +119,139 @@ func NewGRPC(opts GRPCOptions, h Handler) (*GRPC, error) {
 	if opts.MaxBackoff <= 0 {
 		opts.MaxBackoff = time.Second
 	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 5 * time.Second
+	}
+	if opts.Cluster == "" {
+		return nil, errors.New("transport: no cluster name")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &GRPC{opts: opts, handler: h, peers: map[uint32]*grpcPeer{}, ctx: ctx, cancel: cancel}
-	for id, addr := range opts.Peers {
-		if id == opts.Self {
+	g := &GRPC{opts: opts, handler: h, members: map[uint32]member{}, peers: map[uint32]*grpcPeer{}, ctx: ctx, cancel: cancel}
+	for _, nd := range opts.Nodes {
+		if nd.Addr == "" {
+			cancel()
+			return nil, fmt.Errorf("transport: node %d (%s) has no peer address", nd.ID, nd.Name)
+		}
+		if _, dup := g.members[nd.ID]; dup {
+			cancel()
+			return nil, fmt.Errorf("transport: node id %d listed twice", nd.ID)
+		}
+		g.members[nd.ID] = member{PeerNode: nd, sources: sourceAddrs(nd.Addr)}
+		if nd.ID == opts.Self {
+			g.self = nd
+		}
+	}
+	if g.self.ID == 0 {
+		cancel()
+		return nil, fmt.Errorf("transport: this node (%d) is not among the cluster's nodes", opts.Self)
+	}
+	for _, nd := range opts.Nodes {
+		if nd.ID == opts.Self {
 			continue
 		}
-		if addr == "" {
-			cancel()
-			return nil, fmt.Errorf("transport: peer %d has no address", id)
-		}
-		p := &grpcPeer{id: id, addr: addr, queue: make(chan *peerpb.Envelope, opts.QueueLen)}
-		g.peers[id] = p
+		p := &grpcPeer{id: nd.ID, addr: nd.Addr, queue: make(chan *peerpb.Envelope, opts.QueueLen)}
+		g.peers[nd.ID] = p
 		g.wg.Add(1)
 		go g.sendLoop(p)
 	}
 	return g, nil
 }
 
+// sourceAddrs returns the only addresses a node whose peer listener is addr may connect
+// from: its IP when addr names one (this node binds its outgoing peer connections to it,
+// see dialer); none (no check) for a host name or the unspecified address.
+func sourceAddrs(addr string) []netip.Addr {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || ip.IsUnspecified() {
+		return nil
+	}
+	return []netip.Addr{ip.Unmap()}
+}
+
+// dialer connects to peers from this node's own peer address when it is an IP, so that the
+// receiver can check where the stream comes from.
+func (g *GRPC) dialer() func(ctx context.Context, addr string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: g.opts.DialTimeout}
+	if src := sourceAddrs(g.self.Addr); len(src) == 1 {
+		d.LocalAddr = &net.TCPAddr{IP: src[0].AsSlice()}
+	}
+	return func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+}
+
+// authenticate checks an incoming stream's claimed identity against the membership before
+// any message is read. Until mTLS (issue 21) this is what keeps a client, or a process of
+// another cluster, from writing as a replica: the cluster's name, a node id of this cluster
+// with its name, addressed to this node, from that node's own address.
+func (g *GRPC) authenticate(ctx context.Context) (uint32, string, error) {
+	remote := "unknown"
+	var remoteIP netip.Addr
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		remote = p.Addr.String()
+		if ap, err := netip.ParseAddrPort(remote); err == nil {
+			remoteIP = ap.Addr().Unmap()
+		}
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	get := func(k string) string {
+		if v := md.Get(k); len(v) == 1 {
+			return v[0]
+		}
+		return ""
+	}
+	cluster, idText, name, to := get(mdCluster), get(mdNodeID), get(mdNode), get(mdTo)
+	if cluster == "" || idText == "" {
+		return 0, RefuseNoIdentity, status.Errorf(codes.Unauthenticated, "peer stream from %s refused: it names no cluster and node (peer traffic is accepted only from nodes of cluster %s)", remote, g.opts.Cluster)
+	}
+	if cluster != g.opts.Cluster {
+		return 0, RefuseWrongCluster, status.Errorf(codes.PermissionDenied, "peer stream from %s refused: it is from cluster %q, this is cluster %q", remote, cluster, g.opts.Cluster)
+	}
+	id64, err := strconv.ParseUint(idText, 10, 32)
+	m, known := g.members[uint32(id64)]
+	if err != nil || !known || m.ID == g.opts.Self {
+		return 0, RefuseNotMember, status.Errorf(codes.PermissionDenied, "peer stream from %s refused: node id %q is not another node of cluster %s", remote, idText, g.opts.Cluster)
+	}
+	if name != m.Name || to != strconv.FormatUint(uint64(g.opts.Self), 10) {
+		return 0, RefuseWrongNode, status.Errorf(codes.PermissionDenied, "peer stream from %s refused: it claims node %d named %q to node %s, the membership says %d is %q and this is node %d (%s); are the nodes' configurations the same?",
+			remote, m.ID, name, to, m.ID, m.Name, g.self.ID, g.self.Name)
+	}
+	if len(m.sources) > 0 {
+		ok := false
+		for _, a := range m.sources {
+			ok = ok || a == remoteIP
+		}
+		if !ok {
+			return 0, RefuseSourceAddress, status.Errorf(codes.PermissionDenied, "peer stream from %s refused: node %s connects from %s (the IP of its peer_listen), not from %s", remote, m.Name, m.sources[0], remoteIP)
+		}
+	}
+	return m.ID, "", nil
+}
+
+func (g *GRPC) refused(reason, remote string, err error) {
+	g.refusedCount.Add(1)
+	if g.opts.OnRefused != nil {
+		g.opts.OnRefused(reason, remote, err)
+	}
+}
+
 // Register adds the Peer service to s.
 func (g *GRPC) Register(s *grpc.Server) { peerpb.RegisterPeerServer(s, g) }
 
-// Stream is the server side of Peer.Stream: it delivers every received message.
+// Stream is the server side of Peer.Stream: it authenticates the sending node, then
+// delivers every message it sends.
 func (g *GRPC) Stream(stream grpc.ClientStreamingServer[peerpb.Envelope, peerpb.StreamAck]) error {
+	from, reason, err := g.authenticate(stream.Context())
+	if err != nil {
+		remote := "unknown"
+		if p, ok := peer.FromContext(stream.Context()); ok && p.Addr != nil {
+			remote = p.Addr.String()
+		}
+		g.refused(reason, remote, err)
+		return err
+	}
 	for {
 		env, err := stream.Recv()
 		if err != nil {
@@ -96,6 +259,11 @@ func (g *GRPC) Stream(stream grpc.ClientStreamingServer[peerpb.Envelope, peerpb.
 				return stream.SendAndClose(&peerpb.StreamAck{})
 			}
 			return err
+		}
+		if env.From != from {
+			// An authenticated node speaking for another: a bug or a forgery; never deliver.
+			g.refused(RefuseFromMismatch, g.members[from].Name, fmt.Errorf("message from node %d on the stream of node %d", env.From, from))
+			continue
 		}
 		if env.To != g.opts.Self {
 			continue // misrouted: a stale address map on the sender
@@ -166,6 +334,7 @@ func (g *GRPC) streamTo(p *grpcPeer) error {
 	conn, err := grpc.NewClient(p.addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+		grpc.WithContextDialer(g.dialer()),
 	)
 	if err != nil {
 		return fmt.Errorf("transport: dial peer %d at %s: %w", p.id, p.addr, err)
@@ -173,6 +342,8 @@ func (g *GRPC) streamTo(p *grpcPeer) error {
 	defer conn.Close()
 	ctx, cancel := context.WithCancel(g.ctx)
 	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, mdCluster, g.opts.Cluster, mdNodeID, strconv.FormatUint(uint64(g.opts.Self), 10),
+		mdNode, g.self.Name, mdTo, strconv.FormatUint(uint64(p.id), 10))
 	// Wait for the first message before opening the stream so an idle cluster does not keep
 	// dialling peers that are down.
 	var first *peerpb.Envelope
@@ -205,6 +376,9 @@ func (g *GRPC) streamTo(p *grpcPeer) error {
 
 // Stats returns the transport's counters.
 func (g *GRPC) Stats() Stats { return g.stats() }
+
+// Refused counts incoming streams and messages refused by authentication.
+func (g *GRPC) Refused() uint64 { return g.refusedCount.Load() }
 
 // Close stops every sender.
 func (g *GRPC) Close() error {

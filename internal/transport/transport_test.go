@@ -1,12 +1,18 @@
 package transport
 
 import (
+	"context"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"meridian/internal/topology"
 	"meridian/internal/wire/peerpb"
@@ -119,7 +125,8 @@ func TestGRPCDeliversInOrderAndSurvivesPeerRestart(t *testing.T) {
 	}
 	addr := lis.Addr().String()
 	col := newCollector()
-	recv, err := NewGRPC(GRPCOptions{Self: 2, Peers: map[uint32]string{1: "127.0.0.1:1"}}, col.handle)
+	nodes := []PeerNode{{ID: 1, Name: "n1", Addr: "127.0.0.1:1"}, {ID: 2, Name: "n2", Addr: addr}}
+	recv, err := NewGRPC(GRPCOptions{Cluster: "t", Self: 2, Nodes: nodes}, col.handle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +134,7 @@ func TestGRPCDeliversInOrderAndSurvivesPeerRestart(t *testing.T) {
 	srv := grpc.NewServer()
 	recv.Register(srv)
 	go srv.Serve(lis)
-	send, err := NewGRPC(GRPCOptions{Self: 1, Peers: map[uint32]string{2: addr}}, func(*peerpb.Envelope) {})
+	send, err := NewGRPC(GRPCOptions{Cluster: "t", Self: 1, Nodes: nodes}, func(*peerpb.Envelope) {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,5 +174,114 @@ func TestGRPCDeliversInOrderAndSurvivesPeerRestart(t *testing.T) {
 			t.Fatal("sender never reconnected to the restarted peer")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A peer stream is accepted only from a node of this cluster, naming itself and this node,
+// from that node's own address; a node cannot speak for another (issue 12: anyone who
+// reached the port could write as a replica). Each refusal is counted with its reason and
+// nothing is delivered.
+func TestGRPCRefusesStreamsFromNonMembers(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	col := newCollector()
+	var mu sync.Mutex
+	reasons := map[string]int{}
+	nodes := []PeerNode{
+		{ID: 1, Name: "n1", Addr: "127.0.0.1:1"},  // connects from 127.0.0.1
+		{ID: 2, Name: "n2", Addr: addr},           // the receiver
+		{ID: 3, Name: "n3", Addr: "127.0.0.33:1"}, // must connect from 127.0.0.33
+	}
+	recv, err := NewGRPC(GRPCOptions{Cluster: "prod", Self: 2, Nodes: nodes, OnRefused: func(reason, _ string, _ error) {
+		mu.Lock()
+		reasons[reason]++
+		mu.Unlock()
+	}}, col.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Close()
+	srv := grpc.NewServer()
+	recv.Register(srv)
+	go srv.Serve(lis)
+	defer srv.Stop()
+
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// send opens a stream with the given identity, sends one message and returns the
+	// stream's final status.
+	send := func(md []string, env *peerpb.Envelope) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if len(md) > 0 {
+			ctx = metadata.AppendToOutgoingContext(ctx, md...)
+		}
+		st, err := peerpb.NewPeerClient(conn).Stream(ctx)
+		if err != nil {
+			return err
+		}
+		st.Send(env) // the error, if any, is the stream's: CloseAndRecv reports it
+		_, err = st.CloseAndRecv()
+		return err
+	}
+	id := func(cluster, nodeID, name, to string) []string {
+		return []string{"meridian-cluster", cluster, "meridian-node-id", nodeID, "meridian-node", name, "meridian-to", to}
+	}
+	cases := []struct {
+		name   string
+		md     []string
+		env    *peerpb.Envelope
+		code   codes.Code
+		reason string
+	}{
+		{"no identity (a client on the peer port)", nil, hb(1, 2, 1), codes.Unauthenticated, RefuseNoIdentity},
+		{"another cluster", id("staging", "1", "n1", "2"), hb(1, 2, 1), codes.PermissionDenied, RefuseWrongCluster},
+		{"not a member", id("prod", "7", "n7", "2"), hb(7, 2, 1), codes.PermissionDenied, RefuseNotMember},
+		{"this node's own id", id("prod", "2", "n2", "2"), hb(2, 2, 1), codes.PermissionDenied, RefuseNotMember},
+		{"wrong name for the id", id("prod", "1", "n3", "2"), hb(1, 2, 1), codes.PermissionDenied, RefuseWrongNode},
+		{"addressed to another node", id("prod", "1", "n1", "3"), hb(1, 2, 1), codes.PermissionDenied, RefuseWrongNode},
+		{"a member, from another address", id("prod", "3", "n3", "2"), hb(3, 2, 1), codes.PermissionDenied, RefuseSourceAddress},
+	}
+	for _, tc := range cases {
+		err := send(tc.md, tc.env)
+		if status.Code(err) != tc.code || !strings.Contains(err.Error(), "refused") {
+			t.Errorf("%s: got %v, want %v with an explanation", tc.name, err, tc.code)
+		}
+	}
+	// A member speaking for another node: the stream is accepted, the message is not.
+	if err := send(id("prod", "1", "n1", "2"), hb(3, 2, 1)); err != nil {
+		t.Fatalf("a valid stream failed: %v", err)
+	}
+	// The same stream identity sending as itself is delivered: the checks refuse only what
+	// they should.
+	if err := send(id("prod", "1", "n1", "2"), hb(1, 2, 42)); err != nil {
+		t.Fatalf("a valid stream failed: %v", err)
+	}
+	col.wait(t, 1)
+	col.mu.Lock()
+	got := len(col.got)
+	first := col.got[0]
+	col.mu.Unlock()
+	if got != 1 || first.From != 1 || first.GetHeartbeat().SentUnixNanos != 42 {
+		t.Fatalf("delivered %d messages, first %v; want only the valid one", got, first)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, tc := range cases {
+		if reasons[tc.reason] == 0 {
+			t.Errorf("refusal %q not reported", tc.reason)
+		}
+	}
+	if reasons[RefuseFromMismatch] != 1 {
+		t.Errorf("from-mismatch refusals = %d, want 1", reasons[RefuseFromMismatch])
+	}
+	if recv.Refused() != uint64(len(cases)+1) {
+		t.Errorf("Refused() = %d, want %d", recv.Refused(), len(cases)+1)
 	}
 }

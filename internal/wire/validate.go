@@ -1,0 +1,466 @@
+package wire
+
+import (
+	"fmt"
+	"time"
+
+	"meridian/internal/config"
+	"meridian/internal/hlc"
+	"meridian/internal/placement"
+	"meridian/internal/wire/peerpb"
+)
+
+// PeerCheck validates messages from peers the way the gateway validates client requests,
+// before a protocol core sees them (issue 12: a forged WriteRequest with a version in the
+// year 2255 was applied and shadowed every later write). The transport has already
+// authenticated the sending node; PeerCheck checks what the message says:
+//
+//   - sender and receiver are nodes of the cluster, and the sender is not this node;
+//   - every keyspace and partition named exists, every key and value is within the limits,
+//     and every record lies in the partition it names;
+//   - records and version-bearing messages that only a replica of a partition sends come
+//     from a replica of that partition; requests that only a replica can serve are
+//     addressed to one;
+//   - no version (a record's, or a status's write timestamp) is further ahead of the
+//     receiver's clock than ε plus a margin (config Clock.MaxFutureVersion): a hybrid
+//     logical clock never runs ahead of the fastest physical clock, so while clocks are
+//     within ε no correct node issues such a version. Clock-service pings and pongs are not
+//     checked: measuring offsets is their purpose.
+//
+// A rejected message is dropped (the protocols tolerate loss) and counted by Reason.
+type PeerCheck struct {
+	Self      uint32
+	Members   func(id uint32) bool
+	Placement *placement.Map
+	Limits    config.Limits
+	// Now is the receiver's clock; MaxFuture is ε plus the margin.
+	Now       time.Time
+	MaxFuture time.Duration
+}
+
+// Rejection says why a peer message was refused. Reason is a short metrics label.
+type Rejection struct {
+	Reason string
+	Detail string
+}
+
+func (r *Rejection) Error() string {
+	return fmt.Sprintf("peer message rejected (%s): %s", r.Reason, r.Detail)
+}
+
+// Reasons for rejecting a peer message (metric label values).
+const (
+	RejectNotMember      = "not_member"
+	RejectUnknown        = "unknown_keyspace"
+	RejectBadPartition   = "bad_partition"
+	RejectTooLarge       = "too_large"
+	RejectMalformed      = "malformed"
+	RejectFutureVersion  = "future_version"
+	RejectSenderReplica  = "sender_not_replica"
+	RejectReceiverReplic = "receiver_not_replica"
+	RejectUnknownType    = "unknown_type"
+)
+
+func reject(reason, format string, a ...any) *Rejection {
+	return &Rejection{Reason: reason, Detail: fmt.Sprintf(format, a...)}
+}
+
+// maxListLen bounds the repeated fields of one message (statuses, digests, AE entries,
+// scan replies): far above what correct nodes send (AE caps at 20,000 entries, scans at
+// max_scan_limit), low enough to refuse a message built to exhaust memory.
+const maxListLen = 1 << 20
+
+// Envelope validates env as received by pc.Self. It returns nil when env may be stepped.
+func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
+	if env == nil || env.Msg == nil {
+		return reject(RejectMalformed, "empty envelope")
+	}
+	if env.To != pc.Self {
+		return reject(RejectMalformed, "addressed to node %d, not to this node (%d)", env.To, pc.Self)
+	}
+	if env.From == pc.Self || !pc.Members(env.From) {
+		return reject(RejectNotMember, "sender %d is not another node of the cluster", env.From)
+	}
+	from := env.From
+	switch m := env.Msg.(type) {
+	case *peerpb.Envelope_Write:
+		// From a coordinator (any node) or a read repair; applied only by replicas.
+		return pc.record(m.Write.GetRecord(), noSenderCheck, from, true)
+	case *peerpb.Envelope_WriteAck:
+		return nil
+	case *peerpb.Envelope_Read:
+		r := m.Read
+		return pc.keyRef(r.Keyspace, r.Partition, r.Key, noSenderCheck, from, true)
+	case *peerpb.Envelope_ReadReply:
+		if m.ReadReply.Record == nil {
+			return nil
+		}
+		return pc.record(m.ReadReply.Record, senderReplica, from, false)
+	case *peerpb.Envelope_Scan:
+		s := m.Scan
+		if err := pc.partition(s.Keyspace, s.Partition, noSenderCheck, from, true); err != nil {
+			return err
+		}
+		if len(s.Start) > pc.Limits.MaxKeyBytes || len(s.End) > pc.Limits.MaxKeyBytes {
+			return reject(RejectTooLarge, "scan bound longer than max_key_bytes (%d)", pc.Limits.MaxKeyBytes)
+		}
+		return nil
+	case *peerpb.Envelope_ScanReply:
+		return pc.records(m.ScanReply.Records, senderReplica, from, false)
+	case *peerpb.Envelope_AeDigest:
+		d := m.AeDigest
+		return pc.partition(d.Keyspace, d.Partition, senderReplica, from, true)
+	case *peerpb.Envelope_AeKeys:
+		k := m.AeKeys
+		if err := pc.partition(k.Keyspace, k.Partition, senderReplica, from, true); err != nil {
+			return err
+		}
+		if len(k.Entries) > maxListLen || len(k.Buckets) > maxListLen {
+			return reject(RejectTooLarge, "anti-entropy keys: %d entries", len(k.Entries))
+		}
+		for _, e := range k.Entries {
+			if err := pc.keyLen(k.Keyspace, e.GetKey()); err != nil {
+				return err
+			}
+			if err := pc.version(e.GetVersion(), true); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *peerpb.Envelope_AePull:
+		p := m.AePull
+		if err := pc.partition(p.Keyspace, p.Partition, senderReplica, from, true); err != nil {
+			return err
+		}
+		if len(p.Keys) > maxListLen {
+			return reject(RejectTooLarge, "anti-entropy pull: %d keys", len(p.Keys))
+		}
+		for _, k := range p.Keys {
+			if err := pc.keyLen(p.Keyspace, k); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *peerpb.Envelope_AePush:
+		return pc.records(m.AePush.Records, senderReplica, from, true)
+	case *peerpb.Envelope_Heartbeat, *peerpb.Envelope_ClockPing, *peerpb.Envelope_ClockPong,
+		*peerpb.Envelope_FullStatusRequest:
+		return nil
+	case *peerpb.Envelope_Status:
+		s := m.Status
+		if err := pc.statusBatch(s.Current, from); err != nil {
+			return err
+		}
+		if len(s.Redundant) > maxListLen {
+			return reject(RejectTooLarge, "status: %d redundant batches", len(s.Redundant))
+		}
+		for _, b := range s.Redundant {
+			if err := pc.statusBatch(b, from); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *peerpb.Envelope_WriteNotification:
+		return pc.record(m.WriteNotification.GetRecord(), senderReplica, from, true)
+	case *peerpb.Envelope_FullStatus:
+		f := m.FullStatus
+		if err := pc.wallClock(f.BaseStsUnixNanos); err != nil {
+			return err
+		}
+		return pc.statusEntries(f.Entries, from)
+	case *peerpb.Envelope_GlForward:
+		f := m.GlForward
+		if err := pc.keyRef(f.Keyspace, f.Partition, f.Key, noSenderCheck, from, false); err != nil {
+			return err
+		}
+		if len(f.Value) > pc.Limits.MaxValueBytes {
+			return reject(RejectTooLarge, "forwarded value of %d bytes exceeds max_value_bytes (%d)", len(f.Value), pc.Limits.MaxValueBytes)
+		}
+		return nil
+	case *peerpb.Envelope_GlForwardReply:
+		r := m.GlForwardReply
+		if r.Record != nil {
+			if err := pc.record(r.Record, senderReplica, from, false); err != nil {
+				return err
+			}
+		}
+		if err := pc.version(r.Version, false); err != nil {
+			return err
+		}
+		return pc.table(r.Table, from)
+	case *peerpb.Envelope_GlLeaseAck:
+		a := m.GlLeaseAck
+		return pc.keyRef(a.Keyspace, a.Partition, a.Key, noSenderCheck, from, false)
+	case *peerpb.Envelope_GlUpdate:
+		// From the key's master, or from a host replica to its affiliated (non-replica) nodes.
+		return pc.record(m.GlUpdate.GetRecord(), senderReplica, from, false)
+	case *peerpb.Envelope_GlUpdateAck:
+		return nil
+	case *peerpb.Envelope_GlCommit:
+		c := m.GlCommit
+		if err := pc.keyRef(c.Keyspace, c.Partition, c.Key, senderReplica, from, false); err != nil {
+			return err
+		}
+		return pc.version(c.Version, true)
+	case *peerpb.Envelope_GlHeartbeat:
+		return pc.partVersions(m.GlHeartbeat.Parts, from)
+	case *peerpb.Envelope_GlHeartbeatAck:
+		a := m.GlHeartbeatAck
+		if err := pc.partVersions(a.Acked, from); err != nil {
+			return err
+		}
+		if len(a.Newer) > maxListLen {
+			return reject(RejectTooLarge, "heartbeat ack: %d tables", len(a.Newer))
+		}
+		for _, t := range a.Newer {
+			if err := pc.table(t, from); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *peerpb.Envelope_GlPrepare:
+		p := m.GlPrepare
+		return pc.partition(p.Keyspace, p.Partition, senderReplica, from, true)
+	case *peerpb.Envelope_GlPromise:
+		p := m.GlPromise
+		if err := pc.partition(p.Keyspace, p.Partition, senderReplica, from, true); err != nil {
+			return err
+		}
+		if err := pc.table(p.Accepted, from); err != nil {
+			return err
+		}
+		return pc.table(p.Committed, from)
+	case *peerpb.Envelope_GlAccept:
+		return pc.table(m.GlAccept.GetTable(), from)
+	case *peerpb.Envelope_GlAccepted:
+		a := m.GlAccepted
+		if err := pc.partition(a.Keyspace, a.Partition, senderReplica, from, true); err != nil {
+			return err
+		}
+		return pc.table(a.Committed, from)
+	case *peerpb.Envelope_GlCommitTable:
+		return pc.table(m.GlCommitTable.GetTable(), from)
+	case *peerpb.Envelope_GlFetch:
+		f := m.GlFetch
+		return pc.keyRef(f.Keyspace, f.Partition, f.Key, senderReplica, from, true)
+	case *peerpb.Envelope_GlFetchReply:
+		if m.GlFetchReply.Record == nil {
+			return nil
+		}
+		return pc.record(m.GlFetchReply.Record, senderReplica, from, false)
+	case *peerpb.Envelope_GlRevoke:
+		r := m.GlRevoke
+		if err := pc.partition(r.Keyspace, r.Partition, senderReplica, from, false); err != nil {
+			return err
+		}
+		if len(r.Keys) > maxListLen {
+			return reject(RejectTooLarge, "revoke: %d keys", len(r.Keys))
+		}
+		for _, k := range r.Keys {
+			if err := pc.keyLen(r.Keyspace, k); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *peerpb.Envelope_GlRevokeAck:
+		r := m.GlRevokeAck
+		return pc.partition(r.Keyspace, r.Partition, noSenderCheck, from, false)
+	}
+	return reject(RejectUnknownType, "message type %T has no validation rule", env.Msg)
+}
+
+// senderRule says whether a message about a partition must come from one of its replicas.
+type senderRule bool
+
+const (
+	noSenderCheck senderRule = false
+	senderReplica senderRule = true
+)
+
+func (pc *PeerCheck) partition(keyspace string, id uint32, sender senderRule, from uint32, receiverReplica bool) *Rejection {
+	ks, ok := pc.Placement.Keyspace(keyspace)
+	if !ok {
+		return reject(RejectUnknown, "unknown keyspace %q", keyspace)
+	}
+	if int(id) >= len(ks.Partitions) {
+		return reject(RejectBadPartition, "keyspace %q has no partition %d", keyspace, id)
+	}
+	p := &ks.Partitions[id]
+	if sender == senderReplica && !p.HasReplica(from) {
+		return reject(RejectSenderReplica, "node %d is not a replica of %s/%d", from, keyspace, id)
+	}
+	if receiverReplica && !p.HasReplica(pc.Self) {
+		return reject(RejectReceiverReplic, "this node is not a replica of %s/%d", keyspace, id)
+	}
+	return nil
+}
+
+// systemMaxKeyBytes bounds keys of the reserved keyspaces ("_system": catalog entries named
+// after keyspaces), which do not follow the configured limits.max_key_bytes.
+const systemMaxKeyBytes = 1024
+
+func (pc *PeerCheck) keyLen(keyspace string, key []byte) *Rejection {
+	if len(key) == 0 {
+		return reject(RejectMalformed, "empty key")
+	}
+	limit := pc.Limits.MaxKeyBytes
+	if len(keyspace) > 0 && keyspace[0] == '_' {
+		limit = max(limit, systemMaxKeyBytes)
+	}
+	if len(key) > limit {
+		return reject(RejectTooLarge, "key of %d bytes exceeds max_key_bytes (%d)", len(key), limit)
+	}
+	return nil
+}
+
+// keyRef checks a (keyspace, partition, key) reference: the key must lie in the partition.
+func (pc *PeerCheck) keyRef(keyspace string, id uint32, key []byte, sender senderRule, from uint32, receiverReplica bool) *Rejection {
+	if err := pc.partition(keyspace, id, sender, from, receiverReplica); err != nil {
+		return err
+	}
+	if err := pc.keyLen(keyspace, key); err != nil {
+		return err
+	}
+	ks, _ := pc.Placement.Keyspace(keyspace)
+	if !ks.Partitions[id].Contains(key) {
+		return reject(RejectBadPartition, "key %q is not in partition %d of %q", key, id, keyspace)
+	}
+	return nil
+}
+
+func (pc *PeerCheck) record(r *peerpb.Record, sender senderRule, from uint32, receiverReplica bool) *Rejection {
+	if r == nil {
+		return reject(RejectMalformed, "missing record")
+	}
+	if err := pc.keyRef(r.Keyspace, r.Partition, r.Key, sender, from, receiverReplica); err != nil {
+		return err
+	}
+	if len(r.Value) > pc.Limits.MaxValueBytes {
+		return reject(RejectTooLarge, "value of %d bytes exceeds max_value_bytes (%d)", len(r.Value), pc.Limits.MaxValueBytes)
+	}
+	if r.Tombstone && len(r.Value) > 0 {
+		return reject(RejectMalformed, "tombstone with a value")
+	}
+	return pc.version(r.Version, true)
+}
+
+func (pc *PeerCheck) records(rs []*peerpb.Record, sender senderRule, from uint32, receiverReplica bool) *Rejection {
+	if len(rs) > maxListLen {
+		return reject(RejectTooLarge, "%d records in one message", len(rs))
+	}
+	for _, r := range rs {
+		if err := pc.record(r, sender, from, receiverReplica); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// version checks a version's writer and that it is not from the future. required: the zero
+// version is malformed (records); otherwise zero means "none".
+func (pc *PeerCheck) version(v *peerpb.Version, required bool) *Rejection {
+	hv := VersionFromPB(v)
+	if hv.IsZero() {
+		if required {
+			return reject(RejectMalformed, "zero version")
+		}
+		return nil
+	}
+	if !pc.Members(hv.NodeID) {
+		return reject(RejectMalformed, "version written by node %d, not a node of the cluster", hv.NodeID)
+	}
+	return pc.futureCheck(hv)
+}
+
+func (pc *PeerCheck) futureCheck(v hlc.Version) *Rejection {
+	if ahead := time.Duration(v.WallNanos - pc.Now.UnixNano()); ahead > pc.MaxFuture {
+		return reject(RejectFutureVersion, "version %s is %s ahead of this node's clock (at most ε + future_version_margin = %s)",
+			v, ahead.Round(time.Millisecond), pc.MaxFuture)
+	}
+	return nil
+}
+
+// wallClock checks a sender's clock reading (a status's send time) like a version's wall.
+func (pc *PeerCheck) wallClock(unixNanos int64) *Rejection {
+	if ahead := time.Duration(unixNanos - pc.Now.UnixNano()); ahead > pc.MaxFuture {
+		return reject(RejectFutureVersion, "timestamp is %s ahead of this node's clock (at most %s)", ahead.Round(time.Millisecond), pc.MaxFuture)
+	}
+	return nil
+}
+
+func (pc *PeerCheck) statusBatch(b *peerpb.StatusBatch, from uint32) *Rejection {
+	if b == nil {
+		return nil
+	}
+	if err := pc.wallClock(b.StsUnixNanos); err != nil {
+		return err
+	}
+	return pc.statusEntries(b.Entries, from)
+}
+
+// statusEntries: a MeteorShower status lists writes the sender applied as a replica.
+func (pc *PeerCheck) statusEntries(es []*peerpb.StatusEntry, from uint32) *Rejection {
+	if len(es) > maxListLen {
+		return reject(RejectTooLarge, "status: %d entries", len(es))
+	}
+	for _, e := range es {
+		if err := pc.keyRef(e.Keyspace, e.Partition, e.Key, senderReplica, from, false); err != nil {
+			return err
+		}
+		if err := pc.version(e.Wts, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (pc *PeerCheck) partVersions(ps []*peerpb.GlPartVersion, from uint32) *Rejection {
+	if len(ps) > maxListLen {
+		return reject(RejectTooLarge, "%d partitions in one heartbeat", len(ps))
+	}
+	for _, p := range ps {
+		if err := pc.partition(p.Keyspace, p.Partition, noSenderCheck, from, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// table checks a GlobLease mastership table: its partition, masters that are replicas, and
+// the proposer's clock.
+func (pc *PeerCheck) table(t *peerpb.GlTable, from uint32) *Rejection {
+	if t == nil {
+		return nil
+	}
+	if err := pc.partition(t.Keyspace, t.Partition, noSenderCheck, from, false); err != nil {
+		return err
+	}
+	ks, _ := pc.Placement.Keyspace(t.Keyspace)
+	p := &ks.Partitions[t.Partition]
+	if t.DefaultMaster != 0 && !p.HasReplica(t.DefaultMaster) {
+		return reject(RejectMalformed, "table names master %d, not a replica of %s/%d", t.DefaultMaster, t.Keyspace, t.Partition)
+	}
+	if len(t.Overrides) > maxListLen {
+		return reject(RejectTooLarge, "table: %d overrides", len(t.Overrides))
+	}
+	for _, o := range t.Overrides {
+		if err := pc.keyLen(t.Keyspace, o.Key); err != nil {
+			return err
+		}
+		if !p.HasReplica(o.Master) {
+			return reject(RejectMalformed, "table names master %d, not a replica of %s/%d", o.Master, t.Keyspace, t.Partition)
+		}
+	}
+	return pc.version(t.Hlc, false)
+}
+
+// CarriesReplicatedWrite reports whether env asks the receiver to store a write it did not
+// coordinate (replication, anti-entropy, GlobLease updates): what a node refuses while its
+// disk is full.
+func CarriesReplicatedWrite(env *peerpb.Envelope) bool {
+	switch env.GetMsg().(type) {
+	case *peerpb.Envelope_Write, *peerpb.Envelope_AePush, *peerpb.Envelope_WriteNotification, *peerpb.Envelope_GlUpdate:
+		return true
+	}
+	return false
+}
