@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
 	"meridian/client"
@@ -21,7 +22,7 @@ import (
 )
 
 func serverCmd() *cobra.Command {
-	var cfgPath, nodeName, dataDir, logLevel string
+	var cfgPath, nodeName, dataDir, logLevel, diskReserve string
 	var clockOffset time.Duration
 	var clockControl bool
 	cmd := &cobra.Command{
@@ -43,14 +44,22 @@ func serverCmd() *cobra.Command {
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("server: --log-level %q: %w", logLevel, err)
 			}
+			var reserve uint64
+			if diskReserve != "" {
+				if reserve, err = humanize.ParseBytes(diskReserve); err != nil || reserve == 0 {
+					return fmt.Errorf("server: --disk-reserve %q: want a size such as 256MiB or 1GiB (default: 5%% of the data disk, within 16 MiB..1 GiB)", diskReserve)
+				}
+			}
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-			return server.Run(cmd.Context(), server.Options{Cluster: cfg, NodeName: nodeName, DataDir: dataDir, ClockOffset: clockOffset, ClockControl: clockControl, Logger: logger})
+			return server.Run(cmd.Context(), server.Options{Cluster: cfg, NodeName: nodeName, DataDir: dataDir, DiskReserveBytes: reserve,
+				ClockOffset: clockOffset, ClockControl: clockControl, Logger: logger})
 		},
 	}
 	cmd.Flags().StringVar(&cfgPath, "config", "", "cluster configuration file (YAML)")
 	cmd.Flags().StringVar(&nodeName, "node", "", "name of this node in the configuration")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "storage directory (default data/NODE)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.Flags().StringVar(&diskReserve, "disk-reserve", "", "disk space kept free for the store itself, e.g. 256MiB: writes are refused with 'disk full' below half of it, the other half is an emergency ballast (default 5% of the data disk, within 16 MiB..1 GiB)")
 	cmd.Flags().DurationVar(&clockOffset, "clock-offset", 0, "shift this node's clock (testing clock skew)")
 	cmd.Flags().BoolVar(&clockControl, "clock-control", false, "serve /debug/clock on the metrics address to change this node's clock offset and drift at run time (lab faults; never in production)")
 	return cmd

@@ -28,6 +28,10 @@ const (
 	Overloaded
 	// Internal: a bug or a storage failure.
 	Internal
+	// Exhausted: a resource of the node is used up (its disk is full); the request was
+	// refused before anything was written. Retry elsewhere, or once the operator has freed
+	// the resource.
+	Exhausted
 )
 
 func (k Kind) String() string {
@@ -46,6 +50,8 @@ func (k Kind) String() string {
 		return "overloaded"
 	case Internal:
 		return "internal"
+	case Exhausted:
+		return "resource exhausted"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }

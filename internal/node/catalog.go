@@ -19,8 +19,15 @@ import (
 // keyspaces are stored as records of the _system keyspace, which is replicated on every node
 // with the quorum protocol, so they survive restarts and reach nodes that were down through
 // anti-entropy. Until cluster metadata moves to Raft (roadmap step 2), two concurrent creates
-// of the same name resolve by last-writer-wins; a create is acknowledged by a majority of
-// nodes and the others learn it within a WAN delay or the next anti-entropy round.
+// of the same name resolve by last-writer-wins.
+//
+// A node installs a keyspace in the committer, as soon as its catalog record is durable and
+// before the acknowledgement of that record leaves (watchCatalog): so a node that has
+// acknowledged the record serves the keyspace. A create writes at QUORUM and then waits
+// (Request.WaitAll) for the acknowledgement of every node the failure detector considers
+// alive, until its deadline; it returns the nodes that had not installed the keyspace then
+// (issue 12: a create used to return while other regions still answered "unknown
+// keyspace").
 
 const catalogPrefix = "keyspace/"
 
@@ -88,7 +95,11 @@ func (n *Node) decodeKeyspace(b []byte) (*placement.Keyspace, error) {
 	return placement.BuildKeyspace(spec, n.opts.Cluster.Nodes)
 }
 
-// watchCatalog installs keyspaces whose catalog records were just made durable here.
+// watchCatalog installs keyspaces whose catalog records were just made durable here. It runs
+// in the committer before the batch's messages (the records' acknowledgements) leave, and it
+// is the only writer of the placement map after start; the event loop hands the new map to
+// the core before the next input it handles (syncPlacement), so a request the gateway
+// accepted against the new map never reaches a core without it.
 func (n *Node) watchCatalog(writes []storage.Record) {
 	for _, r := range writes {
 		if r.Keyspace != quorum.SystemKeyspace || r.Tombstone || !strings.HasPrefix(string(r.Key), catalogPrefix) {
@@ -103,54 +114,51 @@ func (n *Node) watchCatalog(writes []storage.Record) {
 			continue
 		}
 		n.origins.Store(ks.Spec.Name, "api")
-		select {
-		case n.inbox <- input{kind: inCatalog, ks: ks}:
-		default:
-			// The loop is overloaded; anti-entropy re-delivers the record... but it is already
-			// applied here, so install on the next restart at the latest. Log it loudly.
-			n.log.Error("could not queue keyspace installation", "keyspace", ks.Spec.Name)
-		}
+		pm := n.pmap.Load().With(ks)
+		n.pmap.Store(pm)
+		n.log.Info("keyspace installed", "keyspace", ks.Spec.Name, "placement_version", pm.Version)
 	}
 }
 
-// CreateKeyspace validates spec, stores it in the catalog at QUORUM and installs it here.
-func (n *Node) CreateKeyspace(ctx context.Context, spec config.Keyspace, timeout time.Duration) (config.Keyspace, error) {
+// CreateKeyspace validates spec, stores it in the catalog at QUORUM and waits until every
+// node that is alive has installed it, up to timeout. notInstalled lists the nodes that had
+// not ("NAME: reason"): they learn the keyspace when they are back (replication of the catalog
+// or anti-entropy).
+func (n *Node) CreateKeyspace(ctx context.Context, spec config.Keyspace, timeout time.Duration) (created config.Keyspace, notInstalled []string, err error) {
 	if spec.Name == "" {
-		return spec, errs.New(errs.Invalid, "create keyspace: name is empty")
+		return spec, nil, errs.New(errs.Invalid, "create keyspace: name is empty")
 	}
 	if strings.HasPrefix(spec.Name, "_") {
-		return spec, errs.New(errs.Invalid, "keyspace name %q: names starting with _ are reserved", spec.Name)
+		return spec, nil, errs.New(errs.Invalid, "keyspace name %q: names starting with _ are reserved", spec.Name)
 	}
 	if err := config.ValidateKeyspace(&spec, n.opts.Cluster); err != nil {
-		return spec, errs.New(errs.Invalid, "%v", err)
+		return spec, nil, errs.New(errs.Invalid, "%v", err)
 	}
 	if _, exists := n.pmap.Load().Keyspace(spec.Name); exists {
-		return spec, errs.New(errs.AlreadyExists, "keyspace %q already exists", spec.Name)
+		return spec, nil, errs.New(errs.AlreadyExists, "keyspace %q already exists", spec.Name)
 	}
 	ks, err := placement.BuildKeyspace(spec, n.opts.Cluster.Nodes)
 	if err != nil {
-		return spec, errs.New(errs.Invalid, "%v", err)
+		return spec, nil, errs.New(errs.Invalid, "%v", err)
 	}
 	b, err := json.Marshal(spec)
 	if err != nil {
-		return spec, errs.New(errs.Internal, "encode keyspace: %v", err)
+		return spec, nil, errs.New(errs.Internal, "encode keyspace: %v", err)
 	}
 	res := n.Do(ctx, quorum.Request{
 		Op: quorum.OpPut, Keyspace: quorum.SystemKeyspace, Key: []byte(catalogPrefix + spec.Name), Value: b,
-		Level: config.LevelQuorum, Deadline: n.clock.Now().Add(timeout),
+		Level: config.LevelQuorum, Deadline: n.clock.Now().Add(timeout), WaitAll: true,
 	})
 	if res.Err != nil {
-		return spec, res.Err
+		return spec, nil, res.Err
 	}
-	// The write is durable here already (this node replicates _system); wait until the
-	// committer has installed it so the caller can use the keyspace at once.
-	for range 1000 {
-		if _, ok := n.pmap.Load().Keyspace(spec.Name); ok {
-			break
-		}
-		time.Sleep(time.Millisecond)
+	for _, u := range res.Unacked {
+		nd, _ := n.opts.Cluster.NodeByID(u.Node)
+		notInstalled = append(notInstalled, fmt.Sprintf("%s: %s", nd.Name, u.Reason))
 	}
-	return ks.Spec, nil
+	// This node replicates _system, so its own acknowledgement (counted above) came after
+	// its committer installed the keyspace.
+	return ks.Spec, notInstalled, nil
 }
 
 // Origin says where a keyspace was defined: "config" or "api".

@@ -147,6 +147,8 @@ func outcome(err error) string {
 		return "timeout"
 	case errs.Overloaded:
 		return "overloaded"
+	case errs.Exhausted:
+		return "exhausted"
 	}
 	return "error"
 }

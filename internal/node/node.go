@@ -53,6 +53,9 @@ type Options struct {
 	InboxLen int
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// DiskReserveBytes is the disk space the store keeps free for itself (storage.Options);
+	// 0 is the default (5% of the filesystem, within [16 MiB, 1 GiB]).
+	DiskReserveBytes uint64
 }
 
 type inputKind uint8
@@ -60,14 +63,12 @@ type inputKind uint8
 const (
 	inRequest inputKind = iota + 1
 	inMessage
-	inCatalog
 )
 
 type input struct {
 	kind inputKind
 	req  quorum.Request
 	env  *peerpb.Envelope
-	ks   *placement.Keyspace
 }
 
 // Node is a running Meridian node.
@@ -80,6 +81,7 @@ type Node struct {
 	clock  hlc.PhysicalClock
 	log    *slog.Logger
 	m      *metrics
+	gm     *guardMetrics
 
 	inbox    chan input
 	commitCh chan quorum.Ready
@@ -93,6 +95,8 @@ type Node struct {
 	origins sync.Map // keyspace name → "config" | "api"
 	failed  atomic.Pointer[error]
 	closed  atomic.Bool
+	members map[uint32]bool
+	logs    *rateLog
 }
 
 // Start opens the node's storage, builds its core and starts its goroutines.
@@ -122,7 +126,7 @@ func Start(opts Options) (*Node, error) {
 	if opts.NewTransport == nil {
 		return nil, errors.New("node: no transport")
 	}
-	engine, err := storage.Open(opts.DataDir, storage.Options{FS: opts.FS})
+	engine, err := storage.Open(opts.DataDir, storage.Options{FS: opts.FS, DiskReserveBytes: opts.DiskReserveBytes})
 	if errors.Is(err, syscall.EWOULDBLOCK) {
 		return nil, fmt.Errorf("node %s: data directory %s is locked by another process (is a server for this node still running?)", self.Name, opts.DataDir)
 	}
@@ -143,6 +147,11 @@ func Start(opts Options) (*Node, error) {
 		commitCh: make(chan quorum.Ready, 1024),
 		jobCh:    make(chan quorum.Job, 4096),
 		stop:     make(chan struct{}),
+		members:  map[uint32]bool{},
+		logs:     newRateLog(time.Minute),
+	}
+	for _, nd := range opts.Cluster.Nodes {
+		n.members[nd.ID] = true
 	}
 	pm, err := n.loadPlacement()
 	if err != nil {
@@ -157,19 +166,23 @@ func Start(opts Options) (*Node, error) {
 		Limits:              opts.Cluster.Limits,
 		AntiEntropyInterval: opts.Cluster.AntiEntropy.Interval,
 		MaxClockOffset:      opts.Cluster.Clock.MaxOffset,
+		// Versions further ahead are refused at the door (peerCheck); never adopt them.
+		MaxClockSkew: opts.Cluster.Clock.MaxFutureVersion(),
 	}, engine)
 	n.core.SetPlacement(pm)
 	n.m = newMetrics(opts.Registry, n)
+	n.gm = newGuardMetrics(opts.Registry, n)
 	tr, err := opts.NewTransport(n.deliver)
 	if err != nil {
 		engine.Close()
 		return nil, fmt.Errorf("node %s: transport: %w", self.Name, err)
 	}
 	n.tr = tr
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go n.loop()
 	go n.committer()
 	go n.jobWorker()
+	go n.diskWatcher()
 	n.log.Info("node started", "region", self.Region, "data_dir", opts.DataDir)
 	return n, nil
 }
@@ -223,9 +236,14 @@ func (n *Node) GLCounters() *quorum.GLCounters { return n.core.GLCounters() }
 // Registry returns the node's metrics registry.
 func (n *Node) Registry() *prometheus.Registry { return n.opts.Registry }
 
-// deliver is the transport handler: it queues a peer message for the loop, dropping it when
-// the inbox is full (overload looks like message loss, which the protocols tolerate).
+// deliver is the transport handler: it validates a peer message (peerCheck), refuses the
+// replicated writes a full disk cannot take, and queues the rest for the loop, dropping a
+// message when the inbox is full (overload looks like message loss, which the protocols
+// tolerate).
 func (n *Node) deliver(env *peerpb.Envelope) {
+	if !n.admitPeer(env) {
+		return
+	}
 	select {
 	case n.inbox <- input{kind: inMessage, env: env}:
 		n.m.received(env)
@@ -241,6 +259,11 @@ func (n *Node) Do(ctx context.Context, req quorum.Request) quorum.Result {
 	}
 	if n.closed.Load() {
 		return quorum.Result{Op: req.Op, Err: errs.New(errs.Unavailable, "node %s is shutting down", n.self.Name)}
+	}
+	if err := n.refuseWriteOnFullDisk(req); err != nil {
+		res := quorum.Result{Op: req.Op, Err: err}
+		n.m.observe(req, res, 0)
+		return res
 	}
 	start := time.Now()
 	req.ID = n.nextID.Add(1)
@@ -288,6 +311,7 @@ func (n *Node) loop() {
 				break
 			}
 		case <-ticker.C:
+			n.syncPlacement()
 			n.core.Tick(n.clock.Now())
 		}
 		if n.core.HasReady() {
@@ -302,17 +326,21 @@ func (n *Node) loop() {
 }
 
 func (n *Node) handle(in input) {
+	n.syncPlacement()
 	now := n.clock.Now()
 	switch in.kind {
 	case inRequest:
 		n.core.Propose(now, in.req)
 	case inMessage:
 		n.core.Step(now, in.env)
-	case inCatalog:
-		pm := n.pmap.Load().With(in.ks)
-		n.pmap.Store(pm)
+	}
+}
+
+// syncPlacement hands the core the placement map the committer last installed
+// (watchCatalog), before the core sees any input validated against it.
+func (n *Node) syncPlacement() {
+	if pm := n.pmap.Load(); pm != n.core.Placement() {
 		n.core.SetPlacement(pm)
-		n.log.Info("keyspace installed", "keyspace", in.ks.Spec.Name, "placement_version", pm.Version)
 	}
 }
 

@@ -83,6 +83,12 @@ type Request struct {
 	WriteMode string
 	// Region is the target region of OpMoveMaster.
 	Region string
+	// WaitAll (writes of the quorum protocol): once the level is met, keep waiting for the
+	// acknowledgement of every replica the failure detector considers alive, until the
+	// deadline; the result then names the replicas that did not acknowledge (Unacked). The
+	// catalog uses it so that creating a keyspace returns once every node can use it, or
+	// says which cannot.
+	WaitAll bool
 }
 
 // Result is the reply to one Request.
@@ -101,6 +107,16 @@ type Result struct {
 	// Master, MasterRegion and TableVersion answer OpMoveMaster.
 	Master, MasterRegion string
 	TableVersion         uint64
+	// Unacked (WaitAll writes that succeeded) lists the replicas that had not acknowledged
+	// the write when it returned, each with why: "down" or "no acknowledgement before the
+	// deadline".
+	Unacked []Unacked
+}
+
+// Unacked is a replica that did not acknowledge a WaitAll write.
+type Unacked struct {
+	Node   uint32
+	Reason string
 }
 
 // Reader is the synchronous, read-only view of the node's storage the core needs.

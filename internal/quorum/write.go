@@ -20,6 +20,11 @@ type pendingWrite struct {
 	need     int
 	acks     map[uint32]bool
 	done     bool
+	// waitAll: the level is met (replied is false until then); wait for every replica in
+	// waitFor until the deadline. down were already dead at the start.
+	waitAll bool
+	waitFor []uint32
+	down    []uint32
 }
 
 func (w *pendingWrite) eligibleAcks() int {
@@ -58,7 +63,16 @@ func (c *Core) startWrite(now time.Time, ks *placement.Keyspace, req Request) {
 		rec.Value = nil
 	}
 	id := c.newPeerReq()
-	w := &pendingWrite{req: req, rec: rec, part: p, eligible: elig, need: need, acks: map[uint32]bool{}}
+	w := &pendingWrite{req: req, rec: rec, part: p, eligible: elig, need: need, acks: map[uint32]bool{}, waitAll: req.WaitAll}
+	if w.waitAll {
+		for _, r := range p.Replicas {
+			if r == c.cfg.NodeID || c.live.alive(r) {
+				w.waitFor = append(w.waitFor, r)
+			} else {
+				w.down = append(w.down, r)
+			}
+		}
+	}
 	c.writes[id] = w
 	c.inflight++
 	c.timers.add(req.Deadline, timerWriteDeadline, id)
@@ -80,11 +94,38 @@ func (c *Core) maybeFinishWrite(id uint64, w *pendingWrite) {
 	if w.done || w.eligibleAcks() < w.need {
 		return
 	}
+	if w.waitAll {
+		for _, r := range w.waitFor {
+			if !w.acks[r] {
+				return // the deadline (expireWrite) answers if this replica stays silent
+			}
+		}
+		c.finishWaitAll(id, w)
+		return
+	}
 	w.done = true
 	c.inflight--
 	c.reply(Result{ID: w.req.ID, Op: w.req.Op, Version: w.rec.Version})
 	// Keep tracking until every replica acked or the deadline passes? No: late acks carry no
 	// information the client needs; drop the entry now to bound memory.
+	delete(c.writes, id)
+}
+
+// finishWaitAll answers a WaitAll write whose level is met: with every alive replica's
+// acknowledgement, or at its deadline naming the replicas that stayed silent.
+func (c *Core) finishWaitAll(id uint64, w *pendingWrite) {
+	res := Result{ID: w.req.ID, Op: w.req.Op, Version: w.rec.Version}
+	for _, r := range w.down {
+		res.Unacked = append(res.Unacked, Unacked{Node: r, Reason: "down"})
+	}
+	for _, r := range w.waitFor {
+		if !w.acks[r] {
+			res.Unacked = append(res.Unacked, Unacked{Node: r, Reason: "no acknowledgement before the deadline"})
+		}
+	}
+	w.done = true
+	c.inflight--
+	c.reply(res)
 	delete(c.writes, id)
 }
 
@@ -121,6 +162,10 @@ func (c *Core) handleWriteAck(now time.Time, from uint32, m *peerpb.WriteAck) {
 func (c *Core) expireWrite(id uint64) {
 	w, ok := c.writes[id]
 	if !ok || w.done {
+		return
+	}
+	if w.waitAll && w.eligibleAcks() >= w.need {
+		c.finishWaitAll(id, w)
 		return
 	}
 	{

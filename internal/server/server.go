@@ -59,7 +59,7 @@ func ToStatus(err error) error {
 		code = codes.Unavailable
 	case errs.Timeout:
 		code = codes.DeadlineExceeded
-	case errs.Overloaded:
+	case errs.Overloaded, errs.Exhausted:
 		code = codes.ResourceExhausted
 	}
 	return status.Error(code, err.Error())
@@ -162,11 +162,11 @@ func (s *Service) CreateKeyspace(ctx context.Context, r *meridianpb.CreateKeyspa
 	}
 	spec := config.Keyspace{Name: sp.GetName(), Protocol: sp.GetProtocol(), Regions: sp.GetRegions(),
 		ReplicasPerRegion: int(sp.GetReplicasPerRegion()), Partitions: int(sp.GetPartitions()), Options: sp.GetOptions()}
-	got, err := s.node.CreateKeyspace(ctx, spec, timeout)
+	got, notInstalled, err := s.node.CreateKeyspace(ctx, spec, timeout)
 	if err != nil {
 		return nil, ToStatus(err)
 	}
-	return &meridianpb.CreateKeyspaceResponse{Spec: specPB(got)}, nil
+	return &meridianpb.CreateKeyspaceResponse{Spec: specPB(got), NotInstalled: notInstalled}, nil
 }
 
 // DescribeKeyspace returns a keyspace's spec and placement.
@@ -225,6 +225,9 @@ type Options struct {
 	Cluster  *config.Cluster
 	NodeName string
 	DataDir  string
+	// DiskReserveBytes is the disk space the store keeps free for itself (0: the default,
+	// 5% of the filesystem within [16 MiB, 1 GiB]); writes are refused below half of it.
+	DiskReserveBytes uint64
 	// ClockOffset shifts this node's clock (tests and the lab).
 	ClockOffset time.Duration
 	// ClockControl serves /debug/clock on the metrics address, through which the lab's
@@ -234,7 +237,16 @@ type Options struct {
 	Logger       *slog.Logger
 }
 
-// Run starts a node with the gRPC transport, serves the client API, the peer service and
+// peerMaxRecvBytes is the peer listener's gRPC receive limit: a scan reply or an
+// anti-entropy push holds up to 4 MiB of records plus one record that crossed the bound.
+func peerMaxRecvBytes(l config.Limits) int {
+	maxRecord := l.MaxValueBytes + l.MaxKeyBytes + 64<<10
+	return 2*maxRecord + 8<<20
+}
+
+// Run starts a node with the gRPC transport, serves the client API on the node's listen
+// address, the peer service on its peer_listen address (a separate listener, so it can be
+// firewalled off from clients; streams are accepted only from the cluster's nodes) and
 // /metrics, and blocks until ctx is done. Then it stops accepting requests and closes the
 // node (acknowledged writes are already durable).
 func Run(ctx context.Context, o Options) error {
@@ -247,44 +259,55 @@ func Run(ctx context.Context, o Options) error {
 	}
 	lis, err := net.Listen("tcp", self.Listen)
 	if err != nil {
-		return fmt.Errorf("server: listen on %s: %w", self.Listen, err)
+		return fmt.Errorf("server: listen on %s (listen, the client API): %w", self.Listen, err)
+	}
+	plis, err := net.Listen("tcp", self.PeerListen)
+	if err != nil {
+		lis.Close()
+		return fmt.Errorf("server: listen on %s (peer_listen, the peer service): %w", self.PeerListen, err)
 	}
 	clock := hlc.NewSystemClock(o.ClockOffset)
 	var grpcTr *transport.GRPC
-	peers := map[uint32]string{}
+	var peerNodes []transport.PeerNode
 	for _, nd := range o.Cluster.Nodes {
-		peers[nd.ID] = nd.Listen
+		peerNodes = append(peerNodes, transport.PeerNode{ID: nd.ID, Name: nd.Name, Addr: nd.PeerListen})
 	}
-	n, err := node.Start(node.Options{
+	// Refusals are reported to the node's metrics; the node exists only once Start returns,
+	// and streams arrive only after the peer server starts below.
+	var n *node.Node
+	n, err = node.Start(node.Options{
 		Cluster: o.Cluster, NodeName: o.NodeName, DataDir: o.DataDir, Logger: o.Logger,
-		Clock: clock,
+		Clock: clock, DiskReserveBytes: o.DiskReserveBytes,
 		NewTransport: func(h transport.Handler) (transport.Transport, error) {
-			t, err := transport.NewGRPC(transport.GRPCOptions{Self: self.ID, Peers: peers,
+			t, err := transport.NewGRPC(transport.GRPCOptions{Cluster: o.Cluster.Name, Self: self.ID, Nodes: peerNodes,
 				OnError: func(peer uint32, err error) {
 					o.Logger.Warn("peer stream failed; messages to it are dropped until it reconnects", "peer", peer, "err", err)
-				}}, h)
+				},
+				OnRefused: func(reason, remote string, err error) { n.RefusedPeerStream(reason, remote, err) },
+			}, h)
 			grpcTr = t
 			return t, err
 		},
 	})
 	if err != nil {
 		lis.Close()
+		plis.Close()
 		return err
 	}
-	// One server carries client requests and peer messages. Client requests are bounded by
-	// the validator (key and value limits); peer messages can be larger — a scan reply or an
-	// anti-entropy push holds up to 4 MiB of records plus one record that crossed the bound.
-	maxRecord := o.Cluster.Limits.MaxValueBytes + o.Cluster.Limits.MaxKeyBytes + 64<<10
+	// Client requests are bounded by the validator (key and value limits) and, before it,
+	// by gRPC's receive limit; the client maps that refusal to the documented limits.
 	gs := grpc.NewServer(
-		grpc.MaxRecvMsgSize(2*maxRecord+8<<20),
+		grpc.MaxRecvMsgSize(ClientMaxRecvBytes(o.Cluster.Limits)),
 		// A fixed pool of stream workers instead of a goroutine per request: fewer stack
 		// growths on the hot path.
 		grpc.NumStreamWorkers(uint32(max(4, runtime.GOMAXPROCS(0)*4))),
 	)
 	meridianpb.RegisterMeridianServer(gs, NewService(n))
-	grpcTr.Register(gs)
-	serveErr := make(chan error, 2)
+	ps := grpc.NewServer(grpc.MaxRecvMsgSize(peerMaxRecvBytes(o.Cluster.Limits)))
+	grpcTr.Register(ps)
+	serveErr := make(chan error, 3)
 	go func() { serveErr <- gs.Serve(lis) }()
+	go func() { serveErr <- ps.Serve(plis) }()
 	var hs *http.Server
 	if self.Metrics != "" {
 		mux := http.NewServeMux()
@@ -300,6 +323,7 @@ func Run(ctx context.Context, o Options) error {
 		mlis, err := net.Listen("tcp", self.Metrics)
 		if err != nil {
 			gs.Stop()
+			ps.Stop()
 			n.Close()
 			return fmt.Errorf("server: metrics listen on %s: %w", self.Metrics, err)
 		}
@@ -309,7 +333,7 @@ func Run(ctx context.Context, o Options) error {
 			}
 		}()
 	}
-	o.Logger.Info("serving", "node", self.Name, "listen", self.Listen, "metrics", self.Metrics)
+	o.Logger.Info("serving", "node", self.Name, "listen", self.Listen, "peer_listen", self.PeerListen, "metrics", self.Metrics)
 	select {
 	case <-ctx.Done():
 	case err = <-serveErr:
@@ -319,13 +343,15 @@ func Run(ctx context.Context, o Options) error {
 	}
 	stopped := make(chan struct{})
 	go func() { gs.GracefulStop(); close(stopped) }()
-	// Peers' streams never end on their own, so a graceful stop only waits for client
-	// requests in flight, briefly; then the hard stop closes the peer streams.
+	// A graceful stop waits for client requests in flight, briefly (they need the peers'
+	// replies, so the peer server keeps running meanwhile); peers' streams never end on
+	// their own, so the peer server then stops hard.
 	select {
 	case <-stopped:
 	case <-time.After(time.Second):
 		gs.Stop()
 	}
+	ps.Stop()
 	if cerr := n.Close(); cerr != nil && err == nil {
 		err = cerr
 	}

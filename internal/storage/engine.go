@@ -33,6 +33,9 @@ type Engine struct {
 	popts *pebble.Options // defaulted copy of the options the DB was opened with
 
 	closed atomic.Bool
+	space  *spaceGuard
+	stop   chan struct{}
+	done   chan struct{}
 
 	applies        atomic.Int64
 	syncApplies    atomic.Int64
@@ -53,21 +56,46 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("storage: open %s: %w", dir, err)
 	}
+	space := newSpaceGuard(opts.FS, dir)
 	po := opts.pebbleOptions()
+	// Every write Pebble makes goes through the disk-full hook: on ENOSPC the ballast is
+	// given back and the write retried (space.go).
+	po.FS = vfs.OnDiskFull(opts.FS, space.onNoSpace)
 	// pebble.Open creates dir and its missing parents and syncs their parent directories,
 	// so a freshly created store survives a crash (MemFS.CrashClone tests rely on this).
 	db, err := pebble.Open(dir, po)
 	if err != nil {
 		return nil, fmt.Errorf("storage: open %s: %w", dir, err)
 	}
-	return &Engine{
+	// The guard reads usage and lays down the ballast once Pebble has created (and synced)
+	// the directory.
+	if err := space.start(opts.DiskReserveBytes); err != nil {
+		db.Close()
+		return nil, err
+	}
+	e := &Engine{
 		dir:      dir,
 		fs:       opts.FS,
 		db:       db,
 		popts:    po,
+		space:    space,
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
 		gcResume: make(map[string][]byte),
-	}, nil
+	}
+	if space.monitored {
+		go space.monitor(opts.DiskCheckInterval, e.stop, e.done)
+	} else {
+		close(e.done)
+	}
+	return e, nil
 }
+
+// DiskState returns the store's last reading of its filesystem (no system call).
+func (e *Engine) DiskState() DiskState { return e.space.load() }
+
+// RefreshDiskState reads the filesystem's usage now and returns the new state.
+func (e *Engine) RefreshDiskState() DiskState { return e.space.refresh() }
 
 // Close closes the store. Data applied with sync=true is durable; data applied with
 // sync=false may or may not be, as after a crash. Calling Close twice returns ErrClosed.
@@ -75,6 +103,8 @@ func (e *Engine) Close() error {
 	if !e.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
+	close(e.stop)
+	<-e.done
 	if err := e.db.Close(); err != nil {
 		return fmt.Errorf("storage: close %s: %w", e.dir, err)
 	}
