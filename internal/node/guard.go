@@ -117,15 +117,16 @@ func (n *Node) refuseWriteOnFullDisk(req quorum.Request) error {
 	return errs.New(errs.Exhausted, "disk full on node %s (%s); reads are still served", n.self.Name, ds)
 }
 
-// diskWatcher logs the disk's transitions to and from full once each, and while it stays
-// full a summary once a minute (refusals since the last line), never a line per operation.
+// diskWatcher logs the disk's transitions to and from full, and while it stays full a
+// summary once a minute (refusals since the last line) — never a line per operation. Near
+// the floor the state can flap as compactions free space and writes take it again, so each
+// kind of transition is logged at most once a minute too, with the number suppressed.
 func (n *Node) diskWatcher() {
 	defer n.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	wasFull := false
 	var lastSummary time.Time
-	refused := n.gm.diskRefused.Load
 	var refusedAtSummary int64
 	for {
 		select {
@@ -136,15 +137,19 @@ func (n *Node) diskWatcher() {
 		ds := n.engine.DiskState()
 		switch {
 		case ds.Full && !wasFull:
-			n.log.Error("disk full: refusing client and replicated writes until space is freed; reads are still served", "state", ds.String(),
-				"enospc", ds.NoSpaceErrors)
-			lastSummary, refusedAtSummary = time.Now(), refused()
+			if ok, suppressed := n.logs.allow("disk_full"); ok {
+				n.log.Error("disk full: refusing client and replicated writes until space is freed; reads are still served", "state", ds.String(),
+					"enospc", ds.NoSpaceErrors, "similar_suppressed", suppressed)
+			}
+			lastSummary, refusedAtSummary = time.Now(), n.gm.diskRefused.Load()
 		case ds.Full && time.Since(lastSummary) >= time.Minute:
-			r := refused()
+			r := n.gm.diskRefused.Load()
 			n.log.Error("disk still full", "state", ds.String(), "writes_refused_last_minute", r-refusedAtSummary, "enospc", ds.NoSpaceErrors)
 			lastSummary, refusedAtSummary = time.Now(), r
 		case !ds.Full && wasFull:
-			n.log.Info("disk space recovered: writes accepted again", "state", ds.String())
+			if ok, suppressed := n.logs.allow("disk_recovered"); ok {
+				n.log.Info("disk space recovered: writes accepted again", "state", ds.String(), "similar_suppressed", suppressed)
+			}
 		}
 		wasFull = ds.Full
 	}
