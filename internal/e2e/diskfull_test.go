@@ -45,6 +45,7 @@ func TestDiskFullOnTmpfs(t *testing.T) {
 	c := newCluster(t, threeNodes, nil)
 	n1 := c.node("n1")
 	n1.dataDir = filepath.Join(c.dir, "tmpfs", "n1")
+	n1.diskReserve = "" // the default for a 32 MiB disk: a quarter of it
 	mountTmpfs(t, filepath.Dir(n1.dataDir), "32m")
 	c.startAll()
 	c.waitReady(c.names()...)

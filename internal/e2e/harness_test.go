@@ -74,6 +74,9 @@ type proc struct {
 	listen, peerListen, metrics string
 	dataDir                     string
 	logPath                     string
+	// diskReserve is passed as --disk-reserve ("": the server's default, sized for a node's
+	// own disk). The tests share one machine's disk, so newCluster sets a small one.
+	diskReserve string
 
 	cmd  *exec.Cmd     // nil when not running
 	done chan struct{} // closed when cmd has exited
@@ -118,12 +121,13 @@ func newCluster(t *testing.T, specs []nodeSpec, ksRegions []string) *cluster {
 	addrs := freeAddrs(t, hosts)
 	for i, s := range specs {
 		p := &proc{
-			nodeSpec:   s,
-			listen:     addrs[3*i],
-			peerListen: addrs[3*i+1],
-			metrics:    addrs[3*i+2],
-			dataDir:    filepath.Join(c.dir, "data", s.name),
-			logPath:    filepath.Join(c.dir, s.name+".log"),
+			nodeSpec:    s,
+			listen:      addrs[3*i],
+			peerListen:  addrs[3*i+1],
+			metrics:     addrs[3*i+2],
+			dataDir:     filepath.Join(c.dir, "data", s.name),
+			diskReserve: "32MiB",
+			logPath:     filepath.Join(c.dir, s.name+".log"),
 		}
 		c.nodes = append(c.nodes, p)
 		c.byName[s.name] = p
@@ -214,7 +218,11 @@ func (c *cluster) start(name string) {
 		c.t.Fatal(err)
 	}
 	fmt.Fprintf(logf, "=== e2e: starting %s at %s\n", name, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(binPath, "server", "--config", c.cfgPath, "--node", name, "--data-dir", p.dataDir)
+	args := []string{"server", "--config", c.cfgPath, "--node", name, "--data-dir", p.dataDir}
+	if p.diskReserve != "" {
+		args = append(args, "--disk-reserve", p.diskReserve)
+	}
+	cmd := exec.Command(binPath, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()

@@ -197,8 +197,9 @@ func (g *spaceGuard) refresh() DiskState {
 	return s
 }
 
-// writeBallast grows the ballast file from have to want bytes, writing real zeros (a sparse
-// or preallocated file is not guaranteed to hold blocks on every filesystem) and syncing.
+// writeBallast grows the ballast file from have to want bytes: fallocate(2) where the
+// filesystem has it (blocks are reserved at once, nothing is written), otherwise real zeros
+// (a sparse file would hold no blocks). Then it syncs.
 func (g *spaceGuard) writeBallast(have, want uint64) error {
 	if err := g.fs.MkdirAll(g.dir, 0o755); err != nil {
 		return err
@@ -211,6 +212,14 @@ func (g *spaceGuard) writeBallast(have, want uint64) error {
 	f, err := g.fs.Create(g.ballastPath, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err
+	}
+	if fd := f.Fd(); fd != vfs.InvalidFd && fallocate(fd, want) == nil {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			g.fs.Remove(g.ballastPath)
+			return err
+		}
+		return f.Close()
 	}
 	zeros := make([]byte, ballastChunkBytes)
 	for written := uint64(0); written < want; {
