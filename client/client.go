@@ -7,19 +7,40 @@
 //
 // Connect to a node in your own region: the node you call coordinates your request.
 // Errors carry the server's one-line explanation; Code tells retryable kinds apart.
+//
+// Deadlines. Every call has one: a ctx without a deadline gets Options.CallTimeout (default
+// 10 s), so a paused or partitioned node cannot hold a caller forever; the error then says
+// which endpoint did not answer within how long. The Timeout option sets the server-side
+// deadline of a request (the server's own timeout error says which replicas did not answer);
+// when ctx has no deadline of its own, the call then waits that long plus a grace of 250 ms,
+// so that the server's explanation arrives before the client gives up.
+//
+// Keepalive. The connection pings a server that has sent nothing for 10 s and drops the
+// connection when a ping is not answered within 5 s, so calls to a node that stopped
+// answering fail with Unavailable instead of each waiting out its deadline. Servers accept
+// pings every 5 s or more rarely (transport.ServerKeepaliveOptions), and grpc-go never pings
+// more often than every 10 s, so the two agree.
+//
+// Sizes. A value larger than the node accepts is refused with the documented limit
+// (limits.max_value_bytes): before it is sent when it is over 1 MiB (the client asks the
+// node for its limits once, ServerInfo), or after the transport refused it.
 package client
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
+	"regexp"
+	"strconv"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"meridian/api/meridianpb"
@@ -67,7 +88,7 @@ func codeName(c codes.Code) string {
 	case codes.DeadlineExceeded:
 		return "timeout"
 	case codes.ResourceExhausted:
-		return "overloaded"
+		return "resource exhausted"
 	}
 	return c.String()
 }
@@ -81,38 +102,85 @@ func CodeOf(err error) codes.Code {
 	return codes.Unknown
 }
 
-func wrap(err error) error {
-	if err == nil {
-		return nil
-	}
-	if s, ok := status.FromError(err); ok {
-		return &Error{Code: s.Code(), Msg: s.Message()}
-	}
-	return err
-}
-
 // Client is a connection to one node. It is safe for concurrent use.
 type Client struct {
-	conn *grpc.ClientConn
-	api  meridianpb.MeridianClient
+	endpoint string
+	opts     Options
+	conn     *grpc.ClientConn
+	api      meridianpb.MeridianClient
+
+	infoMu sync.Mutex
+	info   *meridianpb.ServerInfoResponse // the node's limits, once fetched
 }
 
-// Dial connects to a node at host:port. The connection is made lazily.
-func Dial(endpoint string) (*Client, error) { return DialWith(endpoint, nil) }
+// Options configure a connection. The zero value is usable: every zero field gets its
+// default.
+type Options struct {
+	// Dial, when set, makes the connection (the lab dials from a client host's network
+	// namespace). Default: a TCP dial.
+	Dial func(ctx context.Context, address string) (net.Conn, error)
+	// CallTimeout bounds a call whose ctx has no deadline. Default 10 s.
+	CallTimeout time.Duration
+	// KeepaliveTime is how long the connection may be silent before it pings the server,
+	// KeepaliveTimeout how long it waits for the answer. Defaults 10 s and 5 s (grpc-go
+	// raises a Time below 10 s to 10 s).
+	KeepaliveTime, KeepaliveTimeout time.Duration
+}
+
+// Defaults of Options.
+const (
+	DefaultCallTimeout      = 10 * time.Second
+	DefaultKeepaliveTime    = 10 * time.Second
+	DefaultKeepaliveTimeout = 5 * time.Second
+	// TimeoutGrace is how much longer than a request's server-side timeout (the Timeout
+	// option) a call without a deadline of its own waits, so that the server's explanatory
+	// timeout error arrives first.
+	TimeoutGrace = 250 * time.Millisecond
+	// maxMessageBytes bounds the messages the client sends and accepts (a scan reply holds
+	// up to limits.max_scan_limit rows).
+	maxMessageBytes = 256 << 20
+	// checkLimitsAbove: values larger than this are checked against the node's limits
+	// before they are sent.
+	checkLimitsAbove = 1 << 20
+)
+
+func (o *Options) ensureDefaults() {
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = DefaultCallTimeout
+	}
+	if o.KeepaliveTime <= 0 {
+		o.KeepaliveTime = DefaultKeepaliveTime
+	}
+	if o.KeepaliveTimeout <= 0 {
+		o.KeepaliveTimeout = DefaultKeepaliveTimeout
+	}
+}
+
+// Dial connects to a node at host:port with the default Options. The connection is made
+// lazily.
+func Dial(endpoint string) (*Client, error) { return DialOptions(endpoint, Options{}) }
 
 // DialWith connects through dial (nil: the default dialer) — the lab dials from a client
 // host's network namespace.
 func DialWith(endpoint string, dial func(ctx context.Context, address string) (net.Conn, error)) (*Client, error) {
+	return DialOptions(endpoint, Options{Dial: dial})
+}
+
+// DialOptions connects to a node at host:port with o.
+func DialOptions(endpoint string, o Options) (*Client, error) {
+	o.ensureDefaults()
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20), grpc.MaxCallSendMsgSize(256<<20))}
-	if dial != nil {
-		opts = append(opts, grpc.WithContextDialer(dial))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout}),
+	}
+	if o.Dial != nil {
+		opts = append(opts, grpc.WithContextDialer(o.Dial))
 	}
 	conn, err := grpc.NewClient(endpoint, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("client: dial %s: %w", endpoint, err)
 	}
-	return &Client{conn: conn, api: meridianpb.NewMeridianClient(conn)}, nil
+	return &Client{endpoint: endpoint, opts: o, conn: conn, api: meridianpb.NewMeridianClient(conn)}, nil
 }
 
 // Close closes the connection.
@@ -120,6 +188,9 @@ func (c *Client) Close() error { return c.conn.Close() }
 
 // API returns the raw gRPC stub.
 func (c *Client) API() meridianpb.MeridianClient { return c.api }
+
+// Endpoint returns the address of the node the client talks to.
+func (c *Client) Endpoint() string { return c.endpoint }
 
 // Option modifies one request.
 type Option func(*opts)
@@ -140,22 +211,131 @@ func Consistency(level string) Option { return func(o *opts) { o.consistency = l
 // keyspace's default. Other requests ignore it.
 func WriteMode(mode string) Option { return func(o *opts) { o.writeMode = mode } }
 
-// Timeout sets the server-side deadline of the request.
+// Timeout sets the server-side deadline of the request (at most the cluster's
+// limits.max_request_timeout, and below 2^32 ms).
 func Timeout(d time.Duration) Option { return func(o *opts) { o.timeout = d } }
 
-func collect(os []Option) opts {
-	var o opts
-	for _, f := range os {
-		f(&o)
-	}
-	return o
+// call is one call's bounds: its context and the request fields derived from the options.
+type call struct {
+	ctx       context.Context
+	cancel    context.CancelFunc
+	bound     time.Duration // the deadline the client set (0: the caller's own)
+	timeoutMs uint32
 }
 
-func (o opts) timeoutMs() uint32 {
-	if o.timeout <= 0 {
-		return 0
+// begin validates the options and bounds ctx: its own deadline if it has one, else the
+// request's server-side timeout plus TimeoutGrace, else CallTimeout.
+func (c *Client) begin(ctx context.Context, options []Option) (opts, *call, error) {
+	var o opts
+	for _, f := range options {
+		f(&o)
 	}
-	return uint32(max(1, o.timeout.Milliseconds()))
+	cl := &call{ctx: ctx, cancel: func() {}}
+	if o.timeout < 0 {
+		return o, nil, &Error{Code: codes.InvalidArgument, Msg: fmt.Sprintf("timeout %v is negative", o.timeout)}
+	}
+	if o.timeout > 0 {
+		ms := max(1, o.timeout.Milliseconds())
+		if ms > math.MaxUint32 {
+			return o, nil, &Error{Code: codes.InvalidArgument, Msg: fmt.Sprintf("timeout %v is out of range (at most %d ms, and the cluster's limits.max_request_timeout)", o.timeout, uint32(math.MaxUint32))}
+		}
+		cl.timeoutMs = uint32(ms)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		cl.bound = c.opts.CallTimeout
+		if o.timeout > 0 {
+			cl.bound = o.timeout + TimeoutGrace
+		}
+		cl.ctx, cl.cancel = context.WithTimeout(ctx, cl.bound)
+	}
+	return o, cl, nil
+}
+
+// expired reports whether the call's deadline has passed, or is so close that a deadline
+// error came from it rather than from the node's own request timeout (which fires
+// TimeoutGrace earlier).
+func (cl *call) expired() bool {
+	if cl.ctx.Err() != nil {
+		return true
+	}
+	dl, ok := cl.ctx.Deadline()
+	return ok && time.Until(dl) < TimeoutGrace/5
+}
+
+// sizeRE matches gRPC's refusal of a message over a receive or send limit.
+var sizeRE = regexp.MustCompile(`(?:received|send) message larger than max \((\d+) vs\. (\d+)\)`)
+
+// wrap turns a gRPC error of this call into an *Error that says what happened in Meridian's
+// terms. valueLen is the size of the value sent (0: none).
+func (c *Client) wrap(cl *call, err error, valueLen int) error {
+	if err == nil {
+		return nil
+	}
+	s, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	switch {
+	case s.Code() == codes.DeadlineExceeded && cl.expired() && cl.bound > 0:
+		// The call's deadline passed without an answer from the node (the server enforces
+		// the propagated deadline too, and may reset the stream a moment before the client's
+		// own timer fires: "stream terminated by RST_STREAM").
+		return &Error{Code: codes.DeadlineExceeded, Msg: fmt.Sprintf("no answer from %s within %v (is the node paused, overloaded or cut off?)", c.endpoint, cl.bound)}
+	case s.Code() == codes.DeadlineExceeded && cl.expired():
+		return &Error{Code: codes.DeadlineExceeded, Msg: fmt.Sprintf("no answer from %s before the caller's deadline (is the node paused, overloaded or cut off?)", c.endpoint)}
+	case s.Code() == codes.ResourceExhausted && sizeRE.MatchString(s.Message()):
+		return c.sizeError(s.Message(), valueLen)
+	}
+	return &Error{Code: s.Code(), Msg: s.Message()}
+}
+
+// sizeError explains a message the transport refused for its size in the terms of the
+// documented limits, asking the node for them.
+func (c *Client) sizeError(msg string, valueLen int) error {
+	m := sizeRE.FindStringSubmatch(msg)
+	size, _ := strconv.ParseInt(m[1], 10, 64)
+	if valueLen > 0 {
+		if info, err := c.ServerInfo(context.Background()); err == nil {
+			return c.valueTooLarge(valueLen, info)
+		}
+		return &Error{Code: codes.InvalidArgument, Msg: fmt.Sprintf("value is %d bytes, more than %s accepts (limits.max_value_bytes; the transport refused the request of %d bytes)", valueLen, c.endpoint, size)}
+	}
+	return &Error{Code: codes.ResourceExhausted, Msg: fmt.Sprintf("a message of %d bytes was refused by the transport (%s)", size, msg)}
+}
+
+func (c *Client) valueTooLarge(valueLen int, info *meridianpb.ServerInfoResponse) error {
+	return &Error{Code: codes.InvalidArgument, Msg: fmt.Sprintf("value is %d bytes, limit is %d (limits.max_value_bytes) on node %s", valueLen, info.MaxValueBytes, info.Node)}
+}
+
+// ServerInfo returns the node's name and limits, fetched once per Client.
+func (c *Client) ServerInfo(ctx context.Context) (*meridianpb.ServerInfoResponse, error) {
+	c.infoMu.Lock()
+	defer c.infoMu.Unlock()
+	if c.info != nil {
+		return c.info, nil
+	}
+	_, cl, _ := c.begin(ctx, nil)
+	defer cl.cancel()
+	info, err := c.api.ServerInfo(cl.ctx, &meridianpb.ServerInfoRequest{})
+	if err != nil {
+		return nil, c.wrap(cl, err, 0)
+	}
+	c.info = info
+	return info, nil
+}
+
+// CheckValueSize refuses a value the node's limits cannot take, asking the node for its
+// limits once. Put and Delete call it for values over 1 MiB, so that a value that cannot be
+// stored is not sent over a WAN in vain; the server validates every value anyway.
+func (c *Client) CheckValueSize(ctx context.Context, size int) error {
+	info, err := c.ServerInfo(ctx)
+	if err != nil {
+		return err
+	}
+	if size > int(info.MaxValueBytes) {
+		return c.valueTooLarge(size, info)
+	}
+	return nil
 }
 
 // GetResult is the outcome of a Get.
@@ -171,30 +351,61 @@ type GetResult struct {
 
 // Get reads key.
 func (c *Client) Get(ctx context.Context, keyspace string, key []byte, options ...Option) (GetResult, error) {
-	o := collect(options)
-	r, err := c.api.Get(ctx, &meridianpb.GetRequest{Keyspace: keyspace, Key: key, Consistency: o.consistency, TimeoutMs: o.timeoutMs()})
+	return c.get(ctx, keyspace, key, nil, options)
+}
+
+func (c *Client) get(ctx context.Context, keyspace string, key []byte, session *meridianpb.Version, options []Option) (GetResult, error) {
+	o, cl, err := c.begin(ctx, options)
 	if err != nil {
-		return GetResult{}, wrap(err)
+		return GetResult{}, err
+	}
+	defer cl.cancel()
+	r, err := c.api.Get(cl.ctx, &meridianpb.GetRequest{Keyspace: keyspace, Key: key, Consistency: o.consistency, TimeoutMs: cl.timeoutMs, SessionVersion: session})
+	if err != nil {
+		return GetResult{}, c.wrap(cl, err, 0)
 	}
 	return GetResult{Found: r.Found, Value: r.Value, Version: fromPB(r.Version), Coordinator: r.Coordinator, ReadPath: r.ReadPath}, nil
 }
 
 // Put writes key and returns the version it was written at.
 func (c *Client) Put(ctx context.Context, keyspace string, key, value []byte, options ...Option) (Version, error) {
-	o := collect(options)
-	r, err := c.api.Put(ctx, &meridianpb.PutRequest{Keyspace: keyspace, Key: key, Value: value, Consistency: o.consistency, WriteMode: o.writeMode, TimeoutMs: o.timeoutMs()})
+	return c.put(ctx, keyspace, key, value, nil, options)
+}
+
+func (c *Client) put(ctx context.Context, keyspace string, key, value []byte, session *meridianpb.Version, options []Option) (Version, error) {
+	o, cl, err := c.begin(ctx, options)
 	if err != nil {
-		return Version{}, wrap(err)
+		return Version{}, err
+	}
+	defer cl.cancel()
+	if len(value) > checkLimitsAbove {
+		if err := c.CheckValueSize(cl.ctx, len(value)); err != nil && CodeOf(err) == codes.InvalidArgument {
+			return Version{}, err
+		}
+	}
+	r, err := c.api.Put(cl.ctx, &meridianpb.PutRequest{Keyspace: keyspace, Key: key, Value: value, Consistency: o.consistency, WriteMode: o.writeMode,
+		TimeoutMs: cl.timeoutMs, SessionVersion: session})
+	if err != nil {
+		return Version{}, c.wrap(cl, err, len(value))
 	}
 	return fromPB(r.Version), nil
 }
 
 // Delete deletes key and returns the version of the tombstone.
 func (c *Client) Delete(ctx context.Context, keyspace string, key []byte, options ...Option) (Version, error) {
-	o := collect(options)
-	r, err := c.api.Delete(ctx, &meridianpb.DeleteRequest{Keyspace: keyspace, Key: key, Consistency: o.consistency, WriteMode: o.writeMode, TimeoutMs: o.timeoutMs()})
+	return c.del(ctx, keyspace, key, nil, options)
+}
+
+func (c *Client) del(ctx context.Context, keyspace string, key []byte, session *meridianpb.Version, options []Option) (Version, error) {
+	o, cl, err := c.begin(ctx, options)
 	if err != nil {
-		return Version{}, wrap(err)
+		return Version{}, err
+	}
+	defer cl.cancel()
+	r, err := c.api.Delete(cl.ctx, &meridianpb.DeleteRequest{Keyspace: keyspace, Key: key, Consistency: o.consistency, WriteMode: o.writeMode,
+		TimeoutMs: cl.timeoutMs, SessionVersion: session})
+	if err != nil {
+		return Version{}, c.wrap(cl, err, 0)
 	}
 	return fromPB(r.Version), nil
 }
@@ -205,16 +416,21 @@ type KeyValue struct {
 	Version    Version
 }
 
-// Scan reads up to limit keys of [start, end) (end nil: to the end of the keyspace). more
-// reports that the range may hold further keys; continue from the last key + "\x00".
+// Scan reads up to limit keys of [start, end) (end nil: to the end of the keyspace; limit 0:
+// the server's default). more reports that the range may hold further keys; continue from
+// the last key + "\x00".
 func (c *Client) Scan(ctx context.Context, keyspace string, start, end []byte, limit int, options ...Option) (items []KeyValue, more bool, err error) {
-	o := collect(options)
-	if limit < 0 {
-		return nil, false, fmt.Errorf("client: scan limit %d is negative", limit)
+	if limit < 0 || uint64(limit) > math.MaxUint32 {
+		return nil, false, &Error{Code: codes.InvalidArgument, Msg: fmt.Sprintf("scan limit %d is out of range: 0 (the server's default) to the cluster's limits.max_scan_limit", limit)}
 	}
-	r, err := c.api.Scan(ctx, &meridianpb.ScanRequest{Keyspace: keyspace, Start: start, End: end, Limit: uint32(limit), Consistency: o.consistency, TimeoutMs: o.timeoutMs()})
+	o, cl, err := c.begin(ctx, options)
 	if err != nil {
-		return nil, false, wrap(err)
+		return nil, false, err
+	}
+	defer cl.cancel()
+	r, err := c.api.Scan(cl.ctx, &meridianpb.ScanRequest{Keyspace: keyspace, Start: start, End: end, Limit: uint32(limit), Consistency: o.consistency, TimeoutMs: cl.timeoutMs})
+	if err != nil {
+		return nil, false, c.wrap(cl, err, 0)
 	}
 	for _, it := range r.Items {
 		items = append(items, KeyValue{Key: it.Key, Value: it.Value, Version: fromPB(it.Version)})
@@ -226,10 +442,14 @@ func (c *Client) Scan(ctx context.Context, keyspace string, start, end []byte, l
 // returns the key's master (node name) and its region after the move, and the version of the
 // mastership table that records it.
 func (c *Client) MoveMaster(ctx context.Context, keyspace string, key []byte, region string, options ...Option) (master, masterRegion string, tableVersion uint64, err error) {
-	o := collect(options)
-	r, err := c.api.MoveMaster(ctx, &meridianpb.MoveMasterRequest{Keyspace: keyspace, Key: key, Region: region, TimeoutMs: o.timeoutMs()})
+	_, cl, err := c.begin(ctx, options)
 	if err != nil {
-		return "", "", 0, wrap(err)
+		return "", "", 0, err
+	}
+	defer cl.cancel()
+	r, err := c.api.MoveMaster(cl.ctx, &meridianpb.MoveMasterRequest{Keyspace: keyspace, Key: key, Region: region, TimeoutMs: cl.timeoutMs})
+	if err != nil {
+		return "", "", 0, c.wrap(cl, err, 0)
 	}
 	return r.Master, r.Region, r.TableVersion, nil
 }
@@ -237,26 +457,37 @@ func (c *Client) MoveMaster(ctx context.Context, keyspace string, key []byte, re
 // KeyspaceSpec describes a keyspace.
 type KeyspaceSpec = meridianpb.KeyspaceSpec
 
-// CreateKeyspace creates a keyspace.
-func (c *Client) CreateKeyspace(ctx context.Context, spec *KeyspaceSpec) (*KeyspaceSpec, error) {
-	r, err := c.api.CreateKeyspace(ctx, &meridianpb.CreateKeyspaceRequest{Spec: spec})
+// CreateKeyspace creates a keyspace. It returns once every node that is up has installed
+// it; notInstalled names the nodes that had not then ("NAME: reason"), which learn it when
+// they are back.
+func (c *Client) CreateKeyspace(ctx context.Context, spec *KeyspaceSpec, options ...Option) (created *KeyspaceSpec, notInstalled []string, err error) {
+	_, cl, err := c.begin(ctx, options)
 	if err != nil {
-		return nil, wrap(err)
+		return nil, nil, err
 	}
-	return r.Spec, nil
+	defer cl.cancel()
+	r, err := c.api.CreateKeyspace(cl.ctx, &meridianpb.CreateKeyspaceRequest{Spec: spec, TimeoutMs: cl.timeoutMs})
+	if err != nil {
+		return nil, nil, c.wrap(cl, err, 0)
+	}
+	return r.Spec, r.NotInstalled, nil
 }
 
 // DescribeKeyspace returns a keyspace's spec and placement.
 func (c *Client) DescribeKeyspace(ctx context.Context, name string) (*meridianpb.DescribeKeyspaceResponse, error) {
-	r, err := c.api.DescribeKeyspace(ctx, &meridianpb.DescribeKeyspaceRequest{Name: name})
-	return r, wrap(err)
+	_, cl, _ := c.begin(ctx, nil)
+	defer cl.cancel()
+	r, err := c.api.DescribeKeyspace(cl.ctx, &meridianpb.DescribeKeyspaceRequest{Name: name})
+	return r, c.wrap(cl, err, 0)
 }
 
 // ListKeyspaces lists the keyspaces.
 func (c *Client) ListKeyspaces(ctx context.Context) ([]*KeyspaceSpec, error) {
-	r, err := c.api.ListKeyspaces(ctx, &meridianpb.ListKeyspacesRequest{})
+	_, cl, _ := c.begin(ctx, nil)
+	defer cl.cancel()
+	r, err := c.api.ListKeyspaces(cl.ctx, &meridianpb.ListKeyspacesRequest{})
 	if err != nil {
-		return nil, wrap(err)
+		return nil, c.wrap(cl, err, 0)
 	}
 	return r.Keyspaces, nil
 }
@@ -312,36 +543,30 @@ func (s *Session) seenPB() *meridianpb.Version {
 
 // Get reads key within the session.
 func (s *Session) Get(ctx context.Context, keyspace string, key []byte, options ...Option) (GetResult, error) {
-	o := collect(options)
-	r, err := s.c.api.Get(ctx, &meridianpb.GetRequest{Keyspace: keyspace, Key: key, Consistency: o.consistency, TimeoutMs: o.timeoutMs(), SessionVersion: s.seenPB()})
+	res, err := s.c.get(ctx, keyspace, key, s.seenPB(), options)
 	if err != nil {
-		return GetResult{}, wrap(err)
+		return GetResult{}, err
 	}
-	res := GetResult{Found: r.Found, Value: r.Value, Version: fromPB(r.Version), Coordinator: r.Coordinator, ReadPath: r.ReadPath}
 	s.observe(res.Version)
 	return res, nil
 }
 
 // Put writes key within the session.
 func (s *Session) Put(ctx context.Context, keyspace string, key, value []byte, options ...Option) (Version, error) {
-	o := collect(options)
-	r, err := s.c.api.Put(ctx, &meridianpb.PutRequest{Keyspace: keyspace, Key: key, Value: value, Consistency: o.consistency, WriteMode: o.writeMode, TimeoutMs: o.timeoutMs(), SessionVersion: s.seenPB()})
+	v, err := s.c.put(ctx, keyspace, key, value, s.seenPB(), options)
 	if err != nil {
-		return Version{}, wrap(err)
+		return Version{}, err
 	}
-	v := fromPB(r.Version)
 	s.observe(v)
 	return v, nil
 }
 
 // Delete deletes key within the session.
 func (s *Session) Delete(ctx context.Context, keyspace string, key []byte, options ...Option) (Version, error) {
-	o := collect(options)
-	r, err := s.c.api.Delete(ctx, &meridianpb.DeleteRequest{Keyspace: keyspace, Key: key, Consistency: o.consistency, WriteMode: o.writeMode, TimeoutMs: o.timeoutMs(), SessionVersion: s.seenPB()})
+	v, err := s.c.del(ctx, keyspace, key, s.seenPB(), options)
 	if err != nil {
-		return Version{}, wrap(err)
+		return Version{}, err
 	}
-	v := fromPB(r.Version)
 	s.observe(v)
 	return v, nil
 }

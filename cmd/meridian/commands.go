@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
 
 	"meridian/client"
 	"meridian/internal/bench"
@@ -66,7 +69,7 @@ func serverCmd() *cobra.Command {
 }
 
 func kvCmd() *cobra.Command {
-	var endpoint, consistency, writeMode string
+	var endpoint, consistency, writeMode, valueFile string
 	var timeout time.Duration
 	var limit int
 	dial := func() (*client.Client, error) {
@@ -85,39 +88,43 @@ func kvCmd() *cobra.Command {
 		}
 		return o
 	}
-	ctxFor := func(cmd *cobra.Command) (context.Context, context.CancelFunc) {
-		d := 65 * time.Second
-		if timeout > 0 {
-			d = timeout + 5*time.Second
-		}
-		return context.WithTimeout(cmd.Context(), d)
-	}
-	// withClient dials the endpoint, bounds the call by the request timeout, and runs fn.
+	// withClient dials the endpoint and runs fn. The client bounds every call: by --timeout
+	// (the server's deadline) plus client.TimeoutGrace, or by client.DefaultCallTimeout.
 	withClient := func(cmd *cobra.Command, fn func(ctx context.Context, c *client.Client) error) error {
 		c, err := dial()
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		ctx, cancel := ctxFor(cmd)
-		defer cancel()
-		return fn(ctx, c)
+		return fn(cmd.Context(), c)
 	}
 	cmd := &cobra.Command{Use: "kv", Short: "Read and write keys through a node"}
 	cmd.PersistentFlags().StringVar(&endpoint, "endpoint", "", "node address HOST:PORT")
 	cmd.PersistentFlags().StringVar(&consistency, "consistency", "", "consistency level (quorum: ONE, QUORUM, ALL, LOCAL_ONE, LOCAL_QUORUM; globlease: none except for scans); default: the keyspace's")
-	cmd.PersistentFlags().DurationVar(&timeout, "timeout", 0, "request deadline (default: the cluster's)")
+	cmd.PersistentFlags().DurationVar(&timeout, "timeout", 0, fmt.Sprintf("request deadline, kept by the server (default: the cluster's limits.default_request_timeout); the command gives up %v after it, or after %v without --timeout, when the node does not answer at all", client.TimeoutGrace, client.DefaultCallTimeout))
 
 	// --write-mode is checked by the server, which names the valid values.
 	writeModeFlag := func(c *cobra.Command) *cobra.Command {
 		c.Flags().StringVar(&writeMode, "write-mode", "", "globlease only: active or passive (default: the keyspace's write_mode)")
 		return c
 	}
-	cmd.AddCommand(writeModeFlag(&cobra.Command{
-		Use: "put KEYSPACE KEY VALUE", Short: "Write a value", Args: cobra.ExactArgs(3),
+	put := writeModeFlag(&cobra.Command{
+		Use: "put KEYSPACE KEY [VALUE | --value-file FILE|-]", Short: "Write a value (from the argument, a file, or stdin with --value-file -)", Args: cobra.RangeArgs(2, 3),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			if (len(a) == 3) == (valueFile != "") {
+				return fmt.Errorf("put: give the value either as the VALUE argument or with --value-file FILE (- for stdin), not both and not neither")
+			}
 			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
-				v, err := c.Put(ctx, a[0], []byte(a[1]), []byte(a[2]), opts()...)
+				var value []byte
+				if len(a) == 3 {
+					value = []byte(a[2])
+				} else {
+					var err error
+					if value, err = readValue(ctx, c, valueFile, os.Stdin); err != nil {
+						return err
+					}
+				}
+				v, err := c.Put(ctx, a[0], []byte(a[1]), value, opts()...)
 				if err != nil {
 					return err
 				}
@@ -125,7 +132,9 @@ func kvCmd() *cobra.Command {
 				return nil
 			})
 		},
-	}))
+	})
+	put.Flags().StringVar(&valueFile, "value-file", "", "read the value from FILE (- for stdin); values larger than the node's limits.max_value_bytes are refused before they are sent")
+	cmd.AddCommand(put)
 	cmd.AddCommand(&cobra.Command{
 		Use: "get KEYSPACE KEY", Short: "Read a value (printed on stdout)", Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, a []string) error {
@@ -183,6 +192,9 @@ func kvCmd() *cobra.Command {
 				if a[2] != "" {
 					end = []byte(a[2])
 				}
+				if limit < 0 || uint64(limit) > math.MaxUint32 {
+					return fmt.Errorf("scan: --limit %d is out of range: 1 to the cluster's limits.max_scan_limit (0 or no --limit: 1000)", limit)
+				}
 				items, more, err := c.Scan(ctx, a[0], []byte(a[1]), end, limit, opts()...)
 				if err != nil {
 					return err
@@ -231,12 +243,15 @@ func kvCmd() *cobra.Command {
 					}
 					spec.Options[k] = v
 				}
-				got, err := c.CreateKeyspace(ctx, spec)
+				got, notInstalled, err := c.CreateKeyspace(ctx, spec, opts()...)
 				if err != nil {
 					return err
 				}
 				fmt.Printf("created keyspace %s: protocol %s, regions %v, %d replicas per region, %d partitions, options %v\n",
 					got.Name, got.Protocol, got.Regions, got.ReplicasPerRegion, got.Partitions, got.Options)
+				for _, n := range notInstalled {
+					fmt.Fprintf(os.Stderr, "warning: not yet usable on %s (the node learns the keyspace when it is back)\n", n)
+				}
 				return nil
 			})
 		},
@@ -313,6 +328,42 @@ func demoCmd() *cobra.Command {
 	cmd.Flags().StringVar(&chartPath, "chart", "demo-read-latency.png", "write the read-latency chart (PNG or SVG); \"\" for none")
 	cmd.Flags().IntVar(&clients, "clients", 8, "closed-loop clients per region")
 	return cmd
+}
+
+// readValue reads a value from path ("-": stdin), refusing one larger than the node's
+// limits.max_value_bytes without reading it all when the size is known beforehand.
+func readValue(ctx context.Context, c *client.Client, path string, stdin io.Reader) ([]byte, error) {
+	r := stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("put: --value-file: %w", err)
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > 1<<20 {
+			if err := c.CheckValueSize(ctx, int(min(st.Size(), math.MaxInt32))); client.CodeOf(err) == codes.InvalidArgument {
+				return nil, err
+			}
+		}
+		r = f
+	}
+	// Read at most one byte more than the node accepts (or than any message may hold when
+	// its limits cannot be asked), so that a huge input is refused without being buffered.
+	max := int64(256 << 20)
+	if info, err := c.ServerInfo(ctx); err == nil {
+		max = int64(info.MaxValueBytes)
+	}
+	value, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("put: reading the value: %w", err)
+	}
+	if int64(len(value)) > max {
+		if err := c.CheckValueSize(ctx, len(value)); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("put: the value is larger than %d bytes", max)
+	}
+	return value, nil
 }
 
 func loadTopology(ref string) (*topology.Topology, error) {

@@ -58,7 +58,7 @@ func runKillAllKeyspace(t *testing.T, specs []nodeSpec, ksRegions []string, leve
 	if spec != nil {
 		ks = spec.Name
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		_, err := c.client(c.nodes[0].name).CreateKeyspace(ctx, spec)
+		_, _, err := c.client(c.nodes[0].name).CreateKeyspace(ctx, spec)
 		cancel()
 		if err != nil {
 			t.Fatalf("create keyspace %s: %v", ks, err)

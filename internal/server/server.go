@@ -296,14 +296,14 @@ func Run(ctx context.Context, o Options) error {
 	}
 	// Client requests are bounded by the validator (key and value limits) and, before it,
 	// by gRPC's receive limit; the client maps that refusal to the documented limits.
-	gs := grpc.NewServer(
+	gs := grpc.NewServer(append(transport.ServerKeepaliveOptions(),
 		grpc.MaxRecvMsgSize(ClientMaxRecvBytes(o.Cluster.Limits)),
 		// A fixed pool of stream workers instead of a goroutine per request: fewer stack
 		// growths on the hot path.
 		grpc.NumStreamWorkers(uint32(max(4, runtime.GOMAXPROCS(0)*4))),
-	)
+	)...)
 	meridianpb.RegisterMeridianServer(gs, NewService(n))
-	ps := grpc.NewServer(grpc.MaxRecvMsgSize(peerMaxRecvBytes(o.Cluster.Limits)))
+	ps := grpc.NewServer(append(transport.ServerKeepaliveOptions(), grpc.MaxRecvMsgSize(peerMaxRecvBytes(o.Cluster.Limits)))...)
 	grpcTr.Register(ps)
 	serveErr := make(chan error, 3)
 	go func() { serveErr <- gs.Serve(lis) }()

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -333,7 +332,7 @@ func (g *GRPC) drain(p *grpcPeer) {
 func (g *GRPC) streamTo(p *grpcPeer) error {
 	conn, err := grpc.NewClient(p.addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+		grpc.WithKeepaliveParams(PeerKeepaliveParams),
 		grpc.WithContextDialer(g.dialer()),
 	)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"meridian/client"
 	"meridian/internal/topology"
 	"meridian/internal/wire/peerpb"
 )
@@ -283,5 +284,67 @@ func TestGRPCRefusesStreamsFromNonMembers(t *testing.T) {
 	}
 	if recv.Refused() != uint64(len(cases)+1) {
 		t.Errorf("Refused() = %d, want %d", recv.Refused(), len(cases)+1)
+	}
+}
+
+// The keepalive settings agree: no client of a Meridian server (the peer transport, the Go
+// client's defaults) pings more often than the servers allow, so no connection is dropped
+// with "too_many_pings" (issue 12).
+func TestKeepaliveAgreement(t *testing.T) {
+	if PeerKeepaliveParams.Time < ServerKeepaliveEnforcement.MinTime {
+		t.Errorf("peer transport pings every %v, servers allow every %v", PeerKeepaliveParams.Time, ServerKeepaliveEnforcement.MinTime)
+	}
+	if client.DefaultKeepaliveTime < ServerKeepaliveEnforcement.MinTime {
+		t.Errorf("the Go client pings every %v, servers allow every %v", client.DefaultKeepaliveTime, ServerKeepaliveEnforcement.MinTime)
+	}
+	if !ServerKeepaliveEnforcement.PermitWithoutStream {
+		t.Error("peer streams are long-lived but idle links ping without a call: PermitWithoutStream must be on")
+	}
+}
+
+// A peer stream idle for longer than three keepalive intervals survives: the server's ping
+// policy allows the peer transport's pings. Under grpc-go's default policy (one ping every
+// 5 minutes) the fourth ping of an idle stream earns a GOAWAY "too_many_pings" and the stream
+// breaks (issue 12). Takes about 45 s.
+func TestIdlePeerStreamSurvivesKeepalive(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits 45 s for keepalive pings")
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	col := newCollector()
+	nodes := []PeerNode{{ID: 1, Name: "n1", Addr: "127.0.0.1:1"}, {ID: 2, Name: "n2", Addr: addr}}
+	recv, err := NewGRPC(GRPCOptions{Cluster: "t", Self: 2, Nodes: nodes}, col.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Close()
+	srv := grpc.NewServer(ServerKeepaliveOptions()...)
+	recv.Register(srv)
+	go srv.Serve(lis)
+	defer srv.Stop()
+	var mu sync.Mutex
+	var streamErrs []error
+	send, err := NewGRPC(GRPCOptions{Cluster: "t", Self: 1, Nodes: nodes, OnError: func(_ uint32, err error) {
+		mu.Lock()
+		streamErrs = append(streamErrs, err)
+		mu.Unlock()
+	}}, func(*peerpb.Envelope) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer send.Close()
+	send.Send(hb(1, 2, 1))
+	col.wait(t, 1)
+	time.Sleep(4*KeepaliveTime + KeepaliveTimeout)
+	send.Send(hb(1, 2, 2))
+	col.wait(t, 2)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(streamErrs) > 0 {
+		t.Fatalf("the idle peer stream broke: %v", streamErrs)
 	}
 }
