@@ -93,6 +93,9 @@ var protocols = []ProtocolSpec{
 			{Name: "hot_key_rate", Default: "200", Doc: "reads per second of one key at one replica above which the key is hot; 1..1000000", Normalize: floatRange(1, 1e6, true)},
 			{Name: "hot_key_replicas", Default: "4", Doc: "most affiliated nodes per hot key and region; 1..64", Normalize: intRange(1, 64)},
 			{Name: "secondary_lease", Default: "2s", Doc: "length of a secondary lease on an affiliated node (always a sub-period of the host's lease); 10ms..1m", Normalize: durationRange(10*time.Millisecond, time.Minute)},
+			{Name: "suspect_after", Default: "1s", Doc: "a lease holder that leaves a write's update unacknowledged this long (paused, overloaded, cut off) becomes suspect: the write still waits for its lease to run out, but its next leases are short; 10ms..1m", Normalize: durationRange(10*time.Millisecond, time.Minute)},
+			{Name: "suspect_lease", Default: "2s", Doc: "length of the leases granted to a suspect holder (liu-thesis 4.1.3: lease length per node), so its next stall delays writes this long at most instead of a whole lease; 0s: suspects get full leases; 0 or 10ms..1h", Normalize: zeroOrDurationRange(10*time.Millisecond, time.Hour)},
+			{Name: "suspect_probation", Default: "5m0s", Doc: "a suspect holder gets full leases again once it has left no update unacknowledged for this long; 1s..24h", Normalize: durationRange(time.Second, 24*time.Hour)},
 		},
 	},
 }
@@ -212,6 +215,21 @@ func durationRange(lo, hi time.Duration) func(string) (string, error) {
 			return "", fmt.Errorf("must be between %v and %v, got %v", lo, hi, d)
 		}
 		return d.String(), nil
+	}
+}
+
+// zeroOrDurationRange accepts 0 (off) or a duration in [lo, hi].
+func zeroOrDurationRange(lo, hi time.Duration) func(string) (string, error) {
+	inRange := durationRange(lo, hi)
+	return func(v string) (string, error) {
+		if d, err := time.ParseDuration(strings.TrimSpace(v)); err == nil && d == 0 {
+			return d.String(), nil
+		}
+		out, err := inRange(v)
+		if err != nil {
+			return "", fmt.Errorf("%v (or 0s: off)", err)
+		}
+		return out, nil
 	}
 }
 
@@ -359,6 +377,9 @@ type GlobLeaseOptions struct {
 	HotKeyRate      float64
 	HotKeyReplicas  int
 	SecondaryLease  time.Duration
+	// SuspectAfter, SuspectLease, SuspectProbation: shorter leases for lease holders that
+	// stall writes (liu-thesis 4.1.3 "Leasing Period": lease length per node).
+	SuspectAfter, SuspectLease, SuspectProbation time.Duration
 }
 
 // HomeRegionOf returns the region whose replica masters key by default.
@@ -430,6 +451,9 @@ func GlobLeaseOptionsOf(opts map[string]string, regions []string) (GlobLeaseOpti
 	o.HotKeyRate, _ = strconv.ParseFloat(norm["hot_key_rate"], 64)
 	o.HotKeyReplicas, _ = strconv.Atoi(norm["hot_key_replicas"])
 	o.SecondaryLease = dur("secondary_lease")
+	o.SuspectAfter = dur("suspect_after")
+	o.SuspectLease = dur("suspect_lease")
+	o.SuspectProbation = dur("suspect_probation")
 	return o, nil
 }
 

@@ -128,6 +128,8 @@ func registerGLMetrics(reg *prometheus.Registry, gl *quorum.GLCounters) {
 	counter("meridian_globlease_recoveries_total", "Keys whose committed version this node recovered after becoming their master.", &gl.Recoveries)
 	counter("meridian_globlease_revocations_total", "Lease revocation rounds this node started after taking over keys another master may have leased.", &gl.Revocations)
 	counter("meridian_globlease_secondary_grants_total", "Secondary leases granted to affiliated nodes for hot keys.", &gl.SecondaryGrants)
+	counter("meridian_globlease_suspect_holders_total", "Lease holders put on probation for leaving a write's update unacknowledged longer than suspect_after.", &gl.SuspectMarks)
+	counter("meridian_globlease_short_grants_total", "Leases granted at suspect_lease to holders on probation (liu-thesis 4.1.3: per-node lease length).", &gl.ShortGrants)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_globlease_hot_keys",
 		Help: "Keys this node currently considers hot (replicated to affiliated nodes)."}, load(&gl.HotKeys)))
 }

@@ -1,8 +1,10 @@
 package quorum
 
 import (
+	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"meridian/internal/errs"
@@ -172,7 +174,7 @@ func (c *Core) glDrain(now time.Time, k *glKey) {
 func (c *Core) glTry(now time.Time, k *glKey, op *glOp) bool {
 	gp := k.gp
 	if now.After(op.deadline) {
-		c.glFailOp(op, errs.New(errs.Timeout, "globlease %s of key %q timed out at its master (no master lease, a write in progress or recovery); a write may or may not have been applied", op.op, k.key))
+		c.glFailOp(op, c.glTimeoutAtMaster(now, k, op))
 		return true
 	}
 	master := gp.masterOf(k.key, c.region)
@@ -240,11 +242,17 @@ func (c *Core) glReplyRead(now time.Time, k *glKey, op *glOp, rec storage.Record
 	}
 	r.Affiliates = c.glAffiliatesOf(now, k.id)
 	if grant {
-		lease := k.gp.opts.LeaseOf(k.key)
+		lease := c.glGrantLength(now, k, op.from)
 		g := c.glNewID()
 		// Until the acknowledgement arrives the record is conservative: the grant may be in
 		// flight for up to glGrantMaxAge (older grants are refused), and clocks differ by ε.
-		k.leases[op.from] = &glRecord{until: now.Add(glGrantMaxAge + c.cfg.MaxClockOffset + stretch(lease)), grant: g}
+		// A record that already runs longer (an earlier, longer grant) keeps its end: a
+		// lease is never shortened for a holder that may still hold the long one.
+		until := now.Add(glGrantMaxAge + c.cfg.MaxClockOffset + stretch(lease))
+		if old, ok := k.leases[op.from]; ok && old.until.After(until) {
+			until = old.until
+		}
+		k.leases[op.from] = &glRecord{until: until, grant: g, lease: lease}
 		r.LeaseNanos = int64(lease)
 		r.GrantSentUnixNanos = now.UnixNano()
 		r.GrantId = g
@@ -271,7 +279,10 @@ func (c *Core) glHandleLeaseAck(now time.Time, from uint32, m *peerpb.GlLeaseAck
 		delete(k.leases, from)
 		return
 	}
-	lease := k.gp.opts.LeaseOf(k.key)
+	lease := r.lease
+	if lease <= 0 {
+		lease = k.gp.opts.LeaseOf(k.key) // a record made before grants carried their length
+	}
 	if c.cfg.Mutation == "lease-record-at-grant" {
 		// Broken on purpose: the record starts when the grant was sent, so it ends before the
 		// replica's lease (which started when the grant arrived).
@@ -279,8 +290,124 @@ func (c *Core) glHandleLeaseAck(now time.Time, from uint32, m *peerpb.GlLeaseAck
 		r.until = r.until.Add(-glGrantMaxAge - c.cfg.MaxClockOffset - stretch(lease)).Add(lease)
 		return
 	}
-	r.until = now.Add(stretch(lease))
+	if until := now.Add(stretch(lease)); until.After(r.until) || !r.acked {
+		r.until = until
+	}
 	r.acked = true
+}
+
+// glGrantLength is the lease to grant node on k: the key's lease, or suspect_lease while
+// the node is on probation for stalling a write (liu-thesis 4.1.3 "Leasing Period": the
+// lease length is per node). Only new grants get shorter; records of leases already granted
+// keep their end.
+func (c *Core) glGrantLength(now time.Time, k *glKey, node uint32) time.Duration {
+	lease := k.gp.opts.LeaseOf(k.key)
+	if short := k.gp.opts.SuspectLease; short > 0 && short < lease {
+		if until, ok := c.gl.suspects[node]; ok && now.Before(until) {
+			c.glCounters.ShortGrants.Add(1)
+			return short
+		}
+	}
+	return lease
+}
+
+// glExpireWaiters fails the operations carried by w whose deadline has passed, saying what
+// the write waits for. (Forwarded operations carry a deadline a one-way delay earlier than
+// their coordinator's, so this explanation reaches the coordinator before it gives up.)
+func (c *Core) glExpireWaiters(now time.Time, k *glKey, w *glWrite) {
+	kept := w.waiters[:0]
+	for _, op := range w.waiters {
+		if now.After(op.deadline) {
+			c.glFailOp(op, c.glTimeoutAtMaster(now, k, op))
+			continue
+		}
+		kept = append(kept, op)
+	}
+	clear(w.waiters[len(kept):])
+	w.waiters = kept
+}
+
+// glTimeoutAtMaster is the error of op, which timed out at this node, k's master: it names
+// what op waited for — the lease holders a write waits for and until when, the missing
+// acknowledgements, this node's master lease, or the earlier write or recovery op queued
+// behind.
+func (c *Core) glTimeoutAtMaster(now time.Time, k *glKey, op *glOp) error {
+	self := fmt.Sprintf("%s (%s)", c.nodeName(c.cfg.NodeID), c.self)
+	what := fmt.Sprintf("globlease %s of key %q timed out at its master %s", op.op, k.key, self)
+	var why string
+	switch {
+	case !c.glMasterLeaseValid(k.gp, now):
+		why = "this node holds no master lease (fewer than a majority of the partition's replicas acknowledged its heartbeats recently)"
+	case k.write != nil && slices.Contains(k.write.waiters, op):
+		why = "the write waits for " + c.glWriteWait(now, k, k.write)
+	case k.write != nil:
+		why = "it is queued behind an earlier write of the key, which waits for " + c.glWriteWait(now, k, k.write)
+	case k.recovery != nil:
+		why = "the key's committed version is being recovered from its replicas (after a change of master)"
+	default:
+		why = "the key was busy"
+	}
+	msg := what + ": " + why
+	if op.op != OpGet {
+		msg += "; the write may or may not have been applied"
+	}
+	return errs.New(errs.Timeout, "%s", msg)
+}
+
+// glWriteWait says what w waits for before it commits: a majority, and every lease holder
+// that has not acknowledged the update, each until its lease runs out.
+func (c *Core) glWriteWait(now time.Time, k *glKey, w *glWrite) string {
+	var parts []string
+	acked := 0
+	var missing []uint32
+	for _, r := range k.gp.p.Replicas {
+		if w.acks[r] {
+			acked++
+		} else {
+			missing = append(missing, r)
+		}
+	}
+	if acked < k.gp.majority() {
+		parts = append(parts, fmt.Sprintf("a majority of the replicas (%d of %d acknowledged; no ack from %v)", acked, len(k.gp.p.Replicas), c.nodeNames(missing)))
+	}
+	for _, h := range c.glHolders(now, k) {
+		if w.acks[h] {
+			continue
+		}
+		until := now
+		if r, ok := k.leases[h]; ok && r.until.After(until) {
+			until = r.until
+		}
+		for _, cons := range k.gp.cons {
+			if now.Before(cons.until) && !cons.acked[h] && (cons.keys == nil || cons.keys[string(k.key)]) && cons.until.After(until) {
+				until = cons.until
+			}
+		}
+		parts = append(parts, fmt.Sprintf("the lease of %s (%s), which has not acknowledged the update, to run out at %s (%v from now)",
+			c.nodeName(h), c.region[h], until.UTC().Format("15:04:05.000"), until.Sub(now).Round(time.Millisecond)))
+	}
+	if len(parts) == 0 {
+		return "its commit"
+	}
+	return strings.Join(parts, " and ")
+}
+
+// glSuspectStallers puts on probation the lease holders that have left w's update
+// unacknowledged for longer than suspect_after.
+func (c *Core) glSuspectStallers(now time.Time, k *glKey, w *glWrite) {
+	opts := k.gp.opts
+	if opts.SuspectLease <= 0 || now.Sub(w.started) < opts.SuspectAfter {
+		return
+	}
+	for _, h := range c.glHolders(now, k) {
+		if w.acks[h] {
+			continue
+		}
+		if until, ok := c.gl.suspects[h]; !ok || !now.Before(until) {
+			c.glCounters.SuspectMarks.Add(1)
+		}
+		c.gl.suspects[h] = now.Add(opts.SuspectProbation)
+	}
 }
 
 // glStartWrite begins a write (op) or the recovery re-write of rec (op nil). Writes waiting
@@ -335,7 +462,7 @@ func (c *Core) glStartWrite(now time.Time, k *glKey, op *glOp, recovered *storag
 		c.glStartLazy(now, gp, rec)
 		return
 	}
-	w := &glWrite{id: c.glNewID(), rec: rec, acks: map[uint32]bool{c.cfg.NodeID: true}, leaseTo: map[uint32]bool{},
+	w := &glWrite{id: c.glNewID(), started: now, rec: rec, acks: map[uint32]bool{c.cfg.NodeID: true}, leaseTo: map[uint32]bool{},
 		nextResend: now.Add(glResendEvery), recovery: recovered != nil}
 	w.waiters = batch
 	c.glCounters.WritesActive.Add(int64(len(batch)))
@@ -373,7 +500,7 @@ func (c *Core) glSendUpdates(now time.Time, k *glKey, w *glWrite, holders []uint
 		u := &peerpb.GlUpdate{WriteId: w.id, Record: pb, SentUnixNanos: now.UnixNano(), TableVersion: gp.table.version}
 		if w.leaseTo[n] {
 			if gp.p.HasReplica(n) {
-				u.LeaseNanos = int64(gp.opts.LeaseOf(k.key))
+				u.LeaseNanos = int64(c.glGrantLength(now, k, n))
 			} else {
 				u.LeaseNanos = int64(gp.opts.SecondaryLease)
 			}
@@ -749,7 +876,11 @@ func (c *Core) glTickMaster(now time.Time) {
 			k.write.nextResend = now.Add(glResendEvery)
 			c.glSendUpdates(now, k, k.write, c.glHolders(now, k))
 		}
+		c.glSuspectStallers(now, k, k.write)
 		c.glCheckWrite(now, k)
+		if k.write != nil {
+			c.glExpireWaiters(now, k, k.write)
+		}
 	}
 	keys := slices.Sorted(maps.Keys(gl.waiting))
 	for _, id := range keys {

@@ -1,6 +1,7 @@
 package quorum
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -737,8 +738,53 @@ func (c *Core) glMovingKeys() []*glKey {
 	return out
 }
 
+// glExpireLocal fails local request id at its deadline, saying what it waited for: at this
+// node as the key's master (glTimeoutAtMaster), or for the master it was forwarded to.
 func (c *Core) glExpireLocal(id uint64) {
+	now := c.lastTick
+	for _, kid := range slices.Sorted(maps.Keys(c.gl.waiting)) {
+		if k, ok := c.gl.keys[kid]; ok {
+			for _, op := range k.queue {
+				if op.from == 0 && op.req.ID == id {
+					c.glFinish(id, Result{Op: op.op, Err: c.glTimeoutAtMaster(now, k, op)})
+					return
+				}
+			}
+		}
+	}
+	for _, wid := range slices.Sorted(maps.Keys(c.gl.writes)) {
+		if k := c.gl.writes[wid]; k != nil && k.write != nil {
+			for _, op := range k.write.waiters {
+				if op.from == 0 && op.req.ID == id {
+					c.glFinish(id, Result{Op: op.op, Err: c.glTimeoutAtMaster(now, k, op)})
+					return
+				}
+			}
+		}
+	}
+	for _, fid := range slices.Sorted(maps.Keys(c.gl.fwd)) {
+		if f := c.gl.fwd[fid]; f.waiter.local == id {
+			c.glFinish(id, Result{Op: f.req.Op, Err: errs.New(errs.Timeout, "globlease %s of key %q timed out waiting for its master %s%s",
+				f.req.Op, f.req.Key, c.glFwdTarget(f), writeMayHaveApplied(f.req.Op))})
+			return
+		}
+	}
 	c.glFinish(id, Result{Err: errs.New(errs.Timeout, "globlease request timed out before its master answered; a write may or may not have been applied")})
+}
+
+func writeMayHaveApplied(op Op) string {
+	if op == OpGet {
+		return ""
+	}
+	return "; the write may or may not have been applied"
+}
+
+// glFwdTarget names the node a forwarded request went to, with its region.
+func (c *Core) glFwdTarget(f *glFwd) string {
+	if f.to == 0 {
+		return "(not reached)"
+	}
+	return fmt.Sprintf("%s (%s), which did not answer (down, cut off, or itself waiting on a lease holder)", c.nodeName(f.to), c.region[f.to])
 }
 
 func (c *Core) glExpireFwd(id uint64) {

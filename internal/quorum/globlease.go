@@ -68,6 +68,9 @@ type GLCounters struct {
 	LeaseMessages                                                  atomic.Int64
 	MasterMoves, TableChanges, Recoveries, Revocations             atomic.Int64
 	SecondaryGrants, HotKeys                                       atomic.Int64
+	// SuspectMarks: lease holders found leaving a write's update unacknowledged for longer
+	// than suspect_after; ShortGrants: leases granted at suspect_lease to such holders.
+	SuspectMarks, ShortGrants atomic.Int64
 }
 
 // GLMutations are GlobLease's broken variants (DESIGN.md section 6: every checker is proven
@@ -86,6 +89,7 @@ func (g *GLCounters) Snapshot() map[string]int64 {
 		"lease_renewals": g.LeaseRenewals.Load(), "lease_updates": g.LeaseUpdates.Load(), "leases_granted": g.LeasesGranted.Load(),
 		"lease_messages": g.LeaseMessages.Load(), "master_moves": g.MasterMoves.Load(), "table_changes": g.TableChanges.Load(),
 		"recoveries": g.Recoveries.Load(), "revocations": g.Revocations.Load(), "secondary_grants": g.SecondaryGrants.Load(),
+		"suspect_marks": g.SuspectMarks.Load(), "short_grants": g.ShortGrants.Load(),
 	}
 }
 
@@ -185,6 +189,11 @@ type glState struct {
 	hot     *globlease.HotKeys
 	origins *globlease.Origins
 
+	// suspects: lease holders that left an update unacknowledged longer than suspect_after,
+	// until when their probation lasts; they are granted suspect_lease-long leases (per-node
+	// lease length, liu-thesis 4.1.3 "Leasing Period"). Bounded by the cluster's nodes.
+	suspects map[uint32]time.Time
+
 	hbSeq             uint64
 	hbSent            map[uint64]time.Time
 	nextHeartbeat     time.Time
@@ -225,6 +234,7 @@ type glRecord struct {
 	until time.Time
 	grant uint64
 	acked bool
+	lease time.Duration // the length granted (the record lasts at least this long once acknowledged)
 }
 
 // glOp is a request at the master: from a local client (from == 0) or forwarded.
@@ -248,6 +258,7 @@ type glOp struct {
 
 type glWrite struct {
 	id         uint64
+	started    time.Time
 	rec        storage.Record
 	acks       map[uint32]bool
 	leaseTo    map[uint32]bool // nodes offered a lease with this update
@@ -320,6 +331,7 @@ type glRoute struct {
 }
 
 type glFwd struct {
+	to      uint32 // the node it was last sent to
 	req     Request
 	id      string
 	gp      *glPart
@@ -350,7 +362,7 @@ func (c *Core) glSetup(now time.Time) {
 			leases: map[string]*glLease{}, renewing: map[string]*glRenewal{}, aff: map[string]*glAff{},
 			hostAff: map[string]*glHostKey{}, routes: map[string]*glRoute{}, fwd: map[uint64]*glFwd{}, local: map[uint64]bool{}, fetches: map[uint64]*glKey{}, grants: map[uint64]glGrant{}, seen: map[glSeenKey]time.Time{}, updated: map[string]glUpdated{}, grantSeen: map[string]glGrantSeen{},
 			writes: map[uint64]*glKey{}, hostWait: map[uint64]*glHostWait{}, lazy: map[uint64]*glLazy{},
-			revoked: map[glPartID]map[uint32]time.Time{}, hbSent: map[uint64]time.Time{},
+			revoked: map[glPartID]map[uint32]time.Time{}, hbSent: map[uint64]time.Time{}, suspects: map[uint32]time.Time{},
 			startedAt: now, heartbeatInterval: hbInterval, nextID: uint64(now.UnixNano()),
 		}
 	}
@@ -551,6 +563,7 @@ func (c *Core) glTarget(now time.Time, ks *placement.Keyspace, p *placement.Part
 
 func (c *Core) glForward(now time.Time, ks *placement.Keyspace, p *placement.Partition, fwd *glFwd, to uint32) {
 	id := c.glNewID()
+	fwd.to = to
 	c.gl.fwd[id] = fwd
 	if fwd.renewal {
 		c.gl.renewing[fwd.id].fwdID = id
@@ -677,6 +690,12 @@ func (c *Core) glHandleForward(now time.Time, from uint32, m *peerpb.GlForward) 
 	if m.GetDeadlineUnixNanos() == 0 || deadline.After(now.Add(c.cfg.Limits.MaxRequestTimeout)) {
 		deadline = now.Add(c.cfg.Limits.MaxRequestTimeout)
 	}
+	// Give up a one-way delay (and ε) before the coordinator does, so that the explanation
+	// of a timeout here reaches it in time.
+	opDeadline := deadline.Add(-c.cfg.Topology.OneWay(c.self, c.region[from]) - c.cfg.MaxClockOffset - 5*time.Millisecond)
+	if opDeadline.Before(now) {
+		opDeadline = now
+	}
 	if op != OpGet {
 		// A duplicated message must not write twice: the master stamps the version, so a
 		// second execution would be a second, later write of the same value.
@@ -690,7 +709,7 @@ func (c *Core) glHandleForward(now time.Time, from uint32, m *peerpb.GlForward) 
 	}
 	c.glMasterOp(now, gp, &glOp{op: op, keyBytes: m.GetKey(), part: p.ID, req: Request{Op: op, Keyspace: ks.Spec.Name, Key: m.GetKey()}, from: from, fwdID: m.GetRequestId(), wantLease: m.GetWantLease() && p.HasReplica(from),
 		passive: m.GetPassive(), origin: m.GetOriginRegion(), region: string(m.GetValue()), value: m.GetValue(),
-		minVer: wire.VersionFromPB(m.GetMinVersion()), deadline: deadline})
+		minVer: wire.VersionFromPB(m.GetMinVersion()), deadline: opDeadline})
 }
 
 // glLocalRecord answers a read from this node's lease or affiliated entry, if valid.

@@ -178,9 +178,11 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		}
 		return nil
 	case *peerpb.Envelope_GlForwardReply:
+		// From the key's master, or from an affiliated (non-replica) node serving a hot key
+		// under a secondary lease.
 		r := m.GlForwardReply
 		if r.Record != nil {
-			if err := pc.record(r.Record, senderReplica, from, false); err != nil {
+			if err := pc.record(r.Record, noSenderCheck, from, false); err != nil {
 				return err
 			}
 		}
