@@ -17,13 +17,13 @@ import (
 	"meridian/internal/transport"
 )
 
-// startSkewedCluster starts 3 nodes (regions a, b, c, 2ms apart) like demo.StartCluster, but
-// node i's clock runs offsets[i] away from the machine clock (as server.Options.ClockOffset
-// does in a real process). It returns the client API of each node.
-func startSkewedCluster(t *testing.T, offsets []time.Duration) []*server.Service {
+// startNodes starts 3 nodes (regions a, b, c, 2ms apart) on the emulated WAN, each with an
+// in-memory store, keyspace "kv" (quorum), and returns the client API of each. configure,
+// when set, adjusts node i's options before it starts.
+func startNodes(t *testing.T, configure func(i int, o *node.Options)) []*server.Service {
 	t.Helper()
 	topo := topology.Equidistant("t", regions, 2, 0)
-	cfg := &config.Cluster{Name: "skew", Topology: topo, TopologyRef: topo.Name,
+	cfg := &config.Cluster{Name: "test", Topology: topo, TopologyRef: topo.Name,
 		Keyspaces: []config.Keyspace{{Name: "kv", Protocol: config.ProtocolQuorum}}}
 	for i, r := range regions {
 		cfg.Nodes = append(cfg.Nodes, config.Node{Name: r + "-1", Region: r, Listen: fmt.Sprintf("127.0.0.1:%d", 21001+i), PeerListen: fmt.Sprintf("127.0.0.1:%d", 22001+i)})
@@ -38,13 +38,16 @@ func startSkewedCluster(t *testing.T, offsets []time.Duration) []*server.Service
 	t.Cleanup(wan.Close)
 	var svcs []*server.Service
 	for i, nd := range cfg.Nodes {
-		n, err := node.Start(node.Options{
+		o := node.Options{
 			Cluster: cfg, NodeName: nd.Name, DataDir: "/data", FS: vfs.NewMem(),
-			Clock: hlc.NewSystemClock(offsets[i]),
 			NewTransport: func(h transport.Handler) (transport.Transport, error) {
 				return wan.Attach(nd.ID, nd.Region, h)
 			},
-		})
+		}
+		if configure != nil {
+			configure(i, &o)
+		}
+		n, err := node.Start(o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,6 +55,12 @@ func startSkewedCluster(t *testing.T, offsets []time.Duration) []*server.Service
 		svcs = append(svcs, server.NewService(n))
 	}
 	return svcs
+}
+
+// startSkewedCluster starts the nodes of startNodes with node i's clock offsets[i] away from
+// the machine clock (as server.Options.ClockOffset does in a real process).
+func startSkewedCluster(t *testing.T, offsets []time.Duration) []*server.Service {
+	return startNodes(t, func(i int, o *node.Options) { o.Clock = hlc.NewSystemClock(offsets[i]) })
 }
 
 // TestDeadlineFollowsNodeClock: a request's deadline must be measured on the clock the

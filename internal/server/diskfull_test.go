@@ -10,18 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"meridian/api/meridianpb"
-	"meridian/internal/config"
 	"meridian/internal/node"
 	"meridian/internal/server"
 	"meridian/internal/storage"
-	"meridian/internal/topology"
-	"meridian/internal/transport"
 )
 
 // countingHandler counts log records at Warn and above.
@@ -84,44 +80,15 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map
 // itself; and no acknowledged write is lost.
 func TestDiskFullNodeRefusesWritesServesReadsAndRecovers(t *testing.T) {
 	const mib = 1 << 20
-	topo := topology.Equidistant("t", regions, 2, 0)
-	cfg := &config.Cluster{Name: "disk", Topology: topo, TopologyRef: topo.Name,
-		Keyspaces: []config.Keyspace{{Name: "kv", Protocol: config.ProtocolQuorum}}}
-	for i, r := range regions {
-		cfg.Nodes = append(cfg.Nodes, config.Node{Name: r + "-1", Region: r, Listen: fmt.Sprintf("127.0.0.1:%d", 23001+i), PeerListen: fmt.Sprintf("127.0.0.1:%d", 24001+i)})
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	wan, err := transport.NewWAN(transport.WANOptions{Topology: topo, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(wan.Close)
 	full := storage.NewLimitedFS(48 * mib)
 	logs := &countingHandler{}
 	reg := prometheus.NewRegistry()
-	var svcs []*server.Service
-	for i, nd := range cfg.Nodes {
-		var fs vfs.FS = vfs.NewMem()
-		logger := slog.New(slog.DiscardHandler)
-		r := prometheus.NewRegistry()
+	svcs := startNodes(t, func(i int, o *node.Options) {
+		o.Logger, o.DiskReserveBytes = slog.New(slog.DiscardHandler), 16*mib
 		if i == 0 {
-			fs, logger, r = full, slog.New(logs), reg
+			o.FS, o.Logger, o.Registry = full, slog.New(logs), reg
 		}
-		n, err := node.Start(node.Options{
-			Cluster: cfg, NodeName: nd.Name, DataDir: "/data", FS: fs, Logger: logger, Registry: r,
-			DiskReserveBytes: 16 * mib,
-			NewTransport: func(h transport.Handler) (transport.Transport, error) {
-				return wan.Attach(nd.ID, nd.Region, h)
-			},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.Close() })
-		svcs = append(svcs, server.NewService(n))
-	}
+	})
 	cx := ctx(t)
 	value := func() []byte {
 		v := make([]byte, 64<<10) // incompressible: Pebble would shrink zeros to nothing

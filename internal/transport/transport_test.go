@@ -119,7 +119,11 @@ func TestWANRejectsBadOptions(t *testing.T) {
 	}
 }
 
-func TestGRPCDeliversInOrderAndSurvivesPeerRestart(t *testing.T) {
+// startReceiver serves node 2 of a two-node cluster ("t": node 1 at 127.0.0.1, node 2 on a
+// free port) with a collector as its handler. It returns node 2's address, the nodes, the
+// collector and the gRPC server (stopped at cleanup; tests may stop it earlier).
+func startReceiver(t *testing.T, opts ...grpc.ServerOption) (string, []PeerNode, *collector, *grpc.Server, *GRPC) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -131,10 +135,16 @@ func TestGRPCDeliversInOrderAndSurvivesPeerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer recv.Close()
-	srv := grpc.NewServer()
+	t.Cleanup(func() { recv.Close() })
+	srv := grpc.NewServer(opts...)
 	recv.Register(srv)
 	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	return addr, nodes, col, srv, recv
+}
+
+func TestGRPCDeliversInOrderAndSurvivesPeerRestart(t *testing.T) {
+	addr, nodes, col, srv, recv := startReceiver(t)
 	send, err := NewGRPC(GRPCOptions{Cluster: "t", Self: 1, Nodes: nodes}, func(*peerpb.Envelope) {})
 	if err != nil {
 		t.Fatal(err)
@@ -310,22 +320,7 @@ func TestIdlePeerStreamSurvivesKeepalive(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits 45 s for keepalive pings")
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	col := newCollector()
-	nodes := []PeerNode{{ID: 1, Name: "n1", Addr: "127.0.0.1:1"}, {ID: 2, Name: "n2", Addr: addr}}
-	recv, err := NewGRPC(GRPCOptions{Cluster: "t", Self: 2, Nodes: nodes}, col.handle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer recv.Close()
-	srv := grpc.NewServer(ServerKeepaliveOptions()...)
-	recv.Register(srv)
-	go srv.Serve(lis)
-	defer srv.Stop()
+	_, nodes, col, _, _ := startReceiver(t, ServerKeepaliveOptions()...)
 	var mu sync.Mutex
 	var streamErrs []error
 	send, err := NewGRPC(GRPCOptions{Cluster: "t", Self: 1, Nodes: nodes, OnError: func(_ uint32, err error) {
