@@ -26,10 +26,10 @@ vet:
 	$(GO) vet -tags $(TAGS) ./...
 
 fuzz:
-	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzRequestDecodeValidate$$' -fuzztime $(FUZZTIME) ./internal/server/
+	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzRequestDecodeValidate$$' -fuzztime $(FUZZTIME) ./internal/runtime/server/
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzDecodeDataKey$$' -fuzztime $(FUZZTIME) ./internal/storage/
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./internal/config/
-	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzControlAPI$$' -fuzztime $(FUZZTIME) ./internal/lab/wan/
+	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzControlAPI$$' -fuzztime $(FUZZTIME) ./internal/tools/lab/wan/
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzPeerEnvelope$$' -fuzztime $(FUZZTIME) ./internal/wire/
 
 # Deterministic simulation: SIMSEEDS seeds of every protocol with every fault on, then the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fetch-cassandra.sh [VERSION] — resolves Apache Cassandra's jars (org.apache.cassandra:cassandra-all
 # and its runtime dependencies) from Maven Central into a cache directory outside the repository,
-# for the network lab's Cassandra peer (internal/peer/cassandra). Idempotent: a completion marker
+# for the network lab's Cassandra peer (internal/tools/peer/cassandra). Idempotent: a completion marker
 # skips the download next time. Prints the lib directory as its last line of stdout.
 #
 #   MERIDIAN_CACHE   cache root (default $HOME/.cache/meridian); jars go to

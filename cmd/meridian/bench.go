@@ -13,11 +13,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"meridian/internal/bench"
-	"meridian/internal/chart"
+	"meridian/internal/tools/bench"
+	"meridian/internal/tools/chart"
 	"meridian/internal/config"
 	"meridian/internal/topology"
-	"meridian/internal/ycsb"
+	"meridian/internal/tools/ycsb"
 )
 
 func benchCmd() *cobra.Command {

@@ -16,11 +16,11 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"meridian/client"
-	"meridian/internal/bench"
-	"meridian/internal/chart"
+	"meridian/internal/tools/bench"
+	"meridian/internal/tools/chart"
 	"meridian/internal/config"
-	"meridian/internal/demo"
-	"meridian/internal/server"
+	"meridian/internal/tools/demo"
+	"meridian/internal/runtime/server"
 	"meridian/internal/topology"
 )
 

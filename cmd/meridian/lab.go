@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"meridian/internal/lab"
-	"meridian/internal/lab/wan"
+	"meridian/internal/tools/lab"
+	"meridian/internal/tools/lab/wan"
 )
 
 func labCmd() *cobra.Command {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"meridian/internal/bench"
-	"meridian/internal/lab"
+	"meridian/internal/tools/bench"
+	"meridian/internal/tools/lab"
 )
 
 func newLabTarget(dir string) (*lab.Target, error) { return lab.NewTarget(dir, os.Stderr) }

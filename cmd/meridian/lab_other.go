@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"meridian/internal/bench"
+	"meridian/internal/tools/bench"
 )
 
 var errLabLinux = errors.New("lab: needs Linux (network namespaces and TUN devices)")

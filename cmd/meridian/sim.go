@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"meridian/internal/config"
-	"meridian/internal/sim"
+	"meridian/internal/tools/sim"
 )
 
 func simCmd() *cobra.Command {

@@ -3063,6 +3063,9 @@ type Envelope struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	From  uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
 	To    uint32                 `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
+	// The protocol engine that sent the message (its registry ID); the receiving node hands
+	// the message to its engine of the same protocol.
+	Engine uint32 `protobuf:"varint,3,opt,name=engine,proto3" json:"engine,omitempty"`
 	// Types that are valid to be assigned to Msg:
 	//
 	//	*Envelope_Write
@@ -3144,6 +3147,13 @@ func (x *Envelope) GetFrom() uint32 {
 func (x *Envelope) GetTo() uint32 {
 	if x != nil {
 		return x.To
+	}
+	return 0
+}
+
+func (x *Envelope) GetEngine() uint32 {
+	if x != nil {
+		return x.Engine
 	}
 	return 0
 }
@@ -3953,10 +3963,11 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x14\n" +
 	"\x05found\x18\x02 \x01(\bR\x05found\x120\n" +
-	"\x06record\x18\x03 \x01(\v2\x18.meridian.peer.v1.RecordR\x06record\"\xa1\x11\n" +
+	"\x06record\x18\x03 \x01(\v2\x18.meridian.peer.v1.RecordR\x06record\"\xb9\x11\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
-	"\x02to\x18\x02 \x01(\rR\x02to\x126\n" +
+	"\x02to\x18\x02 \x01(\rR\x02to\x12\x16\n" +
+	"\x06engine\x18\x03 \x01(\rR\x06engine\x126\n" +
 	"\x05write\x18\n" +
 	" \x01(\v2\x1e.meridian.peer.v1.WriteRequestH\x00R\x05write\x129\n" +
 	"\twrite_ack\x18\v \x01(\v2\x1a.meridian.peer.v1.WriteAckH\x00R\bwriteAck\x123\n" +

@@ -1,0 +1,185 @@
+// Package engine is the contract between Meridian's runtimes and its replication protocols
+// (DESIGN.md section 4, sans-IO protocol cores). Every protocol — quorum, MeteorShower,
+// GlobLease, Raft, and those to come — is an Engine: a deterministic state machine that the
+// runtime feeds with client requests (Propose), peer messages (Step) and the passage of time
+// (Tick), and whose output it takes with Ready. An engine never blocks, never reads a clock,
+// never touches the network; it reads storage synchronously through a Reader.
+//
+// The Ready contract is etcd raft's: a Ready's Writes (and Raw writes) are durable before any
+// of its Messages or Replies leave the node, and Readies are released in order. The node
+// runtime (internal/runtime/node), the deterministic simulator (internal/tools/sim) and the
+// emulated WAN all keep it, so the same engine code runs everywhere.
+//
+// Protocols register themselves (Register) with what the runtime, the gateway, the simulator
+// and the benchmarks need to know about them; those packages name no protocol and reach one
+// only through this registry. A node hosts one engine per protocol that one of its keyspaces
+// uses (Host), and routes requests by the keyspace's protocol and peer messages by the
+// Envelope's engine ID.
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"meridian/internal/config"
+	"meridian/internal/hlc"
+	"meridian/internal/placement"
+	"meridian/internal/storage"
+	"meridian/internal/topology"
+	"meridian/internal/wire/peerpb"
+)
+
+// SystemKeyspace holds cluster metadata until the metadata group is in place; it is
+// replicated on every node.
+const SystemKeyspace = "_system"
+
+// Op is a client operation.
+type Op int
+
+const (
+	OpGet Op = iota + 1
+	OpPut
+	OpDelete
+	OpScan
+	// OpMoveMaster moves the master of a key to a region (protocols with masters).
+	OpMoveMaster
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpGet:
+		return "get"
+	case OpPut:
+		return "put"
+	case OpDelete:
+		return "delete"
+	case OpScan:
+		return "scan"
+	case OpMoveMaster:
+		return "move-master"
+	}
+	return fmt.Sprintf("op(%d)", int(o))
+}
+
+// IsWrite reports whether the operation writes a key.
+func (o Op) IsWrite() bool { return o == OpPut || o == OpDelete }
+
+// Request is a validated client request handed to an engine.
+type Request struct {
+	// ID is assigned by the runtime, unique among the node's requests in flight.
+	ID       uint64
+	Op       Op
+	Keyspace string
+	Key      []byte
+	Value    []byte
+	// Start, End and Limit describe a scan range [Start, End); End empty is unbounded.
+	Start, End []byte
+	Limit      int
+	// Level is the consistency level (its values are the protocol's; "" = the keyspace's
+	// default).
+	Level    config.Level
+	Deadline time.Time
+	// MinVersion, when set, is folded into the coordinator's clock before a write is stamped,
+	// so a client session's later writes are newer than everything it has seen.
+	MinVersion hlc.Version
+	// WriteMode is a write's mode for protocols that have them ("" = the keyspace default).
+	WriteMode string
+	// Region is the target region of OpMoveMaster.
+	Region string
+	// WaitAll (writes): once the level is met, keep waiting for the acknowledgement of every
+	// replica that is up, until the deadline; the result names the replicas that did not
+	// acknowledge (Unacked). Cluster metadata uses it so that a change returns once every
+	// node has it, or says which have not.
+	WaitAll bool
+}
+
+// Result is the reply to one Request.
+type Result struct {
+	ID      uint64
+	Op      Op
+	Err     error
+	Found   bool
+	Value   []byte
+	Version hlc.Version
+	// Items are the live records of a scan, in key order.
+	Items []storage.Record
+	More  bool
+	// Path says how a read was served (protocol-defined: "quorum", "local", "lease", ...).
+	Path string
+	// Master, MasterRegion and TableVersion answer OpMoveMaster.
+	Master, MasterRegion string
+	TableVersion         uint64
+	// Unacked (WaitAll writes that succeeded) lists the replicas that had not acknowledged
+	// the write when it returned, each with why.
+	Unacked []Unacked
+}
+
+// Unacked is a replica that did not acknowledge a WaitAll write.
+type Unacked struct {
+	Node   uint32
+	Reason string
+}
+
+// Reader is the synchronous, read-only view of the node's storage an engine needs.
+type Reader interface {
+	Get(keyspace string, partition uint32, key []byte) (storage.Record, bool, error)
+	// GetAt returns the newest version of key not newer than maxVersion.
+	GetAt(keyspace string, partition uint32, key []byte, maxVersion hlc.Version) (storage.Record, bool, error)
+	Scan(keyspace string, partition uint32, start, end []byte, limit int, fn func(storage.Record) bool) error
+}
+
+// Job is background work a Ready asks the runtime to run off the event loop (storage scans
+// for anti-entropy or full statuses); the messages it returns are sent when it is done.
+type Job interface {
+	Run(store Reader, self uint32) ([]*peerpb.Envelope, error)
+}
+
+// Ready is an engine's output since the last call to Ready.
+//
+// Contract (as etcd raft's Ready): Writes must be durable (synced) before any of Messages or
+// Replies is released, and Readies must be released in order.
+type Ready struct {
+	Writes   []storage.Record
+	Messages []*peerpb.Envelope
+	Replies  []Result
+	Jobs     []Job
+}
+
+// Empty reports whether there is nothing to do.
+func (r *Ready) Empty() bool {
+	return len(r.Writes) == 0 && len(r.Messages) == 0 && len(r.Replies) == 0 && len(r.Jobs) == 0
+}
+
+// Engine is one protocol's state machine on one node. Not safe for concurrent use: one
+// goroutine (the runtime's event loop, or the simulator) drives it.
+type Engine interface {
+	// Propose starts a client request on a keyspace of this engine's protocol.
+	Propose(now time.Time, req Request)
+	// Step delivers a peer message addressed to this engine.
+	Step(now time.Time, env *peerpb.Envelope)
+	// Tick advances time: deadlines, retries, heartbeats, background rounds.
+	Tick(now time.Time)
+	// SetPlacement installs a new placement map (the engine serves its protocol's keyspaces
+	// in it).
+	SetPlacement(m *placement.Map)
+	HasReady() bool
+	Ready() Ready
+}
+
+// Config is what an engine is built from.
+type Config struct {
+	NodeID   uint32
+	Nodes    []config.Node
+	Topology *topology.Topology
+	Limits   config.Limits
+	// AntiEntropyInterval: how often a replica starts a repair round with a peer (protocols
+	// that repair in the background).
+	AntiEntropyInterval time.Duration
+	// MaxClockOffset is ε; MaxClockSkew bounds how far ahead of the local clock a version
+	// may be to be folded into the hybrid logical clock.
+	MaxClockOffset time.Duration
+	MaxClockSkew   time.Duration
+	// Mutation deliberately breaks the protocol (the simulator's mutation suite). Empty in
+	// every real deployment.
+	Mutation string
+}

@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"meridian/internal/config"
+	"meridian/internal/placement"
+	"meridian/internal/wire"
+	"meridian/internal/wire/peerpb"
+)
+
+// Protocol is what a replication protocol registers: how to build its engine, and what the
+// gateway, the runtime, the simulator and the benchmarks need to know about it. Only Name,
+// ID and New are required.
+type Protocol struct {
+	// Name is the protocol's name in keyspace specifications ("quorum", "raft", ...).
+	Name string
+	// ID identifies the protocol's engines on the wire (Envelope.engine): stable, unique, > 0.
+	ID uint32
+	// New builds the protocol's engine on one node.
+	New func(cfg Config, store Reader) Engine
+
+	// Check validates what of a request depends on the protocol — its consistency level
+	// (level is what the client sent, "" for the keyspace default), write mode, operation —
+	// and returns the level to use. nil: the quorum levels, no write modes, no OpMoveMaster.
+	Check func(ks *placement.Keyspace, req *Request, level string) error
+	// CheckMessage validates a peer message for this protocol's engine (wire.PeerCheck's
+	// rules for the message types it uses). nil accepts only what Generic accepts.
+	CheckMessage func(pc *wire.PeerCheck, env *peerpb.Envelope) *wire.Rejection
+
+	// Metrics registers the engine's series (called once per engine, when the node creates
+	// it).
+	Metrics func(reg prometheus.Registerer, e Engine)
+	// Summary, when set, describes a benchmark run's protocol-specific costs (e.g. status
+	// traffic per node) from the run's engines.
+	Summary func(engines []Engine, elapsed time.Duration) string
+
+	// Mutations are the protocol's deliberately broken variants (name → what is broken):
+	// each must be caught by a checker or an invariant within a bounded number of
+	// simulation seeds (DESIGN.md section 6).
+	Mutations map[string]string
+	// Sim is how the simulator runs the protocol.
+	Sim SimSupport
+}
+
+// SimSupport is what the deterministic simulator needs to run a protocol.
+type SimSupport struct {
+	// KeyspaceOptions are defaults for simulated keyspaces (timings scaled to runs of
+	// seconds); options the caller sets win.
+	KeyspaceOptions map[string]string
+	// NodesPerRegion is the default when the caller sets none (0: the simulator's).
+	NodesPerRegion int
+	// ReadLevel and WriteLevel are the levels clients use by default ("" = the keyspace's).
+	ReadLevel, WriteLevel config.Level
+	// MutationLevels, when set, changes the clients' levels for a mutation (e.g. ONE/ONE).
+	MutationLevels func(mutation string, read, write config.Level) (config.Level, config.Level)
+	// MutationHints adjust a mutation's runs so that the breakage can show.
+	MutationHints map[string]SimHints
+	// Linearizable: the protocol promises linearizability per key, so the simulator checks
+	// histories with Porcupine as well as sequential consistency.
+	Linearizable bool
+	// Invariant, when set, is checked after every delivered message and tick: engines[i] is
+	// node i's engine of this protocol (nil if it has none), now[i] its clock, up[i] whether
+	// it runs. A non-empty string is a violation.
+	Invariant func(now []time.Time, engines []Engine, up []bool) string
+}
+
+// SimHints adjust the simulated runs of one mutation.
+type SimHints struct {
+	// Faults, when non-nil, replaces the run's faults (names as `meridian sim --faults`).
+	Faults         []string
+	NoSessions     bool
+	Roam           bool
+	ReplicaRegions int
+}
+
+var (
+	regMu  sync.RWMutex
+	byName = map[string]Protocol{}
+	byID   = map[uint32]Protocol{}
+)
+
+// Register adds a protocol. It panics on a missing field or a duplicate name or ID: both
+// are programming errors found at start-up.
+func Register(p Protocol) {
+	if p.Name == "" || p.ID == 0 || p.New == nil {
+		panic(fmt.Sprintf("engine: protocol %q registered without a name, an ID or New", p.Name))
+	}
+	regMu.Lock()
+	defer regMu.Unlock()
+	if _, dup := byName[p.Name]; dup {
+		panic(fmt.Sprintf("engine: protocol %q registered twice", p.Name))
+	}
+	if q, dup := byID[p.ID]; dup {
+		panic(fmt.Sprintf("engine: protocols %q and %q share ID %d", p.Name, q.Name, p.ID))
+	}
+	byName[p.Name] = p
+	byID[p.ID] = p
+}
+
+// Lookup returns the protocol called name.
+func Lookup(name string) (Protocol, bool) {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	p, ok := byName[name]
+	return p, ok
+}
+
+// LookupID returns the protocol whose engines use id on the wire.
+func LookupID(id uint32) (Protocol, bool) {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	p, ok := byID[id]
+	return p, ok
+}
+
+// Names returns the registered protocols' names, sorted.
+func Names() []string {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	out := make([]string, 0, len(byName))
+	for n := range byName {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}

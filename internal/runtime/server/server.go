@@ -1,0 +1,359 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"runtime"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"meridian/api/meridianpb"
+	"meridian/internal/config"
+	"meridian/internal/errs"
+	"meridian/internal/hlc"
+	"meridian/internal/runtime/node"
+	"meridian/internal/quorum"
+	"meridian/internal/runtime/transport"
+)
+
+// Service implements the Meridian client API on one node. In-process callers (the emulated
+// cluster) must not modify a request's byte slices after the call: the node keeps them in
+// replication messages and storage batches.
+type Service struct {
+	meridianpb.UnimplementedMeridianServer
+	node *node.Node
+}
+
+// NewService returns the client API of n.
+func NewService(n *node.Node) *Service { return &Service{node: n} }
+
+func (s *Service) validator() validator {
+	// Deadlines are on the node's clock: the core fires them against it, and the clock may
+	// carry a configured offset (tests, the lab).
+	return validator{limits: s.node.Cluster().Limits, pmap: s.node.Placement(), now: s.node.Clock().Now()}
+}
+
+// ToStatus maps a Meridian error to a gRPC status with the same one-line message.
+func ToStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	code := codes.Internal
+	switch errs.KindOf(err) {
+	case errs.Invalid:
+		code = codes.InvalidArgument
+	case errs.NotFound:
+		code = codes.NotFound
+	case errs.AlreadyExists:
+		code = codes.AlreadyExists
+	case errs.Unavailable:
+		code = codes.Unavailable
+	case errs.Timeout:
+		code = codes.DeadlineExceeded
+	case errs.Overloaded, errs.Exhausted:
+		code = codes.ResourceExhausted
+	}
+	return status.Error(code, err.Error())
+}
+
+func (s *Service) do(ctx context.Context, req quorum.Request) quorum.Result {
+	return s.node.Do(ctx, req)
+}
+
+// Get reads one key.
+func (s *Service) Get(ctx context.Context, r *meridianpb.GetRequest) (*meridianpb.GetResponse, error) {
+	req, err := s.validator().get(r)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	res := s.do(ctx, req)
+	if res.Err != nil {
+		return nil, ToStatus(res.Err)
+	}
+	return &meridianpb.GetResponse{Found: res.Found, Value: res.Value, Version: versionPB(res.Version), Coordinator: s.node.Name(), ReadPath: res.Path}, nil
+}
+
+// Put writes one key.
+func (s *Service) Put(ctx context.Context, r *meridianpb.PutRequest) (*meridianpb.PutResponse, error) {
+	req, err := s.validator().put(r)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	res := s.do(ctx, req)
+	if res.Err != nil {
+		return nil, ToStatus(res.Err)
+	}
+	return &meridianpb.PutResponse{Version: versionPB(res.Version), Coordinator: s.node.Name()}, nil
+}
+
+// Delete writes a tombstone.
+func (s *Service) Delete(ctx context.Context, r *meridianpb.DeleteRequest) (*meridianpb.DeleteResponse, error) {
+	req, err := s.validator().del(r)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	res := s.do(ctx, req)
+	if res.Err != nil {
+		return nil, ToStatus(res.Err)
+	}
+	return &meridianpb.DeleteResponse{Version: versionPB(res.Version), Coordinator: s.node.Name()}, nil
+}
+
+// Scan reads a key range.
+func (s *Service) Scan(ctx context.Context, r *meridianpb.ScanRequest) (*meridianpb.ScanResponse, error) {
+	req, err := s.validator().scan(r)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	res := s.do(ctx, req)
+	if res.Err != nil {
+		return nil, ToStatus(res.Err)
+	}
+	out := &meridianpb.ScanResponse{More: res.More, Coordinator: s.node.Name()}
+	for _, it := range res.Items {
+		out.Items = append(out.Items, &meridianpb.KeyValue{Key: it.Key, Value: it.Value, Version: versionPB(it.Version)})
+	}
+	return out, nil
+}
+
+// MoveMaster moves the master of one key of a globlease keyspace to a replica in a region.
+func (s *Service) MoveMaster(ctx context.Context, r *meridianpb.MoveMasterRequest) (*meridianpb.MoveMasterResponse, error) {
+	req, err := s.validator().moveMaster(r)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	res := s.do(ctx, req)
+	if res.Err != nil {
+		return nil, ToStatus(res.Err)
+	}
+	return &meridianpb.MoveMasterResponse{Master: res.Master, Region: res.MasterRegion, TableVersion: res.TableVersion}, nil
+}
+
+func specPB(ks config.Keyspace) *meridianpb.KeyspaceSpec {
+	return &meridianpb.KeyspaceSpec{Name: ks.Name, Protocol: ks.Protocol, Regions: ks.Regions,
+		ReplicasPerRegion: uint32(ks.ReplicasPerRegion), Partitions: uint32(ks.Partitions), Options: ks.Options}
+}
+
+// CreateKeyspace creates a keyspace at run time.
+func (s *Service) CreateKeyspace(ctx context.Context, r *meridianpb.CreateKeyspaceRequest) (*meridianpb.CreateKeyspaceResponse, error) {
+	sp := r.GetSpec()
+	if sp == nil {
+		return nil, ToStatus(errs.New(errs.Invalid, "create keyspace: spec is missing"))
+	}
+	v := s.validator()
+	if _, err := v.deadline(r.GetTimeoutMs()); err != nil {
+		return nil, ToStatus(err)
+	}
+	timeout := v.limits.DefaultRequestTimeout
+	if r.GetTimeoutMs() > 0 {
+		timeout = time.Duration(r.GetTimeoutMs()) * time.Millisecond
+	}
+	if sp.GetReplicasPerRegion() > 1<<16 || sp.GetPartitions() > 1<<20 {
+		return nil, ToStatus(errs.New(errs.Invalid, "create keyspace: replicas_per_region or partitions out of range"))
+	}
+	spec := config.Keyspace{Name: sp.GetName(), Protocol: sp.GetProtocol(), Regions: sp.GetRegions(),
+		ReplicasPerRegion: int(sp.GetReplicasPerRegion()), Partitions: int(sp.GetPartitions()), Options: sp.GetOptions()}
+	got, notInstalled, err := s.node.CreateKeyspace(ctx, spec, timeout)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &meridianpb.CreateKeyspaceResponse{Spec: specPB(got), NotInstalled: notInstalled}, nil
+}
+
+// DescribeKeyspace returns a keyspace's spec and placement.
+func (s *Service) DescribeKeyspace(ctx context.Context, r *meridianpb.DescribeKeyspaceRequest) (*meridianpb.DescribeKeyspaceResponse, error) {
+	v := s.validator()
+	ks, err := v.keyspace(r.GetName())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	out := &meridianpb.DescribeKeyspaceResponse{Spec: specPB(ks.Spec), PlacementVersion: v.pmap.Version, Origin: s.node.Origin(ks.Spec.Name)}
+	for _, p := range ks.Partitions {
+		pp := &meridianpb.PartitionPlacement{Partition: p.ID, Start: p.Start}
+		for _, id := range p.Replicas {
+			nd, _ := s.node.Cluster().NodeByID(id)
+			pp.Replicas = append(pp.Replicas, nd.Name)
+		}
+		out.Partitions = append(out.Partitions, pp)
+	}
+	return out, nil
+}
+
+// ListKeyspaces lists the user keyspaces.
+func (s *Service) ListKeyspaces(ctx context.Context, r *meridianpb.ListKeyspacesRequest) (*meridianpb.ListKeyspacesResponse, error) {
+	pm := s.node.Placement()
+	out := &meridianpb.ListKeyspacesResponse{}
+	for _, name := range sortedNames(pm.Keyspaces) {
+		if name[0] == '_' {
+			continue
+		}
+		out.Keyspaces = append(out.Keyspaces, specPB(pm.Keyspaces[name].Spec))
+	}
+	return out, nil
+}
+
+// ServerInfo describes this node and the limits it enforces.
+func (s *Service) ServerInfo(ctx context.Context, r *meridianpb.ServerInfoRequest) (*meridianpb.ServerInfoResponse, error) {
+	c := s.node.Cluster()
+	l := c.Limits
+	return &meridianpb.ServerInfoResponse{
+		Cluster: c.Name, Node: s.node.Name(), Region: s.node.Region(),
+		MaxKeyBytes: uint32(l.MaxKeyBytes), MaxValueBytes: uint32(l.MaxValueBytes), MaxScanLimit: uint32(l.MaxScanLimit),
+		DefaultRequestTimeoutMs: uint32(l.DefaultRequestTimeout.Milliseconds()), MaxRequestTimeoutMs: uint32(l.MaxRequestTimeout.Milliseconds()),
+		MaxRequestMessageBytes: uint32(ClientMaxRecvBytes(l)),
+	}, nil
+}
+
+// ClientMaxRecvBytes is the client listener's gRPC receive limit: the largest key and value
+// the limits allow plus room for the request's other fields and framing. Anything larger is
+// cut off by gRPC before the validator sees it (the client maps that refusal to the limits).
+func ClientMaxRecvBytes(l config.Limits) int {
+	return l.MaxValueBytes + l.MaxKeyBytes + 64<<10
+}
+
+// Options configures a server process.
+type Options struct {
+	Cluster  *config.Cluster
+	NodeName string
+	DataDir  string
+	// DiskReserveBytes is the disk space the store keeps free for itself (0: the default,
+	// 5% of the filesystem within [16 MiB, 1 GiB]); writes are refused below half of it.
+	DiskReserveBytes uint64
+	// ClockOffset shifts this node's clock (tests and the lab).
+	ClockOffset time.Duration
+	// ClockControl serves /debug/clock on the metrics address, through which the lab's
+	// nemesis changes this node's clock offset and drift at run time. Off in production: a
+	// clock that anyone on the metrics port can move is a fault injector.
+	ClockControl bool
+	Logger       *slog.Logger
+}
+
+// peerMaxRecvBytes is the peer listener's gRPC receive limit: a scan reply or an
+// anti-entropy push holds up to 4 MiB of records plus one record that crossed the bound.
+func peerMaxRecvBytes(l config.Limits) int {
+	maxRecord := l.MaxValueBytes + l.MaxKeyBytes + 64<<10
+	return 2*maxRecord + 8<<20
+}
+
+// Run starts a node with the gRPC transport, serves the client API on the node's listen
+// address, the peer service on its peer_listen address (a separate listener, so it can be
+// firewalled off from clients; streams are accepted only from the cluster's nodes) and
+// /metrics, and blocks until ctx is done. Then it stops accepting requests and closes the
+// node (acknowledged writes are already durable).
+func Run(ctx context.Context, o Options) error {
+	self, ok := o.Cluster.Node(o.NodeName)
+	if !ok {
+		return fmt.Errorf("server: %q is not a node of cluster %s (nodes: %v)", o.NodeName, o.Cluster.Name, nodeNames(o.Cluster))
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	lis, err := net.Listen("tcp", self.Listen)
+	if err != nil {
+		return fmt.Errorf("server: listen on %s (listen, the client API): %w", self.Listen, err)
+	}
+	plis, err := net.Listen("tcp", self.PeerListen)
+	if err != nil {
+		lis.Close()
+		return fmt.Errorf("server: listen on %s (peer_listen, the peer service): %w", self.PeerListen, err)
+	}
+	clock := hlc.NewSystemClock(o.ClockOffset)
+	var grpcTr *transport.GRPC
+	var peerNodes []transport.PeerNode
+	for _, nd := range o.Cluster.Nodes {
+		peerNodes = append(peerNodes, transport.PeerNode{ID: nd.ID, Name: nd.Name, Addr: nd.PeerListen})
+	}
+	// Refusals are reported to the node's metrics; the node exists only once Start returns,
+	// and streams arrive only after the peer server starts below.
+	var n *node.Node
+	n, err = node.Start(node.Options{
+		Cluster: o.Cluster, NodeName: o.NodeName, DataDir: o.DataDir, Logger: o.Logger,
+		Clock: clock, DiskReserveBytes: o.DiskReserveBytes,
+		NewTransport: func(h transport.Handler) (transport.Transport, error) {
+			t, err := transport.NewGRPC(transport.GRPCOptions{Cluster: o.Cluster.Name, Self: self.ID, Nodes: peerNodes,
+				OnError: func(peer uint32, err error) {
+					o.Logger.Warn("peer stream failed; messages to it are dropped until it reconnects", "peer", peer, "err", err)
+				},
+				OnRefused: func(reason, remote string, err error) { n.RefusedPeerStream(reason, remote, err) },
+			}, h)
+			grpcTr = t
+			return t, err
+		},
+	})
+	if err != nil {
+		lis.Close()
+		plis.Close()
+		return err
+	}
+	// Client requests are bounded by the validator (key and value limits) and, before it,
+	// by gRPC's receive limit; the client maps that refusal to the documented limits.
+	gs := grpc.NewServer(append(transport.ServerKeepaliveOptions(),
+		grpc.MaxRecvMsgSize(ClientMaxRecvBytes(o.Cluster.Limits)),
+		// A fixed pool of stream workers instead of a goroutine per request: fewer stack
+		// growths on the hot path.
+		grpc.NumStreamWorkers(uint32(max(4, runtime.GOMAXPROCS(0)*4))),
+	)...)
+	meridianpb.RegisterMeridianServer(gs, NewService(n))
+	ps := grpc.NewServer(append(transport.ServerKeepaliveOptions(), grpc.MaxRecvMsgSize(peerMaxRecvBytes(o.Cluster.Limits)))...)
+	grpcTr.Register(ps)
+	serveErr := make(chan error, 3)
+	go func() { serveErr <- gs.Serve(lis) }()
+	go func() { serveErr <- ps.Serve(plis) }()
+	var hs *http.Server
+	if self.Metrics != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(n.Registry(), promhttp.HandlerOpts{}))
+		// Profiles for operators chasing CPU or latency (only on the metrics address).
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		if o.ClockControl {
+			mux.Handle("/debug/clock", clockHandler(clock, o.Logger))
+		}
+		hs = &http.Server{Addr: self.Metrics, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		mlis, err := net.Listen("tcp", self.Metrics)
+		if err != nil {
+			gs.Stop()
+			ps.Stop()
+			n.Close()
+			return fmt.Errorf("server: metrics listen on %s: %w", self.Metrics, err)
+		}
+		go func() {
+			if err := hs.Serve(mlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- err
+			}
+		}()
+	}
+	o.Logger.Info("serving", "node", self.Name, "listen", self.Listen, "peer_listen", self.PeerListen, "metrics", self.Metrics)
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	}
+	if hs != nil {
+		hs.Close()
+	}
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	// A graceful stop waits for client requests in flight, briefly (they need the peers'
+	// replies, so the peer server keeps running meanwhile); peers' streams never end on
+	// their own, so the peer server then stops hard.
+	select {
+	case <-stopped:
+	case <-time.After(time.Second):
+		gs.Stop()
+	}
+	ps.Stop()
+	if cerr := n.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}

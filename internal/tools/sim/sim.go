@@ -1,0 +1,919 @@
+package sim
+
+import (
+	"container/heap"
+	"fmt"
+	"hash"
+	"hash/fnv"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"meridian/internal/tools/check"
+	"meridian/internal/config"
+	"meridian/internal/errs"
+	"meridian/internal/hlc"
+	"meridian/internal/placement"
+	"meridian/internal/quorum"
+	"meridian/internal/storage"
+	"meridian/internal/wire"
+	"meridian/internal/wire/peerpb"
+)
+
+// epoch is virtual time zero as wall time; node clocks are epoch + virtual + offset.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+
+// Report is the outcome of one run.
+type Report struct {
+	Seed        uint64
+	Ops         int
+	OK          int
+	SimSeconds  float64
+	Violations  []*check.Violation
+	TraceHash   uint64
+	Events      int
+	Crashes     int
+	Partitions  int
+	Messages    int
+	Dropped     int
+	MaxOffsetMs float64 // largest pairwise clock difference seen
+	// ReadPaths counts how OK reads were served (quorum, local, local-waited, fallback).
+	ReadPaths map[string]int
+}
+
+type eventKind uint8
+
+const (
+	evDeliver eventKind = iota + 1
+	evTick
+	evSync
+	evClientOp
+	evClientTimeout
+	evCrash
+	evRestart
+	evPartitionStart
+	evPartitionEnd
+	evEndWorkload
+)
+
+type event struct {
+	at   int64
+	seq  uint64
+	kind eventKind
+	node int
+	env  *peerpb.Envelope
+	cli  int
+	req  uint64
+	cut  *cut
+}
+
+type eventHeap []event
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// cut is a set of directed links that are down for a while.
+type cut struct {
+	name  string
+	links map[[2]uint32]bool
+}
+
+type simNode struct {
+	cfg       config.Node
+	fs        *vfs.MemFS
+	engine    *storage.Engine
+	core      Core
+	up        bool
+	pending   []quorum.Ready // released when the covering sync completes
+	syncing   int            // how many of pending the sync in flight covers (0: none)
+	offset0   int64          // clock offset at virtual 0, ns
+	driftPPM  float64
+	epoch     int // incarnation, so stale sync events are ignored after a crash
+	lastReady int64
+}
+
+type client struct {
+	id int
+	// proc is the client's current logical process in the history. After an indeterminate
+	// operation the client continues as a new process (as Jepsen does for crashed
+	// operations): the old process may still be "executing" that operation, so nothing the
+	// client does later is ordered after it.
+	proc     int
+	region   string
+	home     int // index of its coordinator node
+	seq      int
+	session  hlc.Version
+	inflight *inflightOp
+	stopped  bool
+}
+
+type inflightOp struct {
+	idx  int // index in the history
+	req  uint64
+	node int
+}
+
+type simulator struct {
+	o                 Options
+	proto             Protocol
+	rng               *rand.Rand
+	now               int64 // virtual ns since start
+	events            eventHeap
+	seq               uint64
+	nodes             []*simNode
+	byID              map[uint32]int
+	cluster           *config.Cluster
+	pmap              *placement.Map
+	clients           []*client
+	history           check.History
+	procs             int            // logical processes handed out
+	reqs              map[uint64]int // request ID → client
+	nextReq           uint64
+	cuts              []*cut
+	lastDue           map[[2]uint32]int64
+	hash              hash.Hash64
+	report            Report
+	readLvl, writeLvl config.Level
+	workloadOver      bool
+	lossProb, dupProb float64
+	spikeProb         float64
+	invariantBroken   *check.Violation
+}
+
+// Run executes one seed and checks its history.
+func Run(o Options) (*Report, error) {
+	if o.Protocol == "" {
+		o.Protocol = "quorum"
+	}
+	p, err := LookupProtocol(o.Protocol)
+	if err != nil {
+		return nil, err
+	}
+	if p.Prepare != nil {
+		o.KeyspaceOptions = maps.Clone(o.KeyspaceOptions)
+		p.Prepare(&o)
+	}
+	o.ensureDefaults()
+	if o.Mutation != "" {
+		if _, ok := MutationDescription(p, o.Mutation); !ok {
+			return nil, fmt.Errorf("sim: protocol %s has no mutation %q (known: %v)", p.Name, o.Mutation, MutationNames(p))
+		}
+	}
+	s := &simulator{
+		o: o, proto: p,
+		rng:     rand.New(rand.NewPCG(o.Seed, o.Seed^0x6d65726964696e)),
+		byID:    map[uint32]int{},
+		reqs:    map[uint64]int{},
+		lastDue: map[[2]uint32]int64{},
+		hash:    fnv.New64a(),
+	}
+	s.report.Seed = o.Seed
+	s.readLvl, s.writeLvl = p.Levels(o.Mutation, o.ReadLevel, o.WriteLevel)
+	if err := s.setup(); err != nil {
+		return nil, err
+	}
+	defer s.close()
+	if err := s.loop(); err != nil {
+		return nil, err
+	}
+	return s.finish()
+}
+
+func (s *simulator) close() {
+	for _, n := range s.nodes {
+		if n.engine != nil {
+			n.engine.Close()
+			n.engine = nil
+		}
+	}
+}
+
+func (s *simulator) trace(format string, args ...any) {
+	line := fmt.Sprintf("%10.3fms ", float64(s.now)/1e6) + fmt.Sprintf(format, args...)
+	s.hash.Write([]byte(line))
+	s.hash.Write([]byte{'\n'})
+	if s.o.Trace != nil {
+		s.o.Trace(line)
+	}
+}
+
+func (s *simulator) schedule(e event) {
+	s.seq++
+	e.seq = s.seq
+	heap.Push(&s.events, e)
+}
+
+func (s *simulator) setup() error {
+	t := s.o.Topology
+	c := &config.Cluster{Name: "sim", Topology: t, TopologyRef: t.Name,
+		Clock: config.Clock{MaxOffset: s.o.MaxClockOffset}}
+	id := uint32(0)
+	for _, r := range t.Regions {
+		for i := range s.o.NodesPerRegion {
+			id++
+			c.Nodes = append(c.Nodes, config.Node{ID: id, Name: fmt.Sprintf("%s-%d", r, i+1), Region: r,
+				Listen: fmt.Sprintf("127.0.0.1:%d", 40000+id), PeerListen: fmt.Sprintf("127.0.0.1:%d", 50000+id)})
+		}
+	}
+	opts := map[string]string{}
+	for k, v := range s.o.KeyspaceOptions {
+		opts[k] = v
+	}
+	ks := config.Keyspace{Name: "sim", Protocol: s.o.Protocol, ReplicasPerRegion: s.o.ReplicasPerRegion,
+		Partitions: s.o.Partitions, Options: opts}
+	if s.o.ReplicaRegions > 0 && s.o.ReplicaRegions < len(t.Regions) {
+		ks.Regions = slices.Clone(t.Regions[:s.o.ReplicaRegions])
+	}
+	c.Keyspaces = []config.Keyspace{ks}
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("sim: cluster: %w", err)
+	}
+	s.cluster = c
+	pm, err := placement.Build(c)
+	if err != nil {
+		return err
+	}
+	s.pmap = pm
+	eps := int64(s.o.MaxClockOffset)
+	for i, nd := range c.Nodes {
+		n := &simNode{cfg: nd, fs: vfs.NewCrashableMem()}
+		switch {
+		case s.o.Faults[FaultClockBeyond]:
+			// Far beyond the bound: up to ±100ε (±200ms at the default ε), more than a WAN
+			// round trip, so a coordinator can stamp a write older than one acknowledged
+			// earlier elsewhere.
+			n.offset0 = s.rng.Int64N(200*eps+1) - 100*eps
+			n.driftPPM = float64(s.rng.IntN(401) - 200)
+		case s.o.Faults[FaultClock]:
+			// Offsets within ±ε/2 keep every pair within ε; drift is clamped below.
+			n.offset0 = s.rng.Int64N(eps+1) - eps/2
+			n.driftPPM = float64(s.rng.IntN(201) - 100)
+		}
+		s.nodes = append(s.nodes, n)
+		s.byID[nd.ID] = i
+		if err := s.startNode(i); err != nil {
+			return err
+		}
+		s.schedule(event{at: s.rng.Int64N(int64(s.o.TickInterval)), kind: evTick, node: i})
+	}
+	for _, r := range t.Regions {
+		var local []int
+		for i, n := range s.nodes {
+			if n.cfg.Region == r {
+				local = append(local, i)
+			}
+		}
+		for j := range s.o.ClientsPerRegion {
+			cl := &client{id: len(s.clients), proc: s.procs, region: r, home: local[j%len(local)]}
+			s.procs++
+			s.clients = append(s.clients, cl)
+			s.schedule(event{at: s.rng.Int64N(int64(20 * time.Millisecond)), kind: evClientOp, cli: cl.id})
+		}
+	}
+	if s.o.Faults[FaultLoss] {
+		s.lossProb = 0.02 + s.rng.Float64()*0.08
+	}
+	if s.o.Faults[FaultDup] {
+		s.dupProb = 0.01 + s.rng.Float64()*0.05
+	}
+	if s.o.Faults[FaultDelay] {
+		s.spikeProb = 0.005 + s.rng.Float64()*0.02
+		if s.o.DelaySpikeProb > 0 {
+			s.spikeProb = s.o.DelaySpikeProb
+		}
+	}
+	s.scheduleFaults()
+	s.schedule(event{at: int64(s.o.Duration), kind: evEndWorkload})
+	return nil
+}
+
+// localTime is node i's clock reading at virtual time s.now.
+func (s *simulator) localTime(i int) time.Time {
+	n := s.nodes[i]
+	off := n.offset0 + int64(n.driftPPM*float64(s.now)/1e6)
+	if !s.o.Faults[FaultClockBeyond] {
+		eps := int64(s.o.MaxClockOffset)
+		off = max(-eps/2, min(eps/2, off))
+	}
+	return time.Unix(0, epoch+s.now+off)
+}
+
+func (s *simulator) startNode(i int) error {
+	n := s.nodes[i]
+	e, err := storage.Open("/data", storage.Options{FS: n.fs})
+	if err != nil {
+		return fmt.Errorf("sim: node %s: open storage: %w", n.cfg.Name, err)
+	}
+	n.engine = e
+	core, err := s.proto.NewCore(NodeSetup{Self: n.cfg, Cluster: s.cluster, Topology: s.o.Topology, Store: e,
+		Mutation: s.o.Mutation, AntiEntropyInterval: 500 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	if pc, ok := core.(interface{ SetPlacement(*placement.Map) }); ok {
+		pc.SetPlacement(s.pmap)
+	}
+	n.core = core
+	n.up = true
+	n.pending = nil
+	n.syncing = 0
+	n.epoch++
+	return nil
+}
+
+func (s *simulator) loop() error {
+	end := int64(s.o.Duration + s.o.Quiesce)
+	for s.events.Len() > 0 {
+		e := heap.Pop(&s.events).(event)
+		if e.at > end {
+			break
+		}
+		s.now = e.at
+		s.report.Events++
+		if s.report.Events > 20_000_000 {
+			return fmt.Errorf("sim: seed %d: more than 20M events; a protocol loop?", s.o.Seed)
+		}
+		if err := s.handle(e); err != nil {
+			return fmt.Errorf("sim: seed %d at %.3fms: %w", s.o.Seed, float64(s.now)/1e6, err)
+		}
+	}
+	s.now = end
+	return nil
+}
+
+func (s *simulator) handle(e event) error {
+	switch e.kind {
+	case evTick:
+		n := s.nodes[e.node]
+		if n.up {
+			n.core.Tick(s.localTime(e.node))
+			if err := s.processReady(e.node); err != nil {
+				return err
+			}
+		}
+		s.schedule(event{at: s.now + int64(s.o.TickInterval), kind: evTick, node: e.node})
+	case evDeliver:
+		i, ok := s.byID[e.env.To]
+		if !ok {
+			return nil
+		}
+		n := s.nodes[i]
+		if !n.up || s.isCut(e.env.From, e.env.To) {
+			s.report.Dropped++
+			return nil
+		}
+		s.trace("deliver %s", fmtEnv(e.env))
+		// The node runtime validates every peer message before its core sees it
+		// (wire.PeerCheck). Every message here comes from a correct node, so a refusal means
+		// the validation rules are wrong: it is a violation, as a broken invariant is.
+		// (A message a node addresses to itself is ignored by its core, and no transport
+		// carries it in production; it is not a peer message.)
+		if rej := s.peerCheck(i).Envelope(e.env); rej != nil && e.env.From != e.env.To {
+			if s.invariantBroken == nil {
+				s.invariantBroken = &check.Violation{Checker: "peer-check", Reason: fmt.Sprintf("at %.3fms: %s refused a correct node's %s: %v",
+					float64(s.now)/1e6, n.cfg.Name, fmtEnv(e.env), rej)}
+			}
+			s.report.Dropped++
+			return nil
+		}
+		n.core.Step(s.localTime(i), e.env)
+		if err := s.processReady(i); err != nil {
+			return err
+		}
+		s.checkInvariant()
+		return nil
+	case evSync:
+		return s.completeSync(e.node, e.cli)
+	case evClientOp:
+		return s.clientOp(e.cli)
+	case evClientTimeout:
+		s.clientTimeout(e.cli, e.req)
+	case evCrash:
+		return s.crash(e.node)
+	case evRestart:
+		if !s.nodes[e.node].up {
+			s.trace("restart %s", s.nodes[e.node].cfg.Name)
+			return s.startNode(e.node)
+		}
+	case evPartitionStart:
+		s.cuts = append(s.cuts, e.cut)
+		s.report.Partitions++
+		s.trace("partition start %s", e.cut.name)
+	case evPartitionEnd:
+		s.cuts = slices.DeleteFunc(s.cuts, func(c *cut) bool { return c == e.cut })
+		s.trace("partition end %s", e.cut.name)
+	case evEndWorkload:
+		s.workloadOver = true
+		s.trace("workload over: healing every fault")
+		s.cuts = nil
+		s.lossProb, s.dupProb, s.spikeProb = 0, 0, 0
+		for i, n := range s.nodes {
+			if !n.up {
+				s.trace("restart %s", n.cfg.Name)
+				if err := s.startNode(i); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// checkInvariant evaluates the protocol's step invariant (GlobLease: one master per key) and
+// records the first violation.
+// peerCheck is the validation node i's runtime applies to a peer message now.
+func (s *simulator) peerCheck(i int) *wire.PeerCheck {
+	return &wire.PeerCheck{Self: s.nodes[i].cfg.ID, Members: func(id uint32) bool { _, ok := s.byID[id]; return ok },
+		Placement: s.pmap, Limits: s.cluster.Limits, Now: s.localTime(i), MaxFuture: s.cluster.Clock.MaxFutureVersion()}
+}
+
+func (s *simulator) checkInvariant() {
+	if s.proto.Invariant == nil || s.invariantBroken != nil {
+		return
+	}
+	now := make([]time.Time, len(s.nodes))
+	cores := make([]Core, len(s.nodes))
+	up := make([]bool, len(s.nodes))
+	for i, n := range s.nodes {
+		now[i], cores[i], up[i] = s.localTime(i), n.core, n.up
+	}
+	if msg := s.proto.Invariant(now, cores, up); msg != "" {
+		s.invariantBroken = &check.Violation{Checker: "invariant", Reason: fmt.Sprintf("at %.3fms: %s", float64(s.now)/1e6, msg)}
+		s.trace("INVARIANT BROKEN: %s", msg)
+	}
+}
+
+func (s *simulator) isCut(from, to uint32) bool {
+	for _, c := range s.cuts {
+		if c.links[[2]uint32{from, to}] {
+			return true
+		}
+	}
+	return false
+}
+
+// processReady applies a node's new writes to storage at once (visible, not yet synced — as
+// Pebble does) and queues the Ready until a sync covers it; only then do its messages and
+// replies leave (the Ready contract). A crash before that loses the unsynced writes.
+func (s *simulator) processReady(i int) error {
+	n := s.nodes[i]
+	for range 1000 {
+		if !n.core.HasReady() {
+			return nil
+		}
+		rd := n.core.Ready()
+		if len(rd.Writes) > 0 {
+			if err := n.engine.Apply(rd.Writes, false); err != nil {
+				return fmt.Errorf("node %s: apply: %w", n.cfg.Name, err)
+			}
+		}
+		if s.o.Mutation == "ack-before-sync" {
+			// Broken on purpose: outputs leave before the writes are durable.
+			if err := s.release(i, rd); err != nil {
+				return err
+			}
+			rd.Messages, rd.Replies, rd.Jobs = nil, nil, nil
+		}
+		n.pending = append(n.pending, rd)
+		if n.syncing == 0 {
+			s.startSync(i)
+		}
+	}
+	return fmt.Errorf("node %s keeps producing output", n.cfg.Name)
+}
+
+func (s *simulator) startSync(i int) {
+	n := s.nodes[i]
+	n.syncing = len(n.pending)
+	d := 200*time.Microsecond + time.Duration(s.rng.Int64N(int64(800*time.Microsecond)))
+	if s.o.Faults[FaultSlowDisk] && s.rng.IntN(50) == 0 {
+		d = 20*time.Millisecond + time.Duration(s.rng.Int64N(int64(180*time.Millisecond)))
+	}
+	s.schedule(event{at: s.now + int64(d), kind: evSync, node: i, cli: n.epoch})
+}
+
+func (s *simulator) completeSync(i, incarnation int) error {
+	n := s.nodes[i]
+	if !n.up || incarnation != n.epoch || n.syncing == 0 {
+		return nil // the node crashed meanwhile: the sync never completed
+	}
+	if err := n.engine.Apply(nil, true); err != nil {
+		return fmt.Errorf("node %s: sync: %w", n.cfg.Name, err)
+	}
+	done := n.pending[:n.syncing]
+	n.pending = slices.Clone(n.pending[n.syncing:])
+	n.syncing = 0
+	for _, rd := range done {
+		if err := s.release(i, rd); err != nil {
+			return err
+		}
+	}
+	if len(n.pending) > 0 && n.up {
+		s.startSync(i)
+	}
+	return nil
+}
+
+// release sends a durable Ready's messages, answers its replies and runs its jobs.
+func (s *simulator) release(i int, rd quorum.Ready) error {
+	n := s.nodes[i]
+	for _, env := range rd.Messages {
+		s.send(env)
+	}
+	for _, r := range rd.Replies {
+		s.reply(i, r)
+	}
+	for _, j := range rd.Jobs {
+		envs, err := s.proto.RunJob(n.engine, n.cfg.ID, j)
+		if err != nil {
+			return fmt.Errorf("node %s: job: %w", n.cfg.Name, err)
+		}
+		for _, env := range envs {
+			s.send(env)
+		}
+	}
+	return nil
+}
+
+func (s *simulator) send(env *peerpb.Envelope) {
+	s.report.Messages++
+	from, to := s.byID[env.From], s.byID[env.To]
+	if s.isCut(env.From, env.To) || (s.lossProb > 0 && s.rng.Float64() < s.lossProb) {
+		s.report.Dropped++
+		return
+	}
+	delay := int64(s.o.Topology.OneWay(s.nodes[from].cfg.Region, s.nodes[to].cfg.Region))
+	jitter := s.rng.Int64N(int64(100*time.Microsecond) + 1)
+	if s.o.Faults[FaultReorder] {
+		jitter = s.rng.Int64N(delay/3 + int64(2*time.Millisecond))
+	}
+	if s.spikeProb > 0 && s.rng.Float64() < s.spikeProb {
+		// A delay spike (a retransmission, a paused process): the kind of delay a lease's
+		// timing rule must survive (liu-thesis 4.1.3, "Leasing Period").
+		jitter += int64(100*time.Millisecond) + s.rng.Int64N(int64(900*time.Millisecond))
+	}
+	due := s.now + delay + jitter
+	link := [2]uint32{env.From, env.To}
+	if !s.o.Faults[FaultReorder] {
+		due = max(due, s.lastDue[link]) // per-link FIFO, as TCP
+		s.lastDue[link] = due
+	}
+	s.schedule(event{at: due, kind: evDeliver, env: env})
+	if s.dupProb > 0 && s.rng.Float64() < s.dupProb {
+		s.schedule(event{at: due + s.rng.Int64N(int64(20*time.Millisecond)), kind: evDeliver, env: env})
+	}
+}
+
+func (s *simulator) crash(i int) error {
+	n := s.nodes[i]
+	if !n.up {
+		return nil
+	}
+	s.report.Crashes++
+	s.trace("crash %s (%d readies unsynced)", n.cfg.Name, len(n.pending))
+	// The crash keeps every synced byte and a random share of the unsynced ones.
+	clone := n.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: s.rng.IntN(101), RNG: rand.New(rand.NewPCG(s.rng.Uint64(), 1))})
+	n.engine.Close()
+	n.engine = nil
+	n.fs = clone
+	n.up = false
+	n.core = nil
+	n.pending = nil
+	n.syncing = 0
+	n.epoch++
+	return nil
+}
+
+func (s *simulator) scheduleFaults() {
+	d := int64(s.o.Duration)
+	if s.o.Faults[FaultCrash] {
+		if s.rng.IntN(4) == 0 {
+			// A correlated failure (a power cut): every node at once. Only what was synced
+			// survives anywhere.
+			at := s.rng.Int64N(d * 8 / 10)
+			down := int64(100*time.Millisecond) + s.rng.Int64N(int64(time.Second))
+			for i := range s.nodes {
+				s.schedule(event{at: at, kind: evCrash, node: i})
+				s.schedule(event{at: min(at+down, d), kind: evRestart, node: i})
+			}
+		}
+		for range 1 + s.rng.IntN(2) {
+			i := s.rng.IntN(len(s.nodes))
+			at := s.rng.Int64N(d * 8 / 10)
+			down := int64(100*time.Millisecond) + s.rng.Int64N(int64(1500*time.Millisecond))
+			s.schedule(event{at: at, kind: evCrash, node: i})
+			s.schedule(event{at: min(at+down, d), kind: evRestart, node: i})
+		}
+	}
+	if s.o.Faults[FaultPartition] {
+		for range 1 + s.rng.IntN(2) {
+			c := s.randomCut()
+			at := s.rng.Int64N(d * 8 / 10)
+			dur := int64(200*time.Millisecond) + s.rng.Int64N(int64(1500*time.Millisecond))
+			s.schedule(event{at: at, kind: evPartitionStart, cut: c})
+			s.schedule(event{at: min(at+dur, d), kind: evPartitionEnd, cut: c})
+		}
+	}
+}
+
+// randomCut picks a partition shape: one node isolated, a region isolated, a one-way cut
+// between two nodes, or a minority/majority split.
+func (s *simulator) randomCut() *cut {
+	c := &cut{links: map[[2]uint32]bool{}}
+	all := s.cluster.Nodes
+	isolate := func(group map[uint32]bool) {
+		for _, a := range all {
+			for _, b := range all {
+				if group[a.ID] != group[b.ID] {
+					c.links[[2]uint32{a.ID, b.ID}] = true
+				}
+			}
+		}
+	}
+	switch s.rng.IntN(4) {
+	case 0:
+		n := all[s.rng.IntN(len(all))]
+		isolate(map[uint32]bool{n.ID: true})
+		c.name = "isolate node " + n.Name
+	case 1:
+		r := s.o.Topology.Regions[s.rng.IntN(len(s.o.Topology.Regions))]
+		g := map[uint32]bool{}
+		for _, n := range all {
+			if n.Region == r {
+				g[n.ID] = true
+			}
+		}
+		isolate(g)
+		c.name = "isolate region " + r
+	case 2:
+		a, b := all[s.rng.IntN(len(all))], all[s.rng.IntN(len(all))]
+		if a.ID == b.ID {
+			b = all[(s.byID[a.ID]+1)%len(all)]
+		}
+		c.links[[2]uint32{a.ID, b.ID}] = true
+		c.name = fmt.Sprintf("one-way %s -> %s", a.Name, b.Name)
+	default:
+		perm := s.rng.Perm(len(all))
+		g := map[uint32]bool{}
+		for _, p := range perm[:(len(all)-1)/2+0] {
+			g[all[p].ID] = true
+		}
+		if len(g) == 0 {
+			g[all[perm[0]].ID] = true
+		}
+		isolate(g)
+		c.name = fmt.Sprintf("minority of %d split off", len(g))
+	}
+	return c
+}
+
+// --- clients ---
+
+func (s *simulator) clientOp(ci int) error {
+	cl := s.clients[ci]
+	if cl.inflight != nil || cl.stopped {
+		return nil
+	}
+	if s.workloadOver {
+		cl.stopped = true
+		return nil
+	}
+	node := cl.home
+	if s.o.Roam && s.rng.IntN(3) == 0 {
+		node = s.rng.IntN(len(s.nodes))
+	}
+	key := fmt.Sprintf("k%d", s.rng.IntN(s.o.Keys))
+	op := check.Op{ID: len(s.history), Process: cl.proc, Key: key, Invoke: s.now, Node: s.nodes[node].cfg.Name}
+	req := quorum.Request{Keyspace: "sim", Key: []byte(key)}
+	if s.rng.Float64() < s.o.ReadFraction {
+		op.Kind = check.Read
+		req.Op, req.Level = quorum.OpGet, s.readLvl
+	} else {
+		cl.seq++
+		op.Kind = check.Write
+		op.Value = fmt.Sprintf("c%d-%d", ci, cl.seq)
+		req.Op, req.Level, req.Value = quorum.OpPut, s.writeLvl, []byte(op.Value)
+	}
+	if !s.o.NoSessions {
+		req.MinVersion = cl.session
+	}
+	s.history = append(s.history, op)
+	n := s.nodes[node]
+	if !n.up {
+		// Connection refused: certainly not executed. The client moves to another node.
+		s.finishOp(ci, len(s.history)-1, check.Failed, quorum.Result{})
+		cl.home = s.otherNodeIn(cl.region, cl.home)
+		return nil
+	}
+	s.nextReq++
+	req.ID = s.nextReq
+	local := s.localTime(node)
+	req.Deadline = local.Add(s.o.RequestTimeout)
+	s.history[len(s.history)-1].NodeInvoke = local.UnixNano() - epoch
+	cl.inflight = &inflightOp{idx: len(s.history) - 1, req: req.ID, node: node}
+	s.reqs[req.ID] = ci
+	s.trace("invoke c%d %s via %s", ci, opString(op), n.cfg.Name)
+	// Client-side timeout: a crashed coordinator never answers.
+	s.schedule(event{at: s.now + int64(s.o.RequestTimeout) + int64(500*time.Millisecond), kind: evClientTimeout, cli: ci, req: req.ID})
+	n.core.Propose(local, req)
+	return s.processReady(node)
+}
+
+func opString(op check.Op) string {
+	if op.Kind == check.Write {
+		return fmt.Sprintf("write %s=%s", op.Key, op.Value)
+	}
+	return "read " + op.Key
+}
+
+func (s *simulator) reply(node int, r quorum.Result) {
+	ci, ok := s.reqs[r.ID]
+	if !ok {
+		return
+	}
+	cl := s.clients[ci]
+	if cl.inflight == nil || cl.inflight.req != r.ID {
+		return
+	}
+	idx := cl.inflight.idx
+	outcome := check.OK
+	if r.Err != nil {
+		switch errs.KindOf(r.Err) {
+		case errs.Unavailable, errs.Invalid, errs.NotFound, errs.Overloaded:
+			outcome = check.Failed
+		default:
+			outcome = check.Indeterminate
+		}
+	}
+	s.history[idx].NodeReturn = s.localTime(node).UnixNano() - epoch
+	s.finishOp(ci, idx, outcome, r)
+}
+
+func (s *simulator) finishOp(ci, idx int, outcome check.Outcome, r quorum.Result) {
+	cl := s.clients[ci]
+	op := &s.history[idx]
+	op.Outcome = outcome
+	op.Return = s.now
+	if outcome == check.OK {
+		op.Version = r.Version
+		if op.Kind == check.Read {
+			op.Found = r.Found
+			op.Value = string(r.Value)
+			if s.report.ReadPaths == nil {
+				s.report.ReadPaths = map[string]int{}
+			}
+			s.report.ReadPaths[r.Path]++
+		}
+		if cl.session.Less(r.Version) {
+			cl.session = r.Version
+		}
+	}
+	if cl.inflight != nil {
+		delete(s.reqs, cl.inflight.req)
+	}
+	cl.inflight = nil
+	if outcome == check.Indeterminate {
+		cl.proc = s.procs
+		s.procs++
+	}
+	s.trace("return c%d %s", ci, op.String())
+	think := s.rng.Int64N(int64(10 * time.Millisecond))
+	s.schedule(event{at: s.now + think, kind: evClientOp, cli: ci})
+}
+
+func (s *simulator) clientTimeout(ci int, req uint64) {
+	cl := s.clients[ci]
+	if cl.inflight == nil || cl.inflight.req != req {
+		return
+	}
+	s.finishOp(ci, cl.inflight.idx, check.Indeterminate, quorum.Result{})
+	cl.home = s.otherNodeIn(cl.region, cl.home) // try another coordinator of its region
+}
+
+// otherNodeIn picks another node of the client's region (the same node when it is alone):
+// a client keeps to its own region's coordinators, as the protocols' models assume.
+func (s *simulator) otherNodeIn(region string, cur int) int {
+	var in []int
+	for i, n := range s.nodes {
+		if n.cfg.Region == region && i != cur {
+			in = append(in, i)
+		}
+	}
+	if len(in) == 0 {
+		return cur
+	}
+	return in[s.rng.IntN(len(in))]
+}
+
+// --- the end ---
+
+func (s *simulator) finish() (*Report, error) {
+	// Clients still waiting at the end (their coordinator never answered) are indeterminate.
+	for ci, cl := range s.clients {
+		if cl.inflight != nil {
+			s.clientTimeout(ci, cl.inflight.req)
+		}
+	}
+	var final []check.ReplicaState
+	ks, _ := s.pmap.Keyspace("sim")
+	for k := range s.o.Keys {
+		key := fmt.Sprintf("k%d", k)
+		p := ks.Lookup([]byte(key))
+		for _, id := range p.Replicas {
+			n := s.nodes[s.byID[id]]
+			rec, found, err := n.engine.Get("sim", p.ID, []byte(key))
+			if err != nil {
+				return nil, fmt.Errorf("sim: final read on %s: %w", n.cfg.Name, err)
+			}
+			st := check.ReplicaState{Node: n.cfg.Name, Key: key, Found: found && !rec.Tombstone}
+			if found {
+				st.Version = rec.Version
+				st.Value = string(rec.Value)
+			}
+			final = append(final, st)
+		}
+	}
+	if err := s.history.Validate(); err != nil {
+		return nil, fmt.Errorf("sim: seed %d produced a malformed history (a simulator bug): %w", s.o.Seed, err)
+	}
+	s.report.Violations = check.CheckAll(s.history, final, check.Options{Linearizability: s.o.Linearizability, LinearizabilityTimeout: 10 * time.Second})
+	if s.invariantBroken != nil {
+		s.report.Violations = append([]*check.Violation{s.invariantBroken}, s.report.Violations...)
+	}
+	s.report.Ops = len(s.history)
+	for _, op := range s.history {
+		if op.Outcome == check.OK {
+			s.report.OK++
+		}
+	}
+	s.report.SimSeconds = float64(s.now) / 1e9
+	s.report.TraceHash = s.hash.Sum64()
+	return &s.report, nil
+}
+
+func fmtEnv(env *peerpb.Envelope) string {
+	switch m := env.Msg.(type) {
+	case *peerpb.Envelope_Write:
+		return fmt.Sprintf("%d->%d write %s=%s v=%s", env.From, env.To, m.Write.GetRecord().GetKey(), m.Write.GetRecord().GetValue(), vstr(m.Write.GetRecord().GetVersion()))
+	case *peerpb.Envelope_WriteAck:
+		return fmt.Sprintf("%d->%d write_ack %d", env.From, env.To, m.WriteAck.RequestId)
+	case *peerpb.Envelope_Read:
+		return fmt.Sprintf("%d->%d read %s", env.From, env.To, m.Read.Key)
+	case *peerpb.Envelope_ReadReply:
+		return fmt.Sprintf("%d->%d read_reply %d found=%v v=%s", env.From, env.To, m.ReadReply.RequestId, m.ReadReply.Found, vstr(m.ReadReply.GetRecord().GetVersion()))
+	case *peerpb.Envelope_Heartbeat:
+		return fmt.Sprintf("%d->%d heartbeat", env.From, env.To)
+	case *peerpb.Envelope_GlForward:
+		f := m.GlForward
+		return fmt.Sprintf("%d->%d gl_forward #%d op=%d %s=%s lease=%v hops=%d", env.From, env.To, f.RequestId, f.Op, f.Key, f.Value, f.WantLease, f.Hops)
+	case *peerpb.Envelope_GlForwardReply:
+		f := m.GlForwardReply
+		return fmt.Sprintf("%d->%d gl_forward_reply #%d found=%v v=%s rec=%s lease=%v redirect=%d err=%q", env.From, env.To, f.RequestId, f.Found, vstr(f.GetVersion()), vstr(f.GetRecord().GetVersion()), time.Duration(f.LeaseNanos), f.Redirect, f.ErrMsg)
+	case *peerpb.Envelope_GlUpdate:
+		u := m.GlUpdate
+		return fmt.Sprintf("%d->%d gl_update #%d %s=%s v=%s lease=%v committed=%v", env.From, env.To, u.WriteId, u.GetRecord().GetKey(), u.GetRecord().GetValue(), vstr(u.GetRecord().GetVersion()), time.Duration(u.LeaseNanos), u.Committed)
+	case *peerpb.Envelope_GlUpdateAck:
+		return fmt.Sprintf("%d->%d gl_update_ack #%d lease=%v", env.From, env.To, m.GlUpdateAck.WriteId, time.Duration(m.GlUpdateAck.LeaseNanos))
+	case *peerpb.Envelope_GlCommit:
+		return fmt.Sprintf("%d->%d gl_commit %s v=%s", env.From, env.To, m.GlCommit.Key, vstr(m.GlCommit.GetVersion()))
+	case *peerpb.Envelope_GlLeaseAck:
+		return fmt.Sprintf("%d->%d gl_lease_ack %s grant=%d accepted=%v", env.From, env.To, m.GlLeaseAck.Key, m.GlLeaseAck.GrantId, m.GlLeaseAck.Accepted)
+	case *peerpb.Envelope_GlPrepare:
+		return fmt.Sprintf("%d->%d gl_prepare p%d v%d b%d.%d", env.From, env.To, m.GlPrepare.Partition, m.GlPrepare.Version, m.GlPrepare.GetBallot().GetRound(), m.GlPrepare.GetBallot().GetNode())
+	case *peerpb.Envelope_GlPromise:
+		return fmt.Sprintf("%d->%d gl_promise p%d v%d ok=%v", env.From, env.To, m.GlPromise.Partition, m.GlPromise.Version, m.GlPromise.Ok)
+	case *peerpb.Envelope_GlAccept:
+		return fmt.Sprintf("%d->%d gl_accept p%d v%d %v", env.From, env.To, m.GlAccept.GetTable().GetPartition(), m.GlAccept.GetTable().GetVersion(), m.GlAccept.GetTable().GetOverrides())
+	case *peerpb.Envelope_GlAccepted:
+		return fmt.Sprintf("%d->%d gl_accepted p%d v%d ok=%v %s", env.From, env.To, m.GlAccepted.Partition, m.GlAccepted.Version, m.GlAccepted.Ok, m.GlAccepted.Reason)
+	case *peerpb.Envelope_GlHeartbeatAck:
+		return fmt.Sprintf("%d->%d gl_heartbeat_ack #%d acked=%v newer=%d", env.From, env.To, m.GlHeartbeatAck.Seq, m.GlHeartbeatAck.GetAcked(), len(m.GlHeartbeatAck.GetNewer()))
+	case *peerpb.Envelope_GlCommitTable:
+		return fmt.Sprintf("%d->%d gl_commit_table p%d v%d %v", env.From, env.To, m.GlCommitTable.GetTable().GetPartition(), m.GlCommitTable.GetTable().GetVersion(), m.GlCommitTable.GetTable().GetOverrides())
+	default:
+		return fmt.Sprintf("%d->%d %T", env.From, env.To, env.Msg)
+	}
+}
+
+func vstr(v *peerpb.Version) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%d.%d@%d", v.WallNanos-epoch, v.Logical, v.NodeId)
+}
