@@ -27,9 +27,7 @@ func TestPausedNodeCallsEndWithAClearError(t *testing.T) {
 	c.waitReady(c.names()...)
 	n1 := c.node("n1")
 	cl := c.client("n1") // its connection is open: waitReady used it
-	if err := n1.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	n1.pause(t)
 	resumed := false
 	resume := func() {
 		if !resumed {

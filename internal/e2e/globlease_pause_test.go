@@ -48,9 +48,7 @@ func TestGlobLeasePausedHolder(t *testing.T) {
 	}
 	pause := func() {
 		t.Helper()
-		if err := n3.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
+		n3.pause(t)
 	}
 	paused := true
 	resume := func() {

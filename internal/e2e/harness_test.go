@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -443,4 +444,37 @@ func (r cliResult) mustFailOneLine(t *testing.T, want ...string) {
 			t.Fatalf("%v: stderr does not mention %q", r, w)
 		}
 	}
+}
+
+// pause stops the node with SIGSTOP and waits until every thread of the process is stopped.
+// kill(2) only queues the signal: the process stops when each thread next enters the kernel,
+// and on a loaded machine (CI) a request sent right after the signal can still be served.
+// /proc/PID/task/*/stat shows each thread's state ('T' stopped, 't' traced).
+func (p *proc) pause(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP %s: %v", p.name, err)
+	}
+	eventually(t, "node "+p.name+" stopped by SIGSTOP", func() error {
+		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", p.cmd.Process.Pid))
+		if err != nil || len(tasks) == 0 {
+			return fmt.Errorf("no threads listed for pid %d: %v", p.cmd.Process.Pid, err)
+		}
+		for _, path := range tasks {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			// The state follows the command name, which is in parentheses and may hold spaces.
+			s := string(b)
+			i := strings.LastIndexByte(s, ')')
+			if i < 0 || i+2 >= len(s) {
+				return fmt.Errorf("%s: unexpected format %q", path, s)
+			}
+			if st := s[i+2]; st != 'T' && st != 't' {
+				return fmt.Errorf("thread %s in state %c", filepath.Base(filepath.Dir(path)), st)
+			}
+		}
+		return nil
+	})
 }

@@ -165,6 +165,11 @@ type glPart struct {
 	// Acceptor side: when this node last acknowledged node X's heartbeat, and last heard one.
 	lastAckTo map[uint32]time.Time
 	lastHeard map[uint32]time.Time
+	// installedAt: when this node installed the partition (node start, or a keyspace created
+	// or given this node later). Failure detection counts silence from here, not from node
+	// start: a replica that learns of a keyspace after electionTimeout has not yet had a chance
+	// to hear its master, and must not elect a successor at once.
+	installedAt time.Time
 
 	// since: when each key group became this node's: per home replica for defaults, per key
 	// for overrides. A new master assumes every node may hold a lease from the old one until
@@ -477,7 +482,7 @@ func (c *Core) glTickFailover(now time.Time) {
 			}
 			heard, ok := gp.lastHeard[x]
 			if !ok {
-				heard = c.gl.startedAt
+				heard = gp.installedAt
 				gp.lastHeard[x] = heard
 			}
 			if now.Sub(heard) < gp.opts.ElectionTimeout+c.glSuccessorRank(gp, x)*gp.opts.MasterLease/2 {
@@ -715,8 +720,8 @@ func (c *Core) glAccept(now time.Time, gp *glPart, m *peerpb.GlAccept) *peerpb.G
 			resp.Reason = fmt.Sprintf("acknowledged node %d %v ago", x, now.Sub(last))
 			return resp
 		}
-		if now.Before(c.gl.startedAt.Add(gp.opts.ElectionTimeout)) {
-			resp.Reason = "restarted recently"
+		if now.Before(gp.installedAt.Add(gp.opts.ElectionTimeout)) {
+			resp.Reason = "restarted or installed the keyspace recently"
 			return resp
 		}
 	}

@@ -399,7 +399,7 @@ func (c *Core) glSetup(now time.Time) {
 				continue
 			}
 			o := opts
-			gp := &glPart{ks: ks, p: p, opts: &o,
+			gp := &glPart{ks: ks, p: p, opts: &o, installedAt: now,
 				table:   glTable{subst: map[uint32]uint32{}, overrides: map[string]uint32{}},
 				ackedAt: map[uint32]time.Time{}, lastAckTo: map[uint32]time.Time{}, lastHeard: map[uint32]time.Time{},
 				homeSince: map[uint32]time.Time{}, keySince: map[string]time.Time{},
