@@ -13,11 +13,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"meridian/internal/config"
 	"meridian/internal/tools/bench"
 	"meridian/internal/tools/chart"
-	"meridian/internal/config"
-	"meridian/internal/topology"
+	"meridian/internal/tools/repro"
 	"meridian/internal/tools/ycsb"
+	"meridian/internal/topology"
 )
 
 func benchCmd() *cobra.Command {
@@ -337,7 +338,7 @@ func throughputCmd() *cobra.Command {
 func globleaseFiguresCmd() *cobra.Command {
 	var (
 		topoName, outDir, jsonPath, mdPath, shares, sweep string
-		o                                                 bench.GlobLeaseFigOptions
+		o                                                 repro.GlobLeaseFigOptions
 		quick                                             bool
 		glOptions                                         []string
 	)
@@ -390,7 +391,7 @@ func globleaseFiguresCmd() *cobra.Command {
 				return fmt.Errorf("bench globlease-figures: %w", err)
 			}
 			o.Log, o.Progress, o.ProgressTTY = os.Stderr, os.Stderr, isTerminal(os.Stderr)
-			res, runErr := bench.GlobLeaseFigures(cmd.Context(), o)
+			res, runErr := repro.GlobLeaseFigures(cmd.Context(), o)
 			if res == nil {
 				return runErr
 			}
@@ -451,7 +452,7 @@ func parseShares(s string) ([]float64, error) {
 }
 
 // writeGlobLeaseCharts writes Figs. 4.4, 4.5, 4.6 and 4.8 as PNGs into dir.
-func writeGlobLeaseCharts(res *bench.GlobLeaseFigResults, dir string) error {
+func writeGlobLeaseCharts(res *repro.GlobLeaseFigResults, dir string) error {
 	topo := " — " + res.Topology
 	var cdf, above, overhead, lease []chart.Series
 	for _, l := range res.Fig44 {
@@ -499,8 +500,8 @@ func writeGlobLeaseCharts(res *bench.GlobLeaseFigResults, dir string) error {
 			return chart.CombinedCDF("Fig. 4.4: latency CDF of all requests"+topo, cdf, p)
 		}},
 		{"globlease-above300.png", func(p string) error {
-			return chart.Lines(fmt.Sprintf("Fig. 4.5: requests above %d ms%s", bench.HighLatencyMs, topo), "reads (% of requests)",
-				fmt.Sprintf("requests above %d ms (%%)", bench.HighLatencyMs), above, p)
+			return chart.Lines(fmt.Sprintf("Fig. 4.5: requests above %d ms%s", repro.HighLatencyMs, topo), "reads (% of requests)",
+				fmt.Sprintf("requests above %d ms (%%)", repro.HighLatencyMs), above, p)
 		}},
 		{"globlease-overhead.png", func(p string) error {
 			return chart.Lines(fmt.Sprintf("Fig. 4.6: lease maintenance overhead (lease %g s)%s", res.LeaseS, topo),
@@ -526,7 +527,7 @@ func writeGlobLeaseCharts(res *bench.GlobLeaseFigResults, dir string) error {
 func globleaseSpikeCmd() *cobra.Command {
 	var (
 		topoName, jsonPath, chartPath string
-		o                             bench.GlobLeaseSpikeOptions
+		o                             repro.GlobLeaseSpikeOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "globlease-spike [--topology ec2-globlease-4] [--chart FILE] [--json FILE]",
@@ -539,11 +540,11 @@ func globleaseSpikeCmd() *cobra.Command {
 			}
 			o.Topology = topo
 			o.Log, o.Progress = os.Stderr, nil
-			rs, err := bench.GlobLeaseSpike(cmd.Context(), o)
+			rs, err := repro.GlobLeaseSpike(cmd.Context(), o)
 			if err != nil {
 				return fmt.Errorf("bench globlease-spike: %w", err)
 			}
-			fmt.Print(bench.SpikeMarkdown(rs))
+			fmt.Print(repro.SpikeMarkdown(rs))
 			if jsonPath != "" {
 				if err := bench.WriteJSON(jsonPath, rs); err != nil {
 					return err

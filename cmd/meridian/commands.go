@@ -16,11 +16,11 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"meridian/client"
+	"meridian/internal/config"
+	"meridian/internal/runtime/server"
 	"meridian/internal/tools/bench"
 	"meridian/internal/tools/chart"
-	"meridian/internal/config"
 	"meridian/internal/tools/demo"
-	"meridian/internal/runtime/server"
 	"meridian/internal/topology"
 )
 

@@ -95,9 +95,9 @@ func TestGlobLeaseCLI(t *testing.T) {
 		"invalid argument", `keyspace "gl" uses protocol globlease, which takes no consistency level`, "write_mode active|passive")
 	kv(n1, "get", "gl", "k", "--consistency", "ONE").mustFailOneLine(t, "takes no consistency level")
 	kv(n1, "put", "gl", "k", "v4", "--write-mode", "eager").mustFailOneLine(t, `write_mode "eager"`, "active or passive")
-	kv(n1, "put", "demo", "k", "v4", "--write-mode", "active").mustFailOneLine(t, "only for globlease keyspaces")
+	kv(n1, "put", "demo", "k", "v4", "--write-mode", "active").mustFailOneLine(t, "protocol quorum has no write modes")
 	kv(n1, "move-master", "gl", "k", "mars").mustFailOneLine(t, `"mars" is not a region of keyspace "gl"`, "europe, us, asia")
-	kv(n1, "move-master", "demo", "k", "us").mustFailOneLine(t, "only globlease keyspaces have masters")
+	kv(n1, "move-master", "demo", "k", "us").mustFailOneLine(t, "has no masters to move")
 	// The rejected writes changed nothing.
 	try("get after rejected writes", func() cliResult { return kv(n2, "get", "gl", "k") }, wantValue("v3"))
 

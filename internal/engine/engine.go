@@ -33,6 +33,9 @@ import (
 // replicated on every node.
 const SystemKeyspace = "_system"
 
+// SystemKeyspaceProtocol is the protocol of SystemKeyspace.
+const SystemKeyspaceProtocol = config.ProtocolQuorum
+
 // Op is a client operation.
 type Op int
 
@@ -182,4 +185,11 @@ type Config struct {
 	// Mutation deliberately breaks the protocol (the simulator's mutation suite). Empty in
 	// every real deployment.
 	Mutation string
+}
+
+// Counted is implemented by engines that count protocol events (reads by path, lease
+// traffic, status bytes, ...); benchmarks and reproduction harnesses read the counts by
+// name. Safe to call from any goroutine.
+type Counted interface {
+	CounterSnapshot() map[string]int64
 }

@@ -10,8 +10,7 @@ import (
 
 	"meridian/internal/config"
 	"meridian/internal/placement"
-	"meridian/internal/wire"
-	"meridian/internal/wire/peerpb"
+	"meridian/internal/topology"
 )
 
 // Protocol is what a replication protocol registers: how to build its engine, and what the
@@ -26,20 +25,33 @@ type Protocol struct {
 	New func(cfg Config, store Reader) Engine
 
 	// Check validates what of a request depends on the protocol — its consistency level
-	// (level is what the client sent, "" for the keyspace default), write mode, operation —
-	// and returns the level to use. nil: the quorum levels, no write modes, no OpMoveMaster.
+	// (level is what the client sent, "" for the keyspace default), write mode (req.WriteMode
+	// as the client sent it), operation — and sets req.Level and req.WriteMode to what the
+	// engine is to use. nil: DefaultCheck.
 	Check func(ks *placement.Keyspace, req *Request, level string) error
-	// CheckMessage validates a peer message for this protocol's engine (wire.PeerCheck's
-	// rules for the message types it uses). nil accepts only what Generic accepts.
-	CheckMessage func(pc *wire.PeerCheck, env *peerpb.Envelope) *wire.Rejection
+	// Linearizable: the protocol promises linearizability per key, so the simulator and the
+	// lab check histories with Porcupine as well as sequential consistency.
+	Linearizable bool
+	// ClockDependent: the protocol's correctness rests on the clock bound ε holding, so
+	// faults beyond it are outside its assumptions (violations there are findings).
+	ClockDependent bool
+	// ClockFallbackPath, when set, is the read path a protocol that notices clocks beyond ε
+	// falls back to; under such a fault the lab requires reads on it (never silent
+	// degradation).
+	ClockFallbackPath string
+	// NoPointLevels, when set, says why the protocol's gets, puts and deletes take no
+	// consistency level (benchmarks refuse levels for it).
+	NoPointLevels string
+	// ReplicaReadLevel is the level that reads the coordinator's own replica (the lab's final
+	// state reads); "" reads through the protocol's default path.
+	ReplicaReadLevel config.Level
+	// LowerBoundMs, when set, is the protocol's physical lower bound on the latency of op
+	// ("read" or "write") for a client in region; ok false: the quorum bound of the levels.
+	LowerBoundMs func(t *topology.Topology, q BoundQuery) (ms float64, ok bool)
 
 	// Metrics registers the engine's series (called once per engine, when the node creates
 	// it).
 	Metrics func(reg prometheus.Registerer, e Engine)
-	// Summary, when set, describes a benchmark run's protocol-specific costs (e.g. status
-	// traffic per node) from the run's engines.
-	Summary func(engines []Engine, elapsed time.Duration) string
-
 	// Mutations are the protocol's deliberately broken variants (name → what is broken):
 	// each must be caught by a checker or an invariant within a bounded number of
 	// simulation seeds (DESIGN.md section 6).
@@ -61,13 +73,18 @@ type SimSupport struct {
 	MutationLevels func(mutation string, read, write config.Level) (config.Level, config.Level)
 	// MutationHints adjust a mutation's runs so that the breakage can show.
 	MutationHints map[string]SimHints
-	// Linearizable: the protocol promises linearizability per key, so the simulator checks
-	// histories with Porcupine as well as sequential consistency.
-	Linearizable bool
 	// Invariant, when set, is checked after every delivered message and tick: engines[i] is
 	// node i's engine of this protocol (nil if it has none), now[i] its clock, up[i] whether
 	// it runs. A non-empty string is a violation.
 	Invariant func(now []time.Time, engines []Engine, up []bool) string
+}
+
+// BoundQuery is what a lower bound depends on.
+type BoundQuery struct {
+	Region, Op            string
+	ReadLevel, WriteLevel config.Level
+	// Options are the keyspace's options.
+	Options map[string]string
 }
 
 // SimHints adjust the simulated runs of one mutation.

@@ -25,6 +25,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -414,3 +415,22 @@ func (t *Topology) OneWayChecked(a, b string) (time.Duration, error) {
 
 // String returns the name.
 func (t *Topology) String() string { return t.Name }
+
+// NthRTTMs is the count-th smallest RTT in milliseconds from region to the topology's
+// regions (0 to itself): the latency of waiting for count replies with one replica per
+// region; 0 if there are fewer regions than count.
+func (t *Topology) NthRTTMs(region string, count int) float64 {
+	rtts := make([]float64, 0, len(t.Regions))
+	for _, r := range t.Regions {
+		if r == region {
+			rtts = append(rtts, 0)
+		} else {
+			rtts = append(rtts, float64(t.RTT(region, r).Microseconds())/1000)
+		}
+	}
+	slices.Sort(rtts)
+	if count < 1 || count > len(rtts) {
+		return 0
+	}
+	return rtts[count-1]
+}

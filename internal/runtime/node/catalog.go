@@ -9,16 +9,16 @@ import (
 	"time"
 
 	"meridian/internal/config"
+	"meridian/internal/engine"
 	"meridian/internal/errs"
 	"meridian/internal/placement"
-	"meridian/internal/quorum"
 	"meridian/internal/storage"
 )
 
 // The catalog: keyspaces come from the cluster file or are created through the API. Created
 // keyspaces are stored as records of the _system keyspace, which is replicated on every node
 // with the quorum protocol, so they survive restarts and reach nodes that were down through
-// anti-entropy. Until cluster metadata moves to Raft (roadmap step 2), two concurrent creates
+// anti-entropy. Until cluster metadata moves to a consensus group (issue 13), two concurrent creates
 // of the same name resolve by last-writer-wins.
 //
 // A node installs a keyspace in the committer, as soon as its catalog record is durable and
@@ -42,7 +42,7 @@ func (n *Node) systemKeyspace() *placement.Keyspace {
 	}
 	slices.Sort(ids)
 	return &placement.Keyspace{
-		Spec: config.Keyspace{Name: quorum.SystemKeyspace, Protocol: "quorum", Regions: regions, ReplicasPerRegion: 0, Partitions: 1,
+		Spec: config.Keyspace{Name: engine.SystemKeyspace, Protocol: engine.SystemKeyspaceProtocol, Regions: regions, ReplicasPerRegion: 0, Partitions: 1,
 			Options: map[string]string{}},
 		Partitions: []placement.Partition{{ID: 0, Start: []byte{}, End: nil, Replicas: ids}},
 	}
@@ -60,7 +60,7 @@ func (n *Node) loadPlacement() (*placement.Map, error) {
 	}
 	pm = pm.With(n.systemKeyspace())
 	var created []storage.Record
-	err = n.engine.Scan(quorum.SystemKeyspace, 0, []byte(catalogPrefix), nil, 0, func(r storage.Record) bool {
+	err = n.store.Scan(engine.SystemKeyspace, 0, []byte(catalogPrefix), nil, 0, func(r storage.Record) bool {
 		if strings.HasPrefix(string(r.Key), catalogPrefix) && !r.Tombstone {
 			created = append(created, r)
 		}
@@ -102,7 +102,7 @@ func (n *Node) decodeKeyspace(b []byte) (*placement.Keyspace, error) {
 // accepted against the new map never reaches a core without it.
 func (n *Node) watchCatalog(writes []storage.Record) {
 	for _, r := range writes {
-		if r.Keyspace != quorum.SystemKeyspace || r.Tombstone || !strings.HasPrefix(string(r.Key), catalogPrefix) {
+		if r.Keyspace != engine.SystemKeyspace || r.Tombstone || !strings.HasPrefix(string(r.Key), catalogPrefix) {
 			continue
 		}
 		if _, exists := n.pmap.Load().Keyspace(strings.TrimPrefix(string(r.Key), catalogPrefix)); exists {
@@ -145,8 +145,8 @@ func (n *Node) CreateKeyspace(ctx context.Context, spec config.Keyspace, timeout
 	if err != nil {
 		return spec, nil, errs.New(errs.Internal, "encode keyspace: %v", err)
 	}
-	res := n.Do(ctx, quorum.Request{
-		Op: quorum.OpPut, Keyspace: quorum.SystemKeyspace, Key: []byte(catalogPrefix + spec.Name), Value: b,
+	res := n.Do(ctx, engine.Request{
+		Op: engine.OpPut, Keyspace: engine.SystemKeyspace, Key: []byte(catalogPrefix + spec.Name), Value: b,
 		Level: config.LevelQuorum, Deadline: n.clock.Now().Add(timeout), WaitAll: true,
 	})
 	if res.Err != nil {

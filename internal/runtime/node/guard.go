@@ -1,14 +1,15 @@
 package node
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"meridian/internal/engine"
 	"meridian/internal/errs"
-	"meridian/internal/quorum"
 	"meridian/internal/storage"
 	"meridian/internal/wire"
 	"meridian/internal/wire/peerpb"
@@ -48,7 +49,7 @@ func newGuardMetrics(reg *prometheus.Registry, n *Node) *guardMetrics {
 	}
 	reg.MustRegister(g.peerRejected, g.peerRefused, g.diskRefusals)
 	disk := func(name, help string, f func(storage.DiskState) float64) {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(n.engine.DiskState()) }))
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(n.store.DiskState()) }))
 	}
 	disk("meridian_disk_full", "1 while the data disk is below its free-space floor and writes are refused.", func(s storage.DiskState) float64 {
 		if s.Full {
@@ -70,7 +71,13 @@ func (n *Node) admitPeer(env *peerpb.Envelope) bool {
 		Self: n.self.ID, Members: n.isMember, Placement: n.pmap.Load(), Limits: n.opts.Cluster.Limits,
 		Now: n.clock.Now(), MaxFuture: n.opts.Cluster.Clock.MaxFutureVersion(),
 	}
-	if rej := pc.Envelope(env); rej != nil {
+	rej := pc.Envelope(env)
+	if rej == nil {
+		if _, ok := engine.LookupID(env.GetEngine()); !ok {
+			rej = &wire.Rejection{Reason: "unknown_engine", Detail: fmt.Sprintf("no protocol has engine ID %d (protocols: %v)", env.GetEngine(), engine.Names())}
+		}
+	}
+	if rej != nil {
 		n.gm.peerRejected.WithLabelValues(rej.Reason).Inc()
 		if ok, suppressed := n.logs.allow("peer_rejected/" + rej.Reason); ok {
 			n.log.Warn("peer message rejected", "from", env.GetFrom(), "type", wire.MessageType(env), "reason", rej.Reason,
@@ -79,7 +86,7 @@ func (n *Node) admitPeer(env *peerpb.Envelope) bool {
 		return false
 	}
 	if wire.CarriesReplicatedWrite(env) {
-		if ds := n.engine.DiskState(); ds.Full {
+		if ds := n.store.DiskState(); ds.Full {
 			// Dropped like a lost message: the coordinator counts this replica as not having
 			// acknowledged, and anti-entropy repairs it once space is back.
 			n.gm.refusedOnFullDisk("peer")
@@ -102,11 +109,11 @@ func (n *Node) RefusedPeerStream(reason, remote string, err error) {
 // refuseWriteOnFullDisk refuses a client write at once when it would be stored on this
 // node's full disk. A write this node only coordinates (it holds no replica of the key) is
 // not refused: its replicas decide for themselves.
-func (n *Node) refuseWriteOnFullDisk(req quorum.Request) error {
-	if req.Op != quorum.OpPut && req.Op != quorum.OpDelete {
+func (n *Node) refuseWriteOnFullDisk(req engine.Request) error {
+	if req.Op != engine.OpPut && req.Op != engine.OpDelete {
 		return nil
 	}
-	ds := n.engine.DiskState()
+	ds := n.store.DiskState()
 	if !ds.Full {
 		return nil
 	}
@@ -134,7 +141,7 @@ func (n *Node) diskWatcher() {
 			return
 		case <-t.C:
 		}
-		ds := n.engine.DiskState()
+		ds := n.store.DiskState()
 		switch {
 		case ds.Full && !wasFull:
 			if ok, suppressed := n.logs.allow("disk_full"); ok {

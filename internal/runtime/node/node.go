@@ -23,12 +23,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"meridian/internal/config"
+	"meridian/internal/engine"
 	"meridian/internal/errs"
 	"meridian/internal/hlc"
 	"meridian/internal/placement"
-	"meridian/internal/quorum"
-	"meridian/internal/storage"
+	_ "meridian/internal/replication/all" // the runtime hosts every registered protocol
 	"meridian/internal/runtime/transport"
+	"meridian/internal/storage"
 	"meridian/internal/wire/peerpb"
 )
 
@@ -67,30 +68,33 @@ const (
 
 type input struct {
 	kind inputKind
-	req  quorum.Request
+	req  engine.Request
 	env  *peerpb.Envelope
 }
 
 // Node is a running Meridian node.
 type Node struct {
-	opts   Options
-	self   config.Node
-	engine *storage.Engine
-	core   *quorum.Core
-	tr     transport.Transport
-	clock  hlc.PhysicalClock
-	log    *slog.Logger
-	m      *metrics
-	gm     *guardMetrics
+	opts  Options
+	self  config.Node
+	store *storage.Engine
+	host  *engine.Host
+	// engines are the host's engines, published for the metrics and counters goroutines
+	// (the host itself belongs to the event loop).
+	engines atomic.Pointer[[]engine.Engine]
+	tr      transport.Transport
+	clock   hlc.PhysicalClock
+	log     *slog.Logger
+	m       *metrics
+	gm      *guardMetrics
 
 	inbox    chan input
-	commitCh chan quorum.Ready
-	jobCh    chan quorum.Job
+	commitCh chan engine.Ready
+	jobCh    chan engine.Job
 	stop     chan struct{}
 	wg       sync.WaitGroup
 
 	nextID  atomic.Uint64
-	waiters sync.Map // request ID → chan quorum.Result
+	waiters sync.Map // request ID → chan engine.Result
 	pmap    atomic.Pointer[placement.Map]
 	origins sync.Map // keyspace name → "config" | "api"
 	failed  atomic.Pointer[error]
@@ -126,26 +130,26 @@ func Start(opts Options) (*Node, error) {
 	if opts.NewTransport == nil {
 		return nil, errors.New("node: no transport")
 	}
-	engine, err := storage.Open(opts.DataDir, storage.Options{FS: opts.FS, DiskReserveBytes: opts.DiskReserveBytes})
+	store, err := storage.Open(opts.DataDir, storage.Options{FS: opts.FS, DiskReserveBytes: opts.DiskReserveBytes})
 	if errors.Is(err, syscall.EWOULDBLOCK) {
 		return nil, fmt.Errorf("node %s: data directory %s is locked by another process (is a server for this node still running?)", self.Name, opts.DataDir)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", self.Name, err)
 	}
-	if err := checkIdentity(engine, opts.Cluster, self); err != nil {
-		engine.Close()
+	if err := checkIdentity(store, opts.Cluster, self); err != nil {
+		store.Close()
 		return nil, err
 	}
 	n := &Node{
 		opts:     opts,
 		self:     self,
-		engine:   engine,
+		store:    store,
 		clock:    opts.Clock,
 		log:      opts.Logger.With("node", self.Name),
 		inbox:    make(chan input, opts.InboxLen),
-		commitCh: make(chan quorum.Ready, 1024),
-		jobCh:    make(chan quorum.Job, 4096),
+		commitCh: make(chan engine.Ready, 1024),
+		jobCh:    make(chan engine.Job, 4096),
 		stop:     make(chan struct{}),
 		members:  map[uint32]bool{},
 		logs:     newRateLog(time.Minute),
@@ -155,11 +159,12 @@ func Start(opts Options) (*Node, error) {
 	}
 	pm, err := n.loadPlacement()
 	if err != nil {
-		engine.Close()
+		store.Close()
 		return nil, err
 	}
 	n.pmap.Store(pm)
-	n.core = quorum.NewCore(quorum.Config{
+	n.m = newMetrics(opts.Registry, n)
+	n.host = engine.NewHost(engine.Config{
 		NodeID:              self.ID,
 		Nodes:               opts.Cluster.Nodes,
 		Topology:            opts.Cluster.Topology,
@@ -168,13 +173,12 @@ func Start(opts Options) (*Node, error) {
 		MaxClockOffset:      opts.Cluster.Clock.MaxOffset,
 		// Versions further ahead are refused at the door (peerCheck); never adopt them.
 		MaxClockSkew: opts.Cluster.Clock.MaxFutureVersion(),
-	}, engine)
-	n.core.SetPlacement(pm)
-	n.m = newMetrics(opts.Registry, n)
+	}, store, n.engineCreated)
+	n.host.SetPlacement(pm)
 	n.gm = newGuardMetrics(opts.Registry, n)
 	tr, err := opts.NewTransport(n.deliver)
 	if err != nil {
-		engine.Close()
+		store.Close()
 		return nil, fmt.Errorf("node %s: transport: %w", self.Name, err)
 	}
 	n.tr = tr
@@ -222,16 +226,59 @@ func (n *Node) Cluster() *config.Cluster { return n.opts.Cluster }
 func (n *Node) Placement() *placement.Map { return n.pmap.Load() }
 
 // Engine exposes the storage engine (tests, benchmarks).
-func (n *Node) Engine() *storage.Engine { return n.engine }
+func (n *Node) Engine() *storage.Engine { return n.store }
 
 // Clock returns the node's physical clock (with its configured offset).
 func (n *Node) Clock() hlc.PhysicalClock { return n.clock }
 
-// StatusBytesSent is the MeteorShower status traffic this node has sent.
-func (n *Node) StatusBytesSent() int64 { return n.core.MS().StatusBytesSent.Load() }
+// engineCreated registers a new engine's metrics and publishes it (the host calls it on the
+// event loop, or in Start before the loop runs).
+func (n *Node) engineCreated(p engine.Protocol, e engine.Engine) {
+	if p.Metrics != nil {
+		p.Metrics(n.opts.Registry, e)
+	}
+	var all []engine.Engine
+	if old := n.engines.Load(); old != nil {
+		all = append(all, *old...)
+	}
+	all = append(all, e)
+	n.engines.Store(&all)
+}
 
-// GLCounters returns the node's GlobLease counters (read-only use: metrics, benchmarks).
-func (n *Node) GLCounters() *quorum.GLCounters { return n.core.GLCounters() }
+// ProtocolCounters sums the counters of the node's engines by name (engine.Counted;
+// read-only use: benchmarks and reproduction harnesses).
+func (n *Node) ProtocolCounters() map[string]int64 {
+	out := map[string]int64{}
+	if es := n.engines.Load(); es != nil {
+		for _, e := range *es {
+			if c, ok := e.(engine.Counted); ok {
+				for k, v := range c.CounterSnapshot() {
+					out[k] += v
+				}
+			}
+		}
+	}
+	return out
+}
+
+// peerAlive reports whether any of the node's engines that run a failure detector has heard
+// from node recently (no such engine: true).
+func (n *Node) peerAlive(node uint32) bool {
+	es := n.engines.Load()
+	if es == nil {
+		return true
+	}
+	tracked := false
+	for _, e := range *es {
+		if a, ok := e.(interface{ Alive(uint32) bool }); ok {
+			tracked = true
+			if a.Alive(node) {
+				return true
+			}
+		}
+	}
+	return !tracked
+}
 
 // Registry returns the node's metrics registry.
 func (n *Node) Registry() *prometheus.Registry { return n.opts.Registry }
@@ -253,36 +300,36 @@ func (n *Node) deliver(env *peerpb.Envelope) {
 }
 
 // Do coordinates one validated request and waits for its result or ctx.
-func (n *Node) Do(ctx context.Context, req quorum.Request) quorum.Result {
+func (n *Node) Do(ctx context.Context, req engine.Request) engine.Result {
 	if errp := n.failed.Load(); errp != nil {
-		return quorum.Result{Op: req.Op, Err: errs.New(errs.Internal, "node %s stopped serving after a storage failure: %v", n.self.Name, *errp)}
+		return engine.Result{Op: req.Op, Err: errs.New(errs.Internal, "node %s stopped serving after a storage failure: %v", n.self.Name, *errp)}
 	}
 	if n.closed.Load() {
-		return quorum.Result{Op: req.Op, Err: errs.New(errs.Unavailable, "node %s is shutting down", n.self.Name)}
+		return engine.Result{Op: req.Op, Err: errs.New(errs.Unavailable, "node %s is shutting down", n.self.Name)}
 	}
 	if err := n.refuseWriteOnFullDisk(req); err != nil {
-		res := quorum.Result{Op: req.Op, Err: err}
+		res := engine.Result{Op: req.Op, Err: err}
 		n.m.observe(req, res, 0)
 		return res
 	}
 	start := time.Now()
 	req.ID = n.nextID.Add(1)
-	ch := make(chan quorum.Result, 1)
+	ch := make(chan engine.Result, 1)
 	n.waiters.Store(req.ID, ch)
 	select {
 	case n.inbox <- input{kind: inRequest, req: req}:
 	default:
 		n.waiters.Delete(req.ID)
-		res := quorum.Result{Op: req.Op, Err: errs.New(errs.Overloaded, "node %s: request queue full (%d)", n.self.Name, cap(n.inbox))}
+		res := engine.Result{Op: req.Op, Err: errs.New(errs.Overloaded, "node %s: request queue full (%d)", n.self.Name, cap(n.inbox))}
 		n.m.observe(req, res, time.Since(start))
 		return res
 	}
-	var res quorum.Result
+	var res engine.Result
 	select {
 	case res = <-ch:
 	case <-ctx.Done():
 		n.waiters.Delete(req.ID)
-		res = quorum.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Timeout, "request cancelled by the client: %v", ctx.Err())}
+		res = engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Timeout, "request cancelled by the client: %v", ctx.Err())}
 	}
 	n.m.observe(req, res, time.Since(start))
 	return res
@@ -312,10 +359,10 @@ func (n *Node) loop() {
 			}
 		case <-ticker.C:
 			n.syncPlacement()
-			n.core.Tick(n.clock.Now())
+			n.host.Tick(n.clock.Now())
 		}
-		if n.core.HasReady() {
-			rd := n.core.Ready()
+		if n.host.HasReady() {
+			rd := n.host.Ready()
 			select {
 			case n.commitCh <- rd:
 			case <-n.stop:
@@ -330,17 +377,17 @@ func (n *Node) handle(in input) {
 	now := n.clock.Now()
 	switch in.kind {
 	case inRequest:
-		n.core.Propose(now, in.req)
+		n.host.Propose(now, in.req)
 	case inMessage:
-		n.core.Step(now, in.env)
+		n.host.Step(now, in.env)
 	}
 }
 
 // syncPlacement hands the core the placement map the committer last installed
 // (watchCatalog), before the core sees any input validated against it.
 func (n *Node) syncPlacement() {
-	if pm := n.pmap.Load(); pm != n.core.Placement() {
-		n.core.SetPlacement(pm)
+	if pm := n.pmap.Load(); pm != n.host.Placement() {
+		n.host.SetPlacement(pm)
 	}
 }
 
@@ -348,7 +395,7 @@ func (n *Node) syncPlacement() {
 // merges every Ready that is already waiting into one synced batch (group commit).
 func (n *Node) committer() {
 	defer n.wg.Done()
-	var batch []quorum.Ready
+	var batch []engine.Ready
 	var writes []storage.Record
 	for {
 		batch = batch[:0]
@@ -373,13 +420,13 @@ func (n *Node) committer() {
 		}
 		if len(writes) > 0 {
 			start := time.Now()
-			if err := n.engine.Apply(writes, true); err != nil {
+			if err := n.store.Apply(writes, true); err != nil {
 				// Durability can no longer be promised: stop releasing anything (crash-stop).
 				n.log.Error("storage apply failed; node stops serving", "err", err)
 				n.failed.Store(&err)
 				for _, rd := range batch {
 					for _, r := range rd.Replies {
-						n.complete(quorum.Result{ID: r.ID, Op: r.Op, Err: errs.New(errs.Internal, "storage failure: %v", err)})
+						n.complete(engine.Result{ID: r.ID, Op: r.Op, Err: errs.New(errs.Internal, "storage failure: %v", err)})
 					}
 				}
 				continue
@@ -411,9 +458,9 @@ func (n *Node) committer() {
 	}
 }
 
-func (n *Node) complete(r quorum.Result) {
+func (n *Node) complete(r engine.Result) {
 	if ch, ok := n.waiters.LoadAndDelete(r.ID); ok {
-		ch.(chan quorum.Result) <- r
+		ch.(chan engine.Result) <- r
 	}
 }
 
@@ -426,13 +473,13 @@ func (n *Node) jobWorker() {
 			return
 		case j := <-n.jobCh:
 			start := time.Now()
-			envs, err := quorum.RunJob(n.engine, n.self.ID, j)
+			envs, err := j.Run(n.store, n.self.ID)
 			// Pace background scans to a tenth of one core: a repair round scans whole
 			// partitions, and run back to back those scans showed up as 60-100 ms spikes in
 			// client p99 on a 2-core machine. Repair is not urgent; client requests are.
 			pause := min(9*time.Since(start), time.Second)
 			if err != nil {
-				n.log.Warn("anti-entropy job failed", "kind", j.Kind, "keyspace", j.Keyspace, "partition", j.Partition, "err", err)
+				n.log.Warn("background job failed", "err", err)
 				continue
 			}
 			n.m.aeJobs.Inc()
@@ -458,9 +505,9 @@ func (n *Node) Close() error {
 	close(n.stop)
 	n.wg.Wait()
 	n.waiters.Range(func(k, v any) bool {
-		v.(chan quorum.Result) <- quorum.Result{ID: k.(uint64), Err: errs.New(errs.Unavailable, "node %s shut down", n.self.Name)}
+		v.(chan engine.Result) <- engine.Result{ID: k.(uint64), Err: errs.New(errs.Unavailable, "node %s shut down", n.self.Name)}
 		n.waiters.Delete(k)
 		return true
 	})
-	return n.engine.Close()
+	return n.store.Close()
 }

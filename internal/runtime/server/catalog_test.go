@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"meridian/api/meridianpb"
-	"meridian/internal/tools/bench"
 	"meridian/internal/config"
+	"meridian/internal/tools/bench"
 	"meridian/internal/topology"
 )
 

@@ -13,8 +13,8 @@ import (
 	"meridian/internal/hlc"
 	"meridian/internal/runtime/node"
 	"meridian/internal/runtime/server"
-	"meridian/internal/topology"
 	"meridian/internal/runtime/transport"
+	"meridian/internal/topology"
 )
 
 // startNodes starts 3 nodes (regions a, b, c, 2ms apart) on the emulated WAN, each with an

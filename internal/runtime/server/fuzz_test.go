@@ -13,8 +13,8 @@ import (
 
 	"meridian/api/meridianpb"
 	"meridian/internal/config"
+	"meridian/internal/engine"
 	"meridian/internal/errs"
-	"meridian/internal/quorum"
 )
 
 // fuzzLimits are small so the fuzzer reaches every limit, not only the rules before them.
@@ -111,7 +111,7 @@ func checkFuzzError(t *testing.T, in proto.Message, err error) {
 	}
 }
 
-func checkFuzzRequest(t *testing.T, v validator, in proto.Message, r quorum.Request) {
+func checkFuzzRequest(t *testing.T, v validator, in proto.Message, r engine.Request) {
 	t.Helper()
 	lim := v.limits
 	fail := func(format string, args ...any) {
@@ -126,10 +126,10 @@ func checkFuzzRequest(t *testing.T, v validator, in proto.Message, r quorum.Requ
 	}
 	ks, _ := v.pmap.Keyspace(r.Keyspace)
 	gl := ks != nil && ks.Spec.Protocol == config.ProtocolGlobLease
-	if gl && r.Op != quorum.OpScan && r.Level != "" {
+	if gl && r.Op != engine.OpScan && r.Level != "" {
 		fail("level %q on a single-key operation of a globlease keyspace", r.Level)
 	}
-	if r.WriteMode != "" && (!gl || (r.WriteMode != "active" && r.WriteMode != "passive") || (r.Op != quorum.OpPut && r.Op != quorum.OpDelete)) {
+	if r.WriteMode != "" && (!gl || (r.WriteMode != "active" && r.WriteMode != "passive") || (r.Op != engine.OpPut && r.Op != engine.OpDelete)) {
 		fail("write mode %q", r.WriteMode)
 	}
 	if !r.Deadline.After(v.now) || r.Deadline.After(v.now.Add(lim.MaxRequestTimeout)) {
@@ -143,12 +143,12 @@ func checkFuzzRequest(t *testing.T, v validator, in proto.Message, r quorum.Requ
 	}
 	switch m := in.(type) {
 	case *meridianpb.GetRequest:
-		if r.Op != quorum.OpGet || r.Keyspace != m.Keyspace || !bytes.Equal(r.Key, m.Key) {
+		if r.Op != engine.OpGet || r.Keyspace != m.Keyspace || !bytes.Equal(r.Key, m.Key) {
 			fail("not the request given")
 		}
 		checkKey("key", r.Key)
 	case *meridianpb.PutRequest:
-		if r.Op != quorum.OpPut || r.Keyspace != m.Keyspace || !bytes.Equal(r.Key, m.Key) || !bytes.Equal(r.Value, m.Value) {
+		if r.Op != engine.OpPut || r.Keyspace != m.Keyspace || !bytes.Equal(r.Key, m.Key) || !bytes.Equal(r.Value, m.Value) {
 			fail("not the request given")
 		}
 		checkKey("key", r.Key)
@@ -156,12 +156,12 @@ func checkFuzzRequest(t *testing.T, v validator, in proto.Message, r quorum.Requ
 			fail("value is nil or %d bytes, want non-nil and ≤ %d", len(r.Value), lim.MaxValueBytes)
 		}
 	case *meridianpb.DeleteRequest:
-		if r.Op != quorum.OpDelete || r.Keyspace != m.Keyspace || !bytes.Equal(r.Key, m.Key) {
+		if r.Op != engine.OpDelete || r.Keyspace != m.Keyspace || !bytes.Equal(r.Key, m.Key) {
 			fail("not the request given")
 		}
 		checkKey("key", r.Key)
 	case *meridianpb.ScanRequest:
-		if r.Op != quorum.OpScan || r.Keyspace != m.Keyspace || !bytes.Equal(r.Start, m.Start) || !bytes.Equal(r.End, m.End) {
+		if r.Op != engine.OpScan || r.Keyspace != m.Keyspace || !bytes.Equal(r.Start, m.Start) || !bytes.Equal(r.End, m.End) {
 			fail("not the request given")
 		}
 		if r.Start == nil || len(r.Start) > lim.MaxKeyBytes || len(r.End) > lim.MaxKeyBytes {

@@ -7,8 +7,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"meridian/api/meridianpb"
-	"meridian/internal/tools/bench"
 	"meridian/internal/config"
+	"meridian/internal/tools/bench"
 	"meridian/internal/topology"
 )
 

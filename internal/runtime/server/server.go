@@ -18,10 +18,10 @@ import (
 
 	"meridian/api/meridianpb"
 	"meridian/internal/config"
+	"meridian/internal/engine"
 	"meridian/internal/errs"
 	"meridian/internal/hlc"
 	"meridian/internal/runtime/node"
-	"meridian/internal/quorum"
 	"meridian/internal/runtime/transport"
 )
 
@@ -65,7 +65,7 @@ func ToStatus(err error) error {
 	return status.Error(code, err.Error())
 }
 
-func (s *Service) do(ctx context.Context, req quorum.Request) quorum.Result {
+func (s *Service) do(ctx context.Context, req engine.Request) engine.Result {
 	return s.node.Do(ctx, req)
 }
 
@@ -125,7 +125,7 @@ func (s *Service) Scan(ctx context.Context, r *meridianpb.ScanRequest) (*meridia
 	return out, nil
 }
 
-// MoveMaster moves the master of one key of a globlease keyspace to a replica in a region.
+// MoveMaster moves the master of one key (protocols with masters) to a replica in a region.
 func (s *Service) MoveMaster(ctx context.Context, r *meridianpb.MoveMasterRequest) (*meridianpb.MoveMasterResponse, error) {
 	req, err := s.validator().moveMaster(r)
 	if err != nil {

@@ -18,10 +18,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"meridian/api/meridianpb"
-	"meridian/internal/tools/bench"
 	"meridian/internal/config"
 	"meridian/internal/placement"
 	"meridian/internal/runtime/server"
+	"meridian/internal/tools/bench"
 	"meridian/internal/topology"
 )
 

@@ -11,10 +11,10 @@ import (
 
 	"meridian/api/meridianpb"
 	"meridian/internal/config"
+	"meridian/internal/engine"
 	"meridian/internal/errs"
 	"meridian/internal/hlc"
 	"meridian/internal/placement"
-	"meridian/internal/quorum"
 )
 
 // DefaultScanLimit applies when a scan names no limit.
@@ -57,19 +57,6 @@ func (v validator) key(key []byte, what string) error {
 	return nil
 }
 
-func (v validator) level(ks *placement.Keyspace, s string) (config.Level, error) {
-	if s == "" {
-		return "", nil // the keyspace default
-	}
-	l, err := config.ParseLevel(s)
-	if err != nil {
-		return "", errs.New(errs.Invalid, "consistency %q is not valid for keyspace %q (protocol %s): %v", s, ks.Spec.Name, ks.Spec.Protocol, err)
-	}
-	// LOCAL_* levels also need replicas in the coordinator's region; the core checks that
-	// against the partition, because it knows its own region.
-	return l, nil
-}
-
 func (v validator) deadline(timeoutMs uint32) (time.Time, error) {
 	if timeoutMs == 0 {
 		return v.now.Add(v.limits.DefaultRequestTimeout), nil
@@ -81,83 +68,54 @@ func (v validator) deadline(timeoutMs uint32) (time.Time, error) {
 	return v.now.Add(d), nil
 }
 
-// pointLevel is level for single-key operations: a globlease keyspace takes no consistency
-// level on them (its scans do, see scan).
-func (v validator) pointLevel(ks *placement.Keyspace, s string) (config.Level, error) {
-	if s != "" && ks.Spec.Protocol == config.ProtocolGlobLease {
-		return "", errs.New(errs.Invalid, "keyspace %q uses protocol globlease, which takes no consistency level "+
-			"(reads are served by the master or under a lease; writes take write_mode active|passive)", ks.Spec.Name)
-	}
-	return v.level(ks, s)
-}
-
-// writeMode checks a write's write_mode and returns it in lower case ("" means the
-// keyspace's default). Only globlease keyspaces have write modes.
-func (v validator) writeMode(ks *placement.Keyspace, s string) (string, error) {
-	if s == "" {
-		return "", nil
-	}
-	m := strings.ToLower(s)
-	if m != "active" && m != "passive" {
-		return "", errs.New(errs.Invalid, "write_mode %q is not valid: use active or passive (or none for the keyspace's default)", s)
-	}
-	if ks.Spec.Protocol != config.ProtocolGlobLease {
-		return "", errs.New(errs.Invalid, "write_mode %q is only for globlease keyspaces; keyspace %q uses protocol %s", s, ks.Spec.Name, ks.Spec.Protocol)
-	}
-	return m, nil
-}
-
 // point validates the fields every single-key operation shares, in the order clients see
-// their errors: keyspace, key, then (extra) the operation's own fields, level, deadline,
-// session.
-func (v validator) point(op quorum.Op, keyspace string, key []byte, extra func(ks *placement.Keyspace) error, consistency string,
-	timeoutMs uint32, session *meridianpb.Version) (quorum.Request, error) {
+// their errors: keyspace, key, then (extra) the operation's own fields, the protocol's
+// fields (engine.CheckRequest: write mode, level), deadline, session.
+func (v validator) point(op engine.Op, keyspace string, key []byte, extra func(ks *placement.Keyspace) error, consistency, writeMode string,
+	timeoutMs uint32, session *meridianpb.Version) (engine.Request, error) {
 	ks, err := v.keyspace(keyspace)
 	if err != nil {
-		return quorum.Request{}, err
+		return engine.Request{}, err
 	}
 	if err := v.key(key, "key"); err != nil {
-		return quorum.Request{}, err
+		return engine.Request{}, err
 	}
 	if extra != nil {
 		if err := extra(ks); err != nil {
-			return quorum.Request{}, err
+			return engine.Request{}, err
 		}
 	}
-	l, err := v.pointLevel(ks, consistency)
-	if err != nil {
-		return quorum.Request{}, err
+	req := engine.Request{Op: op, Keyspace: ks.Spec.Name, Key: key, WriteMode: writeMode}
+	if err := engine.CheckRequest(ks, &req, consistency); err != nil {
+		return engine.Request{}, err
 	}
 	dl, err := v.deadline(timeoutMs)
 	if err != nil {
-		return quorum.Request{}, err
+		return engine.Request{}, err
 	}
 	sv, err := v.session(session)
 	if err != nil {
-		return quorum.Request{}, err
+		return engine.Request{}, err
 	}
-	return quorum.Request{Op: op, Keyspace: ks.Spec.Name, Key: key, Level: l, Deadline: dl, MinVersion: sv}, nil
+	req.Deadline, req.MinVersion = dl, sv
+	return req, nil
 }
 
-func (v validator) get(r *meridianpb.GetRequest) (quorum.Request, error) {
-	return v.point(quorum.OpGet, r.GetKeyspace(), r.GetKey(), nil, r.GetConsistency(), r.GetTimeoutMs(), r.GetSessionVersion())
+func (v validator) get(r *meridianpb.GetRequest) (engine.Request, error) {
+	return v.point(engine.OpGet, r.GetKeyspace(), r.GetKey(), nil, r.GetConsistency(), "", r.GetTimeoutMs(), r.GetSessionVersion())
 }
 
-func (v validator) put(r *meridianpb.PutRequest) (quorum.Request, error) {
-	var mode string
+func (v validator) put(r *meridianpb.PutRequest) (engine.Request, error) {
 	check := func(ks *placement.Keyspace) error {
 		if len(r.GetValue()) > v.limits.MaxValueBytes {
 			return errs.New(errs.Invalid, "value is %d bytes, limit is %d (limits.max_value_bytes)", len(r.GetValue()), v.limits.MaxValueBytes)
 		}
-		var err error
-		mode, err = v.writeMode(ks, r.GetWriteMode())
-		return err
+		return nil
 	}
-	req, err := v.point(quorum.OpPut, r.GetKeyspace(), r.GetKey(), check, r.GetConsistency(), r.GetTimeoutMs(), r.GetSessionVersion())
+	req, err := v.point(engine.OpPut, r.GetKeyspace(), r.GetKey(), check, r.GetConsistency(), r.GetWriteMode(), r.GetTimeoutMs(), r.GetSessionVersion())
 	if err != nil {
 		return req, err
 	}
-	req.WriteMode = mode
 	req.Value = r.GetValue()
 	if req.Value == nil {
 		req.Value = []byte{} // an empty value is a value, not a tombstone
@@ -165,82 +123,73 @@ func (v validator) put(r *meridianpb.PutRequest) (quorum.Request, error) {
 	return req, nil
 }
 
-func (v validator) del(r *meridianpb.DeleteRequest) (quorum.Request, error) {
-	var mode string
-	check := func(ks *placement.Keyspace) error {
-		var err error
-		mode, err = v.writeMode(ks, r.GetWriteMode())
-		return err
-	}
-	req, err := v.point(quorum.OpDelete, r.GetKeyspace(), r.GetKey(), check, r.GetConsistency(), r.GetTimeoutMs(), r.GetSessionVersion())
-	if err != nil {
-		return req, err
-	}
-	req.WriteMode = mode
-	return req, nil
+func (v validator) del(r *meridianpb.DeleteRequest) (engine.Request, error) {
+	return v.point(engine.OpDelete, r.GetKeyspace(), r.GetKey(), nil, r.GetConsistency(), r.GetWriteMode(), r.GetTimeoutMs(), r.GetSessionVersion())
 }
 
-// moveMaster validates a request to move a key's master: keyspace (globlease only), key,
-// region (one of the keyspace's), deadline.
-func (v validator) moveMaster(r *meridianpb.MoveMasterRequest) (quorum.Request, error) {
+// moveMaster validates a request to move a key's master: keyspace (of a protocol with
+// masters, engine.CheckRequest), key, region (one of the keyspace's), deadline.
+func (v validator) moveMaster(r *meridianpb.MoveMasterRequest) (engine.Request, error) {
 	ks, err := v.keyspace(r.GetKeyspace())
 	if err != nil {
-		return quorum.Request{}, err
+		return engine.Request{}, err
 	}
-	if ks.Spec.Protocol != config.ProtocolGlobLease {
-		return quorum.Request{}, errs.New(errs.Invalid, "keyspace %q uses protocol %s: only globlease keyspaces have masters to move", ks.Spec.Name, ks.Spec.Protocol)
+	probe := engine.Request{Op: engine.OpMoveMaster, Keyspace: ks.Spec.Name}
+	if err := engine.CheckRequest(ks, &probe, ""); err != nil {
+		return engine.Request{}, err
 	}
 	if err := v.key(r.GetKey(), "key"); err != nil {
-		return quorum.Request{}, err
+		return engine.Request{}, err
 	}
 	if r.GetRegion() == "" {
-		return quorum.Request{}, errs.New(errs.Invalid, "move master: region is empty; keyspace %q has regions %s", ks.Spec.Name, strings.Join(ks.Spec.Regions, ", "))
+		return engine.Request{}, errs.New(errs.Invalid, "move master: region is empty; keyspace %q has regions %s", ks.Spec.Name, strings.Join(ks.Spec.Regions, ", "))
 	}
 	if !slices.Contains(ks.Spec.Regions, r.GetRegion()) {
-		return quorum.Request{}, errs.New(errs.Invalid, "move master: %q is not a region of keyspace %q (regions: %s)", r.GetRegion(), ks.Spec.Name, strings.Join(ks.Spec.Regions, ", "))
+		return engine.Request{}, errs.New(errs.Invalid, "move master: %q is not a region of keyspace %q (regions: %s)", r.GetRegion(), ks.Spec.Name, strings.Join(ks.Spec.Regions, ", "))
 	}
 	dl, err := v.deadline(r.GetTimeoutMs())
 	if err != nil {
-		return quorum.Request{}, err
+		return engine.Request{}, err
 	}
-	return quorum.Request{Op: quorum.OpMoveMaster, Keyspace: ks.Spec.Name, Key: r.GetKey(), Region: r.GetRegion(), Deadline: dl}, nil
+	return engine.Request{Op: engine.OpMoveMaster, Keyspace: ks.Spec.Name, Key: r.GetKey(), Region: r.GetRegion(), Deadline: dl}, nil
 }
 
-func (v validator) scan(r *meridianpb.ScanRequest) (quorum.Request, error) {
+func (v validator) scan(r *meridianpb.ScanRequest) (engine.Request, error) {
 	ks, err := v.keyspace(r.GetKeyspace())
 	if err != nil {
-		return quorum.Request{}, err
+		return engine.Request{}, err
 	}
 	if len(r.GetStart()) > v.limits.MaxKeyBytes {
-		return quorum.Request{}, errs.New(errs.Invalid, "scan start is %d bytes, limit is %d (limits.max_key_bytes)", len(r.GetStart()), v.limits.MaxKeyBytes)
+		return engine.Request{}, errs.New(errs.Invalid, "scan start is %d bytes, limit is %d (limits.max_key_bytes)", len(r.GetStart()), v.limits.MaxKeyBytes)
 	}
 	if len(r.GetEnd()) > v.limits.MaxKeyBytes {
-		return quorum.Request{}, errs.New(errs.Invalid, "scan end is %d bytes, limit is %d (limits.max_key_bytes)", len(r.GetEnd()), v.limits.MaxKeyBytes)
+		return engine.Request{}, errs.New(errs.Invalid, "scan end is %d bytes, limit is %d (limits.max_key_bytes)", len(r.GetEnd()), v.limits.MaxKeyBytes)
 	}
 	if len(r.GetEnd()) > 0 && bytes.Compare(r.GetStart(), r.GetEnd()) >= 0 {
-		return quorum.Request{}, errs.New(errs.Invalid, "scan range is empty: start %q is not before end %q", r.GetStart(), r.GetEnd())
+		return engine.Request{}, errs.New(errs.Invalid, "scan range is empty: start %q is not before end %q", r.GetStart(), r.GetEnd())
 	}
 	// Compare in uint64 before converting, so a huge limit cannot wrap on 32-bit platforms.
 	if uint64(r.GetLimit()) > uint64(v.limits.MaxScanLimit) {
-		return quorum.Request{}, errs.New(errs.Invalid, "scan limit %d exceeds the limit %d (limits.max_scan_limit)", r.GetLimit(), v.limits.MaxScanLimit)
+		return engine.Request{}, errs.New(errs.Invalid, "scan limit %d exceeds the limit %d (limits.max_scan_limit)", r.GetLimit(), v.limits.MaxScanLimit)
 	}
 	limit := int(r.GetLimit())
 	if limit == 0 {
 		limit = min(DefaultScanLimit, v.limits.MaxScanLimit)
 	}
-	l, err := v.level(ks, r.GetConsistency())
-	if err != nil {
-		return quorum.Request{}, err
-	}
-	dl, err := v.deadline(r.GetTimeoutMs())
-	if err != nil {
-		return quorum.Request{}, err
-	}
 	start := r.GetStart()
 	if start == nil {
 		start = []byte{}
 	}
-	return quorum.Request{Op: quorum.OpScan, Keyspace: ks.Spec.Name, Start: start, End: r.GetEnd(), Limit: limit, Level: l, Deadline: dl}, nil
+	req := engine.Request{Op: engine.OpScan, Keyspace: ks.Spec.Name, Start: start, End: r.GetEnd(), Limit: limit}
+	if err := engine.CheckRequest(ks, &req, r.GetConsistency()); err != nil {
+		return engine.Request{}, err
+	}
+	dl, err := v.deadline(r.GetTimeoutMs())
+	if err != nil {
+		return engine.Request{}, err
+	}
+	req.Deadline = dl
+	return req, nil
 }
 
 func (v validator) session(sv *meridianpb.Version) (hlc.Version, error) {

@@ -13,9 +13,9 @@ import (
 
 	"meridian/api/meridianpb"
 	"meridian/internal/config"
+	"meridian/internal/engine"
 	"meridian/internal/errs"
 	"meridian/internal/placement"
-	"meridian/internal/quorum"
 	"meridian/internal/topology"
 )
 
@@ -49,7 +49,7 @@ func testPlacement(t testing.TB) *placement.Map {
 		t.Fatalf("placement: %v", err)
 	}
 	sys := &placement.Keyspace{
-		Spec:       config.Keyspace{Name: quorum.SystemKeyspace, Protocol: config.ProtocolQuorum, Regions: []string{"a", "b", "c"}, Partitions: 1},
+		Spec:       config.Keyspace{Name: engine.SystemKeyspace, Protocol: config.ProtocolQuorum, Regions: []string{"a", "b", "c"}, Partitions: 1},
 		Partitions: []placement.Partition{{ID: 0, Start: []byte{}, Replicas: []uint32{1, 2, 3}}},
 	}
 	return pm.With(sys)
@@ -60,7 +60,7 @@ func testValidator(t testing.TB) validator {
 }
 
 // validate runs the validator's method for the request's type.
-func validate(v validator, req any) (quorum.Request, error) {
+func validate(v validator, req any) (engine.Request, error) {
 	switch r := req.(type) {
 	case *meridianpb.GetRequest:
 		return v.get(r)
@@ -103,21 +103,21 @@ func checkErr(t *testing.T, err error, want errs.Kind, msg ...string) {
 // op describes one of the four data requests, to build the rules they share.
 type op struct {
 	name  string
-	qop   quorum.Op
+	qop   engine.Op
 	build func(keyspace string, key []byte, consistency string, timeoutMs uint32) any
 }
 
 var ops = []op{
-	{"get", quorum.OpGet, func(ks string, key []byte, c string, ms uint32) any {
+	{"get", engine.OpGet, func(ks string, key []byte, c string, ms uint32) any {
 		return &meridianpb.GetRequest{Keyspace: ks, Key: key, Consistency: c, TimeoutMs: ms}
 	}},
-	{"put", quorum.OpPut, func(ks string, key []byte, c string, ms uint32) any {
+	{"put", engine.OpPut, func(ks string, key []byte, c string, ms uint32) any {
 		return &meridianpb.PutRequest{Keyspace: ks, Key: key, Value: []byte("v"), Consistency: c, TimeoutMs: ms}
 	}},
-	{"del", quorum.OpDelete, func(ks string, key []byte, c string, ms uint32) any {
+	{"del", engine.OpDelete, func(ks string, key []byte, c string, ms uint32) any {
 		return &meridianpb.DeleteRequest{Keyspace: ks, Key: key, Consistency: c, TimeoutMs: ms}
 	}},
-	{"scan", quorum.OpScan, func(ks string, key []byte, c string, ms uint32) any {
+	{"scan", engine.OpScan, func(ks string, key []byte, c string, ms uint32) any {
 		// The key is used as the scan's start.
 		return &meridianpb.ScanRequest{Keyspace: ks, Start: key, Consistency: c, TimeoutMs: ms}
 	}},
@@ -130,19 +130,19 @@ type valCase struct {
 	kind errs.Kind
 	msg  []string
 	// On success: checks of the protocol request.
-	check func(t *testing.T, r quorum.Request)
+	check func(t *testing.T, r engine.Request)
 }
 
-func wantLevel(l config.Level) func(*testing.T, quorum.Request) {
-	return func(t *testing.T, r quorum.Request) {
+func wantLevel(l config.Level) func(*testing.T, engine.Request) {
+	return func(t *testing.T, r engine.Request) {
 		if r.Level != l {
 			t.Errorf("Level = %q, want %q", r.Level, l)
 		}
 	}
 }
 
-func wantDeadline(d time.Duration) func(*testing.T, quorum.Request) {
-	return func(t *testing.T, r quorum.Request) {
+func wantDeadline(d time.Duration) func(*testing.T, engine.Request) {
+	return func(t *testing.T, r engine.Request) {
 		if want := testNow.Add(d); !r.Deadline.Equal(want) {
 			t.Errorf("Deadline = %v, want now+%v = %v", r.Deadline, d, want)
 		}
@@ -184,13 +184,13 @@ func TestValidatorRules(t *testing.T) {
 			valCase{name: o.name + "/timeout exactly max", req: b("kv", []byte("k"), "", maxMs), check: wantDeadline(lim.MaxRequestTimeout)},
 			valCase{name: o.name + "/timeout 1ms", req: b("kv", []byte("k"), "", 1), check: wantDeadline(time.Millisecond)},
 			valCase{name: o.name + "/timeout 0 is the default", req: b("kv", []byte("k"), "", 0), check: wantDeadline(lim.DefaultRequestTimeout)},
-			valCase{name: o.name + "/op and keyspace", req: b("kv", []byte("k"), "", 0), check: func(t *testing.T, r quorum.Request) {
+			valCase{name: o.name + "/op and keyspace", req: b("kv", []byte("k"), "", 0), check: func(t *testing.T, r engine.Request) {
 				if r.Op != o.qop || r.Keyspace != "kv" {
 					t.Errorf("Op %v Keyspace %q, want %v kv", r.Op, r.Keyspace, o.qop)
 				}
 			}},
 		)
-		if o.qop == quorum.OpScan {
+		if o.qop == engine.OpScan {
 			continue
 		}
 		cases = append(cases,
@@ -198,12 +198,12 @@ func TestValidatorRules(t *testing.T) {
 			valCase{name: o.name + "/empty key", req: b("kv", []byte{}, "", 0), kind: errs.Invalid, msg: []string{"key is empty"}},
 			valCase{name: o.name + "/key max+1", req: b("kv", longKey, "", 0), kind: errs.Invalid,
 				msg: []string{fmt.Sprintf("key is %d bytes", lim.MaxKeyBytes+1), keyLimit}},
-			valCase{name: o.name + "/key exactly max", req: b("kv", maxKey, "", 0), check: func(t *testing.T, r quorum.Request) {
+			valCase{name: o.name + "/key exactly max", req: b("kv", maxKey, "", 0), check: func(t *testing.T, r engine.Request) {
 				if !bytes.Equal(r.Key, maxKey) {
 					t.Errorf("Key has %d bytes, want the %d given", len(r.Key), len(maxKey))
 				}
 			}},
-			valCase{name: o.name + "/one-byte key", req: b("kv", []byte{0}, "", 0), check: func(t *testing.T, r quorum.Request) {
+			valCase{name: o.name + "/one-byte key", req: b("kv", []byte{0}, "", 0), check: func(t *testing.T, r engine.Request) {
 				if !bytes.Equal(r.Key, []byte{0}) {
 					t.Errorf("Key = %q", r.Key)
 				}
@@ -221,20 +221,20 @@ func TestValidatorRules(t *testing.T) {
 		valCase{name: "put/value max+1", req: &meridianpb.PutRequest{Keyspace: "kv", Key: []byte("k"), Value: append(maxVal, 'v')},
 			kind: errs.Invalid, msg: []string{fmt.Sprintf("value is %d bytes, limit is %d (limits.max_value_bytes)", lim.MaxValueBytes+1, lim.MaxValueBytes)}},
 		valCase{name: "put/value exactly max", req: &meridianpb.PutRequest{Keyspace: "kv", Key: []byte("k"), Value: maxVal},
-			check: func(t *testing.T, r quorum.Request) {
+			check: func(t *testing.T, r engine.Request) {
 				if len(r.Value) != lim.MaxValueBytes {
 					t.Errorf("Value has %d bytes, want %d", len(r.Value), lim.MaxValueBytes)
 				}
 			}},
 		valCase{name: "put/nil value is an empty value, not a tombstone", req: &meridianpb.PutRequest{Keyspace: "kv", Key: []byte("k")},
-			check: func(t *testing.T, r quorum.Request) {
+			check: func(t *testing.T, r engine.Request) {
 				if r.Value == nil || len(r.Value) != 0 {
 					t.Errorf("Value = %#v, want non-nil empty", r.Value)
 				}
 			}},
 		valCase{name: "put/value kept", req: &meridianpb.PutRequest{Keyspace: "kv", Key: []byte("k"), Value: []byte("hello")},
-			check: func(t *testing.T, r quorum.Request) {
-				if string(r.Key) != "k" || string(r.Value) != "hello" || r.Op != quorum.OpPut {
+			check: func(t *testing.T, r engine.Request) {
+				if string(r.Key) != "k" || string(r.Value) != "hello" || r.Op != engine.OpPut {
 					t.Errorf("request = %+v", r)
 				}
 			}},
@@ -244,8 +244,8 @@ func TestValidatorRules(t *testing.T) {
 	scan := func(start, end string, limit uint32) *meridianpb.ScanRequest {
 		return &meridianpb.ScanRequest{Keyspace: "kv", Start: []byte(start), End: []byte(end), Limit: limit}
 	}
-	wantLimit := func(n int) func(*testing.T, quorum.Request) {
-		return func(t *testing.T, r quorum.Request) {
+	wantLimit := func(n int) func(*testing.T, engine.Request) {
+		return func(t *testing.T, r engine.Request) {
 			if r.Limit != n {
 				t.Errorf("Limit = %d, want %d", r.Limit, n)
 			}
@@ -256,17 +256,17 @@ func TestValidatorRules(t *testing.T) {
 			msg: []string{"scan range is empty", `start "m"`, `end "m"`}},
 		valCase{name: "scan/start after end", req: scan("z", "a", 0), kind: errs.Invalid,
 			msg: []string{"scan range is empty", `start "z"`, `end "a"`}},
-		valCase{name: "scan/start before end", req: scan("a", "b", 0), check: func(t *testing.T, r quorum.Request) {
+		valCase{name: "scan/start before end", req: scan("a", "b", 0), check: func(t *testing.T, r engine.Request) {
 			if string(r.Start) != "a" || string(r.End) != "b" {
 				t.Errorf("range [%q, %q), want [a, b)", r.Start, r.End)
 			}
 		}},
-		valCase{name: "scan/empty end is unbounded", req: scan("z", "", 0), check: func(t *testing.T, r quorum.Request) {
+		valCase{name: "scan/empty end is unbounded", req: scan("z", "", 0), check: func(t *testing.T, r engine.Request) {
 			if string(r.Start) != "z" || len(r.End) != 0 {
 				t.Errorf("range [%q, %q), want [z, unbounded)", r.Start, r.End)
 			}
 		}},
-		valCase{name: "scan/nil start is the beginning", req: &meridianpb.ScanRequest{Keyspace: "kv"}, check: func(t *testing.T, r quorum.Request) {
+		valCase{name: "scan/nil start is the beginning", req: &meridianpb.ScanRequest{Keyspace: "kv"}, check: func(t *testing.T, r engine.Request) {
 			if r.Start == nil || len(r.Start) != 0 || len(r.End) != 0 {
 				t.Errorf("range [%#v, %#v), want non-nil empty start, empty end", r.Start, r.End)
 			}
@@ -282,7 +282,7 @@ func TestValidatorRules(t *testing.T) {
 			msg: []string{fmt.Sprintf("scan start is %d bytes", lim.MaxKeyBytes+1), keyLimit}},
 		valCase{name: "scan/end over key limit", req: scan("", string(longKey), 0), kind: errs.Invalid,
 			msg: []string{fmt.Sprintf("scan end is %d bytes", lim.MaxKeyBytes+1), keyLimit}},
-		valCase{name: "scan/start and end exactly max", req: scan(string(maxKey[1:])+"a", string(maxKey), 0), check: func(t *testing.T, r quorum.Request) {
+		valCase{name: "scan/start and end exactly max", req: scan(string(maxKey[1:])+"a", string(maxKey), 0), check: func(t *testing.T, r engine.Request) {
 			if len(r.Start) != lim.MaxKeyBytes || len(r.End) != lim.MaxKeyBytes {
 				t.Errorf("start %d end %d bytes", len(r.Start), len(r.End))
 			}
@@ -316,8 +316,8 @@ func runValCases(t *testing.T, v validator, cases []valCase) {
 	}
 }
 
-func wantWriteMode(m string) func(*testing.T, quorum.Request) {
-	return func(t *testing.T, r quorum.Request) {
+func wantWriteMode(m string) func(*testing.T, engine.Request) {
+	return func(t *testing.T, r engine.Request) {
 		if r.WriteMode != m {
 			t.Errorf("WriteMode = %q, want %q", r.WriteMode, m)
 		}
@@ -336,7 +336,7 @@ func TestValidatorGlobLease(t *testing.T) {
 	var cases []valCase
 	for _, o := range ops {
 		b := o.build
-		if o.qop == quorum.OpScan {
+		if o.qop == engine.OpScan {
 			cases = append(cases,
 				valCase{name: "scan/globlease takes a level", req: b("gl", nil, "quorum", 0), check: wantLevel(config.LevelQuorum)},
 				valCase{name: "scan/globlease bad level", req: b("gl", nil, "FOO", 0), kind: errs.Invalid, msg: []string{`consistency "FOO"`}},
@@ -348,7 +348,7 @@ func TestValidatorGlobLease(t *testing.T) {
 			valCase{name: o.name + "/globlease rejects a level", req: b("gl", []byte("k"), "QUORUM", 0), kind: errs.Invalid, msg: noLevel},
 			valCase{name: o.name + "/globlease rejects even ONE", req: b("gl", []byte("k"), "one", 0), kind: errs.Invalid, msg: noLevel},
 			valCase{name: o.name + "/globlease key before level", req: b("gl", nil, "QUORUM", 0), kind: errs.Invalid, msg: []string{"key is empty"}},
-			valCase{name: o.name + "/globlease no level", req: b("gl", []byte("k"), "", 0), check: func(t *testing.T, r quorum.Request) {
+			valCase{name: o.name + "/globlease no level", req: b("gl", []byte("k"), "", 0), check: func(t *testing.T, r engine.Request) {
 				if r.Op != o.qop || r.Keyspace != "gl" || r.Level != "" || r.WriteMode != "" {
 					t.Errorf("request = %+v, want op %v keyspace gl, no level, no write mode", r, o.qop)
 				}
@@ -383,9 +383,9 @@ func TestValidatorGlobLease(t *testing.T) {
 			valCase{name: w.name + "/write_mode with newline stays one line", req: b("gl", "active\npassive"), kind: errs.Invalid,
 				msg: []string{`write_mode "active\npassive"`}},
 			valCase{name: w.name + "/write_mode on a quorum keyspace", req: b("kv", "active"), kind: errs.Invalid,
-				msg: []string{`write_mode "active"`, "only for globlease keyspaces", `keyspace "kv"`, "protocol quorum"}},
-			valCase{name: w.name + "/bad write_mode on a quorum keyspace names the valid values", req: b("kv", "lazy"), kind: errs.Invalid,
-				msg: []string{`write_mode "lazy"`, "active or passive"}},
+				msg: []string{`write_mode "active"`, `keyspace "kv"`, "protocol quorum has no write modes"}},
+			valCase{name: w.name + "/bad write_mode on a quorum keyspace", req: b("kv", "lazy"), kind: errs.Invalid,
+				msg: []string{`write_mode "lazy"`, "protocol quorum has no write modes"}},
 			valCase{name: w.name + "/no write_mode on a quorum keyspace", req: b("kv", ""), check: wantWriteMode("")},
 			valCase{name: w.name + "/unknown keyspace before write_mode", req: b("nope", "eager"), kind: errs.NotFound, msg: []string{"nope"}},
 		)
@@ -395,8 +395,8 @@ func TestValidatorGlobLease(t *testing.T) {
 			kind: errs.Invalid, msg: []string{`write_mode "x"`}},
 		valCase{name: "put/value before write_mode", req: &meridianpb.PutRequest{Keyspace: "gl", Key: []byte("k"), Value: make([]byte, lim.MaxValueBytes+1), WriteMode: "x"},
 			kind: errs.Invalid, msg: []string{"limits.max_value_bytes"}},
-		valCase{name: "put/globlease value kept", req: put("gl", "passive"), check: func(t *testing.T, r quorum.Request) {
-			if r.Op != quorum.OpPut || string(r.Key) != "k" || string(r.Value) != "v" || r.WriteMode != "passive" {
+		valCase{name: "put/globlease value kept", req: put("gl", "passive"), check: func(t *testing.T, r engine.Request) {
+			if r.Op != engine.OpPut || string(r.Key) != "k" || string(r.Value) != "v" || r.WriteMode != "passive" {
 				t.Errorf("request = %+v", r)
 			}
 		}},
@@ -408,8 +408,8 @@ func TestValidatorGlobLease(t *testing.T) {
 	}
 	k := []byte("k")
 	cases = append(cases,
-		valCase{name: "move/ok", req: mm("gl", k, "b", 0), check: func(t *testing.T, r quorum.Request) {
-			if r.Op != quorum.OpMoveMaster || r.Keyspace != "gl" || string(r.Key) != "k" || r.Region != "b" {
+		valCase{name: "move/ok", req: mm("gl", k, "b", 0), check: func(t *testing.T, r engine.Request) {
+			if r.Op != engine.OpMoveMaster || r.Keyspace != "gl" || string(r.Key) != "k" || r.Region != "b" {
 				t.Errorf("request = %+v, want move-master of gl/k to b", r)
 			}
 			wantDeadline(lim.DefaultRequestTimeout)(t, r)
@@ -420,7 +420,7 @@ func TestValidatorGlobLease(t *testing.T) {
 		valCase{name: "move/reserved keyspace", req: mm("_system", k, "a", 0), kind: errs.Invalid, msg: []string{"reserved"}},
 		valCase{name: "move/unknown keyspace", req: mm("nope", k, "a", 0), kind: errs.NotFound, msg: []string{`unknown keyspace "nope"`}},
 		valCase{name: "move/quorum keyspace", req: mm("kv", k, "a", 0), kind: errs.Invalid,
-			msg: []string{`keyspace "kv"`, "protocol quorum", "only globlease keyspaces have masters"}},
+			msg: []string{`keyspace "kv"`, "protocol quorum", "which has no masters to move"}},
 		valCase{name: "move/empty key", req: mm("gl", nil, "a", 0), kind: errs.Invalid, msg: []string{"key is empty"}},
 		valCase{name: "move/key max+1", req: mm("gl", longKey, "a", 0), kind: errs.Invalid,
 			msg: []string{fmt.Sprintf("key is %d bytes", lim.MaxKeyBytes+1), "limits.max_key_bytes"}},

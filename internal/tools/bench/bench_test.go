@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"meridian/internal/topology"
 	"meridian/internal/tools/ycsb"
+	"meridian/internal/topology"
 )
 
 func TestLowerBound(t *testing.T) {

@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"meridian/internal/config"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"meridian/internal/engine"
 	"meridian/internal/topology"
 )
 
@@ -34,11 +34,10 @@ func ParseConfigs(s string) ([]Config, error) {
 		}
 		f := strings.Split(part, ":")
 		c := Config{Protocol: f[0], ReadLevel: "QUORUM", WriteLevel: "QUORUM"}
-		if c.Protocol == config.ProtocolGlobLease {
-			// GlobLease has no levels: reads go to the master or a lease, writes to the master.
+		if p, ok := engine.Lookup(c.Protocol); ok && p.NoPointLevels != "" {
 			c.ReadLevel, c.WriteLevel = "", ""
 			if len(f) > 1 && f[1] != "" {
-				return nil, fmt.Errorf("bench: %q: globlease takes no consistency levels (write with option write_mode=active|passive)", part)
+				return nil, fmt.Errorf("bench: %q: %s takes no consistency levels: %s", part, c.Protocol, p.NoPointLevels)
 			}
 		}
 		if c.Protocol == ProtocolEtcd {
@@ -81,7 +80,7 @@ func ParseConfigs(s string) ([]Config, error) {
 }
 
 // protocolCounters is implemented by sessions that can report a protocol's counters summed
-// over every node (GlobLease: reads by path, lease renewals and updates, master moves).
+// over every node (engine.Counted: reads by path, lease renewals, status bytes, ...).
 type protocolCounters interface {
 	ProtocolCounters() map[string]int64
 }

@@ -15,8 +15,8 @@ import (
 	"meridian/internal/hlc"
 	"meridian/internal/runtime/node"
 	"meridian/internal/runtime/server"
-	"meridian/internal/topology"
 	"meridian/internal/runtime/transport"
+	"meridian/internal/topology"
 	"meridian/internal/wire/peerpb"
 )
 

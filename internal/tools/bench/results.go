@@ -57,11 +57,12 @@ type Run struct {
 	Workload      string                 `json:"workload,omitempty"`
 	Regions       map[string]RegionStats `json:"regions"`
 	ThroughputOps float64                `json:"throughput_ops"`
-	// StatusBytesPerNodePerS is MeteorShower's status traffic per node during the run.
+	// StatusBytesPerNodePerS is the status traffic per node during the run (protocols that
+	// count status_bytes_sent).
 	StatusBytesPerNodePerS float64     `json:"status_bytes_per_node_per_s,omitempty"`
 	Timeline               []TimePoint `json:"timeline,omitempty"`
 	// ProtocolCounters are the protocol's own counters over the measured run, summed over
-	// every node (GlobLease: reads by path, lease renewals and updates, master moves, ...).
+	// every node (engine.Counted: reads by path, lease renewals and updates, master moves, ...).
 	ProtocolCounters map[string]int64 `json:"protocol_counters,omitempty"`
 }
 

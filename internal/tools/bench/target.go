@@ -5,12 +5,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"meridian/api/meridianpb"
 	"meridian/client"
 	"meridian/internal/config"
+	"meridian/internal/engine"
 	"meridian/internal/topology"
 )
 
@@ -129,11 +129,12 @@ func (s *emulatedSession) LowerBoundMs(region, op string) float64 {
 
 func (s *emulatedSession) Close() error { s.c.Close(); return nil }
 
-// StatusBytes is the MeteorShower status traffic every node has sent so far.
+// StatusBytes is the status traffic (protocol counter status_bytes_sent) every node has
+// sent so far.
 func (s *emulatedSession) StatusBytes() int64 {
 	var n int64
 	for _, nd := range s.c.Nodes {
-		n += nd.StatusBytesSent()
+		n += nd.ProtocolCounters()["status_bytes_sent"]
 	}
 	return n
 }
@@ -141,11 +142,11 @@ func (s *emulatedSession) StatusBytes() int64 {
 // Nodes is the number of nodes.
 func (s *emulatedSession) Nodes() int { return len(s.c.Nodes) }
 
-// ProtocolCounters sums GlobLease's counters over every node (zero for other protocols).
+// ProtocolCounters sums the engines' counters (engine.Counted) over every node.
 func (s *emulatedSession) ProtocolCounters() map[string]int64 {
 	out := map[string]int64{}
 	for _, nd := range s.c.Nodes {
-		for k, v := range nd.GLCounters().Snapshot() {
+		for k, v := range nd.ProtocolCounters() {
 			out[k] += v
 		}
 	}
@@ -312,7 +313,7 @@ func (noopKV) Scan(context.Context, []byte, int) error      { return nil }
 // LowerBoundMs is the latency physics allows for op from region under cfg, with one replica
 // per region: the count-th smallest RTT from region to the replicas, where count is the
 // number of replies the level needs (the local replica costs nothing). Protocols that serve
-// reads locally (MeteorShower with θ upper, GlobLease under a lease) have a read bound of 0.
+// reads locally register their own bound (engine.Protocol.LowerBoundMs).
 func LowerBoundMs(t *topology.Topology, cfg Config, region, op string) float64 {
 	level := cfg.ReadLevel
 	if op != "read" {
@@ -320,6 +321,12 @@ func LowerBoundMs(t *topology.Topology, cfg Config, region, op string) float64 {
 	}
 	if b, ok := protocolBounds[cfg.Protocol]; ok {
 		if v, ok := b(t, cfg, region, op); ok {
+			return v
+		}
+	}
+	if p, ok := engine.Lookup(cfg.Protocol); ok && p.LowerBoundMs != nil {
+		q := engine.BoundQuery{Region: region, Op: op, ReadLevel: config.Level(cfg.ReadLevel), WriteLevel: config.Level(cfg.WriteLevel), Options: cfg.Options}
+		if v, ok := p.LowerBoundMs(t, q); ok {
 			return v
 		}
 	}
@@ -337,28 +344,15 @@ func LowerBoundMs(t *topology.Topology, cfg Config, region, op string) float64 {
 // BoundFunc computes a protocol's lower bound; ok false falls back to the quorum bound.
 type BoundFunc func(t *topology.Topology, cfg Config, region, op string) (ms float64, ok bool)
 
-// protocolBounds lets protocols override the quorum bound (registered by their files).
+// protocolBounds are the peers' bounds (RegisterLowerBound); Meridian's protocols register
+// theirs with their engine (engine.Protocol.LowerBoundMs).
 var protocolBounds = map[string]BoundFunc{}
 
 // RegisterLowerBound sets protocol's lower bound (peers register theirs: etcd's depends on
 // where its leader is). Call it from an init function: the map is not locked.
 func RegisterLowerBound(protocol string, fn BoundFunc) { protocolBounds[protocol] = fn }
 
-// NthRTTMs is the count-th smallest RTT from region to the topology's regions (0 to itself),
-// the latency of waiting for count replies with one replica per region; 0 if there are fewer
-// regions than count.
+// NthRTTMs is topology.NthRTTMs (peers' bounds use it).
 func NthRTTMs(t *topology.Topology, region string, count int) float64 {
-	var rtts []float64
-	for _, r := range t.Regions {
-		if r == region {
-			rtts = append(rtts, 0)
-		} else {
-			rtts = append(rtts, float64(t.RTT(region, r).Microseconds())/1000)
-		}
-	}
-	slices.Sort(rtts)
-	if count < 1 || count > len(rtts) {
-		return 0
-	}
-	return rtts[count-1]
+	return t.NthRTTMs(region, count)
 }

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"meridian/internal/tools/bench"
-	"meridian/internal/topology"
 	"meridian/internal/tools/ycsb"
+	"meridian/internal/topology"
 )
 
 // Configs are the configurations the demo compares: every protocol Meridian has, each at the

@@ -10,9 +10,9 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"meridian/client"
+	"meridian/internal/hlc"
 	"meridian/internal/tools/bench"
 	"meridian/internal/tools/check"
-	"meridian/internal/hlc"
 	"meridian/internal/tools/lab/wan"
 	"meridian/internal/topology"
 )

@@ -20,10 +20,10 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"meridian/client"
+	"meridian/internal/engine"
+	"meridian/internal/hlc"
 	"meridian/internal/tools/bench"
 	"meridian/internal/tools/check"
-	"meridian/internal/config"
-	"meridian/internal/hlc"
 	"meridian/internal/tools/lab/wan"
 )
 
@@ -69,7 +69,7 @@ type NemesisResult struct {
 	ClientErrors  map[string]int `json:"client_errors"` // by gRPC code
 	// ReadPaths counts successful reads by how the node served them (quorum, local,
 	// fallback, master, lease, ...): a protocol that cannot keep its guarantee under a fault
-	// must show it here (MeteorShower falls back to quorum reads when a clock is beyond ε).
+	// must show it here (engine.Protocol.ClockFallbackPath).
 	ReadPaths  map[string]int `json:"read_paths"`
 	Checkers   []string       `json:"checkers"`
 	Violations []string       `json:"violations"`
@@ -83,13 +83,19 @@ type NemesisResult struct {
 	History           string `json:"history,omitempty"`
 }
 
-// clockDependent reports whether cfg's correctness rests on the clock bound ε holding.
-// MeteorShower does not count: it measures its peers' offsets and falls back to quorum reads
-// when one exceeds ε (docs/meteorshower.md), which the clock-beyond scenario checks.
-func clockDependent(cfg bench.Config) bool { return cfg.Protocol == config.ProtocolGlobLease }
+// protocolOf returns cfg's protocol from the registry (the zero Protocol for a peer).
+func protocolOf(cfg bench.Config) engine.Protocol {
+	p, _ := engine.Lookup(cfg.Protocol)
+	return p
+}
+
+// clockDependent reports whether cfg's correctness rests on the clock bound ε holding. A
+// protocol that measures its peers' offsets and falls back when one exceeds ε does not
+// count; the clock-beyond scenario checks its fallback (silentDegradation).
+func clockDependent(cfg bench.Config) bool { return protocolOf(cfg).ClockDependent }
 
 // linearizable reports whether cfg promises linearizability (checked with Porcupine).
-func linearizable(cfg bench.Config) bool { return cfg.Protocol == config.ProtocolGlobLease }
+func linearizable(cfg bench.Config) bool { return protocolOf(cfg).Linearizable }
 
 // RunNemesis runs every scenario under every configuration on the lab's Meridian servers.
 func RunNemesis(ctx context.Context, t *Target, o NemesisOptions) ([]NemesisResult, error) {
@@ -399,14 +405,14 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-// finalStates reads every key at every node, from the node's own region: for quorum and
-// MeteorShower at LOCAL_ONE (the node's own replica), for GlobLease through the node's read
-// path (lease or master).
+// finalStates reads every key at every node, from the node's own region: at the protocol's
+// ReplicaReadLevel (the node's own replica) or, without one, through the node's read path
+// (e.g. a lease or the master).
 func finalStates(ctx context.Context, m *Meridian, cfg bench.Config, keys int) ([]check.ReplicaState, error) {
 	var out []check.ReplicaState
 	var opts []client.Option
-	if cfg.Protocol != config.ProtocolGlobLease {
-		opts = append(opts, client.Consistency("LOCAL_ONE"))
+	if l := protocolOf(cfg).ReplicaReadLevel; l != "" {
+		opts = append(opts, client.Consistency(string(l)))
 	}
 	for _, h := range m.Hosts() {
 		c, err := m.Dial(h, h.Region)
@@ -462,11 +468,12 @@ func checkHistory(cfg bench.Config, h check.History, final []check.ReplicaState)
 }
 
 // silentDegradation explains a run in which a protocol that cannot keep its guarantee
-// under the fault kept serving as if it could: beyond ε MeteorShower's local reads are
-// unsafe, so it must notice and fall back to quorum reads. "" when the run is fine.
+// under the fault kept serving as if it could: beyond ε a protocol with a clock fallback
+// (engine.Protocol.ClockFallbackPath) must notice and serve reads on it. "" when the run is
+// fine.
 func silentDegradation(cfg bench.Config, scenario string, readPaths map[string]int) string {
-	if scenario == ScenarioClockBeyond && cfg.Protocol == config.ProtocolMeteorShower && readPaths["fallback"] == 0 {
-		return "clock beyond ε, yet no read fell back to the quorum path: the node degraded silently"
+	if fb := protocolOf(cfg).ClockFallbackPath; scenario == ScenarioClockBeyond && fb != "" && readPaths[fb] == 0 {
+		return fmt.Sprintf("clock beyond ε, yet no read took the %s path: the node degraded silently", fb)
 	}
 	return ""
 }

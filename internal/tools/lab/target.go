@@ -14,8 +14,8 @@ import (
 	"sync"
 
 	"meridian/client"
-	"meridian/internal/tools/bench"
 	"meridian/internal/config"
+	"meridian/internal/tools/bench"
 	"meridian/internal/tools/peer"
 	"meridian/internal/topology"
 )

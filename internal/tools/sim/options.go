@@ -95,7 +95,7 @@ type Options struct {
 	NodesPerRegion    int
 	ReplicasPerRegion int
 	Partitions        int
-	// KeyspaceOptions are the protocol's keyspace options (e.g. meteorshower theta).
+	// KeyspaceOptions are the protocol's keyspace options (e.g. theta).
 	KeyspaceOptions map[string]string
 	// ReplicaRegions, when set, places the keyspace's replicas in the first ReplicaRegions
 	// regions only (clients stay in every region).

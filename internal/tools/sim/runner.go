@@ -131,6 +131,28 @@ type MutationResult struct {
 	Checker     string
 }
 
+// MutationOptions returns base with the settings that let mutation m of base.Protocol show
+// (its protocol's simulation defaults and engine.SimHints), without the mutation itself: a
+// correct protocol must pass under them too.
+func MutationOptions(base Options, m string) (Options, error) {
+	if base.Protocol == "" {
+		base.Protocol = "quorum"
+	}
+	p, err := LookupProtocol(base.Protocol)
+	if err != nil {
+		return base, err
+	}
+	prepare(p, &base)
+	return mutationOptions(p, base, m)
+}
+
+func mutationOptions(p Protocol, base Options, m string) (Options, error) {
+	o := base
+	o.Faults = maps.Clone(base.Faults)
+	err := applyMutationHints(p, m, &o)
+	return o, err
+}
+
 // RunMutations runs each mutation of the protocol over up to maxSeeds seeds with every
 // fault on, and records how many seeds it took the checkers to catch it.
 func RunMutations(base Options, maxSeeds int, out io.Writer) ([]MutationResult, error) {
@@ -141,20 +163,16 @@ func RunMutations(base Options, maxSeeds int, out io.Writer) ([]MutationResult, 
 	if err != nil {
 		return nil, err
 	}
-	if p.Prepare != nil {
-		base.KeyspaceOptions = maps.Clone(base.KeyspaceOptions)
-		p.Prepare(&base)
-	}
+	prepare(p, &base)
 	base.ensureDefaults()
 	var results []MutationResult
 	for _, m := range MutationNames(p) {
 		desc, _ := MutationDescription(p, m)
-		o := base
-		o.Mutation = m
-		o.Faults = maps.Clone(base.Faults)
-		if setup, ok := mutationSetup[m]; ok {
-			setup(&o)
+		o, err := mutationOptions(p, base, m)
+		if err != nil {
+			return results, err
 		}
+		o.Mutation = m
 		r := MutationResult{Mutation: m, Description: desc}
 		for i := range maxSeeds {
 			o.Seed = base.Seed + uint64(i)

@@ -5,20 +5,19 @@ import (
 	"fmt"
 	"hash"
 	"hash/fnv"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"meridian/internal/tools/check"
 	"meridian/internal/config"
+	"meridian/internal/engine"
 	"meridian/internal/errs"
 	"meridian/internal/hlc"
 	"meridian/internal/placement"
-	"meridian/internal/quorum"
 	"meridian/internal/storage"
+	"meridian/internal/tools/check"
 	"meridian/internal/wire"
 	"meridian/internal/wire/peerpb"
 )
@@ -98,9 +97,9 @@ type simNode struct {
 	cfg       config.Node
 	fs        *vfs.MemFS
 	engine    *storage.Engine
-	core      Core
+	host      *engine.Host
 	up        bool
-	pending   []quorum.Ready // released when the covering sync completes
+	pending   []engine.Ready // released when the covering sync completes
 	syncing   int            // how many of pending the sync in flight covers (0: none)
 	offset0   int64          // clock offset at virtual 0, ns
 	driftPPM  float64
@@ -165,10 +164,7 @@ func Run(o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.Prepare != nil {
-		o.KeyspaceOptions = maps.Clone(o.KeyspaceOptions)
-		p.Prepare(&o)
-	}
+	prepare(p, &o)
 	o.ensureDefaults()
 	if o.Mutation != "" {
 		if _, ok := MutationDescription(p, o.Mutation); !ok {
@@ -184,7 +180,7 @@ func Run(o Options) (*Report, error) {
 		hash:    fnv.New64a(),
 	}
 	s.report.Seed = o.Seed
-	s.readLvl, s.writeLvl = p.Levels(o.Mutation, o.ReadLevel, o.WriteLevel)
+	s.readLvl, s.writeLvl = levels(p, o.Mutation, o.ReadLevel, o.WriteLevel)
 	if err := s.setup(); err != nil {
 		return nil, err
 	}
@@ -321,15 +317,13 @@ func (s *simulator) startNode(i int) error {
 		return fmt.Errorf("sim: node %s: open storage: %w", n.cfg.Name, err)
 	}
 	n.engine = e
-	core, err := s.proto.NewCore(NodeSetup{Self: n.cfg, Cluster: s.cluster, Topology: s.o.Topology, Store: e,
-		Mutation: s.o.Mutation, AntiEntropyInterval: 500 * time.Millisecond})
-	if err != nil {
-		return err
-	}
-	if pc, ok := core.(interface{ SetPlacement(*placement.Map) }); ok {
-		pc.SetPlacement(s.pmap)
-	}
-	n.core = core
+	// Anti-entropy runs every 500ms so that convergence happens within the quiescence
+	// window.
+	n.host = engine.NewHost(engine.Config{
+		NodeID: n.cfg.ID, Nodes: s.cluster.Nodes, Topology: s.o.Topology, Limits: s.cluster.Limits,
+		AntiEntropyInterval: 500 * time.Millisecond, Mutation: s.o.Mutation, MaxClockOffset: s.cluster.Clock.MaxOffset,
+	}, e, nil)
+	n.host.SetPlacement(s.pmap)
 	n.up = true
 	n.pending = nil
 	n.syncing = 0
@@ -362,7 +356,7 @@ func (s *simulator) handle(e event) error {
 	case evTick:
 		n := s.nodes[e.node]
 		if n.up {
-			n.core.Tick(s.localTime(e.node))
+			n.host.Tick(s.localTime(e.node))
 			if err := s.processReady(e.node); err != nil {
 				return err
 			}
@@ -392,7 +386,7 @@ func (s *simulator) handle(e event) error {
 			s.report.Dropped++
 			return nil
 		}
-		n.core.Step(s.localTime(i), e.env)
+		n.host.Step(s.localTime(i), e.env)
 		if err := s.processReady(i); err != nil {
 			return err
 		}
@@ -435,7 +429,7 @@ func (s *simulator) handle(e event) error {
 	return nil
 }
 
-// checkInvariant evaluates the protocol's step invariant (GlobLease: one master per key) and
+// checkInvariant evaluates the protocol's step invariant (e.g. one master per key) and
 // records the first violation.
 // peerCheck is the validation node i's runtime applies to a peer message now.
 func (s *simulator) peerCheck(i int) *wire.PeerCheck {
@@ -444,16 +438,19 @@ func (s *simulator) peerCheck(i int) *wire.PeerCheck {
 }
 
 func (s *simulator) checkInvariant() {
-	if s.proto.Invariant == nil || s.invariantBroken != nil {
+	if s.proto.Sim.Invariant == nil || s.invariantBroken != nil {
 		return
 	}
 	now := make([]time.Time, len(s.nodes))
-	cores := make([]Core, len(s.nodes))
+	engines := make([]engine.Engine, len(s.nodes))
 	up := make([]bool, len(s.nodes))
 	for i, n := range s.nodes {
-		now[i], cores[i], up[i] = s.localTime(i), n.core, n.up
+		now[i], up[i] = s.localTime(i), n.up
+		if n.host != nil {
+			engines[i], _ = n.host.Engine(s.proto.Name)
+		}
 	}
-	if msg := s.proto.Invariant(now, cores, up); msg != "" {
+	if msg := s.proto.Sim.Invariant(now, engines, up); msg != "" {
 		s.invariantBroken = &check.Violation{Checker: "invariant", Reason: fmt.Sprintf("at %.3fms: %s", float64(s.now)/1e6, msg)}
 		s.trace("INVARIANT BROKEN: %s", msg)
 	}
@@ -474,10 +471,10 @@ func (s *simulator) isCut(from, to uint32) bool {
 func (s *simulator) processReady(i int) error {
 	n := s.nodes[i]
 	for range 1000 {
-		if !n.core.HasReady() {
+		if !n.host.HasReady() {
 			return nil
 		}
-		rd := n.core.Ready()
+		rd := n.host.Ready()
 		if len(rd.Writes) > 0 {
 			if err := n.engine.Apply(rd.Writes, false); err != nil {
 				return fmt.Errorf("node %s: apply: %w", n.cfg.Name, err)
@@ -531,7 +528,7 @@ func (s *simulator) completeSync(i, incarnation int) error {
 }
 
 // release sends a durable Ready's messages, answers its replies and runs its jobs.
-func (s *simulator) release(i int, rd quorum.Ready) error {
+func (s *simulator) release(i int, rd engine.Ready) error {
 	n := s.nodes[i]
 	for _, env := range rd.Messages {
 		s.send(env)
@@ -540,7 +537,7 @@ func (s *simulator) release(i int, rd quorum.Ready) error {
 		s.reply(i, r)
 	}
 	for _, j := range rd.Jobs {
-		envs, err := s.proto.RunJob(n.engine, n.cfg.ID, j)
+		envs, err := j.Run(n.engine, n.cfg.ID)
 		if err != nil {
 			return fmt.Errorf("node %s: job: %w", n.cfg.Name, err)
 		}
@@ -593,7 +590,7 @@ func (s *simulator) crash(i int) error {
 	n.engine = nil
 	n.fs = clone
 	n.up = false
-	n.core = nil
+	n.host = nil
 	n.pending = nil
 	n.syncing = 0
 	n.epoch++
@@ -700,15 +697,15 @@ func (s *simulator) clientOp(ci int) error {
 	}
 	key := fmt.Sprintf("k%d", s.rng.IntN(s.o.Keys))
 	op := check.Op{ID: len(s.history), Process: cl.proc, Key: key, Invoke: s.now, Node: s.nodes[node].cfg.Name}
-	req := quorum.Request{Keyspace: "sim", Key: []byte(key)}
+	req := engine.Request{Keyspace: "sim", Key: []byte(key)}
 	if s.rng.Float64() < s.o.ReadFraction {
 		op.Kind = check.Read
-		req.Op, req.Level = quorum.OpGet, s.readLvl
+		req.Op, req.Level = engine.OpGet, s.readLvl
 	} else {
 		cl.seq++
 		op.Kind = check.Write
 		op.Value = fmt.Sprintf("c%d-%d", ci, cl.seq)
-		req.Op, req.Level, req.Value = quorum.OpPut, s.writeLvl, []byte(op.Value)
+		req.Op, req.Level, req.Value = engine.OpPut, s.writeLvl, []byte(op.Value)
 	}
 	if !s.o.NoSessions {
 		req.MinVersion = cl.session
@@ -717,7 +714,7 @@ func (s *simulator) clientOp(ci int) error {
 	n := s.nodes[node]
 	if !n.up {
 		// Connection refused: certainly not executed. The client moves to another node.
-		s.finishOp(ci, len(s.history)-1, check.Failed, quorum.Result{})
+		s.finishOp(ci, len(s.history)-1, check.Failed, engine.Result{})
 		cl.home = s.otherNodeIn(cl.region, cl.home)
 		return nil
 	}
@@ -731,7 +728,7 @@ func (s *simulator) clientOp(ci int) error {
 	s.trace("invoke c%d %s via %s", ci, opString(op), n.cfg.Name)
 	// Client-side timeout: a crashed coordinator never answers.
 	s.schedule(event{at: s.now + int64(s.o.RequestTimeout) + int64(500*time.Millisecond), kind: evClientTimeout, cli: ci, req: req.ID})
-	n.core.Propose(local, req)
+	n.host.Propose(local, req)
 	return s.processReady(node)
 }
 
@@ -742,7 +739,7 @@ func opString(op check.Op) string {
 	return "read " + op.Key
 }
 
-func (s *simulator) reply(node int, r quorum.Result) {
+func (s *simulator) reply(node int, r engine.Result) {
 	ci, ok := s.reqs[r.ID]
 	if !ok {
 		return
@@ -765,7 +762,7 @@ func (s *simulator) reply(node int, r quorum.Result) {
 	s.finishOp(ci, idx, outcome, r)
 }
 
-func (s *simulator) finishOp(ci, idx int, outcome check.Outcome, r quorum.Result) {
+func (s *simulator) finishOp(ci, idx int, outcome check.Outcome, r engine.Result) {
 	cl := s.clients[ci]
 	op := &s.history[idx]
 	op.Outcome = outcome
@@ -802,7 +799,7 @@ func (s *simulator) clientTimeout(ci int, req uint64) {
 	if cl.inflight == nil || cl.inflight.req != req {
 		return
 	}
-	s.finishOp(ci, cl.inflight.idx, check.Indeterminate, quorum.Result{})
+	s.finishOp(ci, cl.inflight.idx, check.Indeterminate, engine.Result{})
 	cl.home = s.otherNodeIn(cl.region, cl.home) // try another coordinator of its region
 }
 

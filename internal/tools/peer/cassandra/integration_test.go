@@ -13,8 +13,8 @@ import (
 
 	"meridian/internal/tools/bench"
 	"meridian/internal/tools/peer"
-	"meridian/internal/topology"
 	"meridian/internal/tools/ycsb"
+	"meridian/internal/topology"
 )
 
 // TestClusterIntegration starts a real three-node cluster (one data center per region of

@@ -1,0 +1,10 @@
+// Package all registers every replication protocol Meridian ships (package engine's
+// registry). The binary, the runtime's tests and the tools import it for its side effect;
+// adding a protocol means adding its package here and nowhere else.
+package all
+
+import (
+	_ "meridian/internal/replication/globlease"
+	_ "meridian/internal/replication/meteorshower"
+	_ "meridian/internal/replication/quorum"
+)

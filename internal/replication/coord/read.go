@@ -1,0 +1,291 @@
+package coord
+
+import (
+	"time"
+
+	"meridian/internal/errs"
+	"meridian/internal/hlc"
+	"meridian/internal/placement"
+	"meridian/internal/storage"
+	"meridian/internal/wire"
+	"meridian/internal/wire/peerpb"
+)
+
+type readReply struct {
+	found bool
+	rec   storage.Record
+}
+
+func (r readReply) version() hlc.Version {
+	if !r.found {
+		return hlc.Version{}
+	}
+	return r.rec.Version
+}
+
+// pendingRead is a client read this node coordinates.
+//
+// Stages: collecting replies until `need` eligible replicas answered; then, if some of them
+// were stale, repairing them (blocking read repair) until `need` replicas are known to hold
+// the newest version; then answered. Invariant: contacted ⊆ eligible; replies ⊆ contacted.
+type pendingRead struct {
+	req       Request
+	part      *placement.Partition
+	eligible  []uint32
+	need      int
+	contacted map[uint32]bool
+	spare     []uint32 // eligible live replicas not asked yet, nearest first (speculative retry)
+	replies   map[uint32]readReply
+	order     []uint32 // replicas in the order their replies arrived
+	repairing bool
+	newest    readReply
+	holders   map[uint32]bool // replicas known to hold newest
+	done      bool
+	path      string
+}
+
+func (c *Core) StartRead(now time.Time, ks *placement.Keyspace, req Request, path string) {
+	p := ks.Lookup(req.Key)
+	elig, need, err := c.eligible(p, req.Level)
+	if err != nil {
+		c.Fail(req, err)
+		return
+	}
+	if err := c.checkAvailable(elig, need, req.Level, p); err != nil {
+		c.Fail(req, err)
+		return
+	}
+	if !req.MinVersion.IsZero() {
+		c.Clock.Observe(now, req.MinVersion)
+	}
+	var alive []uint32
+	for _, n := range c.ByDistance(elig) {
+		if c.Alive(n) {
+			alive = append(alive, n)
+		}
+	}
+	if need == 1 && alive[0] == c.Cfg.NodeID {
+		// Fast path: one reply is enough and the nearest replica is this node. No read
+		// repair can be needed with a single reply.
+		rec, found, err := c.Store.Get(req.Keyspace, p.ID, req.Key)
+		if err != nil {
+			c.Fail(req, errs.New(errs.Internal, "local read of partition %d: %v", p.ID, err))
+			return
+		}
+		res := Result{ID: req.ID, Op: OpGet, Path: path}
+		if found {
+			c.Clock.Observe(now, rec.Version)
+			res.Version = rec.Version
+			if !rec.Tombstone {
+				res.Found, res.Value = true, rec.Value
+			}
+		}
+		c.Reply(res)
+		return
+	}
+	id := c.newPeerReq()
+	r := &pendingRead{
+		req: req, part: p, eligible: elig, need: need, path: path,
+		contacted: map[uint32]bool{}, replies: map[uint32]readReply{}, holders: map[uint32]bool{},
+	}
+	first, spare := alive[:need], alive[need:]
+	r.spare = spare
+	c.reads[id] = r
+	c.Inflight++
+	c.AddTimer(req.Deadline, timerReadDeadline, id)
+	var farthest time.Duration
+	for _, n := range first {
+		farthest = max(farthest, c.RTT(n))
+	}
+	if len(spare) > 0 {
+		c.AddTimer(now.Add(c.speculativeDelay(ks, farthest)), timerReadSpeculate, id)
+	}
+	c.askReplicas(id, r, first)
+	c.maybeFinishRead(now, id, r)
+}
+
+// speculativeDelay is how long a read waits for its first choice of replicas before asking
+// the others too (Cassandra's speculative_retry). "auto" (0) is 1.5× the RTT to the farthest
+// replica asked plus 10ms of slack.
+func (c *Core) speculativeDelay(ks *placement.Keyspace, farthest time.Duration) time.Duration {
+	if v, ok := ks.Spec.Options["speculative_retry"]; ok && v != "" {
+		if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			return d
+		}
+	}
+	return farthest*3/2 + 10*time.Millisecond
+}
+
+func (c *Core) askReplicas(id uint64, r *pendingRead, nodes []uint32) {
+	for _, n := range nodes {
+		if r.contacted[n] {
+			continue
+		}
+		r.contacted[n] = true
+		if n == c.Cfg.NodeID {
+			rec, found, err := c.Store.Get(r.req.Keyspace, r.part.ID, r.req.Key)
+			if err != nil {
+				// Treat a local storage failure as no reply from this replica: the read can
+				// still complete from others (speculative retry), or time out visibly.
+				delete(r.contacted, n)
+				continue
+			}
+			r.replies[n] = readReply{found: found, rec: rec}
+			r.order = append(r.order, n)
+			continue
+		}
+		c.Send(n, &peerpb.Envelope{Msg: &peerpb.Envelope_Read{Read: &peerpb.ReadRequest{
+			RequestId: id, Keyspace: r.req.Keyspace, Partition: r.part.ID, Key: r.req.Key,
+		}}})
+	}
+}
+
+func (c *Core) maybeFinishRead(now time.Time, id uint64, r *pendingRead) {
+	if r.done {
+		return
+	}
+	if !r.repairing {
+		if len(r.replies) < r.need {
+			return
+		}
+		for _, rep := range r.replies {
+			if r.newest.version().Less(rep.version()) {
+				r.newest = rep
+			}
+		}
+		if c.Cfg.Mutation == "first-reply" {
+			// Broken on purpose: answer with whatever arrived first, repair nothing.
+			r.newest = r.replies[r.order[0]]
+			for n := range r.replies {
+				r.holders[n] = true
+			}
+		}
+		if r.newest.found {
+			c.Clock.Observe(now, r.newest.rec.Version)
+		}
+		r.repairing = true
+		for n, rep := range r.replies {
+			if rep.version() == r.newest.version() {
+				r.holders[n] = true
+			}
+		}
+		if len(r.holders) < r.need {
+			pb := wire.RecordToPB(r.newest.rec)
+			for _, n := range sortedStale(r) {
+				if n == c.Cfg.NodeID {
+					c.ApplyLocal(now, r.newest.rec, false)
+					r.holders[n] = true
+					continue
+				}
+				c.Send(n, &peerpb.Envelope{Msg: &peerpb.Envelope_Write{Write: &peerpb.WriteRequest{RequestId: id, Record: pb}}})
+			}
+		}
+	}
+	if len(r.holders) < r.need {
+		return
+	}
+	r.done = true
+	c.Inflight--
+	delete(c.reads, id)
+	res := Result{ID: r.req.ID, Op: OpGet, Version: r.newest.version(), Path: r.path}
+	if r.newest.found && !r.newest.rec.Tombstone {
+		res.Found = true
+		res.Value = r.newest.rec.Value
+	}
+	c.Reply(res)
+}
+
+// sortedStale lists the replicas that replied with an older version, in node order so the
+// output is deterministic.
+func sortedStale(r *pendingRead) []uint32 {
+	var out []uint32
+	for _, n := range r.eligible {
+		if rep, ok := r.replies[n]; ok && rep.version() != r.newest.version() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (c *Core) handleRepairAck(now time.Time, from uint32, id uint64, r *pendingRead) {
+	if !r.repairing || r.done {
+		return
+	}
+	if rep, ok := r.replies[from]; ok && rep.version() != r.newest.version() {
+		r.holders[from] = true
+	}
+	c.maybeFinishRead(now, id, r)
+}
+
+func (c *Core) handleRead(now time.Time, from uint32, m *peerpb.ReadRequest) {
+	if _, ok := c.PartitionFor(m.Keyspace, m.Partition); !ok {
+		return
+	}
+	rec, found, err := c.Store.Get(m.Keyspace, m.Partition, m.Key)
+	if err != nil {
+		return // no reply: the coordinator retries elsewhere or times out
+	}
+	reply := &peerpb.ReadReply{RequestId: m.RequestId, Found: found}
+	if found {
+		reply.Record = wire.RecordToPB(rec)
+	}
+	c.Send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_ReadReply{ReadReply: reply}})
+}
+
+func (c *Core) handleReadReply(now time.Time, from uint32, m *peerpb.ReadReply) {
+	r, ok := c.reads[m.RequestId]
+	if !ok || r.done || r.repairing || !r.contacted[from] {
+		return
+	}
+	rep := readReply{found: m.Found}
+	if m.Found {
+		rec, err := wire.RecordFromPB(m.Record)
+		if err != nil || rec.Keyspace != r.req.Keyspace || string(rec.Key) != string(r.req.Key) {
+			return
+		}
+		rep.rec = rec
+	}
+	if _, dup := r.replies[from]; !dup {
+		r.order = append(r.order, from)
+	}
+	r.replies[from] = rep
+	c.maybeFinishRead(now, m.RequestId, r)
+}
+
+func (c *Core) speculateRead(now time.Time, id uint64) {
+	r, ok := c.reads[id]
+	if !ok || r.done || r.repairing {
+		return
+	}
+	c.askReplicas(id, r, r.spare)
+	r.spare = nil
+	c.maybeFinishRead(now, id, r)
+}
+
+func (c *Core) expireRead(id uint64) {
+	r, ok := c.reads[id]
+	if !ok || r.done {
+		return
+	}
+	r.done = true
+	c.Inflight--
+	delete(c.reads, id)
+	var missing []uint32
+	for _, n := range r.eligible {
+		if !r.contacted[n] {
+			continue
+		}
+		if _, ok := r.replies[n]; !ok {
+			missing = append(missing, n)
+		}
+	}
+	if r.repairing {
+		c.Fail(r.req, errs.New(errs.Timeout,
+			"read timed out at consistency %s during read repair: %d of %d replicas hold the newest version",
+			r.req.Level, len(r.holders), r.need))
+		return
+	}
+	c.Fail(r.req, errs.New(errs.Timeout,
+		"read timed out at consistency %s: %d of %d replica replies before the deadline (no reply from %v)",
+		r.req.Level, len(r.replies), r.need, c.NodeNames(missing)))
+}

@@ -1,0 +1,803 @@
+package globlease
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"meridian/internal/config"
+	"meridian/internal/hlc"
+	"meridian/internal/placement"
+	"meridian/internal/storage"
+	"meridian/internal/wire"
+	"meridian/internal/wire/peerpb"
+)
+
+// GlobLease mastership (liu-thesis 4.1.3, "Master Migration and Failure Recovery").
+//
+// Every key has one master. Which node that is, is the partition's mastership table: by
+// default the partition's replica in the key's home region, changed by substitutions (failover:
+// every key of a failed node goes to its successor) and per-key overrides (migration). A table
+// version changes only through one Paxos instance per version, run by the replication group
+// as the thesis prescribes ("the replication group as a Paxos group"): prepare/promise, then
+// accept/accepted, then commit. Migration is the same two phases started by the old master
+// (who stops acting on the key first, so no wait is needed); failover is started by a replica
+// that has stopped hearing the master.
+//
+// At most one master per key. A node acts as master only while a majority of the partition's
+// replicas acknowledged one of its heartbeats — sent at the node's committed table version —
+// within masterLease, measured from when it sent the heartbeat. An acceptor does not accept a
+// table that takes keys from node X (unless X itself proposed it) until electionTimeout has
+// passed since it last acknowledged X, nor during electionTimeout after its own start (it may
+// have acknowledged X just before a crash). Any majority that accepts the failover intersects
+// the majority behind X's last master lease, so X stopped acting before the new table can be
+// chosen. This is the thesis's timing rule for leases applied to mastership (the record on the
+// acceptor starts after the lease on the master) and needs only bounded clock drift, which
+// electionTimeout − masterLease (≥ 100ms, validated) absorbs. The same gap, being far above
+// ε, keeps the new master's HLC above every version the old master stamped.
+
+// glDriftMargin is the clock rate error every lease length is stretched (records) or shrunk
+// (holders) by: 1000 ppm, ten times a common crystal's bound (the thesis assumes "the latency of
+// message delivery is much more significant than the clock drifts").
+const glDriftMargin = 1e-3
+
+// glMetaKeyspace holds each replica's durable GlobLease acceptor state. It is not in the
+// placement map, so anti-entropy and scans never see it.
+const glMetaKeyspace = "_globlease"
+
+// glMetaVersion is the fixed MVCC version of acceptor-state records: each write overwrites
+// the previous one instead of piling up versions.
+var glMetaVersion = hlc.Version{WallNanos: 1}
+
+type glBallot struct {
+	round uint64
+	node  uint32
+}
+
+func (b glBallot) less(o glBallot) bool {
+	if b.round != o.round {
+		return b.round < o.round
+	}
+	return b.node < o.node
+}
+
+func (b glBallot) isZero() bool { return b == glBallot{} }
+
+func ballotToPB(b glBallot) *peerpb.GlBallot { return &peerpb.GlBallot{Round: b.round, Node: b.node} }
+func ballotFromPB(b *peerpb.GlBallot) glBallot {
+	return glBallot{round: b.GetRound(), node: b.GetNode()}
+}
+
+// glTable is one version of a partition's mastership table. Invariant: subst never maps a node
+// to itself and is already resolved (no chains); overrides point at replicas of the partition.
+type glTable struct {
+	version   uint64
+	subst     map[uint32]uint32 // home replica → node that took its keys (failover)
+	overrides map[string]uint32 // key → master (migration)
+	initiator uint32
+	hlc       hlc.Version
+}
+
+func (t *glTable) clone() glTable {
+	out := *t
+	out.subst = make(map[uint32]uint32, len(t.subst))
+	for k, v := range t.subst {
+		out.subst[k] = v
+	}
+	out.overrides = make(map[string]uint32, len(t.overrides))
+	for k, v := range t.overrides {
+		out.overrides[k] = v
+	}
+	return out
+}
+
+func (t *glTable) resolve(home uint32) uint32 {
+	if n, ok := t.subst[home]; ok {
+		return n
+	}
+	return home
+}
+
+// masterOf returns the master of key whose home replica is home.
+func (t *glTable) masterOf(key []byte, home uint32) uint32 {
+	if m, ok := t.overrides[string(key)]; ok {
+		return m
+	}
+	return t.resolve(home)
+}
+
+// toPB encodes the table. A substitution travels as an override whose key is
+// substPrefix + the home node ID: user keys never start with a zero byte followed by that
+// text in practice, and a table is only ever decoded by this function.
+func (t *glTable) toPB(ks string, part uint32) *peerpb.GlTable {
+	pb := &peerpb.GlTable{Keyspace: ks, Partition: part, Version: t.version, Initiator: t.initiator, Hlc: wire.VersionToPB(t.hlc)}
+	homes := slices.Sorted(maps.Keys(t.subst))
+	for _, h := range homes {
+		pb.Overrides = append(pb.Overrides, &peerpb.GlOverride{Key: substKey(h), Master: t.subst[h]})
+	}
+	keys := slices.Sorted(maps.Keys(t.overrides))
+	for _, k := range keys {
+		pb.Overrides = append(pb.Overrides, &peerpb.GlOverride{Key: []byte(k), Master: t.overrides[k]})
+	}
+	return pb
+}
+
+const substPrefix = "\x00subst:"
+
+func substKey(home uint32) []byte {
+	return fmt.Appendf([]byte(substPrefix), "%d", home)
+}
+
+func glTableFromPB(pb *peerpb.GlTable) glTable {
+	t := glTable{version: pb.GetVersion(), initiator: pb.GetInitiator(), hlc: wire.VersionFromPB(pb.GetHlc()),
+		subst: map[uint32]uint32{}, overrides: map[string]uint32{}}
+	for _, o := range pb.GetOverrides() {
+		k := string(o.GetKey())
+		var home uint32
+		if n, _ := fmt.Sscanf(k, substPrefix+"%d", &home); n == 1 && len(k) > len(substPrefix) && k[:len(substPrefix)] == substPrefix {
+			t.subst[home] = o.GetMaster()
+			continue
+		}
+		t.overrides[k] = o.GetMaster()
+	}
+	return t
+}
+
+// glPart is this node's GlobLease state for one partition it replicates.
+type glPart struct {
+	ks   *placement.Keyspace
+	p    *placement.Partition
+	opts *config.GlobLeaseOptions
+
+	// Durable acceptor state (written through Ready.Writes before any reply that depends on it).
+	table          glTable
+	promised       glBallot
+	acceptedBallot glBallot
+	accepted       *glTable
+
+	// Master lease: per replica, the send time of the newest heartbeat it acknowledged at
+	// this node's table version. Self counts implicitly.
+	ackedAt map[uint32]time.Time
+	// Acceptor side: when this node last acknowledged node X's heartbeat, and last heard one.
+	lastAckTo map[uint32]time.Time
+	lastHeard map[uint32]time.Time
+	// installedAt: when this node installed the partition (node start, or a keyspace created
+	// or given this node later). Failure detection counts silence from here, not from node
+	// start: a replica that learns of a keyspace after electionTimeout has not yet had a chance
+	// to hear its master, and must not elect a successor at once.
+	installedAt time.Time
+
+	// since: when each key group became this node's: per home replica for defaults, per key
+	// for overrides. A new master assumes every node may hold a lease from the old one until
+	// since + the longest lease (+ grant age and ε).
+	homeSince map[uint32]time.Time
+	keySince  map[string]time.Time
+
+	// migrating: keys this node is giving away (it no longer acts on them) → target.
+	migrating map[string]uint32
+	// wantMoves: moves waiting for the next proposal; wantFailover: nodes to take over.
+	wantMoves    map[string]uint32
+	wantFailover map[uint32]bool
+	prop         *glProposal
+	nextPropAt   time.Time
+	// acceptedAt: when this acceptor accepted a table that is not committed yet. If no
+	// proposer finishes the instance, this node does (glTickProposals), or its heartbeat
+	// acknowledgements would stay withheld forever.
+	acceptedAt time.Time
+	// cons: conservative periods after taking keys over (gl_master.go).
+	cons []*glConservative
+}
+
+type glProposal struct {
+	version  uint64
+	ballot   glBallot
+	value    *glTable // what this node wants (built from its committed table)
+	chosen   *glTable // value sent in phase 2
+	phase    int
+	promises map[uint32]*peerpb.GlPromise
+	accepts  map[uint32]bool
+	deadline time.Time
+}
+
+func (gp *glPart) majority() int { return len(gp.p.Replicas)/2 + 1 }
+
+// home returns the replica of the partition in key's home region (the lowest node ID there).
+func (gp *glPart) home(key []byte, region map[uint32]string) uint32 {
+	want := gp.opts.HomeRegionOf(key)
+	best := uint32(0)
+	for _, r := range gp.p.Replicas {
+		if region[r] == want && (best == 0 || r < best) {
+			best = r
+		}
+	}
+	if best == 0 {
+		best = slices.Min(gp.p.Replicas)
+	}
+	return best
+}
+
+func (gp *glPart) masterOf(key []byte, region map[uint32]string) uint32 {
+	return gp.table.masterOf(key, gp.home(key, region))
+}
+
+// homes lists the home replicas of the partition: the replicas that are home to some key range.
+func (gp *glPart) homes(region map[uint32]string) []uint32 {
+	seen := map[uint32]bool{gp.home(gp.p.Start, region): true}
+	for _, r := range gp.opts.HomeRanges {
+		if gp.p.Contains([]byte(r.Start)) {
+			seen[gp.home([]byte(r.Start), region)] = true
+		}
+	}
+	// Ranges that begin before the partition but cover part of it are represented by the
+	// partition's start key above.
+	out := slices.Sorted(maps.Keys(seen))
+	return out
+}
+
+// mastersAny reports whether node masters any key of the partition by its table.
+func (gp *glPart) mastersAny(node uint32, region map[uint32]string) bool {
+	for _, h := range gp.homes(region) {
+		if gp.table.resolve(h) == node {
+			return true
+		}
+	}
+	for _, m := range gp.table.overrides {
+		if m == node {
+			return true
+		}
+	}
+	return false
+}
+
+// masterLeaseValid reports whether this node may act as a master in the partition now.
+func (c *Engine) glMasterLeaseValid(gp *glPart, now time.Time) bool {
+	if c.Cfg.Mutation == "master-ignores-lease" {
+		return true
+	}
+	// This node counts for itself like any acceptor: not while it has accepted a table that
+	// is not committed yet (it may take keys from this very node).
+	n := 1
+	if gp.accepted != nil {
+		n = 0
+	}
+	for _, r := range gp.p.Replicas {
+		if r == c.Cfg.NodeID {
+			continue
+		}
+		if t, ok := gp.ackedAt[r]; ok && now.Before(t.Add(gp.opts.MasterLease)) {
+			n++
+		}
+	}
+	return n >= gp.majority()
+}
+
+// glActing reports whether this node is the acting master of key now.
+func (c *Engine) glActing(gp *glPart, key []byte, now time.Time) bool {
+	if gp.masterOf(key, c.Region) != c.Cfg.NodeID {
+		return false
+	}
+	if _, moving := gp.migrating[string(key)]; moving {
+		return false
+	}
+	return c.glMasterLeaseValid(gp, now)
+}
+
+// glPersist queues the partition's acceptor state for storage.
+func (c *Engine) glPersist(gp *glPart) {
+	st := &peerpb.GlAcceptorState{
+		Committed: gp.table.toPB(gp.ks.Spec.Name, gp.p.ID),
+		Promised:  ballotToPB(gp.promised),
+	}
+	if gp.accepted != nil {
+		st.AcceptedBallot = ballotToPB(gp.acceptedBallot)
+		st.Accepted = gp.accepted.toPB(gp.ks.Spec.Name, gp.p.ID)
+	}
+	b, err := proto.Marshal(st)
+	if err != nil {
+		panic(fmt.Sprintf("globlease: marshal acceptor state: %v", err)) // cannot fail for valid messages
+	}
+	c.Persist(storage.Record{Keyspace: glMetaKeyspace, Key: glMetaKey(gp.ks.Spec.Name, gp.p.ID), Version: glMetaVersion, Value: b})
+}
+
+func glMetaKey(ks string, part uint32) []byte { return fmt.Appendf(nil, "acceptor/%s/%d", ks, part) }
+
+// glLoad restores a partition's acceptor state from storage (after a restart).
+func (c *Engine) glLoad(gp *glPart) {
+	rec, found, err := c.Store.Get(glMetaKeyspace, 0, glMetaKey(gp.ks.Spec.Name, gp.p.ID))
+	if err != nil || !found || rec.Tombstone {
+		return
+	}
+	var st peerpb.GlAcceptorState
+	if proto.Unmarshal(rec.Value, &st) != nil {
+		return
+	}
+	gp.table = glTableFromPB(st.GetCommitted())
+	gp.promised = ballotFromPB(st.GetPromised())
+	if st.GetAccepted() != nil {
+		t := glTableFromPB(st.GetAccepted())
+		gp.accepted = &t
+		gp.acceptedBallot = ballotFromPB(st.GetAcceptedBallot())
+	}
+	c.Clock.Observe(c.LastTick, gp.table.hlc)
+}
+
+// glAdopt installs a committed table newer than ours.
+func (c *Engine) glAdopt(now time.Time, gp *glPart, pb *peerpb.GlTable) {
+	if pb == nil || pb.GetVersion() <= gp.table.version {
+		return
+	}
+	next := glTableFromPB(pb)
+	for _, m := range next.overrides {
+		if !gp.p.HasReplica(m) {
+			return // a correct peer never sends this
+		}
+	}
+	old := gp.table
+	gp.table = next
+	if gp.accepted != nil && gp.accepted.version <= next.version {
+		gp.accepted = nil
+		gp.acceptedBallot = glBallot{}
+	}
+	gp.promised = glBallot{}
+	c.Clock.Observe(now, next.hlc)
+	c.glPersist(gp)
+	c.glCounters.TableChanges.Add(1)
+	self := c.Cfg.NodeID
+	for _, h := range gp.homes(c.Region) {
+		if old.resolve(h) != self && next.resolve(h) == self {
+			gp.homeSince[h] = now
+		}
+	}
+	for k, m := range next.overrides {
+		if m == self && old.masterOf([]byte(k), gp.home([]byte(k), c.Region)) != self {
+			gp.keySince[k] = now
+		}
+	}
+	for k := range gp.keySince {
+		if next.overrides[k] != self {
+			delete(gp.keySince, k)
+		}
+	}
+	// Moves that are done (or overtaken) end; keys that left this node lose their master state.
+	for k, to := range gp.migrating {
+		if next.masterOf([]byte(k), gp.home([]byte(k), c.Region)) != self {
+			delete(gp.migrating, k)
+			_ = to
+		}
+	}
+	for k, to := range gp.wantMoves {
+		if next.masterOf([]byte(k), gp.home([]byte(k), c.Region)) == to {
+			delete(gp.wantMoves, k)
+		}
+	}
+	for x := range gp.wantFailover {
+		if !gp.mastersAny(x, c.Region) {
+			delete(gp.wantFailover, x)
+		}
+	}
+	c.glTableChanged(now, gp, &old)
+}
+
+// --- heartbeats (master lease) ---
+
+func (c *Engine) glTickHeartbeats(now time.Time) {
+	gl := c.gl
+	if now.Before(gl.nextHeartbeat) {
+		return
+	}
+	gl.nextHeartbeat = now.Add(gl.heartbeatInterval)
+	gl.hbSeq++
+	gl.hbSent[gl.hbSeq] = now
+	delete(gl.hbSent, gl.hbSeq-64) // acks older than 64 heartbeats are useless (bounded map)
+	perPeer := map[uint32][]*peerpb.GlPartVersion{}
+	for _, gp := range gl.partList {
+		if !gp.mastersAny(c.Cfg.NodeID, c.Region) {
+			continue
+		}
+		for _, r := range gp.p.Replicas {
+			if r != c.Cfg.NodeID {
+				perPeer[r] = append(perPeer[r], &peerpb.GlPartVersion{Keyspace: gp.ks.Spec.Name, Partition: gp.p.ID, Version: gp.table.version})
+			}
+		}
+	}
+	for _, peer := range sortedKeys(perPeer) {
+		c.Send(peer, &peerpb.Envelope{Msg: &peerpb.Envelope_GlHeartbeat{GlHeartbeat: &peerpb.GlHeartbeat{Seq: gl.hbSeq, Parts: perPeer[peer]}}})
+	}
+}
+
+// sortedKeys lists a map's node IDs in order, so that messages and decisions come out the
+// same on every run (map iteration order is random).
+func sortedKeys[V any](m map[uint32]V) []uint32 { return slices.Sorted(maps.Keys(m)) }
+
+func (c *Engine) glHandleHeartbeat(now time.Time, from uint32, m *peerpb.GlHeartbeat) {
+	ack := &peerpb.GlHeartbeatAck{Seq: m.GetSeq()}
+	for _, pv := range m.GetParts() {
+		gp := c.glPartOf(pv.GetKeyspace(), pv.GetPartition())
+		if gp == nil || !gp.p.HasReplica(from) {
+			continue
+		}
+		gp.lastHeard[from] = now
+		switch {
+		case gp.table.version > pv.GetVersion():
+			ack.Newer = append(ack.Newer, gp.table.toPB(gp.ks.Spec.Name, gp.p.ID))
+		case gp.table.version == pv.GetVersion() && gp.accepted == nil:
+			// No acknowledgement while a table this node accepted may be about to be chosen:
+			// it could take keys from the sender.
+			gp.lastAckTo[from] = now
+			ack.Acked = append(ack.Acked, pv)
+		case gp.table.version < pv.GetVersion():
+			// Behind: report our version so the master sends its table (a lower version is
+			// never counted as an acknowledgement).
+			ack.Acked = append(ack.Acked, &peerpb.GlPartVersion{Keyspace: pv.GetKeyspace(), Partition: pv.GetPartition(), Version: gp.table.version})
+		default:
+			// Same version but a table accepted and not yet committed: no acknowledgement.
+		}
+	}
+	c.Send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_GlHeartbeatAck{GlHeartbeatAck: ack}})
+}
+
+func (c *Engine) glHandleHeartbeatAck(now time.Time, from uint32, m *peerpb.GlHeartbeatAck) {
+	sent, ok := c.gl.hbSent[m.GetSeq()]
+	for _, t := range m.GetNewer() {
+		if gp := c.glPartOf(t.GetKeyspace(), t.GetPartition()); gp != nil {
+			c.glAdopt(now, gp, t)
+		}
+	}
+	if !ok {
+		return
+	}
+	for _, pv := range m.GetAcked() {
+		gp := c.glPartOf(pv.GetKeyspace(), pv.GetPartition())
+		if gp == nil || !gp.p.HasReplica(from) {
+			continue
+		}
+		if pv.GetVersion() < gp.table.version {
+			c.Send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_GlCommitTable{GlCommitTable: &peerpb.GlCommitTable{Table: gp.table.toPB(gp.ks.Spec.Name, gp.p.ID)}}})
+			continue
+		}
+		if pv.GetVersion() != gp.table.version {
+			continue
+		}
+		if cur, ok := gp.ackedAt[from]; !ok || sent.After(cur) {
+			gp.ackedAt[from] = sent
+		}
+	}
+	c.glWakeMasters(now)
+}
+
+// --- failover detection ---
+
+// glTickFailover starts an election for the keys of a master this replica has not heard from
+// for electionTimeout (plus a stagger by rank, so the preferred successor usually wins alone:
+// a replica in the failed master's region first, then the lowest node ID).
+func (c *Engine) glTickFailover(now time.Time) {
+	for _, gp := range c.gl.partList {
+		for _, x := range gp.p.Replicas {
+			if x == c.Cfg.NodeID || !gp.mastersAny(x, c.Region) || gp.wantFailover[x] {
+				continue
+			}
+			heard, ok := gp.lastHeard[x]
+			if !ok {
+				heard = gp.installedAt
+				gp.lastHeard[x] = heard
+			}
+			if now.Sub(heard) < gp.opts.ElectionTimeout+c.glSuccessorRank(gp, x)*gp.opts.MasterLease/2 {
+				continue
+			}
+			gp.wantFailover[x] = true
+		}
+	}
+}
+
+// glSuccessorRank orders the replicas that may take over x's keys; this node's rank.
+func (c *Engine) glSuccessorRank(gp *glPart, x uint32) time.Duration {
+	cands := slices.DeleteFunc(slices.Clone(gp.p.Replicas), func(r uint32) bool { return r == x })
+	slices.SortFunc(cands, func(a, b uint32) int {
+		ra, rb := c.Region[a] == c.Region[x], c.Region[b] == c.Region[x]
+		if ra != rb {
+			if ra {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a, b)
+	})
+	return time.Duration(slices.Index(cands, c.Cfg.NodeID))
+}
+
+// --- proposer ---
+
+// glTickProposals starts or retries the proposal for pending moves and failovers.
+func (c *Engine) glTickProposals(now time.Time) {
+	for _, gp := range c.gl.partList {
+		if gp.prop != nil {
+			if now.After(gp.prop.deadline) {
+				gp.prop = nil
+				// Back off by a node-dependent amount so duelling proposers separate.
+				gp.nextPropAt = now.Add(time.Duration(50+10*int(c.Cfg.NodeID%16)) * time.Millisecond)
+			}
+			continue
+		}
+		stuck := gp.accepted != nil && now.After(gp.acceptedAt.Add(2*c.glRoundTimeout(gp)))
+		if len(gp.wantMoves) == 0 && len(gp.wantFailover) == 0 && !stuck {
+			continue
+		}
+		if now.Before(gp.nextPropAt) {
+			continue
+		}
+		c.glPropose(now, gp)
+	}
+}
+
+// glBuild returns the table this node wants: its committed table with the pending moves and
+// failovers applied; nil when nothing would change.
+func (c *Engine) glBuild(gp *glPart) *glTable {
+	next := gp.table.clone()
+	next.version = gp.table.version + 1
+	next.initiator = c.Cfg.NodeID
+	changed := false
+	for _, x := range sortedKeys(gp.wantFailover) {
+		for _, h := range gp.homes(c.Region) {
+			if next.resolve(h) == x {
+				if h == c.Cfg.NodeID {
+					delete(next.subst, h)
+				} else {
+					next.subst[h] = c.Cfg.NodeID
+				}
+				changed = true
+			}
+		}
+		for k, m := range next.overrides {
+			if m == x {
+				next.overrides[k] = c.Cfg.NodeID
+				changed = true
+			}
+		}
+	}
+	keys := slices.Sorted(maps.Keys(gp.wantMoves))
+	for _, k := range keys {
+		to := gp.wantMoves[k]
+		if next.masterOf([]byte(k), gp.home([]byte(k), c.Region)) != c.Cfg.NodeID {
+			delete(gp.wantMoves, k) // not ours any more: nothing to give away
+			delete(gp.migrating, k)
+			continue
+		}
+		if next.resolve(gp.home([]byte(k), c.Region)) == to {
+			delete(next.overrides, k)
+		} else {
+			next.overrides[k] = to
+		}
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	return &next
+}
+
+func (c *Engine) glPropose(now time.Time, gp *glPart) {
+	value := c.glBuild(gp)
+	if value == nil && gp.accepted != nil {
+		// Finish an instance another proposer left behind: phase 1 will find its value.
+		v := gp.accepted.clone()
+		value = &v
+		gp.acceptedAt = now
+	}
+	if value == nil {
+		return
+	}
+	value.hlc = c.Clock.Now(now)
+	round := gp.promised.round
+	if gp.acceptedBallot.round > round {
+		round = gp.acceptedBallot.round
+	}
+	gp.prop = &glProposal{
+		version: value.version, ballot: glBallot{round: round + 1, node: c.Cfg.NodeID}, value: value, phase: 1,
+		promises: map[uint32]*peerpb.GlPromise{}, accepts: map[uint32]bool{},
+		deadline: now.Add(c.glRoundTimeout(gp)),
+	}
+	for _, r := range gp.p.Replicas {
+		msg := &peerpb.GlPrepare{Keyspace: gp.ks.Spec.Name, Partition: gp.p.ID, Version: value.version, Ballot: ballotToPB(gp.prop.ballot)}
+		if r == c.Cfg.NodeID {
+			c.glHandlePromise(now, r, c.glPrepare(now, gp, msg))
+			continue
+		}
+		c.Send(r, &peerpb.Envelope{Msg: &peerpb.Envelope_GlPrepare{GlPrepare: msg}})
+	}
+}
+
+// glRoundTimeout bounds one proposal: a few round trips to the farthest replica.
+func (c *Engine) glRoundTimeout(gp *glPart) time.Duration {
+	var far time.Duration
+	for _, r := range gp.p.Replicas {
+		far = max(far, c.RTT(r))
+	}
+	return 4*far + 200*time.Millisecond
+}
+
+// glPrepare is the acceptor's phase 1.
+func (c *Engine) glPrepare(now time.Time, gp *glPart, m *peerpb.GlPrepare) *peerpb.GlPromise {
+	b := ballotFromPB(m.GetBallot())
+	resp := &peerpb.GlPromise{Keyspace: m.GetKeyspace(), Partition: m.GetPartition(), Version: m.GetVersion(), Ballot: m.GetBallot()}
+	switch {
+	case m.GetVersion() <= gp.table.version:
+		resp.Committed = gp.table.toPB(gp.ks.Spec.Name, gp.p.ID)
+	case m.GetVersion() > gp.table.version+1:
+		// Behind: say nothing; the proposer sends its table when it sees our version.
+		resp.Committed = &peerpb.GlTable{Keyspace: m.GetKeyspace(), Partition: m.GetPartition(), Version: gp.table.version}
+	case gp.promised.less(b):
+		gp.promised = b
+		c.glPersist(gp)
+		resp.Ok = true
+		if gp.accepted != nil && gp.accepted.version == m.GetVersion() {
+			resp.AcceptedBallot = ballotToPB(gp.acceptedBallot)
+			resp.Accepted = gp.accepted.toPB(gp.ks.Spec.Name, gp.p.ID)
+		}
+	}
+	return resp
+}
+
+func (c *Engine) glHandlePrepare(now time.Time, from uint32, m *peerpb.GlPrepare) {
+	gp := c.glPartOf(m.GetKeyspace(), m.GetPartition())
+	if gp == nil || !gp.p.HasReplica(from) {
+		return
+	}
+	c.Send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_GlPromise{GlPromise: c.glPrepare(now, gp, m)}})
+}
+
+func (c *Engine) glHandlePromise(now time.Time, from uint32, m *peerpb.GlPromise) {
+	gp := c.glPartOf(m.GetKeyspace(), m.GetPartition())
+	if gp == nil {
+		return
+	}
+	if t := m.GetCommitted(); t != nil {
+		if t.GetVersion() > gp.table.version {
+			c.glAdopt(now, gp, t)
+		} else if t.GetVersion() < gp.table.version && from != c.Cfg.NodeID {
+			c.Send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_GlCommitTable{GlCommitTable: &peerpb.GlCommitTable{Table: gp.table.toPB(gp.ks.Spec.Name, gp.p.ID)}}})
+		}
+	}
+	pr := gp.prop
+	if pr == nil || pr.phase != 1 || m.GetVersion() != pr.version || ballotFromPB(m.GetBallot()) != pr.ballot || !m.GetOk() {
+		return
+	}
+	pr.promises[from] = m
+	if len(pr.promises) < gp.majority() {
+		return
+	}
+	// Phase 2: the value accepted at the highest ballot, if any, else ours (Paxos).
+	chosen := pr.value
+	best := glBallot{}
+	for _, id := range sortedKeys(pr.promises) {
+		p := pr.promises[id]
+		if p.GetAccepted() != nil && best.less(ballotFromPB(p.GetAcceptedBallot())) {
+			best = ballotFromPB(p.GetAcceptedBallot())
+			t := glTableFromPB(p.GetAccepted())
+			chosen = &t
+		}
+	}
+	pr.chosen = chosen
+	pr.phase = 2
+	acc := &peerpb.GlAccept{Ballot: ballotToPB(pr.ballot), Table: chosen.toPB(gp.ks.Spec.Name, gp.p.ID)}
+	for _, r := range gp.p.Replicas {
+		if r == c.Cfg.NodeID {
+			c.glHandleAccepted(now, r, c.glAccept(now, gp, acc))
+			continue
+		}
+		c.Send(r, &peerpb.Envelope{Msg: &peerpb.Envelope_GlAccept{GlAccept: acc}})
+	}
+}
+
+// glAccept is the acceptor's phase 2, with the failover rule (see the top of this file).
+func (c *Engine) glAccept(now time.Time, gp *glPart, m *peerpb.GlAccept) *peerpb.GlAccepted {
+	b := ballotFromPB(m.GetBallot())
+	t := glTableFromPB(m.GetTable())
+	resp := &peerpb.GlAccepted{Keyspace: gp.ks.Spec.Name, Partition: gp.p.ID, Version: t.version, Ballot: m.GetBallot()}
+	if t.version != gp.table.version+1 {
+		if t.version <= gp.table.version {
+			resp.Committed = gp.table.toPB(gp.ks.Spec.Name, gp.p.ID)
+		}
+		resp.Reason = "version"
+		return resp
+	}
+	if b.less(gp.promised) {
+		resp.Reason = "ballot"
+		return resp
+	}
+	for _, x := range c.glLosers(gp, &t) {
+		if x == t.initiator {
+			continue
+		}
+		if x == c.Cfg.NodeID && c.glMasterLeaseValid(gp, now) {
+			resp.Reason = "self is an acting master"
+			return resp
+		}
+		if last, ok := gp.lastAckTo[x]; ok && now.Before(last.Add(gp.opts.ElectionTimeout)) {
+			resp.Reason = fmt.Sprintf("acknowledged node %d %v ago", x, now.Sub(last))
+			return resp
+		}
+		if now.Before(gp.installedAt.Add(gp.opts.ElectionTimeout)) {
+			resp.Reason = "restarted or installed the keyspace recently"
+			return resp
+		}
+	}
+	gp.promised = b
+	gp.acceptedBallot = b
+	gp.accepted = &t
+	gp.acceptedAt = now
+	c.glPersist(gp)
+	resp.Ok = true
+	return resp
+}
+
+// glLosers lists the nodes that master fewer keys under next than under the committed table.
+func (c *Engine) glLosers(gp *glPart, next *glTable) []uint32 {
+	lost := map[uint32]bool{}
+	cur := &gp.table
+	for _, h := range gp.homes(c.Region) {
+		if a, b := cur.resolve(h), next.resolve(h); a != b {
+			lost[a] = true
+		}
+	}
+	for k := range cur.overrides {
+		home := gp.home([]byte(k), c.Region)
+		if a, b := cur.masterOf([]byte(k), home), next.masterOf([]byte(k), home); a != b {
+			lost[a] = true
+		}
+	}
+	for k := range next.overrides {
+		home := gp.home([]byte(k), c.Region)
+		if a, b := cur.masterOf([]byte(k), home), next.masterOf([]byte(k), home); a != b {
+			lost[a] = true
+		}
+	}
+	return sortedKeys(lost)
+}
+
+func (c *Engine) glHandleAccept(now time.Time, from uint32, m *peerpb.GlAccept) {
+	gp := c.glPartOf(m.GetTable().GetKeyspace(), m.GetTable().GetPartition())
+	if gp == nil || !gp.p.HasReplica(from) {
+		return
+	}
+	c.Send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_GlAccepted{GlAccepted: c.glAccept(now, gp, m)}})
+}
+
+func (c *Engine) glHandleAccepted(now time.Time, from uint32, m *peerpb.GlAccepted) {
+	gp := c.glPartOf(m.GetKeyspace(), m.GetPartition())
+	if gp == nil {
+		return
+	}
+	if t := m.GetCommitted(); t != nil && t.GetVersion() > gp.table.version {
+		c.glAdopt(now, gp, t)
+	}
+	pr := gp.prop
+	if pr == nil || pr.phase != 2 || m.GetVersion() != pr.version || ballotFromPB(m.GetBallot()) != pr.ballot || !m.GetOk() {
+		return
+	}
+	pr.accepts[from] = true
+	if len(pr.accepts) < gp.majority() {
+		return
+	}
+	chosen := pr.chosen.toPB(gp.ks.Spec.Name, gp.p.ID)
+	gp.prop = nil
+	for _, r := range gp.p.Replicas {
+		if r != c.Cfg.NodeID {
+			c.Send(r, &peerpb.Envelope{Msg: &peerpb.Envelope_GlCommitTable{GlCommitTable: &peerpb.GlCommitTable{Table: chosen}}})
+		}
+	}
+	c.glAdopt(now, gp, chosen)
+	// What we wanted may not be what was chosen (another proposer's value won): the next
+	// tick proposes again on top of the new table.
+}
+
+func (c *Engine) glHandleCommitTable(now time.Time, from uint32, m *peerpb.GlCommitTable) {
+	gp := c.glPartOf(m.GetTable().GetKeyspace(), m.GetTable().GetPartition())
+	if gp == nil || !gp.p.HasReplica(from) {
+		return
+	}
+	c.glAdopt(now, gp, m.GetTable())
+}
