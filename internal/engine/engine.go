@@ -129,6 +129,9 @@ type Reader interface {
 	// GetAt returns the newest version of key not newer than maxVersion.
 	GetAt(keyspace string, partition uint32, key []byte, maxVersion hlc.Version) (storage.Record, bool, error)
 	Scan(keyspace string, partition uint32, start, end []byte, limit int, fn func(storage.Record) bool) error
+	// GetRaw and ScanRaw read raw state (Ready.Raw).
+	GetRaw(key []byte) ([]byte, bool, error)
+	ScanRaw(start, end []byte, limit int, fn func(key, value []byte) bool) error
 }
 
 // Job is background work a Ready asks the runtime to run off the event loop (storage scans
@@ -142,7 +145,10 @@ type Job interface {
 // Contract (as etcd raft's Ready): Writes must be durable (synced) before any of Messages or
 // Replies is released, and Readies must be released in order.
 type Ready struct {
-	Writes   []storage.Record
+	Writes []storage.Record
+	// Raw are writes of the protocol's own durable state outside the record space (a Raft
+	// group's log and hard state), made durable in the same batch as Writes.
+	Raw      []storage.RawOp
 	Messages []*peerpb.Envelope
 	Replies  []Result
 	Jobs     []Job
@@ -150,7 +156,7 @@ type Ready struct {
 
 // Empty reports whether there is nothing to do.
 func (r *Ready) Empty() bool {
-	return len(r.Writes) == 0 && len(r.Messages) == 0 && len(r.Replies) == 0 && len(r.Jobs) == 0
+	return len(r.Writes) == 0 && len(r.Raw) == 0 && len(r.Messages) == 0 && len(r.Replies) == 0 && len(r.Jobs) == 0
 }
 
 // Engine is one protocol's state machine on one node. Not safe for concurrent use: one

@@ -142,6 +142,7 @@ func (h *Host) Ready() Ready {
 		p, _ := Lookup(n)
 		r := e.Ready()
 		rd.Writes = append(rd.Writes, r.Writes...)
+		rd.Raw = append(rd.Raw, r.Raw...)
 		for _, env := range r.Messages {
 			env.Engine = p.ID
 		}

@@ -147,16 +147,8 @@ func (e *Engine) Apply(recs []Record, sync bool) error {
 	}
 	b := e.db.NewBatchWithSize(size)
 	defer b.Close()
-	var kbuf, vbuf []byte
-	for i := range recs {
-		r := &recs[i]
-		kbuf = encodeDataKey(kbuf[:0], r.Keyspace, r.Partition, r.Key, r.Version)
-		vbuf = appendValue(vbuf[:0], r)
-		// Batch.Set copies key and value, so the scratch buffers can be reused.
-		if err := b.Set(kbuf, vbuf, nil); err != nil {
-			return fmt.Errorf("storage: apply: batch set %q/%d/%q@%s: %w",
-				r.Keyspace, r.Partition, r.Key, r.Version, err)
-		}
+	if err := e.fillRecords(b, recs); err != nil {
+		return err
 	}
 	if len(recs) == 0 {
 		if !sync {
@@ -172,12 +164,32 @@ func (e *Engine) Apply(recs []Record, sync bool) error {
 	if err := b.Commit(writeOptions(sync)); err != nil {
 		return fmt.Errorf("storage: apply %d records (sync=%t): %w", len(recs), sync, err)
 	}
+	e.countApply(len(recs), sync)
+	return nil
+}
+
+// fillRecords adds recs to b.
+func (e *Engine) fillRecords(b *pebble.Batch, recs []Record) error {
+	var kbuf, vbuf []byte
+	for i := range recs {
+		r := &recs[i]
+		kbuf = encodeDataKey(kbuf[:0], r.Keyspace, r.Partition, r.Key, r.Version)
+		vbuf = appendValue(vbuf[:0], r)
+		// Batch.Set copies key and value, so the scratch buffers can be reused.
+		if err := b.Set(kbuf, vbuf, nil); err != nil {
+			return fmt.Errorf("storage: apply: batch set %q/%d/%q@%s: %w",
+				r.Keyspace, r.Partition, r.Key, r.Version, err)
+		}
+	}
+	return nil
+}
+
+func (e *Engine) countApply(records int, sync bool) {
 	e.applies.Add(1)
-	e.recordsApplied.Add(int64(len(recs)))
+	e.recordsApplied.Add(int64(records))
 	if sync {
 		e.syncApplies.Add(1)
 	}
-	return nil
 }
 
 // Get returns the newest version of key, which may be a tombstone (found=true,

@@ -135,8 +135,8 @@ func (h *Harness) Flush(node uint32) {
 			return
 		}
 		rd := core.Ready()
-		if len(rd.Writes) > 0 {
-			if err := h.Stores[node].Apply(rd.Writes, true); err != nil {
+		if len(rd.Writes) > 0 || len(rd.Raw) > 0 {
+			if err := h.Stores[node].ApplyBatch(rd.Writes, rd.Raw, true); err != nil {
 				h.t.Fatalf("apply: %v", err)
 			}
 		}

@@ -397,6 +397,7 @@ func (n *Node) committer() {
 	defer n.wg.Done()
 	var batch []engine.Ready
 	var writes []storage.Record
+	var raw []storage.RawOp
 	for {
 		batch = batch[:0]
 		select {
@@ -414,13 +415,14 @@ func (n *Node) committer() {
 			}
 			break
 		}
-		writes = writes[:0]
+		writes, raw = writes[:0], raw[:0]
 		for _, rd := range batch {
 			writes = append(writes, rd.Writes...)
+			raw = append(raw, rd.Raw...)
 		}
-		if len(writes) > 0 {
+		if len(writes) > 0 || len(raw) > 0 {
 			start := time.Now()
-			if err := n.store.Apply(writes, true); err != nil {
+			if err := n.store.ApplyBatch(writes, raw, true); err != nil {
 				// Durability can no longer be promised: stop releasing anything (crash-stop).
 				n.log.Error("storage apply failed; node stops serving", "err", err)
 				n.failed.Store(&err)
@@ -431,7 +433,7 @@ func (n *Node) committer() {
 				}
 				continue
 			}
-			n.m.commit(len(writes), time.Since(start))
+			n.m.commit(len(writes)+len(raw), time.Since(start))
 			n.watchCatalog(writes)
 		}
 		if n.failed.Load() != nil {

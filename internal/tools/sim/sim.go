@@ -475,8 +475,8 @@ func (s *simulator) processReady(i int) error {
 			return nil
 		}
 		rd := n.host.Ready()
-		if len(rd.Writes) > 0 {
-			if err := n.engine.Apply(rd.Writes, false); err != nil {
+		if len(rd.Writes) > 0 || len(rd.Raw) > 0 {
+			if err := n.engine.ApplyBatch(rd.Writes, rd.Raw, false); err != nil {
 				return fmt.Errorf("node %s: apply: %w", n.cfg.Name, err)
 			}
 		}
