@@ -53,11 +53,11 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 			if err != nil {
 				return err
 			}
-			rl, err := config.ParseLevel(readLevel)
+			rl, err := simLevel(readLevel)
 			if err != nil {
 				return fmt.Errorf("--read-level: %w", err)
 			}
-			wl, err := config.ParseLevel(writeLevel)
+			wl, err := simLevel(writeLevel)
 			if err != nil {
 				return fmt.Errorf("--write-level: %w", err)
 			}
@@ -97,8 +97,9 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 				}
 				return nil
 			}
+			eff := base.Effective()
 			fmt.Printf("simulating %s: seeds %d..%d, faults %s, topology %s, levels %s/%s%s\n",
-				protocol, seedStart, seedStart+uint64(seeds)-1, sim.FaultList(fs), t.Name, rl, wl, mutationNote(mutate))
+				protocol, seedStart, seedStart+uint64(seeds)-1, sim.FaultList(fs), t.Name, eff.ReadLevel, eff.WriteLevel, mutationNote(mutate))
 			res, err := sim.RunSeeds(sim.SeedsOptions{Base: base, Seeds: seeds, SeedStart: seedStart, Out: os.Stdout, Progress: progressEvery(seeds)})
 			if err != nil {
 				return err
@@ -123,8 +124,8 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 	f.StringVar(&faults, "faults", "all", "faults: comma-separated list, all or none")
 	f.StringVar(&topo, "topology", "gcp-meteorshower-3", "built-in topology or file")
 	f.StringVar(&mutate, "mutate", "", "run a deliberately broken variant (see --list-mutations)")
-	f.StringVar(&readLevel, "read-level", "QUORUM", "read consistency level")
-	f.StringVar(&writeLevel, "write-level", "QUORUM", "write consistency level")
+	f.StringVar(&readLevel, "read-level", "", "read consistency level (default: the protocol's, QUORUM for the quorum family, LINEARIZABLE for raft)")
+	f.StringVar(&writeLevel, "write-level", "", "write consistency level (default: the protocol's)")
 	f.BoolVar(&listMutations, "list-mutations", false, "list the protocol's mutations and exit")
 	f.BoolVar(&mutations, "mutations", false, "run the mutation suite")
 	f.IntVar(&mutationSeeds, "mutation-seeds", 200, "seeds each mutation may take to be caught")
@@ -155,4 +156,16 @@ func progressEvery(seeds int) int {
 		return 50
 	}
 	return 0
+}
+
+// simLevel parses a --read-level or --write-level: "" (the protocol's default), a quorum
+// level, or a Raft read level.
+func simLevel(s string) (config.Level, error) {
+	if s == "" {
+		return "", nil
+	}
+	if l := config.Level(strings.ToUpper(s)); l == config.LevelLinearizable || l == config.LevelStale {
+		return l, nil
+	}
+	return config.ParseLevel(s)
 }

@@ -15,6 +15,15 @@ const (
 	ProtocolQuorum       = "quorum"
 	ProtocolMeteorShower = "meteorshower"
 	ProtocolGlobLease    = "globlease"
+	ProtocolRaft         = "raft"
+)
+
+// Raft read levels.
+const (
+	// LevelLinearizable: a read sees every write acknowledged before it began (ReadIndex).
+	LevelLinearizable Level = "LINEARIZABLE"
+	// LevelStale: the replica's applied state, with no round trip; may miss recent writes.
+	LevelStale Level = "STALE"
 )
 
 // OptionSpec describes one option of a protocol.
@@ -31,6 +40,14 @@ type ProtocolSpec struct {
 	Name    string
 	Doc     string
 	Options []OptionSpec
+}
+
+func normalizeRaftReadLevel(v string) (string, error) {
+	switch l := Level(strings.ToUpper(strings.TrimSpace(v))); l {
+	case LevelLinearizable, LevelStale:
+		return string(l), nil
+	}
+	return "", fmt.Errorf("invalid raft read level %q (want LINEARIZABLE or STALE)", v)
 }
 
 // protocols is the table of known protocols. A new protocol adds its entry here (and its
@@ -71,6 +88,16 @@ var protocols = []ProtocolSpec{
 			{Name: "status_interval", Default: "10ms", Doc: "how often each replica sends its status to every peer; 1ms..1s", Normalize: durationRange(time.Millisecond, time.Second)},
 			{Name: "redundancy", Default: "3", Doc: "l: earlier statuses repeated in each status, so up to l consecutive lost statuses are tolerated; 0..16", Normalize: intRange(0, 16)},
 			{Name: "speculative_retry", Default: "0s", Doc: "for fallback quorum reads: as in quorum", Normalize: normalizeNonNegativeDuration},
+		},
+	},
+	{
+		Name: ProtocolRaft,
+		Doc:  "one Raft group per partition (etcd raft): writes commit at a majority through the group's leader; reads are linearizable (ReadIndex) or stale (the replica's applied state)",
+		Options: []OptionSpec{
+			{Name: "read_level", Default: string(LevelLinearizable), Doc: "level of reads that do not name one: LINEARIZABLE (ReadIndex: the leader confirms its leadership with a majority) or STALE (the replica's applied state, no round trip)", Normalize: normalizeRaftReadLevel},
+			{Name: "leader_region", Default: "", Doc: "region whose replica should lead each partition's group (empty: the keyspace's first region); a leader elsewhere hands leadership over once that replica has caught up (after a failover too)", Normalize: normalizeRegionName},
+			{Name: "heartbeat_interval", Default: "200ms", Doc: "how often a leader heartbeats its followers; a multiple of the 50ms Raft tick, 50ms..10s", Normalize: durationRange(50*time.Millisecond, 10*time.Second)},
+			{Name: "election_timeout", Default: "2s", Doc: "a follower that hears no leader for this long (randomised up to twice) campaigns; at least 3 heartbeat intervals and above the largest RTT; 150ms..2m", Normalize: durationRange(150*time.Millisecond, 2*time.Minute)},
 		},
 	},
 	{
@@ -476,4 +503,51 @@ func slicesContains(xs []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// RaftTick is the Raft engines' logical clock tick: timings are whole numbers of ticks.
+const RaftTick = 50 * time.Millisecond
+
+// RaftOptions are a raft keyspace's options, typed.
+type RaftOptions struct {
+	// LeaderRegion is where leaders are steered ("": the keyspace's first region).
+	LeaderRegion      string
+	ReadLevel         Level
+	HeartbeatInterval time.Duration
+	ElectionTimeout   time.Duration
+}
+
+// HeartbeatTicks and ElectionTicks are the timings in RaftTick units.
+func (o RaftOptions) HeartbeatTicks() int { return int(o.HeartbeatInterval / RaftTick) }
+func (o RaftOptions) ElectionTicks() int  { return int(o.ElectionTimeout / RaftTick) }
+
+// RaftOptionsOf parses normalised raft options and checks them together.
+func RaftOptionsOf(opts map[string]string) (RaftOptions, error) {
+	var o RaftOptions
+	var err error
+	o.LeaderRegion = opts["leader_region"]
+	o.ReadLevel = Level(opts["read_level"])
+	if o.ReadLevel == "" {
+		o.ReadLevel = LevelLinearizable
+	}
+	if o.HeartbeatInterval, err = time.ParseDuration(cmpOr(opts["heartbeat_interval"], "200ms")); err != nil {
+		return o, fmt.Errorf("heartbeat_interval: %w", err)
+	}
+	if o.ElectionTimeout, err = time.ParseDuration(cmpOr(opts["election_timeout"], "2s")); err != nil {
+		return o, fmt.Errorf("election_timeout: %w", err)
+	}
+	if o.HeartbeatInterval%RaftTick != 0 {
+		return o, fmt.Errorf("heartbeat_interval %s is not a multiple of the Raft tick %s", o.HeartbeatInterval, RaftTick)
+	}
+	if o.ElectionTimeout < 3*o.HeartbeatInterval {
+		return o, fmt.Errorf("election_timeout %s must be at least 3 heartbeat intervals (%s)", o.ElectionTimeout, 3*o.HeartbeatInterval)
+	}
+	return o, nil
+}
+
+func cmpOr(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -320,6 +321,15 @@ func validateKeyspace(ks *Keyspace, c *Cluster, prefix string, explicit explicit
 		return errorf(strictyaml.Key(field("options"), oerr.key), "%s", oerr.msg)
 	}
 	ks.Options = opts
+	if ks.Protocol == ProtocolRaft {
+		o, err := RaftOptionsOf(opts)
+		if err != nil {
+			return errorf(field("options"), "%v", err)
+		}
+		if o.LeaderRegion != "" && len(ks.Regions) > 0 && !slices.Contains(ks.Regions, o.LeaderRegion) {
+			return errorf(field("options"), "leader_region %q is not a region of the keyspace (regions: %s)", o.LeaderRegion, strings.Join(ks.Regions, ", "))
+		}
+	}
 	if ks.Protocol == ProtocolGlobLease {
 		// Cross-field checks (home regions among the keyspace's regions, election timeout
 		// above the master lease) need the whole keyspace.

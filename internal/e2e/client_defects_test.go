@@ -26,7 +26,12 @@ func TestPausedNodeCallsEndWithAClearError(t *testing.T) {
 	c.startAll()
 	c.waitReady(c.names()...)
 	n1 := c.node("n1")
-	cl := c.client("n1") // its connection is open: waitReady used it
+	cl := c.client("n1")
+	// Open the connection now, so the paused node holds an established connection (a new
+	// one would be refused or reset by the kernel, which is not what this test is about).
+	if _, err := cl.Get(context.Background(), "demo", []byte("k"), client.Consistency("QUORUM")); err != nil && client.CodeOf(err) != codes.NotFound {
+		t.Fatalf("call before the pause: %v", err)
+	}
 	n1.pause(t)
 	resumed := false
 	resume := func() {

@@ -152,11 +152,24 @@ type Ready struct {
 	Messages []*peerpb.Envelope
 	Replies  []Result
 	Jobs     []Job
+	// Reads are run against storage once this Ready's writes (and every earlier Ready's)
+	// are durable and visible, and their results are released as replies: a protocol that
+	// applies writes in its Ready (Raft) reads what it has applied, never a storage state the
+	// runtime has not caught up with.
+	Reads []Read
+}
+
+// Read is a client read a Ready defers until its writes are in storage (Ready.Reads).
+type Read struct {
+	// ID and Op are the request's (the runtime fails the read with them if storage fails).
+	ID  uint64
+	Op  Op
+	Run func(store Reader) Result
 }
 
 // Empty reports whether there is nothing to do.
 func (r *Ready) Empty() bool {
-	return len(r.Writes) == 0 && len(r.Raw) == 0 && len(r.Messages) == 0 && len(r.Replies) == 0 && len(r.Jobs) == 0
+	return len(r.Writes) == 0 && len(r.Raw) == 0 && len(r.Messages) == 0 && len(r.Replies) == 0 && len(r.Jobs) == 0 && len(r.Reads) == 0
 }
 
 // Engine is one protocol's state machine on one node. Not safe for concurrent use: one

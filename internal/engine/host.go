@@ -148,6 +148,7 @@ func (h *Host) Ready() Ready {
 		}
 		rd.Messages = append(rd.Messages, r.Messages...)
 		rd.Replies = append(rd.Replies, r.Replies...)
+		rd.Reads = append(rd.Reads, r.Reads...)
 		for _, j := range r.Jobs {
 			rd.Jobs = append(rd.Jobs, stampedJob{id: p.ID, job: j})
 		}

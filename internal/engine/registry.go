@@ -42,6 +42,9 @@ type Protocol struct {
 	// NoPointLevels, when set, says why the protocol's gets, puts and deletes take no
 	// consistency level (benchmarks refuse levels for it).
 	NoPointLevels string
+	// ReadLevel and WriteLevel are the levels the tools (simulator, benchmarks) use when a
+	// run names none; "" for both: QUORUM/QUORUM, the quorum family's.
+	ReadLevel, WriteLevel config.Level
 	// ReplicaReadLevel is the level that reads the coordinator's own replica (the lab's final
 	// state reads); "" reads through the protocol's default path.
 	ReplicaReadLevel config.Level
@@ -67,8 +70,8 @@ type SimSupport struct {
 	KeyspaceOptions map[string]string
 	// NodesPerRegion is the default when the caller sets none (0: the simulator's).
 	NodesPerRegion int
-	// ReadLevel and WriteLevel are the levels clients use by default ("" = the keyspace's).
-	ReadLevel, WriteLevel config.Level
+	// CheckLinearizability: runs check histories with Porcupine by default.
+	CheckLinearizability bool
 	// MutationLevels, when set, changes the clients' levels for a mutation (e.g. ONE/ONE).
 	MutationLevels func(mutation string, read, write config.Level) (config.Level, config.Level)
 	// MutationHints adjust a mutation's runs so that the breakage can show.

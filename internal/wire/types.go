@@ -5,6 +5,8 @@ import "meridian/internal/wire/peerpb"
 // MessageType names an envelope's message, for metrics labels, traces and test scripts.
 func MessageType(env *peerpb.Envelope) string {
 	switch env.GetMsg().(type) {
+	case *peerpb.Envelope_Raft:
+		return "raft"
 	case *peerpb.Envelope_Write:
 		return "write"
 	case *peerpb.Envelope_WriteAck:

@@ -267,9 +267,25 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 	case *peerpb.Envelope_GlRevokeAck:
 		r := m.GlRevokeAck
 		return pc.partition(r.Keyspace, r.Partition, noSenderCheck, from, false)
+	case *peerpb.Envelope_Raft:
+		// Between replicas of the partition's group only. The Raft engine decodes the
+		// message and checks that its own addressing matches the envelope's.
+		r := m.Raft
+		if err := pc.partition(r.Keyspace, r.Partition, senderReplica, from, true); err != nil {
+			return err
+		}
+		if limit := MaxRaftMessageBytes(pc.Limits); len(r.Message) > limit {
+			return reject(RejectTooLarge, "raft message of %d bytes (limit %d)", len(r.Message), limit)
+		}
+		return nil
 	}
 	return reject(RejectUnknownType, "message type %T has no validation rule", env.Msg)
 }
+
+// MaxRaftMessageBytes bounds an encoded Raft message: a batch of appends of up to 1 MiB
+// (the engines' MaxSizePerMsg) plus one entry that alone may exceed it (the largest key and
+// value), with room for the framing.
+func MaxRaftMessageBytes(l config.Limits) int { return 2<<20 + l.MaxKeyBytes + l.MaxValueBytes }
 
 // senderRule says whether a message about a partition must come from one of its replicas.
 type senderRule bool

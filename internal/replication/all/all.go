@@ -7,4 +7,5 @@ import (
 	_ "meridian/internal/replication/globlease"
 	_ "meridian/internal/replication/meteorshower"
 	_ "meridian/internal/replication/quorum"
+	_ "meridian/internal/replication/raft"
 )

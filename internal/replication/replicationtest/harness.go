@@ -144,6 +144,9 @@ func (h *Harness) Flush(node uint32) {
 		for _, r := range rd.Replies {
 			h.replies = append(h.replies, NodeResult{node, r})
 		}
+		for _, r := range rd.Reads {
+			h.replies = append(h.replies, NodeResult{node, r.Run(h.Stores[node])})
+		}
 		for _, j := range rd.Jobs {
 			envs, err := j.Run(h.Stores[node], node)
 			if err != nil {

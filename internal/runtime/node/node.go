@@ -430,6 +430,9 @@ func (n *Node) committer() {
 					for _, r := range rd.Replies {
 						n.complete(engine.Result{ID: r.ID, Op: r.Op, Err: errs.New(errs.Internal, "storage failure: %v", err)})
 					}
+					for _, r := range rd.Reads {
+						n.complete(engine.Result{ID: r.ID, Op: r.Op, Err: errs.New(errs.Internal, "storage failure: %v", err)})
+					}
 				}
 				continue
 			}
@@ -448,6 +451,9 @@ func (n *Node) committer() {
 			}
 			for _, r := range rd.Replies {
 				n.complete(r)
+			}
+			for _, r := range rd.Reads {
+				n.complete(r.Run(n.store))
 			}
 			for _, j := range rd.Jobs {
 				select {

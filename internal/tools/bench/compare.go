@@ -34,6 +34,9 @@ func ParseConfigs(s string) ([]Config, error) {
 		}
 		f := strings.Split(part, ":")
 		c := Config{Protocol: f[0], ReadLevel: "QUORUM", WriteLevel: "QUORUM"}
+		if p, ok := engine.Lookup(c.Protocol); ok && (p.ReadLevel != "" || p.WriteLevel != "") {
+			c.ReadLevel, c.WriteLevel = string(p.ReadLevel), string(p.WriteLevel)
+		}
 		if p, ok := engine.Lookup(c.Protocol); ok && p.NoPointLevels != "" {
 			c.ReadLevel, c.WriteLevel = "", ""
 			if len(f) > 1 && f[1] != "" {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"meridian/internal/tools/ycsb"
 )
@@ -140,6 +142,27 @@ func (c *clientStats) fail(op ycsb.OpKind) {
 
 // Load inserts the workload's records through the session's clients, all regions sharing
 // the work.
+// loadRetryFor bounds how long one load insert retries a target that is not serving yet (a
+// new keyspace whose partitions are still electing leaders answers Unavailable).
+const loadRetryFor = 30 * time.Second
+
+// insertRetrying inserts one record, retrying Unavailable answers every 100ms for up to
+// loadRetryFor.
+func insertRetrying(ctx context.Context, kv KV, key, value []byte) error {
+	deadline := time.Now().Add(loadRetryFor)
+	for {
+		err := kv.Insert(ctx, key, value)
+		if err == nil || status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 func Load(ctx context.Context, sess Session, w ycsb.Workload, regions []string, parallel int) error {
 	conns := make([]KV, 0, len(regions))
 	for _, r := range regions {
@@ -166,7 +189,7 @@ func Load(ctx context.Context, sess Session, w ycsb.Workload, regions []string, 
 				if i >= int64(w.RecordCount) {
 					return
 				}
-				if err := kv.Insert(ctx, w.LoadKey(int(i)), value); err != nil {
+				if err := insertRetrying(ctx, kv, w.LoadKey(int(i)), value); err != nil {
 					err = fmt.Errorf("bench: load record %d: %w", i, err)
 					firstErr.CompareAndSwap(nil, &err)
 				}

@@ -26,6 +26,7 @@ var Configs = []bench.Config{
 	{Protocol: "meteorshower", ReadLevel: "QUORUM", WriteLevel: "QUORUM", Options: map[string]string{"theta": "lower"}},
 	{Protocol: "meteorshower", ReadLevel: "QUORUM", WriteLevel: "QUORUM", Options: map[string]string{"theta": "upper"}},
 	{Protocol: "globlease"},
+	{Protocol: "raft", ReadLevel: "LINEARIZABLE"},
 }
 
 // Explanations are printed under the table, one per protocol, to say what the reader sees.
@@ -46,6 +47,10 @@ var Explanations = map[string]string{
 		"master (one round trip). Writes go to the master and wait for a majority plus every replica still " +
 		"holding a lease, so write latency grows with the distance to the master; sequentially consistent " +
 		"(docs/globlease.md).",
+	"raft": "raft (etcd raft, one group per partition): writes go to the partition's leader — wherever " +
+		"the election put it — and commit at a majority; a LINEARIZABLE read asks the leader to confirm " +
+		"its leadership with a majority (ReadIndex), so it costs the round trip to the leader plus the " +
+		"leader's nearest majority. The only linearizable configuration here (docs/raft.md).",
 }
 
 // Options configures the demo.

@@ -37,7 +37,7 @@ rtt_ms:
 	w.ReadProportion, w.UpdateProportion = 0.5, 0.5
 	var out bytes.Buffer
 	rep, err := Run(context.Background(), Options{Topology: topo, Workload: w, Duration: 1500 * time.Millisecond,
-		Warmup: 300 * time.Millisecond, ClientsPerRegion: 2, Out: &out, Seed: 3})
+		Warmup: time.Second, ClientsPerRegion: 2, Out: &out, Seed: 3})
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
@@ -53,6 +53,9 @@ rtt_ms:
 		// GlobLease: reads under a lease need no WAN message; writes go to the master (in a)
 		// and wait for a majority there.
 		"globlease": {"a": {0, 20}, "b": {0, 40}, "c": {0, 80}},
+		// Raft: the leader is steered to a; reads (ReadIndex) and writes both cost the trip
+		// to the leader and the leader's nearest majority.
+		"raft LINEARIZABLE": {"a": {20, 20}, "b": {40, 40}, "c": {80, 80}},
 	}
 	for _, run := range rep.Runs {
 		key := run.Label()

@@ -76,6 +76,12 @@ func prepare(p Protocol, o *Options) {
 	if o.NodesPerRegion == 0 {
 		o.NodesPerRegion = p.Sim.NodesPerRegion
 	}
+	if o.ReadLevel == "" && o.WriteLevel == "" {
+		o.ReadLevel, o.WriteLevel = p.ReadLevel, p.WriteLevel
+	}
+	if p.Sim.CheckLinearizability {
+		o.Linearizability = true
+	}
 }
 
 // levels returns the clients' levels under mutation.

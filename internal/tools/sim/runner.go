@@ -77,9 +77,22 @@ func RunSeeds(so SeedsOptions) (*SeedsResult, error) {
 	return res, nil
 }
 
+// Effective returns o as a run uses it: the protocol's simulation defaults and the general
+// defaults applied.
+func (o Options) Effective() Options {
+	if o.Protocol == "" {
+		o.Protocol = "quorum"
+	}
+	if p, err := LookupProtocol(o.Protocol); err == nil {
+		prepare(p, &o)
+	}
+	o.ensureDefaults()
+	return o
+}
+
 // ReplayCommand is the one command that reproduces a seed exactly.
 func ReplayCommand(o Options) string {
-	o.ensureDefaults()
+	o = o.Effective()
 	var b strings.Builder
 	fmt.Fprintf(&b, "meridian sim --protocol %s --seeds 1 --seed-start %d --faults %s --topology %s --read-level %s --write-level %s",
 		o.Protocol, o.Seed, FaultList(o.Faults), o.Topology.Name, o.ReadLevel, o.WriteLevel)

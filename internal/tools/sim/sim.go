@@ -485,7 +485,7 @@ func (s *simulator) processReady(i int) error {
 			if err := s.release(i, rd); err != nil {
 				return err
 			}
-			rd.Messages, rd.Replies, rd.Jobs = nil, nil, nil
+			rd.Messages, rd.Replies, rd.Jobs, rd.Reads = nil, nil, nil, nil
 		}
 		n.pending = append(n.pending, rd)
 		if n.syncing == 0 {
@@ -535,6 +535,9 @@ func (s *simulator) release(i int, rd engine.Ready) error {
 	}
 	for _, r := range rd.Replies {
 		s.reply(i, r)
+	}
+	for _, r := range rd.Reads {
+		s.reply(i, r.Run(n.engine))
 	}
 	for _, j := range rd.Jobs {
 		envs, err := j.Run(n.engine, n.cfg.ID)

@@ -3059,6 +3059,155 @@ func (x *GlFetchReply) GetRecord() *Record {
 	return nil
 }
 
+// RaftMessage carries one etcd raft message (raftpb.Message, encoded) of the Raft group of a
+// partition; the Raft node IDs are Meridian node IDs.
+type RaftMessage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Message       []byte                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftMessage) Reset() {
+	*x = RaftMessage{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftMessage) ProtoMessage() {}
+
+func (x *RaftMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
+func (*RaftMessage) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *RaftMessage) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *RaftMessage) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *RaftMessage) GetMessage() []byte {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+// RaftCommand is the payload of a normal Raft log entry of a partition's group: one client
+// write, stamped by its proposer. origin and request_id let the proposing node answer its
+// client when the entry applies.
+type RaftCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Origin        uint32                 `protobuf:"varint,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	RequestId     uint64                 `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Tombstone     bool                   `protobuf:"varint,3,opt,name=tombstone,proto3" json:"tombstone,omitempty"`
+	Key           []byte                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
+	Version       *Version               `protobuf:"bytes,6,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftCommand) Reset() {
+	*x = RaftCommand{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftCommand) ProtoMessage() {}
+
+func (x *RaftCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftCommand.ProtoReflect.Descriptor instead.
+func (*RaftCommand) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *RaftCommand) GetOrigin() uint32 {
+	if x != nil {
+		return x.Origin
+	}
+	return 0
+}
+
+func (x *RaftCommand) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *RaftCommand) GetTombstone() bool {
+	if x != nil {
+		return x.Tombstone
+	}
+	return false
+}
+
+func (x *RaftCommand) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *RaftCommand) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *RaftCommand) GetVersion() *Version {
+	if x != nil {
+		return x.Version
+	}
+	return nil
+}
+
 type Envelope struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	From  uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -3102,6 +3251,7 @@ type Envelope struct {
 	//	*Envelope_GlFetchReply
 	//	*Envelope_GlRevoke
 	//	*Envelope_GlRevokeAck
+	//	*Envelope_Raft
 	Msg           isEnvelope_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3109,7 +3259,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[44]
+	mi := &file_meridian_v1_peer_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3121,7 +3271,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[44]
+	mi := &file_meridian_v1_peer_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3134,7 +3284,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{44}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Envelope) GetFrom() uint32 {
@@ -3471,6 +3621,15 @@ func (x *Envelope) GetGlRevokeAck() *GlRevokeAck {
 	return nil
 }
 
+func (x *Envelope) GetRaft() *RaftMessage {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_Raft); ok {
+			return x.Raft
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Msg interface {
 	isEnvelope_Msg()
 }
@@ -3611,6 +3770,10 @@ type Envelope_GlRevokeAck struct {
 	GlRevokeAck *GlRevokeAck `protobuf:"bytes,66,opt,name=gl_revoke_ack,json=glRevokeAck,proto3,oneof"`
 }
 
+type Envelope_Raft struct {
+	Raft *RaftMessage `protobuf:"bytes,70,opt,name=raft,proto3,oneof"`
+}
+
 func (*Envelope_Write) isEnvelope_Msg() {}
 
 func (*Envelope_WriteAck) isEnvelope_Msg() {}
@@ -3679,6 +3842,8 @@ func (*Envelope_GlRevoke) isEnvelope_Msg() {}
 
 func (*Envelope_GlRevokeAck) isEnvelope_Msg() {}
 
+func (*Envelope_Raft) isEnvelope_Msg() {}
+
 type StreamAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3687,7 +3852,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[45]
+	mi := &file_meridian_v1_peer_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +3864,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[45]
+	mi := &file_meridian_v1_peer_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +3877,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{45}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{47}
 }
 
 var File_meridian_v1_peer_proto protoreflect.FileDescriptor
@@ -3963,7 +4128,19 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x14\n" +
 	"\x05found\x18\x02 \x01(\bR\x05found\x120\n" +
-	"\x06record\x18\x03 \x01(\v2\x18.meridian.peer.v1.RecordR\x06record\"\xb9\x11\n" +
+	"\x06record\x18\x03 \x01(\v2\x18.meridian.peer.v1.RecordR\x06record\"a\n" +
+	"\vRaftMessage\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\fR\amessage\"\xbf\x01\n" +
+	"\vRaftCommand\x12\x16\n" +
+	"\x06origin\x18\x01 \x01(\rR\x06origin\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\x04R\trequestId\x12\x1c\n" +
+	"\ttombstone\x18\x03 \x01(\bR\ttombstone\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\x05 \x01(\fR\x05value\x123\n" +
+	"\aversion\x18\x06 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\"\xee\x11\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\rR\x02to\x12\x16\n" +
@@ -4012,7 +4189,8 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\bgl_fetch\x18? \x01(\v2\x19.meridian.peer.v1.GlFetchH\x00R\aglFetch\x12F\n" +
 	"\x0egl_fetch_reply\x18@ \x01(\v2\x1e.meridian.peer.v1.GlFetchReplyH\x00R\fglFetchReply\x129\n" +
 	"\tgl_revoke\x18A \x01(\v2\x1a.meridian.peer.v1.GlRevokeH\x00R\bglRevoke\x12C\n" +
-	"\rgl_revoke_ack\x18B \x01(\v2\x1d.meridian.peer.v1.GlRevokeAckH\x00R\vglRevokeAckB\x05\n" +
+	"\rgl_revoke_ack\x18B \x01(\v2\x1d.meridian.peer.v1.GlRevokeAckH\x00R\vglRevokeAck\x123\n" +
+	"\x04raft\x18F \x01(\v2\x1d.meridian.peer.v1.RaftMessageH\x00R\x04raftB\x05\n" +
 	"\x03msg\"\v\n" +
 	"\tStreamAck2K\n" +
 	"\x04Peer\x12C\n" +
@@ -4030,7 +4208,7 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Version)(nil),           // 0: meridian.peer.v1.Version
 	(*Record)(nil),            // 1: meridian.peer.v1.Record
@@ -4076,8 +4254,10 @@ var file_meridian_v1_peer_proto_goTypes = []any{
 	(*GlAcceptorState)(nil),   // 41: meridian.peer.v1.GlAcceptorState
 	(*GlFetch)(nil),           // 42: meridian.peer.v1.GlFetch
 	(*GlFetchReply)(nil),      // 43: meridian.peer.v1.GlFetchReply
-	(*Envelope)(nil),          // 44: meridian.peer.v1.Envelope
-	(*StreamAck)(nil),         // 45: meridian.peer.v1.StreamAck
+	(*RaftMessage)(nil),       // 44: meridian.peer.v1.RaftMessage
+	(*RaftCommand)(nil),       // 45: meridian.peer.v1.RaftCommand
+	(*Envelope)(nil),          // 46: meridian.peer.v1.Envelope
+	(*StreamAck)(nil),         // 47: meridian.peer.v1.StreamAck
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,  // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -4119,47 +4299,49 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	24, // 36: meridian.peer.v1.GlAcceptorState.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
 	22, // 37: meridian.peer.v1.GlAcceptorState.accepted:type_name -> meridian.peer.v1.GlTable
 	1,  // 38: meridian.peer.v1.GlFetchReply.record:type_name -> meridian.peer.v1.Record
-	2,  // 39: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
-	3,  // 40: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
-	4,  // 41: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
-	5,  // 42: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
-	6,  // 43: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
-	7,  // 44: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
-	8,  // 45: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
-	10, // 46: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
-	11, // 47: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
-	12, // 48: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
-	21, // 49: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
-	15, // 50: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
-	16, // 51: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
-	17, // 52: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
-	18, // 53: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
-	19, // 54: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
-	20, // 55: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
-	25, // 56: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
-	26, // 57: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
-	27, // 58: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
-	28, // 59: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
-	29, // 60: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
-	30, // 61: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
-	32, // 62: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
-	33, // 63: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
-	34, // 64: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
-	35, // 65: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
-	36, // 66: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
-	37, // 67: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
-	38, // 68: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
-	42, // 69: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
-	43, // 70: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
-	39, // 71: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
-	40, // 72: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
-	44, // 73: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	45, // 74: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	74, // [74:75] is the sub-list for method output_type
-	73, // [73:74] is the sub-list for method input_type
-	73, // [73:73] is the sub-list for extension type_name
-	73, // [73:73] is the sub-list for extension extendee
-	0,  // [0:73] is the sub-list for field type_name
+	0,  // 39: meridian.peer.v1.RaftCommand.version:type_name -> meridian.peer.v1.Version
+	2,  // 40: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
+	3,  // 41: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
+	4,  // 42: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
+	5,  // 43: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
+	6,  // 44: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
+	7,  // 45: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
+	8,  // 46: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
+	10, // 47: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
+	11, // 48: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
+	12, // 49: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
+	21, // 50: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
+	15, // 51: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
+	16, // 52: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
+	17, // 53: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
+	18, // 54: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
+	19, // 55: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
+	20, // 56: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
+	25, // 57: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
+	26, // 58: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
+	27, // 59: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
+	28, // 60: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
+	29, // 61: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
+	30, // 62: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
+	32, // 63: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
+	33, // 64: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
+	34, // 65: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
+	35, // 66: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
+	36, // 67: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
+	37, // 68: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
+	38, // 69: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
+	42, // 70: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
+	43, // 71: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
+	39, // 72: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
+	40, // 73: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
+	44, // 74: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
+	46, // 75: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	47, // 76: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	76, // [76:77] is the sub-list for method output_type
+	75, // [75:76] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -4167,7 +4349,7 @@ func file_meridian_v1_peer_proto_init() {
 	if File_meridian_v1_peer_proto != nil {
 		return
 	}
-	file_meridian_v1_peer_proto_msgTypes[44].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[46].OneofWrappers = []any{
 		(*Envelope_Write)(nil),
 		(*Envelope_WriteAck)(nil),
 		(*Envelope_Read)(nil),
@@ -4202,6 +4384,7 @@ func file_meridian_v1_peer_proto_init() {
 		(*Envelope_GlFetchReply)(nil),
 		(*Envelope_GlRevoke)(nil),
 		(*Envelope_GlRevokeAck)(nil),
+		(*Envelope_Raft)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4209,7 +4392,7 @@ func file_meridian_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   46,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
