@@ -18,8 +18,9 @@ func simCmd() *cobra.Command {
 		seeds, mutationSeeds, replicaRegions, nodesPerRegion   int
 		seedStart                                              uint64
 		listMutations, mutations, roam, sessions, lin, verbose bool
-		duration                                               time.Duration
-		spikeProb                                              float64
+		duration, maxOffset, quiesce, clockStep                time.Duration
+		spikeProb, readFraction                                float64
+		clientsPerRegion                                       int
 		options                                                []string
 	)
 	cmd := &cobra.Command{
@@ -67,7 +68,23 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 			base := sim.Options{Protocol: protocol, Seed: seedStart, Topology: t, Faults: fs, ReadLevel: rl, WriteLevel: wl,
 				Mutation: mutate, Roam: roam, NoSessions: !sessions, Linearizability: lin, Duration: duration,
 				ReplicaRegions: replicaRegions, NodesPerRegion: nodesPerRegion, KeyspaceOptions: map[string]string{},
-				DelaySpikeProb: spikeProb}
+				DelaySpikeProb: spikeProb, MaxClockOffset: maxOffset, Quiesce: quiesce, ClockStepEvery: clockStep,
+				ReadFraction: readFraction, ClientsPerRegion: clientsPerRegion}
+			if readFraction < 0 || readFraction > 1 {
+				return fmt.Errorf("--read-fraction %v out of range [0, 1]", readFraction)
+			}
+			if clientsPerRegion < 1 || clientsPerRegion > 64 {
+				return fmt.Errorf("--clients-per-region %d out of range 1..64", clientsPerRegion)
+			}
+			if clockStep < 0 || (clockStep > 0 && clockStep < time.Millisecond) {
+				return fmt.Errorf("--clock-step-every %v: at least 1ms, or 0", clockStep)
+			}
+			if quiesce <= 0 || quiesce > 10*time.Minute {
+				return fmt.Errorf("--quiesce %v out of range (0, 10m]", quiesce)
+			}
+			if maxOffset <= 0 || maxOffset > time.Minute {
+				return fmt.Errorf("--max-clock-offset %v out of range (0, 1m]", maxOffset)
+			}
 			if spikeProb < 0 || spikeProb > 1 {
 				return fmt.Errorf("--delay-spike-prob %v out of range 0..1", spikeProb)
 			}
@@ -138,6 +155,11 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 	f.StringArrayVar(&options, "option", nil, "keyspace protocol option key=value (repeatable), e.g. theta=lower")
 	f.IntVar(&replicaRegions, "replica-regions", 0, "place replicas in the first N regions only (0: all)")
 	f.DurationVar(&duration, "duration", 5*time.Second, "virtual time of the workload per seed (plus 5s of quiescence)")
+	f.Float64Var(&readFraction, "read-fraction", 0.5, "share of the clients' operations that are reads")
+	f.IntVar(&clientsPerRegion, "clients-per-region", 2, "sequential clients in each region")
+	f.DurationVar(&clockStep, "clock-step-every", 0, "with clock faults, step every node's clock this often on average (0: a few times a run)")
+	f.DurationVar(&quiesce, "quiesce", 5*time.Second, "fault-free virtual time after the workload, for convergence")
+	f.DurationVar(&maxOffset, "max-clock-offset", 2*time.Millisecond, "ε, the bound on clock offset between nodes (clock faults stay within it, clock-beyond does not)")
 	return cmd
 }
 

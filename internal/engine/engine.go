@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"meridian/internal/config"
+	"meridian/internal/errs"
 	"meridian/internal/hlc"
 	"meridian/internal/placement"
 	"meridian/internal/storage"
@@ -44,8 +45,12 @@ const (
 	OpPut
 	OpDelete
 	OpScan
-	// OpMoveMaster moves the master of a key to a region (protocols with masters).
+	// OpMoveMaster moves the master (or the leader) of a key to a region (protocols with
+	// masters or leaders).
 	OpMoveMaster
+	// OpCommand runs a state machine command (Request.Command) on a keyspace whose protocol
+	// takes commands (the cluster metadata group); its result is Result.Output.
+	OpCommand
 )
 
 func (o Op) String() string {
@@ -60,6 +65,8 @@ func (o Op) String() string {
 		return "scan"
 	case OpMoveMaster:
 		return "move-master"
+	case OpCommand:
+		return "command"
 	}
 	return fmt.Sprintf("op(%d)", int(o))
 }
@@ -89,6 +96,8 @@ type Request struct {
 	WriteMode string
 	// Region is the target region of OpMoveMaster.
 	Region string
+	// Command is an OpCommand's command, encoded by the keyspace's protocol.
+	Command []byte
 	// WaitAll (writes): once the level is met, keep waiting for the acknowledgement of every
 	// replica that is up, until the deadline; the result names the replicas that did not
 	// acknowledge (Unacked). Cluster metadata uses it so that a change returns once every
@@ -115,6 +124,16 @@ type Result struct {
 	// Unacked (WaitAll writes that succeeded) lists the replicas that had not acknowledged
 	// the write when it returned, each with why.
 	Unacked []Unacked
+	// Staleness, for reads that may return a past state (a Raft STALE read), bounds how old
+	// that state can be: it holds every write acknowledged more than Staleness before the
+	// read was served. Zero: not stale-bounded (a linearizable read, or unknown: see Path).
+	Staleness time.Duration
+	// Output is a state machine command's result (OpCommand), encoded by its protocol.
+	Output []byte
+	// Forward, when set, is released instead of an answer to a client: a message to the
+	// node that forwarded the request, or back to the engine itself (To == the node) with
+	// a partial result it continues from (a scan's part).
+	Forward *peerpb.Envelope
 }
 
 // Unacked is a replica that did not acknowledge a WaitAll write.
@@ -134,10 +153,50 @@ type Reader interface {
 	ScanRaw(start, end []byte, limit int, fn func(key, value []byte) bool) error
 }
 
+// Store is what background jobs may use: reads, and the node's staging area for partition
+// snapshots (storage's staged files), through which a partition replica is exported on one
+// node and pulled in chunks by another.
+type Store interface {
+	Reader
+	// ExportPartitionState exports the partition into the staged file name and returns the
+	// values of rawKeys read from the same consistent snapshot (nil where absent).
+	ExportPartitionState(keyspace string, partition uint32, name string, rawKeys [][]byte) (storage.ExportStats, [][]byte, error)
+	StagedSize(name string) (size int64, found bool, err error)
+	// CheckStaged reads a staged file back, checking that it holds records of
+	// keyspace/partition only, and calls fn (if not nil) with each.
+	CheckStaged(name, keyspace string, partition uint32, fn func(storage.Record)) (storage.ExportStats, error)
+	ReadStaged(name string, offset int64, n int) ([]byte, error)
+	WriteStaged(name string, offset int64, data []byte) error
+	RemoveStaged(name string) error
+}
+
 // Job is background work a Ready asks the runtime to run off the event loop (storage scans
-// for anti-entropy or full statuses); the messages it returns are sent when it is done.
+// for anti-entropy or full statuses, snapshot export and transfer); the messages it returns
+// are sent when it is done. A message addressed to the node itself (To == self) is handed
+// back to the node's own engine, as a note that the work is done.
 type Job interface {
-	Run(store Reader, self uint32) ([]*peerpb.Envelope, error)
+	Run(store Store, self uint32) ([]*peerpb.Envelope, error)
+}
+
+// Unpaced marks a Job that the runtime runs as soon as it can (a snapshot chunk), rather
+// than paced like background repair scans.
+type Unpaced interface {
+	Job
+	Unpaced()
+}
+
+// Ingest replaces a partition replica's data with a staged snapshot file, or with nothing
+// when File is "" (storage.Engine.ReplacePartition): Before is synced first, then the data is replaced, then
+// After is synced. The runtime performs it after the writes of its own Ready and every
+// earlier one, and before those of any later Ready; a failure stops the node like a failed
+// write. Each step is idempotent, so an engine that finds its marker (Before) at start asks
+// for the same Ingest again.
+type Ingest struct {
+	Keyspace  string
+	Partition uint32
+	File      string
+	Before    []storage.RawOp
+	After     []storage.RawOp
 }
 
 // Ready is an engine's output since the last call to Ready.
@@ -152,6 +211,8 @@ type Ready struct {
 	Messages []*peerpb.Envelope
 	Replies  []Result
 	Jobs     []Job
+	// Ingests replace partitions' data with snapshots, after this Ready's Writes and Raw.
+	Ingests []Ingest
 	// Reads are run against storage once this Ready's writes (and every earlier Ready's)
 	// are durable and visible, and their results are released as replies: a protocol that
 	// applies writes in its Ready (Raft) reads what it has applied, never a storage state the
@@ -165,11 +226,39 @@ type Read struct {
 	ID  uint64
 	Op  Op
 	Run func(store Reader) Result
+	// ValidUntil, when set, is the latest time by the node's clock at which the read may
+	// run: a read served under a leader lease is linearizable only while the lease holds.
+	// Past it the runtime fails the read with errs.Unavailable instead (the client retries).
+	ValidUntil time.Time
+	// Wrap, when set, turns the read's result (or its expiry) into what is released: a
+	// read served for another node becomes a message to it (Result.Forward).
+	Wrap func(Result) Result
+}
+
+// ExpiredRead is the result the runtime gives a Read that it could not run before
+// ValidUntil.
+func ExpiredRead(r Read, now time.Time) Result {
+	return Result{ID: r.ID, Op: r.Op, Err: errs.New(errs.Unavailable,
+		"the read's lease ran out (%s ago) while it waited for storage; retry", now.Sub(r.ValidUntil).Round(time.Microsecond))}
+}
+
+// RunRead runs r against store at the node's time now, or fails it if it is past ValidUntil.
+func RunRead(r Read, store Reader, now time.Time) Result {
+	var res Result
+	if !r.ValidUntil.IsZero() && now.After(r.ValidUntil) {
+		res = ExpiredRead(r, now)
+	} else {
+		res = r.Run(store)
+	}
+	if r.Wrap != nil {
+		res = r.Wrap(res)
+	}
+	return res
 }
 
 // Empty reports whether there is nothing to do.
 func (r *Ready) Empty() bool {
-	return len(r.Writes) == 0 && len(r.Raw) == 0 && len(r.Messages) == 0 && len(r.Replies) == 0 && len(r.Jobs) == 0 && len(r.Reads) == 0
+	return len(r.Writes) == 0 && len(r.Raw) == 0 && len(r.Messages) == 0 && len(r.Replies) == 0 && len(r.Jobs) == 0 && len(r.Reads) == 0 && len(r.Ingests) == 0
 }
 
 // Engine is one protocol's state machine on one node. Not safe for concurrent use: one
@@ -201,6 +290,9 @@ type Config struct {
 	// may be to be folded into the hybrid logical clock.
 	MaxClockOffset time.Duration
 	MaxClockSkew   time.Duration
+	// RandSeed seeds the engine's randomness (election timeouts): the simulator derives it
+	// from its seed, so a run replays exactly; the node runtime from the time.
+	RandSeed uint64
 	// Mutation deliberately breaks the protocol (the simulator's mutation suite). Empty in
 	// every real deployment.
 	Mutation string

@@ -149,12 +149,22 @@ func (h *Host) Ready() Ready {
 		rd.Messages = append(rd.Messages, r.Messages...)
 		rd.Replies = append(rd.Replies, r.Replies...)
 		rd.Reads = append(rd.Reads, r.Reads...)
+		rd.Ingests = append(rd.Ingests, r.Ingests...)
 		for _, j := range r.Jobs {
+			if _, ok := j.(Unpaced); ok {
+				rd.Jobs = append(rd.Jobs, stampedUnpacedJob{stampedJob{id: p.ID, job: j}})
+				continue
+			}
 			rd.Jobs = append(rd.Jobs, stampedJob{id: p.ID, job: j})
 		}
 	}
 	return rd
 }
+
+// stampedUnpacedJob is a stampedJob of an Unpaced job.
+type stampedUnpacedJob struct{ stampedJob }
+
+func (stampedUnpacedJob) Unpaced() {}
 
 // stampedJob marks the messages of an engine's job with the engine's protocol ID.
 type stampedJob struct {
@@ -162,7 +172,7 @@ type stampedJob struct {
 	job Job
 }
 
-func (j stampedJob) Run(store Reader, self uint32) ([]*peerpb.Envelope, error) {
+func (j stampedJob) Run(store Store, self uint32) ([]*peerpb.Envelope, error) {
 	envs, err := j.job.Run(store, self)
 	for _, env := range envs {
 		env.Engine = j.id

@@ -97,6 +97,24 @@ type SimHints struct {
 	NoSessions     bool
 	Roam           bool
 	ReplicaRegions int
+	// MaxClockOffset, when set, is the run's ε (a timing rule that ignores ε shows only when
+	// ε is large against the network's delays).
+	MaxClockOffset time.Duration
+	// KeyspaceOptions override the protocol's simulation options for the mutation's runs.
+	KeyspaceOptions map[string]string
+	// Quiesce, when set, is the fault-free time after the workload (slow timings need longer
+	// to converge).
+	Quiesce time.Duration
+	// ReadFraction and ClientsPerRegion, when set, change the workload (a stale read shows
+	// only if some client reads while it can be served).
+	ReadFraction     float64
+	ClientsPerRegion int
+	// ClockStepEvery, when set, steps every node's clock this often on average (within the
+	// fault's bound) instead of a few times a run.
+	ClockStepEvery time.Duration
+	// Topology, when set, names the built-in topology of the mutation's runs (a timing bug
+	// that hides behind WAN delays shows on a LAN).
+	Topology string
 }
 
 var (

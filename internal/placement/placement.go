@@ -31,6 +31,19 @@ type Partition struct {
 	End []byte
 	// Replicas are node IDs grouped by region in the keyspace's region order.
 	Replicas []uint32
+	// Learners receive a consensus group's log but do not vote (the cluster metadata group:
+	// every node that is not one of its voters). Empty for the other protocols.
+	Learners []uint32
+	// FoundingVoters and FoundingLearners are the members the partition had when it was
+	// created. A consensus protocol bootstraps the group on them alone, every founder the
+	// same way; a member added later starts empty and is caught up by its group (Raft: by
+	// snapshot), so no two nodes can bootstrap different histories.
+	FoundingVoters, FoundingLearners []uint32
+}
+
+// HasMember reports whether node is a replica or a learner of the partition.
+func (p *Partition) HasMember(node uint32) bool {
+	return slices.Contains(p.Replicas, node) || slices.Contains(p.Learners, node)
 }
 
 // Contains reports whether key falls in the partition's range.
@@ -144,6 +157,7 @@ func BuildKeyspace(ks config.Keyspace, nodes []config.Node) (*Keyspace, error) {
 				p.Replicas = append(p.Replicas, ids[(i+j)%len(ids)])
 			}
 		}
+		p.FoundingVoters = slices.Clone(p.Replicas)
 	}
 	return out, nil
 }

@@ -50,11 +50,16 @@ func (e *Engine) ExportPartition(keyspace string, partition uint32, path string)
 	if err := e.checkOpen(); err != nil {
 		return ExportStats{}, err
 	}
+	snap := e.db.NewSnapshot()
+	defer snap.Close()
+	return e.exportFrom(snap, keyspace, partition, path)
+}
+
+// exportFrom writes the partition as read from snap into an sstable at path.
+func (e *Engine) exportFrom(snap *pebble.Snapshot, keyspace string, partition uint32, path string) (stats ExportStats, err error) {
 	wrap := func(err error) error {
 		return fmt.Errorf("storage: export %q/%d to %s: %w", keyspace, partition, path, err)
 	}
-	snap := e.db.NewSnapshot()
-	defer snap.Close()
 	lo, hi := partitionBounds(keyspace, partition)
 	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
@@ -156,7 +161,7 @@ func (e *Engine) IngestPartition(path string) (ExportStats, error) {
 	if !empty {
 		return ExportStats{}, wrap(fmt.Errorf("%w: %q/%d", ErrPartitionNotEmpty, keyspace, partition))
 	}
-	if err := e.db.Ingest(context.Background(), []string{path}); err != nil {
+	if err := e.db.Ingest(contextBackground(), []string{path}); err != nil {
 		return ExportStats{}, wrap(err)
 	}
 	return stats, nil
@@ -165,6 +170,11 @@ func (e *Engine) IngestPartition(path string) (ExportStats, error) {
 // inspectSnapshot reads a snapshot file with an external iterator, checks that every entry
 // is a well-formed record of a single partition, and counts keys and versions.
 func (e *Engine) inspectSnapshot(path string) (stats ExportStats, keyspace string, partition uint32, err error) {
+	return e.scanSnapshot(path, nil)
+}
+
+// scanSnapshot is inspectSnapshot calling fn (if not nil) with every record.
+func (e *Engine) scanSnapshot(path string, fn func(Record)) (stats ExportStats, keyspace string, partition uint32, err error) {
 	f, err := e.fs.Open(path)
 	if err != nil {
 		return ExportStats{}, "", 0, err
@@ -199,6 +209,9 @@ func (e *Engine) inspectSnapshot(path string) (stats ExportStats, keyspace strin
 			cur = append(cur[:0], prefix...)
 		}
 		stats.Versions++
+		if fn != nil {
+			fn(rec)
+		}
 	}
 	if err := it.Error(); err != nil {
 		return ExportStats{}, "", 0, err
@@ -230,3 +243,5 @@ func (e *Engine) DeletePartition(keyspace string, partition uint32, sync bool) e
 	}
 	return nil
 }
+
+func contextBackground() context.Context { return context.Background() }

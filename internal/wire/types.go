@@ -1,6 +1,13 @@
 package wire
 
-import "meridian/internal/wire/peerpb"
+import (
+	"fmt"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"meridian/internal/wire/peerpb"
+)
 
 // MessageType names an envelope's message, for metrics labels, traces and test scripts.
 func MessageType(env *peerpb.Envelope) string {
@@ -75,6 +82,49 @@ func MessageType(env *peerpb.Envelope) string {
 		return "gl_revoke"
 	case *peerpb.Envelope_GlRevokeAck:
 		return "gl_revoke_ack"
+	case *peerpb.Envelope_RaftBatch:
+		return "raft_batch"
+	case *peerpb.Envelope_RaftSnapshotOffer:
+		return "raft_snapshot_offer"
+	case *peerpb.Envelope_RaftSnapshotRequest:
+		return "raft_snapshot_request"
+	case *peerpb.Envelope_RaftSnapshotChunk:
+		return "raft_snapshot_chunk"
+	case *peerpb.Envelope_RaftSnapshotStored:
+		return "raft_snapshot_stored"
+	case *peerpb.Envelope_RaftSnapshotReady:
+		return "raft_snapshot_ready"
+	case *peerpb.Envelope_RaftForward:
+		return "raft_forward"
+	case *peerpb.Envelope_RaftForwardReply:
+		return "raft_forward_reply"
+	case *peerpb.Envelope_RaftApplied:
+		return "raft_applied"
+	case *peerpb.Envelope_RaftRemoved:
+		return "raft_removed"
 	}
 	return "unknown"
+}
+
+// DescribeRaft renders a Raft message briefly (traces): its group, type, term, index and
+// commit, or why it does not decode.
+func DescribeRaft(r *peerpb.RaftMessage) string {
+	var m raftpb.Message
+	if err := proto.Unmarshal(r.GetMessage(), &m); err != nil {
+		return fmt.Sprintf("%s/%d undecodable: %v", r.GetKeyspace(), r.GetPartition(), err)
+	}
+	s := fmt.Sprintf("%s/%d %s t%d", r.GetKeyspace(), r.GetPartition(), m.GetType(), m.GetTerm())
+	if m.GetIndex() != 0 || m.GetLogTerm() != 0 {
+		s += fmt.Sprintf(" i%d/t%d", m.GetIndex(), m.GetLogTerm())
+	}
+	if n := len(m.GetEntries()); n > 0 {
+		s += fmt.Sprintf(" +%d", n)
+	}
+	if m.GetCommit() != 0 {
+		s += fmt.Sprintf(" c%d", m.GetCommit())
+	}
+	if m.GetReject() {
+		s += " reject"
+	}
+	return s
 }

@@ -268,19 +268,108 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		r := m.GlRevokeAck
 		return pc.partition(r.Keyspace, r.Partition, noSenderCheck, from, false)
 	case *peerpb.Envelope_Raft:
-		// Between replicas of the partition's group only. The Raft engine decodes the
-		// message and checks that its own addressing matches the envelope's.
-		r := m.Raft
+		return pc.raftMessage(m.Raft, from)
+	case *peerpb.Envelope_RaftBatch:
+		if len(m.RaftBatch.Messages) > maxListLen {
+			return reject(RejectTooLarge, "raft batch of %d messages", len(m.RaftBatch.Messages))
+		}
+		for _, r := range m.RaftBatch.Messages {
+			if err := pc.raftMessage(r, from); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *peerpb.Envelope_RaftSnapshotOffer:
+		o := m.RaftSnapshotOffer
+		if err := pc.partition(o.Keyspace, o.Partition, senderReplica, from, true); err != nil {
+			return err
+		}
+		if len(o.SnapshotId) > maxSnapshotIDBytes || o.Size < 0 || len(o.Message) > MaxRaftMessageBytes(pc.Limits) {
+			return reject(RejectMalformed, "snapshot offer: id of %d bytes, size %d, message of %d bytes", len(o.SnapshotId), o.Size, len(o.Message))
+		}
+		return nil
+	case *peerpb.Envelope_RaftSnapshotRequest:
+		r := m.RaftSnapshotRequest
 		if err := pc.partition(r.Keyspace, r.Partition, senderReplica, from, true); err != nil {
 			return err
 		}
-		if limit := MaxRaftMessageBytes(pc.Limits); len(r.Message) > limit {
-			return reject(RejectTooLarge, "raft message of %d bytes (limit %d)", len(r.Message), limit)
+		if len(r.SnapshotId) > maxSnapshotIDBytes || r.Offset < 0 || r.Length <= 0 || r.Length > MaxSnapshotChunkBytes {
+			return reject(RejectMalformed, "snapshot request: id of %d bytes, offset %d, length %d (at most %d)", len(r.SnapshotId), r.Offset, r.Length, MaxSnapshotChunkBytes)
 		}
 		return nil
+	case *peerpb.Envelope_RaftSnapshotChunk:
+		c := m.RaftSnapshotChunk
+		if err := pc.partition(c.Keyspace, c.Partition, senderReplica, from, true); err != nil {
+			return err
+		}
+		if len(c.SnapshotId) > maxSnapshotIDBytes || c.Offset < 0 || len(c.Data) > MaxSnapshotChunkBytes || len(c.Error) > 4096 {
+			return reject(RejectMalformed, "snapshot chunk: id of %d bytes, offset %d, %d bytes", len(c.SnapshotId), c.Offset, len(c.Data))
+		}
+		return nil
+	case *peerpb.Envelope_RaftSnapshotStored, *peerpb.Envelope_RaftSnapshotReady:
+		// A node's notes to itself never arrive from a peer.
+		return reject(RejectMalformed, "a node's own snapshot note from node %d", from)
+	case *peerpb.Envelope_RaftForward:
+		// From any node of the cluster (one without a replica forwards its client's
+		// request), to a replica, checked like a client request.
+		f := m.RaftForward
+		if err := pc.partition(f.Keyspace, f.Partition, noSenderCheck, from, true); err != nil {
+			return err
+		}
+		if len(f.Key) > 0 {
+			if err := pc.keyRef(f.Keyspace, f.Partition, f.Key, noSenderCheck, from, true); err != nil {
+				return err
+			}
+		}
+		if len(f.Value) > pc.Limits.MaxValueBytes || len(f.Start) > pc.Limits.MaxKeyBytes || len(f.End) > pc.Limits.MaxKeyBytes || len(f.Command) > MaxRaftMessageBytes(pc.Limits) {
+			return reject(RejectTooLarge, "forwarded request over the limits")
+		}
+		if err := pc.version(f.MinVersion, false); err != nil {
+			return err
+		}
+		return nil
+	case *peerpb.Envelope_RaftForwardReply:
+		r := m.RaftForwardReply
+		if len(r.Value) > pc.Limits.MaxValueBytes || len(r.Result) > MaxRaftMessageBytes(pc.Limits) {
+			return reject(RejectTooLarge, "forward reply of %d value bytes", len(r.Value))
+		}
+		if err := pc.version(r.Version, false); err != nil {
+			return err
+		}
+		return pc.records(r.Records, senderReplica, from, false)
+	case *peerpb.Envelope_RaftApplied:
+		a := m.RaftApplied
+		return pc.partition(a.Keyspace, a.Partition, noSenderCheck, from, false)
+	case *peerpb.Envelope_RaftRemoved:
+		// A node asking whether it was removed from a group is, by then, no member of it in
+		// the placement: any node of the cluster may ask and answer.
+		r := m.RaftRemoved
+		return pc.partition(r.Keyspace, r.Partition, noSenderCheck, from, false)
 	}
 	return reject(RejectUnknownType, "message type %T has no validation rule", env.Msg)
 }
+
+// raftMessage checks one Raft message: between members (voters or learners) of the
+// partition's group only. The Raft engine decodes it and checks that its own addressing
+// matches the envelope's.
+func (pc *PeerCheck) raftMessage(r *peerpb.RaftMessage, from uint32) *Rejection {
+	if r == nil {
+		return reject(RejectMalformed, "empty raft message")
+	}
+	if err := pc.partition(r.Keyspace, r.Partition, senderReplica, from, true); err != nil {
+		return err
+	}
+	if limit := MaxRaftMessageBytes(pc.Limits); len(r.Message) > limit {
+		return reject(RejectTooLarge, "raft message of %d bytes (limit %d)", len(r.Message), limit)
+	}
+	return nil
+}
+
+// MaxSnapshotChunkBytes bounds one chunk of a snapshot transfer.
+const MaxSnapshotChunkBytes = 1 << 20
+
+// maxSnapshotIDBytes bounds a snapshot's id.
+const maxSnapshotIDBytes = 128
 
 // MaxRaftMessageBytes bounds an encoded Raft message: a batch of appends of up to 1 MiB
 // (the engines' MaxSizePerMsg) plus one entry that alone may exceed it (the largest key and
@@ -304,10 +393,12 @@ func (pc *PeerCheck) partition(keyspace string, id uint32, sender senderRule, fr
 		return reject(RejectBadPartition, "keyspace %q has no partition %d", keyspace, id)
 	}
 	p := &ks.Partitions[id]
-	if sender == senderReplica && !p.HasReplica(from) {
+	// Learners (consensus groups' non-voting members) count as replicas here: they receive
+	// and acknowledge the group's log like voters.
+	if sender == senderReplica && !p.HasMember(from) {
 		return reject(RejectSenderReplica, "node %d is not a replica of %s/%d", from, keyspace, id)
 	}
-	if receiverReplica && !p.HasReplica(pc.Self) {
+	if receiverReplica && !p.HasMember(pc.Self) {
 		return reject(RejectReceiverReplic, "this node is not a replica of %s/%d", keyspace, id)
 	}
 	return nil

@@ -68,7 +68,7 @@ type Job struct {
 }
 
 // Run performs the job (engine.Job).
-func (j Job) Run(store engine.Reader, self uint32) ([]*peerpb.Envelope, error) {
+func (j Job) Run(store engine.Store, self uint32) ([]*peerpb.Envelope, error) {
 	return RunJob(store, self, j)
 }
 

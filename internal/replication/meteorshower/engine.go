@@ -502,7 +502,7 @@ type fullStatusJob struct {
 // maxFullStatusEntries bounds one FullStatus message.
 const maxFullStatusEntries = 20_000
 
-func (j fullStatusJob) Run(store engine.Reader, self uint32) ([]*peerpb.Envelope, error) {
+func (j fullStatusJob) Run(store engine.Store, self uint32) ([]*peerpb.Envelope, error) {
 	var out []*peerpb.Envelope
 	fs := &peerpb.FullStatus{Incarnation: j.incarnation, BaseSeq: j.baseSeq, BaseStsUnixNanos: j.baseSts}
 	for _, ref := range j.parts {

@@ -1,36 +1,30 @@
 package raft
 
 import (
-	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
 	"meridian/internal/config"
 	"meridian/internal/engine"
-	"meridian/internal/errs"
 	"meridian/internal/hlc"
 	"meridian/internal/placement"
 	"meridian/internal/storage"
-	"meridian/internal/wire"
 	"meridian/internal/wire/peerpb"
-)
-
-// Read paths of raft reads.
-const (
-	PathReadIndex = "read-index" // linearizable: served once applied up to the leader's commit index
-	PathStale     = "stale"      // the replica's applied state, no round trip
 )
 
 // Limits of one node's Raft engine.
 const (
-	// maxPending bounds the client requests one engine tracks (proposals and reads).
+	// maxPending bounds the client requests one engine tracks (proposals, reads, forwards,
+	// scans).
 	maxPending = 100_000
 	// maxSizePerMsg bounds one append message's entries (etcd raft MaxSizePerMsg); the
 	// transport's limit allows it (wire.MaxRaftMessageBytes).
@@ -43,51 +37,76 @@ const (
 	maxUncommittedBytes = 64 << 20
 	// retainEntries is how much applied log a replica keeps for followers that lag; older
 	// entries are compacted every compactEvery applied entries. A follower further behind
-	// than that waits for a snapshot, which this version cannot send yet (the group keeps
-	// working with the others; the lag is visible in raft status).
+	// gets a snapshot of the partition's data instead (snapshot.go).
 	retainEntries = 50_000
 	compactEvery  = 10_000
 	// dedupWindow: a command applied again within this many log entries of its first copy
 	// is a duplicate (a proposal message delivered twice, a retry) and is skipped. Every
 	// replica decides alike: the window is measured in log indexes, and every replica keeps
 	// at least this much applied log (dedupWindow < retainEntries) to rebuild it at start.
+	// A replica restored from a snapshot starts with an empty window: the duplicates a
+	// window could catch are entries the snapshot already holds, which it never applies.
 	dedupWindow = 10_000
-	// steerEveryTicks: how often leaders outside the leader region try to hand over (200 ms).
-	steerEveryTicks = 4
+	// housekeepEveryTicks: how often leaders steer leadership, drive configuration changes,
+	// and groups outside the placement ask whether they were removed (200 ms).
+	housekeepEveryTicks = 4
 	// maxTicksPerCall bounds the ticks one Tick call replays after a long pause.
 	maxTicksPerCall = 100
+	// forwardedBit marks the IDs of requests this engine runs for another node (forwarded)
+	// or for itself (a scan's parts): the runtime's own request IDs never reach it.
+	forwardedBit = uint64(1) << 63
 )
 
-// Mutations are Raft's deliberately broken variants, each caught by the simulator's
-// linearizability checker.
-var Mutations = map[string]string{
-	"stale-read-as-linearizable": "linearizable reads are served from the replica's applied state without ReadIndex (a partitioned ex-leader returns stale values)",
-	"apply-before-commit":        "a replica applies entries as soon as they are in its log, before a majority has them (a minority's writes become visible, then are lost)",
-}
-
 // Engine is the Raft protocol on one node: a RawNode per partition this node replicates
-// (multi-raft), their logs in storage raw keys, their applied writes in storage records.
-// Not safe for concurrent use (engine.Engine).
+// (multi-raft), their logs in storage raw keys, their applied state in storage records. One
+// Engine hosts every group of its protocol's keyspaces: the raft protocol's (a key-value
+// state machine per partition), or the cluster metadata group (the metadata protocol builds
+// an Engine with its own state machine). Not safe for concurrent use (engine.Engine).
 type Engine struct {
-	cfg   engine.Config
-	store engine.Reader
-	clock *hlc.HLC
-	pmap  *placement.Map
-	log   etcdraft.Logger
+	cfg      engine.Config
+	store    engine.Reader
+	protocol string
+	newSM    func(keyspace string) StateMachine
+	clock    *hlc.HLC
+	pmap     *placement.Map
+	log      etcdraft.Logger
+	stats    *Counters
 
 	groups map[groupKey]*group
-	order  []*group            // by group ID: deterministic iteration
-	byID   map[uint64]groupKey // group IDs are hashes: collisions are refused
+	byID   map[uint64]*group
+	order  []*group // every group, by group ID (deterministic iteration)
+	// active are the groups that tick (not quiesced), by group ID; rebuilt when stale.
+	active      []*group
+	activeStale bool
+	dirty       []*group // groups that may have a Ready
 
-	pending map[uint64]*pendingReq // client requests by request ID
+	pending  map[uint64]*pendingReq // client requests (and forwarded ones) by request ID
+	scans    map[uint64]*scanOp
+	forwards map[uint64]*forwardOrigin // forwarded requests served here: where to reply
 	// broken are the groups this node should replicate but could not set up (or stopped
 	// after an internal error), with why: their requests fail with that reason.
-	broken   map[groupKey]string
+	broken map[groupKey]string
+
+	peers    map[uint32]*peerState // other nodes sharing a group with this one
+	peerList []uint32              // sorted keys of peers
+	clockEst *hlc.OffsetEstimator
+	lastPing time.Time
+
 	nextTick time.Time
 	ticks    uint64 // Raft ticks so far
 	lastNow  time.Time
+	nextID   uint64 // IDs of forwarded requests and scan parts (with forwardedBit)
+	snapSeq  uint64
 
-	out engine.Ready
+	// rng draws election timeouts (etcd raft's own come from crypto/rand, which would make
+	// simulations unrepeatable: groups' followers tick with TickQuiesced and campaign on the
+	// engine's own timer instead).
+	rng *rand.Rand
+
+	out     engine.Ready
+	batches map[uint32][]*peerpb.RaftMessage // this Ready's Raft messages, per destination
+	// snapSteps are groups with a MsgSnap to step once the current Ready is out.
+	snapSteps []*group
 }
 
 type groupKey struct {
@@ -95,87 +114,56 @@ type groupKey struct {
 	partition uint32
 }
 
-type group struct {
-	key   groupKey
-	id    uint64
-	peers []uint32
-	opts  config.RaftOptions
-	// preferred are the replicas in the leader region (config.RaftOptions.LeaderRegion).
-	preferred []uint32
-	rn        *etcdraft.RawNode
-	log       *LogStore
-	applied   uint64
-	last      hlc.Version // version of the last applied write: versions grow in log order
-	sinceCut  uint64      // entries applied since the last compaction
-	dirty     bool        // may have a Ready
-	removed   bool        // out of service (Engine.remove)
-	lead      uint64      // the leader last seen in a Ready
-	// waiting are linearizable reads whose read index is known but not applied yet.
-	waiting []waitingRead
-	// seen are the commands applied in the last dedupWindow entries, oldest first in
-	// seenOrder.
-	seen      map[commandID]uint64
-	seenOrder []seenEntry
+func (k groupKey) ref() GroupRef { return GroupRef{Keyspace: k.keyspace, Partition: k.partition} }
+
+// peerState is what the engine knows of another node.
+type peerState struct {
+	lastHeard time.Time // anything received from it
+	lapsed    bool      // silent for an election timeout: its quiesced groups woke up
+	rtt       time.Duration
 }
 
-// commandID identifies a client write: its proposer and the version the proposer stamped
-// (unique per proposer: its hybrid logical clock never repeats a version).
-type commandID struct {
-	origin  uint32
-	version hlc.Version
+// Options configures an Engine beyond engine.Config.
+type Options struct {
+	// Protocol is the keyspace protocol whose keyspaces the engine serves.
+	Protocol string
+	// StateMachine builds the state machine of a keyspace's groups (default: key-value).
+	StateMachine func(keyspace string) StateMachine
 }
 
-type seenEntry struct {
-	index uint64
-	id    commandID
-}
-
-// duplicate reports whether cmd at index was applied within the window, and remembers it.
-func (g *group) duplicate(index uint64, id commandID) bool {
-	for len(g.seenOrder) > 0 && g.seenOrder[0].index+dedupWindow < index {
-		if g.seen[g.seenOrder[0].id] == g.seenOrder[0].index {
-			delete(g.seen, g.seenOrder[0].id)
-		}
-		g.seenOrder = g.seenOrder[1:]
-	}
-	if first, ok := g.seen[id]; ok && first+dedupWindow >= index {
-		return true
-	}
-	g.seen[id] = index
-	g.seenOrder = append(g.seenOrder, seenEntry{index, id})
-	return false
-}
-
-type waitingRead struct {
-	index uint64
-	id    uint64
-}
-
-type pendingReq struct {
-	req   engine.Request
-	group *group
-	// data is a write's encoded command, proposed again when the group's leader changes
-	// (a leader that steps down or hands over drops the proposals it had not appended; the
-	// copies are deduplicated at apply).
-	data []byte
-	// heldSince is when a request that found no leader was held (zero: proposed).
-	heldSince time.Time
-}
-
-// NewEngine returns node cfg.NodeID's Raft engine; SetPlacement creates its groups.
+// NewEngine returns node cfg.NodeID's engine for the raft protocol's keyspaces.
 func NewEngine(cfg engine.Config, store engine.Reader) *Engine {
+	return New(cfg, store, Options{Protocol: config.ProtocolRaft})
+}
+
+// New returns node cfg.NodeID's Raft engine; SetPlacement creates its groups.
+func New(cfg engine.Config, store engine.Reader, o Options) *Engine {
 	if cfg.MaxClockSkew <= 0 {
 		cfg.MaxClockSkew = time.Minute
 	}
+	if o.StateMachine == nil {
+		o.StateMachine = func(string) StateMachine { return kvStateMachine{} }
+	}
+	if o.Protocol == "" {
+		o.Protocol = config.ProtocolRaft
+	}
 	return &Engine{
-		cfg:     cfg,
-		store:   store,
-		clock:   hlc.NewHLC(cfg.NodeID, cfg.MaxClockSkew),
-		log:     discardLogger{},
-		groups:  map[groupKey]*group{},
-		byID:    map[uint64]groupKey{},
-		pending: map[uint64]*pendingReq{},
-		broken:  map[groupKey]string{},
+		cfg:      cfg,
+		store:    store,
+		protocol: o.Protocol,
+		newSM:    o.StateMachine,
+		clock:    hlc.NewHLC(cfg.NodeID, cfg.MaxClockSkew),
+		log:      discardLogger{},
+		stats:    &Counters{},
+		groups:   map[groupKey]*group{},
+		byID:     map[uint64]*group{},
+		pending:  map[uint64]*pendingReq{},
+		scans:    map[uint64]*scanOp{},
+		forwards: map[uint64]*forwardOrigin{},
+		broken:   map[groupKey]string{},
+		peers:    map[uint32]*peerState{},
+		batches:  map[uint32][]*peerpb.RaftMessage{},
+		rng:      rand.New(rand.NewPCG(cfg.RandSeed, uint64(cfg.NodeID))),
 	}
 }
 
@@ -189,14 +177,17 @@ func groupID(k groupKey) uint64 {
 }
 
 func appliedKey(group uint64) []byte { return stateKey(group, 'a') }
+func markerKey(group uint64) []byte  { return stateKey(group, 'm') }
 
-// SetPlacement creates the groups of the raft keyspaces' partitions this node replicates.
-// Membership changes of existing groups are not driven from placement yet.
+// SetPlacement creates the groups of the protocol's keyspaces' partitions this node is a
+// member of, hands every group its partition's new description (configuration changes are
+// driven from it, membership.go), and destroys the groups of keyspaces that were dropped.
 func (e *Engine) SetPlacement(m *placement.Map) {
 	e.pmap = m
+	seen := map[groupKey]bool{}
 	for _, name := range slices.Sorted(maps.Keys(m.Keyspaces)) {
 		ks := m.Keyspaces[name]
-		if ks.Spec.Protocol != config.ProtocolRaft {
+		if ks.Spec.Protocol != e.protocol {
 			continue
 		}
 		opts, err := config.RaftOptionsOf(ks.Spec.Options)
@@ -206,88 +197,188 @@ func (e *Engine) SetPlacement(m *placement.Map) {
 			}
 			continue
 		}
-		for _, p := range ks.Partitions {
+		region := opts.LeaderRegion
+		if region == "" && len(ks.Spec.Regions) > 0 {
+			region = ks.Spec.Regions[0]
+		}
+		for i := range ks.Partitions {
+			p := &ks.Partitions[i]
 			k := groupKey{name, p.ID}
-			if _, ok := e.groups[k]; ok || !p.HasReplica(e.cfg.NodeID) {
-				continue
-			}
-			if err := e.addGroup(k, p.Replicas, opts); err != nil {
-				e.broken[k] = err.Error()
-				continue
-			}
-			region := opts.LeaderRegion
-			if region == "" && len(ks.Spec.Regions) > 0 {
-				region = ks.Spec.Regions[0]
-			}
+			seen[k] = true
 			g := e.groups[k]
+			if g == nil {
+				if !p.HasMember(e.cfg.NodeID) {
+					continue
+				}
+				if err := e.addGroup(k, p, opts, region); err != nil {
+					e.broken[k] = err.Error()
+					continue
+				}
+				g = e.groups[k]
+			}
+			g.desc = *p
+			g.opts = opts
+			g.inPlacement = p.HasMember(e.cfg.NodeID)
 			g.preferred = g.preferred[:0]
 			for _, r := range p.Replicas {
 				if e.regionOf(r) == region {
 					g.preferred = append(g.preferred, r)
 				}
 			}
-			// The first preferred replica campaigns at once, so leaders start where they
-			// belong instead of after an election timeout somewhere else (with PreVote, a
-			// campaign cannot disturb a leader the others still hear from).
-			if len(g.preferred) > 0 && g.preferred[0] == e.cfg.NodeID {
-				_ = g.rn.Campaign()
+			e.markDirty(g)
+		}
+	}
+	for _, g := range slices.Clone(e.order) {
+		if !seen[g.key] {
+			e.destroy(g, "its keyspace was dropped")
+		}
+	}
+	e.refreshPeers()
+}
+
+// refreshPeers recomputes the nodes that share a group with this one.
+func (e *Engine) refreshPeers() {
+	want := map[uint32]bool{}
+	for _, g := range e.order {
+		for _, id := range slices.Concat(g.desc.Replicas, g.desc.Learners) {
+			if id != e.cfg.NodeID {
+				want[id] = true
+			}
+		}
+		for _, id := range slices.Concat(g.conf.GetVoters(), g.conf.GetLearners(), g.conf.GetVotersOutgoing()) {
+			if uint32(id) != e.cfg.NodeID {
+				want[uint32(id)] = true
 			}
 		}
 	}
+	for id := range want {
+		if e.peers[id] == nil {
+			e.peers[id] = &peerState{rtt: e.rttTo(id)}
+		}
+	}
+	for id := range e.peers {
+		if !want[id] {
+			delete(e.peers, id)
+		}
+	}
+	e.peerList = slices.Sorted(maps.Keys(e.peers))
+	rtts := map[uint32]time.Duration{}
+	for _, id := range e.peerList {
+		rtts[id] = e.peers[id].rtt
+	}
+	e.clockEst = hlc.NewOffsetEstimator(e.peerList, rtts)
 }
 
-// addGroup loads (or bootstraps) a group. A new group starts from a snapshot at index 1 whose
-// configuration is the partition's replicas: every replica bootstraps the same way, so they
-// agree on the initial log without a round of configuration changes.
-func (e *Engine) addGroup(k groupKey, replicas []uint32, opts config.RaftOptions) error {
+func (e *Engine) rttTo(id uint32) time.Duration {
+	if e.cfg.Topology == nil {
+		return 0
+	}
+	return e.cfg.Topology.RTT(e.regionOf(e.cfg.NodeID), e.regionOf(id))
+}
+
+func (e *Engine) regionOf(node uint32) string {
+	for _, n := range e.cfg.Nodes {
+		if n.ID == node {
+			return n.Region
+		}
+	}
+	return ""
+}
+
+// addGroup loads a group's durable state, or creates it: a founding member bootstraps from a
+// snapshot at index 1 whose configuration is the partition's founding members (every founder
+// the same way, so they agree without a round of configuration changes); any other member
+// starts empty and waits for its leader's snapshot.
+func (e *Engine) addGroup(k groupKey, p *placement.Partition, opts config.RaftOptions, leaderRegion string) error {
 	id := groupID(k)
 	if other, dup := e.byID[id]; dup {
-		return fmt.Errorf("group id %x collides with keyspace %s partition %d", id, other.keyspace, other.partition)
+		return fmt.Errorf("group id %x collides with keyspace %s partition %d", id, other.key.keyspace, other.key.partition)
 	}
 	ls, err := LoadLogStore(e.store, id)
 	if err != nil {
 		return err
 	}
-	g := &group{key: k, id: id, peers: slices.Clone(replicas), opts: opts, log: ls, seen: map[commandID]uint64{}}
-	if b, ok, err := e.store.GetRaw(appliedKey(id)); err != nil {
-		return fmt.Errorf("read applied state: %w", err)
-	} else if ok {
-		if len(b) != 8+hlc.EncodedVersionLen {
-			return fmt.Errorf("applied state of %d bytes (%w)", len(b), storage.ErrCorrupt)
-		}
-		g.applied = binary.BigEndian.Uint64(b)
-		if g.last, err = hlc.DecodeVersion(b[8:]); err != nil {
-			return fmt.Errorf("applied version: %w", err)
-		}
+	g := &group{key: k, id: id, opts: opts, log: ls, sm: e.newSM(k.keyspace), seen: map[commandID]uint64{}, desc: *p, conf: &raftpb.ConfState{}}
+	g.lease.acks = map[uint32]int64{}
+	st, ok, err := e.loadApplied(id)
+	if err != nil {
+		return err
 	}
-	if last, _ := ls.Storage().LastIndex(); last == 0 {
-		voters := make([]uint64, len(replicas))
-		for i, r := range replicas {
-			voters[i] = uint64(r)
-		}
-		snap := &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(1), Term: proto.Uint64(1), ConfState: &raftpb.ConfState{Voters: voters}}}
-		ops, err := ls.Save(&raftpb.HardState{Term: proto.Uint64(1), Commit: proto.Uint64(1)}, snap, nil)
-		if err != nil {
+	if ok {
+		if err := g.restoreApplied(st); err != nil {
 			return err
 		}
-		e.out.Raw = append(e.out.Raw, ops...)
-		g.applied = 1
-	}
-	if err := g.rebuildSeen(); err != nil {
-		return err
 	}
 	hs, _, err := ls.Storage().InitialState()
 	if err != nil {
 		return fmt.Errorf("initial state: %w", err)
 	}
+	hadState := ok || !etcdraft.IsEmptyHardState(hs)
+	// A snapshot install that did not finish: redo it from the staged file before anything
+	// else touches the partition (its data may be half replaced).
+	if b, found, err := e.store.GetRaw(markerKey(id)); err != nil {
+		return fmt.Errorf("read snapshot marker: %w", err)
+	} else if found {
+		var mk peerpb.RaftSnapshotMarker
+		if err := proto.Unmarshal(b, &mk); err != nil {
+			return fmt.Errorf("snapshot marker: %w (%w)", err, storage.ErrCorrupt)
+		}
+		if err := g.restoreApplied(mk.GetState()); err != nil {
+			return err
+		}
+		e.out.Ingests = append(e.out.Ingests, e.installOp(g, mk.GetFile(), mk.GetState()))
+		e.stats.SnapshotsResumed.Add(1)
+	}
+	last, _ := ls.Storage().LastIndex()
+	switch {
+	case !hadState && last == 0 && (slices.Contains(p.FoundingVoters, e.cfg.NodeID) || slices.Contains(p.FoundingLearners, e.cfg.NodeID)):
+		g.conf = &raftpb.ConfState{Voters: u64s(p.FoundingVoters), Learners: u64s(p.FoundingLearners)}
+		snap := &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(1), Term: proto.Uint64(1), ConfState: proto.Clone(g.conf).(*raftpb.ConfState)}}
+		ops, err := ls.Save(&raftpb.HardState{Term: proto.Uint64(1), Commit: proto.Uint64(1)}, snap, nil)
+		if err != nil {
+			return err
+		}
+		e.out.Raw = append(e.out.Raw, ops...)
+		g.applied, g.appliedTerm = 1, 1
+		e.out.Raw = append(e.out.Raw, g.appliedOp())
+	case g.applied > last:
+		// The data holds a snapshot whose install in the log was not persisted before the
+		// node stopped (or was redone just above): install its metadata in the log now,
+		// before the RawNode reads it.
+		commit := max(hs.GetCommit(), g.applied)
+		snap := &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(g.applied), Term: proto.Uint64(g.appliedTerm), ConfState: proto.Clone(g.conf).(*raftpb.ConfState)}}
+		hs2 := &raftpb.HardState{Term: proto.Uint64(max(hs.GetTerm(), g.appliedTerm)), Vote: proto.Uint64(hs.GetVote()), Commit: proto.Uint64(commit)}
+		ops, err := ls.Save(hs2, snap, nil)
+		if err != nil {
+			return err
+		}
+		e.out.Raw = append(e.out.Raw, ops...)
+	}
+	hs, _, _ = ls.Storage().InitialState()
 	if g.applied > hs.GetCommit() && e.cfg.Mutation == "" {
 		return fmt.Errorf("applied index %d above the commit index %d (%w)", g.applied, hs.GetCommit(), storage.ErrCorrupt)
 	}
+	if err := g.rebuildSeen(); err != nil {
+		return err
+	}
+	if g.sm.InMemory() {
+		err := g.sm.Load(k.ref(), func(fn func(storage.Record) bool) error {
+			return e.store.Scan(k.keyspace, k.partition, nil, nil, 0, fn)
+		})
+		if err != nil {
+			return fmt.Errorf("load state machine: %w", err)
+		}
+	}
+	// A member that had state may have acknowledged a leader's heartbeat just before it
+	// stopped, promising that leader not to vote for another before an election timeout
+	// had passed; a restarted RawNode knows no leader and would vote at once, so its votes
+	// wait out the promise (lease.go).
+	g.freezeVotes = hadState
 	rn, err := etcdraft.NewRawNode(&etcdraft.Config{
 		ID:                        uint64(e.cfg.NodeID),
 		ElectionTick:              opts.ElectionTicks(),
 		HeartbeatTick:             opts.HeartbeatTicks(),
-		Storage:                   snapshotlessStorage{ls.Storage()},
+		Storage:                   &groupStorage{MemoryStorage: ls.mem, g: g, e: e},
 		Applied:                   min(g.applied, hs.GetCommit()),
 		MaxSizePerMsg:             maxSizePerMsg,
 		MaxInflightMsgs:           maxInflightMsgs,
@@ -295,18 +386,58 @@ func (e *Engine) addGroup(k groupKey, replicas []uint32, opts config.RaftOptions
 		CheckQuorum:               true,
 		PreVote:                   true,
 		ReadOnlyOption:            etcdraft.ReadOnlySafe,
+		StepDownOnRemoval:         true,
 		Logger:                    e.log,
 	})
 	if err != nil {
 		return fmt.Errorf("raft node: %w", err)
 	}
 	g.rn = rn
-	g.dirty = true
+	g.idleSince = e.ticks
 	e.groups[k] = g
-	e.byID[id] = k
+	e.byID[id] = g
 	i, _ := slices.BinarySearchFunc(e.order, id, func(a *group, id uint64) int { return cmpU64(a.id, id) })
 	e.order = slices.Insert(e.order, i, g)
+	e.activeStale = true
+	e.markDirty(g)
+	delete(e.broken, k)
+	// The first preferred replica of a new group campaigns at once, so leaders start where
+	// they belong instead of after an election timeout somewhere else (with PreVote, a
+	// campaign cannot disturb a leader the others still hear from).
+	if !hadState && len(g.conf.GetVoters()) > 0 {
+		for _, r := range p.Replicas {
+			if e.regionOf(r) == leaderRegion {
+				if r == e.cfg.NodeID {
+					_ = g.rn.Campaign()
+				}
+				break
+			}
+		}
+	}
 	return nil
+}
+
+func (e *Engine) loadApplied(id uint64) (*peerpb.RaftAppliedState, bool, error) {
+	b, ok, err := e.store.GetRaw(appliedKey(id))
+	if err != nil {
+		return nil, false, fmt.Errorf("read applied state: %w", err)
+	}
+	if !ok {
+		return nil, false, nil
+	}
+	var st peerpb.RaftAppliedState
+	if err := proto.Unmarshal(b, &st); err != nil {
+		return nil, false, fmt.Errorf("applied state: %w (%w)", err, storage.ErrCorrupt)
+	}
+	return &st, true, nil
+}
+
+func u64s(ids []uint32) []uint64 {
+	out := make([]uint64, len(ids))
+	for i, id := range ids {
+		out[i] = uint64(id)
+	}
+	return out
 }
 
 func cmpU64(a, b uint64) int {
@@ -319,61 +450,50 @@ func cmpU64(a, b uint64) int {
 	return 0
 }
 
-// rebuildSeen reads the commands of the last dedupWindow applied entries from the log.
-func (g *group) rebuildSeen() error {
-	st := g.log.Storage()
-	first, _ := st.FirstIndex()
-	lo := max(first, g.applied+1-min(g.applied, dedupWindow))
-	if g.applied < lo {
-		return nil
+// markDirty queues g for the next Ready.
+func (e *Engine) markDirty(g *group) {
+	if !g.dirty && !g.removed {
+		g.dirty = true
+		e.dirty = append(e.dirty, g)
 	}
-	ents, err := st.Entries(lo, g.applied+1, ^uint64(0))
-	if err != nil {
-		return fmt.Errorf("read applied log [%d, %d]: %w", lo, g.applied, err)
-	}
-	for _, ent := range ents {
-		if ent.GetType() != raftpb.EntryType_EntryNormal || len(ent.GetData()) == 0 {
-			continue
-		}
-		var cmd peerpb.RaftCommand
-		if err := proto.Unmarshal(ent.GetData(), &cmd); err != nil {
-			return fmt.Errorf("entry %d: %w (%w)", ent.GetIndex(), err, storage.ErrCorrupt)
-		}
-		g.duplicate(ent.GetIndex(), commandID{cmd.GetOrigin(), wire.VersionFromPB(cmd.GetVersion())})
-	}
-	return nil
 }
 
-func (e *Engine) regionOf(node uint32) string {
-	for _, n := range e.cfg.Nodes {
-		if n.ID == node {
-			return n.Region
-		}
-	}
-	return ""
-}
-
-// steerLeaders hands leadership to a replica in the leader region, from every group this node
-// leads elsewhere (after a failover, once the preferred replica is back and active). etcd
-// raft's transfer waits until the target has the whole log, then tells it to campaign at
-// once (MsgTimeoutNow), so no write is lost and the gap is about one round trip.
-func (e *Engine) steerLeaders() {
-	for _, g := range e.order {
-		if len(g.preferred) == 0 || slices.Contains(g.preferred, e.cfg.NodeID) || g.rn.BasicStatus().RaftState != etcdraft.StateLeader {
-			continue
-		}
-		st := g.rn.Status()
-		if st.RaftState != etcdraft.StateLeader || st.LeadTransferee != etcdraft.None {
-			continue
-		}
-		for _, target := range g.preferred {
-			if pr, ok := st.Progress[uint64(target)]; ok && pr.RecentActive {
-				g.rn.TransferLeader(uint64(target))
-				g.dirty = true
-				break
+// activeGroups returns the groups that tick, by group ID.
+func (e *Engine) activeGroups() []*group {
+	if e.activeStale {
+		e.active = e.active[:0]
+		for _, g := range e.order {
+			if !g.quiesced {
+				e.active = append(e.active, g)
 			}
 		}
+		e.activeStale = false
 	}
+	return e.active
+}
+
+// destroy takes g out of this node: its requests fail with why, its log, applied state and
+// data are deleted (in one Ready op, after everything before it).
+func (e *Engine) destroy(g *group, why string) {
+	if g.removed {
+		return
+	}
+	e.failGroup(g, why, false)
+	raw := append(g.log.Remove(), storage.RawOp{Key: appliedKey(g.id), Delete: true}, storage.RawOp{Key: markerKey(g.id), Delete: true})
+	e.out.Ingests = append(e.out.Ingests, engine.Ingest{Keyspace: g.key.keyspace, Partition: g.key.partition, After: raw})
+	e.unlink(g)
+	e.stats.ReplicasRemoved.Add(1)
+}
+
+// unlink drops g from the engine's indexes.
+func (e *Engine) unlink(g *group) {
+	g.removed = true
+	delete(e.groups, g.key)
+	delete(e.byID, g.id)
+	e.order = slices.DeleteFunc(e.order, func(x *group) bool { return x == g })
+	e.activeStale = true
+	e.dirty = slices.DeleteFunc(e.dirty, func(x *group) bool { return x == g })
+	e.refreshPeers()
 }
 
 // Leader returns the leader this node knows for a partition's group (0: none, or no such
@@ -386,114 +506,33 @@ func (e *Engine) Leader(keyspace string, partition uint32) uint64 {
 	return g.rn.BasicStatus().Lead
 }
 
-// snapshotlessStorage is a group's log as the RawNode sees it. A snapshot carrying the
-// partition's data is not implemented yet, so a follower behind the compacted log is told
-// that no snapshot is available (it stays behind, visibly) instead of being sent one without
-// data, which would silently lose writes.
-type snapshotlessStorage struct{ etcdraft.Storage }
-
-func (s snapshotlessStorage) Snapshot() (*raftpb.Snapshot, error) {
-	return nil, etcdraft.ErrSnapshotTemporarilyUnavailable
+// GroupStatus is what the engine reports about one of its groups (tests, raft status).
+type GroupStatus struct {
+	Keyspace  string
+	Partition uint32
+	State     string
+	Leader    uint64
+	Term      uint64
+	Commit    uint64
+	Applied   uint64
+	Quiesced  bool
+	Voters    []uint64
+	Learners  []uint64
+	Outgoing  []uint64
 }
 
-// Propose starts a client request on a raft keyspace.
-func (e *Engine) Propose(now time.Time, req engine.Request) {
-	e.observe(now)
-	ks, ok := e.pmap.Keyspace(req.Keyspace)
-	if !ok || ks.Spec.Protocol != config.ProtocolRaft {
-		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.NotFound, "unknown keyspace %q", req.Keyspace)})
-		return
+// Groups returns the status of every group on this node, by group ID.
+func (e *Engine) Groups() []GroupStatus {
+	out := make([]GroupStatus, 0, len(e.order))
+	for _, g := range e.order {
+		st := g.rn.BasicStatus()
+		out = append(out, GroupStatus{Keyspace: g.key.keyspace, Partition: g.key.partition, State: st.RaftState.String(),
+			Leader: st.Lead, Term: st.HardState.GetTerm(), Commit: st.HardState.GetCommit(), Applied: g.applied,
+			Quiesced: g.quiesced, Voters: slices.Clone(g.conf.GetVoters()), Learners: slices.Clone(g.conf.GetLearners()),
+			Outgoing: slices.Clone(g.conf.GetVotersOutgoing())})
 	}
-	if req.Op == engine.OpScan {
-		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Invalid, "keyspace %q uses protocol raft, which serves get, put and delete; scans of raft keyspaces are not implemented yet", req.Keyspace)})
-		return
-	}
-	p := ks.Lookup(req.Key)
-	g := e.groups[groupKey{req.Keyspace, p.ID}]
-	if why, ok := e.broken[groupKey{req.Keyspace, p.ID}]; ok {
-		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Internal, "keyspace %q partition %d: this node's Raft group is out of service: %s", req.Keyspace, p.ID, why)})
-		return
-	}
-	if g == nil {
-		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Unavailable,
-			"node %d holds no replica of keyspace %q partition %d (replicas: nodes %v); raft keyspaces are served by their replicas", e.cfg.NodeID, req.Keyspace, p.ID, p.Replicas)})
-		return
-	}
-	if len(e.pending) >= maxPending {
-		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Overloaded, "node %d has %d raft requests in flight (limit %d)", e.cfg.NodeID, len(e.pending), maxPending)})
-		return
-	}
-	if req.MinVersion.WallNanos > 0 {
-		e.clock.Observe(now, req.MinVersion)
-	}
-	g.dirty = true
-	// Without a known leader (an election or a handover in progress) a request is held
-	// until one is elected (retryPending), for up to two election timeouts (Tick).
-	noLeader := func(data []byte) bool {
-		if g.rn.BasicStatus().Lead != etcdraft.None {
-			return false
-		}
-		e.pending[req.ID] = &pendingReq{req: req, group: g, data: data, heldSince: now}
-		return true
-	}
-	switch req.Op {
-	case engine.OpGet:
-		level := req.Level
-		if level == "" {
-			level = g.opts.ReadLevel
-		}
-		if level == config.LevelStale || e.cfg.Mutation == "stale-read-as-linearizable" {
-			path := PathStale
-			if level != config.LevelStale {
-				path = PathReadIndex // the mutation claims linearizability
-			}
-			e.out.Reads = append(e.out.Reads, readAt(g.key, req, path))
-			return
-		}
-		if noLeader(nil) {
-			return
-		}
-		e.pending[req.ID] = &pendingReq{req: req, group: g}
-		g.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, req.ID))
-	case engine.OpPut, engine.OpDelete:
-		cmd := &peerpb.RaftCommand{Origin: e.cfg.NodeID, RequestId: req.ID, Key: req.Key, Value: req.Value,
-			Tombstone: req.Op == engine.OpDelete, Version: wire.VersionToPB(e.clock.Now(now))}
-		data, err := proto.Marshal(cmd)
-		if err != nil {
-			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Internal, "encode raft command: %v", err)})
-			return
-		}
-		if noLeader(data) {
-			return
-		}
-		pr := &pendingReq{req: req, group: g, data: data}
-		if err := g.rn.Propose(data); err != nil {
-			// Dropped by a leader handing over (or over its uncommitted-log bound): held
-			// like a request without a leader, proposed again at the next leader change.
-			pr.heldSince = now
-		}
-		e.pending[req.ID] = pr
-	default:
-		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Invalid, "keyspace %q uses protocol raft, which has no %s operation", req.Keyspace, req.Op)})
-	}
+	return out
 }
-
-// readAt is a read of key from the replica's storage, run once the Ready that carries it
-// (and every earlier one) is in storage.
-func readAt(k groupKey, req engine.Request, path string) engine.Read {
-	return engine.Read{ID: req.ID, Op: req.Op, Run: func(store engine.Reader) engine.Result {
-		rec, found, err := store.Get(k.keyspace, k.partition, req.Key)
-		if err != nil {
-			return engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Internal, "read: %v", err)}
-		}
-		if rec.Tombstone {
-			return engine.Result{ID: req.ID, Op: req.Op, Version: rec.Version, Path: path}
-		}
-		return engine.Result{ID: req.ID, Op: req.Op, Found: found, Value: rec.Value, Version: rec.Version, Path: path}
-	}}
-}
-
-func (e *Engine) reply(r engine.Result) { e.out.Replies = append(e.out.Replies, r) }
 
 func (e *Engine) observe(now time.Time) {
 	if now.After(e.lastNow) {
@@ -502,57 +541,27 @@ func (e *Engine) observe(now time.Time) {
 	if e.nextTick.IsZero() {
 		e.nextTick = now.Add(config.RaftTick)
 	}
+	// Vote freezes start counting from the first moment the engine knows the time.
+	for _, g := range e.order {
+		if g.freezeVotes && g.freezeUntil.IsZero() {
+			g.freezeUntil = now.Add(e.voteFreeze(g))
+		}
+	}
 }
 
-// Step delivers a Raft message to its group. Messages for groups this node does not have,
-// or whose addressing disagrees with the envelope's, are dropped like lost messages.
-func (e *Engine) Step(now time.Time, env *peerpb.Envelope) {
-	e.observe(now)
-	rm := env.GetRaft()
-	if rm == nil {
-		return
-	}
-	g := e.groups[groupKey{rm.GetKeyspace(), rm.GetPartition()}]
-	if g == nil {
-		return
-	}
-	var m raftpb.Message
-	if err := proto.Unmarshal(rm.GetMessage(), &m); err != nil {
-		return
-	}
-	if m.GetFrom() != uint64(env.GetFrom()) || m.GetTo() != uint64(e.cfg.NodeID) || !slices.Contains(g.peers, env.GetFrom()) {
-		return
-	}
-	if etcdraft.IsLocalMsg(m.GetType()) {
-		return // never from the network
-	}
-	// An empty append response (index 0) is a follower's answer to a message from an older
-	// term: it tells a stale leader that a newer term exists. A leader of that term learns
-	// nothing from it, but etcd raft takes it as "matched up to 0" and moves the follower's
-	// progress to replicate from index 1 — which lies behind every group's bootstrap
-	// snapshot, so the leader would need a snapshot it cannot send and the follower would
-	// stay behind for good (the simulator found this: seed 129, a heartbeat delayed across
-	// the leader's restart). Only a node that would step down because of it needs it.
-	if m.GetType() == raftpb.MessageType_MsgAppResp && !m.GetReject() && m.GetIndex() == 0 && m.GetTerm() <= g.rn.BasicStatus().HardState.GetTerm() {
-		return
-	}
-	_ = g.rn.Step(&m) // errors are for local misuse (e.g. a response to an unknown peer): drop
-	g.dirty = true
-}
-
-// Tick advances every group's logical clock by the Raft ticks that have elapsed, and fails
-// the requests whose deadline has passed.
+// Tick advances every active group's logical clock by the Raft ticks that have elapsed,
+// sends the node-level pings, keeps house, and fails the requests whose deadline passed.
 func (e *Engine) Tick(now time.Time) {
 	e.observe(now)
 	ticked := false
 	for n := 0; !now.Before(e.nextTick) && n < maxTicksPerCall; n++ {
-		for _, g := range e.order {
-			g.rn.Tick()
-			g.dirty = true
+		for _, g := range e.activeGroups() {
+			e.tickGroup(g)
 		}
 		e.nextTick = e.nextTick.Add(config.RaftTick)
-		if e.ticks++; e.ticks%steerEveryTicks == 0 {
-			e.steerLeaders()
+		e.ticks++
+		if e.ticks%housekeepEveryTicks == 0 {
+			e.housekeep(now)
 		}
 		ticked = true
 	}
@@ -560,252 +569,110 @@ func (e *Engine) Tick(now time.Time) {
 		e.nextTick = now.Add(config.RaftTick) // a long pause: do not replay it tick by tick
 	}
 	if ticked {
+		e.stats.Groups.Store(int64(len(e.order)))
+		e.stats.QuiescedGroups.Store(int64(len(e.order) - len(e.activeGroups())))
+		e.pingPeers(now)
+		e.checkLiveness(now)
+		e.maybeQuiesceAll()
 		e.expire(now)
+		e.expireTransfers(now)
 	}
 }
 
-// expire fails the requests whose deadline has passed, and the held ones (no leader) held
-// for two election timeouts. Checked once per Raft tick: a request may outlive its deadline
-// by up to one tick.
-func (e *Engine) expire(now time.Time) {
-	var expired []uint64
-	for id, p := range e.pending {
-		if (!p.req.Deadline.IsZero() && now.After(p.req.Deadline)) ||
-			(!p.heldSince.IsZero() && now.Sub(p.heldSince) > 2*p.group.opts.ElectionTimeout) {
-			expired = append(expired, id)
-		}
+// tickGroup advances g by one Raft tick. A leader ticks normally (heartbeats, CheckQuorum,
+// hand-over timeouts). A follower or candidate advances its election clock without
+// campaigning (TickQuiesced) and campaigns on the engine's own timer: electionElapsed is
+// a count of ticks since anything that may have reset etcd raft's own election clock (so it
+// never runs ahead of it, and a campaign never breaks a lease this node promised), against a
+// timeout drawn uniformly from [electionTimeout, 2·electionTimeout) by the engine's seeded
+// generator, as etcd raft draws its own.
+func (e *Engine) tickGroup(g *group) {
+	e.markDirty(g)
+	if g.state == etcdraft.StateLeader {
+		g.rn.Tick()
+		return
 	}
-	slices.Sort(expired)
-	for _, id := range expired {
-		p := e.pending[id]
-		delete(e.pending, id)
-		if !p.heldSince.IsZero() {
-			e.reply(engine.Result{ID: id, Op: p.req.Op, Err: errs.New(errs.Unavailable,
-				"keyspace %q partition %d has had no Raft leader for %v (no majority reachable?); retry, or read at STALE",
-				p.group.key.keyspace, p.group.key.partition, now.Sub(p.heldSince).Round(time.Millisecond))})
+	g.rn.TickQuiesced()
+	g.electionElapsed++
+	if g.electionDeadline == 0 {
+		g.electionDeadline = e.drawElectionTimeout(g)
+	}
+	if g.electionElapsed < g.electionDeadline || !slices.Contains(g.conf.GetVoters(), uint64(e.cfg.NodeID)) {
+		return
+	}
+	g.electionElapsed = 0
+	g.electionDeadline = e.drawElectionTimeout(g)
+	_ = g.rn.Campaign()
+}
+
+func (e *Engine) drawElectionTimeout(g *group) int {
+	et := max(g.opts.ElectionTicks(), 1)
+	return et + e.rng.IntN(et)
+}
+
+// housekeep steers leaders, drives configuration changes, and lets replicas that left
+// their placement find out whether they may go.
+func (e *Engine) housekeep(now time.Time) {
+	for _, g := range slices.Clone(e.order) {
+		if g.removed {
 			continue
 		}
-		what := "the read index"
-		if p.req.Op != engine.OpGet {
-			what = "the write to commit (it may still apply)"
-		}
-		e.reply(engine.Result{ID: id, Op: p.req.Op, Err: errs.New(errs.Timeout,
-			"keyspace %q partition %d: deadline passed waiting for %s (leader: node %d)", p.group.key.keyspace, p.group.key.partition, what, p.group.rn.BasicStatus().Lead)})
-	}
-}
-
-// HasReady reports whether Ready has output.
-func (e *Engine) HasReady() bool {
-	if !e.out.Empty() {
-		return true
-	}
-	for _, g := range e.order {
-		if g.dirty {
-			if g.rn.HasReady() {
-				return true
-			}
-			g.dirty = false
-		}
-	}
-	return false
-}
-
-// Ready collects every group's Ready: log and hard state to persist (Raw), committed writes
-// applied to storage records (Writes), messages, client replies and reads that wait for the
-// applied writes (Reads). The runtime makes Writes and Raw durable before any message or
-// reply leaves, which is what etcd raft requires of a Ready's persistence.
-func (e *Engine) Ready() engine.Ready {
-	removed := false
-	for _, g := range e.order {
-		if g.removed || !g.dirty || !g.rn.HasReady() {
-			g.dirty = false
+		if !g.inPlacement {
+			e.askRemoved(now, g)
 			continue
 		}
-		e.readyGroup(g)
-		g.dirty = !g.removed && g.rn.HasReady()
-		removed = removed || g.removed
-	}
-	if removed {
-		e.order = slices.DeleteFunc(e.order, func(g *group) bool { return g.removed })
-	}
-	rd := e.out
-	e.out = engine.Ready{}
-	return rd
-}
-
-func (e *Engine) readyGroup(g *group) {
-	rd := g.rn.Ready()
-	if rd.SoftState != nil && rd.SoftState.Lead != etcdraft.None && rd.SoftState.Lead != g.lead {
-		g.lead = rd.SoftState.Lead
-		defer e.retryPending(g)
-	}
-	ops, err := g.log.Save(rd.HardState, rd.Snapshot, rd.Entries)
-	if err != nil {
-		// The in-memory log refused what raft produced: a bug, not an input. Take the group
-		// out of service (nothing more is acknowledged) and say why on every request.
-		e.remove(g, err)
-		return
-	}
-	e.out.Raw = append(e.out.Raw, ops...)
-	for _, m := range rd.Messages {
-		b, err := proto.Marshal(m)
-		if err != nil {
+		if g.state != etcdraft.StateLeader {
 			continue
 		}
-		e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: uint32(m.GetTo()),
-			Msg: &peerpb.Envelope_Raft{Raft: &peerpb.RaftMessage{Keyspace: g.key.keyspace, Partition: g.key.partition, Message: b}}})
+		e.driveMembership(g)
+		e.steerLeader(g)
 	}
-	applyFrom := rd.CommittedEntries
-	if e.cfg.Mutation == "apply-before-commit" {
-		applyFrom = append(slices.Clone(rd.CommittedEntries), rd.Entries...)
+}
+
+// steerLeader hands leadership to a replica in the leader region from a group this node
+// leads elsewhere (after a failover, once the preferred replica is back and active), or
+// to a remaining voter when this node is being removed. etcd raft's transfer waits until
+// the target has the whole log, then tells it to campaign at once (MsgTimeoutNow), so no
+// write is lost and the gap is about one round trip.
+func (e *Engine) steerLeader(g *group) {
+	leaving := !slices.Contains(g.desc.Replicas, e.cfg.NodeID)
+	if !leaving && (len(g.preferred) == 0 || slices.Contains(g.preferred, e.cfg.NodeID)) {
+		return
 	}
-	for _, ent := range applyFrom {
-		e.apply(g, ent)
+	if g.rn.BasicStatus().LeadTransferee != etcdraft.None {
+		return
 	}
-	if len(rd.CommittedEntries) > 0 {
-		b := binary.BigEndian.AppendUint64(make([]byte, 0, 8+hlc.EncodedVersionLen), g.applied)
-		e.out.Raw = append(e.out.Raw, storage.RawOp{Key: appliedKey(g.id), Value: g.last.Encode(b)})
+	targets := g.preferred
+	if leaving {
+		targets = append(slices.Clone(g.preferred), g.desc.Replicas...)
 	}
-	for _, rs := range rd.ReadStates {
-		if len(rs.RequestCtx) == 8 {
-			g.waiting = append(g.waiting, waitingRead{index: rs.Index, id: binary.BigEndian.Uint64(rs.RequestCtx)})
-		}
-	}
-	kept := g.waiting[:0]
-	for _, w := range g.waiting {
-		if w.index > g.applied {
-			kept = append(kept, w)
+	voters := g.conf.GetVoters()
+	var target uint64
+	// Prefer the first eligible target in order (the visit order is by ID).
+	for _, t := range targets {
+		if t == e.cfg.NodeID || !slices.Contains(voters, uint64(t)) {
 			continue
 		}
-		if p, ok := e.pending[w.id]; ok {
-			delete(e.pending, w.id)
-			e.out.Reads = append(e.out.Reads, readAt(g.key, p.req, PathReadIndex))
+		if e.recentlyActive(g, uint64(t)) {
+			target = uint64(t)
+			break
 		}
 	}
-	g.waiting = kept
-	g.rn.Advance(rd)
-	e.maybeCompact(g)
-}
-
-// retryPending proposes g's pending writes and read indexes again after a leader change,
-// in request order.
-func (e *Engine) retryPending(g *group) {
-	if g.removed {
-		return
-	}
-	var ids []uint64
-	for id, p := range e.pending {
-		if p.group == g {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		p := e.pending[id]
-		p.heldSince = time.Time{}
-		if p.data != nil {
-			_ = g.rn.Propose(p.data) // dropped again: the next leader change retries it
-		} else {
-			g.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, id))
-		}
-	}
-	g.dirty = true
-}
-
-// remove takes g out of service after an internal error: its pending requests fail with the
-// reason, and so do later ones (broken).
-func (e *Engine) remove(g *group, err error) {
-	e.broken[g.key] = err.Error()
-	delete(e.groups, g.key)
-	g.removed = true // dropped from e.order at the end of Ready (which may be iterating it)
-	ids := make([]uint64, 0)
-	for id, p := range e.pending {
-		if p.group == g {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		p := e.pending[id]
-		delete(e.pending, id)
-		e.reply(engine.Result{ID: id, Op: p.req.Op, Err: errs.New(errs.Internal, "keyspace %q partition %d: Raft group out of service: %v", g.key.keyspace, g.key.partition, err)})
+	if target != 0 {
+		g.rn.TransferLeader(target)
+		e.markDirty(g)
+		e.stats.LeaderTransfers.Add(1)
 	}
 }
 
-// apply applies one committed entry: a write becomes a record whose version is above every
-// earlier applied write's (so storage's newest version is the log's last write), and the
-// proposer answers its client.
-func (e *Engine) apply(g *group, ent *raftpb.Entry) {
-	if ent.GetIndex() <= g.applied {
-		return // replayed after a restart (or the mutation's early apply)
-	}
-	g.applied = ent.GetIndex()
-	g.sinceCut++
-	switch ent.GetType() {
-	case raftpb.EntryType_EntryConfChange, raftpb.EntryType_EntryConfChangeV2:
-		var cc raftpb.ConfChangeI
-		if ent.GetType() == raftpb.EntryType_EntryConfChange {
-			var c raftpb.ConfChange
-			if proto.Unmarshal(ent.GetData(), &c) != nil {
-				return
-			}
-			cc = &c
-		} else {
-			var c raftpb.ConfChangeV2
-			if proto.Unmarshal(ent.GetData(), &c) != nil {
-				return
-			}
-			cc = &c
+func (e *Engine) recentlyActive(g *group, id uint64) bool {
+	active := false
+	g.rn.WithProgress(func(pid uint64, _ etcdraft.ProgressType, pr tracker.Progress) {
+		if pid == id {
+			active = pr.RecentActive
 		}
-		g.rn.ApplyConfChange(cc)
-		return
-	}
-	if len(ent.GetData()) == 0 {
-		return // a new leader's empty entry
-	}
-	var cmd peerpb.RaftCommand
-	if err := proto.Unmarshal(ent.GetData(), &cmd); err != nil {
-		// Every replica stops at the same entry: better than diverging silently.
-		e.remove(g, fmt.Errorf("entry %d does not decode: %w", ent.GetIndex(), err))
-		return
-	}
-	v := wire.VersionFromPB(cmd.GetVersion())
-	if g.duplicate(ent.GetIndex(), commandID{cmd.GetOrigin(), v}) {
-		return
-	}
-	if !g.last.Less(v) {
-		v = hlc.Version{WallNanos: g.last.WallNanos, Logical: g.last.Logical + 1, NodeID: v.NodeID}
-	}
-	g.last = v
-	e.clock.Observe(e.lastNow, v)
-	rec := storage.Record{Keyspace: g.key.keyspace, Partition: g.key.partition, Key: cmd.GetKey(), Value: cmd.GetValue(), Tombstone: cmd.GetTombstone(), Version: v}
-	if rec.Value == nil && !rec.Tombstone {
-		rec.Value = []byte{}
-	}
-	e.out.Writes = append(e.out.Writes, rec)
-	if cmd.GetOrigin() != e.cfg.NodeID {
-		return
-	}
-	if p, ok := e.pending[cmd.GetRequestId()]; ok && p.req.Op != engine.OpGet {
-		delete(e.pending, cmd.GetRequestId())
-		e.reply(engine.Result{ID: p.req.ID, Op: p.req.Op, Version: v})
-	}
-}
-
-// maybeCompact discards applied log older than retainEntries, every compactEvery entries.
-func (e *Engine) maybeCompact(g *group) {
-	if g.sinceCut < compactEvery || g.applied <= retainEntries {
-		return
-	}
-	// The current configuration is stored with the compaction.
-	conf := &raftpb.ConfState{Voters: slices.Sorted(maps.Keys(g.rn.Status().Config.Voters.IDs()))}
-	ops, err := g.log.Compact(g.applied-retainEntries, conf)
-	if err != nil {
-		e.remove(g, err)
-		return
-	}
-	g.sinceCut = 0
-	e.out.Raw = append(e.out.Raw, ops...)
+	})
+	return active
 }
 
 // discardLogger drops etcd raft's logging (the engine reports through results and

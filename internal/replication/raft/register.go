@@ -2,6 +2,9 @@ package raft
 
 import (
 	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"meridian/internal/config"
 	"meridian/internal/engine"
@@ -12,6 +15,22 @@ import (
 
 // ID is Raft's engine ID on the wire (Envelope.engine).
 const ID = 4
+
+// Mutations are Raft's deliberately broken variants; each must be caught by the simulator
+// (meridian sim --protocol raft --mutations).
+var Mutations = map[string]string{
+	"stale-read-as-linearizable": "linearizable reads are served from the replica's applied state without ReadIndex or a lease (a partitioned ex-leader returns stale values)",
+	"apply-before-commit":        "a replica applies entries as soon as they are in its log, before a majority has them (commits on a minority: its writes become visible, then are lost)",
+	"lease-never-expires":        "a node that once held a leader lease serves lease reads for good, without checking that the lease is still valid (an ex-leader cut off by a partition keeps serving after another was elected)",
+	"lease-ignores-epsilon":      "the leader lease lasts a full election timeout less a tick, ignoring the clock bound ε (and the offset estimate): clocks that step within ε let a new leader commit while the old one still serves",
+}
+
+// UnitMutations are broken variants too narrow for random faults to find in a bounded number
+// of seeds; each has a scripted test that catches it (engine_test.go).
+var UnitMutations = map[string]string{
+	"restart-votes-at-once": "a restarted node votes at once instead of waiting out the leases it may have promised before it stopped",
+	"no-quiesce":            "idle groups never quiesce (not a safety bug: the idle-cost test catches it)",
+}
 
 func init() {
 	engine.Register(engine.Protocol{
@@ -25,7 +44,23 @@ func init() {
 		ReplicaReadLevel: config.LevelStale,
 		LowerBoundMs:     lowerBoundMs,
 		Mutations:        Mutations,
+		Metrics: func(reg prometheus.Registerer, e engine.Engine) {
+			registerMetrics(reg, config.ProtocolRaft, e.(*Engine).Counters())
+		},
+		// The lease rests on the clock bound ε; the engine measures offsets and falls back
+		// to ReadIndex beyond it, visibly.
+		ClockFallbackPath: PathReadIndex,
 		Sim: engine.SimSupport{
+			MutationHints: map[string]engine.SimHints{
+				// Ignoring ε shows when clocks move by as much as the lease leaves out: on a
+				// LAN, with ε as long as the election timeout and clocks stepped often within
+				// it, a partition's majority elects a leader and commits while the old
+				// leader's ε-less lease still runs, and many readers catch it serving. With
+				// ε that large a correct lease is never valid: reads go by ReadIndex.
+				"lease-ignores-epsilon": {Topology: "lan-3", MaxClockOffset: 500 * time.Millisecond, ClockStepEvery: 100 * time.Millisecond,
+					Faults: []string{"partition", "clock"}, ReadFraction: 0.95, ClientsPerRegion: 6,
+					KeyspaceOptions: map[string]string{"election_timeout": "500ms", "heartbeat_interval": "100ms"}},
+			},
 			// Elections within a simulated run of seconds, above the topology's RTTs.
 			KeyspaceOptions:      map[string]string{"heartbeat_interval": "100ms", "election_timeout": "500ms"},
 			CheckLinearizability: true,
@@ -33,18 +68,17 @@ func init() {
 	})
 }
 
-// check validates a request's Raft fields: gets take LINEARIZABLE or STALE (or the
-// keyspace's read_level); writes take no level; there are no write modes, masters or scans.
+// check validates a request's Raft fields: gets and scans take LINEARIZABLE or STALE (or
+// the keyspace's read_level); writes take no level and no write mode; a key's leader can be
+// moved to a region (OpMoveMaster).
 func check(ks *placement.Keyspace, req *engine.Request, level string) error {
 	if req.WriteMode != "" {
 		return errs.New(errs.Invalid, "write_mode %q is not valid for keyspace %q: protocol raft has no write modes", req.WriteMode, ks.Spec.Name)
 	}
 	switch req.Op {
 	case engine.OpMoveMaster:
-		return errs.New(errs.Invalid, "keyspace %q uses protocol raft, which has no masters to move (its leader is per partition)", ks.Spec.Name)
-	case engine.OpScan:
-		return errs.New(errs.Invalid, "keyspace %q uses protocol raft, which serves get, put and delete; scans of raft keyspaces are not implemented yet", ks.Spec.Name)
-	case engine.OpGet:
+		return nil
+	case engine.OpGet, engine.OpScan:
 		if level == "" {
 			return nil
 		}
@@ -63,9 +97,10 @@ func check(ks *placement.Keyspace, req *engine.Request, level string) error {
 
 // lowerBoundMs is Raft's physical lower bound with the leader in the leader region
 // (leader_region, else the keyspace's first region: here the topology's first). A write
-// travels to the leader and waits for the leader's nearest majority; a linearizable read
-// needs the leader's confirmation from a majority (ReadIndex): the RTT to the leader plus the
-// leader's majority RTT (just the latter at the leader). STALE reads need nothing.
+// travels to the leader and waits for the leader's nearest majority. A linearizable read at
+// the leader's region is served under the leader's lease: no WAN round trip. Elsewhere it
+// needs the leader's read index, which the leader gives at once under its lease: the RTT to
+// the leader. STALE reads need nothing.
 func lowerBoundMs(t *topology.Topology, q engine.BoundQuery) (float64, bool) {
 	if q.Op == "read" && q.ReadLevel == config.LevelStale {
 		return 0, true
@@ -77,6 +112,9 @@ func lowerBoundMs(t *topology.Topology, q engine.BoundQuery) (float64, bool) {
 	toLeader := 0.0
 	if leader != q.Region {
 		toLeader = float64(t.RTT(q.Region, leader).Microseconds()) / 1000
+	}
+	if q.Op == "read" {
+		return toLeader, true
 	}
 	return toLeader + t.NthRTTMs(leader, len(t.Regions)/2+1), true
 }

@@ -87,7 +87,7 @@ func New(t testing.TB, protocol string, regions, partitions int, options map[str
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { e.Close() })
-		host := engine.NewHost(engine.Config{NodeID: n.ID, Nodes: c.Nodes, Topology: topo, Limits: c.Limits, AntiEntropyInterval: c.AntiEntropy.Interval}, e, nil)
+		host := engine.NewHost(engine.Config{NodeID: n.ID, Nodes: c.Nodes, Topology: topo, Limits: c.Limits, AntiEntropyInterval: c.AntiEntropy.Interval, RandSeed: uint64(n.ID)}, e, nil)
 		host.SetPlacement(pm)
 		h.Hosts[n.ID] = host
 		h.Stores[n.ID] = e
@@ -140,18 +140,29 @@ func (h *Harness) Flush(node uint32) {
 				h.t.Fatalf("apply: %v", err)
 			}
 		}
+		for _, in := range rd.Ingests {
+			if err := h.Stores[node].ReplacePartition(in.Keyspace, in.Partition, in.File, in.Before, in.After); err != nil {
+				h.t.Fatalf("install snapshot: %v", err)
+			}
+		}
 		h.Queue = append(h.Queue, rd.Messages...)
 		for _, r := range rd.Replies {
 			h.replies = append(h.replies, NodeResult{node, r})
 		}
 		for _, r := range rd.Reads {
-			h.replies = append(h.replies, NodeResult{node, r.Run(h.Stores[node])})
+			res := engine.RunRead(r, h.Stores[node], h.Now)
+			if res.Forward != nil {
+				h.Queue = append(h.Queue, res.Forward)
+				continue
+			}
+			h.replies = append(h.replies, NodeResult{node, res})
 		}
 		for _, j := range rd.Jobs {
 			envs, err := j.Run(h.Stores[node], node)
 			if err != nil {
 				h.t.Fatalf("job: %v", err)
 			}
+			// A job's notes to its own engine are queued like messages (delivered in order).
 			h.Queue = append(h.Queue, envs...)
 		}
 	}

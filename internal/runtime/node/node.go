@@ -173,6 +173,7 @@ func Start(opts Options) (*Node, error) {
 		MaxClockOffset:      opts.Cluster.Clock.MaxOffset,
 		// Versions further ahead are refused at the door (peerCheck); never adopt them.
 		MaxClockSkew: opts.Cluster.Clock.MaxFutureVersion(),
+		RandSeed:     uint64(time.Now().UnixNano()) ^ uint64(self.ID)<<32,
 	}, store, n.engineCreated)
 	n.host.SetPlacement(pm)
 	n.gm = newGuardMetrics(opts.Registry, n)
@@ -415,29 +416,40 @@ func (n *Node) committer() {
 			}
 			break
 		}
-		writes, raw = writes[:0], raw[:0]
-		for _, rd := range batch {
-			writes = append(writes, rd.Writes...)
-			raw = append(raw, rd.Raw...)
-		}
-		if len(writes) > 0 || len(raw) > 0 {
-			start := time.Now()
-			if err := n.store.ApplyBatch(writes, raw, true); err != nil {
-				// Durability can no longer be promised: stop releasing anything (crash-stop).
-				n.log.Error("storage apply failed; node stops serving", "err", err)
-				n.failed.Store(&err)
-				for _, rd := range batch {
-					for _, r := range rd.Replies {
-						n.complete(engine.Result{ID: r.ID, Op: r.Op, Err: errs.New(errs.Internal, "storage failure: %v", err)})
-					}
-					for _, r := range rd.Reads {
-						n.complete(engine.Result{ID: r.ID, Op: r.Op, Err: errs.New(errs.Internal, "storage failure: %v", err)})
-					}
-				}
-				continue
+		// Readies that replace a partition's data (Ingests) split the batch: everything
+		// before such a Ready, and that Ready's own writes, are made durable first, then the
+		// partition is replaced, then the rest follows.
+		for start := 0; start < len(batch) && n.failed.Load() == nil; {
+			end := start
+			for end < len(batch) && len(batch[end].Ingests) == 0 {
+				end++
 			}
-			n.m.commit(len(writes)+len(raw), time.Since(start))
-			n.watchCatalog(writes)
+			if end < len(batch) {
+				end++
+			}
+			seg := batch[start:end]
+			start = end
+			writes, raw = writes[:0], raw[:0]
+			for _, rd := range seg {
+				writes = append(writes, rd.Writes...)
+				raw = append(raw, rd.Raw...)
+			}
+			if len(writes) > 0 || len(raw) > 0 {
+				began := time.Now()
+				if err := n.store.ApplyBatch(writes, raw, true); err != nil {
+					n.storageFailed(batch, err)
+					break
+				}
+				n.m.commit(len(writes)+len(raw), time.Since(began))
+				n.watchCatalog(writes)
+			}
+			for _, in := range seg[len(seg)-1].Ingests {
+				if err := n.store.ReplacePartition(in.Keyspace, in.Partition, in.File, in.Before, in.After); err != nil {
+					n.storageFailed(batch, err)
+					break
+				}
+				n.log.Info("partition replica replaced by a snapshot", "keyspace", in.Keyspace, "partition", in.Partition)
+			}
 		}
 		if n.failed.Load() != nil {
 			continue
@@ -453,7 +465,12 @@ func (n *Node) committer() {
 				n.complete(r)
 			}
 			for _, r := range rd.Reads {
-				n.complete(r.Run(n.store))
+				res := engine.RunRead(r, n.store, n.clock.Now())
+				if res.Forward != nil {
+					n.release(res.Forward)
+					continue
+				}
+				n.complete(res)
 			}
 			for _, j := range rd.Jobs {
 				select {
@@ -462,6 +479,40 @@ func (n *Node) committer() {
 					n.m.dropped.WithLabelValues("ae_job_queue_full").Inc()
 				}
 			}
+		}
+	}
+}
+
+// release sends a message an engine produced off the event loop (a read served for another
+// node, a part of a scan): to its node, or back into this node's inbox when it is addressed
+// to this node (dropped, like a lost message, if the inbox is full: the committer must never
+// block on the loop, which may be blocked on the committer).
+func (n *Node) release(env *peerpb.Envelope) {
+	if env.To == n.self.ID {
+		select {
+		case n.inbox <- input{kind: inMessage, env: env}:
+		default:
+			n.m.dropped.WithLabelValues("inbox_full").Inc()
+		}
+		return
+	}
+	n.m.sent(env)
+	if !n.tr.Send(env) {
+		n.m.dropped.WithLabelValues("transport").Inc()
+	}
+}
+
+// storageFailed stops the node releasing anything after a failed write or snapshot install:
+// durability can no longer be promised (crash-stop). The batch's clients get the error.
+func (n *Node) storageFailed(batch []engine.Ready, err error) {
+	n.log.Error("storage apply failed; node stops serving", "err", err)
+	n.failed.Store(&err)
+	for _, rd := range batch {
+		for _, r := range rd.Replies {
+			n.complete(engine.Result{ID: r.ID, Op: r.Op, Err: errs.New(errs.Internal, "storage failure: %v", err)})
+		}
+		for _, r := range rd.Reads {
+			n.complete(engine.Result{ID: r.ID, Op: r.Op, Err: errs.New(errs.Internal, "storage failure: %v", err)})
 		}
 	}
 }
@@ -485,13 +536,26 @@ func (n *Node) jobWorker() {
 			// Pace background scans to a tenth of one core: a repair round scans whole
 			// partitions, and run back to back those scans showed up as 60-100 ms spikes in
 			// client p99 on a 2-core machine. Repair is not urgent; client requests are.
+			// Snapshot transfers pace themselves (a bounded window of chunks in flight).
 			pause := min(9*time.Since(start), time.Second)
+			if _, unpaced := j.(engine.Unpaced); unpaced {
+				pause = 0
+			}
 			if err != nil {
 				n.log.Warn("background job failed", "err", err)
 				continue
 			}
 			n.m.aeJobs.Inc()
 			for _, env := range envs {
+				if env.To == n.self.ID {
+					// The job's note to its own engine (snapshot exported, chunk stored).
+					select {
+					case n.inbox <- input{kind: inMessage, env: env}:
+					case <-n.stop:
+						return
+					}
+					continue
+				}
 				n.m.sent(env)
 				n.tr.Send(env)
 			}

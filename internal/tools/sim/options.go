@@ -118,6 +118,9 @@ type Options struct {
 	Faults         map[string]bool
 	// MaxClockOffset is ε (default 2ms).
 	MaxClockOffset time.Duration
+	// ClockStepEvery, when set with a clock fault, steps every node's clock this often on
+	// average (default: 0 to 3 steps per node and run).
+	ClockStepEvery time.Duration
 	// Sessions: clients send their session version (client.Session). Default true.
 	NoSessions bool
 	// Roam: each client sends a share of its requests to a random node in any region, so

@@ -9,6 +9,7 @@ import (
 	"meridian/internal/config"
 	"meridian/internal/engine"
 	_ "meridian/internal/replication/all" // the simulator runs every registered protocol
+	"meridian/internal/topology"
 )
 
 // Protocol is a registered protocol (package engine's registry): the simulator builds each
@@ -118,6 +119,31 @@ func applyMutationHints(p Protocol, m string, o *Options) error {
 	}
 	if h.ReplicaRegions > 0 {
 		o.ReplicaRegions = h.ReplicaRegions
+	}
+	if h.Topology != "" {
+		t, err := topology.Builtin(h.Topology)
+		if err != nil {
+			return fmt.Errorf("sim: protocol %s: mutation %s: %w", p.Name, m, err)
+		}
+		o.Topology = t
+	}
+	if h.ReadFraction > 0 {
+		o.ReadFraction = h.ReadFraction
+	}
+	if h.ClientsPerRegion > 0 {
+		o.ClientsPerRegion = h.ClientsPerRegion
+	}
+	if h.ClockStepEvery > 0 {
+		o.ClockStepEvery = h.ClockStepEvery
+	}
+	if h.Quiesce > 0 {
+		o.Quiesce = h.Quiesce
+	}
+	if h.MaxClockOffset > 0 {
+		o.MaxClockOffset = h.MaxClockOffset
+	}
+	for k, v := range h.KeyspaceOptions {
+		o.KeyspaceOptions[k] = v
 	}
 	return nil
 }

@@ -117,6 +117,21 @@ func ReplayCommand(o Options) string {
 	if o.NodesPerRegion > 1 {
 		fmt.Fprintf(&b, " --nodes-per-region %d", o.NodesPerRegion)
 	}
+	if o.ReadFraction != 0.5 {
+		fmt.Fprintf(&b, " --read-fraction %g", o.ReadFraction)
+	}
+	if o.ClientsPerRegion != 2 {
+		fmt.Fprintf(&b, " --clients-per-region %d", o.ClientsPerRegion)
+	}
+	if o.ClockStepEvery > 0 {
+		fmt.Fprintf(&b, " --clock-step-every %s", o.ClockStepEvery)
+	}
+	if o.Quiesce != 5*time.Second {
+		fmt.Fprintf(&b, " --quiesce %s", o.Quiesce)
+	}
+	if o.MaxClockOffset != 2*time.Millisecond {
+		fmt.Fprintf(&b, " --max-clock-offset %s", o.MaxClockOffset)
+	}
 	if o.DelaySpikeProb > 0 {
 		fmt.Fprintf(&b, " --delay-spike-prob %g", o.DelaySpikeProb)
 	}

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -56,6 +57,8 @@ const (
 	evPartitionStart
 	evPartitionEnd
 	evEndWorkload
+	evLocal     // a node's job hands a note to its own engine
+	evClockStep // a node's clock is stepped (as NTP steps a clock), within the fault's bound
 )
 
 type event struct {
@@ -295,6 +298,7 @@ func (s *simulator) setup() error {
 		}
 	}
 	s.scheduleFaults()
+	s.scheduleClockSteps()
 	s.schedule(event{at: int64(s.o.Duration), kind: evEndWorkload})
 	return nil
 }
@@ -310,6 +314,42 @@ func (s *simulator) localTime(i int) time.Time {
 	return time.Unix(0, epoch+s.now+off)
 }
 
+// scheduleClockSteps: with clock faults, every node's clock is stepped a few times during the
+// workload to a new offset drawn like its first (within ±ε/2 under "clock", so every pair stays
+// within ε; far beyond under "clock-beyond"). A step is how a real clock moves fastest (NTP
+// steps, a VM resumed): an interval measured across one is off by up to the step, which
+// is what timing rules with an ε margin (leases) must survive.
+func (s *simulator) scheduleClockSteps() {
+	if !s.o.Faults[FaultClock] && !s.o.Faults[FaultClockBeyond] {
+		return
+	}
+	d := int64(s.o.Duration)
+	for i := range s.nodes {
+		if every := int64(s.o.ClockStepEvery); every > 0 {
+			for at := s.rng.Int64N(2 * every); at < d; at += 1 + s.rng.Int64N(2*every) {
+				s.schedule(event{at: at, kind: evClockStep, node: i})
+			}
+			continue
+		}
+		for range s.rng.IntN(4) {
+			s.schedule(event{at: s.rng.Int64N(d), kind: evClockStep, node: i})
+		}
+	}
+}
+
+// stepClock moves node i's clock to a new offset (keeping its drift).
+func (s *simulator) stepClock(i int) {
+	n := s.nodes[i]
+	eps := int64(s.o.MaxClockOffset)
+	target := s.rng.Int64N(eps+1) - eps/2
+	if s.o.Faults[FaultClockBeyond] {
+		target = s.rng.Int64N(200*eps+1) - 100*eps
+	}
+	before := s.localTime(i)
+	n.offset0 = target - int64(n.driftPPM*float64(s.now)/1e6)
+	s.trace("clock step %s: %+.3fms", n.cfg.Name, float64(s.localTime(i).Sub(before))/1e6)
+}
+
 func (s *simulator) startNode(i int) error {
 	n := s.nodes[i]
 	e, err := storage.Open("/data", storage.Options{FS: n.fs})
@@ -322,6 +362,7 @@ func (s *simulator) startNode(i int) error {
 	n.host = engine.NewHost(engine.Config{
 		NodeID: n.cfg.ID, Nodes: s.cluster.Nodes, Topology: s.o.Topology, Limits: s.cluster.Limits,
 		AntiEntropyInterval: 500 * time.Millisecond, Mutation: s.o.Mutation, MaxClockOffset: s.cluster.Clock.MaxOffset,
+		RandSeed: s.o.Seed<<20 ^ uint64(n.cfg.ID)<<8 ^ uint64(n.epoch),
 	}, e, nil)
 	n.host.SetPlacement(s.pmap)
 	n.up = true
@@ -394,6 +435,19 @@ func (s *simulator) handle(e event) error {
 		return nil
 	case evSync:
 		return s.completeSync(e.node, e.cli)
+	case evClockStep:
+		s.stepClock(e.node)
+	case evLocal:
+		n := s.nodes[e.node]
+		if !n.up || e.cli != n.epoch {
+			return nil // the node crashed after its job ran: the note is lost with it
+		}
+		s.trace("local %s", fmtEnv(e.env))
+		n.host.Step(s.localTime(e.node), e.env)
+		if err := s.processReady(e.node); err != nil {
+			return err
+		}
+		s.checkInvariant()
 	case evClientOp:
 		return s.clientOp(e.cli)
 	case evClientTimeout:
@@ -480,6 +534,13 @@ func (s *simulator) processReady(i int) error {
 				return fmt.Errorf("node %s: apply: %w", n.cfg.Name, err)
 			}
 		}
+		// A snapshot install syncs as it goes (ReplacePartition), after this Ready's writes.
+		for _, in := range rd.Ingests {
+			if err := n.engine.ReplacePartition(in.Keyspace, in.Partition, in.File, in.Before, in.After); err != nil {
+				return fmt.Errorf("node %s: install snapshot: %w", n.cfg.Name, err)
+			}
+			s.trace("%s installed a snapshot of %s/%d", n.cfg.Name, in.Keyspace, in.Partition)
+		}
 		if s.o.Mutation == "ack-before-sync" {
 			// Broken on purpose: outputs leave before the writes are durable.
 			if err := s.release(i, rd); err != nil {
@@ -537,7 +598,16 @@ func (s *simulator) release(i int, rd engine.Ready) error {
 		s.reply(i, r)
 	}
 	for _, r := range rd.Reads {
-		s.reply(i, r.Run(n.engine))
+		res := engine.RunRead(r, n.engine, s.localTime(i))
+		if res.Forward != nil {
+			if res.Forward.To == n.cfg.ID {
+				s.schedule(event{at: s.now + int64(50*time.Microsecond), kind: evLocal, node: i, env: res.Forward, cli: n.epoch})
+			} else {
+				s.send(res.Forward)
+			}
+			continue
+		}
+		s.reply(i, res)
 	}
 	for _, j := range rd.Jobs {
 		envs, err := j.Run(n.engine, n.cfg.ID)
@@ -545,6 +615,11 @@ func (s *simulator) release(i int, rd engine.Ready) error {
 			return fmt.Errorf("node %s: job: %w", n.cfg.Name, err)
 		}
 		for _, env := range envs {
+			if env.To == n.cfg.ID {
+				// A job's note to its own engine: delivered to this incarnation only.
+				s.schedule(event{at: s.now + int64(50*time.Microsecond), kind: evLocal, node: i, env: env, cli: n.epoch})
+				continue
+			}
 			s.send(env)
 		}
 	}
@@ -906,6 +981,14 @@ func fmtEnv(env *peerpb.Envelope) string {
 		return fmt.Sprintf("%d->%d gl_heartbeat_ack #%d acked=%v newer=%d", env.From, env.To, m.GlHeartbeatAck.Seq, m.GlHeartbeatAck.GetAcked(), len(m.GlHeartbeatAck.GetNewer()))
 	case *peerpb.Envelope_GlCommitTable:
 		return fmt.Sprintf("%d->%d gl_commit_table p%d v%d %v", env.From, env.To, m.GlCommitTable.GetTable().GetPartition(), m.GlCommitTable.GetTable().GetVersion(), m.GlCommitTable.GetTable().GetOverrides())
+	case *peerpb.Envelope_Raft:
+		return fmt.Sprintf("%d->%d raft %s", env.From, env.To, wire.DescribeRaft(m.Raft))
+	case *peerpb.Envelope_RaftBatch:
+		parts := make([]string, 0, len(m.RaftBatch.Messages))
+		for _, r := range m.RaftBatch.Messages {
+			parts = append(parts, wire.DescribeRaft(r))
+		}
+		return fmt.Sprintf("%d->%d raft_batch [%s]", env.From, env.To, strings.Join(parts, "; "))
 	default:
 		return fmt.Sprintf("%d->%d %T", env.From, env.To, env.Msg)
 	}

@@ -3125,13 +3125,16 @@ func (x *RaftMessage) GetMessage() []byte {
 // write, stamped by its proposer. origin and request_id let the proposing node answer its
 // client when the entry applies.
 type RaftCommand struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Origin        uint32                 `protobuf:"varint,1,opt,name=origin,proto3" json:"origin,omitempty"`
-	RequestId     uint64                 `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Tombstone     bool                   `protobuf:"varint,3,opt,name=tombstone,proto3" json:"tombstone,omitempty"`
-	Key           []byte                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte                 `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
-	Version       *Version               `protobuf:"bytes,6,opt,name=version,proto3" json:"version,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Origin    uint32                 `protobuf:"varint,1,opt,name=origin,proto3" json:"origin,omitempty"`
+	RequestId uint64                 `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Tombstone bool                   `protobuf:"varint,3,opt,name=tombstone,proto3" json:"tombstone,omitempty"`
+	Key       []byte                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	Value     []byte                 `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
+	Version   *Version               `protobuf:"bytes,6,opt,name=version,proto3" json:"version,omitempty"`
+	// command, when set, is a state machine command other than a key write (the cluster
+	// metadata group's commands); key, value and tombstone are then unused.
+	Command       []byte `protobuf:"bytes,7,opt,name=command,proto3" json:"command,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3208,6 +3211,1013 @@ func (x *RaftCommand) GetVersion() *Version {
 	return nil
 }
 
+func (x *RaftCommand) GetCommand() []byte {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+// RaftBatch carries every Raft message one node has for another from one Ready, across
+// groups: messages (heartbeats above all) are coalesced per node pair, as CockroachDB
+// coalesces heartbeats, so thousands of groups cost one message per pair per Ready.
+type RaftBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Messages      []*RaftMessage         `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftBatch) Reset() {
+	*x = RaftBatch{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftBatch) ProtoMessage() {}
+
+func (x *RaftBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
+func (*RaftBatch) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *RaftBatch) GetMessages() []*RaftMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+// RaftAppliedState is what a replica stores with the writes of every Ready that applies
+// entries of a group: the last applied index and its term, the version of the last applied
+// write, and the configuration at that index. It is what a snapshot of the replica's data
+// is taken at.
+type RaftAppliedState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	LastVersion   *Version               `protobuf:"bytes,3,opt,name=last_version,json=lastVersion,proto3" json:"last_version,omitempty"`
+	ConfState     []byte                 `protobuf:"bytes,4,opt,name=conf_state,json=confState,proto3" json:"conf_state,omitempty"` // raftpb.ConfState, encoded
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftAppliedState) Reset() {
+	*x = RaftAppliedState{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftAppliedState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftAppliedState) ProtoMessage() {}
+
+func (x *RaftAppliedState) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftAppliedState.ProtoReflect.Descriptor instead.
+func (*RaftAppliedState) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *RaftAppliedState) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *RaftAppliedState) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *RaftAppliedState) GetLastVersion() *Version {
+	if x != nil {
+		return x.LastVersion
+	}
+	return nil
+}
+
+func (x *RaftAppliedState) GetConfState() []byte {
+	if x != nil {
+		return x.ConfState
+	}
+	return nil
+}
+
+// RaftSnapshotMarker is stored while a snapshot replaces a replica's data: if the node
+// stops in between, it finishes the install from the staged file when it starts again.
+type RaftSnapshotMarker struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	File          string                 `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	State         *RaftAppliedState      `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftSnapshotMarker) Reset() {
+	*x = RaftSnapshotMarker{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftSnapshotMarker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftSnapshotMarker) ProtoMessage() {}
+
+func (x *RaftSnapshotMarker) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftSnapshotMarker.ProtoReflect.Descriptor instead.
+func (*RaftSnapshotMarker) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *RaftSnapshotMarker) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *RaftSnapshotMarker) GetState() *RaftAppliedState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+// RaftSnapshotOffer tells a follower that the leader has a snapshot of the group for it
+// (etcd raft's MsgSnap, whose data is only the snapshot's id): the follower pulls the file
+// in chunks, installs it, and only then steps the MsgSnap into its group.
+type RaftSnapshotOffer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	SnapshotId    string                 `protobuf:"bytes,3,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	Size          int64                  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	Message       []byte                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"` // raftpb.Message of type MsgSnap
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftSnapshotOffer) Reset() {
+	*x = RaftSnapshotOffer{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftSnapshotOffer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftSnapshotOffer) ProtoMessage() {}
+
+func (x *RaftSnapshotOffer) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftSnapshotOffer.ProtoReflect.Descriptor instead.
+func (*RaftSnapshotOffer) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *RaftSnapshotOffer) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *RaftSnapshotOffer) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *RaftSnapshotOffer) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *RaftSnapshotOffer) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *RaftSnapshotOffer) GetMessage() []byte {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+type RaftSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	SnapshotId    string                 `protobuf:"bytes,3,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	Offset        int64                  `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        int32                  `protobuf:"varint,5,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftSnapshotRequest) Reset() {
+	*x = RaftSnapshotRequest{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftSnapshotRequest) ProtoMessage() {}
+
+func (x *RaftSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*RaftSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *RaftSnapshotRequest) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *RaftSnapshotRequest) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *RaftSnapshotRequest) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *RaftSnapshotRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *RaftSnapshotRequest) GetLength() int32 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+type RaftSnapshotChunk struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace   string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition  uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	SnapshotId string                 `protobuf:"bytes,3,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	Offset     int64                  `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	Data       []byte                 `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
+	// error, when set, says the sender cannot serve the snapshot (gone, unreadable).
+	Error         string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftSnapshotChunk) Reset() {
+	*x = RaftSnapshotChunk{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftSnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftSnapshotChunk) ProtoMessage() {}
+
+func (x *RaftSnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftSnapshotChunk.ProtoReflect.Descriptor instead.
+func (*RaftSnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *RaftSnapshotChunk) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *RaftSnapshotChunk) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *RaftSnapshotChunk) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *RaftSnapshotChunk) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *RaftSnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *RaftSnapshotChunk) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// RaftSnapshotStored is a node's own note (from its job worker to its engine) that a chunk
+// is on disk, or why it is not.
+type RaftSnapshotStored struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace   string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition  uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	SnapshotId string                 `protobuf:"bytes,3,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	Offset     int64                  `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length     int32                  `protobuf:"varint,5,opt,name=length,proto3" json:"length,omitempty"`
+	Error      string                 `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	// checked: the whole file was read back and holds records of this partition only; for
+	// state machines that keep state in memory (the metadata group) records are its records.
+	Checked       bool      `protobuf:"varint,7,opt,name=checked,proto3" json:"checked,omitempty"`
+	Records       []*Record `protobuf:"bytes,8,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftSnapshotStored) Reset() {
+	*x = RaftSnapshotStored{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftSnapshotStored) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftSnapshotStored) ProtoMessage() {}
+
+func (x *RaftSnapshotStored) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftSnapshotStored.ProtoReflect.Descriptor instead.
+func (*RaftSnapshotStored) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *RaftSnapshotStored) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *RaftSnapshotStored) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *RaftSnapshotStored) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *RaftSnapshotStored) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *RaftSnapshotStored) GetLength() int32 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *RaftSnapshotStored) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *RaftSnapshotStored) GetChecked() bool {
+	if x != nil {
+		return x.Checked
+	}
+	return false
+}
+
+func (x *RaftSnapshotStored) GetRecords() []*Record {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+// RaftSnapshotReady is a node's own note that a snapshot it asked for has been exported.
+type RaftSnapshotReady struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	SnapshotId    string                 `protobuf:"bytes,3,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	Size          int64                  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	State         *RaftAppliedState      `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	Error         string                 `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftSnapshotReady) Reset() {
+	*x = RaftSnapshotReady{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftSnapshotReady) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftSnapshotReady) ProtoMessage() {}
+
+func (x *RaftSnapshotReady) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftSnapshotReady.ProtoReflect.Descriptor instead.
+func (*RaftSnapshotReady) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *RaftSnapshotReady) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *RaftSnapshotReady) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *RaftSnapshotReady) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *RaftSnapshotReady) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *RaftSnapshotReady) GetState() *RaftAppliedState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *RaftSnapshotReady) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// RaftForward carries a client request from a node that holds no replica of the partition
+// to one that does; the reply comes back as RaftForwardReply.
+type RaftForward struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	RequestId         uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Keyspace          string                 `protobuf:"bytes,2,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition         uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	Op                uint32                 `protobuf:"varint,4,opt,name=op,proto3" json:"op,omitempty"`
+	Key               []byte                 `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
+	Value             []byte                 `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	Level             string                 `protobuf:"bytes,7,opt,name=level,proto3" json:"level,omitempty"`
+	DeadlineUnixNanos int64                  `protobuf:"varint,8,opt,name=deadline_unix_nanos,json=deadlineUnixNanos,proto3" json:"deadline_unix_nanos,omitempty"`
+	MinVersion        *Version               `protobuf:"bytes,9,opt,name=min_version,json=minVersion,proto3" json:"min_version,omitempty"`
+	Start             []byte                 `protobuf:"bytes,10,opt,name=start,proto3" json:"start,omitempty"`
+	End               []byte                 `protobuf:"bytes,11,opt,name=end,proto3" json:"end,omitempty"`
+	Limit             uint32                 `protobuf:"varint,12,opt,name=limit,proto3" json:"limit,omitempty"`
+	Command           []byte                 `protobuf:"bytes,13,opt,name=command,proto3" json:"command,omitempty"`
+	Region            string                 `protobuf:"bytes,14,opt,name=region,proto3" json:"region,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *RaftForward) Reset() {
+	*x = RaftForward{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftForward) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftForward) ProtoMessage() {}
+
+func (x *RaftForward) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftForward.ProtoReflect.Descriptor instead.
+func (*RaftForward) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *RaftForward) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *RaftForward) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *RaftForward) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *RaftForward) GetOp() uint32 {
+	if x != nil {
+		return x.Op
+	}
+	return 0
+}
+
+func (x *RaftForward) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *RaftForward) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *RaftForward) GetLevel() string {
+	if x != nil {
+		return x.Level
+	}
+	return ""
+}
+
+func (x *RaftForward) GetDeadlineUnixNanos() int64 {
+	if x != nil {
+		return x.DeadlineUnixNanos
+	}
+	return 0
+}
+
+func (x *RaftForward) GetMinVersion() *Version {
+	if x != nil {
+		return x.MinVersion
+	}
+	return nil
+}
+
+func (x *RaftForward) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *RaftForward) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *RaftForward) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *RaftForward) GetCommand() []byte {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *RaftForward) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+type RaftForwardReply struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RequestId      uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ErrorKind      string                 `protobuf:"bytes,2,opt,name=error_kind,json=errorKind,proto3" json:"error_kind,omitempty"`
+	Error          string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Found          bool                   `protobuf:"varint,4,opt,name=found,proto3" json:"found,omitempty"`
+	Value          []byte                 `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
+	Version        *Version               `protobuf:"bytes,6,opt,name=version,proto3" json:"version,omitempty"`
+	Path           string                 `protobuf:"bytes,7,opt,name=path,proto3" json:"path,omitempty"`
+	StalenessNanos int64                  `protobuf:"varint,8,opt,name=staleness_nanos,json=stalenessNanos,proto3" json:"staleness_nanos,omitempty"`
+	Records        []*Record              `protobuf:"bytes,9,rep,name=records,proto3" json:"records,omitempty"`
+	More           bool                   `protobuf:"varint,10,opt,name=more,proto3" json:"more,omitempty"`
+	Result         []byte                 `protobuf:"bytes,11,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RaftForwardReply) Reset() {
+	*x = RaftForwardReply{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftForwardReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftForwardReply) ProtoMessage() {}
+
+func (x *RaftForwardReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftForwardReply.ProtoReflect.Descriptor instead.
+func (*RaftForwardReply) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *RaftForwardReply) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *RaftForwardReply) GetErrorKind() string {
+	if x != nil {
+		return x.ErrorKind
+	}
+	return ""
+}
+
+func (x *RaftForwardReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *RaftForwardReply) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *RaftForwardReply) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *RaftForwardReply) GetVersion() *Version {
+	if x != nil {
+		return x.Version
+	}
+	return nil
+}
+
+func (x *RaftForwardReply) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *RaftForwardReply) GetStalenessNanos() int64 {
+	if x != nil {
+		return x.StalenessNanos
+	}
+	return 0
+}
+
+func (x *RaftForwardReply) GetRecords() []*Record {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *RaftForwardReply) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+func (x *RaftForwardReply) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+// RaftApplied tells every node how far this node has applied a group whose progress others
+// wait for (the cluster metadata group: a change returns once every live node has it).
+type RaftApplied struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Index         uint64                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftApplied) Reset() {
+	*x = RaftApplied{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftApplied) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftApplied) ProtoMessage() {}
+
+func (x *RaftApplied) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftApplied.ProtoReflect.Descriptor instead.
+func (*RaftApplied) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *RaftApplied) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *RaftApplied) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *RaftApplied) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+// RaftRemoved tells a node that it is no longer a member of a group (the configuration
+// change that removed it is committed): it may destroy its replica.
+type RaftRemoved struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	ConfIndex     uint64                 `protobuf:"varint,3,opt,name=conf_index,json=confIndex,proto3" json:"conf_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftRemoved) Reset() {
+	*x = RaftRemoved{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftRemoved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftRemoved) ProtoMessage() {}
+
+func (x *RaftRemoved) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftRemoved.ProtoReflect.Descriptor instead.
+func (*RaftRemoved) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *RaftRemoved) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *RaftRemoved) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *RaftRemoved) GetConfIndex() uint64 {
+	if x != nil {
+		return x.ConfIndex
+	}
+	return 0
+}
+
 type Envelope struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	From  uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -3252,6 +4262,16 @@ type Envelope struct {
 	//	*Envelope_GlRevoke
 	//	*Envelope_GlRevokeAck
 	//	*Envelope_Raft
+	//	*Envelope_RaftBatch
+	//	*Envelope_RaftSnapshotOffer
+	//	*Envelope_RaftSnapshotRequest
+	//	*Envelope_RaftSnapshotChunk
+	//	*Envelope_RaftSnapshotStored
+	//	*Envelope_RaftSnapshotReady
+	//	*Envelope_RaftForward
+	//	*Envelope_RaftForwardReply
+	//	*Envelope_RaftApplied
+	//	*Envelope_RaftRemoved
 	Msg           isEnvelope_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3259,7 +4279,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[46]
+	mi := &file_meridian_v1_peer_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3271,7 +4291,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[46]
+	mi := &file_meridian_v1_peer_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3284,7 +4304,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{46}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Envelope) GetFrom() uint32 {
@@ -3630,6 +4650,96 @@ func (x *Envelope) GetRaft() *RaftMessage {
 	return nil
 }
 
+func (x *Envelope) GetRaftBatch() *RaftBatch {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_RaftBatch); ok {
+			return x.RaftBatch
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetRaftSnapshotOffer() *RaftSnapshotOffer {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_RaftSnapshotOffer); ok {
+			return x.RaftSnapshotOffer
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetRaftSnapshotRequest() *RaftSnapshotRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_RaftSnapshotRequest); ok {
+			return x.RaftSnapshotRequest
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetRaftSnapshotChunk() *RaftSnapshotChunk {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_RaftSnapshotChunk); ok {
+			return x.RaftSnapshotChunk
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetRaftSnapshotStored() *RaftSnapshotStored {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_RaftSnapshotStored); ok {
+			return x.RaftSnapshotStored
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetRaftSnapshotReady() *RaftSnapshotReady {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_RaftSnapshotReady); ok {
+			return x.RaftSnapshotReady
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetRaftForward() *RaftForward {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_RaftForward); ok {
+			return x.RaftForward
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetRaftForwardReply() *RaftForwardReply {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_RaftForwardReply); ok {
+			return x.RaftForwardReply
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetRaftApplied() *RaftApplied {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_RaftApplied); ok {
+			return x.RaftApplied
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetRaftRemoved() *RaftRemoved {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_RaftRemoved); ok {
+			return x.RaftRemoved
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Msg interface {
 	isEnvelope_Msg()
 }
@@ -3774,6 +4884,46 @@ type Envelope_Raft struct {
 	Raft *RaftMessage `protobuf:"bytes,70,opt,name=raft,proto3,oneof"`
 }
 
+type Envelope_RaftBatch struct {
+	RaftBatch *RaftBatch `protobuf:"bytes,71,opt,name=raft_batch,json=raftBatch,proto3,oneof"`
+}
+
+type Envelope_RaftSnapshotOffer struct {
+	RaftSnapshotOffer *RaftSnapshotOffer `protobuf:"bytes,72,opt,name=raft_snapshot_offer,json=raftSnapshotOffer,proto3,oneof"`
+}
+
+type Envelope_RaftSnapshotRequest struct {
+	RaftSnapshotRequest *RaftSnapshotRequest `protobuf:"bytes,73,opt,name=raft_snapshot_request,json=raftSnapshotRequest,proto3,oneof"`
+}
+
+type Envelope_RaftSnapshotChunk struct {
+	RaftSnapshotChunk *RaftSnapshotChunk `protobuf:"bytes,74,opt,name=raft_snapshot_chunk,json=raftSnapshotChunk,proto3,oneof"`
+}
+
+type Envelope_RaftSnapshotStored struct {
+	RaftSnapshotStored *RaftSnapshotStored `protobuf:"bytes,75,opt,name=raft_snapshot_stored,json=raftSnapshotStored,proto3,oneof"`
+}
+
+type Envelope_RaftSnapshotReady struct {
+	RaftSnapshotReady *RaftSnapshotReady `protobuf:"bytes,76,opt,name=raft_snapshot_ready,json=raftSnapshotReady,proto3,oneof"`
+}
+
+type Envelope_RaftForward struct {
+	RaftForward *RaftForward `protobuf:"bytes,77,opt,name=raft_forward,json=raftForward,proto3,oneof"`
+}
+
+type Envelope_RaftForwardReply struct {
+	RaftForwardReply *RaftForwardReply `protobuf:"bytes,78,opt,name=raft_forward_reply,json=raftForwardReply,proto3,oneof"`
+}
+
+type Envelope_RaftApplied struct {
+	RaftApplied *RaftApplied `protobuf:"bytes,79,opt,name=raft_applied,json=raftApplied,proto3,oneof"`
+}
+
+type Envelope_RaftRemoved struct {
+	RaftRemoved *RaftRemoved `protobuf:"bytes,80,opt,name=raft_removed,json=raftRemoved,proto3,oneof"`
+}
+
 func (*Envelope_Write) isEnvelope_Msg() {}
 
 func (*Envelope_WriteAck) isEnvelope_Msg() {}
@@ -3844,6 +4994,26 @@ func (*Envelope_GlRevokeAck) isEnvelope_Msg() {}
 
 func (*Envelope_Raft) isEnvelope_Msg() {}
 
+func (*Envelope_RaftBatch) isEnvelope_Msg() {}
+
+func (*Envelope_RaftSnapshotOffer) isEnvelope_Msg() {}
+
+func (*Envelope_RaftSnapshotRequest) isEnvelope_Msg() {}
+
+func (*Envelope_RaftSnapshotChunk) isEnvelope_Msg() {}
+
+func (*Envelope_RaftSnapshotStored) isEnvelope_Msg() {}
+
+func (*Envelope_RaftSnapshotReady) isEnvelope_Msg() {}
+
+func (*Envelope_RaftForward) isEnvelope_Msg() {}
+
+func (*Envelope_RaftForwardReply) isEnvelope_Msg() {}
+
+func (*Envelope_RaftApplied) isEnvelope_Msg() {}
+
+func (*Envelope_RaftRemoved) isEnvelope_Msg() {}
+
 type StreamAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3852,7 +5022,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[47]
+	mi := &file_meridian_v1_peer_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3864,7 +5034,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[47]
+	mi := &file_meridian_v1_peer_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3877,7 +5047,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{47}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{59}
 }
 
 var File_meridian_v1_peer_proto protoreflect.FileDescriptor
@@ -4132,7 +5302,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\vRaftMessage\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\fR\amessage\"\xbf\x01\n" +
+	"\amessage\x18\x03 \x01(\fR\amessage\"\xd9\x01\n" +
 	"\vRaftCommand\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\rR\x06origin\x12\x1d\n" +
 	"\n" +
@@ -4140,7 +5310,101 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\ttombstone\x18\x03 \x01(\bR\ttombstone\x12\x10\n" +
 	"\x03key\x18\x04 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x05 \x01(\fR\x05value\x123\n" +
-	"\aversion\x18\x06 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\"\xee\x11\n" +
+	"\aversion\x18\x06 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\x12\x18\n" +
+	"\acommand\x18\a \x01(\fR\acommand\"F\n" +
+	"\tRaftBatch\x129\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1d.meridian.peer.v1.RaftMessageR\bmessages\"\x99\x01\n" +
+	"\x10RaftAppliedState\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12<\n" +
+	"\flast_version\x18\x03 \x01(\v2\x19.meridian.peer.v1.VersionR\vlastVersion\x12\x1d\n" +
+	"\n" +
+	"conf_state\x18\x04 \x01(\fR\tconfState\"b\n" +
+	"\x12RaftSnapshotMarker\x12\x12\n" +
+	"\x04file\x18\x01 \x01(\tR\x04file\x128\n" +
+	"\x05state\x18\x02 \x01(\v2\".meridian.peer.v1.RaftAppliedStateR\x05state\"\x9c\x01\n" +
+	"\x11RaftSnapshotOffer\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1f\n" +
+	"\vsnapshot_id\x18\x03 \x01(\tR\n" +
+	"snapshotId\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\fR\amessage\"\xa0\x01\n" +
+	"\x13RaftSnapshotRequest\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1f\n" +
+	"\vsnapshot_id\x18\x03 \x01(\tR\n" +
+	"snapshotId\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06length\x18\x05 \x01(\x05R\x06length\"\xb0\x01\n" +
+	"\x11RaftSnapshotChunk\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1f\n" +
+	"\vsnapshot_id\x18\x03 \x01(\tR\n" +
+	"snapshotId\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x12\n" +
+	"\x04data\x18\x05 \x01(\fR\x04data\x12\x14\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\"\x83\x02\n" +
+	"\x12RaftSnapshotStored\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1f\n" +
+	"\vsnapshot_id\x18\x03 \x01(\tR\n" +
+	"snapshotId\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06length\x18\x05 \x01(\x05R\x06length\x12\x14\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\x12\x18\n" +
+	"\achecked\x18\a \x01(\bR\achecked\x122\n" +
+	"\arecords\x18\b \x03(\v2\x18.meridian.peer.v1.RecordR\arecords\"\xd2\x01\n" +
+	"\x11RaftSnapshotReady\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1f\n" +
+	"\vsnapshot_id\x18\x03 \x01(\tR\n" +
+	"snapshotId\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\x128\n" +
+	"\x05state\x18\x05 \x01(\v2\".meridian.peer.v1.RaftAppliedStateR\x05state\x12\x14\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\"\x90\x03\n" +
+	"\vRaftForward\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1a\n" +
+	"\bkeyspace\x18\x02 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x03 \x01(\rR\tpartition\x12\x0e\n" +
+	"\x02op\x18\x04 \x01(\rR\x02op\x12\x10\n" +
+	"\x03key\x18\x05 \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\x12\x14\n" +
+	"\x05level\x18\a \x01(\tR\x05level\x12.\n" +
+	"\x13deadline_unix_nanos\x18\b \x01(\x03R\x11deadlineUnixNanos\x12:\n" +
+	"\vmin_version\x18\t \x01(\v2\x19.meridian.peer.v1.VersionR\n" +
+	"minVersion\x12\x14\n" +
+	"\x05start\x18\n" +
+	" \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\v \x01(\fR\x03end\x12\x14\n" +
+	"\x05limit\x18\f \x01(\rR\x05limit\x12\x18\n" +
+	"\acommand\x18\r \x01(\fR\acommand\x12\x16\n" +
+	"\x06region\x18\x0e \x01(\tR\x06region\"\xe4\x02\n" +
+	"\x10RaftForwardReply\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1d\n" +
+	"\n" +
+	"error_kind\x18\x02 \x01(\tR\terrorKind\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x14\n" +
+	"\x05found\x18\x04 \x01(\bR\x05found\x12\x14\n" +
+	"\x05value\x18\x05 \x01(\fR\x05value\x123\n" +
+	"\aversion\x18\x06 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\x12\x12\n" +
+	"\x04path\x18\a \x01(\tR\x04path\x12'\n" +
+	"\x0fstaleness_nanos\x18\b \x01(\x03R\x0estalenessNanos\x122\n" +
+	"\arecords\x18\t \x03(\v2\x18.meridian.peer.v1.RecordR\arecords\x12\x12\n" +
+	"\x04more\x18\n" +
+	" \x01(\bR\x04more\x12\x16\n" +
+	"\x06result\x18\v \x01(\fR\x06result\"]\n" +
+	"\vRaftApplied\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\"f\n" +
+	"\vRaftRemoved\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1d\n" +
+	"\n" +
+	"conf_index\x18\x03 \x01(\x04R\tconfIndex\"\x88\x18\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\rR\x02to\x12\x16\n" +
@@ -4190,7 +5454,18 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x0egl_fetch_reply\x18@ \x01(\v2\x1e.meridian.peer.v1.GlFetchReplyH\x00R\fglFetchReply\x129\n" +
 	"\tgl_revoke\x18A \x01(\v2\x1a.meridian.peer.v1.GlRevokeH\x00R\bglRevoke\x12C\n" +
 	"\rgl_revoke_ack\x18B \x01(\v2\x1d.meridian.peer.v1.GlRevokeAckH\x00R\vglRevokeAck\x123\n" +
-	"\x04raft\x18F \x01(\v2\x1d.meridian.peer.v1.RaftMessageH\x00R\x04raftB\x05\n" +
+	"\x04raft\x18F \x01(\v2\x1d.meridian.peer.v1.RaftMessageH\x00R\x04raft\x12<\n" +
+	"\n" +
+	"raft_batch\x18G \x01(\v2\x1b.meridian.peer.v1.RaftBatchH\x00R\traftBatch\x12U\n" +
+	"\x13raft_snapshot_offer\x18H \x01(\v2#.meridian.peer.v1.RaftSnapshotOfferH\x00R\x11raftSnapshotOffer\x12[\n" +
+	"\x15raft_snapshot_request\x18I \x01(\v2%.meridian.peer.v1.RaftSnapshotRequestH\x00R\x13raftSnapshotRequest\x12U\n" +
+	"\x13raft_snapshot_chunk\x18J \x01(\v2#.meridian.peer.v1.RaftSnapshotChunkH\x00R\x11raftSnapshotChunk\x12X\n" +
+	"\x14raft_snapshot_stored\x18K \x01(\v2$.meridian.peer.v1.RaftSnapshotStoredH\x00R\x12raftSnapshotStored\x12U\n" +
+	"\x13raft_snapshot_ready\x18L \x01(\v2#.meridian.peer.v1.RaftSnapshotReadyH\x00R\x11raftSnapshotReady\x12B\n" +
+	"\fraft_forward\x18M \x01(\v2\x1d.meridian.peer.v1.RaftForwardH\x00R\vraftForward\x12R\n" +
+	"\x12raft_forward_reply\x18N \x01(\v2\".meridian.peer.v1.RaftForwardReplyH\x00R\x10raftForwardReply\x12B\n" +
+	"\fraft_applied\x18O \x01(\v2\x1d.meridian.peer.v1.RaftAppliedH\x00R\vraftApplied\x12B\n" +
+	"\fraft_removed\x18P \x01(\v2\x1d.meridian.peer.v1.RaftRemovedH\x00R\vraftRemovedB\x05\n" +
 	"\x03msg\"\v\n" +
 	"\tStreamAck2K\n" +
 	"\x04Peer\x12C\n" +
@@ -4208,56 +5483,68 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_meridian_v1_peer_proto_goTypes = []any{
-	(*Version)(nil),           // 0: meridian.peer.v1.Version
-	(*Record)(nil),            // 1: meridian.peer.v1.Record
-	(*WriteRequest)(nil),      // 2: meridian.peer.v1.WriteRequest
-	(*WriteAck)(nil),          // 3: meridian.peer.v1.WriteAck
-	(*ReadRequest)(nil),       // 4: meridian.peer.v1.ReadRequest
-	(*ReadReply)(nil),         // 5: meridian.peer.v1.ReadReply
-	(*ScanRequest)(nil),       // 6: meridian.peer.v1.ScanRequest
-	(*ScanReply)(nil),         // 7: meridian.peer.v1.ScanReply
-	(*AEDigest)(nil),          // 8: meridian.peer.v1.AEDigest
-	(*KeyVersion)(nil),        // 9: meridian.peer.v1.KeyVersion
-	(*AEKeys)(nil),            // 10: meridian.peer.v1.AEKeys
-	(*AEPull)(nil),            // 11: meridian.peer.v1.AEPull
-	(*AEPush)(nil),            // 12: meridian.peer.v1.AEPush
-	(*StatusEntry)(nil),       // 13: meridian.peer.v1.StatusEntry
-	(*StatusBatch)(nil),       // 14: meridian.peer.v1.StatusBatch
-	(*Status)(nil),            // 15: meridian.peer.v1.Status
-	(*WriteNotification)(nil), // 16: meridian.peer.v1.WriteNotification
-	(*FullStatusRequest)(nil), // 17: meridian.peer.v1.FullStatusRequest
-	(*FullStatus)(nil),        // 18: meridian.peer.v1.FullStatus
-	(*ClockPing)(nil),         // 19: meridian.peer.v1.ClockPing
-	(*ClockPong)(nil),         // 20: meridian.peer.v1.ClockPong
-	(*Heartbeat)(nil),         // 21: meridian.peer.v1.Heartbeat
-	(*GlTable)(nil),           // 22: meridian.peer.v1.GlTable
-	(*GlOverride)(nil),        // 23: meridian.peer.v1.GlOverride
-	(*GlBallot)(nil),          // 24: meridian.peer.v1.GlBallot
-	(*GlForward)(nil),         // 25: meridian.peer.v1.GlForward
-	(*GlForwardReply)(nil),    // 26: meridian.peer.v1.GlForwardReply
-	(*GlLeaseAck)(nil),        // 27: meridian.peer.v1.GlLeaseAck
-	(*GlUpdate)(nil),          // 28: meridian.peer.v1.GlUpdate
-	(*GlUpdateAck)(nil),       // 29: meridian.peer.v1.GlUpdateAck
-	(*GlCommit)(nil),          // 30: meridian.peer.v1.GlCommit
-	(*GlPartVersion)(nil),     // 31: meridian.peer.v1.GlPartVersion
-	(*GlHeartbeat)(nil),       // 32: meridian.peer.v1.GlHeartbeat
-	(*GlHeartbeatAck)(nil),    // 33: meridian.peer.v1.GlHeartbeatAck
-	(*GlPrepare)(nil),         // 34: meridian.peer.v1.GlPrepare
-	(*GlPromise)(nil),         // 35: meridian.peer.v1.GlPromise
-	(*GlAccept)(nil),          // 36: meridian.peer.v1.GlAccept
-	(*GlAccepted)(nil),        // 37: meridian.peer.v1.GlAccepted
-	(*GlCommitTable)(nil),     // 38: meridian.peer.v1.GlCommitTable
-	(*GlRevoke)(nil),          // 39: meridian.peer.v1.GlRevoke
-	(*GlRevokeAck)(nil),       // 40: meridian.peer.v1.GlRevokeAck
-	(*GlAcceptorState)(nil),   // 41: meridian.peer.v1.GlAcceptorState
-	(*GlFetch)(nil),           // 42: meridian.peer.v1.GlFetch
-	(*GlFetchReply)(nil),      // 43: meridian.peer.v1.GlFetchReply
-	(*RaftMessage)(nil),       // 44: meridian.peer.v1.RaftMessage
-	(*RaftCommand)(nil),       // 45: meridian.peer.v1.RaftCommand
-	(*Envelope)(nil),          // 46: meridian.peer.v1.Envelope
-	(*StreamAck)(nil),         // 47: meridian.peer.v1.StreamAck
+	(*Version)(nil),             // 0: meridian.peer.v1.Version
+	(*Record)(nil),              // 1: meridian.peer.v1.Record
+	(*WriteRequest)(nil),        // 2: meridian.peer.v1.WriteRequest
+	(*WriteAck)(nil),            // 3: meridian.peer.v1.WriteAck
+	(*ReadRequest)(nil),         // 4: meridian.peer.v1.ReadRequest
+	(*ReadReply)(nil),           // 5: meridian.peer.v1.ReadReply
+	(*ScanRequest)(nil),         // 6: meridian.peer.v1.ScanRequest
+	(*ScanReply)(nil),           // 7: meridian.peer.v1.ScanReply
+	(*AEDigest)(nil),            // 8: meridian.peer.v1.AEDigest
+	(*KeyVersion)(nil),          // 9: meridian.peer.v1.KeyVersion
+	(*AEKeys)(nil),              // 10: meridian.peer.v1.AEKeys
+	(*AEPull)(nil),              // 11: meridian.peer.v1.AEPull
+	(*AEPush)(nil),              // 12: meridian.peer.v1.AEPush
+	(*StatusEntry)(nil),         // 13: meridian.peer.v1.StatusEntry
+	(*StatusBatch)(nil),         // 14: meridian.peer.v1.StatusBatch
+	(*Status)(nil),              // 15: meridian.peer.v1.Status
+	(*WriteNotification)(nil),   // 16: meridian.peer.v1.WriteNotification
+	(*FullStatusRequest)(nil),   // 17: meridian.peer.v1.FullStatusRequest
+	(*FullStatus)(nil),          // 18: meridian.peer.v1.FullStatus
+	(*ClockPing)(nil),           // 19: meridian.peer.v1.ClockPing
+	(*ClockPong)(nil),           // 20: meridian.peer.v1.ClockPong
+	(*Heartbeat)(nil),           // 21: meridian.peer.v1.Heartbeat
+	(*GlTable)(nil),             // 22: meridian.peer.v1.GlTable
+	(*GlOverride)(nil),          // 23: meridian.peer.v1.GlOverride
+	(*GlBallot)(nil),            // 24: meridian.peer.v1.GlBallot
+	(*GlForward)(nil),           // 25: meridian.peer.v1.GlForward
+	(*GlForwardReply)(nil),      // 26: meridian.peer.v1.GlForwardReply
+	(*GlLeaseAck)(nil),          // 27: meridian.peer.v1.GlLeaseAck
+	(*GlUpdate)(nil),            // 28: meridian.peer.v1.GlUpdate
+	(*GlUpdateAck)(nil),         // 29: meridian.peer.v1.GlUpdateAck
+	(*GlCommit)(nil),            // 30: meridian.peer.v1.GlCommit
+	(*GlPartVersion)(nil),       // 31: meridian.peer.v1.GlPartVersion
+	(*GlHeartbeat)(nil),         // 32: meridian.peer.v1.GlHeartbeat
+	(*GlHeartbeatAck)(nil),      // 33: meridian.peer.v1.GlHeartbeatAck
+	(*GlPrepare)(nil),           // 34: meridian.peer.v1.GlPrepare
+	(*GlPromise)(nil),           // 35: meridian.peer.v1.GlPromise
+	(*GlAccept)(nil),            // 36: meridian.peer.v1.GlAccept
+	(*GlAccepted)(nil),          // 37: meridian.peer.v1.GlAccepted
+	(*GlCommitTable)(nil),       // 38: meridian.peer.v1.GlCommitTable
+	(*GlRevoke)(nil),            // 39: meridian.peer.v1.GlRevoke
+	(*GlRevokeAck)(nil),         // 40: meridian.peer.v1.GlRevokeAck
+	(*GlAcceptorState)(nil),     // 41: meridian.peer.v1.GlAcceptorState
+	(*GlFetch)(nil),             // 42: meridian.peer.v1.GlFetch
+	(*GlFetchReply)(nil),        // 43: meridian.peer.v1.GlFetchReply
+	(*RaftMessage)(nil),         // 44: meridian.peer.v1.RaftMessage
+	(*RaftCommand)(nil),         // 45: meridian.peer.v1.RaftCommand
+	(*RaftBatch)(nil),           // 46: meridian.peer.v1.RaftBatch
+	(*RaftAppliedState)(nil),    // 47: meridian.peer.v1.RaftAppliedState
+	(*RaftSnapshotMarker)(nil),  // 48: meridian.peer.v1.RaftSnapshotMarker
+	(*RaftSnapshotOffer)(nil),   // 49: meridian.peer.v1.RaftSnapshotOffer
+	(*RaftSnapshotRequest)(nil), // 50: meridian.peer.v1.RaftSnapshotRequest
+	(*RaftSnapshotChunk)(nil),   // 51: meridian.peer.v1.RaftSnapshotChunk
+	(*RaftSnapshotStored)(nil),  // 52: meridian.peer.v1.RaftSnapshotStored
+	(*RaftSnapshotReady)(nil),   // 53: meridian.peer.v1.RaftSnapshotReady
+	(*RaftForward)(nil),         // 54: meridian.peer.v1.RaftForward
+	(*RaftForwardReply)(nil),    // 55: meridian.peer.v1.RaftForwardReply
+	(*RaftApplied)(nil),         // 56: meridian.peer.v1.RaftApplied
+	(*RaftRemoved)(nil),         // 57: meridian.peer.v1.RaftRemoved
+	(*Envelope)(nil),            // 58: meridian.peer.v1.Envelope
+	(*StreamAck)(nil),           // 59: meridian.peer.v1.StreamAck
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,  // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -4300,48 +5587,66 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	22, // 37: meridian.peer.v1.GlAcceptorState.accepted:type_name -> meridian.peer.v1.GlTable
 	1,  // 38: meridian.peer.v1.GlFetchReply.record:type_name -> meridian.peer.v1.Record
 	0,  // 39: meridian.peer.v1.RaftCommand.version:type_name -> meridian.peer.v1.Version
-	2,  // 40: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
-	3,  // 41: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
-	4,  // 42: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
-	5,  // 43: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
-	6,  // 44: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
-	7,  // 45: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
-	8,  // 46: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
-	10, // 47: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
-	11, // 48: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
-	12, // 49: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
-	21, // 50: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
-	15, // 51: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
-	16, // 52: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
-	17, // 53: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
-	18, // 54: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
-	19, // 55: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
-	20, // 56: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
-	25, // 57: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
-	26, // 58: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
-	27, // 59: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
-	28, // 60: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
-	29, // 61: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
-	30, // 62: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
-	32, // 63: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
-	33, // 64: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
-	34, // 65: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
-	35, // 66: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
-	36, // 67: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
-	37, // 68: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
-	38, // 69: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
-	42, // 70: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
-	43, // 71: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
-	39, // 72: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
-	40, // 73: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
-	44, // 74: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
-	46, // 75: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	47, // 76: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	76, // [76:77] is the sub-list for method output_type
-	75, // [75:76] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	44, // 40: meridian.peer.v1.RaftBatch.messages:type_name -> meridian.peer.v1.RaftMessage
+	0,  // 41: meridian.peer.v1.RaftAppliedState.last_version:type_name -> meridian.peer.v1.Version
+	47, // 42: meridian.peer.v1.RaftSnapshotMarker.state:type_name -> meridian.peer.v1.RaftAppliedState
+	1,  // 43: meridian.peer.v1.RaftSnapshotStored.records:type_name -> meridian.peer.v1.Record
+	47, // 44: meridian.peer.v1.RaftSnapshotReady.state:type_name -> meridian.peer.v1.RaftAppliedState
+	0,  // 45: meridian.peer.v1.RaftForward.min_version:type_name -> meridian.peer.v1.Version
+	0,  // 46: meridian.peer.v1.RaftForwardReply.version:type_name -> meridian.peer.v1.Version
+	1,  // 47: meridian.peer.v1.RaftForwardReply.records:type_name -> meridian.peer.v1.Record
+	2,  // 48: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
+	3,  // 49: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
+	4,  // 50: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
+	5,  // 51: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
+	6,  // 52: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
+	7,  // 53: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
+	8,  // 54: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
+	10, // 55: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
+	11, // 56: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
+	12, // 57: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
+	21, // 58: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
+	15, // 59: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
+	16, // 60: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
+	17, // 61: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
+	18, // 62: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
+	19, // 63: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
+	20, // 64: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
+	25, // 65: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
+	26, // 66: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
+	27, // 67: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
+	28, // 68: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
+	29, // 69: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
+	30, // 70: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
+	32, // 71: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
+	33, // 72: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
+	34, // 73: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
+	35, // 74: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
+	36, // 75: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
+	37, // 76: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
+	38, // 77: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
+	42, // 78: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
+	43, // 79: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
+	39, // 80: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
+	40, // 81: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
+	44, // 82: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
+	46, // 83: meridian.peer.v1.Envelope.raft_batch:type_name -> meridian.peer.v1.RaftBatch
+	49, // 84: meridian.peer.v1.Envelope.raft_snapshot_offer:type_name -> meridian.peer.v1.RaftSnapshotOffer
+	50, // 85: meridian.peer.v1.Envelope.raft_snapshot_request:type_name -> meridian.peer.v1.RaftSnapshotRequest
+	51, // 86: meridian.peer.v1.Envelope.raft_snapshot_chunk:type_name -> meridian.peer.v1.RaftSnapshotChunk
+	52, // 87: meridian.peer.v1.Envelope.raft_snapshot_stored:type_name -> meridian.peer.v1.RaftSnapshotStored
+	53, // 88: meridian.peer.v1.Envelope.raft_snapshot_ready:type_name -> meridian.peer.v1.RaftSnapshotReady
+	54, // 89: meridian.peer.v1.Envelope.raft_forward:type_name -> meridian.peer.v1.RaftForward
+	55, // 90: meridian.peer.v1.Envelope.raft_forward_reply:type_name -> meridian.peer.v1.RaftForwardReply
+	56, // 91: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
+	57, // 92: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
+	58, // 93: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	59, // 94: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	94, // [94:95] is the sub-list for method output_type
+	93, // [93:94] is the sub-list for method input_type
+	93, // [93:93] is the sub-list for extension type_name
+	93, // [93:93] is the sub-list for extension extendee
+	0,  // [0:93] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -4349,7 +5654,7 @@ func file_meridian_v1_peer_proto_init() {
 	if File_meridian_v1_peer_proto != nil {
 		return
 	}
-	file_meridian_v1_peer_proto_msgTypes[46].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[58].OneofWrappers = []any{
 		(*Envelope_Write)(nil),
 		(*Envelope_WriteAck)(nil),
 		(*Envelope_Read)(nil),
@@ -4385,6 +5690,16 @@ func file_meridian_v1_peer_proto_init() {
 		(*Envelope_GlRevoke)(nil),
 		(*Envelope_GlRevokeAck)(nil),
 		(*Envelope_Raft)(nil),
+		(*Envelope_RaftBatch)(nil),
+		(*Envelope_RaftSnapshotOffer)(nil),
+		(*Envelope_RaftSnapshotRequest)(nil),
+		(*Envelope_RaftSnapshotChunk)(nil),
+		(*Envelope_RaftSnapshotStored)(nil),
+		(*Envelope_RaftSnapshotReady)(nil),
+		(*Envelope_RaftForward)(nil),
+		(*Envelope_RaftForwardReply)(nil),
+		(*Envelope_RaftApplied)(nil),
+		(*Envelope_RaftRemoved)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4392,7 +5707,7 @@ func file_meridian_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   48,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,227 @@
+package raft
+
+import (
+	"fmt"
+	"time"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"meridian/internal/config"
+	"meridian/internal/hlc"
+	"meridian/internal/placement"
+	"meridian/internal/storage"
+	"meridian/internal/wire"
+	"meridian/internal/wire/peerpb"
+)
+
+// group is one partition's Raft group on this node.
+type group struct {
+	key  groupKey
+	id   uint64
+	opts config.RaftOptions
+	// desc is the partition as the placement describes it: the voters (Replicas) and
+	// learners the group is to have; the leader moves the group's configuration there.
+	desc placement.Partition
+	// inPlacement: this node is a member of the partition in the placement. A group that
+	// is not may still be a member of its Raft configuration (until the change that
+	// removes it commits); it asks its peers whether it may go (askRemoved).
+	inPlacement bool
+	// preferred are the voters in the leader region (config.RaftOptions.LeaderRegion).
+	preferred []uint32
+	rn        *etcdraft.RawNode
+	log       *LogStore
+	sm        StateMachine
+
+	// Applied state: the last applied index and its term, the configuration there, the
+	// version of the last applied write (versions grow in log order).
+	applied, appliedTerm uint64
+	conf                 *raftpb.ConfState
+	last                 hlc.Version
+	sinceCut             uint64 // entries applied since the last compaction
+
+	dirty   bool // queued in Engine.dirty
+	removed bool // out of this engine (destroyed or failed)
+	// Soft state last seen in a Ready.
+	lead  uint64
+	state etcdraft.StateType
+	term  uint64
+
+	// electionElapsed counts ticks since anything that may have reset etcd raft's election
+	// clock; electionDeadline is the drawn timeout (tickGroup).
+	electionElapsed, electionDeadline int
+
+	// quiesced groups do not tick (quiesce.go); idleSince is the tick of the last activity.
+	quiesced  bool
+	idleSince uint64
+	// pendingCount is how many requests of this node wait on the group.
+	pendingCount int
+
+	// waiting are linearizable reads whose read index is known but not applied yet.
+	waiting []waitingRead
+	// seen are the commands applied in the last dedupWindow entries, oldest first in
+	// seenOrder.
+	seen      map[commandID]uint64
+	seenOrder []seenEntry
+
+	lease lease
+	// freezeVotes: the group had state when it was loaded, so its votes wait until
+	// freezeUntil (lease.go).
+	freezeVotes bool
+	freezeUntil time.Time
+	// fresh are recent (leader commit, leader send time) pairs from heartbeats: a replica
+	// that has applied a commit index holds every write acknowledged before that time
+	// (stale reads' staleness bound).
+	fresh []freshness
+
+	// Snapshots (snapshot.go).
+	snap      *outSnapshot
+	sending   map[uint32]*outTransfer
+	receiving *inTransfer
+
+	// confIndex is the index of the last configuration change applied (or of the snapshot
+	// the replica was restored from).
+	confIndex uint64
+	// stepAfterReady is a MsgSnap whose data the current Ready installs: stepped once that
+	// Ready is out, so raft's install of the snapshot in the log comes after the data.
+	stepAfterReady *raftpb.Message
+
+	// confProposedAt is the tick at which this leader proposed a configuration change that
+	// has not applied yet (0: none in flight).
+	confProposedAt uint64
+	// removedAskedAt is the tick this group last asked whether it was removed.
+	removedAskedAt uint64
+}
+
+// commandID identifies a client write: its proposer and the version the proposer stamped
+// (unique per proposer: its hybrid logical clock never repeats a version).
+type commandID struct {
+	origin  uint32
+	version hlc.Version
+}
+
+type seenEntry struct {
+	index uint64
+	id    commandID
+}
+
+type waitingRead struct {
+	index uint64
+	id    uint64
+	// lease reads were confirmed by the leader lease, not by a read index round.
+	lease bool
+}
+
+type freshness struct {
+	commit   uint64
+	sentNano int64
+}
+
+// maxFresh bounds the freshness samples a group keeps.
+const maxFresh = 8
+
+// duplicate reports whether cmd at index was applied within the window, and remembers it.
+func (g *group) duplicate(index uint64, id commandID) bool {
+	for len(g.seenOrder) > 0 && g.seenOrder[0].index+dedupWindow < index {
+		if g.seen[g.seenOrder[0].id] == g.seenOrder[0].index {
+			delete(g.seen, g.seenOrder[0].id)
+		}
+		g.seenOrder = g.seenOrder[1:]
+	}
+	if first, ok := g.seen[id]; ok && first+dedupWindow >= index {
+		return true
+	}
+	g.seen[id] = index
+	g.seenOrder = append(g.seenOrder, seenEntry{index, id})
+	return false
+}
+
+// rebuildSeen reads the commands of the last dedupWindow applied entries from the log.
+func (g *group) rebuildSeen() error {
+	st := g.log.Storage()
+	first, _ := st.FirstIndex()
+	lo := max(first, g.applied+1-min(g.applied, dedupWindow))
+	if g.applied < lo {
+		return nil
+	}
+	last, _ := st.LastIndex()
+	if last < g.applied {
+		return nil // restored from a snapshot: nothing of the window is in the log
+	}
+	ents, err := st.Entries(lo, g.applied+1, ^uint64(0))
+	if err != nil {
+		return fmt.Errorf("read applied log [%d, %d]: %w", lo, g.applied, err)
+	}
+	for _, ent := range ents {
+		if ent.GetType() != raftpb.EntryType_EntryNormal || len(ent.GetData()) == 0 {
+			continue
+		}
+		var cmd peerpb.RaftCommand
+		if err := proto.Unmarshal(ent.GetData(), &cmd); err != nil {
+			return fmt.Errorf("entry %d: %w (%w)", ent.GetIndex(), err, storage.ErrCorrupt)
+		}
+		g.duplicate(ent.GetIndex(), commandID{cmd.GetOrigin(), wire.VersionFromPB(cmd.GetVersion())})
+	}
+	return nil
+}
+
+// restoreApplied installs a stored applied state.
+func (g *group) restoreApplied(st *peerpb.RaftAppliedState) error {
+	g.applied, g.appliedTerm = st.GetIndex(), st.GetTerm()
+	g.last = wire.VersionFromPB(st.GetLastVersion())
+	g.conf = &raftpb.ConfState{}
+	if len(st.GetConfState()) > 0 {
+		if err := proto.Unmarshal(st.GetConfState(), g.conf); err != nil {
+			return fmt.Errorf("applied configuration: %w (%w)", err, storage.ErrCorrupt)
+		}
+	}
+	return nil
+}
+
+// appliedState is what appliedOp stores.
+func (g *group) appliedState() *peerpb.RaftAppliedState {
+	cs, _ := proto.Marshal(g.conf)
+	return &peerpb.RaftAppliedState{Index: g.applied, Term: g.appliedTerm, LastVersion: wire.VersionToPB(g.last), ConfState: cs}
+}
+
+// appliedOp is the raw op that stores the group's applied state.
+func (g *group) appliedOp() storage.RawOp {
+	b, _ := proto.Marshal(g.appliedState())
+	return storage.RawOp{Key: appliedKey(g.id), Value: b}
+}
+
+// isMember reports whether node is in the group's applied configuration (voter, outgoing
+// voter or learner).
+func (g *group) isMember(node uint32) bool {
+	id := uint64(node)
+	for _, l := range [][]uint64{g.conf.GetVoters(), g.conf.GetVotersOutgoing(), g.conf.GetLearners(), g.conf.GetLearnersNext()} {
+		for _, x := range l {
+			if x == id {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// groupStorage is a group's log as its RawNode sees it: the LogStore's MemoryStorage, with
+// the configuration at the applied index (etcd raft requires InitialState's ConfState to be
+// the one at Config.Applied; the LogStore's is the one at its last compaction) and
+// snapshots of the partition's data (snapshot.go).
+type groupStorage struct {
+	*etcdraft.MemoryStorage
+	g *group
+	e *Engine
+}
+
+func (s *groupStorage) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
+	hs, _, err := s.MemoryStorage.InitialState()
+	if err != nil {
+		return nil, nil, err
+	}
+	cs := proto.Clone(s.g.conf).(*raftpb.ConfState)
+	return hs, cs, nil
+}
+
+func (s *groupStorage) Snapshot() (*raftpb.Snapshot, error) { return s.e.snapshotFor(s.g) }

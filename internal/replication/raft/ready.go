@@ -1,0 +1,501 @@
+package raft
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"time"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"meridian/internal/engine"
+	"meridian/internal/hlc"
+	"meridian/internal/storage"
+	"meridian/internal/wire"
+	"meridian/internal/wire/peerpb"
+)
+
+// maxBatchBytes bounds one coalesced envelope of Raft messages (the peer transport accepts
+// messages of about 10 MiB; one Raft message is at most wire.MaxRaftMessageBytes).
+const maxBatchBytes = 4 << 20
+
+// HasReady reports whether Ready has output.
+func (e *Engine) HasReady() bool {
+	if !e.out.Empty() || len(e.batches) > 0 {
+		return true
+	}
+	kept := e.dirty[:0]
+	for _, g := range e.dirty {
+		if g.rn.HasReady() {
+			kept = append(kept, g)
+		} else {
+			g.dirty = false
+		}
+	}
+	clear(e.dirty[len(kept):])
+	e.dirty = kept
+	return len(e.dirty) > 0
+}
+
+// Ready collects the dirty groups' Readies: log and hard state to persist (Raw), committed
+// commands applied to storage records (Writes), messages coalesced per destination, client
+// replies and reads that wait for the applied writes (Reads). The runtime makes Writes and
+// Raw durable before any message or reply leaves, which is what etcd raft requires of a
+// Ready's persistence.
+func (e *Engine) Ready() engine.Ready {
+	dirty := e.dirty
+	e.dirty = nil
+	slices.SortFunc(dirty, func(a, b *group) int { return cmpU64(a.id, b.id) })
+	for _, g := range dirty {
+		g.dirty = false
+		if g.removed || !g.rn.HasReady() {
+			continue
+		}
+		e.readyGroup(g)
+		if !g.removed && g.rn.HasReady() {
+			e.markDirty(g)
+		}
+	}
+	e.flushBatches()
+	rd := e.out
+	e.out = engine.Ready{}
+	// MsgSnaps whose data this Ready installs are stepped now, so that raft's install of
+	// the snapshot in the log lands in the next Ready, after the data (snapshot.go).
+	for _, g := range e.snapSteps {
+		if m := g.stepAfterReady; m != nil && !g.removed {
+			g.stepAfterReady = nil
+			_ = g.rn.Step(m)
+			e.markDirty(g)
+		}
+	}
+	e.snapSteps = e.snapSteps[:0]
+	return rd
+}
+
+func (e *Engine) readyGroup(g *group) {
+	rd := g.rn.Ready()
+	if ss := rd.SoftState; ss != nil {
+		g.electionElapsed = 0
+		leaderChanged := ss.Lead != g.lead
+		g.state = ss.RaftState
+		g.lead = ss.Lead
+		if g.state == etcdraft.StateLeader {
+			g.newLeaseTerm(g.rn.BasicStatus().HardState.GetTerm())
+		}
+		if leaderChanged {
+			e.unquiesce(g, false)
+			if g.lead != etcdraft.None {
+				defer e.retryPending(g)
+				defer e.finishMoves(g)
+			}
+		}
+	}
+	if hs := rd.HardState; hs != nil && !etcdraft.IsEmptyHardState(hs) {
+		if hs.GetTerm() != g.term {
+			g.electionElapsed = 0
+		}
+		g.term = hs.GetTerm()
+	}
+	restored := !etcdraft.IsEmptySnap(rd.Snapshot)
+	if restored {
+		// A follower installed a snapshot: its data was replaced before the MsgSnap was
+		// stepped (snapshot.go); here its log is replaced too.
+		meta := rd.Snapshot.GetMetadata()
+		g.applied, g.appliedTerm = meta.GetIndex(), meta.GetTerm()
+		g.conf = proto.Clone(meta.GetConfState()).(*raftpb.ConfState)
+		g.confIndex = max(g.confIndex, meta.GetIndex())
+		clear(g.seen)
+		g.seenOrder = nil
+		e.refreshPeers()
+	}
+	ops, err := g.log.Save(rd.HardState, rd.Snapshot, rd.Entries)
+	if err != nil {
+		// The in-memory log refused what raft produced: a bug, not an input. Take the group
+		// out of service (nothing more is acknowledged) and say why on every request.
+		e.fail(g, err)
+		return
+	}
+	e.out.Raw = append(e.out.Raw, ops...)
+	for _, m := range rd.Messages {
+		e.send(g, m)
+	}
+	before, confBefore := g.applied, len(g.conf.GetVoters())+len(g.conf.GetLearners())+len(g.conf.GetVotersOutgoing())
+	applyFrom := rd.CommittedEntries
+	if e.cfg.Mutation == "apply-before-commit" {
+		applyFrom = append(slices.Clone(rd.CommittedEntries), rd.Entries...)
+	}
+	leaving := false
+	for _, ent := range applyFrom {
+		if e.apply(g, ent) {
+			leaving = true
+		}
+		if g.removed {
+			return
+		}
+	}
+	if restored || g.applied != before || confBefore != len(g.conf.GetVoters())+len(g.conf.GetLearners())+len(g.conf.GetVotersOutgoing()) {
+		e.out.Raw = append(e.out.Raw, g.appliedOp())
+		if g.applied != before {
+			e.appliedNotice(g)
+		}
+	}
+	for _, rs := range rd.ReadStates {
+		if len(rs.RequestCtx) == readCtxLen {
+			g.waiting = append(g.waiting, waitingRead{index: rs.Index, id: binary.BigEndian.Uint64(rs.RequestCtx)})
+		}
+	}
+	g.rn.Advance(rd)
+	e.serveWaiting(g)
+	e.maybeCompact(g)
+	if leaving {
+		// The configuration no longer includes this node: it leaves the group and deletes
+		// its replica (the change is committed, so the group does not need it).
+		e.destroy(g, "this node was removed from the group")
+	}
+}
+
+// serveWaiting serves g's linearizable reads whose read index has applied.
+func (e *Engine) serveWaiting(g *group) {
+	if len(g.waiting) == 0 {
+		return
+	}
+	kept := g.waiting[:0]
+	var again []waitingRead
+	for _, w := range g.waiting {
+		if w.index > g.applied {
+			kept = append(kept, w)
+			continue
+		}
+		p, ok := e.untrack(w.id)
+		if !ok {
+			continue // expired meanwhile
+		}
+		path, validUntil := PathReadIndex, time.Time{}
+		if w.lease {
+			end, why := e.leaseEnd(e.lastNow, g)
+			if why != "" {
+				// The lease ran out while the read waited: confirm by ReadIndex instead.
+				e.stats.leaseFallback(why)
+				again = append(again, w)
+				e.track(p.req, p)
+				continue
+			}
+			path, validUntil = PathLease, end.Add(-leaseReadSlack/2)
+		}
+		e.stats.read(path)
+		e.out.Reads = append(e.out.Reads, e.readFor(g, p, path, validUntil))
+	}
+	g.waiting = kept
+	for _, w := range again {
+		g.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, w.id))
+		e.markDirty(g)
+	}
+}
+
+// readFor is the storage read that answers a pending get or scan part.
+func (e *Engine) readFor(g *group, p *pendingReq, path string, validUntil time.Time) engine.Read {
+	if p.req.Op == engine.OpScan {
+		return e.scanRead(g, p.req, path, validUntil)
+	}
+	return e.readAt(g, p.req, path, 0, validUntil)
+}
+
+// apply applies one committed entry; it reports whether a configuration change removed this
+// node from the group.
+func (e *Engine) apply(g *group, ent *raftpb.Entry) (leaving bool) {
+	if ent.GetIndex() <= g.applied {
+		return false // replayed after a restart (or the mutation's early apply)
+	}
+	g.applied, g.appliedTerm = ent.GetIndex(), ent.GetTerm()
+	g.sinceCut++
+	switch ent.GetType() {
+	case raftpb.EntryType_EntryConfChange, raftpb.EntryType_EntryConfChangeV2:
+		var cc raftpb.ConfChangeI
+		if ent.GetType() == raftpb.EntryType_EntryConfChange {
+			var c raftpb.ConfChange
+			if err := proto.Unmarshal(ent.GetData(), &c); err != nil {
+				e.fail(g, fmt.Errorf("configuration change at %d does not decode: %w", ent.GetIndex(), err))
+				return false
+			}
+			cc = &c
+		} else {
+			var c raftpb.ConfChangeV2
+			if err := proto.Unmarshal(ent.GetData(), &c); err != nil {
+				e.fail(g, fmt.Errorf("configuration change at %d does not decode: %w", ent.GetIndex(), err))
+				return false
+			}
+			cc = &c
+		}
+		g.conf = proto.Clone(g.rn.ApplyConfChange(cc)).(*raftpb.ConfState)
+		g.confIndex = ent.GetIndex()
+		g.confProposedAt = 0
+		e.stats.ConfChanges.Add(1)
+		e.refreshPeers()
+		return !g.isMember(e.cfg.NodeID)
+	}
+	if len(ent.GetData()) == 0 {
+		return false // a new leader's empty entry
+	}
+	var cmd peerpb.RaftCommand
+	if err := proto.Unmarshal(ent.GetData(), &cmd); err != nil {
+		// Every replica stops at the same entry: better than diverging silently.
+		e.fail(g, fmt.Errorf("entry %d does not decode: %w", ent.GetIndex(), err))
+		return false
+	}
+	v := wire.VersionFromPB(cmd.GetVersion())
+	if g.duplicate(ent.GetIndex(), commandID{cmd.GetOrigin(), v}) {
+		return false
+	}
+	if !g.last.Less(v) {
+		v = hlc.Version{WallNanos: g.last.WallNanos, Logical: g.last.Logical + 1, NodeID: v.NodeID}
+	}
+	g.last = v
+	e.clock.Observe(e.lastNow, v)
+	recs, res := g.sm.Apply(g.key.ref(), &cmd, v)
+	e.out.Writes = append(e.out.Writes, recs...)
+	if cmd.GetOrigin() != e.cfg.NodeID {
+		return false
+	}
+	if p, ok := e.pending[cmd.GetRequestId()]; ok && p.req.Op != engine.OpGet && p.data != nil && bytes.Equal(p.data, ent.GetData()) {
+		e.untrack(cmd.GetRequestId())
+		res.ID, res.Op = p.req.ID, p.req.Op
+		e.reply(res)
+	}
+	return false
+}
+
+// maybeCompact discards applied log older than retainEntries, every compactEvery entries.
+func (e *Engine) maybeCompact(g *group) {
+	if g.sinceCut < compactEvery || g.applied <= retainEntries {
+		return
+	}
+	ops, err := g.log.Compact(g.applied-retainEntries, proto.Clone(g.conf).(*raftpb.ConfState))
+	if err != nil {
+		e.fail(g, err)
+		return
+	}
+	g.sinceCut = 0
+	e.out.Raw = append(e.out.Raw, ops...)
+}
+
+// send queues one of g's Raft messages for its destination's batch. Heartbeats carry the
+// trailer (lease.go); a snapshot goes by transfer (snapshot.go); a hand-over ends the
+// leader's lease for the term.
+func (e *Engine) send(g *group, m *raftpb.Message) {
+	switch m.GetType() {
+	case raftpb.MessageType_MsgHeartbeat:
+		m.Context = appendTrailer(m.GetContext(), trailer{sentNano: e.lastNow.UnixNano(), commit: g.rn.BasicStatus().HardState.GetCommit()})
+	case raftpb.MessageType_MsgSnap:
+		e.startTransfer(g, m)
+		return
+	case raftpb.MessageType_MsgTimeoutNow:
+		g.lease.voidTerm = m.GetTerm()
+	case raftpb.MessageType_MsgVoteResp:
+		if !m.GetReject() {
+			g.electionElapsed = 0 // etcd raft restarts its election clock on a vote granted
+		}
+	}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return
+	}
+	to := uint32(m.GetTo())
+	e.batches[to] = append(e.batches[to], &peerpb.RaftMessage{Keyspace: g.key.keyspace, Partition: g.key.partition, Message: b})
+}
+
+// flushBatches turns the Ready's Raft messages into envelopes: one per destination (a few
+// if they are large), in destination order.
+func (e *Engine) flushBatches() {
+	if len(e.batches) == 0 {
+		return
+	}
+	dests := make([]uint32, 0, len(e.batches))
+	for to := range e.batches {
+		dests = append(dests, to)
+	}
+	slices.Sort(dests)
+	for _, to := range dests {
+		msgs := e.batches[to]
+		for len(msgs) > 0 {
+			n, size := 0, 0
+			for n < len(msgs) && (n == 0 || size+len(msgs[n].Message) <= maxBatchBytes) {
+				size += len(msgs[n].Message) + len(msgs[n].Keyspace) + 8
+				n++
+			}
+			env := &peerpb.Envelope{From: e.cfg.NodeID, To: to}
+			if n == 1 {
+				env.Msg = &peerpb.Envelope_Raft{Raft: msgs[0]}
+			} else {
+				env.Msg = &peerpb.Envelope_RaftBatch{RaftBatch: &peerpb.RaftBatch{Messages: slices.Clone(msgs[:n])}}
+				e.stats.Coalesced.Add(int64(n - 1))
+			}
+			e.out.Messages = append(e.out.Messages, env)
+			msgs = msgs[n:]
+		}
+		delete(e.batches, to)
+	}
+}
+
+// Step delivers a peer message (or a note from this node's own jobs) to the engine.
+func (e *Engine) Step(now time.Time, env *peerpb.Envelope) {
+	e.observe(now)
+	from := env.GetFrom()
+	if from != e.cfg.NodeID {
+		e.heard(now, from)
+	}
+	switch m := env.Msg.(type) {
+	case *peerpb.Envelope_Raft:
+		e.stepRaft(now, from, m.Raft)
+	case *peerpb.Envelope_RaftBatch:
+		for _, rm := range m.RaftBatch.GetMessages() {
+			e.stepRaft(now, from, rm)
+		}
+	case *peerpb.Envelope_ClockPing:
+		e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: from,
+			Msg: &peerpb.Envelope_ClockPong{ClockPong: &peerpb.ClockPong{T1UnixNanos: m.ClockPing.GetT1UnixNanos(), T2UnixNanos: now.UnixNano()}}})
+	case *peerpb.Envelope_ClockPong:
+		if e.clockEst != nil {
+			e.clockEst.Sample(from, m.ClockPong.GetT1UnixNanos(), m.ClockPong.GetT2UnixNanos(), now.UnixNano())
+		}
+	case *peerpb.Envelope_RaftSnapshotOffer:
+		e.stepOffer(now, from, m.RaftSnapshotOffer)
+	case *peerpb.Envelope_RaftSnapshotRequest:
+		e.stepSnapshotRequest(now, from, m.RaftSnapshotRequest)
+	case *peerpb.Envelope_RaftSnapshotChunk:
+		e.stepChunk(now, from, m.RaftSnapshotChunk)
+	case *peerpb.Envelope_RaftSnapshotStored:
+		if from == e.cfg.NodeID {
+			e.stepStored(now, m.RaftSnapshotStored)
+		}
+	case *peerpb.Envelope_RaftSnapshotReady:
+		if from == e.cfg.NodeID {
+			e.stepSnapshotReady(now, m.RaftSnapshotReady)
+		}
+	case *peerpb.Envelope_RaftForward:
+		e.stepForward(now, from, m.RaftForward)
+	case *peerpb.Envelope_RaftForwardReply:
+		e.stepForwardReply(now, from, m.RaftForwardReply)
+	case *peerpb.Envelope_RaftApplied:
+		e.stepApplied(from, m.RaftApplied)
+	case *peerpb.Envelope_RaftRemoved:
+		e.stepRemoved(now, from, m.RaftRemoved)
+	}
+}
+
+// stepRaft delivers one Raft message to its group. Messages for groups this node does not
+// have, or whose addressing disagrees with the envelope's, are dropped like lost messages.
+func (e *Engine) stepRaft(now time.Time, from uint32, rm *peerpb.RaftMessage) {
+	g := e.groups[groupKey{rm.GetKeyspace(), rm.GetPartition()}]
+	if g == nil {
+		return
+	}
+	var m raftpb.Message
+	if err := proto.Unmarshal(rm.GetMessage(), &m); err != nil {
+		return
+	}
+	if m.GetFrom() != uint64(from) || m.GetTo() != uint64(e.cfg.NodeID) || !(g.isMember(from) || g.desc.HasMember(from)) {
+		return
+	}
+	if etcdraft.IsLocalMsg(m.GetType()) {
+		return // never from the network
+	}
+	// An empty append response (index 0) is a follower's answer to a message from an older
+	// term: it tells a stale leader that a newer term exists. A leader of that term learns
+	// nothing from it, but etcd raft takes it as "matched up to 0" and moves the follower's
+	// progress to replicate from index 1 — which lies behind every group's bootstrap
+	// snapshot, so the leader would need a snapshot to catch up a follower that has the
+	// whole log (the simulator found this: seed 129, a heartbeat delayed across the
+	// leader's restart). Only a node that would step down because of it needs it.
+	if m.GetType() == raftpb.MessageType_MsgAppResp && !m.GetReject() && m.GetIndex() == 0 && m.GetTerm() <= g.rn.BasicStatus().HardState.GetTerm() {
+		return
+	}
+	quiesceHeartbeat, quiesceAck := false, false
+	switch m.GetType() {
+	case raftpb.MessageType_MsgVote, raftpb.MessageType_MsgPreVote:
+		if g.freezeVotes && now.Before(g.freezeUntil) && !bytes.Equal(m.GetContext(), campaignTransfer) {
+			e.stats.VotesFrozen.Add(1)
+			return
+		}
+	case raftpb.MessageType_MsgHeartbeat:
+		if _, tr, ok := splitTrailer(m.GetContext()); ok {
+			g.noteFresh(tr.commit, tr.sentNano)
+			quiesceHeartbeat = tr.flags&flagQuiesce != 0
+		}
+	case raftpb.MessageType_MsgHeartbeatResp:
+		if ctx, tr, ok := splitTrailer(m.GetContext()); ok {
+			m.Context = ctx
+			g.leaseAck(from, m.GetTerm(), tr.sentNano)
+			quiesceAck = tr.flags&flagQuiesce != 0
+		}
+	case raftpb.MessageType_MsgProp:
+		e.touch(g)
+	case raftpb.MessageType_MsgReadIndex:
+		// A follower's linearizable read: under a valid lease the leader gives its commit
+		// index at once (as etcd raft's lease-based read-only option does), instead of a
+		// heartbeat round to a majority.
+		e.touch(g)
+		if len(m.GetEntries()) == 1 {
+			if _, why := e.leaseEnd(now, g); why == "" {
+				e.queueRaw(g, &raftpb.Message{Type: raftpb.MessageType_MsgReadIndexResp.Enum(), From: proto.Uint64(uint64(e.cfg.NodeID)), To: proto.Uint64(uint64(from)),
+					Term: proto.Uint64(g.rn.BasicStatus().HardState.GetTerm()), Index: proto.Uint64(g.rn.BasicStatus().HardState.GetCommit()), Entries: m.GetEntries()})
+				e.stats.ReadIndexByLease.Add(1)
+				return
+			}
+		}
+	}
+	if g.quiesced && !quiesceHeartbeat && !quiesceAck {
+		e.unquiesce(g, uint64(from) != g.lead)
+	}
+	switch m.GetType() {
+	case raftpb.MessageType_MsgApp, raftpb.MessageType_MsgHeartbeat, raftpb.MessageType_MsgSnap:
+		// What may reset etcd raft's election clock (a leader's message; a vote granted, in
+		// send) resets the engine's too (tickGroup).
+		if m.GetTerm() >= g.rn.BasicStatus().HardState.GetTerm() {
+			g.electionElapsed = 0
+		}
+	}
+	_ = g.rn.Step(&m) // errors are for local misuse (e.g. a response to an unknown peer): drop
+	e.markDirty(g)
+	if quiesceHeartbeat {
+		e.quiesceFollower(g, from, &m)
+	}
+}
+
+// campaignTransfer is etcd raft's vote context of a campaign started by MsgTimeoutNow (a
+// hand-over by the leader), which overrides followers' leases.
+var campaignTransfer = []byte("CampaignTransfer")
+
+// appliedNotice tells every node how far this node has applied g, for groups whose
+// progress others wait for (the metadata group, through the state machine's Notify).
+func (e *Engine) appliedNotice(g *group) {
+	n, ok := g.sm.(interface{ NotifyApplied() bool })
+	if !ok || !n.NotifyApplied() {
+		return
+	}
+	for _, nd := range e.cfg.Nodes {
+		if nd.ID == e.cfg.NodeID {
+			continue
+		}
+		e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: nd.ID,
+			Msg: &peerpb.Envelope_RaftApplied{RaftApplied: &peerpb.RaftApplied{Keyspace: g.key.keyspace, Partition: g.key.partition, Index: g.applied}}})
+	}
+}
+
+// stepApplied hands another node's applied index to the group's state machine, if it
+// listens.
+func (e *Engine) stepApplied(from uint32, a *peerpb.RaftApplied) {
+	g := e.groups[groupKey{a.GetKeyspace(), a.GetPartition()}]
+	if g == nil {
+		return
+	}
+	if l, ok := g.sm.(interface {
+		PeerApplied(node uint32, index uint64)
+	}); ok {
+		l.PeerApplied(from, a.GetIndex())
+	}
+}
+
+var _ = storage.RawOp{}

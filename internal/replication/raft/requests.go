@@ -1,0 +1,546 @@
+package raft
+
+import (
+	"bytes"
+	"encoding/binary"
+	"slices"
+	"time"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"google.golang.org/protobuf/proto"
+
+	"meridian/internal/config"
+	"meridian/internal/engine"
+	"meridian/internal/errs"
+	"meridian/internal/placement"
+	"meridian/internal/storage"
+	"meridian/internal/wire"
+	"meridian/internal/wire/peerpb"
+)
+
+// Read paths of raft reads.
+const (
+	PathLease     = "lease"      // linearizable: the leader served it under its lease, no round trip
+	PathReadIndex = "read-index" // linearizable: served once applied up to the leader's commit index
+	PathStale     = "stale"      // the replica's applied state, no round trip
+)
+
+type pendingReq struct {
+	req   engine.Request
+	group *group
+	// data is a write's encoded command, proposed again when the group's leader changes
+	// (a leader that steps down or hands over drops the proposals it had not appended; the
+	// copies are deduplicated at apply).
+	data []byte
+	// heldSince is when a request that found no leader was held (zero: proposed).
+	heldSince time.Time
+	// forwardedTo is the node a request was forwarded to (0: served here).
+	forwardedTo uint32
+	// moveTo is the region an OpMoveMaster waits for the leader to reach.
+	moveTo string
+}
+
+// forwardOrigin is where a forwarded request came from.
+type forwardOrigin struct {
+	node uint32
+	id   uint64 // the origin's request ID
+	op   engine.Op
+}
+
+// Propose starts a client request on a keyspace of this engine's protocol.
+func (e *Engine) Propose(now time.Time, req engine.Request) {
+	e.observe(now)
+	ks, ok := e.pmap.Keyspace(req.Keyspace)
+	if !ok || ks.Spec.Protocol != e.protocol {
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.NotFound, "unknown keyspace %q", req.Keyspace)})
+		return
+	}
+	if len(e.pending)+len(e.scans) >= maxPending {
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Overloaded, "node %d has %d raft requests in flight (limit %d)", e.cfg.NodeID, len(e.pending)+len(e.scans), maxPending)})
+		return
+	}
+	if req.MinVersion.WallNanos > 0 {
+		e.clock.Observe(now, req.MinVersion)
+	}
+	if req.Op == engine.OpScan {
+		e.startScan(now, ks, req)
+		return
+	}
+	p := ks.Lookup(req.Key)
+	k := groupKey{req.Keyspace, p.ID}
+	if why, ok := e.broken[k]; ok {
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Internal, "keyspace %q partition %d: this node's Raft group is out of service: %s", req.Keyspace, p.ID, why)})
+		return
+	}
+	g := e.groups[k]
+	if g == nil || !g.serving() {
+		// No replica here, or one that is still being caught up: a replica that has the
+		// data serves it.
+		e.forward(now, p, req)
+		return
+	}
+	e.proposeAt(now, g, req)
+}
+
+// serving reports whether the group can serve requests here: it has a configuration (an
+// empty replica waiting for its first snapshot has none) and its node is a member.
+func (g *group) serving() bool {
+	return len(g.conf.GetVoters()) > 0 && g.inPlacement && g.receiving == nil
+}
+
+// proposeAt runs req on the local replica of g.
+func (e *Engine) proposeAt(now time.Time, g *group, req engine.Request) {
+	e.touch(g)
+	switch req.Op {
+	case engine.OpGet:
+		level := req.Level
+		if level == "" {
+			level = g.opts.ReadLevel
+		}
+		if level == config.LevelStale || e.cfg.Mutation == "stale-read-as-linearizable" {
+			path := PathStale
+			if level != config.LevelStale {
+				path = PathReadIndex // the mutation claims linearizability
+			}
+			e.stats.read(path)
+			e.out.Reads = append(e.out.Reads, e.readAt(g, req, path, e.staleness(now, g), time.Time{}))
+			return
+		}
+		if e.leaseRead(now, g, req) {
+			return
+		}
+		if e.holdWithoutLeader(now, g, req, nil) {
+			return
+		}
+		e.track(req, &pendingReq{req: req, group: g})
+		g.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, req.ID))
+	case engine.OpPut, engine.OpDelete, engine.OpCommand:
+		cmd := &peerpb.RaftCommand{Origin: e.cfg.NodeID, RequestId: req.ID}
+		if err := g.sm.Prepare(req, cmd); err != nil {
+			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: err})
+			return
+		}
+		cmd.Version = wire.VersionToPB(e.clock.Now(now))
+		data, err := proto.Marshal(cmd)
+		if err != nil {
+			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Internal, "encode raft command: %v", err)})
+			return
+		}
+		if e.holdWithoutLeader(now, g, req, data) {
+			return
+		}
+		pr := &pendingReq{req: req, group: g, data: data}
+		if err := g.rn.Propose(data); err != nil {
+			// Dropped by a leader handing over (or over its uncommitted-log bound): held
+			// like a request without a leader, proposed again at the next leader change.
+			pr.heldSince = now
+		}
+		e.track(req, pr)
+	case engine.OpMoveMaster:
+		e.moveLeader(now, g, req)
+	default:
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Invalid, "keyspace %q uses protocol %s, which has no %s operation", req.Keyspace, e.protocol, req.Op)})
+	}
+}
+
+// track remembers a pending request.
+func (e *Engine) track(req engine.Request, pr *pendingReq) {
+	e.pending[req.ID] = pr
+	if pr.group != nil {
+		pr.group.pendingCount++
+	}
+	e.markDirtyIf(pr.group)
+}
+
+func (e *Engine) markDirtyIf(g *group) {
+	if g != nil {
+		e.markDirty(g)
+	}
+}
+
+// untrack forgets a pending request and returns it.
+func (e *Engine) untrack(id uint64) (*pendingReq, bool) {
+	pr, ok := e.pending[id]
+	if !ok {
+		return nil, false
+	}
+	delete(e.pending, id)
+	if pr.group != nil {
+		pr.group.pendingCount--
+	}
+	return pr, true
+}
+
+// holdWithoutLeader holds a request while its group knows no leader (an election or a
+// handover in progress) until one is elected (retryPending), for up to two election
+// timeouts (expire).
+func (e *Engine) holdWithoutLeader(now time.Time, g *group, req engine.Request, data []byte) bool {
+	if g.rn.BasicStatus().Lead != etcdraft.None {
+		return false
+	}
+	e.track(req, &pendingReq{req: req, group: g, data: data, heldSince: now})
+	return true
+}
+
+// moveLeader transfers the leadership of the key's group to a voter in req.Region and
+// answers once the group's leader is there.
+func (e *Engine) moveLeader(now time.Time, g *group, req engine.Request) {
+	var target uint64
+	for _, r := range g.desc.Replicas {
+		if e.regionOf(r) == req.Region && slices.Contains(g.conf.GetVoters(), uint64(r)) {
+			target = uint64(r)
+			break
+		}
+	}
+	if target == 0 {
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Invalid, "keyspace %q partition %d has no voter in region %q (voters: nodes %v)", req.Keyspace, g.key.partition, req.Region, g.conf.GetVoters())})
+		return
+	}
+	e.track(req, &pendingReq{req: req, group: g, moveTo: req.Region})
+	if lead := g.rn.BasicStatus().Lead; lead == target {
+		e.finishMoves(g)
+		return
+	}
+	// TransferLeader on a follower is forwarded to its leader by etcd raft.
+	g.rn.TransferLeader(target)
+	e.stats.LeaderTransfers.Add(1)
+}
+
+// finishMoves answers the OpMoveMaster requests whose region now holds g's leadership.
+func (e *Engine) finishMoves(g *group) {
+	region := e.regionOf(uint32(g.lead))
+	for _, id := range e.pendingIDs(g) {
+		pr := e.pending[id]
+		if pr.moveTo == "" || pr.moveTo != region {
+			continue
+		}
+		e.untrack(id)
+		e.reply(engine.Result{ID: id, Op: pr.req.Op, Master: e.nodeName(uint32(g.lead)), MasterRegion: region})
+	}
+}
+
+func (e *Engine) nodeName(id uint32) string {
+	for _, n := range e.cfg.Nodes {
+		if n.ID == id {
+			return n.Name
+		}
+	}
+	return ""
+}
+
+// pendingIDs returns the IDs of g's pending requests, sorted (deterministic order).
+func (e *Engine) pendingIDs(g *group) []uint64 {
+	var ids []uint64
+	for id, p := range e.pending {
+		if p.group == g {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// readAt is a read of key from the replica's storage, run once the Ready that carries it (and
+// every earlier one) is in storage, and no later than validUntil when that is set (a lease
+// read). A forwarded read's result goes back to the node that forwarded it.
+func (e *Engine) readAt(g *group, req engine.Request, path string, staleness time.Duration, validUntil time.Time) engine.Read {
+	k := g.key
+	fwd := e.forwards[req.ID]
+	return engine.Read{ID: req.ID, Op: req.Op, ValidUntil: validUntil, Wrap: e.wrapForward(fwd), Run: func(store engine.Reader) engine.Result {
+		rec, found, err := store.Get(k.keyspace, k.partition, req.Key)
+		res := engine.Result{ID: req.ID, Op: req.Op, Path: path, Staleness: staleness}
+		switch {
+		case err != nil:
+			res.Err = errs.New(errs.Internal, "read: %v", err)
+		case rec.Tombstone:
+			res.Version = rec.Version
+		default:
+			res.Found, res.Value, res.Version = found, rec.Value, rec.Version
+		}
+		return res
+	}}
+}
+
+// wrapForward turns a read's result into the reply to the node that forwarded it (nil: the
+// read is a client's).
+func (e *Engine) wrapForward(fwd *forwardOrigin) func(engine.Result) engine.Result {
+	if fwd == nil {
+		return nil
+	}
+	self := e.cfg.NodeID
+	return func(r engine.Result) engine.Result {
+		return engine.Result{ID: r.ID, Op: r.Op, Forward: forwardReply(self, fwd, r)}
+	}
+}
+
+// reply answers a request: a client's, or a forwarded one's origin.
+func (e *Engine) reply(r engine.Result) {
+	if r.ID&forwardedBit != 0 {
+		if s := e.scans[r.ID]; s != nil && r.Err != nil {
+			e.failScan(s, r.Err)
+			return
+		}
+		if fwd, ok := e.forwards[r.ID]; ok {
+			delete(e.forwards, r.ID)
+			e.out.Messages = append(e.out.Messages, forwardReply(e.cfg.NodeID, fwd, r))
+		}
+		return
+	}
+	e.out.Replies = append(e.out.Replies, r)
+}
+
+// expire fails the requests whose deadline has passed, and the held ones (no leader) held
+// for two election timeouts. Checked once per Raft tick: a request may outlive its deadline
+// by up to one tick.
+func (e *Engine) expire(now time.Time) {
+	var expired []uint64
+	for id, p := range e.pending {
+		if (!p.req.Deadline.IsZero() && now.After(p.req.Deadline)) ||
+			(!p.heldSince.IsZero() && p.group != nil && now.Sub(p.heldSince) > 2*p.group.opts.ElectionTimeout) {
+			expired = append(expired, id)
+		}
+	}
+	slices.Sort(expired)
+	for _, id := range expired {
+		p, _ := e.untrack(id)
+		if p.group != nil && !p.heldSince.IsZero() {
+			e.reply(engine.Result{ID: id, Op: p.req.Op, Err: errs.New(errs.Unavailable,
+				"keyspace %q partition %d has had no Raft leader for %v (no majority reachable?); retry, or read at STALE",
+				p.group.key.keyspace, p.group.key.partition, now.Sub(p.heldSince).Round(time.Millisecond))})
+			continue
+		}
+		var what string
+		switch {
+		case p.forwardedTo != 0:
+			what = "node " + e.nodeName(p.forwardedTo) + ", to which the request was forwarded (it may still apply)"
+		case p.moveTo != "":
+			what = "the leader to move to region " + p.moveTo
+		case p.req.Op == engine.OpGet:
+			what = "the read index"
+		default:
+			what = "the write to commit (it may still apply)"
+		}
+		part := uint32(0)
+		var lead uint64
+		if p.group != nil {
+			part, lead = p.group.key.partition, p.group.rn.BasicStatus().Lead
+		}
+		e.reply(engine.Result{ID: id, Op: p.req.Op, Err: errs.New(errs.Timeout,
+			"keyspace %q partition %d: deadline passed waiting for %s (leader: node %d)", p.req.Keyspace, part, what, lead)})
+	}
+	e.expireScans(now)
+}
+
+// retryPending proposes g's pending writes and read indexes again after a leader change, in
+// request order.
+func (e *Engine) retryPending(g *group) {
+	if g.removed {
+		return
+	}
+	for _, id := range e.pendingIDs(g) {
+		p := e.pending[id]
+		if p.moveTo != "" {
+			continue
+		}
+		p.heldSince = time.Time{}
+		if p.data != nil {
+			_ = g.rn.Propose(p.data) // dropped again: the next leader change retries it
+		} else if p.req.Op == engine.OpGet {
+			g.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, id))
+		}
+	}
+	e.markDirty(g)
+}
+
+// failGroup fails every request pending on g with why. With internal, the group is also
+// marked broken (an internal error took it out of service) so later requests get the same.
+func (e *Engine) failGroup(g *group, why string, internal bool) {
+	kind := errs.Unavailable
+	if internal {
+		kind = errs.Internal
+		e.broken[g.key] = why
+	}
+	for _, id := range e.pendingIDs(g) {
+		p, _ := e.untrack(id)
+		e.reply(engine.Result{ID: id, Op: p.req.Op, Err: errs.New(kind, "keyspace %q partition %d: Raft group out of service here: %s", g.key.keyspace, g.key.partition, why)})
+	}
+	for _, w := range g.waiting {
+		if p, ok := e.untrack(w.id); ok {
+			e.reply(engine.Result{ID: w.id, Op: p.req.Op, Err: errs.New(kind, "keyspace %q partition %d: Raft group out of service here: %s", g.key.keyspace, g.key.partition, why)})
+		}
+	}
+	g.waiting = nil
+}
+
+// fail takes g out of service after an internal error: its requests fail with the reason,
+// and so do later ones (broken).
+func (e *Engine) fail(g *group, err error) {
+	e.failGroup(g, err.Error(), true)
+	e.unlink(g)
+}
+
+// --- scans ---
+
+// scanOp is a scan across the partitions of a range, read one partition after another (each
+// part linearizable, or stale at STALE; no snapshot across partitions), up to the limit.
+type scanOp struct {
+	req   engine.Request
+	parts []*placement.Partition
+	next  int // index of the part being read
+	items []storage.Record
+	// partID is the ID of the part in flight (forwardedBit set).
+	partID uint64
+	// more: the range holds keys past the last item.
+	more bool
+}
+
+func (e *Engine) startScan(now time.Time, ks *placement.Keyspace, req engine.Request) {
+	s := &scanOp{req: req, parts: ks.Overlapping(req.Start, req.End)}
+	if req.Limit <= 0 {
+		req.Limit = e.cfg.Limits.MaxScanLimit
+	}
+	s.req = req
+	e.scans[req.ID] = s
+	e.nextScanPart(now, s)
+}
+
+// nextScanPart reads the scan's next partition (locally if this node serves it, else at a
+// replica), or answers the scan when it is complete.
+func (e *Engine) nextScanPart(now time.Time, s *scanOp) {
+	if s.next >= len(s.parts) || len(s.items) >= s.req.Limit {
+		e.finishScan(s)
+		return
+	}
+	p := s.parts[s.next]
+	sub := s.req
+	e.nextID++
+	sub.ID = forwardedBit | e.nextID
+	sub.Start, sub.End = s.req.Start, s.req.End
+	if bytes.Compare(sub.Start, p.Start) < 0 {
+		sub.Start = p.Start
+	}
+	if p.End != nil && (len(sub.End) == 0 || bytes.Compare(p.End, sub.End) < 0) {
+		sub.End = p.End
+	}
+	sub.Limit = s.req.Limit - len(s.items)
+	s.partID = sub.ID
+	e.scans[sub.ID] = s
+	g := e.groups[groupKey{s.req.Keyspace, p.ID}]
+	if g == nil || !g.serving() {
+		e.forward(now, p, sub)
+		return
+	}
+	// The part is served here; its result comes back as a note (forwards[sub.ID] points at
+	// this node itself).
+	e.forwards[sub.ID] = &forwardOrigin{node: e.cfg.NodeID, id: sub.ID, op: engine.OpScan}
+	e.scanLocal(now, g, sub)
+}
+
+// scanLocal reads [sub.Start, sub.End) of g's partition: at once at STALE, else after a
+// read barrier (lease or read index) like a get.
+func (e *Engine) scanLocal(now time.Time, g *group, sub engine.Request) {
+	level := sub.Level
+	if level == "" {
+		level = g.opts.ReadLevel
+	}
+	if level == config.LevelStale {
+		e.out.Reads = append(e.out.Reads, e.scanRead(g, sub, PathStale, time.Time{}))
+		return
+	}
+	get := sub
+	get.Op = engine.OpGet
+	if e.leaseReadFn(now, g, get, func(path string, validUntil time.Time) engine.Read { return e.scanRead(g, sub, path, validUntil) }) {
+		return
+	}
+	pr := &pendingReq{req: sub, group: g}
+	if e.holdWithoutLeader(now, g, sub, nil) {
+		return
+	}
+	e.track(sub, pr)
+	g.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, sub.ID))
+}
+
+// scanRead scans the part from storage; the result goes back to the engine as a note.
+func (e *Engine) scanRead(g *group, sub engine.Request, path string, validUntil time.Time) engine.Read {
+	k := g.key
+	fwd := e.forwards[sub.ID]
+	limit := sub.Limit
+	return engine.Read{ID: sub.ID, Op: engine.OpScan, ValidUntil: validUntil, Wrap: e.wrapForward(fwd), Run: func(store engine.Reader) engine.Result {
+		res := engine.Result{ID: sub.ID, Op: engine.OpScan, Path: path}
+		// Deleted keys (tombstones) are skipped and not counted.
+		err := store.Scan(k.keyspace, k.partition, sub.Start, sub.End, 0, func(r storage.Record) bool {
+			if r.Tombstone {
+				return true
+			}
+			if len(res.Items) == limit {
+				res.More = true
+				return false
+			}
+			res.Items = append(res.Items, r)
+			return true
+		})
+		if err != nil {
+			res.Err = errs.New(errs.Internal, "scan: %v", err)
+		}
+		return res
+	}}
+}
+
+// scanPartDone takes a part's result.
+func (e *Engine) scanPartDone(now time.Time, id uint64, r *peerpb.RaftForwardReply) {
+	s := e.scans[id]
+	if s == nil || s.partID != id {
+		return // a late or duplicated part
+	}
+	delete(e.scans, id)
+	if err := forwardError(r); err != nil {
+		e.failScan(s, err)
+		return
+	}
+	for _, rec := range r.GetRecords() {
+		if len(s.items) >= s.req.Limit {
+			break
+		}
+		item, err := wire.RecordFromPB(rec)
+		if err != nil {
+			e.failScan(s, errs.New(errs.Internal, "scan of keyspace %q: a part's reply: %v", s.req.Keyspace, err))
+			return
+		}
+		s.items = append(s.items, item)
+	}
+	if r.GetMore() || len(s.items) >= s.req.Limit {
+		// The partition holds more than the limit left: the scan is full.
+		s.more = r.GetMore() || s.next < len(s.parts)-1
+		e.finishScan(s)
+		return
+	}
+	s.next++
+	e.nextScanPart(now, s)
+}
+
+func (e *Engine) finishScan(s *scanOp) {
+	delete(e.scans, s.req.ID)
+	delete(e.scans, s.partID)
+	e.reply(engine.Result{ID: s.req.ID, Op: engine.OpScan, Items: s.items, More: s.more})
+}
+
+func (e *Engine) failScan(s *scanOp, err error) {
+	delete(e.scans, s.req.ID)
+	delete(e.scans, s.partID)
+	e.reply(engine.Result{ID: s.req.ID, Op: engine.OpScan, Err: err})
+}
+
+// expireScans fails the scans whose deadline passed.
+func (e *Engine) expireScans(now time.Time) {
+	var ids []uint64
+	for id, s := range e.scans {
+		if id == s.req.ID && !s.req.Deadline.IsZero() && now.After(s.req.Deadline) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		s := e.scans[id]
+		e.failScan(s, errs.New(errs.Timeout, "scan of keyspace %q: deadline passed after %d of %d partitions", s.req.Keyspace, s.next, len(s.parts)))
+	}
+}

@@ -1,0 +1,491 @@
+package raft
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+	"google.golang.org/protobuf/proto"
+
+	"meridian/internal/engine"
+	"meridian/internal/storage"
+	"meridian/internal/wire"
+	"meridian/internal/wire/peerpb"
+)
+
+// Snapshots: a follower too far behind for the log (or a new member, which starts empty)
+// is caught up with a snapshot of the partition's data, moved as an sstable through the
+// storage engine's staged files (storage.ExportPartitionState / ReplacePartition, the
+// partition export/ingest ElasCass's data movement uses too). The shape is CockroachDB's:
+// the Raft message is small and the data goes separately, in flow-controlled chunks.
+//
+//  1. etcd raft on the leader asks its storage for a snapshot. If none is prepared (or the
+//     prepared one is older than the log's first index or the last configuration change),
+//     a job exports the partition, and its applied state read from the same Pebble
+//     snapshot, into a staged file; raft hears "temporarily unavailable" and asks again.
+//  2. raft's MsgSnap carries no data, only the snapshot's identity and applied state
+//     (Snapshot.Data holds a RaftSnapshotMarker). The engine does not send it; it offers the
+//     snapshot (RaftSnapshotOffer, with the MsgSnap inside).
+//  3. The follower pulls the file in chunks (RaftSnapshotRequest → RaftSnapshotChunk), at
+//     most snapshotWindow in flight, each written to its own staged file by a job.
+//  4. With the whole file on disk and read back (checked), the follower replaces its
+//     partition's data (engine.Ingest: a marker first, then the data, then the applied
+//     state) and, in the next Ready, steps the MsgSnap: raft installs the snapshot in its
+//     log and acknowledges it. A node that stops in between finishes from the marker when
+//     it starts again.
+//
+// Transfers are bounded (snapshotMaxOut, snapshotMaxIn per node) and abandoned after
+// snapshotIdle without progress; raft then asks again.
+
+const (
+	snapshotChunkBytes = 512 << 10
+	snapshotWindow     = 4
+	snapshotMaxOut     = 4
+	snapshotMaxIn      = 4
+	snapshotIdle       = 20 * time.Second
+	// snapshotKeepTicks: a prepared snapshot nobody is receiving is removed after this many
+	// ticks (30 s).
+	snapshotKeepTicks = 600
+)
+
+// outSnapshot is a snapshot the leader has prepared (or is preparing) for its group.
+type outSnapshot struct {
+	id    string
+	ready bool
+	// state is the applied state the data was exported at.
+	state *peerpb.RaftAppliedState
+	size  int64
+	// doneTick is when the last transfer of it ended (or it became ready).
+	doneTick uint64
+}
+
+// outTransfer is one follower's pull of the leader's snapshot.
+type outTransfer struct {
+	snapID       string
+	index        uint64
+	lastActivity time.Time
+}
+
+// inTransfer is a follower's pull of its leader's snapshot into a staged file.
+type inTransfer struct {
+	from     uint32
+	id       string
+	file     string
+	size     int64
+	msg      *raftpb.Message // the MsgSnap, stepped once the data is installed
+	state    *peerpb.RaftAppliedState
+	next     int64 // next offset to request
+	stored   int64 // bytes on disk
+	inflight int
+	checking bool
+	last     time.Time
+}
+
+// snapshotFor is the group storage's Snapshot: the prepared snapshot if it is recent enough,
+// else ErrSnapshotTemporarilyUnavailable while a job prepares one.
+func (e *Engine) snapshotFor(g *group) (*raftpb.Snapshot, error) {
+	first, _ := g.log.Storage().FirstIndex()
+	if s := g.snap; s != nil && s.ready && s.state.GetIndex()+1 >= first && s.state.GetIndex() >= g.lastConfIndex() {
+		var cs raftpb.ConfState
+		if err := proto.Unmarshal(s.state.GetConfState(), &cs); err != nil {
+			return nil, fmt.Errorf("raft: prepared snapshot's configuration: %w", err)
+		}
+		data, _ := proto.Marshal(&peerpb.RaftSnapshotMarker{File: s.id, State: s.state})
+		return &raftpb.Snapshot{Data: data, Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(s.state.GetIndex()), Term: proto.Uint64(s.state.GetTerm()), ConfState: &cs}}, nil
+	}
+	if s := g.snap; s == nil || s.ready {
+		if s != nil {
+			e.out.Jobs = append(e.out.Jobs, removeStagedJob{file: s.id})
+		}
+		e.snapSeq++
+		id := fmt.Sprintf("out-%016x-%d-%d", g.id, e.cfg.NodeID, e.snapSeq)
+		g.snap = &outSnapshot{id: id}
+		e.out.Jobs = append(e.out.Jobs, exportJob{key: g.key, group: g.id, file: id})
+		e.stats.SnapshotsPrepared.Add(1)
+	}
+	return nil, etcdraft.ErrSnapshotTemporarilyUnavailable
+}
+
+// lastConfIndex is the index of the last configuration change g applied (a snapshot older
+// than it would restore a configuration without the members added since).
+func (g *group) lastConfIndex() uint64 { return g.confIndex }
+
+// exportJob exports a group's partition into a staged file.
+type exportJob struct {
+	key   groupKey
+	group uint64
+	file  string
+}
+
+func (exportJob) Unpaced() {}
+
+func (j exportJob) Run(store engine.Store, self uint32) ([]*peerpb.Envelope, error) {
+	ready := &peerpb.RaftSnapshotReady{Keyspace: j.key.keyspace, Partition: j.key.partition, SnapshotId: j.file}
+	stats, vals, err := store.ExportPartitionState(j.key.keyspace, j.key.partition, j.file, [][]byte{appliedKey(j.group)})
+	switch {
+	case err != nil:
+		ready.Error = err.Error()
+	case vals[0] == nil:
+		ready.Error = "the group has no applied state yet"
+	default:
+		var st peerpb.RaftAppliedState
+		if err := proto.Unmarshal(vals[0], &st); err != nil {
+			ready.Error = fmt.Sprintf("applied state: %v", err)
+		} else {
+			ready.State, ready.Size = &st, stats.Bytes
+		}
+	}
+	return []*peerpb.Envelope{{From: self, To: self, Msg: &peerpb.Envelope_RaftSnapshotReady{RaftSnapshotReady: ready}}}, nil
+}
+
+// stepSnapshotReady takes the export job's result.
+func (e *Engine) stepSnapshotReady(now time.Time, r *peerpb.RaftSnapshotReady) {
+	g := e.groups[groupKey{r.GetKeyspace(), r.GetPartition()}]
+	if g == nil || g.snap == nil || g.snap.id != r.GetSnapshotId() || g.snap.ready {
+		e.out.Jobs = append(e.out.Jobs, removeStagedJob{file: r.GetSnapshotId()})
+		return
+	}
+	if r.GetError() != "" {
+		e.stats.SnapshotErrors.Add(1)
+		g.snap = nil // asked again at raft's next attempt
+		return
+	}
+	g.snap.ready, g.snap.state, g.snap.size, g.snap.doneTick = true, r.GetState(), r.GetSize(), e.ticks
+	e.markDirty(g)
+}
+
+// removeStagedJob removes a staged file.
+type removeStagedJob struct{ file string }
+
+func (removeStagedJob) Unpaced() {}
+
+func (j removeStagedJob) Run(store engine.Store, _ uint32) ([]*peerpb.Envelope, error) {
+	return nil, store.RemoveStaged(j.file)
+}
+
+// startTransfer offers the snapshot of raft's MsgSnap to its follower.
+func (e *Engine) startTransfer(g *group, m *raftpb.Message) {
+	to := uint32(m.GetTo())
+	var mk peerpb.RaftSnapshotMarker
+	if err := proto.Unmarshal(m.GetSnapshot().GetData(), &mk); err != nil || g.snap == nil || mk.GetFile() != g.snap.id {
+		g.rn.ReportSnapshot(uint64(to), etcdraft.SnapshotFailure)
+		return
+	}
+	if tr := g.sending[to]; tr != nil && tr.snapID == mk.GetFile() {
+		return // raft asked again; the transfer is under way
+	}
+	if e.outTransfers() >= snapshotMaxOut {
+		g.rn.ReportSnapshot(uint64(to), etcdraft.SnapshotFailure)
+		e.stats.SnapshotsDeferred.Add(1)
+		return
+	}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		g.rn.ReportSnapshot(uint64(to), etcdraft.SnapshotFailure)
+		return
+	}
+	if g.sending == nil {
+		g.sending = map[uint32]*outTransfer{}
+	}
+	g.sending[to] = &outTransfer{snapID: mk.GetFile(), index: mk.GetState().GetIndex(), lastActivity: e.lastNow}
+	e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: to, Msg: &peerpb.Envelope_RaftSnapshotOffer{RaftSnapshotOffer: &peerpb.RaftSnapshotOffer{
+		Keyspace: g.key.keyspace, Partition: g.key.partition, SnapshotId: mk.GetFile(), Size: g.snap.size, Message: b}}})
+	e.stats.SnapshotsSent.Add(1)
+}
+
+func (e *Engine) outTransfers() int {
+	n := 0
+	for _, g := range e.order {
+		n += len(g.sending)
+	}
+	return n
+}
+
+func (e *Engine) inTransfers() int {
+	n := 0
+	for _, g := range e.order {
+		if g.receiving != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// stepOffer starts pulling an offered snapshot.
+func (e *Engine) stepOffer(now time.Time, from uint32, o *peerpb.RaftSnapshotOffer) {
+	g := e.groups[groupKey{o.GetKeyspace(), o.GetPartition()}]
+	if g == nil {
+		return
+	}
+	var m raftpb.Message
+	if err := proto.Unmarshal(o.GetMessage(), &m); err != nil || m.GetType() != raftpb.MessageType_MsgSnap || m.GetFrom() != uint64(from) || m.GetTo() != uint64(e.cfg.NodeID) {
+		return
+	}
+	var mk peerpb.RaftSnapshotMarker
+	if err := proto.Unmarshal(m.GetSnapshot().GetData(), &mk); err != nil || mk.GetFile() != o.GetSnapshotId() || mk.GetState() == nil {
+		return
+	}
+	if g.receiving != nil {
+		return // one at a time; the leader offers again after this one ends
+	}
+	if mk.GetState().GetIndex() <= g.applied {
+		// Nothing to install: raft answers with where this replica is.
+		_ = g.rn.Step(&m)
+		e.markDirty(g)
+		return
+	}
+	if e.inTransfers() >= snapshotMaxIn {
+		e.stats.SnapshotsDeferred.Add(1)
+		return
+	}
+	g.receiving = &inTransfer{from: from, id: o.GetSnapshotId(), file: "in-" + o.GetSnapshotId(), size: o.GetSize(), msg: &m, state: mk.GetState(), last: now}
+	e.unquiesce(g, false)
+	e.stats.SnapshotsReceived.Add(1)
+	e.pullChunks(g)
+}
+
+// pullChunks requests chunks up to the window.
+func (e *Engine) pullChunks(g *group) {
+	rx := g.receiving
+	if rx.size == 0 && !rx.checking {
+		e.checkTransfer(g)
+		return
+	}
+	for rx.inflight < snapshotWindow && rx.next < rx.size {
+		n := min(int64(snapshotChunkBytes), rx.size-rx.next)
+		e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: rx.from, Msg: &peerpb.Envelope_RaftSnapshotRequest{RaftSnapshotRequest: &peerpb.RaftSnapshotRequest{
+			Keyspace: g.key.keyspace, Partition: g.key.partition, SnapshotId: rx.id, Offset: rx.next, Length: int32(n)}}})
+		rx.next += n
+		rx.inflight++
+	}
+}
+
+// stepSnapshotRequest serves a chunk of a snapshot this node is sending.
+func (e *Engine) stepSnapshotRequest(now time.Time, from uint32, r *peerpb.RaftSnapshotRequest) {
+	g := e.groups[groupKey{r.GetKeyspace(), r.GetPartition()}]
+	var tr *outTransfer
+	if g != nil {
+		tr = g.sending[from]
+	}
+	if tr == nil || tr.snapID != r.GetSnapshotId() {
+		e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: from, Msg: &peerpb.Envelope_RaftSnapshotChunk{RaftSnapshotChunk: &peerpb.RaftSnapshotChunk{
+			Keyspace: r.GetKeyspace(), Partition: r.GetPartition(), SnapshotId: r.GetSnapshotId(), Offset: r.GetOffset(), Error: "no such snapshot transfer (ended or restarted)"}}})
+		return
+	}
+	tr.lastActivity = now
+	e.out.Jobs = append(e.out.Jobs, readChunkJob{key: g.key, to: from, file: tr.snapID, offset: r.GetOffset(), length: int(r.GetLength())})
+}
+
+// readChunkJob reads a chunk of a staged snapshot and sends it.
+type readChunkJob struct {
+	key    groupKey
+	to     uint32
+	file   string
+	offset int64
+	length int
+}
+
+func (readChunkJob) Unpaced() {}
+
+func (j readChunkJob) Run(store engine.Store, self uint32) ([]*peerpb.Envelope, error) {
+	c := &peerpb.RaftSnapshotChunk{Keyspace: j.key.keyspace, Partition: j.key.partition, SnapshotId: j.file, Offset: j.offset}
+	if b, err := store.ReadStaged(j.file, j.offset, j.length); err != nil {
+		c.Error = err.Error()
+	} else {
+		c.Data = b
+	}
+	return []*peerpb.Envelope{{From: self, To: j.to, Msg: &peerpb.Envelope_RaftSnapshotChunk{RaftSnapshotChunk: c}}}, nil
+}
+
+// stepChunk writes a received chunk to the staged file.
+func (e *Engine) stepChunk(now time.Time, from uint32, c *peerpb.RaftSnapshotChunk) {
+	g := e.groups[groupKey{c.GetKeyspace(), c.GetPartition()}]
+	if g == nil || g.receiving == nil || g.receiving.id != c.GetSnapshotId() || g.receiving.from != from {
+		return
+	}
+	rx := g.receiving
+	if c.GetError() != "" || c.GetOffset()+int64(len(c.GetData())) > rx.size {
+		e.abortReceive(g, "the leader: "+c.GetError())
+		return
+	}
+	rx.last = now
+	e.out.Jobs = append(e.out.Jobs, writeChunkJob{key: g.key, file: rx.file, id: rx.id, offset: c.GetOffset(), data: c.GetData()})
+}
+
+// writeChunkJob writes a chunk into the receiver's staged file.
+type writeChunkJob struct {
+	key    groupKey
+	file   string
+	id     string
+	offset int64
+	data   []byte
+}
+
+func (writeChunkJob) Unpaced() {}
+
+func (j writeChunkJob) Run(store engine.Store, self uint32) ([]*peerpb.Envelope, error) {
+	s := &peerpb.RaftSnapshotStored{Keyspace: j.key.keyspace, Partition: j.key.partition, SnapshotId: j.id, Offset: j.offset, Length: int32(len(j.data))}
+	if err := store.WriteStaged(j.file, j.offset, j.data); err != nil {
+		s.Error = err.Error()
+	}
+	return []*peerpb.Envelope{{From: self, To: self, Msg: &peerpb.Envelope_RaftSnapshotStored{RaftSnapshotStored: s}}}, nil
+}
+
+// checkJob reads the whole received file back before it is installed, and hands the
+// records to state machines that keep state in memory.
+type checkJob struct {
+	key      groupKey
+	file     string
+	id       string
+	inMemory bool
+}
+
+func (checkJob) Unpaced() {}
+
+func (j checkJob) Run(store engine.Store, self uint32) ([]*peerpb.Envelope, error) {
+	s := &peerpb.RaftSnapshotStored{Keyspace: j.key.keyspace, Partition: j.key.partition, SnapshotId: j.id, Checked: true}
+	if _, found, err := store.StagedSize(j.file); err != nil || !found {
+		// An empty partition's snapshot has no bytes: write an empty file (a valid empty
+		// sstable is never empty, so a missing file means nothing was sent).
+		if err == nil {
+			err = fmt.Errorf("staged file %s is missing", j.file)
+		}
+		s.Error = err.Error()
+		return []*peerpb.Envelope{{From: self, To: self, Msg: &peerpb.Envelope_RaftSnapshotStored{RaftSnapshotStored: s}}}, nil
+	}
+	_, err := store.CheckStaged(j.file, j.key.keyspace, j.key.partition, func(r storage.Record) {
+		if j.inMemory {
+			s.Records = append(s.Records, wire.RecordToPB(r))
+		}
+	})
+	if err != nil {
+		s.Error = err.Error()
+		s.Records = nil
+	}
+	return []*peerpb.Envelope{{From: self, To: self, Msg: &peerpb.Envelope_RaftSnapshotStored{RaftSnapshotStored: s}}}, nil
+}
+
+// stepStored takes a chunk-written (or file-checked) note.
+func (e *Engine) stepStored(now time.Time, s *peerpb.RaftSnapshotStored) {
+	g := e.groups[groupKey{s.GetKeyspace(), s.GetPartition()}]
+	if g == nil || g.receiving == nil || g.receiving.id != s.GetSnapshotId() {
+		return
+	}
+	rx := g.receiving
+	if s.GetError() != "" {
+		e.abortReceive(g, s.GetError())
+		return
+	}
+	rx.last = now
+	if !s.GetChecked() {
+		rx.stored += int64(s.GetLength())
+		rx.inflight--
+		if rx.stored >= rx.size {
+			e.checkTransfer(g)
+			return
+		}
+		e.pullChunks(g)
+		return
+	}
+	// The file is whole and sound: replace the partition's data, then (next Ready) let raft
+	// install the snapshot in the log.
+	if g.sm.InMemory() {
+		recs := make([]storage.Record, 0, len(s.GetRecords()))
+		for _, r := range s.GetRecords() {
+			rec, err := wire.RecordFromPB(r)
+			if err != nil {
+				e.abortReceive(g, err.Error())
+				return
+			}
+			recs = append(recs, rec)
+		}
+		err := g.sm.Load(g.key.ref(), func(fn func(storage.Record) bool) error {
+			for _, r := range recs {
+				if !fn(r) {
+					break
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			e.abortReceive(g, err.Error())
+			return
+		}
+	}
+	e.out.Ingests = append(e.out.Ingests, e.installOp(g, rx.file, rx.state))
+	g.last = wire.VersionFromPB(rx.state.GetLastVersion())
+	g.receiving = nil
+	g.stepAfterReady = rx.msg
+	e.snapSteps = append(e.snapSteps, g)
+	e.stats.SnapshotsInstalled.Add(1)
+}
+
+// checkTransfer reads the received file back (a job).
+func (e *Engine) checkTransfer(g *group) {
+	rx := g.receiving
+	rx.checking = true
+	if rx.size == 0 {
+		// Nothing to pull (cannot happen with sstables, which always have a footer), but
+		// never install what was not received.
+		e.abortReceive(g, "the offered snapshot is empty")
+		return
+	}
+	e.out.Jobs = append(e.out.Jobs, checkJob{key: g.key, file: rx.file, id: rx.id, inMemory: g.sm.InMemory()})
+}
+
+// installOp replaces g's partition with the staged file at state: a marker first (so a
+// restart finishes the job), then the data, then the applied state with the marker gone.
+func (e *Engine) installOp(g *group, file string, state *peerpb.RaftAppliedState) engine.Ingest {
+	mk, _ := proto.Marshal(&peerpb.RaftSnapshotMarker{File: file, State: state})
+	st, _ := proto.Marshal(state)
+	return engine.Ingest{Keyspace: g.key.keyspace, Partition: g.key.partition, File: file,
+		Before: []storage.RawOp{{Key: markerKey(g.id), Value: mk}},
+		After:  []storage.RawOp{{Key: appliedKey(g.id), Value: st}, {Key: markerKey(g.id), Delete: true}}}
+}
+
+func (e *Engine) abortReceive(g *group, why string) {
+	rx := g.receiving
+	g.receiving = nil
+	e.out.Jobs = append(e.out.Jobs, removeStagedJob{file: rx.file})
+	e.stats.SnapshotErrors.Add(1)
+	_ = why
+}
+
+// expireTransfers abandons transfers without progress, and removes prepared snapshots
+// nobody needs.
+func (e *Engine) expireTransfers(now time.Time) {
+	for _, g := range e.order {
+		if rx := g.receiving; rx != nil && now.Sub(rx.last) > snapshotIdle {
+			e.abortReceive(g, "no progress")
+		}
+		for _, to := range slices.Sorted(maps.Keys(g.sending)) {
+			tr := g.sending[to]
+			done := false
+			g.rn.WithProgress(func(id uint64, _ etcdraft.ProgressType, pr tracker.Progress) {
+				if id == uint64(to) && pr.Match >= tr.index {
+					done = true
+				}
+			})
+			switch {
+			case done:
+				delete(g.sending, to)
+				g.rn.ReportSnapshot(uint64(to), etcdraft.SnapshotFinish)
+				if g.snap != nil {
+					g.snap.doneTick = e.ticks
+				}
+			case now.Sub(tr.lastActivity) > snapshotIdle:
+				delete(g.sending, to)
+				g.rn.ReportSnapshot(uint64(to), etcdraft.SnapshotFailure)
+				e.stats.SnapshotErrors.Add(1)
+			}
+		}
+		if s := g.snap; s != nil && s.ready && len(g.sending) == 0 && e.ticks-s.doneTick > snapshotKeepTicks {
+			e.out.Jobs = append(e.out.Jobs, removeStagedJob{file: s.id})
+			g.snap = nil
+		}
+	}
+}
