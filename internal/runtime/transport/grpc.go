@@ -178,7 +178,27 @@ func (g *GRPC) dialer() func(ctx context.Context, addr string) (net.Conn, error)
 	if src := sourceAddrs(g.self.Addr); len(src) == 1 {
 		d.LocalAddr = &net.TCPAddr{IP: src[0].AsSlice()}
 	}
-	return func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return &countingConn{Conn: c, c: &g.counters}, nil
+	}
+}
+
+// countingConn counts the bytes and write calls of a connection to a peer: what replication
+// costs on the wire, per message and per client write (meridian_transport_* metrics).
+type countingConn struct {
+	net.Conn
+	c *counters
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.c.wireBytes.Add(uint64(n))
+	c.c.wireWrites.Add(1)
+	return n, err
 }
 
 // authenticate checks an incoming stream's claimed identity against the membership before
