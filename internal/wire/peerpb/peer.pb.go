@@ -3880,6 +3880,54 @@ func (*StreamAck) Descriptor() ([]byte, []int) {
 	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{47}
 }
 
+// EnvelopeBatch is messages from one sender to one receiver that leave together: one gRPC
+// message, one HTTP/2 frame and usually one write instead of one each. Under load a node's
+// group commit releases many messages for the same peer at once (the writes and acks of a
+// synced batch), and they travel as one.
+type EnvelopeBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Envelopes     []*Envelope            `protobuf:"bytes,1,rep,name=envelopes,proto3" json:"envelopes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnvelopeBatch) Reset() {
+	*x = EnvelopeBatch{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvelopeBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvelopeBatch) ProtoMessage() {}
+
+func (x *EnvelopeBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvelopeBatch.ProtoReflect.Descriptor instead.
+func (*EnvelopeBatch) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *EnvelopeBatch) GetEnvelopes() []*Envelope {
+	if x != nil {
+		return x.Envelopes
+	}
+	return nil
+}
+
 var File_meridian_v1_peer_proto protoreflect.FileDescriptor
 
 const file_meridian_v1_peer_proto_rawDesc = "" +
@@ -4192,9 +4240,12 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\rgl_revoke_ack\x18B \x01(\v2\x1d.meridian.peer.v1.GlRevokeAckH\x00R\vglRevokeAck\x123\n" +
 	"\x04raft\x18F \x01(\v2\x1d.meridian.peer.v1.RaftMessageH\x00R\x04raftB\x05\n" +
 	"\x03msg\"\v\n" +
-	"\tStreamAck2K\n" +
+	"\tStreamAck\"I\n" +
+	"\rEnvelopeBatch\x128\n" +
+	"\tenvelopes\x18\x01 \x03(\v2\x1a.meridian.peer.v1.EnvelopeR\tenvelopes2\x9c\x01\n" +
 	"\x04Peer\x12C\n" +
-	"\x06Stream\x12\x1a.meridian.peer.v1.Envelope\x1a\x1b.meridian.peer.v1.StreamAck(\x01B\x1fZ\x1dmeridian/internal/wire/peerpbb\x06proto3"
+	"\x06Stream\x12\x1a.meridian.peer.v1.Envelope\x1a\x1b.meridian.peer.v1.StreamAck(\x01\x12O\n" +
+	"\rStreamBatches\x12\x1f.meridian.peer.v1.EnvelopeBatch\x1a\x1b.meridian.peer.v1.StreamAck(\x01B\x1fZ\x1dmeridian/internal/wire/peerpbb\x06proto3"
 
 var (
 	file_meridian_v1_peer_proto_rawDescOnce sync.Once
@@ -4208,7 +4259,7 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Version)(nil),           // 0: meridian.peer.v1.Version
 	(*Record)(nil),            // 1: meridian.peer.v1.Record
@@ -4258,6 +4309,7 @@ var file_meridian_v1_peer_proto_goTypes = []any{
 	(*RaftCommand)(nil),       // 45: meridian.peer.v1.RaftCommand
 	(*Envelope)(nil),          // 46: meridian.peer.v1.Envelope
 	(*StreamAck)(nil),         // 47: meridian.peer.v1.StreamAck
+	(*EnvelopeBatch)(nil),     // 48: meridian.peer.v1.EnvelopeBatch
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,  // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -4335,13 +4387,16 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	39, // 72: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
 	40, // 73: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
 	44, // 74: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
-	46, // 75: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	47, // 76: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	76, // [76:77] is the sub-list for method output_type
-	75, // [75:76] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	46, // 75: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
+	46, // 76: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	48, // 77: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
+	47, // 78: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	47, // 79: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
+	78, // [78:80] is the sub-list for method output_type
+	76, // [76:78] is the sub-list for method input_type
+	76, // [76:76] is the sub-list for extension type_name
+	76, // [76:76] is the sub-list for extension extendee
+	0,  // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -4392,7 +4447,7 @@ func file_meridian_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   48,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
