@@ -166,12 +166,23 @@ func DialWith(endpoint string, dial func(ctx context.Context, address string) (n
 	return DialOptions(endpoint, Options{Dial: dial})
 }
 
+// Flow-control windows of a client connection (the servers use the same).
+const (
+	streamWindowBytes = 1 << 20
+	connWindowBytes   = 2 << 20
+)
+
 // DialOptions connects to a node at host:port with o.
 func DialOptions(endpoint string, o Options) (*Client, error) {
 	o.ensureDefaults()
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: o.KeepaliveTime, Timeout: o.KeepaliveTimeout}),
+		// Fixed flow-control windows: gRPC's bandwidth estimation would otherwise PING the
+		// server about once per round trip while responses flow, each PING and its ack a
+		// packet of their own. Larger responses still flow, with window updates.
+		grpc.WithStaticStreamWindowSize(streamWindowBytes),
+		grpc.WithStaticConnWindowSize(connWindowBytes),
 	}
 	if o.Dial != nil {
 		opts = append(opts, grpc.WithContextDialer(o.Dial))

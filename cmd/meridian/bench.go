@@ -23,7 +23,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Benchmarks (commands, not tests): YCSB workloads, protocol comparisons, throughput"}
-	cmd.AddCommand(throughputCmd(), compareCmd("compare"), compareCmd("run"), globleaseFiguresCmd(), globleaseSpikeCmd())
+	cmd.AddCommand(throughputCmd(), compareCmd("compare"), compareCmd("run"), globleaseFiguresCmd(), globleaseSpikeCmd(), benchLoopbackCmd())
 	return cmd
 }
 
@@ -43,7 +43,8 @@ type benchFlags struct {
 	p99Bound                               time.Duration
 	seed                                   uint64
 	maxClockOffset                         time.Duration
-	labDir                                 string // the network lab (lab bench, lab run)
+	labDir                                 string         // the network lab (lab bench, lab run)
+	loopback                               loopbackTarget // bench loopback
 }
 
 func compareCmd(use string) *cobra.Command {
@@ -147,6 +148,9 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 		fmt.Fprintln(os.Stderr, "noop target: measuring the benchmark client alone on one core (GOMAXPROCS=1)")
 	case f.target != "":
 		return fmt.Errorf("bench: unknown --target %q (noop, or use --emulated / --config)", f.target)
+	case f.loopback != nil:
+		target = f.loopback
+		nodes = f.loopback.Nodes()
 	case f.labDir != "":
 		lt, err := newLabTarget(f.labDir)
 		if err != nil {
@@ -175,14 +179,18 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 		// Every configuration in turn (in the lab: Meridian, Cassandra and etcd side by side).
 		var all []*bench.MaxResult
 		for _, cfg := range cfgs {
-			res, err := bench.FindMax(ctx, target, cfg, nodes, ro, bench.MaxOptions{P99BoundMs: float64(f.p99Bound.Microseconds()) / 1000, MachineCPU: f.labDir != ""}, os.Stdout)
+			// Servers in other processes: the whole machine's CPU (clients, servers, router).
+			mo := bench.MaxOptions{P99BoundMs: float64(f.p99Bound.Microseconds()) / 1000, MachineCPU: f.labDir != "" || f.loopback != nil}
+			res, err := bench.FindMax(ctx, target, cfg, nodes, ro, mo, os.Stdout)
 			if err != nil {
 				return err
 			}
-			fmt.Printf("%s, workload %s: highest throughput with p99 < %v: %.0f ops/s (p99 %.1f ms) = %.0f ops/s per node, %.0f ops/s per core (%s, %.2f cores)\n",
-				res.Config, res.Workload, f.p99Bound, res.BestOps, res.BestP99Ms, res.OpsPerNode, res.OpsPerCore, res.CPUNote, res.CPUCores)
+			fmt.Printf("%s, workload %s: highest throughput with p99 < %v: %.0f ops/s (p50 %.1f ms, p99 %.1f ms) = %.0f ops/s per node, %.0f ops/s per core, %.0f CPU µs/op (%s, %.2f cores)\n",
+				res.Config, res.Workload, f.p99Bound, res.BestOps, res.BestP50Ms, res.BestP99Ms, res.OpsPerNode, res.OpsPerCore, res.CPUUsPerOp, res.CPUNote, res.CPUCores)
 			all = append(all, res)
 		}
+		fmt.Println()
+		bench.PrintMax(os.Stdout, all)
 		if f.jsonPath != "" {
 			if len(all) == 1 {
 				return bench.WriteJSON(f.jsonPath, all[0])
@@ -589,4 +597,10 @@ func globleaseSpikeCmd() *cobra.Command {
 	fl.StringVar(&chartPath, "chart", "", "write the latency-over-time chart (PNG or SVG)")
 	fl.StringVar(&jsonPath, "json", "", "write the runs as JSON")
 	return cmd
+}
+
+// loopbackTarget is bench loopback's target (Linux only).
+type loopbackTarget interface {
+	bench.Target
+	Nodes() int
 }

@@ -21,3 +21,9 @@ func labCmd() *cobra.Command {
 func newLabTarget(string) (bench.Target, error) { return nil, errLabLinux }
 
 func labNodes(bench.Target) int { return 0 }
+
+func benchLoopbackCmd() *cobra.Command {
+	return &cobra.Command{Use: "loopback", Short: "Meridian and etcd on loopback (Linux only)", RunE: func(*cobra.Command, []string) error {
+		return errors.New("bench loopback: needs Linux")
+	}}
+}

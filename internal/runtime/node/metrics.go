@@ -7,6 +7,7 @@ import (
 
 	"meridian/internal/engine"
 	"meridian/internal/errs"
+	"meridian/internal/runtime/transport"
 	"meridian/internal/wire"
 	"meridian/internal/wire/peerpb"
 )
@@ -60,6 +61,18 @@ func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
 	storageGauge("meridian_storage_wal_syncs", "Synced storage batches since start.", func() float64 { return float64(n.store.Stats().WALSyncs) })
 	storageGauge("meridian_storage_records_applied", "Records applied since start.", func() float64 { return float64(n.store.Stats().RecordsApplied) })
 	storageGauge("meridian_storage_read_amplification", "Pebble read amplification.", func() float64 { return float64(n.store.Stats().ReadAmp) })
+	transportCounter := func(name, help string, f func(transport.Stats) uint64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 {
+			if n.tr == nil { // still starting
+				return 0
+			}
+			return float64(f(n.tr.Stats()))
+		}))
+	}
+	transportCounter("meridian_transport_wire_bytes_sent_total", "Bytes written to peer connections (with HTTP/2 and gRPC framing).",
+		func(s transport.Stats) uint64 { return s.WireBytesSent })
+	transportCounter("meridian_transport_wire_writes_total", "Write calls (syscalls) on peer connections.",
+		func(s transport.Stats) uint64 { return s.WireWrites })
 	storageGauge("meridian_peers_down", "Peers the failure detector considers down.", func() float64 {
 		down := 0
 		for _, nd := range n.opts.Cluster.Nodes {

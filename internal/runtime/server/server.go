@@ -301,9 +301,13 @@ func Run(ctx context.Context, o Options) error {
 		// A fixed pool of stream workers instead of a goroutine per request: fewer stack
 		// growths on the hot path.
 		grpc.NumStreamWorkers(uint32(max(4, runtime.GOMAXPROCS(0)*4))),
+		// Fixed windows: no bandwidth-estimation PINGs on every busy client connection.
+		grpc.StaticStreamWindowSize(transport.StreamWindowBytes),
+		grpc.StaticConnWindowSize(transport.ConnWindowBytes),
 	)...)
 	meridianpb.RegisterMeridianServer(gs, NewService(n))
-	ps := grpc.NewServer(append(transport.ServerKeepaliveOptions(), grpc.MaxRecvMsgSize(peerMaxRecvBytes(o.Cluster.Limits)))...)
+	ps := grpc.NewServer(append(transport.ServerKeepaliveOptions(), grpc.MaxRecvMsgSize(peerMaxRecvBytes(o.Cluster.Limits)),
+		grpc.StaticStreamWindowSize(transport.StreamWindowBytes), grpc.StaticConnWindowSize(transport.ConnWindowBytes))...)
 	grpcTr.Register(ps)
 	serveErr := make(chan error, 3)
 	go func() { serveErr <- gs.Serve(lis) }()

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"meridian/internal/wire/peerpb"
 )
@@ -99,7 +100,28 @@ type grpcPeer struct {
 	addr       string
 	queue      chan *peerpb.Envelope
 	lastReport time.Time
+	// carry is a message taken from queue that has not been sent yet (the send loop's only).
+	carry *peerpb.Envelope
+	// legacy: the peer does not know Peer.StreamBatches; send one message per stream message.
+	legacy atomic.Bool
 }
+
+// Bounds of one EnvelopeBatch. The receiver's limit on a stream message
+// (server.peerMaxRecvBytes) is above 8 MiB plus twice the largest record, so a batch of
+// MaxBatchBytes, or a single larger message alone, always fits.
+const (
+	MaxBatchMessages = 1024
+	MaxBatchBytes    = 1 << 20
+)
+
+// Flow-control windows of peer connections. Fixed windows turn off gRPC's bandwidth
+// estimation, which otherwise sends a PING (and gets a PING ack) about once per round trip
+// on every connection that receives data, each a packet of its own; a peer stream needs no
+// more than this in flight.
+const (
+	StreamWindowBytes = 1 << 20
+	ConnWindowBytes   = 2 << 20
+)
 
 func (g *GRPC) reportError(p *grpcPeer, err error) {
 	if g.opts.OnError == nil || time.Since(p.lastReport) < time.Minute {
@@ -178,7 +200,27 @@ func (g *GRPC) dialer() func(ctx context.Context, addr string) (net.Conn, error)
 	if src := sourceAddrs(g.self.Addr); len(src) == 1 {
 		d.LocalAddr = &net.TCPAddr{IP: src[0].AsSlice()}
 	}
-	return func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return &countingConn{Conn: c, c: &g.counters}, nil
+	}
+}
+
+// countingConn counts the bytes and write calls of a connection to a peer: what replication
+// costs on the wire, per message and per client write (meridian_transport_* metrics).
+type countingConn struct {
+	net.Conn
+	c *counters
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.c.wireBytes.Add(uint64(n))
+	c.c.wireWrites.Add(1)
+	return n, err
 }
 
 // authenticate checks an incoming stream's claimed identity against the membership before
@@ -242,13 +284,8 @@ func (g *GRPC) Register(s *grpc.Server) { peerpb.RegisterPeerServer(s, g) }
 // Stream is the server side of Peer.Stream: it authenticates the sending node, then
 // delivers every message it sends.
 func (g *GRPC) Stream(stream grpc.ClientStreamingServer[peerpb.Envelope, peerpb.StreamAck]) error {
-	from, reason, err := g.authenticate(stream.Context())
+	from, err := g.authenticateStream(stream.Context())
 	if err != nil {
-		remote := "unknown"
-		if p, ok := peer.FromContext(stream.Context()); ok && p.Addr != nil {
-			remote = p.Addr.String()
-		}
-		g.refused(reason, remote, err)
 		return err
 	}
 	for {
@@ -259,17 +296,60 @@ func (g *GRPC) Stream(stream grpc.ClientStreamingServer[peerpb.Envelope, peerpb.
 			}
 			return err
 		}
-		if env.From != from {
-			// An authenticated node speaking for another: a bug or a forgery; never deliver.
-			g.refused(RefuseFromMismatch, g.members[from].Name, fmt.Errorf("message from node %d on the stream of node %d", env.From, from))
-			continue
-		}
-		if env.To != g.opts.Self {
-			continue // misrouted: a stale address map on the sender
-		}
-		g.received.Add(1)
-		g.handler(env)
+		g.accept(from, env)
 	}
+}
+
+// StreamBatches is the server side of Peer.StreamBatches: Stream, with several messages in
+// each stream message.
+func (g *GRPC) StreamBatches(stream grpc.ClientStreamingServer[peerpb.EnvelopeBatch, peerpb.StreamAck]) error {
+	from, err := g.authenticateStream(stream.Context())
+	if err != nil {
+		return err
+	}
+	for {
+		b, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return stream.SendAndClose(&peerpb.StreamAck{})
+			}
+			return err
+		}
+		for _, env := range b.Envelopes {
+			g.accept(from, env)
+		}
+	}
+}
+
+// authenticateStream authenticates an incoming stream, counting and reporting a refusal.
+func (g *GRPC) authenticateStream(ctx context.Context) (uint32, error) {
+	from, reason, err := g.authenticate(ctx)
+	if err != nil {
+		remote := "unknown"
+		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+			remote = p.Addr.String()
+		}
+		g.refused(reason, remote, err)
+		return 0, err
+	}
+	return from, nil
+}
+
+// accept delivers a message received on the stream of node from.
+func (g *GRPC) accept(from uint32, env *peerpb.Envelope) {
+	if env == nil {
+		return
+	}
+	if env.From != from {
+		// An authenticated node speaking for another: a bug or a forgery; never deliver.
+		g.refused(RefuseFromMismatch, g.members[from].Name, fmt.Errorf("message from node %d on the stream of node %d", env.From, from))
+		return
+	}
+	if env.To != g.opts.Self {
+		return // misrouted: a stale address map on the sender
+	}
+	g.received.Add(1)
+	g.handler(env)
 }
 
 // Send queues env for its destination.
@@ -319,6 +399,10 @@ func (g *GRPC) sendLoop(p *grpcPeer) {
 // drain drops the messages queued for an unreachable peer, so that a returning peer does
 // not first receive a burst of stale requests.
 func (g *GRPC) drain(p *grpcPeer) {
+	if p.carry != nil {
+		p.carry = nil
+		g.dropped.Add(1)
+	}
 	for range len(p.queue) {
 		select {
 		case <-p.queue:
@@ -334,6 +418,8 @@ func (g *GRPC) streamTo(p *grpcPeer) error {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithKeepaliveParams(PeerKeepaliveParams),
 		grpc.WithContextDialer(g.dialer()),
+		grpc.WithStaticStreamWindowSize(StreamWindowBytes),
+		grpc.WithStaticConnWindowSize(ConnWindowBytes),
 	)
 	if err != nil {
 		return fmt.Errorf("transport: dial peer %d at %s: %w", p.id, p.addr, err)
@@ -345,30 +431,102 @@ func (g *GRPC) streamTo(p *grpcPeer) error {
 		mdNode, g.self.Name, mdTo, strconv.FormatUint(uint64(p.id), 10))
 	// Wait for the first message before opening the stream so an idle cluster does not keep
 	// dialling peers that are down.
-	var first *peerpb.Envelope
 	select {
 	case <-g.ctx.Done():
 		return nil
-	case first = <-p.queue:
+	case p.carry = <-p.queue:
 	}
+	if p.legacy.Load() {
+		return g.streamEach(ctx, conn, p)
+	}
+	return g.streamBatches(ctx, conn, p)
+}
+
+// streamBatches sends p's messages on Peer.StreamBatches: each stream message carries what
+// was queued for p when it left (at most MaxBatchMessages messages and, unless one message is
+// larger, MaxBatchBytes). A receiver without the method turns p to Peer.Stream.
+func (g *GRPC) streamBatches(ctx context.Context, conn *grpc.ClientConn, p *grpcPeer) error {
+	stream, err := peerpb.NewPeerClient(conn).StreamBatches(ctx, grpc.WaitForReady(false))
+	if err != nil {
+		g.dropped.Add(1)
+		p.carry = nil
+		return fmt.Errorf("transport: open stream to peer %d: %w", p.id, err)
+	}
+	batch := &peerpb.EnvelopeBatch{}
+	for {
+		if p.carry == nil {
+			select {
+			case <-g.ctx.Done():
+				return nil
+			case p.carry = <-p.queue:
+			}
+		}
+		g.fillBatch(p, batch)
+		if err := stream.Send(batch); err != nil {
+			g.dropped.Add(uint64(len(batch.Envelopes)))
+			clear(batch.Envelopes)
+			if errors.Is(err, io.EOF) {
+				// The receiver ended the stream; its status says why.
+				if _, rerr := stream.CloseAndRecv(); rerr != nil {
+					err = rerr
+				}
+			}
+			if status.Code(err) == codes.Unimplemented {
+				// A node of an older version: one message per stream message from now on.
+				p.legacy.Store(true)
+			}
+			return fmt.Errorf("transport: send to peer %d: %w", p.id, err)
+		}
+		// gRPC has encoded the batch: drop the references so the messages can be collected.
+		clear(batch.Envelopes)
+		batch.Envelopes = batch.Envelopes[:0]
+	}
+}
+
+// fillBatch moves p.carry and then whatever else is queued for p into batch, within the
+// bounds; a message that would overflow MaxBatchBytes stays in p.carry for the next batch.
+func (g *GRPC) fillBatch(p *grpcPeer, batch *peerpb.EnvelopeBatch) {
+	batch.Envelopes = append(batch.Envelopes[:0], p.carry)
+	bytes := proto.Size(p.carry)
+	p.carry = nil
+	for len(batch.Envelopes) < MaxBatchMessages {
+		select {
+		case env := <-p.queue:
+			n := proto.Size(env)
+			if bytes+n > MaxBatchBytes {
+				p.carry = env
+				return
+			}
+			batch.Envelopes = append(batch.Envelopes, env)
+			bytes += n
+		default:
+			return
+		}
+	}
+}
+
+// streamEach sends p's messages on Peer.Stream, one per stream message (receivers that do
+// not know Peer.StreamBatches).
+func (g *GRPC) streamEach(ctx context.Context, conn *grpc.ClientConn, p *grpcPeer) error {
 	stream, err := peerpb.NewPeerClient(conn).Stream(ctx, grpc.WaitForReady(false))
 	if err != nil {
 		g.dropped.Add(1)
+		p.carry = nil
 		return fmt.Errorf("transport: open stream to peer %d: %w", p.id, err)
 	}
-	if err := stream.Send(first); err != nil {
-		g.dropped.Add(1)
-		return fmt.Errorf("transport: send to peer %d: %w", p.id, err)
-	}
 	for {
-		select {
-		case <-g.ctx.Done():
-			return nil
-		case env := <-p.queue:
-			if err := stream.Send(env); err != nil {
-				g.dropped.Add(1)
-				return fmt.Errorf("transport: send to peer %d: %w", p.id, err)
+		if p.carry == nil {
+			select {
+			case <-g.ctx.Done():
+				return nil
+			case p.carry = <-p.queue:
 			}
+		}
+		env := p.carry
+		p.carry = nil
+		if err := stream.Send(env); err != nil {
+			g.dropped.Add(1)
+			return fmt.Errorf("transport: send to peer %d: %w", p.id, err)
 		}
 	}
 }

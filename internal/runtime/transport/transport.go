@@ -35,12 +35,17 @@ type Transport interface {
 // Stats counts a transport's traffic.
 type Stats struct {
 	Sent, Dropped, Received uint64
+	// WireBytesSent and WireWrites count what the connections to peers wrote: bytes (with
+	// HTTP/2 and gRPC framing) and write calls (each one a syscall). Zero for the emulated WAN.
+	WireBytesSent, WireWrites uint64
 }
 
 type counters struct {
 	sent, dropped, received atomic.Uint64
+	wireBytes, wireWrites   atomic.Uint64
 }
 
 func (c *counters) stats() Stats {
-	return Stats{Sent: c.sent.Load(), Dropped: c.dropped.Load(), Received: c.received.Load()}
+	return Stats{Sent: c.sent.Load(), Dropped: c.dropped.Load(), Received: c.received.Load(),
+		WireBytesSent: c.wireBytes.Load(), WireWrites: c.wireWrites.Load()}
 }

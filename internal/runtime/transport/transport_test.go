@@ -343,3 +343,94 @@ func TestIdlePeerStreamSurvivesKeepalive(t *testing.T) {
 		t.Fatalf("the idle peer stream broke: %v", streamErrs)
 	}
 }
+
+// legacyPeer serves only Peer.Stream, as a node of a version before Peer.StreamBatches.
+type legacyPeer struct {
+	peerpb.UnimplementedPeerServer
+	recv *GRPC
+}
+
+func (l legacyPeer) Stream(s grpc.ClientStreamingServer[peerpb.Envelope, peerpb.StreamAck]) error {
+	return l.recv.Stream(s)
+}
+
+// A sender whose receiver does not know Peer.StreamBatches (Unimplemented) goes on with one
+// message per stream message: after the loss of what it sent meanwhile, which the protocols
+// tolerate, every message arrives, in order.
+func TestGRPCFallsBackToStreamForOlderReceivers(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := newCollector()
+	nodes := []PeerNode{{ID: 1, Name: "n1", Addr: "127.0.0.1:1"}, {ID: 2, Name: "n2", Addr: lis.Addr().String()}}
+	recv, err := NewGRPC(GRPCOptions{Cluster: "t", Self: 2, Nodes: nodes}, col.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Close()
+	srv := grpc.NewServer()
+	peerpb.RegisterPeerServer(srv, legacyPeer{recv: recv})
+	go srv.Serve(lis)
+	defer srv.Stop()
+	send, err := NewGRPC(GRPCOptions{Cluster: "t", Self: 1, Nodes: nodes}, func(*peerpb.Envelope) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer send.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; !send.peers[2].legacy.Load(); i++ {
+		send.Send(hb(1, 2, -1))
+		if time.Now().After(deadline) {
+			t.Fatal("the sender never fell back to Peer.Stream")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := func() int { col.mu.Lock(); defer col.mu.Unlock(); return len(col.got) }()
+	for i := range 50 {
+		send.Send(hb(1, 2, int64(i)))
+	}
+	col.wait(t, before+50)
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	var seqs []int64
+	for _, env := range col.got {
+		if s := env.GetHeartbeat().SentUnixNanos; s >= 0 {
+			seqs = append(seqs, s)
+		}
+	}
+	if len(seqs) < 50 {
+		t.Fatalf("received %d numbered messages, want 50", len(seqs))
+	}
+	for i, s := range seqs[len(seqs)-50:] {
+		if s != int64(i) {
+			t.Fatalf("numbered message %d is %d: order lost", i, s)
+		}
+	}
+}
+
+// Messages queued together leave in batches of at most MaxBatchBytes (one larger message
+// alone), and arrive whole and in order.
+func TestGRPCBatchesStayWithinTheirBounds(t *testing.T) {
+	_, nodes, col, _, _ := startReceiver(t, grpc.MaxRecvMsgSize(MaxBatchBytes+64<<10))
+	send, err := NewGRPC(GRPCOptions{Cluster: "t", Self: 1, Nodes: nodes}, func(*peerpb.Envelope) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer send.Close()
+	value := make([]byte, 300<<10)
+	const n = 12
+	for i := range n {
+		env := &peerpb.Envelope{From: 1, To: 2, Msg: &peerpb.Envelope_Write{Write: &peerpb.WriteRequest{RequestId: uint64(i),
+			Record: &peerpb.Record{Keyspace: "k", Key: []byte("x"), Value: value}}}}
+		if !send.Send(env) {
+			t.Fatalf("message %d dropped at send", i)
+		}
+	}
+	col.wait(t, n)
+	for i, env := range col.got {
+		if w := env.GetWrite(); w == nil || w.RequestId != uint64(i) || len(w.Record.Value) != len(value) {
+			t.Fatalf("position %d holds request %d", i, w.GetRequestId())
+		}
+	}
+}

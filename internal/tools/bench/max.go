@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 )
 
@@ -33,7 +34,39 @@ type Probe struct {
 	WorstP99Ms    float64 `json:"worst_p99_ms"`
 	Errors        int64   `json:"errors"`
 	CPUCores      float64 `json:"cpu_cores"`
-	OK            bool    `json:"ok"`
+	// WorstP50Ms is the highest p50 of any operation in any region.
+	WorstP50Ms float64 `json:"worst_p50_ms"`
+	// ServerCPUCores is the servers' CPU (sessions that are ServerProcesses), 0 otherwise.
+	ServerCPUCores float64 `json:"server_cpu_cores,omitempty"`
+	OK             bool    `json:"ok"`
+}
+
+// ServerProcesses is a session whose servers are processes of this machine: FindMax then
+// also reports the CPU those processes use, apart from the clients' and everything else's.
+type ServerProcesses interface {
+	ServerPIDs() []int
+}
+
+// WithServerPIDs returns sess, reporting pids as its servers (ServerProcesses).
+func WithServerPIDs(sess Session, pids func() []int) Session {
+	return &pidSession{Session: sess, pids: pids}
+}
+
+type pidSession struct {
+	Session
+	pids func() []int
+}
+
+func (s *pidSession) ServerPIDs() []int { return s.pids() }
+
+// serverCPUSeconds sums the user+system CPU of pids; processes that are gone count 0.
+func serverCPUSeconds(pids []int) float64 {
+	var sum float64
+	for _, pid := range pids {
+		v, _ := procCPU(pid)
+		sum += v
+	}
+	return sum
 }
 
 // MaxResult is the outcome of FindMax.
@@ -47,8 +80,16 @@ type MaxResult struct {
 	OpsPerCore float64 `json:"ops_per_core"`
 	CPUCores   float64 `json:"cpu_cores"`
 	P99BoundMs float64 `json:"p99_bound_ms"`
-	Probes     []Probe `json:"probes"`
-	CPUNote    string  `json:"cpu_note"`
+	// BestP50Ms is the worst p50 (any operation, any region) of the best probe.
+	BestP50Ms float64 `json:"best_p50_ms"`
+	// CPUUsPerOp is the CPU (CPUCores, as CPUNote says) per operation of the best probe.
+	CPUUsPerOp float64 `json:"cpu_us_per_op"`
+	// ServerCPUCores and ServerCPUUsPerOp are the servers' own CPU in the best probe, when
+	// the session knows their processes (ServerProcesses); 0 otherwise.
+	ServerCPUCores   float64 `json:"server_cpu_cores,omitempty"`
+	ServerCPUUsPerOp float64 `json:"server_cpu_us_per_op,omitempty"`
+	Probes           []Probe `json:"probes"`
+	CPUNote          string  `json:"cpu_note"`
 }
 
 // FindMax doubles the open-loop rate until a probe breaks the p99 bound (or errors, or
@@ -96,7 +137,7 @@ func FindMax(ctx context.Context, t Target, cfg Config, nodes int, o RunOptions,
 	cpuSeconds := processCPUSeconds
 	if mo.MachineCPU {
 		cpuSeconds = machineCPUSeconds
-		res.CPUNote = fmt.Sprintf("CPU of the whole machine (servers, router and clients together) on a %d-core machine", runtime.NumCPU())
+		res.CPUNote = fmt.Sprintf("CPU of the whole machine (servers, clients and, in the lab, the router) on a %d-core machine", runtime.NumCPU())
 	}
 	probe := func(rate float64) (Probe, error) {
 		po := o
@@ -105,18 +146,26 @@ func FindMax(ctx context.Context, t Target, cfg Config, nodes int, o RunOptions,
 		po.Duration = mo.Probe
 		po.Warmup = time.Second
 		po.ClientsPerRegion = max(o.ClientsPerRegion, 256)
-		cpu0 := cpuSeconds()
+		var pids []int
+		if sp, ok := sess.(ServerProcesses); ok {
+			pids = sp.ServerPIDs()
+		}
+		cpu0, server0 := cpuSeconds(), serverCPUSeconds(pids)
 		wall0 := time.Now()
 		run, err := Execute(ctx, sess, regions, cfg, po)
 		if err != nil {
 			return Probe{}, err
 		}
-		p := Probe{RatePerRegion: rate, Achieved: run.ThroughputOps,
-			CPUCores: (cpuSeconds() - cpu0) / time.Since(wall0).Seconds()}
+		wall := time.Since(wall0).Seconds()
+		p := Probe{RatePerRegion: rate, Achieved: run.ThroughputOps, CPUCores: (cpuSeconds() - cpu0) / wall}
+		if len(pids) > 0 {
+			p.ServerCPUCores = (serverCPUSeconds(pids) - server0) / wall
+		}
 		for _, rs := range run.Regions {
 			for _, s := range []*OpStats{&rs.Read, &rs.Write, rs.Scan, rs.Insert, rs.RMW} {
 				if s != nil && s.Count > 0 {
 					p.WorstP99Ms = max(p.WorstP99Ms, s.P99Ms)
+					p.WorstP50Ms = max(p.WorstP50Ms, s.P50Ms)
 				}
 				if s != nil {
 					p.Errors += s.Errors
@@ -126,12 +175,16 @@ func FindMax(ctx context.Context, t Target, cfg Config, nodes int, o RunOptions,
 		want := rate * float64(len(regions))
 		p.OK = p.Errors == 0 && p.WorstP99Ms < mo.P99BoundMs && p.Achieved >= 0.95*want
 		if log != nil {
-			fmt.Fprintf(log, "  probe %6.0f ops/s per region: achieved %7.0f ops/s, worst p99 %7.1f ms, errors %d, CPU %.2f cores -> %s\n",
-				rate, p.Achieved, p.WorstP99Ms, p.Errors, p.CPUCores, map[bool]string{true: "ok", false: "over"}[p.OK])
+			servers := ""
+			if len(pids) > 0 {
+				servers = fmt.Sprintf(" (servers %.2f)", p.ServerCPUCores)
+			}
+			fmt.Fprintf(log, "  probe %6.0f ops/s per region: achieved %7.0f ops/s, worst p50 %6.1f ms, p99 %7.1f ms, errors %d, CPU %.2f cores%s -> %s\n",
+				rate, p.Achieved, p.WorstP50Ms, p.WorstP99Ms, p.Errors, p.CPUCores, servers, map[bool]string{true: "ok", false: "over"}[p.OK])
 		}
 		res.Probes = append(res.Probes, p)
 		if p.OK && p.Achieved > res.BestOps {
-			res.BestOps, res.BestP99Ms, res.CPUCores = p.Achieved, p.WorstP99Ms, p.CPUCores
+			res.BestOps, res.BestP99Ms, res.BestP50Ms, res.CPUCores, res.ServerCPUCores = p.Achieved, p.WorstP99Ms, p.WorstP50Ms, p.CPUCores, p.ServerCPUCores
 		}
 		return p, nil
 	}
@@ -168,6 +221,10 @@ func FindMax(ctx context.Context, t Target, cfg Config, nodes int, o RunOptions,
 	if res.CPUCores > 0 {
 		res.OpsPerCore = res.BestOps / res.CPUCores
 	}
+	if res.BestOps > 0 {
+		res.CPUUsPerOp = res.CPUCores / res.BestOps * 1e6
+		res.ServerCPUUsPerOp = res.ServerCPUCores / res.BestOps * 1e6
+	}
 	return res, nil
 }
 
@@ -202,4 +259,19 @@ func machineCPUSeconds() float64 {
 		busy += n
 	}
 	return busy / 100 // USER_HZ is 100 on Linux
+}
+
+// PrintMax writes one row per configuration: the highest throughput, its latencies, per node,
+// and the CPU it cost (the servers' own CPU where the session knows their processes).
+func PrintMax(w io.Writer, rs []*MaxResult) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "configuration\tops/s\tp50 ms\tp99 ms\tops/s per node\tmachine CPU cores\tmachine CPU µs/op\tserver CPU cores\tserver CPU µs/op\t")
+	for _, r := range rs {
+		server := "-\t-"
+		if r.ServerCPUCores > 0 {
+			server = fmt.Sprintf("%.2f\t%.0f", r.ServerCPUCores, r.ServerCPUUsPerOp)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.1f\t%.0f\t%.2f\t%.0f\t%s\t\n", r.Config, r.BestOps, r.BestP50Ms, r.BestP99Ms, r.OpsPerNode, r.CPUCores, r.CPUUsPerOp, server)
+	}
+	tw.Flush()
 }

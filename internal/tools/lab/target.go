@@ -144,7 +144,14 @@ func (t *Target) Prepare(ctx context.Context, cfg bench.Config) (bench.Session, 
 			}
 			t.peers[role] = pc
 		}
-		return pc.Target().Prepare(ctx, cfg)
+		sess, err := pc.Target().Prepare(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		if pp, ok := pc.(interface{ Pids() []int }); ok {
+			sess = bench.WithServerPIDs(sess, pp.Pids)
+		}
+		return sess, nil
 	}
 	if err := t.stopPeersExcept(""); err != nil {
 		return nil, err
@@ -205,6 +212,14 @@ func (s *meridianSession) Connect(region string, i int) (bench.KV, error) {
 
 func (s *meridianSession) LowerBoundMs(region, op string) float64 {
 	return bench.LowerBoundMs(s.t.Topology(), s.cfg, region, op)
+}
+
+// ServerPIDs are the Meridian servers' processes (bench.ServerProcesses).
+func (s *meridianSession) ServerPIDs() []int {
+	if s.t.meridian.st.Meridian == nil {
+		return nil
+	}
+	return slices.Collect(maps.Values(s.t.meridian.st.Meridian.Pids))
 }
 
 // Nodes is the number of Meridian servers.

@@ -57,6 +57,13 @@ func (p *Process) Start(ctx context.Context, h Host, logPath, dir, header, name 
 	return cmd.Process.Pid, nil
 }
 
+// Pid is the current (or last) process's id; 0 if it was never started.
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pid
+}
+
 // Done is closed when the current process exits; nil if it was never started.
 func (p *Process) Done() <-chan struct{} {
 	p.mu.Lock()

@@ -5050,6 +5050,54 @@ func (*StreamAck) Descriptor() ([]byte, []int) {
 	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{59}
 }
 
+// EnvelopeBatch is messages from one sender to one receiver that leave together: one gRPC
+// message, one HTTP/2 frame and usually one write instead of one each. Under load a node's
+// group commit releases many messages for the same peer at once (the writes and acks of a
+// synced batch), and they travel as one.
+type EnvelopeBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Envelopes     []*Envelope            `protobuf:"bytes,1,rep,name=envelopes,proto3" json:"envelopes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnvelopeBatch) Reset() {
+	*x = EnvelopeBatch{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvelopeBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvelopeBatch) ProtoMessage() {}
+
+func (x *EnvelopeBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvelopeBatch.ProtoReflect.Descriptor instead.
+func (*EnvelopeBatch) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *EnvelopeBatch) GetEnvelopes() []*Envelope {
+	if x != nil {
+		return x.Envelopes
+	}
+	return nil
+}
+
 var File_meridian_v1_peer_proto protoreflect.FileDescriptor
 
 const file_meridian_v1_peer_proto_rawDesc = "" +
@@ -5467,9 +5515,12 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\fraft_applied\x18O \x01(\v2\x1d.meridian.peer.v1.RaftAppliedH\x00R\vraftApplied\x12B\n" +
 	"\fraft_removed\x18P \x01(\v2\x1d.meridian.peer.v1.RaftRemovedH\x00R\vraftRemovedB\x05\n" +
 	"\x03msg\"\v\n" +
-	"\tStreamAck2K\n" +
+	"\tStreamAck\"I\n" +
+	"\rEnvelopeBatch\x128\n" +
+	"\tenvelopes\x18\x01 \x03(\v2\x1a.meridian.peer.v1.EnvelopeR\tenvelopes2\x9c\x01\n" +
 	"\x04Peer\x12C\n" +
-	"\x06Stream\x12\x1a.meridian.peer.v1.Envelope\x1a\x1b.meridian.peer.v1.StreamAck(\x01B\x1fZ\x1dmeridian/internal/wire/peerpbb\x06proto3"
+	"\x06Stream\x12\x1a.meridian.peer.v1.Envelope\x1a\x1b.meridian.peer.v1.StreamAck(\x01\x12O\n" +
+	"\rStreamBatches\x12\x1f.meridian.peer.v1.EnvelopeBatch\x1a\x1b.meridian.peer.v1.StreamAck(\x01B\x1fZ\x1dmeridian/internal/wire/peerpbb\x06proto3"
 
 var (
 	file_meridian_v1_peer_proto_rawDescOnce sync.Once
@@ -5483,7 +5534,7 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Version)(nil),             // 0: meridian.peer.v1.Version
 	(*Record)(nil),              // 1: meridian.peer.v1.Record
@@ -5545,6 +5596,7 @@ var file_meridian_v1_peer_proto_goTypes = []any{
 	(*RaftRemoved)(nil),         // 57: meridian.peer.v1.RaftRemoved
 	(*Envelope)(nil),            // 58: meridian.peer.v1.Envelope
 	(*StreamAck)(nil),           // 59: meridian.peer.v1.StreamAck
+	(*EnvelopeBatch)(nil),       // 60: meridian.peer.v1.EnvelopeBatch
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,  // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -5640,13 +5692,16 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	55, // 90: meridian.peer.v1.Envelope.raft_forward_reply:type_name -> meridian.peer.v1.RaftForwardReply
 	56, // 91: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
 	57, // 92: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
-	58, // 93: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	59, // 94: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	94, // [94:95] is the sub-list for method output_type
-	93, // [93:94] is the sub-list for method input_type
-	93, // [93:93] is the sub-list for extension type_name
-	93, // [93:93] is the sub-list for extension extendee
-	0,  // [0:93] is the sub-list for field type_name
+	58, // 93: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
+	58, // 94: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	60, // 95: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
+	59, // 96: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	59, // 97: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
+	96, // [96:98] is the sub-list for method output_type
+	94, // [94:96] is the sub-list for method input_type
+	94, // [94:94] is the sub-list for extension type_name
+	94, // [94:94] is the sub-list for extension extendee
+	0,  // [0:94] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -5707,7 +5762,7 @@ func file_meridian_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   60,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,7 +22,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Peer_Stream_FullMethodName = "/meridian.peer.v1.Peer/Stream"
+	Peer_Stream_FullMethodName        = "/meridian.peer.v1.Peer/Stream"
+	Peer_StreamBatches_FullMethodName = "/meridian.peer.v1.Peer/StreamBatches"
 )
 
 // PeerClient is the client API for Peer service.
@@ -32,6 +33,10 @@ type PeerClient interface {
 	// One long-lived stream per (sender, receiver) pair carries every message the sender has for
 	// the receiver, in order. The sender may drop messages when the stream is down.
 	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[Envelope, StreamAck], error)
+	// The same, with every stream message carrying the messages the sender had queued for the
+	// receiver at that moment (one or more, in order). A sender whose receiver does not know
+	// this method (Unimplemented) falls back to Stream.
+	StreamBatches(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[EnvelopeBatch, StreamAck], error)
 }
 
 type peerClient struct {
@@ -55,6 +60,19 @@ func (c *peerClient) Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Peer_StreamClient = grpc.ClientStreamingClient[Envelope, StreamAck]
 
+func (c *peerClient) StreamBatches(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[EnvelopeBatch, StreamAck], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[1], Peer_StreamBatches_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[EnvelopeBatch, StreamAck]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_StreamBatchesClient = grpc.ClientStreamingClient[EnvelopeBatch, StreamAck]
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -62,6 +80,10 @@ type PeerServer interface {
 	// One long-lived stream per (sender, receiver) pair carries every message the sender has for
 	// the receiver, in order. The sender may drop messages when the stream is down.
 	Stream(grpc.ClientStreamingServer[Envelope, StreamAck]) error
+	// The same, with every stream message carrying the messages the sender had queued for the
+	// receiver at that moment (one or more, in order). A sender whose receiver does not know
+	// this method (Unimplemented) falls back to Stream.
+	StreamBatches(grpc.ClientStreamingServer[EnvelopeBatch, StreamAck]) error
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -74,6 +96,9 @@ type UnimplementedPeerServer struct{}
 
 func (UnimplementedPeerServer) Stream(grpc.ClientStreamingServer[Envelope, StreamAck]) error {
 	return status.Error(codes.Unimplemented, "method Stream not implemented")
+}
+func (UnimplementedPeerServer) StreamBatches(grpc.ClientStreamingServer[EnvelopeBatch, StreamAck]) error {
+	return status.Error(codes.Unimplemented, "method StreamBatches not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -103,6 +128,13 @@ func _Peer_Stream_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Peer_StreamServer = grpc.ClientStreamingServer[Envelope, StreamAck]
 
+func _Peer_StreamBatches_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PeerServer).StreamBatches(&grpc.GenericServerStream[EnvelopeBatch, StreamAck]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peer_StreamBatchesServer = grpc.ClientStreamingServer[EnvelopeBatch, StreamAck]
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -114,6 +146,11 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Stream",
 			Handler:       _Peer_Stream_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "StreamBatches",
+			Handler:       _Peer_StreamBatches_Handler,
 			ClientStreams: true,
 		},
 	},

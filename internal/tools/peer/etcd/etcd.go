@@ -441,6 +441,17 @@ func (c *Cluster) check(i int) error {
 	return nil
 }
 
+// Pids are the members' process ids (a member that never started has none).
+func (c *Cluster) Pids() []int {
+	var out []int
+	for _, m := range c.members {
+		if pid := m.proc.Pid(); pid > 0 {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 // Hosts are the members' hosts, in member order (the index Kill and Restart take).
 func (c *Cluster) Hosts() []peer.Host { return append([]peer.Host(nil), c.o.Hosts...) }
 
