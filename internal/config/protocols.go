@@ -92,9 +92,10 @@ var protocols = []ProtocolSpec{
 	},
 	{
 		Name: ProtocolRaft,
-		Doc:  "one Raft group per partition (etcd raft): writes commit at a majority through the group's leader; reads are linearizable (ReadIndex) or stale (the replica's applied state)",
+		Doc:  "one Raft group per partition (etcd raft): writes commit at a majority through the group's leader; reads are linearizable (at the leader under its lease, elsewhere by read index) or stale (the replica's applied state, with a staleness bound)",
 		Options: []OptionSpec{
-			{Name: "read_level", Default: string(LevelLinearizable), Doc: "level of reads that do not name one: LINEARIZABLE (ReadIndex: the leader confirms its leadership with a majority) or STALE (the replica's applied state, no round trip)", Normalize: normalizeRaftReadLevel},
+			{Name: "read_level", Default: string(LevelLinearizable), Doc: "level of reads that do not name one: LINEARIZABLE (the leader under its lease, else ReadIndex: the leader confirms its leadership with a majority) or STALE (the replica's applied state, no round trip)", Normalize: normalizeRaftReadLevel},
+			{Name: "log_retain", Default: "50000", Doc: "applied log entries each replica keeps for followers that lag; one further behind is caught up by a snapshot of the partition; 10..100000000 (small values are for tests: they make snapshots frequent)", Normalize: intRange(10, 100_000_000)},
 			{Name: "leader_region", Default: "", Doc: "region whose replica should lead each partition's group (empty: the keyspace's first region); a leader elsewhere hands leadership over once that replica has caught up (after a failover too)", Normalize: normalizeRegionName},
 			{Name: "heartbeat_interval", Default: "200ms", Doc: "how often a leader heartbeats its followers; a multiple of the 50ms Raft tick, 50ms..10s", Normalize: durationRange(50*time.Millisecond, 10*time.Second)},
 			{Name: "election_timeout", Default: "2s", Doc: "a follower that hears no leader for this long (randomised up to twice) campaigns; at least 3 heartbeat intervals and above the largest RTT; 150ms..2m", Normalize: durationRange(150*time.Millisecond, 2*time.Minute)},
@@ -515,6 +516,8 @@ type RaftOptions struct {
 	ReadLevel         Level
 	HeartbeatInterval time.Duration
 	ElectionTimeout   time.Duration
+	// LogRetain is how many applied entries a replica keeps (log compaction).
+	LogRetain uint64
 }
 
 // HeartbeatTicks and ElectionTicks are the timings in RaftTick units.
@@ -535,6 +538,14 @@ func RaftOptionsOf(opts map[string]string) (RaftOptions, error) {
 	}
 	if o.ElectionTimeout, err = time.ParseDuration(cmpOr(opts["election_timeout"], "2s")); err != nil {
 		return o, fmt.Errorf("election_timeout: %w", err)
+	}
+	o.LogRetain = 50_000
+	if v := opts["log_retain"]; v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n < 10 {
+			return o, fmt.Errorf("log_retain %q: want an integer of at least 10", v)
+		}
+		o.LogRetain = n
 	}
 	if o.HeartbeatInterval%RaftTick != 0 {
 		return o, fmt.Errorf("heartbeat_interval %s is not a multiple of the Raft tick %s", o.HeartbeatInterval, RaftTick)

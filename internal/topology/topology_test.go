@@ -11,7 +11,7 @@ import (
 )
 
 func TestBuiltinNames(t *testing.T) {
-	want := []string{"ec2-7", "ec2-globlease-4", "ec2-sdur-3", "equidistant", "gcp-meteorshower-3"}
+	want := []string{"ec2-7", "ec2-globlease-4", "ec2-sdur-3", "equidistant", "gcp-meteorshower-3", "lan-3"}
 	if got := BuiltinNames(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("BuiltinNames() = %v, want %v", got, want)
 	}

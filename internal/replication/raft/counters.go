@@ -13,10 +13,15 @@ type Counters struct {
 	// Lease fallbacks: a linearizable read at the leader that went by ReadIndex, by why.
 	LeaseClock, LeaseExpired, LeaseTransfer, LeaseNewTerm, LeaseNoQuorum atomic.Int64
 	Forwarded                                                            atomic.Int64
+	// ForwardsDuplicated counts forwarded requests received twice (run once).
+	ForwardsDuplicated atomic.Int64
 	// ReadIndexByLease counts followers' read index requests the leader answered under its
 	// lease, with no heartbeat round.
-	ReadIndexByLease                                        atomic.Int64
-	Coalesced                                               atomic.Int64 // Raft messages that shared an envelope with another
+	ReadIndexByLease atomic.Int64
+	Coalesced        atomic.Int64 // Raft messages that shared an envelope with another
+	// Reproposed counts this node's commands proposed again with a new version because a
+	// newer command of this node applied first.
+	Reproposed                                              atomic.Int64
 	Quiesced, Unquiesced                                    atomic.Int64
 	VotesFrozen                                             atomic.Int64
 	LeaderTransfers                                         atomic.Int64
@@ -65,7 +70,7 @@ func (e *Engine) CounterSnapshot() map[string]int64 {
 		"raft_reads_lease": c.ReadsLease.Load(), "raft_reads_read_index": c.ReadsReadIndex.Load(), "raft_reads_stale": c.ReadsStale.Load(),
 		"raft_lease_fallback_clock": c.LeaseClock.Load(), "raft_lease_fallback_expired": c.LeaseExpired.Load(),
 		"raft_lease_fallback_transfer": c.LeaseTransfer.Load(), "raft_lease_fallback_new_term": c.LeaseNewTerm.Load(),
-		"raft_forwarded": c.Forwarded.Load(), "raft_coalesced": c.Coalesced.Load(),
+		"raft_forwarded": c.Forwarded.Load(), "raft_coalesced": c.Coalesced.Load(), "raft_reproposed": c.Reproposed.Load(),
 		"raft_quiesced": c.Quiesced.Load(), "raft_unquiesced": c.Unquiesced.Load(), "raft_votes_frozen": c.VotesFrozen.Load(),
 		"raft_leader_transfers": c.LeaderTransfers.Load(), "raft_conf_changes": c.ConfChanges.Load(),
 		"raft_snapshots_sent": c.SnapshotsSent.Load(), "raft_snapshots_installed": c.SnapshotsInstalled.Load(),
@@ -94,6 +99,7 @@ func registerMetrics(reg prometheus.Registerer, protocol string, c *Counters) {
 	}
 	counter("read_index_by_lease_total", "Followers' read index requests the leader answered at once under its lease.", load(&c.ReadIndexByLease))
 	counter("forwarded_total", "Requests forwarded to a replica because this node holds none (or one still catching up).", load(&c.Forwarded))
+	counter("reproposed_total", "Commands this node proposed again with a new version because a newer one of its own applied first.", load(&c.Reproposed))
 	counter("messages_coalesced_total", "Raft messages that shared a peer envelope with another message to the same node.", load(&c.Coalesced))
 	counter("quiesced_total", "Times a group stopped ticking (idle).", load(&c.Quiesced))
 	counter("unquiesced_total", "Times a quiesced group woke up.", load(&c.Unquiesced))

@@ -35,18 +35,6 @@ const (
 	// maxUncommittedBytes bounds a leader's uncommitted log: beyond it proposals are
 	// dropped (the client gets a clear error) rather than queued without limit.
 	maxUncommittedBytes = 64 << 20
-	// retainEntries is how much applied log a replica keeps for followers that lag; older
-	// entries are compacted every compactEvery applied entries. A follower further behind
-	// gets a snapshot of the partition's data instead (snapshot.go).
-	retainEntries = 50_000
-	compactEvery  = 10_000
-	// dedupWindow: a command applied again within this many log entries of its first copy
-	// is a duplicate (a proposal message delivered twice, a retry) and is skipped. Every
-	// replica decides alike: the window is measured in log indexes, and every replica keeps
-	// at least this much applied log (dedupWindow < retainEntries) to rebuild it at start.
-	// A replica restored from a snapshot starts with an empty window: the duplicates a
-	// window could catch are entries the snapshot already holds, which it never applies.
-	dedupWindow = 10_000
 	// housekeepEveryTicks: how often leaders steer leadership, drive configuration changes,
 	// and groups outside the placement ask whether they were removed (200 ms).
 	housekeepEveryTicks = 4
@@ -83,6 +71,8 @@ type Engine struct {
 	pending  map[uint64]*pendingReq // client requests (and forwarded ones) by request ID
 	scans    map[uint64]*scanOp
 	forwards map[uint64]*forwardOrigin // forwarded requests served here: where to reply
+	fwdSeen  map[fwdKey]time.Time      // forwards taken recently (seenForward)
+	fwdOrder []fwdKey
 	// broken are the groups this node should replicate but could not set up (or stopped
 	// after an internal error), with why: their requests fail with that reason.
 	broken map[groupKey]string
@@ -105,8 +95,8 @@ type Engine struct {
 
 	out     engine.Ready
 	batches map[uint32][]*peerpb.RaftMessage // this Ready's Raft messages, per destination
-	// snapSteps are groups with a MsgSnap to step once the current Ready is out.
-	snapSteps []*group
+	// installing are the groups whose snapshot data the current Ready installs.
+	installing []*group
 }
 
 type groupKey struct {
@@ -160,6 +150,7 @@ func New(cfg engine.Config, store engine.Reader, o Options) *Engine {
 		pending:  map[uint64]*pendingReq{},
 		scans:    map[uint64]*scanOp{},
 		forwards: map[uint64]*forwardOrigin{},
+		fwdSeen:  map[fwdKey]time.Time{},
 		broken:   map[groupKey]string{},
 		peers:    map[uint32]*peerState{},
 		batches:  map[uint32][]*peerpb.RaftMessage{},
@@ -298,7 +289,7 @@ func (e *Engine) addGroup(k groupKey, p *placement.Partition, opts config.RaftOp
 	if err != nil {
 		return err
 	}
-	g := &group{key: k, id: id, opts: opts, log: ls, sm: e.newSM(k.keyspace), seen: map[commandID]uint64{}, desc: *p, conf: &raftpb.ConfState{}}
+	g := &group{key: k, id: id, opts: opts, log: ls, sm: e.newSM(k.keyspace), origins: map[uint32]hlc.Version{}, desc: *p, conf: &raftpb.ConfState{}}
 	g.lease.acks = map[uint32]int64{}
 	st, ok, err := e.loadApplied(id)
 	if err != nil {
@@ -357,9 +348,6 @@ func (e *Engine) addGroup(k groupKey, p *placement.Partition, opts config.RaftOp
 	hs, _, _ = ls.Storage().InitialState()
 	if g.applied > hs.GetCommit() && e.cfg.Mutation == "" {
 		return fmt.Errorf("applied index %d above the commit index %d (%w)", g.applied, hs.GetCommit(), storage.ErrCorrupt)
-	}
-	if err := g.rebuildSeen(); err != nil {
-		return err
 	}
 	if g.sm.InMemory() {
 		err := g.sm.Load(k.ref(), func(fn func(storage.Record) bool) error {

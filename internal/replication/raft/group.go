@@ -2,6 +2,8 @@ package raft
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
@@ -60,10 +62,9 @@ type group struct {
 
 	// waiting are linearizable reads whose read index is known but not applied yet.
 	waiting []waitingRead
-	// seen are the commands applied in the last dedupWindow entries, oldest first in
-	// seenOrder.
-	seen      map[commandID]uint64
-	seenOrder []seenEntry
+	// origins holds, per proposing node, the version of its last applied command (at most
+	// once: apply).
+	origins map[uint32]hlc.Version
 
 	lease lease
 	// freezeVotes: the group had state when it was loaded, so its votes wait until
@@ -83,27 +84,15 @@ type group struct {
 	// confIndex is the index of the last configuration change applied (or of the snapshot
 	// the replica was restored from).
 	confIndex uint64
-	// stepAfterReady is a MsgSnap whose data the current Ready installs: stepped once that
-	// Ready is out, so raft's install of the snapshot in the log comes after the data.
-	stepAfterReady *raftpb.Message
+	// installing: the current Ready replaces the group's data with a snapshot raft has
+	// taken; raft's own Ready waits for the next one (snapshot.go).
+	installing bool
 
 	// confProposedAt is the tick at which this leader proposed a configuration change that
 	// has not applied yet (0: none in flight).
 	confProposedAt uint64
 	// removedAskedAt is the tick this group last asked whether it was removed.
 	removedAskedAt uint64
-}
-
-// commandID identifies a client write: its proposer and the version the proposer stamped
-// (unique per proposer: its hybrid logical clock never repeats a version).
-type commandID struct {
-	origin  uint32
-	version hlc.Version
-}
-
-type seenEntry struct {
-	index uint64
-	id    commandID
 }
 
 type waitingRead struct {
@@ -121,55 +110,14 @@ type freshness struct {
 // maxFresh bounds the freshness samples a group keeps.
 const maxFresh = 8
 
-// duplicate reports whether cmd at index was applied within the window, and remembers it.
-func (g *group) duplicate(index uint64, id commandID) bool {
-	for len(g.seenOrder) > 0 && g.seenOrder[0].index+dedupWindow < index {
-		if g.seen[g.seenOrder[0].id] == g.seenOrder[0].index {
-			delete(g.seen, g.seenOrder[0].id)
-		}
-		g.seenOrder = g.seenOrder[1:]
-	}
-	if first, ok := g.seen[id]; ok && first+dedupWindow >= index {
-		return true
-	}
-	g.seen[id] = index
-	g.seenOrder = append(g.seenOrder, seenEntry{index, id})
-	return false
-}
-
-// rebuildSeen reads the commands of the last dedupWindow applied entries from the log.
-func (g *group) rebuildSeen() error {
-	st := g.log.Storage()
-	first, _ := st.FirstIndex()
-	lo := max(first, g.applied+1-min(g.applied, dedupWindow))
-	if g.applied < lo {
-		return nil
-	}
-	last, _ := st.LastIndex()
-	if last < g.applied {
-		return nil // restored from a snapshot: nothing of the window is in the log
-	}
-	ents, err := st.Entries(lo, g.applied+1, ^uint64(0))
-	if err != nil {
-		return fmt.Errorf("read applied log [%d, %d]: %w", lo, g.applied, err)
-	}
-	for _, ent := range ents {
-		if ent.GetType() != raftpb.EntryType_EntryNormal || len(ent.GetData()) == 0 {
-			continue
-		}
-		var cmd peerpb.RaftCommand
-		if err := proto.Unmarshal(ent.GetData(), &cmd); err != nil {
-			return fmt.Errorf("entry %d: %w (%w)", ent.GetIndex(), err, storage.ErrCorrupt)
-		}
-		g.duplicate(ent.GetIndex(), commandID{cmd.GetOrigin(), wire.VersionFromPB(cmd.GetVersion())})
-	}
-	return nil
-}
-
 // restoreApplied installs a stored applied state.
 func (g *group) restoreApplied(st *peerpb.RaftAppliedState) error {
 	g.applied, g.appliedTerm = st.GetIndex(), st.GetTerm()
 	g.last = wire.VersionFromPB(st.GetLastVersion())
+	g.origins = map[uint32]hlc.Version{}
+	for _, o := range st.GetOrigins() {
+		g.origins[o.GetNode()] = wire.VersionFromPB(o.GetVersion())
+	}
 	g.conf = &raftpb.ConfState{}
 	if len(st.GetConfState()) > 0 {
 		if err := proto.Unmarshal(st.GetConfState(), g.conf); err != nil {
@@ -182,7 +130,11 @@ func (g *group) restoreApplied(st *peerpb.RaftAppliedState) error {
 // appliedState is what appliedOp stores.
 func (g *group) appliedState() *peerpb.RaftAppliedState {
 	cs, _ := proto.Marshal(g.conf)
-	return &peerpb.RaftAppliedState{Index: g.applied, Term: g.appliedTerm, LastVersion: wire.VersionToPB(g.last), ConfState: cs}
+	st := &peerpb.RaftAppliedState{Index: g.applied, Term: g.appliedTerm, LastVersion: wire.VersionToPB(g.last), ConfState: cs}
+	for _, node := range slices.Sorted(maps.Keys(g.origins)) {
+		st.Origins = append(st.Origins, &peerpb.RaftOriginApplied{Node: node, Version: wire.VersionToPB(g.origins[node])})
+	}
+	return st
 }
 
 // appliedOp is the raw op that stores the group's applied state.

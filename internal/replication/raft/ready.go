@@ -54,6 +54,13 @@ func (e *Engine) Ready() engine.Ready {
 		if g.removed || !g.rn.HasReady() {
 			continue
 		}
+		if g.installing {
+			// This Ready replaces the group's data with a snapshot raft has taken: raft's
+			// own Ready (the snapshot in the log, entries after it, the acknowledgement)
+			// waits for the next one, after the data.
+			e.markDirty(g)
+			continue
+		}
 		e.readyGroup(g)
 		if !g.removed && g.rn.HasReady() {
 			e.markDirty(g)
@@ -62,16 +69,11 @@ func (e *Engine) Ready() engine.Ready {
 	e.flushBatches()
 	rd := e.out
 	e.out = engine.Ready{}
-	// MsgSnaps whose data this Ready installs are stepped now, so that raft's install of
-	// the snapshot in the log lands in the next Ready, after the data (snapshot.go).
-	for _, g := range e.snapSteps {
-		if m := g.stepAfterReady; m != nil && !g.removed {
-			g.stepAfterReady = nil
-			_ = g.rn.Step(m)
-			e.markDirty(g)
-		}
+	for _, g := range e.installing {
+		g.installing = false
+		e.markDirty(g)
 	}
-	e.snapSteps = e.snapSteps[:0]
+	e.installing = e.installing[:0]
 	return rd
 }
 
@@ -82,6 +84,9 @@ func (e *Engine) readyGroup(g *group) {
 		leaderChanged := ss.Lead != g.lead
 		g.state = ss.RaftState
 		g.lead = ss.Lead
+		if g.state != etcdraft.StateLeader && len(g.sending) > 0 {
+			clear(g.sending) // a snapshot's offer is a leader's: its transfers end with it
+		}
 		if g.state == etcdraft.StateLeader {
 			g.newLeaseTerm(g.rn.BasicStatus().HardState.GetTerm())
 		}
@@ -107,8 +112,6 @@ func (e *Engine) readyGroup(g *group) {
 		g.applied, g.appliedTerm = meta.GetIndex(), meta.GetTerm()
 		g.conf = proto.Clone(meta.GetConfState()).(*raftpb.ConfState)
 		g.confIndex = max(g.confIndex, meta.GetIndex())
-		clear(g.seen)
-		g.seenOrder = nil
 		e.refreshPeers()
 	}
 	ops, err := g.log.Save(rd.HardState, rd.Snapshot, rd.Entries)
@@ -246,9 +249,17 @@ func (e *Engine) apply(g *group, ent *raftpb.Entry) (leaving bool) {
 		return false
 	}
 	v := wire.VersionFromPB(cmd.GetVersion())
-	if g.duplicate(ent.GetIndex(), commandID{cmd.GetOrigin(), v}) {
+	// At most once: a proposer's commands carry increasing versions (its hybrid logical
+	// clock), so a command whose version is not above its origin's last applied one is a
+	// copy (proposed again at a leader change) or was overtaken by a newer command of the
+	// same origin. Every replica skips it alike; if it was this node's, its request is
+	// proposed again with a new version (it cannot have applied), as CockroachDB
+	// re-proposes a command with an illegal lease index.
+	if last, ok := g.origins[cmd.GetOrigin()]; ok && !last.Less(v) {
+		e.overtaken(g, &cmd, ent.GetData())
 		return false
 	}
+	g.origins[cmd.GetOrigin()] = v
 	if !g.last.Less(v) {
 		v = hlc.Version{WallNanos: g.last.WallNanos, Logical: g.last.Logical + 1, NodeID: v.NodeID}
 	}
@@ -267,12 +278,42 @@ func (e *Engine) apply(g *group, ent *raftpb.Entry) (leaving bool) {
 	return false
 }
 
-// maybeCompact discards applied log older than retainEntries, every compactEvery entries.
-func (e *Engine) maybeCompact(g *group) {
-	if g.sinceCut < compactEvery || g.applied <= retainEntries {
+// overtaken re-proposes this node's request whose command was skipped at apply because a
+// newer command of this node applied first (a copy of one that applied is matched by
+// neither: its request was answered when the first copy applied).
+func (e *Engine) overtaken(g *group, cmd *peerpb.RaftCommand, data []byte) {
+	if cmd.GetOrigin() != e.cfg.NodeID {
 		return
 	}
-	ops, err := g.log.Compact(g.applied-retainEntries, proto.Clone(g.conf).(*raftpb.ConfState))
+	p, ok := e.pending[cmd.GetRequestId()]
+	if !ok || p.data == nil || !bytes.Equal(p.data, data) {
+		return
+	}
+	cmd.Version = wire.VersionToPB(e.clock.Now(e.lastNow))
+	b, err := proto.Marshal(cmd)
+	if err != nil {
+		return
+	}
+	p.data = b
+	if err := g.rn.Propose(b); err != nil {
+		p.heldSince = e.lastNow // no leader: retried at the next leader change
+	}
+	e.stats.Reproposed.Add(1)
+	e.markDirty(g)
+}
+
+// maybeCompact discards applied log older than the keyspace's log_retain entries, each time
+// a fifth of that has applied since the last compaction. A follower further behind gets a
+// snapshot of the partition's data instead (snapshot.go).
+func (e *Engine) maybeCompact(g *group) {
+	retain := max(g.opts.LogRetain, 1)
+	// Never past the commit index (an entry applied early, as the apply-before-commit
+	// mutation does, must not be compacted into a snapshot).
+	upto := min(g.applied, g.rn.BasicStatus().HardState.GetCommit())
+	if g.sinceCut < max(retain/5, 1) || upto <= retain {
+		return
+	}
+	ops, err := g.log.Compact(upto-retain, proto.Clone(g.conf).(*raftpb.ConfState))
 	if err != nil {
 		e.fail(g, err)
 		return

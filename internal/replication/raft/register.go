@@ -62,7 +62,9 @@ func init() {
 					KeyspaceOptions: map[string]string{"election_timeout": "500ms", "heartbeat_interval": "100ms"}},
 			},
 			// Elections within a simulated run of seconds, above the topology's RTTs.
-			KeyspaceOptions:      map[string]string{"heartbeat_interval": "100ms", "election_timeout": "500ms"},
+			// A short retained log, so that replicas behind after a crash or a partition are
+			// caught up by snapshots as well as by the log.
+			KeyspaceOptions:      map[string]string{"heartbeat_interval": "100ms", "election_timeout": "500ms", "log_retain": "10"},
 			CheckLinearizability: true,
 		},
 	})

@@ -67,28 +67,34 @@ type outSnapshot struct {
 type outTransfer struct {
 	snapID       string
 	index        uint64
+	term         uint64           // the leader's term when raft sent the MsgSnap
+	offer        *peerpb.Envelope // sent again while the follower asks for nothing (lost)
 	lastActivity time.Time
+	lastOffer    time.Time
 }
 
 // inTransfer is a follower's pull of its leader's snapshot into a staged file.
 type inTransfer struct {
-	from     uint32
-	id       string
-	file     string
-	size     int64
-	msg      *raftpb.Message // the MsgSnap, stepped once the data is installed
-	state    *peerpb.RaftAppliedState
-	next     int64 // next offset to request
-	stored   int64 // bytes on disk
-	inflight int
-	checking bool
-	last     time.Time
+	from  uint32
+	id    string
+	file  string
+	size  int64
+	msg   *raftpb.Message // the MsgSnap, stepped once the data is installed
+	state *peerpb.RaftAppliedState
+	next  int64 // next offset to request
+	// outstanding are the chunks requested and not yet on disk, by offset, with when they
+	// were (last) asked for: lost requests or chunks are asked for again.
+	outstanding map[int64]time.Time
+	stored      int64 // bytes on disk
+	checking    bool
+	last        time.Time
 }
 
 // snapshotFor is the group storage's Snapshot: the prepared snapshot if it is recent enough,
 // else ErrSnapshotTemporarilyUnavailable while a job prepares one.
 func (e *Engine) snapshotFor(g *group) (*raftpb.Snapshot, error) {
 	first, _ := g.log.Storage().FirstIndex()
+
 	if s := g.snap; s != nil && s.ready && s.state.GetIndex()+1 >= first && s.state.GetIndex() >= g.lastConfIndex() {
 		var cs raftpb.ConfState
 		if err := proto.Unmarshal(s.state.GetConfState(), &cs); err != nil {
@@ -170,12 +176,13 @@ func (j removeStagedJob) Run(store engine.Store, _ uint32) ([]*peerpb.Envelope, 
 // startTransfer offers the snapshot of raft's MsgSnap to its follower.
 func (e *Engine) startTransfer(g *group, m *raftpb.Message) {
 	to := uint32(m.GetTo())
+
 	var mk peerpb.RaftSnapshotMarker
 	if err := proto.Unmarshal(m.GetSnapshot().GetData(), &mk); err != nil || g.snap == nil || mk.GetFile() != g.snap.id {
 		g.rn.ReportSnapshot(uint64(to), etcdraft.SnapshotFailure)
 		return
 	}
-	if tr := g.sending[to]; tr != nil && tr.snapID == mk.GetFile() {
+	if tr := g.sending[to]; tr != nil && tr.snapID == mk.GetFile() && tr.term == m.GetTerm() {
 		return // raft asked again; the transfer is under way
 	}
 	if e.outTransfers() >= snapshotMaxOut {
@@ -191,9 +198,10 @@ func (e *Engine) startTransfer(g *group, m *raftpb.Message) {
 	if g.sending == nil {
 		g.sending = map[uint32]*outTransfer{}
 	}
-	g.sending[to] = &outTransfer{snapID: mk.GetFile(), index: mk.GetState().GetIndex(), lastActivity: e.lastNow}
-	e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: to, Msg: &peerpb.Envelope_RaftSnapshotOffer{RaftSnapshotOffer: &peerpb.RaftSnapshotOffer{
-		Keyspace: g.key.keyspace, Partition: g.key.partition, SnapshotId: mk.GetFile(), Size: g.snap.size, Message: b}}})
+	offer := &peerpb.Envelope{From: e.cfg.NodeID, To: to, Msg: &peerpb.Envelope_RaftSnapshotOffer{RaftSnapshotOffer: &peerpb.RaftSnapshotOffer{
+		Keyspace: g.key.keyspace, Partition: g.key.partition, SnapshotId: mk.GetFile(), Size: g.snap.size, Message: b}}}
+	g.sending[to] = &outTransfer{snapID: mk.GetFile(), index: mk.GetState().GetIndex(), term: m.GetTerm(), offer: offer, lastActivity: e.lastNow, lastOffer: e.lastNow}
+	e.out.Messages = append(e.out.Messages, offer)
 	e.stats.SnapshotsSent.Add(1)
 }
 
@@ -229,7 +237,17 @@ func (e *Engine) stepOffer(now time.Time, from uint32, o *peerpb.RaftSnapshotOff
 	if err := proto.Unmarshal(m.GetSnapshot().GetData(), &mk); err != nil || mk.GetFile() != o.GetSnapshotId() || mk.GetState() == nil {
 		return
 	}
+	if !e.snapshotUseful(g, &m, mk.GetState()) {
+		// From a leader of an older term, or not ahead of what this replica has committed:
+		// raft would not install it. Raft answers the MsgSnap with where this replica is.
+		_ = g.rn.Step(&m)
+		e.markDirty(g)
+		return
+	}
 	if g.receiving != nil {
+		if g.receiving.id == o.GetSnapshotId() {
+			e.resendRequests(now, g, true) // the leader offers again: our requests were lost
+		}
 		return // one at a time; the leader offers again after this one ends
 	}
 	if mk.GetState().GetIndex() <= g.applied {
@@ -242,10 +260,21 @@ func (e *Engine) stepOffer(now time.Time, from uint32, o *peerpb.RaftSnapshotOff
 		e.stats.SnapshotsDeferred.Add(1)
 		return
 	}
-	g.receiving = &inTransfer{from: from, id: o.GetSnapshotId(), file: "in-" + o.GetSnapshotId(), size: o.GetSize(), msg: &m, state: mk.GetState(), last: now}
+	g.receiving = &inTransfer{from: from, id: o.GetSnapshotId(), file: "in-" + o.GetSnapshotId(), size: o.GetSize(), msg: &m, state: mk.GetState(),
+		outstanding: map[int64]time.Time{}, last: now}
 	e.unquiesce(g, false)
 	e.stats.SnapshotsReceived.Add(1)
 	e.pullChunks(g)
+}
+
+// snapshotUseful reports whether raft would install the snapshot of m now: it comes from a
+// leader of this replica's term or a later one, and is ahead of what the replica has
+// committed (etcd raft's restore ignores anything else). Only then is the replica's data
+// replaced.
+func (e *Engine) snapshotUseful(g *group, m *raftpb.Message, st *peerpb.RaftAppliedState) bool {
+	bs := g.rn.BasicStatus()
+
+	return m.GetTerm() >= bs.HardState.GetTerm() && st.GetIndex() > bs.HardState.GetCommit() && st.GetIndex() > g.applied
 }
 
 // pullChunks requests chunks up to the window.
@@ -255,12 +284,29 @@ func (e *Engine) pullChunks(g *group) {
 		e.checkTransfer(g)
 		return
 	}
-	for rx.inflight < snapshotWindow && rx.next < rx.size {
-		n := min(int64(snapshotChunkBytes), rx.size-rx.next)
-		e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: rx.from, Msg: &peerpb.Envelope_RaftSnapshotRequest{RaftSnapshotRequest: &peerpb.RaftSnapshotRequest{
-			Keyspace: g.key.keyspace, Partition: g.key.partition, SnapshotId: rx.id, Offset: rx.next, Length: int32(n)}}})
-		rx.next += n
-		rx.inflight++
+	for len(rx.outstanding) < snapshotWindow && rx.next < rx.size {
+		e.requestChunk(g, rx.next)
+		rx.outstanding[rx.next] = e.lastNow
+		rx.next += min(int64(snapshotChunkBytes), rx.size-rx.next)
+	}
+}
+
+func (e *Engine) requestChunk(g *group, offset int64) {
+	rx := g.receiving
+	n := min(int64(snapshotChunkBytes), rx.size-offset)
+	e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: rx.from, Msg: &peerpb.Envelope_RaftSnapshotRequest{RaftSnapshotRequest: &peerpb.RaftSnapshotRequest{
+		Keyspace: g.key.keyspace, Partition: g.key.partition, SnapshotId: rx.id, Offset: offset, Length: int32(n)}}})
+}
+
+// resendRequests asks again for the chunks outstanding for longer than the group's
+// election timeout (a request or its chunk was lost), or for all of them with all.
+func (e *Engine) resendRequests(now time.Time, g *group, all bool) {
+	rx := g.receiving
+	for _, off := range slices.Sorted(maps.Keys(rx.outstanding)) {
+		if all || now.Sub(rx.outstanding[off]) > g.opts.ElectionTimeout {
+			e.requestChunk(g, off)
+			rx.outstanding[off] = now
+		}
 	}
 }
 
@@ -308,6 +354,9 @@ func (e *Engine) stepChunk(now time.Time, from uint32, c *peerpb.RaftSnapshotChu
 		return
 	}
 	rx := g.receiving
+	if _, ok := rx.outstanding[c.GetOffset()]; !ok {
+		return // a duplicate of a chunk already stored
+	}
 	if c.GetError() != "" || c.GetOffset()+int64(len(c.GetData())) > rx.size {
 		e.abortReceive(g, "the leader: "+c.GetError())
 		return
@@ -382,8 +431,11 @@ func (e *Engine) stepStored(now time.Time, s *peerpb.RaftSnapshotStored) {
 	}
 	rx.last = now
 	if !s.GetChecked() {
+		if _, ok := rx.outstanding[s.GetOffset()]; !ok {
+			return // stored twice (a duplicated chunk): counted once
+		}
+		delete(rx.outstanding, s.GetOffset())
 		rx.stored += int64(s.GetLength())
-		rx.inflight--
 		if rx.stored >= rx.size {
 			e.checkTransfer(g)
 			return
@@ -391,10 +443,15 @@ func (e *Engine) stepStored(now time.Time, s *peerpb.RaftSnapshotStored) {
 		e.pullChunks(g)
 		return
 	}
-	// The file is whole and sound: replace the partition's data, then (next Ready) let raft
-	// install the snapshot in the log.
+	// The file is whole and sound. Raft is given the snapshot first: if it takes it (its
+	// commit index moves to the snapshot's), the partition's data is replaced in this Ready
+	// and raft's own install of the snapshot in the log (its next Ready) waits until after
+	// (installing). If it does not (a newer term meanwhile, or the replica has caught up
+	// through the log while the file came), nothing is replaced: replacing the data then
+	// would move the replica back.
+	var recs []storage.Record
 	if g.sm.InMemory() {
-		recs := make([]storage.Record, 0, len(s.GetRecords()))
+		recs = make([]storage.Record, 0, len(s.GetRecords()))
 		for _, r := range s.GetRecords() {
 			rec, err := wire.RecordFromPB(r)
 			if err != nil {
@@ -403,6 +460,16 @@ func (e *Engine) stepStored(now time.Time, s *peerpb.RaftSnapshotStored) {
 			}
 			recs = append(recs, rec)
 		}
+	}
+	g.receiving = nil
+	useful := rx.state.GetIndex() > g.applied && e.snapshotUseful(g, rx.msg, rx.state)
+	_ = g.rn.Step(rx.msg)
+	e.markDirty(g)
+	if !useful || g.rn.BasicStatus().HardState.GetCommit() < rx.state.GetIndex() {
+		e.out.Jobs = append(e.out.Jobs, removeStagedJob{file: rx.file})
+		return
+	}
+	if g.sm.InMemory() {
 		err := g.sm.Load(g.key.ref(), func(fn func(storage.Record) bool) error {
 			for _, r := range recs {
 				if !fn(r) {
@@ -412,15 +479,23 @@ func (e *Engine) stepStored(now time.Time, s *peerpb.RaftSnapshotStored) {
 			return nil
 		})
 		if err != nil {
-			e.abortReceive(g, err.Error())
+			// Raft has the snapshot in memory but its data cannot be loaded: take the group
+			// out of service rather than run on a state machine that disagrees with it.
+			e.fail(g, fmt.Errorf("load the state machine from a snapshot: %w", err))
 			return
 		}
 	}
 	e.out.Ingests = append(e.out.Ingests, e.installOp(g, rx.file, rx.state))
+	// The state machine's at-most-once record and version order continue from the
+	// snapshot's (its applied index, term and configuration are taken when raft's Ready
+	// installs it).
 	g.last = wire.VersionFromPB(rx.state.GetLastVersion())
-	g.receiving = nil
-	g.stepAfterReady = rx.msg
-	e.snapSteps = append(e.snapSteps, g)
+	clear(g.origins)
+	for _, o := range rx.state.GetOrigins() {
+		g.origins[o.GetNode()] = wire.VersionFromPB(o.GetVersion())
+	}
+	g.installing = true
+	e.installing = append(e.installing, g)
 	e.stats.SnapshotsInstalled.Add(1)
 }
 
@@ -459,8 +534,12 @@ func (e *Engine) abortReceive(g *group, why string) {
 // nobody needs.
 func (e *Engine) expireTransfers(now time.Time) {
 	for _, g := range e.order {
-		if rx := g.receiving; rx != nil && now.Sub(rx.last) > snapshotIdle {
-			e.abortReceive(g, "no progress")
+		if rx := g.receiving; rx != nil {
+			if now.Sub(rx.last) > snapshotIdle {
+				e.abortReceive(g, "no progress")
+			} else if !rx.checking {
+				e.resendRequests(now, g, false)
+			}
 		}
 		for _, to := range slices.Sorted(maps.Keys(g.sending)) {
 			tr := g.sending[to]
@@ -481,6 +560,10 @@ func (e *Engine) expireTransfers(now time.Time) {
 				delete(g.sending, to)
 				g.rn.ReportSnapshot(uint64(to), etcdraft.SnapshotFailure)
 				e.stats.SnapshotErrors.Add(1)
+			case now.Sub(tr.lastActivity) > g.opts.ElectionTimeout && now.Sub(tr.lastOffer) > g.opts.ElectionTimeout:
+				// The follower asks for nothing: the offer (or everything since) was lost.
+				tr.lastOffer = now
+				e.out.Messages = append(e.out.Messages, tr.offer)
 			}
 		}
 		if s := g.snap; s != nil && s.ready && len(g.sending) == 0 && e.ticks-s.doneTick > snapshotKeepTicks {

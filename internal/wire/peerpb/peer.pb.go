@@ -3270,11 +3270,15 @@ func (x *RaftBatch) GetMessages() []*RaftMessage {
 // write, and the configuration at that index. It is what a snapshot of the replica's data
 // is taken at.
 type RaftAppliedState struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
-	LastVersion   *Version               `protobuf:"bytes,3,opt,name=last_version,json=lastVersion,proto3" json:"last_version,omitempty"`
-	ConfState     []byte                 `protobuf:"bytes,4,opt,name=conf_state,json=confState,proto3" json:"conf_state,omitempty"` // raftpb.ConfState, encoded
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Index       uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Term        uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	LastVersion *Version               `protobuf:"bytes,3,opt,name=last_version,json=lastVersion,proto3" json:"last_version,omitempty"`
+	ConfState   []byte                 `protobuf:"bytes,4,opt,name=conf_state,json=confState,proto3" json:"conf_state,omitempty"` // raftpb.ConfState, encoded
+	// origins holds, per proposing node, the version of its last applied command: a command
+	// whose version is not above it is a copy or an overtaken proposal, and is not applied
+	// (at most once, as CockroachDB's MaxLeaseIndex).
+	Origins       []*RaftOriginApplied `protobuf:"bytes,5,rep,name=origins,proto3" json:"origins,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3337,6 +3341,65 @@ func (x *RaftAppliedState) GetConfState() []byte {
 	return nil
 }
 
+func (x *RaftAppliedState) GetOrigins() []*RaftOriginApplied {
+	if x != nil {
+		return x.Origins
+	}
+	return nil
+}
+
+type RaftOriginApplied struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          uint32                 `protobuf:"varint,1,opt,name=node,proto3" json:"node,omitempty"`
+	Version       *Version               `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftOriginApplied) Reset() {
+	*x = RaftOriginApplied{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftOriginApplied) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftOriginApplied) ProtoMessage() {}
+
+func (x *RaftOriginApplied) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftOriginApplied.ProtoReflect.Descriptor instead.
+func (*RaftOriginApplied) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *RaftOriginApplied) GetNode() uint32 {
+	if x != nil {
+		return x.Node
+	}
+	return 0
+}
+
+func (x *RaftOriginApplied) GetVersion() *Version {
+	if x != nil {
+		return x.Version
+	}
+	return nil
+}
+
 // RaftSnapshotMarker is stored while a snapshot replaces a replica's data: if the node
 // stops in between, it finishes the install from the staged file when it starts again.
 type RaftSnapshotMarker struct {
@@ -3349,7 +3412,7 @@ type RaftSnapshotMarker struct {
 
 func (x *RaftSnapshotMarker) Reset() {
 	*x = RaftSnapshotMarker{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[48]
+	mi := &file_meridian_v1_peer_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3361,7 +3424,7 @@ func (x *RaftSnapshotMarker) String() string {
 func (*RaftSnapshotMarker) ProtoMessage() {}
 
 func (x *RaftSnapshotMarker) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[48]
+	mi := &file_meridian_v1_peer_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3374,7 +3437,7 @@ func (x *RaftSnapshotMarker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotMarker.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotMarker) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{48}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RaftSnapshotMarker) GetFile() string {
@@ -3407,7 +3470,7 @@ type RaftSnapshotOffer struct {
 
 func (x *RaftSnapshotOffer) Reset() {
 	*x = RaftSnapshotOffer{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[49]
+	mi := &file_meridian_v1_peer_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3419,7 +3482,7 @@ func (x *RaftSnapshotOffer) String() string {
 func (*RaftSnapshotOffer) ProtoMessage() {}
 
 func (x *RaftSnapshotOffer) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[49]
+	mi := &file_meridian_v1_peer_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3432,7 +3495,7 @@ func (x *RaftSnapshotOffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotOffer.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotOffer) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{49}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RaftSnapshotOffer) GetKeyspace() string {
@@ -3483,7 +3546,7 @@ type RaftSnapshotRequest struct {
 
 func (x *RaftSnapshotRequest) Reset() {
 	*x = RaftSnapshotRequest{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[50]
+	mi := &file_meridian_v1_peer_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3495,7 +3558,7 @@ func (x *RaftSnapshotRequest) String() string {
 func (*RaftSnapshotRequest) ProtoMessage() {}
 
 func (x *RaftSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[50]
+	mi := &file_meridian_v1_peer_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3508,7 +3571,7 @@ func (x *RaftSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{50}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RaftSnapshotRequest) GetKeyspace() string {
@@ -3561,7 +3624,7 @@ type RaftSnapshotChunk struct {
 
 func (x *RaftSnapshotChunk) Reset() {
 	*x = RaftSnapshotChunk{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[51]
+	mi := &file_meridian_v1_peer_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3573,7 +3636,7 @@ func (x *RaftSnapshotChunk) String() string {
 func (*RaftSnapshotChunk) ProtoMessage() {}
 
 func (x *RaftSnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[51]
+	mi := &file_meridian_v1_peer_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3586,7 +3649,7 @@ func (x *RaftSnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotChunk.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{51}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RaftSnapshotChunk) GetKeyspace() string {
@@ -3651,7 +3714,7 @@ type RaftSnapshotStored struct {
 
 func (x *RaftSnapshotStored) Reset() {
 	*x = RaftSnapshotStored{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[52]
+	mi := &file_meridian_v1_peer_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3663,7 +3726,7 @@ func (x *RaftSnapshotStored) String() string {
 func (*RaftSnapshotStored) ProtoMessage() {}
 
 func (x *RaftSnapshotStored) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[52]
+	mi := &file_meridian_v1_peer_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3676,7 +3739,7 @@ func (x *RaftSnapshotStored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotStored.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotStored) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{52}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RaftSnapshotStored) GetKeyspace() string {
@@ -3750,7 +3813,7 @@ type RaftSnapshotReady struct {
 
 func (x *RaftSnapshotReady) Reset() {
 	*x = RaftSnapshotReady{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[53]
+	mi := &file_meridian_v1_peer_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3762,7 +3825,7 @@ func (x *RaftSnapshotReady) String() string {
 func (*RaftSnapshotReady) ProtoMessage() {}
 
 func (x *RaftSnapshotReady) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[53]
+	mi := &file_meridian_v1_peer_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3775,7 +3838,7 @@ func (x *RaftSnapshotReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotReady.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotReady) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{53}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RaftSnapshotReady) GetKeyspace() string {
@@ -3844,7 +3907,7 @@ type RaftForward struct {
 
 func (x *RaftForward) Reset() {
 	*x = RaftForward{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[54]
+	mi := &file_meridian_v1_peer_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3856,7 +3919,7 @@ func (x *RaftForward) String() string {
 func (*RaftForward) ProtoMessage() {}
 
 func (x *RaftForward) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[54]
+	mi := &file_meridian_v1_peer_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3869,7 +3932,7 @@ func (x *RaftForward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftForward.ProtoReflect.Descriptor instead.
 func (*RaftForward) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{54}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RaftForward) GetRequestId() uint64 {
@@ -3989,7 +4052,7 @@ type RaftForwardReply struct {
 
 func (x *RaftForwardReply) Reset() {
 	*x = RaftForwardReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[55]
+	mi := &file_meridian_v1_peer_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4001,7 +4064,7 @@ func (x *RaftForwardReply) String() string {
 func (*RaftForwardReply) ProtoMessage() {}
 
 func (x *RaftForwardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[55]
+	mi := &file_meridian_v1_peer_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4014,7 +4077,7 @@ func (x *RaftForwardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftForwardReply.ProtoReflect.Descriptor instead.
 func (*RaftForwardReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{55}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RaftForwardReply) GetRequestId() uint64 {
@@ -4107,7 +4170,7 @@ type RaftApplied struct {
 
 func (x *RaftApplied) Reset() {
 	*x = RaftApplied{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[56]
+	mi := &file_meridian_v1_peer_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4119,7 +4182,7 @@ func (x *RaftApplied) String() string {
 func (*RaftApplied) ProtoMessage() {}
 
 func (x *RaftApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[56]
+	mi := &file_meridian_v1_peer_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4132,7 +4195,7 @@ func (x *RaftApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftApplied.ProtoReflect.Descriptor instead.
 func (*RaftApplied) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{56}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RaftApplied) GetKeyspace() string {
@@ -4169,7 +4232,7 @@ type RaftRemoved struct {
 
 func (x *RaftRemoved) Reset() {
 	*x = RaftRemoved{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[57]
+	mi := &file_meridian_v1_peer_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4181,7 +4244,7 @@ func (x *RaftRemoved) String() string {
 func (*RaftRemoved) ProtoMessage() {}
 
 func (x *RaftRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[57]
+	mi := &file_meridian_v1_peer_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4194,7 +4257,7 @@ func (x *RaftRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemoved.ProtoReflect.Descriptor instead.
 func (*RaftRemoved) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{57}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RaftRemoved) GetKeyspace() string {
@@ -4279,7 +4342,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[58]
+	mi := &file_meridian_v1_peer_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4291,7 +4354,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[58]
+	mi := &file_meridian_v1_peer_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4304,7 +4367,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{58}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Envelope) GetFrom() uint32 {
@@ -5022,7 +5085,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[59]
+	mi := &file_meridian_v1_peer_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5034,7 +5097,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[59]
+	mi := &file_meridian_v1_peer_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5047,7 +5110,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{59}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{60}
 }
 
 // EnvelopeBatch is messages from one sender to one receiver that leave together: one gRPC
@@ -5063,7 +5126,7 @@ type EnvelopeBatch struct {
 
 func (x *EnvelopeBatch) Reset() {
 	*x = EnvelopeBatch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[60]
+	mi := &file_meridian_v1_peer_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5075,7 +5138,7 @@ func (x *EnvelopeBatch) String() string {
 func (*EnvelopeBatch) ProtoMessage() {}
 
 func (x *EnvelopeBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[60]
+	mi := &file_meridian_v1_peer_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5088,7 +5151,7 @@ func (x *EnvelopeBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvelopeBatch.ProtoReflect.Descriptor instead.
 func (*EnvelopeBatch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{60}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *EnvelopeBatch) GetEnvelopes() []*Envelope {
@@ -5361,13 +5424,17 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\aversion\x18\x06 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\x12\x18\n" +
 	"\acommand\x18\a \x01(\fR\acommand\"F\n" +
 	"\tRaftBatch\x129\n" +
-	"\bmessages\x18\x01 \x03(\v2\x1d.meridian.peer.v1.RaftMessageR\bmessages\"\x99\x01\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1d.meridian.peer.v1.RaftMessageR\bmessages\"\xd8\x01\n" +
 	"\x10RaftAppliedState\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12<\n" +
 	"\flast_version\x18\x03 \x01(\v2\x19.meridian.peer.v1.VersionR\vlastVersion\x12\x1d\n" +
 	"\n" +
-	"conf_state\x18\x04 \x01(\fR\tconfState\"b\n" +
+	"conf_state\x18\x04 \x01(\fR\tconfState\x12=\n" +
+	"\aorigins\x18\x05 \x03(\v2#.meridian.peer.v1.RaftOriginAppliedR\aorigins\"\\\n" +
+	"\x11RaftOriginApplied\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\rR\x04node\x123\n" +
+	"\aversion\x18\x02 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\"b\n" +
 	"\x12RaftSnapshotMarker\x12\x12\n" +
 	"\x04file\x18\x01 \x01(\tR\x04file\x128\n" +
 	"\x05state\x18\x02 \x01(\v2\".meridian.peer.v1.RaftAppliedStateR\x05state\"\x9c\x01\n" +
@@ -5534,7 +5601,7 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Version)(nil),             // 0: meridian.peer.v1.Version
 	(*Record)(nil),              // 1: meridian.peer.v1.Record
@@ -5584,19 +5651,20 @@ var file_meridian_v1_peer_proto_goTypes = []any{
 	(*RaftCommand)(nil),         // 45: meridian.peer.v1.RaftCommand
 	(*RaftBatch)(nil),           // 46: meridian.peer.v1.RaftBatch
 	(*RaftAppliedState)(nil),    // 47: meridian.peer.v1.RaftAppliedState
-	(*RaftSnapshotMarker)(nil),  // 48: meridian.peer.v1.RaftSnapshotMarker
-	(*RaftSnapshotOffer)(nil),   // 49: meridian.peer.v1.RaftSnapshotOffer
-	(*RaftSnapshotRequest)(nil), // 50: meridian.peer.v1.RaftSnapshotRequest
-	(*RaftSnapshotChunk)(nil),   // 51: meridian.peer.v1.RaftSnapshotChunk
-	(*RaftSnapshotStored)(nil),  // 52: meridian.peer.v1.RaftSnapshotStored
-	(*RaftSnapshotReady)(nil),   // 53: meridian.peer.v1.RaftSnapshotReady
-	(*RaftForward)(nil),         // 54: meridian.peer.v1.RaftForward
-	(*RaftForwardReply)(nil),    // 55: meridian.peer.v1.RaftForwardReply
-	(*RaftApplied)(nil),         // 56: meridian.peer.v1.RaftApplied
-	(*RaftRemoved)(nil),         // 57: meridian.peer.v1.RaftRemoved
-	(*Envelope)(nil),            // 58: meridian.peer.v1.Envelope
-	(*StreamAck)(nil),           // 59: meridian.peer.v1.StreamAck
-	(*EnvelopeBatch)(nil),       // 60: meridian.peer.v1.EnvelopeBatch
+	(*RaftOriginApplied)(nil),   // 48: meridian.peer.v1.RaftOriginApplied
+	(*RaftSnapshotMarker)(nil),  // 49: meridian.peer.v1.RaftSnapshotMarker
+	(*RaftSnapshotOffer)(nil),   // 50: meridian.peer.v1.RaftSnapshotOffer
+	(*RaftSnapshotRequest)(nil), // 51: meridian.peer.v1.RaftSnapshotRequest
+	(*RaftSnapshotChunk)(nil),   // 52: meridian.peer.v1.RaftSnapshotChunk
+	(*RaftSnapshotStored)(nil),  // 53: meridian.peer.v1.RaftSnapshotStored
+	(*RaftSnapshotReady)(nil),   // 54: meridian.peer.v1.RaftSnapshotReady
+	(*RaftForward)(nil),         // 55: meridian.peer.v1.RaftForward
+	(*RaftForwardReply)(nil),    // 56: meridian.peer.v1.RaftForwardReply
+	(*RaftApplied)(nil),         // 57: meridian.peer.v1.RaftApplied
+	(*RaftRemoved)(nil),         // 58: meridian.peer.v1.RaftRemoved
+	(*Envelope)(nil),            // 59: meridian.peer.v1.Envelope
+	(*StreamAck)(nil),           // 60: meridian.peer.v1.StreamAck
+	(*EnvelopeBatch)(nil),       // 61: meridian.peer.v1.EnvelopeBatch
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,  // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -5641,67 +5709,69 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,  // 39: meridian.peer.v1.RaftCommand.version:type_name -> meridian.peer.v1.Version
 	44, // 40: meridian.peer.v1.RaftBatch.messages:type_name -> meridian.peer.v1.RaftMessage
 	0,  // 41: meridian.peer.v1.RaftAppliedState.last_version:type_name -> meridian.peer.v1.Version
-	47, // 42: meridian.peer.v1.RaftSnapshotMarker.state:type_name -> meridian.peer.v1.RaftAppliedState
-	1,  // 43: meridian.peer.v1.RaftSnapshotStored.records:type_name -> meridian.peer.v1.Record
-	47, // 44: meridian.peer.v1.RaftSnapshotReady.state:type_name -> meridian.peer.v1.RaftAppliedState
-	0,  // 45: meridian.peer.v1.RaftForward.min_version:type_name -> meridian.peer.v1.Version
-	0,  // 46: meridian.peer.v1.RaftForwardReply.version:type_name -> meridian.peer.v1.Version
-	1,  // 47: meridian.peer.v1.RaftForwardReply.records:type_name -> meridian.peer.v1.Record
-	2,  // 48: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
-	3,  // 49: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
-	4,  // 50: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
-	5,  // 51: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
-	6,  // 52: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
-	7,  // 53: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
-	8,  // 54: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
-	10, // 55: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
-	11, // 56: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
-	12, // 57: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
-	21, // 58: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
-	15, // 59: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
-	16, // 60: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
-	17, // 61: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
-	18, // 62: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
-	19, // 63: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
-	20, // 64: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
-	25, // 65: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
-	26, // 66: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
-	27, // 67: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
-	28, // 68: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
-	29, // 69: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
-	30, // 70: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
-	32, // 71: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
-	33, // 72: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
-	34, // 73: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
-	35, // 74: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
-	36, // 75: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
-	37, // 76: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
-	38, // 77: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
-	42, // 78: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
-	43, // 79: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
-	39, // 80: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
-	40, // 81: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
-	44, // 82: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
-	46, // 83: meridian.peer.v1.Envelope.raft_batch:type_name -> meridian.peer.v1.RaftBatch
-	49, // 84: meridian.peer.v1.Envelope.raft_snapshot_offer:type_name -> meridian.peer.v1.RaftSnapshotOffer
-	50, // 85: meridian.peer.v1.Envelope.raft_snapshot_request:type_name -> meridian.peer.v1.RaftSnapshotRequest
-	51, // 86: meridian.peer.v1.Envelope.raft_snapshot_chunk:type_name -> meridian.peer.v1.RaftSnapshotChunk
-	52, // 87: meridian.peer.v1.Envelope.raft_snapshot_stored:type_name -> meridian.peer.v1.RaftSnapshotStored
-	53, // 88: meridian.peer.v1.Envelope.raft_snapshot_ready:type_name -> meridian.peer.v1.RaftSnapshotReady
-	54, // 89: meridian.peer.v1.Envelope.raft_forward:type_name -> meridian.peer.v1.RaftForward
-	55, // 90: meridian.peer.v1.Envelope.raft_forward_reply:type_name -> meridian.peer.v1.RaftForwardReply
-	56, // 91: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
-	57, // 92: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
-	58, // 93: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
-	58, // 94: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	60, // 95: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
-	59, // 96: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	59, // 97: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
-	96, // [96:98] is the sub-list for method output_type
-	94, // [94:96] is the sub-list for method input_type
-	94, // [94:94] is the sub-list for extension type_name
-	94, // [94:94] is the sub-list for extension extendee
-	0,  // [0:94] is the sub-list for field type_name
+	48, // 42: meridian.peer.v1.RaftAppliedState.origins:type_name -> meridian.peer.v1.RaftOriginApplied
+	0,  // 43: meridian.peer.v1.RaftOriginApplied.version:type_name -> meridian.peer.v1.Version
+	47, // 44: meridian.peer.v1.RaftSnapshotMarker.state:type_name -> meridian.peer.v1.RaftAppliedState
+	1,  // 45: meridian.peer.v1.RaftSnapshotStored.records:type_name -> meridian.peer.v1.Record
+	47, // 46: meridian.peer.v1.RaftSnapshotReady.state:type_name -> meridian.peer.v1.RaftAppliedState
+	0,  // 47: meridian.peer.v1.RaftForward.min_version:type_name -> meridian.peer.v1.Version
+	0,  // 48: meridian.peer.v1.RaftForwardReply.version:type_name -> meridian.peer.v1.Version
+	1,  // 49: meridian.peer.v1.RaftForwardReply.records:type_name -> meridian.peer.v1.Record
+	2,  // 50: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
+	3,  // 51: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
+	4,  // 52: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
+	5,  // 53: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
+	6,  // 54: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
+	7,  // 55: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
+	8,  // 56: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
+	10, // 57: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
+	11, // 58: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
+	12, // 59: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
+	21, // 60: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
+	15, // 61: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
+	16, // 62: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
+	17, // 63: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
+	18, // 64: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
+	19, // 65: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
+	20, // 66: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
+	25, // 67: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
+	26, // 68: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
+	27, // 69: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
+	28, // 70: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
+	29, // 71: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
+	30, // 72: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
+	32, // 73: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
+	33, // 74: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
+	34, // 75: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
+	35, // 76: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
+	36, // 77: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
+	37, // 78: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
+	38, // 79: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
+	42, // 80: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
+	43, // 81: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
+	39, // 82: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
+	40, // 83: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
+	44, // 84: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
+	46, // 85: meridian.peer.v1.Envelope.raft_batch:type_name -> meridian.peer.v1.RaftBatch
+	50, // 86: meridian.peer.v1.Envelope.raft_snapshot_offer:type_name -> meridian.peer.v1.RaftSnapshotOffer
+	51, // 87: meridian.peer.v1.Envelope.raft_snapshot_request:type_name -> meridian.peer.v1.RaftSnapshotRequest
+	52, // 88: meridian.peer.v1.Envelope.raft_snapshot_chunk:type_name -> meridian.peer.v1.RaftSnapshotChunk
+	53, // 89: meridian.peer.v1.Envelope.raft_snapshot_stored:type_name -> meridian.peer.v1.RaftSnapshotStored
+	54, // 90: meridian.peer.v1.Envelope.raft_snapshot_ready:type_name -> meridian.peer.v1.RaftSnapshotReady
+	55, // 91: meridian.peer.v1.Envelope.raft_forward:type_name -> meridian.peer.v1.RaftForward
+	56, // 92: meridian.peer.v1.Envelope.raft_forward_reply:type_name -> meridian.peer.v1.RaftForwardReply
+	57, // 93: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
+	58, // 94: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
+	59, // 95: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
+	59, // 96: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	61, // 97: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
+	60, // 98: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	60, // 99: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
+	98, // [98:100] is the sub-list for method output_type
+	96, // [96:98] is the sub-list for method input_type
+	96, // [96:96] is the sub-list for extension type_name
+	96, // [96:96] is the sub-list for extension extendee
+	0,  // [0:96] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -5709,7 +5779,7 @@ func file_meridian_v1_peer_proto_init() {
 	if File_meridian_v1_peer_proto != nil {
 		return
 	}
-	file_meridian_v1_peer_proto_msgTypes[58].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[59].OneofWrappers = []any{
 		(*Envelope_Write)(nil),
 		(*Envelope_WriteAck)(nil),
 		(*Envelope_Read)(nil),
@@ -5762,7 +5832,7 @@ func file_meridian_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   61,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
