@@ -3,7 +3,6 @@ package sim
 import (
 	"container/heap"
 	"fmt"
-	"os"
 	"hash"
 	"hash/fnv"
 	"math/rand/v2"
@@ -541,12 +540,6 @@ func (s *simulator) processReady(i int) error {
 				return fmt.Errorf("node %s: install snapshot: %w", n.cfg.Name, err)
 			}
 			s.trace("%s installed a snapshot of %s/%d", n.cfg.Name, in.Keyspace, in.Partition)
-			if os.Getenv("SIM_DEBUG") != "" {
-				_ = n.engine.Scan(in.Keyspace, in.Partition, nil, nil, 0, func(r storage.Record) bool {
-					s.trace("  after install: %s=%s v=%d", r.Key, r.Value, r.Version.WallNanos-epoch)
-					return true
-				})
-			}
 		}
 		if s.o.Mutation == "ack-before-sync" {
 			// Broken on purpose: outputs leave before the writes are durable.
