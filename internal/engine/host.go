@@ -148,7 +148,9 @@ func (h *Host) Ready() Ready {
 		}
 		rd.Messages = append(rd.Messages, r.Messages...)
 		rd.Replies = append(rd.Replies, r.Replies...)
-		rd.Reads = append(rd.Reads, r.Reads...)
+		for _, rr := range r.Reads {
+			rd.Reads = append(rd.Reads, stampRead(rr, p.ID))
+		}
 		rd.Ingests = append(rd.Ingests, r.Ingests...)
 		for _, j := range r.Jobs {
 			if _, ok := j.(Unpaced); ok {
@@ -159,6 +161,23 @@ func (h *Host) Ready() Ready {
 		}
 	}
 	return rd
+}
+
+// stampRead marks the message a read's result may become (Result.Forward) with the
+// engine's protocol ID.
+func stampRead(r Read, id uint32) Read {
+	wrap := r.Wrap
+	if wrap == nil {
+		return r
+	}
+	r.Wrap = func(res Result) Result {
+		res = wrap(res)
+		if res.Forward != nil {
+			res.Forward.Engine = id
+		}
+		return res
+	}
+	return r
 }
 
 // stampedUnpacedJob is a stampedJob of an Unpaced job.

@@ -92,6 +92,8 @@ type Engine struct {
 	// simulations unrepeatable: groups' followers tick with TickQuiesced and campaign on the
 	// engine's own timer instead).
 	rng *rand.Rand
+	// incarnation tells this run of the engine from earlier ones (read contexts).
+	incarnation uint64
 
 	out     engine.Ready
 	batches map[uint32][]*peerpb.RaftMessage // this Ready's Raft messages, per destination
@@ -137,7 +139,7 @@ func New(cfg engine.Config, store engine.Reader, o Options) *Engine {
 	if o.Protocol == "" {
 		o.Protocol = config.ProtocolRaft
 	}
-	return &Engine{
+	e := &Engine{
 		cfg:      cfg,
 		store:    store,
 		protocol: o.Protocol,
@@ -156,6 +158,11 @@ func New(cfg engine.Config, store engine.Reader, o Options) *Engine {
 		batches:  map[uint32][]*peerpb.RaftMessage{},
 		rng:      rand.New(rand.NewPCG(cfg.RandSeed, uint64(cfg.NodeID))),
 	}
+	e.incarnation = e.rng.Uint64() | 1
+	// IDs of forwarded requests and scan parts start at a random point, so that a message
+	// about an earlier run's request (a late reply) does not match this run's.
+	e.nextID = e.rng.Uint64() >> 2
+	return e
 }
 
 // groupID names a partition's group in storage: a hash of keyspace and partition, the same

@@ -222,14 +222,13 @@ func (g *group) noteFresh(commit uint64, sentNano int64) {
 //
 //	magic (1) | flags (1) | send time, Unix ns (8) | leader commit (8)
 //
-// Contexts etcd raft itself puts on heartbeats are ReadIndex request contexts of 0 or 8
-// bytes, so a context of 18 or 26 bytes ending in a trailer is unambiguous.
+// Contexts etcd raft itself puts on heartbeats are ReadIndex request contexts of 0 or 16
+// bytes (readCtx), so a context of 18 or 34 bytes ending in a trailer is unambiguous.
 const (
 	trailerMagic   = 0xA7
 	trailerLen     = 18
-	flagQuiesce    = 1 << 0
-	readCtxLen     = 8
-	maxUntaggedCtx = readCtxLen
+	flagQuiesce = 1 << 0
+	readCtxLen  = 16
 )
 
 type trailer struct {
@@ -259,4 +258,20 @@ func splitTrailer(ctx []byte) ([]byte, trailer, bool) {
 		rest = nil
 	}
 	return rest, tr, true
+}
+
+// readCtx is the ReadIndex context of request id: this engine's incarnation, then the ID. A
+// read state that comes back after a restart carries the old incarnation and is ignored
+// (request IDs start again; an old read index must not answer a new request).
+func (e *Engine) readCtx(id uint64) []byte {
+	b := binary.BigEndian.AppendUint64(make([]byte, 0, readCtxLen), e.incarnation)
+	return binary.BigEndian.AppendUint64(b, id)
+}
+
+// readCtxID returns the request ID of a read context of this incarnation.
+func (e *Engine) readCtxID(ctx []byte) (uint64, bool) {
+	if len(ctx) != readCtxLen || binary.BigEndian.Uint64(ctx) != e.incarnation {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(ctx[8:]), true
 }

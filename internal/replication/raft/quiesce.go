@@ -109,7 +109,7 @@ func (e *Engine) maybeQuiesce(g *group) {
 			caughtUp = false
 		}
 	})
-	if !caughtUp || !e.membershipSettled(g) {
+	if !caughtUp || !e.membershipSettled(g) || !e.liveQuorum(g) {
 		return
 	}
 	term := st.HardState.GetTerm()
@@ -122,6 +122,18 @@ func (e *Engine) maybeQuiesce(g *group) {
 	g.quiesced = true
 	e.activeStale = true
 	e.stats.Quiesced.Add(1)
+}
+
+// liveQuorum reports whether a majority of g's voters (this node included) are alive: a
+// leader without one keeps ticking, so that CheckQuorum steps it down.
+func (e *Engine) liveQuorum(g *group) bool {
+	alive := 0
+	for _, id := range g.conf.GetVoters() {
+		if uint32(id) == e.cfg.NodeID || e.alive(uint32(id)) {
+			alive++
+		}
+	}
+	return 2*alive > len(g.conf.GetVoters())
 }
 
 // quiesceFollower quiesces a follower on its leader's quiesce heartbeat, if it is caught up.
@@ -178,8 +190,11 @@ func (e *Engine) checkLiveness(now time.Time) {
 			continue
 		}
 		p.lapsed = true
+		// The groups it led wake up here and elect another leader; the groups this node
+		// leads with it as a member wake up too, so that CheckQuorum steps this node down
+		// if it has lost its majority.
 		for _, g := range e.order {
-			if g.quiesced && g.lead == uint64(id) {
+			if g.quiesced && (g.lead == uint64(id) || (g.state == etcdraft.StateLeader && g.isMember(id))) {
 				e.unquiesce(g, false)
 			}
 		}

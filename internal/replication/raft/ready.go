@@ -2,7 +2,6 @@ package raft
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"time"
@@ -146,8 +145,8 @@ func (e *Engine) readyGroup(g *group) {
 		}
 	}
 	for _, rs := range rd.ReadStates {
-		if len(rs.RequestCtx) == readCtxLen {
-			g.waiting = append(g.waiting, waitingRead{index: rs.Index, id: binary.BigEndian.Uint64(rs.RequestCtx)})
+		if id, ok := e.readCtxID(rs.RequestCtx); ok {
+			g.waiting = append(g.waiting, waitingRead{index: rs.Index, id: id})
 		}
 	}
 	g.rn.Advance(rd)
@@ -172,10 +171,11 @@ func (e *Engine) serveWaiting(g *group) {
 			kept = append(kept, w)
 			continue
 		}
-		p, ok := e.untrack(w.id)
-		if !ok {
+		p, ok := e.pending[w.id]
+		if !ok || (p.req.Op != engine.OpGet && p.req.Op != engine.OpScan) || p.group != g {
 			continue // expired meanwhile
 		}
+		e.untrack(w.id)
 		path, validUntil := PathReadIndex, time.Time{}
 		if w.lease {
 			end, why := e.leaseEnd(e.lastNow, g)
@@ -193,7 +193,7 @@ func (e *Engine) serveWaiting(g *group) {
 	}
 	g.waiting = kept
 	for _, w := range again {
-		g.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, w.id))
+		g.rn.ReadIndex(e.readCtx(w.id))
 		e.markDirty(g)
 	}
 }
@@ -453,7 +453,7 @@ func (e *Engine) stepRaft(now time.Time, from uint32, rm *peerpb.RaftMessage) {
 	if m.GetType() == raftpb.MessageType_MsgAppResp && !m.GetReject() && m.GetIndex() == 0 && m.GetTerm() <= g.rn.BasicStatus().HardState.GetTerm() {
 		return
 	}
-	quiesceHeartbeat, quiesceAck := false, false
+	quiesceHeartbeat, keepQuiet := false, false
 	switch m.GetType() {
 	case raftpb.MessageType_MsgVote, raftpb.MessageType_MsgPreVote:
 		if g.freezeVotes && now.Before(g.freezeUntil) && !bytes.Equal(m.GetContext(), campaignTransfer) {
@@ -465,12 +465,20 @@ func (e *Engine) stepRaft(now time.Time, from uint32, rm *peerpb.RaftMessage) {
 			g.noteFresh(tr.commit, tr.sentNano)
 			quiesceHeartbeat = tr.flags&flagQuiesce != 0
 		}
+		// A quiesced follower stays quiet on its leader's heartbeats (a late one, sent
+		// before the quiesce heartbeat) unless they bring news: a commit it lacks.
+		last, _ := g.log.Storage().LastIndex()
+		keepQuiet = uint64(from) == g.lead && m.GetTerm() == g.term && m.GetCommit() <= last
 	case raftpb.MessageType_MsgHeartbeatResp:
 		if ctx, tr, ok := splitTrailer(m.GetContext()); ok {
 			m.Context = ctx
 			g.leaseAck(from, m.GetTerm(), tr.sentNano)
-			quiesceAck = tr.flags&flagQuiesce != 0
+			// Responses to heartbeats (raft's own, echoing their trailer) do not wake a
+			// quiesced leader; a follower's wake-up call has no trailer.
+			keepQuiet = true
 		}
+	case raftpb.MessageType_MsgAppResp:
+		keepQuiet = !m.GetReject() // a late acknowledgement
 	case raftpb.MessageType_MsgProp:
 		e.touch(g)
 	case raftpb.MessageType_MsgReadIndex:
@@ -487,7 +495,7 @@ func (e *Engine) stepRaft(now time.Time, from uint32, rm *peerpb.RaftMessage) {
 			}
 		}
 	}
-	if g.quiesced && !quiesceHeartbeat && !quiesceAck {
+	if g.quiesced && !quiesceHeartbeat && !keepQuiet {
 		e.unquiesce(g, uint64(from) != g.lead)
 	}
 	switch m.GetType() {

@@ -2,7 +2,6 @@ package raft
 
 import (
 	"bytes"
-	"encoding/binary"
 	"slices"
 	"time"
 
@@ -113,7 +112,7 @@ func (e *Engine) proposeAt(now time.Time, g *group, req engine.Request) {
 			return
 		}
 		e.track(req, &pendingReq{req: req, group: g})
-		g.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, req.ID))
+		g.rn.ReadIndex(e.readCtx(req.ID))
 	case engine.OpPut, engine.OpDelete, engine.OpCommand:
 		cmd := &peerpb.RaftCommand{Origin: e.cfg.NodeID, RequestId: req.ID}
 		if err := g.sm.Prepare(req, cmd); err != nil {
@@ -346,7 +345,7 @@ func (e *Engine) retryPending(g *group) {
 		if p.data != nil {
 			_ = g.rn.Propose(p.data) // dropped again: the next leader change retries it
 		} else if p.req.Op == engine.OpGet {
-			g.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, id))
+			g.rn.ReadIndex(e.readCtx(id))
 		}
 	}
 	e.markDirty(g)
@@ -457,7 +456,7 @@ func (e *Engine) scanLocal(now time.Time, g *group, sub engine.Request) {
 		return
 	}
 	e.track(sub, pr)
-	g.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, sub.ID))
+	g.rn.ReadIndex(e.readCtx(sub.ID))
 }
 
 // scanRead scans the part from storage; the result goes back to the engine as a note.

@@ -157,6 +157,10 @@ func Start(opts Options) (*Node, error) {
 	for _, nd := range opts.Cluster.Nodes {
 		n.members[nd.ID] = true
 	}
+	// Request IDs start from the time, so this run's IDs are above any an earlier run of
+	// the node used: a late message about an earlier run's request (a peer's reply) cannot
+	// match one of this run's. Below 2^62: the engines keep the top bits for their own IDs.
+	n.nextID.Store(uint64(time.Now().UnixNano()) & (1<<62 - 1))
 	pm, err := n.loadPlacement()
 	if err != nil {
 		store.Close()
