@@ -225,10 +225,10 @@ func (g *group) noteFresh(commit uint64, sentNano int64) {
 // Contexts etcd raft itself puts on heartbeats are ReadIndex request contexts of 0 or 16
 // bytes (readCtx), so a context of 18 or 34 bytes ending in a trailer is unambiguous.
 const (
-	trailerMagic   = 0xA7
-	trailerLen     = 18
-	flagQuiesce = 1 << 0
-	readCtxLen  = 16
+	trailerMagic = 0xA7
+	trailerLen   = 18
+	flagQuiesce  = 1 << 0
+	readCtxLen   = 16
 )
 
 type trailer struct {
