@@ -89,6 +89,10 @@ func codeName(c codes.Code) string {
 		return "timeout"
 	case codes.ResourceExhausted:
 		return "resource exhausted"
+	case codes.Aborted:
+		return "conflict"
+	case codes.FailedPrecondition:
+		return "stale placement"
 	}
 	return c.String()
 }

@@ -28,6 +28,19 @@ type Cluster struct {
 	Keyspaces   []Keyspace
 	Limits      Limits
 	AntiEntropy AntiEntropy
+	Metadata    Metadata
+	// AllowInternal lets keyspaces use internal protocols (the cluster metadata protocol):
+	// the simulator's clusters only; never from a file.
+	AllowInternal bool `yaml:"-"`
+}
+
+// Metadata configures the cluster metadata group: the Raft group that holds keyspaces,
+// placement and membership. Its voters are a few nodes spread over the regions; every other
+// node follows it as a learner.
+type Metadata struct {
+	// Voters names the voting members (an odd number, 1..7). Default: up to five nodes, one
+	// per region in turn (the topology's region order, each region's nodes in file order).
+	Voters []string `yaml:"voters"`
 }
 
 // Clock holds the clock assumptions protocols may rely on.
@@ -114,6 +127,11 @@ const (
 	DefaultMaxRequestTimeout     = 60 * time.Second
 	MaxMaxRequestTimeout         = 10 * time.Minute
 
+	// MaxDefaultMetadataVoters bounds the default metadata voters; MaxMetadataVoters the
+	// configured ones.
+	MaxDefaultMetadataVoters = 5
+	MaxMetadataVoters        = 7
+
 	maxNameLen         = 63 // cluster and node names
 	maxKeyspaceNameLen = 64
 )
@@ -127,6 +145,44 @@ func DefaultLimits() Limits {
 		DefaultRequestTimeout: DefaultDefaultRequestTimeout,
 		MaxRequestTimeout:     DefaultMaxRequestTimeout,
 	}
+}
+
+// MetadataVoters returns the IDs of the metadata group's voters (Validate has checked them).
+func (c *Cluster) MetadataVoters() []uint32 {
+	var out []uint32
+	if len(c.Metadata.Voters) > 0 {
+		for _, name := range c.Metadata.Voters {
+			if n, ok := c.Node(name); ok {
+				out = append(out, n.ID)
+			}
+		}
+		return out
+	}
+	// One node per region in turn, up to five, an odd count.
+	byRegion := map[string][]uint32{}
+	for _, n := range c.Nodes {
+		byRegion[n.Region] = append(byRegion[n.Region], n.ID)
+	}
+	var regions []string
+	if c.Topology != nil {
+		regions = c.Topology.Regions
+	}
+	for round := 0; len(out) < MaxDefaultMetadataVoters && len(out) < len(c.Nodes); round++ {
+		added := false
+		for _, r := range regions {
+			if ids := byRegion[r]; round < len(ids) && len(out) < MaxDefaultMetadataVoters {
+				out = append(out, ids[round])
+				added = true
+			}
+		}
+		if !added {
+			break
+		}
+	}
+	if len(out)%2 == 0 && len(out) > 1 {
+		out = out[:len(out)-1]
+	}
+	return out
 }
 
 // Node returns the node called name.

@@ -35,6 +35,7 @@ type rawCluster struct {
 	Keyspaces   []Keyspace  `yaml:"keyspaces"`
 	Limits      Limits      `yaml:"limits"`
 	AntiEntropy AntiEntropy `yaml:"anti_entropy"`
+	Metadata    Metadata    `yaml:"metadata"`
 }
 
 // Load reads, parses and validates a configuration file. A topology file named in it is
@@ -89,6 +90,7 @@ func parse(data []byte, baseDir, file string) (*Cluster, error) {
 		Keyspaces:   raw.Keyspaces,
 		Limits:      raw.Limits,
 		AntiEntropy: raw.AntiEntropy,
+		Metadata:    raw.Metadata,
 	}
 	if err := validateName(c.Name); err != nil {
 		return nil, locate(err)

@@ -16,6 +16,10 @@ const (
 	ProtocolMeteorShower = "meteorshower"
 	ProtocolGlobLease    = "globlease"
 	ProtocolRaft         = "raft"
+	// ProtocolMetadata is the cluster metadata group's: Raft with the catalog as its state
+	// machine, voters from the configuration and every other node a learner. Internal: no
+	// user keyspace uses it.
+	ProtocolMetadata = "metadata"
 )
 
 // Raft read levels.
@@ -40,6 +44,15 @@ type ProtocolSpec struct {
 	Name    string
 	Doc     string
 	Options []OptionSpec
+	// Internal protocols serve the system keyspaces only (Protocols does not list them).
+	Internal bool
+	// LearnersEverywhere: every node that is not a replica of a partition follows it as a
+	// learner (placement.Partition.Learners).
+	LearnersEverywhere bool
+	// MovableReplicas: the protocol moves a partition's replicas itself when the placement
+	// changes (consensus membership changes, catch-up by snapshot), so alter-keyspace may
+	// change regions and replicas_per_region.
+	MovableReplicas bool
 }
 
 func normalizeRaftReadLevel(v string) (string, error) {
@@ -48,6 +61,16 @@ func normalizeRaftReadLevel(v string) (string, error) {
 		return string(l), nil
 	}
 	return "", fmt.Errorf("invalid raft read level %q (want LINEARIZABLE or STALE)", v)
+}
+
+// raftOptionSpecs are the options of the Raft-based protocols (raft keyspaces and the
+// metadata group).
+var raftOptionSpecs = []OptionSpec{
+	{Name: "read_level", Default: string(LevelLinearizable), Doc: "level of reads that do not name one: LINEARIZABLE (the leader under its lease, else ReadIndex: the leader confirms its leadership with a majority) or STALE (the replica's applied state, no round trip)", Normalize: normalizeRaftReadLevel},
+	{Name: "log_retain", Default: "50000", Doc: "applied log entries each replica keeps for followers that lag; one further behind is caught up by a snapshot of the partition; 10..100000000 (small values are for tests: they make snapshots frequent)", Normalize: intRange(10, 100_000_000)},
+	{Name: "leader_region", Default: "", Doc: "region whose replica should lead each partition's group (empty: the keyspace's first region); a leader elsewhere hands leadership over once that replica has caught up (after a failover too)", Normalize: normalizeRegionName},
+	{Name: "heartbeat_interval", Default: "200ms", Doc: "how often a leader heartbeats its followers; a multiple of the 50ms Raft tick, 50ms..10s", Normalize: durationRange(50*time.Millisecond, 10*time.Second)},
+	{Name: "election_timeout", Default: "2s", Doc: "a follower that hears no leader for this long (randomised up to twice) campaigns; at least 3 heartbeat intervals and above the largest RTT; 150ms..2m", Normalize: durationRange(150*time.Millisecond, 2*time.Minute)},
 }
 
 // protocols is the table of known protocols. A new protocol adds its entry here (and its
@@ -91,15 +114,18 @@ var protocols = []ProtocolSpec{
 		},
 	},
 	{
-		Name: ProtocolRaft,
-		Doc:  "one Raft group per partition (etcd raft): writes commit at a majority through the group's leader; reads are linearizable (at the leader under its lease, elsewhere by read index) or stale (the replica's applied state, with a staleness bound)",
-		Options: []OptionSpec{
-			{Name: "read_level", Default: string(LevelLinearizable), Doc: "level of reads that do not name one: LINEARIZABLE (the leader under its lease, else ReadIndex: the leader confirms its leadership with a majority) or STALE (the replica's applied state, no round trip)", Normalize: normalizeRaftReadLevel},
-			{Name: "log_retain", Default: "50000", Doc: "applied log entries each replica keeps for followers that lag; one further behind is caught up by a snapshot of the partition; 10..100000000 (small values are for tests: they make snapshots frequent)", Normalize: intRange(10, 100_000_000)},
-			{Name: "leader_region", Default: "", Doc: "region whose replica should lead each partition's group (empty: the keyspace's first region); a leader elsewhere hands leadership over once that replica has caught up (after a failover too)", Normalize: normalizeRegionName},
-			{Name: "heartbeat_interval", Default: "200ms", Doc: "how often a leader heartbeats its followers; a multiple of the 50ms Raft tick, 50ms..10s", Normalize: durationRange(50*time.Millisecond, 10*time.Second)},
-			{Name: "election_timeout", Default: "2s", Doc: "a follower that hears no leader for this long (randomised up to twice) campaigns; at least 3 heartbeat intervals and above the largest RTT; 150ms..2m", Normalize: durationRange(150*time.Millisecond, 2*time.Minute)},
-		},
+		Name:            ProtocolRaft,
+		Doc:             "one Raft group per partition (etcd raft): writes commit at a majority through the group's leader; reads are linearizable (at the leader under its lease, elsewhere by read index) or stale (the replica's applied state, with a staleness bound)",
+		MovableReplicas: true,
+		Options:         raftOptionSpecs,
+	},
+	{
+		Name:               ProtocolMetadata,
+		Doc:                "the cluster metadata group: Raft with the catalog (keyspaces, placement, membership) as its state machine; voters from metadata.voters, every other node a learner",
+		Internal:           true,
+		LearnersEverywhere: true,
+		MovableReplicas:    true,
+		Options:            raftOptionSpecs,
 	},
 	{
 		Name: ProtocolGlobLease,
@@ -292,9 +318,11 @@ func normalizeNonNegativeDuration(v string) (string, error) {
 
 // Protocols returns the names of the known protocols, sorted.
 func Protocols() []string {
-	names := make([]string, len(protocols))
-	for i, p := range protocols {
-		names[i] = p.Name
+	names := make([]string, 0, len(protocols))
+	for _, p := range protocols {
+		if !p.Internal {
+			names = append(names, p.Name)
+		}
 	}
 	sort.Strings(names)
 	return names

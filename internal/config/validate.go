@@ -59,7 +59,10 @@ func (c *Cluster) validate(explicit explicitFn) error {
 	if err := c.validateLimits(explicit); err != nil {
 		return err
 	}
-	return c.validateAntiEntropy(explicit)
+	if err := c.validateAntiEntropy(explicit); err != nil {
+		return err
+	}
+	return c.validateMetadata()
 }
 
 func validateName(name string) error {
@@ -221,6 +224,27 @@ func (c *Cluster) validateLimits(explicit explicitFn) error {
 	return nil
 }
 
+func (c *Cluster) validateMetadata() error {
+	v := c.Metadata.Voters
+	if len(v) == 0 {
+		return nil
+	}
+	if len(v) > MaxMetadataVoters || len(v)%2 == 0 {
+		return errorf("metadata.voters", "%d voters: want an odd number from 1 to %d (a majority must survive the loss of the others)", len(v), MaxMetadataVoters)
+	}
+	seen := map[string]bool{}
+	for i, name := range v {
+		if _, ok := c.Node(name); !ok {
+			return errorf(strictyaml.Index("metadata.voters", i), "unknown node %q", name)
+		}
+		if seen[name] {
+			return errorf(strictyaml.Index("metadata.voters", i), "node %q named twice", name)
+		}
+		seen[name] = true
+	}
+	return nil
+}
+
 func (c *Cluster) validateAntiEntropy(explicit explicitFn) error {
 	const path = "anti_entropy.interval"
 	if c.AntiEntropy.Interval == 0 && !explicit(path) {
@@ -274,7 +298,7 @@ func validateKeyspace(ks *Keyspace, c *Cluster, prefix string, explicit explicit
 		return errorf(field("protocol"), "required (known protocols: %s)", known)
 	}
 	proto, ok := Protocol(ks.Protocol)
-	if !ok {
+	if !ok || (proto.Internal && !c.AllowInternal) {
 		return errorf(field("protocol"), "unknown protocol %q (known protocols: %s)", ks.Protocol, known)
 	}
 
@@ -315,13 +339,16 @@ func validateKeyspace(ks *Keyspace, c *Cluster, prefix string, explicit explicit
 	if ks.Partitions < 1 || ks.Partitions > MaxPartitions {
 		return errorf(field("partitions"), "must be between 1 and %d, got %d", MaxPartitions, ks.Partitions)
 	}
+	if ks.Protocol == ProtocolMetadata && ks.Partitions != 1 {
+		return errorf(field("partitions"), "the metadata keyspace has one partition, got %d", ks.Partitions)
+	}
 
 	opts, oerr := normalizeOptions(proto, ks.Options)
 	if oerr != nil {
 		return errorf(strictyaml.Key(field("options"), oerr.key), "%s", oerr.msg)
 	}
 	ks.Options = opts
-	if ks.Protocol == ProtocolRaft {
+	if ks.Protocol == ProtocolRaft || ks.Protocol == ProtocolMetadata {
 		o, err := RaftOptionsOf(opts)
 		if err != nil {
 			return errorf(field("options"), "%v", err)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"meridian/internal/config"
 	"meridian/internal/placement"
+	"meridian/internal/storage"
 	"meridian/internal/topology"
 )
 
@@ -70,16 +72,49 @@ type SimSupport struct {
 	KeyspaceOptions map[string]string
 	// NodesPerRegion is the default when the caller sets none (0: the simulator's).
 	NodesPerRegion int
+	// Partitions, when set, is the simulated keyspace's partition count (the metadata
+	// keyspace has one).
+	Partitions int
 	// CheckLinearizability: runs check histories with Porcupine by default.
 	CheckLinearizability bool
 	// MutationLevels, when set, changes the clients' levels for a mutation (e.g. ONE/ONE).
 	MutationLevels func(mutation string, read, write config.Level) (config.Level, config.Level)
 	// MutationHints adjust a mutation's runs so that the breakage can show.
 	MutationHints map[string]SimHints
+	// NewWorkload, when set, replaces the simulator's key-value workload and checkers for a
+	// protocol whose operations are not key reads and writes (the cluster metadata).
+	NewWorkload func() SimWorkload
 	// Invariant, when set, is checked after every delivered message and tick: engines[i] is
 	// node i's engine of this protocol (nil if it has none), now[i] its clock, up[i] whether
 	// it runs. A non-empty string is a violation.
 	Invariant func(now []time.Time, engines []Engine, up []bool) string
+}
+
+// SimOutcome is how a simulated request ended.
+type SimOutcome int
+
+const (
+	SimOK SimOutcome = iota + 1
+	// SimFailed: certainly not applied (refused, unavailable, not found...).
+	SimFailed
+	// SimIndeterminate: may or may not have been applied (a timeout, a crash).
+	SimIndeterminate
+)
+
+// SimWorkload drives a protocol whose client operations are not key reads and writes: the
+// simulator asks it for each client's next request, hands it every outcome, and lets it
+// judge the history and the replicas' final state.
+type SimWorkload interface {
+	// Next returns client's next request on keyspace (ID and Deadline are the simulator's).
+	Next(rng *rand.Rand, keyspace string, client int) Request
+	// Done records a request's outcome; res is valid when outcome is SimOK. invoke and ret
+	// are virtual times.
+	Done(client int, req Request, res Result, outcome SimOutcome, invoke, ret time.Duration)
+	// Check judges the history and every node's final records of the keyspace (by node
+	// name); each string is one violation.
+	Check(final map[string][]storage.Record) []string
+	// Describe renders a request for traces.
+	Describe(req Request) string
 }
 
 // BoundQuery is what a lower bound depends on.

@@ -32,6 +32,13 @@ const (
 	// refused before anything was written. Retry elsewhere, or once the operator has freed
 	// the resource.
 	Exhausted
+	// Conflict: a conditional change lost to a concurrent one (the cluster metadata changed
+	// since the version the change was based on); nothing was done. Re-read and retry.
+	Conflict
+	// StalePlacement: the request was made under an older placement of its keyspace than
+	// the node's (or a newer one than the node knows yet); nothing was done. Refresh the
+	// keyspace's placement (describe-keyspace) and retry.
+	StalePlacement
 )
 
 func (k Kind) String() string {
@@ -52,6 +59,10 @@ func (k Kind) String() string {
 		return "internal"
 	case Exhausted:
 		return "resource exhausted"
+	case Conflict:
+		return "conflict"
+	case StalePlacement:
+		return "stale placement"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }

@@ -58,6 +58,10 @@ func (p *Partition) HasReplica(node uint32) bool { return slices.Contains(p.Repl
 type Keyspace struct {
 	Spec       config.Keyspace
 	Partitions []Partition
+	// Version is the cluster metadata's version of this keyspace: the index of the metadata
+	// command that last changed it. 0: not yet in the metadata (a keyspace from the
+	// configuration file, served until the metadata group has it).
+	Version uint64
 }
 
 // Lookup returns the partition holding key.
@@ -118,6 +122,20 @@ func (m *Map) With(ks *Keyspace) *Map {
 	return out
 }
 
+// Without returns a copy of m without keyspace name, the version bumped.
+func (m *Map) Without(name string) *Map {
+	out := &Map{Version: 1, Keyspaces: map[string]*Keyspace{}}
+	if m != nil {
+		out.Version = m.Version + 1
+		for n, k := range m.Keyspaces {
+			if n != name {
+				out.Keyspaces[n] = k
+			}
+		}
+	}
+	return out
+}
+
 // PartitionStart returns the fixed start key of partition i of n.
 func PartitionStart(i, n int) []byte {
 	if i == 0 {
@@ -157,9 +175,36 @@ func BuildKeyspace(ks config.Keyspace, nodes []config.Node) (*Keyspace, error) {
 				p.Replicas = append(p.Replicas, ids[(i+j)%len(ids)])
 			}
 		}
+		if spec, _ := config.Protocol(ks.Protocol); spec.LearnersEverywhere {
+			for _, n := range nodes {
+				if !slices.Contains(p.Replicas, n.ID) {
+					p.Learners = append(p.Learners, n.ID)
+				}
+			}
+			slices.Sort(p.Learners)
+		}
 		p.FoundingVoters = slices.Clone(p.Replicas)
+		p.FoundingLearners = slices.Clone(p.Learners)
 	}
 	return out, nil
+}
+
+// Rebuild places an altered keyspace spec (its partitions unchanged in number): each
+// partition gets the replicas BuildKeyspace would give it now, and keeps its founders (a
+// consensus group bootstraps on its founders only, whatever it has become since).
+func Rebuild(old *Keyspace, spec config.Keyspace, nodes []config.Node) (*Keyspace, error) {
+	if spec.Partitions != len(old.Partitions) {
+		return nil, fmt.Errorf("placement: keyspace %q: %d partitions cannot become %d here (splits and merges move data)", spec.Name, len(old.Partitions), spec.Partitions)
+	}
+	nk, err := BuildKeyspace(spec, nodes)
+	if err != nil {
+		return nil, err
+	}
+	for i := range nk.Partitions {
+		nk.Partitions[i].FoundingVoters = slices.Clone(old.Partitions[i].FoundingVoters)
+		nk.Partitions[i].FoundingLearners = slices.Clone(old.Partitions[i].FoundingLearners)
+	}
+	return nk, nil
 }
 
 // Build places every keyspace of the cluster configuration.

@@ -78,9 +78,9 @@ func (e *Engine) CounterSnapshot() map[string]int64 {
 	}
 }
 
-// registerMetrics exports the counters as meridian_raft_* series (labelled by protocol, so the
+// RegisterMetrics exports the counters as meridian_raft_* series (labelled by protocol, so the
 // metadata group's engine and the raft keyspaces' engine are told apart).
-func registerMetrics(reg prometheus.Registerer, protocol string, c *Counters) {
+func RegisterMetrics(reg prometheus.Registerer, protocol string, c *Counters) {
 	labels := prometheus.Labels{"protocol": protocol}
 	counter := func(name, help string, f func() float64) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "meridian_raft_" + name, Help: help, ConstLabels: labels}, f))

@@ -571,6 +571,9 @@ func (e *Engine) Tick(now time.Time) {
 		e.maybeQuiesceAll()
 		e.expire(now)
 		e.expireTransfers(now)
+		for _, g := range e.order {
+			e.releaseHeld(now, g)
+		}
 	}
 }
 

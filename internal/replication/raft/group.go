@@ -78,6 +78,7 @@ type group struct {
 
 	// Snapshots (snapshot.go).
 	snap      *outSnapshot
+	retired   []string // prepared snapshots replaced while a transfer still reads them
 	sending   map[uint32]*outTransfer
 	receiving *inTransfer
 
@@ -87,6 +88,11 @@ type group struct {
 	// installing: the current Ready replaces the group's data with a snapshot raft has
 	// taken; raft's own Ready waits for the next one (snapshot.go).
 	installing bool
+
+	// peerApplied is how far each node has applied the group (groups that notify); held
+	// are WaitAll results waiting for every live node (applied.go).
+	peerApplied map[uint32]uint64
+	held        []heldReply
 
 	// confProposedAt is the tick at which this leader proposed a configuration change that
 	// has not applied yet (0: none in flight).

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"meridian/internal/engine"
+	"meridian/internal/errs"
 	"meridian/internal/hlc"
-	"meridian/internal/storage"
 	"meridian/internal/wire"
 	"meridian/internal/wire/peerpb"
 )
@@ -256,7 +256,7 @@ func (e *Engine) apply(g *group, ent *raftpb.Entry) (leaving bool) {
 	// proposed again with a new version (it cannot have applied), as CockroachDB
 	// re-proposes a command with an illegal lease index.
 	if last, ok := g.origins[cmd.GetOrigin()]; ok && !last.Less(v) {
-		e.overtaken(g, &cmd, ent.GetData())
+		e.overtaken(g, &cmd, ent.GetData(), last == v)
 		return false
 	}
 	g.origins[cmd.GetOrigin()] = v
@@ -265,7 +265,7 @@ func (e *Engine) apply(g *group, ent *raftpb.Entry) (leaving bool) {
 	}
 	g.last = v
 	e.clock.Observe(e.lastNow, v)
-	recs, res := g.sm.Apply(g.key.ref(), &cmd, v)
+	recs, res := g.sm.Apply(g.key.ref(), ent.GetIndex(), &cmd, v)
 	e.out.Writes = append(e.out.Writes, recs...)
 	if cmd.GetOrigin() != e.cfg.NodeID {
 		return false
@@ -273,6 +273,10 @@ func (e *Engine) apply(g *group, ent *raftpb.Entry) (leaving bool) {
 	if p, ok := e.pending[cmd.GetRequestId()]; ok && p.req.Op != engine.OpGet && p.data != nil && bytes.Equal(p.data, ent.GetData()) {
 		e.untrack(cmd.GetRequestId())
 		res.ID, res.Op = p.req.ID, p.req.Op
+		if p.req.WaitAll && res.Err == nil && g.notifies() {
+			e.hold(g, ent.GetIndex(), res, p.req.Deadline)
+			return false
+		}
 		e.reply(res)
 	}
 	return false
@@ -281,12 +285,20 @@ func (e *Engine) apply(g *group, ent *raftpb.Entry) (leaving bool) {
 // overtaken re-proposes this node's request whose command was skipped at apply because a
 // newer command of this node applied first (a copy of one that applied is matched by
 // neither: its request was answered when the first copy applied).
-func (e *Engine) overtaken(g *group, cmd *peerpb.RaftCommand, data []byte) {
+func (e *Engine) overtaken(g *group, cmd *peerpb.RaftCommand, data []byte, applied bool) {
 	if cmd.GetOrigin() != e.cfg.NodeID {
 		return
 	}
 	p, ok := e.pending[cmd.GetRequestId()]
 	if !ok || p.data == nil || !bytes.Equal(p.data, data) {
+		return
+	}
+	if applied {
+		// This very command applied, unseen by this node (a snapshot brought it): it must
+		// not be proposed again. Its result is not known here.
+		e.untrack(cmd.GetRequestId())
+		e.reply(engine.Result{ID: p.req.ID, Op: p.req.Op, Err: errs.New(errs.Timeout,
+			"keyspace %q partition %d: the write applied, but this node learned it from a snapshot and does not know its result; read to see it", g.key.keyspace, g.key.partition)})
 		return
 	}
 	cmd.Version = wire.VersionToPB(e.clock.Now(e.lastNow))
@@ -310,6 +322,11 @@ func (e *Engine) maybeCompact(g *group) {
 	// Never past the commit index (an entry applied early, as the apply-before-commit
 	// mutation does, must not be compacted into a snapshot).
 	upto := min(g.applied, g.rn.BasicStatus().HardState.GetCommit())
+	// Nor past a snapshot being sent: its follower needs the entries after it (as
+	// CockroachDB keeps the log behind in-flight snapshots).
+	for _, tr := range g.sending {
+		upto = min(upto, tr.index+retain)
+	}
 	if g.sinceCut < max(retain/5, 1) || upto <= retain {
 		return
 	}
@@ -520,8 +537,7 @@ var campaignTransfer = []byte("CampaignTransfer")
 // appliedNotice tells every node how far this node has applied g, for groups whose
 // progress others wait for (the metadata group, through the state machine's Notify).
 func (e *Engine) appliedNotice(g *group) {
-	n, ok := g.sm.(interface{ NotifyApplied() bool })
-	if !ok || !n.NotifyApplied() {
+	if !g.notifies() {
 		return
 	}
 	for _, nd := range e.cfg.Nodes {
@@ -540,11 +556,12 @@ func (e *Engine) stepApplied(from uint32, a *peerpb.RaftApplied) {
 	if g == nil {
 		return
 	}
-	if l, ok := g.sm.(interface {
-		PeerApplied(node uint32, index uint64)
-	}); ok {
-		l.PeerApplied(from, a.GetIndex())
+	if !g.notifies() {
+		return
 	}
+	if g.peerApplied == nil {
+		g.peerApplied = map[uint32]uint64{}
+	}
+	g.peerApplied[from] = max(g.peerApplied[from], a.GetIndex())
+	e.releaseHeld(e.lastNow, g)
 }
-
-var _ = storage.RawOp{}

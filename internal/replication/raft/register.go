@@ -45,22 +45,13 @@ func init() {
 		LowerBoundMs:     lowerBoundMs,
 		Mutations:        Mutations,
 		Metrics: func(reg prometheus.Registerer, e engine.Engine) {
-			registerMetrics(reg, config.ProtocolRaft, e.(*Engine).Counters())
+			RegisterMetrics(reg, config.ProtocolRaft, e.(*Engine).Counters())
 		},
 		// The lease rests on the clock bound ε; the engine measures offsets and falls back
 		// to ReadIndex beyond it, visibly.
 		ClockFallbackPath: PathReadIndex,
 		Sim: engine.SimSupport{
-			MutationHints: map[string]engine.SimHints{
-				// Ignoring ε shows when clocks move by as much as the lease leaves out: on a
-				// LAN, with ε as long as the election timeout and clocks stepped often within
-				// it, a partition's majority elects a leader and commits while the old
-				// leader's ε-less lease still runs, and many readers catch it serving. With
-				// ε that large a correct lease is never valid: reads go by ReadIndex.
-				"lease-ignores-epsilon": {Topology: "lan-3", MaxClockOffset: 500 * time.Millisecond, ClockStepEvery: 100 * time.Millisecond,
-					Faults: []string{"partition", "clock"}, ReadFraction: 0.95, ClientsPerRegion: 6,
-					KeyspaceOptions: map[string]string{"election_timeout": "500ms", "heartbeat_interval": "100ms"}},
-			},
+			MutationHints: MutationHints(),
 			// Elections within a simulated run of seconds, above the topology's RTTs.
 			// A short retained log, so that replicas behind after a crash or a partition are
 			// caught up by snapshots as well as by the log.
@@ -119,4 +110,19 @@ func lowerBoundMs(t *topology.Topology, q engine.BoundQuery) (float64, bool) {
 		return toLeader, true
 	}
 	return toLeader + t.NthRTTMs(leader, len(t.Regions)/2+1), true
+}
+
+// MutationHints adjust the simulated runs of Raft's mutations so that each can show (the
+// metadata group, built on the same engine, uses them too).
+func MutationHints() map[string]engine.SimHints {
+	return map[string]engine.SimHints{
+		// Ignoring ε shows when clocks move by as much as the lease leaves out: on a
+		// LAN, with ε as long as the election timeout and clocks stepped often within
+		// it, a partition's majority elects a leader and commits while the old
+		// leader's ε-less lease still runs, and many readers catch it serving. With
+		// ε that large a correct lease is never valid: reads go by ReadIndex.
+		"lease-ignores-epsilon": {Topology: "lan-3", MaxClockOffset: 500 * time.Millisecond, ClockStepEvery: 100 * time.Millisecond,
+			Faults: []string{"partition", "clock"}, ReadFraction: 0.95, ClientsPerRegion: 6,
+			KeyspaceOptions: map[string]string{"election_timeout": "500ms", "heartbeat_interval": "100ms"}},
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"meridian/internal/engine"
+	"meridian/internal/errs"
 	"meridian/internal/storage"
 	"meridian/internal/wire"
 	"meridian/internal/wire/peerpb"
@@ -105,7 +106,7 @@ func (e *Engine) snapshotFor(g *group) (*raftpb.Snapshot, error) {
 	}
 	if s := g.snap; s == nil || s.ready {
 		if s != nil {
-			e.out.Jobs = append(e.out.Jobs, removeStagedJob{file: s.id})
+			e.retireSnapshot(g, s.id)
 		}
 		e.snapSeq++
 		id := fmt.Sprintf("out-%016x-%d-%d", g.id, e.cfg.NodeID, e.snapSeq)
@@ -114,6 +115,34 @@ func (e *Engine) snapshotFor(g *group) (*raftpb.Snapshot, error) {
 		e.stats.SnapshotsPrepared.Add(1)
 	}
 	return nil, etcdraft.ErrSnapshotTemporarilyUnavailable
+}
+
+// retireSnapshot removes a prepared snapshot's file once no transfer reads it any more.
+func (e *Engine) retireSnapshot(g *group, id string) {
+	for _, tr := range g.sending {
+		if tr.snapID == id {
+			g.retired = append(g.retired, id)
+			return
+		}
+	}
+	e.out.Jobs = append(e.out.Jobs, removeStagedJob{file: id})
+}
+
+// sweepRetired removes the files of retired snapshots whose transfers have ended.
+func (e *Engine) sweepRetired(g *group) {
+	kept := g.retired[:0]
+	for _, id := range g.retired {
+		inUse := false
+		for _, tr := range g.sending {
+			inUse = inUse || tr.snapID == id
+		}
+		if inUse {
+			kept = append(kept, id)
+		} else {
+			e.out.Jobs = append(e.out.Jobs, removeStagedJob{file: id})
+		}
+	}
+	g.retired = kept
 }
 
 // lastConfIndex is the index of the last configuration change g applied (a snapshot older
@@ -494,9 +523,34 @@ func (e *Engine) stepStored(now time.Time, s *peerpb.RaftSnapshotStored) {
 	for _, o := range rx.state.GetOrigins() {
 		g.origins[o.GetNode()] = wire.VersionFromPB(o.GetVersion())
 	}
+	// This node's writes the snapshot may include never apply here through the log: their
+	// results are unknown (as CockroachDB fails such proposals as ambiguous).
+	e.failCoveredWrites(g)
 	g.installing = true
 	e.installing = append(e.installing, g)
 	e.stats.SnapshotsInstalled.Add(1)
+}
+
+// failCoveredWrites fails, as ambiguous, this node's writes on g whose command a snapshot
+// just installed may include (its version is not above this node's last applied one).
+func (e *Engine) failCoveredWrites(g *group) {
+	last, ok := g.origins[e.cfg.NodeID]
+	if !ok {
+		return
+	}
+	for _, id := range e.pendingIDs(g) {
+		p := e.pending[id]
+		if p.data == nil {
+			continue
+		}
+		var cmd peerpb.RaftCommand
+		if proto.Unmarshal(p.data, &cmd) != nil || last.Less(wire.VersionFromPB(cmd.GetVersion())) {
+			continue
+		}
+		e.untrack(id)
+		e.reply(engine.Result{ID: id, Op: p.req.Op, Err: errs.New(errs.Timeout,
+			"keyspace %q partition %d: this replica was caught up by a snapshot that may include the write; it may have applied", g.key.keyspace, g.key.partition)})
+	}
 }
 
 // checkTransfer reads the received file back (a job).
@@ -566,6 +620,7 @@ func (e *Engine) expireTransfers(now time.Time) {
 				e.out.Messages = append(e.out.Messages, tr.offer)
 			}
 		}
+		e.sweepRetired(g)
 		if s := g.snap; s != nil && s.ready && len(g.sending) == 0 && e.ticks-s.doneTick > snapshotKeepTicks {
 			e.out.Jobs = append(e.out.Jobs, removeStagedJob{file: s.id})
 			g.snap = nil

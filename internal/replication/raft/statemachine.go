@@ -17,10 +17,11 @@ type StateMachine interface {
 	// Prepare fills cmd (key, value, tombstone or command) from a client write: a put, a
 	// delete, or an OpCommand. An error refuses the request before anything is proposed.
 	Prepare(req engine.Request, cmd *peerpb.RaftCommand) error
-	// Apply applies one committed command at version v (above every earlier applied
-	// command's) and returns the records to write and the proposer's result (Err, Version,
-	// Output; ID and Op are filled in by the engine).
-	Apply(g GroupRef, cmd *peerpb.RaftCommand, v hlc.Version) ([]storage.Record, engine.Result)
+	// Apply applies one committed command, the log's entry index, at version v (above every
+	// earlier applied command's) and returns the records to write (of the group's
+	// partition) and the proposer's result (Err, Version, Output; ID and Op are filled in by
+	// the engine).
+	Apply(g GroupRef, index uint64, cmd *peerpb.RaftCommand, v hlc.Version) ([]storage.Record, engine.Result)
 	// Load rebuilds in-memory state from the group's records (at start, and after a
 	// snapshot replaced them: records are then the snapshot's, in key order). A state
 	// machine whose state is its records alone does nothing.
@@ -52,7 +53,7 @@ func (kvStateMachine) Prepare(req engine.Request, cmd *peerpb.RaftCommand) error
 	return nil
 }
 
-func (kvStateMachine) Apply(g GroupRef, cmd *peerpb.RaftCommand, v hlc.Version) ([]storage.Record, engine.Result) {
+func (kvStateMachine) Apply(g GroupRef, _ uint64, cmd *peerpb.RaftCommand, v hlc.Version) ([]storage.Record, engine.Result) {
 	rec := storage.Record{Keyspace: g.Keyspace, Partition: g.Partition, Key: cmd.GetKey(), Value: cmd.GetValue(), Tombstone: cmd.GetTombstone(), Version: v}
 	if rec.Value == nil && !rec.Tombstone {
 		rec.Value = []byte{}

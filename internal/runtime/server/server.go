@@ -61,6 +61,10 @@ func ToStatus(err error) error {
 		code = codes.DeadlineExceeded
 	case errs.Overloaded, errs.Exhausted:
 		code = codes.ResourceExhausted
+	case errs.Conflict:
+		code = codes.Aborted
+	case errs.StalePlacement:
+		code = codes.FailedPrecondition
 	}
 	return status.Error(code, err.Error())
 }

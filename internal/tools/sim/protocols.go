@@ -77,6 +77,9 @@ func prepare(p Protocol, o *Options) {
 	if o.NodesPerRegion == 0 {
 		o.NodesPerRegion = p.Sim.NodesPerRegion
 	}
+	if o.Partitions == 0 {
+		o.Partitions = p.Sim.Partitions
+	}
 	if o.ReadLevel == "" && o.WriteLevel == "" {
 		o.ReadLevel, o.WriteLevel = p.ReadLevel, p.WriteLevel
 	}

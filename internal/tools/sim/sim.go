@@ -156,6 +156,17 @@ type simulator struct {
 	lossProb, dupProb float64
 	spikeProb         float64
 	invariantBroken   *check.Violation
+	// workload replaces the key-value clients and checkers for protocols that bring their
+	// own (engine.SimSupport.NewWorkload).
+	workload engine.SimWorkload
+	wops     map[uint64]*workloadOp
+}
+
+// workloadOp is a request of the protocol's own workload in flight.
+type workloadOp struct {
+	client int
+	req    engine.Request
+	invoke int64
 }
 
 // Run executes one seed and checks its history.
@@ -184,6 +195,10 @@ func Run(o Options) (*Report, error) {
 	}
 	s.report.Seed = o.Seed
 	s.readLvl, s.writeLvl = levels(p, o.Mutation, o.ReadLevel, o.WriteLevel)
+	if p.Sim.NewWorkload != nil {
+		s.workload = p.Sim.NewWorkload()
+		s.wops = map[uint64]*workloadOp{}
+	}
 	if err := s.setup(); err != nil {
 		return nil, err
 	}
@@ -221,7 +236,7 @@ func (s *simulator) schedule(e event) {
 func (s *simulator) setup() error {
 	t := s.o.Topology
 	c := &config.Cluster{Name: "sim", Topology: t, TopologyRef: t.Name,
-		Clock: config.Clock{MaxOffset: s.o.MaxClockOffset}}
+		Clock: config.Clock{MaxOffset: s.o.MaxClockOffset}, AllowInternal: true}
 	id := uint32(0)
 	for _, r := range t.Regions {
 		for i := range s.o.NodesPerRegion {
@@ -769,6 +784,9 @@ func (s *simulator) clientOp(ci int) error {
 		cl.stopped = true
 		return nil
 	}
+	if s.workload != nil {
+		return s.workloadOp(ci)
+	}
 	node := cl.home
 	if s.o.Roam && s.rng.IntN(3) == 0 {
 		node = s.rng.IntN(len(s.nodes))
@@ -810,6 +828,50 @@ func (s *simulator) clientOp(ci int) error {
 	return s.processReady(node)
 }
 
+// workloadOp starts client ci's next request of the protocol's own workload.
+func (s *simulator) workloadOp(ci int) error {
+	cl := s.clients[ci]
+	node := cl.home
+	req := s.workload.Next(s.rng, "sim", ci)
+	n := s.nodes[node]
+	if !n.up {
+		s.workload.Done(ci, req, engine.Result{}, engine.SimFailed, time.Duration(s.now), time.Duration(s.now))
+		cl.home = s.otherNodeIn(cl.region, cl.home)
+		s.schedule(event{at: s.now + s.rng.Int64N(int64(10*time.Millisecond)), kind: evClientOp, cli: ci})
+		return nil
+	}
+	s.nextReq++
+	req.ID = s.nextReq
+	local := s.localTime(node)
+	req.Deadline = local.Add(s.o.RequestTimeout)
+	cl.inflight = &inflightOp{req: req.ID, node: node}
+	s.reqs[req.ID] = ci
+	s.wops[req.ID] = &workloadOp{client: ci, req: req, invoke: s.now}
+	s.trace("invoke c%d %s via %s", ci, s.workload.Describe(req), n.cfg.Name)
+	s.schedule(event{at: s.now + int64(s.o.RequestTimeout) + int64(500*time.Millisecond), kind: evClientTimeout, cli: ci, req: req.ID})
+	n.host.Propose(local, req)
+	return s.processReady(node)
+}
+
+// finishWorkloadOp ends a workload request.
+func (s *simulator) finishWorkloadOp(ci int, id uint64, res engine.Result, outcome engine.SimOutcome) {
+	cl := s.clients[ci]
+	w := s.wops[id]
+	delete(s.wops, id)
+	delete(s.reqs, id)
+	cl.inflight = nil
+	if w == nil {
+		return
+	}
+	s.workload.Done(ci, w.req, res, outcome, time.Duration(w.invoke), time.Duration(s.now))
+	if outcome == engine.SimOK {
+		s.report.OK++
+	}
+	s.report.Ops++
+	s.trace("return c%d %s -> %v", ci, s.workload.Describe(w.req), res.Err)
+	s.schedule(event{at: s.now + s.rng.Int64N(int64(10*time.Millisecond)), kind: evClientOp, cli: ci})
+}
+
 func opString(op check.Op) string {
 	if op.Kind == check.Write {
 		return fmt.Sprintf("write %s=%s", op.Key, op.Value)
@@ -824,6 +886,20 @@ func (s *simulator) reply(node int, r engine.Result) {
 	}
 	cl := s.clients[ci]
 	if cl.inflight == nil || cl.inflight.req != r.ID {
+		return
+	}
+	if s.workload != nil {
+		outcome := engine.SimOK
+		switch errs.KindOf(r.Err) {
+		case errs.Unavailable, errs.Overloaded:
+			outcome = engine.SimFailed
+		case errs.Timeout, errs.Internal:
+			outcome = engine.SimIndeterminate
+		}
+		if r.Err == nil {
+			outcome = engine.SimOK
+		}
+		s.finishWorkloadOp(ci, r.ID, r, outcome)
 		return
 	}
 	idx := cl.inflight.idx
@@ -877,6 +953,11 @@ func (s *simulator) clientTimeout(ci int, req uint64) {
 	if cl.inflight == nil || cl.inflight.req != req {
 		return
 	}
+	if s.workload != nil {
+		s.finishWorkloadOp(ci, req, engine.Result{}, engine.SimIndeterminate)
+		cl.home = s.otherNodeIn(cl.region, cl.home)
+		return
+	}
 	s.finishOp(ci, cl.inflight.idx, check.Indeterminate, engine.Result{})
 	cl.home = s.otherNodeIn(cl.region, cl.home) // try another coordinator of its region
 }
@@ -904,6 +985,9 @@ func (s *simulator) finish() (*Report, error) {
 		if cl.inflight != nil {
 			s.clientTimeout(ci, cl.inflight.req)
 		}
+	}
+	if s.workload != nil {
+		return s.finishWorkload()
 	}
 	var final []check.ReplicaState
 	ks, _ := s.pmap.Keyspace("sim")
@@ -936,6 +1020,36 @@ func (s *simulator) finish() (*Report, error) {
 		if op.Outcome == check.OK {
 			s.report.OK++
 		}
+	}
+	s.report.SimSeconds = float64(s.now) / 1e9
+	s.report.TraceHash = s.hash.Sum64()
+	return &s.report, nil
+}
+
+// finishWorkload has the protocol's workload judge the history and every node's final
+// records.
+func (s *simulator) finishWorkload() (*Report, error) {
+	ks, _ := s.pmap.Keyspace("sim")
+	final := map[string][]storage.Record{}
+	for _, n := range s.nodes {
+		var recs []storage.Record
+		for _, p := range ks.Partitions {
+			err := n.engine.Scan("sim", p.ID, nil, nil, 0, func(r storage.Record) bool {
+				recs = append(recs, r)
+				return true
+			})
+			if err != nil {
+				return nil, fmt.Errorf("sim: final read on %s: %w", n.cfg.Name, err)
+			}
+		}
+		final[n.cfg.Name] = recs
+	}
+	for _, v := range s.workload.Check(final) {
+		checker, reason, _ := strings.Cut(v, ": ")
+		s.report.Violations = append(s.report.Violations, &check.Violation{Checker: checker, Reason: reason})
+	}
+	if s.invariantBroken != nil {
+		s.report.Violations = append([]*check.Violation{s.invariantBroken}, s.report.Violations...)
 	}
 	s.report.SimSeconds = float64(s.now) / 1e9
 	s.report.TraceHash = s.hash.Sum64()

@@ -1,0 +1,373 @@
+// Package metadata is Meridian's cluster metadata: the catalog of keyspaces with their
+// placement, and the membership of the cluster, kept by one Raft group (the "_meta" keyspace,
+// protocol "metadata"). Its voters are a few nodes spread over the regions (config
+// metadata.voters); every other node follows it as a learner, so every node holds the whole
+// catalog and serves under it.
+//
+// Every change is a command in the group's log, applied by the same deterministic state
+// machine on every node (Catalog.Apply): create, alter and drop of a keyspace, each
+// conditional on the version it was based on, and the registration of a node. A keyspace's
+// version is the log index of the command that last changed it, so two concurrent changes of
+// one keyspace are ordered by the log and exactly one of them wins; the other gets a clear
+// error (errs.Conflict or errs.AlreadyExists). The applied state is stored as records of the
+// group's partition (Record), written in the same synced batch as the group's applied index;
+// nodes install keyspaces from those records as they become durable (the node runtime's
+// watchCatalog), and a change returns once every live node has applied it.
+package metadata
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+
+	"meridian/internal/config"
+	"meridian/internal/errs"
+	"meridian/internal/placement"
+	"meridian/internal/storage"
+)
+
+// Keyspace is the name of the metadata group's keyspace.
+const Keyspace = "_meta"
+
+// LegacyKeyspace is where the catalog lived before it moved to the metadata group (a quorum
+// keyspace of that name, records "keyspace/NAME"); a data directory that still has it is
+// migrated at start (the node runtime).
+const LegacyKeyspace = "_system"
+
+// Record keys in the metadata partition.
+const (
+	keyspacePrefix = "ks/"
+	nodePrefix     = "node/"
+)
+
+// KeyspaceKey is the record key of keyspace name.
+func KeyspaceKey(name string) []byte { return []byte(keyspacePrefix + name) }
+
+// IsKeyspaceKey reports whether a metadata record key is a keyspace's, and whose.
+func IsKeyspaceKey(key []byte) (string, bool) {
+	if !strings.HasPrefix(string(key), keyspacePrefix) {
+		return "", false
+	}
+	return string(key[len(keyspacePrefix):]), true
+}
+
+// KeyspaceRecord is a keyspace as the catalog holds it.
+type KeyspaceRecord struct {
+	Spec       config.Keyspace       `json:"spec"`
+	Partitions []placement.Partition `json:"partitions"`
+	// Version is the log index of the command that last changed the keyspace.
+	Version uint64 `json:"version"`
+	// Created is the log index of the command that created it.
+	Created uint64 `json:"created"`
+}
+
+// Placement returns the record as a placement keyspace.
+func (r *KeyspaceRecord) Placement() *placement.Keyspace {
+	return &placement.Keyspace{Spec: r.Spec, Partitions: r.Partitions, Version: r.Version}
+}
+
+// DecodeKeyspace decodes a keyspace record's value.
+func DecodeKeyspace(b []byte) (*KeyspaceRecord, error) {
+	var r KeyspaceRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("metadata: keyspace record: %w", err)
+	}
+	if r.Spec.Name == "" || len(r.Partitions) == 0 {
+		return nil, fmt.Errorf("metadata: keyspace record without a name or partitions")
+	}
+	return &r, nil
+}
+
+// NodeRecord is a node's membership record.
+type NodeRecord struct {
+	ID     uint32 `json:"id"`
+	Name   string `json:"name"`
+	Region string `json:"region"`
+	// State is "active" (issue 14 adds joining and decommissioning states).
+	State   string `json:"state"`
+	Version uint64 `json:"version"`
+}
+
+// Command is one metadata change, the payload of a log entry (RaftCommand.command). JSON,
+// so a log stays readable across versions; V is its format version.
+type Command struct {
+	V int    `json:"v"`
+	Op string `json:"op"` // create, alter, drop, register_node
+	// Name is the keyspace (alter, drop).
+	Name string `json:"name,omitempty"`
+	// Spec is the keyspace to create.
+	Spec *config.Keyspace `json:"spec,omitempty"`
+	// IfAbsent (create): an identical keyspace that already exists is not an error (the
+	// import of a configuration file's keyspaces, which every node proposes).
+	IfAbsent bool `json:"if_absent,omitempty"`
+	// ExpectVersion (alter, drop): the change applies only if the keyspace is still at this
+	// version (0: whatever its version).
+	ExpectVersion uint64 `json:"expect_version,omitempty"`
+	// Alter: options to set (an empty value removes the option, back to its default), and
+	// new regions and replicas per region (zero values: unchanged).
+	SetOptions        map[string]string `json:"set_options,omitempty"`
+	Regions           []string          `json:"regions,omitempty"`
+	ReplicasPerRegion int               `json:"replicas_per_region,omitempty"`
+	// Node (register_node).
+	Node *NodeRecord `json:"node,omitempty"`
+}
+
+// Command ops.
+const (
+	OpCreate       = "create"
+	OpAlter        = "alter"
+	OpDrop         = "drop"
+	OpRegisterNode = "register_node"
+)
+
+// commandVersion is the Command format this code writes and understands.
+const commandVersion = 1
+
+// Encode encodes c.
+func (c Command) Encode() []byte {
+	c.V = commandVersion
+	b, _ := json.Marshal(c)
+	return b
+}
+
+// DecodeCommand decodes a command.
+func DecodeCommand(b []byte) (Command, error) {
+	var c Command
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("metadata: command: %w", err)
+	}
+	if c.V != commandVersion {
+		return c, fmt.Errorf("metadata: command format %d, this node understands %d", c.V, commandVersion)
+	}
+	return c, nil
+}
+
+// Outcome is a command's result (engine.Result.Output).
+type Outcome struct {
+	// Version is the keyspace's version after the command (create, alter), or the version
+	// it had (drop, an identical create of an existing keyspace).
+	Version  uint64          `json:"version"`
+	Keyspace *KeyspaceRecord `json:"keyspace,omitempty"`
+	// Unchanged: the command found the catalog already as it asked (an identical create).
+	Unchanged bool `json:"unchanged,omitempty"`
+}
+
+// DecodeOutcome decodes a command's result.
+func DecodeOutcome(b []byte) (Outcome, error) {
+	var o Outcome
+	if len(b) == 0 {
+		return o, fmt.Errorf("metadata: empty outcome")
+	}
+	if err := json.Unmarshal(b, &o); err != nil {
+		return o, fmt.Errorf("metadata: outcome: %w", err)
+	}
+	return o, nil
+}
+
+// Catalog is the metadata state machine's state: the keyspaces and nodes. Deterministic: its
+// Apply depends only on its state, the command and the log index.
+type Catalog struct {
+	// cluster is what validation and placement need: the topology and the nodes.
+	cluster   *config.Cluster
+	keyspaces map[string]*KeyspaceRecord
+	nodes     map[uint32]*NodeRecord
+}
+
+// NewCatalog returns an empty catalog for the cluster.
+func NewCatalog(cluster *config.Cluster) *Catalog {
+	return &Catalog{cluster: cluster, keyspaces: map[string]*KeyspaceRecord{}, nodes: map[uint32]*NodeRecord{}}
+}
+
+// Keyspaces returns the catalog's keyspaces by name (not to be modified).
+func (c *Catalog) Keyspaces() map[string]*KeyspaceRecord { return c.keyspaces }
+
+// Load replaces the catalog with its records: each key's newest version only (a snapshot
+// file holds every version, newest first; a storage scan only the newest).
+func (c *Catalog) Load(records func(fn func(storage.Record) bool) error) error {
+	ks := map[string]*KeyspaceRecord{}
+	nodes := map[uint32]*NodeRecord{}
+	seen := map[string]bool{}
+	var decodeErr error
+	err := records(func(r storage.Record) bool {
+		if seen[string(r.Key)] {
+			return true
+		}
+		seen[string(r.Key)] = true
+		if r.Tombstone {
+			return true
+		}
+		switch {
+		case strings.HasPrefix(string(r.Key), keyspacePrefix):
+			rec, err := DecodeKeyspace(r.Value)
+			if err != nil {
+				decodeErr = err
+				return false
+			}
+			ks[rec.Spec.Name] = rec
+		case strings.HasPrefix(string(r.Key), nodePrefix):
+			var n NodeRecord
+			if err := json.Unmarshal(r.Value, &n); err != nil {
+				decodeErr = fmt.Errorf("metadata: node record: %w", err)
+				return false
+			}
+			nodes[n.ID] = &n
+		}
+		return true
+	})
+	if err == nil {
+		err = decodeErr
+	}
+	if err != nil {
+		return err
+	}
+	c.keyspaces, c.nodes = ks, nodes
+	return nil
+}
+
+// Apply applies one committed command at log index. It returns the records to write (the
+// catalog's new state for what changed) and the outcome, or the error the proposer gets.
+func (c *Catalog) Apply(index uint64, cmd Command) ([]storage.Record, Outcome, error) {
+	switch cmd.Op {
+	case OpCreate:
+		return c.create(index, cmd)
+	case OpAlter:
+		return c.alter(index, cmd)
+	case OpDrop:
+		return c.drop(index, cmd)
+	case OpRegisterNode:
+		return c.registerNode(index, cmd)
+	}
+	return nil, Outcome{}, errs.New(errs.Invalid, "metadata command %q is not known", cmd.Op)
+}
+
+func (c *Catalog) create(index uint64, cmd Command) ([]storage.Record, Outcome, error) {
+	if cmd.Spec == nil {
+		return nil, Outcome{}, errs.New(errs.Invalid, "create keyspace: no spec")
+	}
+	spec := cloneSpec(*cmd.Spec)
+	if err := config.ValidateKeyspace(&spec, c.cluster); err != nil {
+		return nil, Outcome{}, errs.New(errs.Invalid, "%v", err)
+	}
+	if old, ok := c.keyspaces[spec.Name]; ok {
+		if cmd.IfAbsent && sameSpec(old.Spec, spec) {
+			return nil, Outcome{Version: old.Version, Keyspace: old, Unchanged: true}, nil
+		}
+		return nil, Outcome{}, errs.New(errs.AlreadyExists, "keyspace %q already exists (created at metadata version %d, now at version %d)", spec.Name, old.Created, old.Version)
+	}
+	pk, err := placement.BuildKeyspace(spec, c.cluster.Nodes)
+	if err != nil {
+		return nil, Outcome{}, errs.New(errs.Invalid, "%v", err)
+	}
+	rec := &KeyspaceRecord{Spec: spec, Partitions: pk.Partitions, Version: index, Created: index}
+	c.keyspaces[spec.Name] = rec
+	return []storage.Record{keyspaceRecord(rec)}, Outcome{Version: index, Keyspace: rec}, nil
+}
+
+func (c *Catalog) alter(index uint64, cmd Command) ([]storage.Record, Outcome, error) {
+	old, err := c.conditional(cmd, "alter")
+	if err != nil {
+		return nil, Outcome{}, err
+	}
+	spec := cloneSpec(old.Spec)
+	for _, k := range slices.Sorted(maps.Keys(cmd.SetOptions)) {
+		if v := cmd.SetOptions[k]; v == "" {
+			delete(spec.Options, k)
+		} else {
+			spec.Options[k] = v
+		}
+	}
+	moved := false
+	if len(cmd.Regions) > 0 && !slices.Equal(cmd.Regions, spec.Regions) {
+		spec.Regions, moved = slices.Clone(cmd.Regions), true
+	}
+	if cmd.ReplicasPerRegion > 0 && cmd.ReplicasPerRegion != spec.ReplicasPerRegion {
+		spec.ReplicasPerRegion, moved = cmd.ReplicasPerRegion, true
+	}
+	if err := config.ValidateKeyspace(&spec, c.cluster); err != nil {
+		return nil, Outcome{}, errs.New(errs.Invalid, "alter keyspace %q: %v", old.Spec.Name, err)
+	}
+	if p, _ := config.Protocol(spec.Protocol); moved && !p.MovableReplicas {
+		return nil, Outcome{}, errs.New(errs.Invalid,
+			"alter keyspace %q: protocol %s cannot move replicas between nodes yet (data movement for it comes with elastic partitions); regions and replicas_per_region stay as they are", old.Spec.Name, spec.Protocol)
+	}
+	if sameSpec(old.Spec, spec) {
+		return nil, Outcome{Version: old.Version, Keyspace: old, Unchanged: true}, nil
+	}
+	pk, err := placement.Rebuild(old.Placement(), spec, c.cluster.Nodes)
+	if err != nil {
+		return nil, Outcome{}, errs.New(errs.Invalid, "alter keyspace %q: %v", old.Spec.Name, err)
+	}
+	rec := &KeyspaceRecord{Spec: spec, Partitions: pk.Partitions, Version: index, Created: old.Created}
+	c.keyspaces[spec.Name] = rec
+	return []storage.Record{keyspaceRecord(rec)}, Outcome{Version: index, Keyspace: rec}, nil
+}
+
+func (c *Catalog) drop(index uint64, cmd Command) ([]storage.Record, Outcome, error) {
+	old, err := c.conditional(cmd, "drop")
+	if err != nil {
+		return nil, Outcome{}, err
+	}
+	delete(c.keyspaces, old.Spec.Name)
+	return []storage.Record{{Keyspace: Keyspace, Key: KeyspaceKey(old.Spec.Name), Tombstone: true}}, Outcome{Version: old.Version}, nil
+}
+
+// conditional finds the keyspace a change names and checks the version it was based on.
+func (c *Catalog) conditional(cmd Command, what string) (*KeyspaceRecord, error) {
+	if strings.HasPrefix(cmd.Name, "_") {
+		return nil, errs.New(errs.Invalid, "%s keyspace %q: system keyspaces cannot be changed", what, cmd.Name)
+	}
+	old, ok := c.keyspaces[cmd.Name]
+	if !ok {
+		return nil, errs.New(errs.NotFound, "%s keyspace %q: no such keyspace", what, cmd.Name)
+	}
+	if cmd.ExpectVersion != 0 && cmd.ExpectVersion != old.Version {
+		return nil, errs.New(errs.Conflict, "%s keyspace %q: it changed concurrently (it is at version %d; this change was based on version %d); describe it and retry",
+			what, cmd.Name, old.Version, cmd.ExpectVersion)
+	}
+	return old, nil
+}
+
+func (c *Catalog) registerNode(index uint64, cmd Command) ([]storage.Record, Outcome, error) {
+	n := cmd.Node
+	if n == nil || n.ID == 0 || n.Name == "" {
+		return nil, Outcome{}, errs.New(errs.Invalid, "register node: no node")
+	}
+	if _, ok := c.cluster.NodeByID(n.ID); !ok {
+		return nil, Outcome{}, errs.New(errs.Invalid, "register node: node %d is not in the cluster configuration", n.ID)
+	}
+	if old, ok := c.nodes[n.ID]; ok && old.Name == n.Name && old.Region == n.Region && old.State == n.State {
+		return nil, Outcome{Version: old.Version, Unchanged: true}, nil
+	}
+	rec := &NodeRecord{ID: n.ID, Name: n.Name, Region: n.Region, State: n.State, Version: index}
+	c.nodes[n.ID] = rec
+	b, _ := json.Marshal(rec)
+	return []storage.Record{{Keyspace: Keyspace, Key: []byte(fmt.Sprintf("%s%010d", nodePrefix, n.ID)), Value: b}}, Outcome{Version: index}, nil
+}
+
+// Nodes returns the membership records by node ID.
+func (c *Catalog) Nodes() map[uint32]*NodeRecord { return c.nodes }
+
+func keyspaceRecord(rec *KeyspaceRecord) storage.Record {
+	b, _ := json.Marshal(rec)
+	return storage.Record{Keyspace: Keyspace, Key: KeyspaceKey(rec.Spec.Name), Value: b}
+}
+
+func cloneSpec(s config.Keyspace) config.Keyspace {
+	s.Regions = slices.Clone(s.Regions)
+	s.Options = maps.Clone(s.Options)
+	if s.Options == nil {
+		s.Options = map[string]string{}
+	}
+	return s
+}
+
+// sameSpec compares two validated specs.
+func sameSpec(a, b config.Keyspace) bool {
+	if len(a.Options) == 0 && len(b.Options) == 0 {
+		a.Options, b.Options = nil, nil
+	}
+	return reflect.DeepEqual(a, b)
+}
