@@ -94,7 +94,7 @@ type NodeRecord struct {
 // Command is one metadata change, the payload of a log entry (RaftCommand.command). JSON,
 // so a log stays readable across versions; V is its format version.
 type Command struct {
-	V int    `json:"v"`
+	V  int    `json:"v"`
 	Op string `json:"op"` // create, alter, drop, register_node
 	// Name is the keyspace (alter, drop).
 	Name string `json:"name,omitempty"`
