@@ -115,6 +115,13 @@ type Client struct {
 
 	infoMu sync.Mutex
 	info   *meridianpb.ServerInfoResponse // the node's limits, once fetched
+
+	// placement is the newest placement version seen per keyspace: sent with every request,
+	// so this client is never served under an older placement than one it has seen (after
+	// an alter-keyspace it made, say). A node with a newer placement answers "stale
+	// placement"; the client refreshes (DescribeKeyspace) and retries once.
+	pvMu      sync.Mutex
+	placement map[string]uint64
 }
 
 // Options configure a connection. The zero value is usable: every zero field gets its
@@ -195,7 +202,7 @@ func DialOptions(endpoint string, o Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: dial %s: %w", endpoint, err)
 	}
-	return &Client{endpoint: endpoint, opts: o, conn: conn, api: meridianpb.NewMeridianClient(conn)}, nil
+	return &Client{endpoint: endpoint, opts: o, conn: conn, api: meridianpb.NewMeridianClient(conn), placement: map[string]uint64{}}, nil
 }
 
 // Close closes the connection.
@@ -353,6 +360,49 @@ func (c *Client) CheckValueSize(ctx context.Context, size int) error {
 	return nil
 }
 
+// PlacementVersion returns the newest placement version of keyspace this client has seen
+// (0: none).
+func (c *Client) PlacementVersion(keyspace string) uint64 {
+	c.pvMu.Lock()
+	defer c.pvMu.Unlock()
+	return c.placement[keyspace]
+}
+
+// sawPlacement records a placement version of keyspace from a response.
+func (c *Client) sawPlacement(keyspace string, v uint64) {
+	c.pvMu.Lock()
+	defer c.pvMu.Unlock()
+	if v > c.placement[keyspace] {
+		c.placement[keyspace] = v
+	}
+}
+
+// refreshPlacement reads keyspace's current placement version from the cluster metadata
+// (after a "stale placement" answer) and reports whether it could.
+func (c *Client) refreshPlacement(ctx context.Context, keyspace string) bool {
+	r, err := c.DescribeKeyspace(ctx, keyspace)
+	if err != nil {
+		return false
+	}
+	c.pvMu.Lock()
+	defer c.pvMu.Unlock()
+	c.placement[keyspace] = r.PlacementVersion
+	return true
+}
+
+// withPlacement runs one request with this client's placement version of keyspace; if the
+// node answers "stale placement", it refreshes the version and runs it once more.
+func withPlacement[T any](c *Client, ctx context.Context, keyspace string, do func(pv uint64) (T, uint64, error)) (T, error) {
+	out, pv, err := do(c.PlacementVersion(keyspace))
+	if CodeOf(err) == codes.FailedPrecondition && c.refreshPlacement(ctx, keyspace) {
+		out, pv, err = do(c.PlacementVersion(keyspace))
+	}
+	if err == nil {
+		c.sawPlacement(keyspace, pv)
+	}
+	return out, err
+}
+
 // GetResult is the outcome of a Get.
 type GetResult struct {
 	Found       bool
@@ -360,8 +410,14 @@ type GetResult struct {
 	Version     Version
 	Coordinator string
 	// ReadPath says how the read was served: "quorum", "local", ... (see the API's
-	// GetResponse.read_path); for GlobLease "master", "lease", "forwarded" or "affiliate".
+	// GetResponse.read_path); for GlobLease "master", "lease", "forwarded" or "affiliate";
+	// for raft "lease", "read-index" or "stale".
 	ReadPath string
+	// StalenessBound, for a raft STALE read, bounds how old the value may be: it holds every
+	// write acknowledged more than this long before the read (-1: unknown).
+	StalenessBound time.Duration
+	// PlacementVersion is the keyspace's placement version the read was served under.
+	PlacementVersion uint64
 }
 
 // Get reads key.
@@ -375,11 +431,19 @@ func (c *Client) get(ctx context.Context, keyspace string, key []byte, session *
 		return GetResult{}, err
 	}
 	defer cl.cancel()
-	r, err := c.api.Get(cl.ctx, &meridianpb.GetRequest{Keyspace: keyspace, Key: key, Consistency: o.consistency, TimeoutMs: cl.timeoutMs, SessionVersion: session})
-	if err != nil {
-		return GetResult{}, c.wrap(cl, err, 0)
-	}
-	return GetResult{Found: r.Found, Value: r.Value, Version: fromPB(r.Version), Coordinator: r.Coordinator, ReadPath: r.ReadPath}, nil
+	return withPlacement(c, cl.ctx, keyspace, func(pv uint64) (GetResult, uint64, error) {
+		r, err := c.api.Get(cl.ctx, &meridianpb.GetRequest{Keyspace: keyspace, Key: key, Consistency: o.consistency, TimeoutMs: cl.timeoutMs,
+			SessionVersion: session, PlacementVersion: pv})
+		if err != nil {
+			return GetResult{}, 0, c.wrap(cl, err, 0)
+		}
+		stale := time.Duration(r.StalenessBoundMs * float64(time.Millisecond))
+		if r.StalenessBoundMs < 0 {
+			stale = -1
+		}
+		return GetResult{Found: r.Found, Value: r.Value, Version: fromPB(r.Version), Coordinator: r.Coordinator, ReadPath: r.ReadPath,
+			StalenessBound: stale, PlacementVersion: r.PlacementVersion}, r.PlacementVersion, nil
+	})
 }
 
 // Put writes key and returns the version it was written at.
@@ -398,12 +462,14 @@ func (c *Client) put(ctx context.Context, keyspace string, key, value []byte, se
 			return Version{}, err
 		}
 	}
-	r, err := c.api.Put(cl.ctx, &meridianpb.PutRequest{Keyspace: keyspace, Key: key, Value: value, Consistency: o.consistency, WriteMode: o.writeMode,
-		TimeoutMs: cl.timeoutMs, SessionVersion: session})
-	if err != nil {
-		return Version{}, c.wrap(cl, err, len(value))
-	}
-	return fromPB(r.Version), nil
+	return withPlacement(c, cl.ctx, keyspace, func(pv uint64) (Version, uint64, error) {
+		r, err := c.api.Put(cl.ctx, &meridianpb.PutRequest{Keyspace: keyspace, Key: key, Value: value, Consistency: o.consistency, WriteMode: o.writeMode,
+			TimeoutMs: cl.timeoutMs, SessionVersion: session, PlacementVersion: pv})
+		if err != nil {
+			return Version{}, 0, c.wrap(cl, err, len(value))
+		}
+		return fromPB(r.Version), r.PlacementVersion, nil
+	})
 }
 
 // Delete deletes key and returns the version of the tombstone.
@@ -417,12 +483,14 @@ func (c *Client) del(ctx context.Context, keyspace string, key []byte, session *
 		return Version{}, err
 	}
 	defer cl.cancel()
-	r, err := c.api.Delete(cl.ctx, &meridianpb.DeleteRequest{Keyspace: keyspace, Key: key, Consistency: o.consistency, WriteMode: o.writeMode,
-		TimeoutMs: cl.timeoutMs, SessionVersion: session})
-	if err != nil {
-		return Version{}, c.wrap(cl, err, 0)
-	}
-	return fromPB(r.Version), nil
+	return withPlacement(c, cl.ctx, keyspace, func(pv uint64) (Version, uint64, error) {
+		r, err := c.api.Delete(cl.ctx, &meridianpb.DeleteRequest{Keyspace: keyspace, Key: key, Consistency: o.consistency, WriteMode: o.writeMode,
+			TimeoutMs: cl.timeoutMs, SessionVersion: session, PlacementVersion: pv})
+		if err != nil {
+			return Version{}, 0, c.wrap(cl, err, 0)
+		}
+		return fromPB(r.Version), r.PlacementVersion, nil
+	})
 }
 
 // KeyValue is one item of a scan.
@@ -443,14 +511,24 @@ func (c *Client) Scan(ctx context.Context, keyspace string, start, end []byte, l
 		return nil, false, err
 	}
 	defer cl.cancel()
-	r, err := c.api.Scan(cl.ctx, &meridianpb.ScanRequest{Keyspace: keyspace, Start: start, End: end, Limit: uint32(limit), Consistency: o.consistency, TimeoutMs: cl.timeoutMs})
-	if err != nil {
-		return nil, false, c.wrap(cl, err, 0)
+	type page struct {
+		items []KeyValue
+		more  bool
 	}
-	for _, it := range r.Items {
-		items = append(items, KeyValue{Key: it.Key, Value: it.Value, Version: fromPB(it.Version)})
-	}
-	return items, r.More, nil
+	p, err := withPlacement(c, cl.ctx, keyspace, func(pv uint64) (page, uint64, error) {
+		r, err := c.api.Scan(cl.ctx, &meridianpb.ScanRequest{Keyspace: keyspace, Start: start, End: end, Limit: uint32(limit), Consistency: o.consistency,
+			TimeoutMs: cl.timeoutMs, PlacementVersion: pv})
+		if err != nil {
+			return page{}, 0, c.wrap(cl, err, 0)
+		}
+		var out page
+		for _, it := range r.Items {
+			out.items = append(out.items, KeyValue{Key: it.Key, Value: it.Value, Version: fromPB(it.Version)})
+		}
+		out.more = r.More
+		return out, r.PlacementVersion, nil
+	})
+	return p.items, p.more, err
 }
 
 // MoveMaster moves the master of key in a GlobLease keyspace to a replica in region. It
@@ -485,14 +563,67 @@ func (c *Client) CreateKeyspace(ctx context.Context, spec *KeyspaceSpec, options
 	if err != nil {
 		return nil, nil, c.wrap(cl, err, 0)
 	}
+	c.sawPlacement(spec.GetName(), r.Version)
 	return r.Spec, r.NotInstalled, nil
 }
 
-// DescribeKeyspace returns a keyspace's spec and placement.
-func (c *Client) DescribeKeyspace(ctx context.Context, name string) (*meridianpb.DescribeKeyspaceResponse, error) {
-	_, cl, _ := c.begin(ctx, nil)
+// KeyspaceChange is what AlterKeyspace changes.
+type KeyspaceChange struct {
+	// SetOptions sets protocol options; an empty value restores an option's default.
+	SetOptions map[string]string
+	// Regions and ReplicasPerRegion change the replication (protocols that move replicas
+	// themselves: raft). Empty or 0: unchanged.
+	Regions           []string
+	ReplicasPerRegion uint32
+	// ExpectVersion: change only if the keyspace is still at this placement version
+	// (else the error is codes.Aborted, "changed concurrently"); 0: whatever its version.
+	ExpectVersion uint64
+}
+
+// AlterKeyspace changes a keyspace through the cluster metadata. It returns once every node
+// that is up has installed the change (notInstalled names the others).
+func (c *Client) AlterKeyspace(ctx context.Context, name string, ch KeyspaceChange, options ...Option) (*meridianpb.AlterKeyspaceResponse, error) {
+	_, cl, err := c.begin(ctx, options)
+	if err != nil {
+		return nil, err
+	}
 	defer cl.cancel()
-	r, err := c.api.DescribeKeyspace(cl.ctx, &meridianpb.DescribeKeyspaceRequest{Name: name})
+	r, err := c.api.AlterKeyspace(cl.ctx, &meridianpb.AlterKeyspaceRequest{Name: name, SetOptions: ch.SetOptions, Regions: ch.Regions,
+		ReplicasPerRegion: ch.ReplicasPerRegion, ExpectVersion: ch.ExpectVersion, TimeoutMs: cl.timeoutMs})
+	if err != nil {
+		return nil, c.wrap(cl, err, 0)
+	}
+	c.sawPlacement(name, r.Version)
+	return r, nil
+}
+
+// DropKeyspace removes a keyspace and its data (expectVersion: only if it is still at that
+// placement version; 0: whatever its version).
+func (c *Client) DropKeyspace(ctx context.Context, name string, expectVersion uint64, options ...Option) (*meridianpb.DropKeyspaceResponse, error) {
+	_, cl, err := c.begin(ctx, options)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.cancel()
+	r, err := c.api.DropKeyspace(cl.ctx, &meridianpb.DropKeyspaceRequest{Name: name, ExpectVersion: expectVersion, TimeoutMs: cl.timeoutMs})
+	if err != nil {
+		return nil, c.wrap(cl, err, 0)
+	}
+	c.pvMu.Lock()
+	delete(c.placement, name)
+	c.pvMu.Unlock()
+	return r, nil
+}
+
+// DescribeKeyspace returns a keyspace's spec and placement, read from the cluster metadata
+// (Consistency("STALE"): the node's installed copy).
+func (c *Client) DescribeKeyspace(ctx context.Context, name string, options ...Option) (*meridianpb.DescribeKeyspaceResponse, error) {
+	o, cl, err := c.begin(ctx, options)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.cancel()
+	r, err := c.api.DescribeKeyspace(cl.ctx, &meridianpb.DescribeKeyspaceRequest{Name: name, Consistency: o.consistency})
 	return r, c.wrap(cl, err, 0)
 }
 

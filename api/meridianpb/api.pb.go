@@ -95,8 +95,13 @@ type GetRequest struct {
 	TimeoutMs uint32 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	// The newest version this client session has seen or written (see PutRequest).
 	SessionVersion *Version `protobuf:"bytes,5,opt,name=session_version,json=sessionVersion,proto3" json:"session_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The placement version of the keyspace this client last saw (0: none). A node whose
+	// placement of the keyspace is newer answers FailedPrecondition ("stale placement") and
+	// the client refreshes (DescribeKeyspace); one that is behind waits briefly for the
+	// metadata, then answers the same way.
+	PlacementVersion uint64 `protobuf:"varint,6,opt,name=placement_version,json=placementVersion,proto3" json:"placement_version,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GetRequest) Reset() {
@@ -164,6 +169,13 @@ func (x *GetRequest) GetSessionVersion() *Version {
 	return nil
 }
 
+func (x *GetRequest) GetPlacementVersion() uint64 {
+	if x != nil {
+		return x.PlacementVersion
+	}
+	return 0
+}
+
 type GetResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Found bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
@@ -175,10 +187,17 @@ type GetResponse struct {
 	// How the read was served: "quorum" (replicas asked), "local" (MeteorShower: the local
 	// replica, at once), "local-waited" (local after waiting for statuses or data),
 	// "fallback" (MeteorShower could not serve locally — clock offset beyond ε or statuses
-	// missing too long — and asked a quorum instead).
-	ReadPath      string `protobuf:"bytes,5,opt,name=read_path,json=readPath,proto3" json:"read_path,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// missing too long — and asked a quorum instead); for raft keyspaces "lease" (the leader
+	// under its lease), "read-index" or "stale".
+	ReadPath string `protobuf:"bytes,5,opt,name=read_path,json=readPath,proto3" json:"read_path,omitempty"`
+	// The placement version of the keyspace the request was served under.
+	PlacementVersion uint64 `protobuf:"varint,6,opt,name=placement_version,json=placementVersion,proto3" json:"placement_version,omitempty"`
+	// For reads that may return a past state (raft STALE), a bound on how old it is: it holds
+	// every write acknowledged more than this many milliseconds before the read. -1: unknown;
+	// 0 with another read path: not applicable.
+	StalenessBoundMs float64 `protobuf:"fixed64,7,opt,name=staleness_bound_ms,json=stalenessBoundMs,proto3" json:"staleness_bound_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GetResponse) Reset() {
@@ -246,6 +265,20 @@ func (x *GetResponse) GetReadPath() string {
 	return ""
 }
 
+func (x *GetResponse) GetPlacementVersion() uint64 {
+	if x != nil {
+		return x.PlacementVersion
+	}
+	return 0
+}
+
+func (x *GetResponse) GetStalenessBoundMs() float64 {
+	if x != nil {
+		return x.StalenessBoundMs
+	}
+	return 0
+}
+
 type PutRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Keyspace    string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
@@ -260,9 +293,10 @@ type PutRequest struct {
 	// GlobLease keyspaces only: "active" (default: replicas holding leases are updated before
 	// the reply) or "passive" (when no replica holds a valid lease the master replies after its
 	// local write and propagates afterwards; liu-thesis 4.1.3).
-	WriteMode     string `protobuf:"bytes,7,opt,name=write_mode,json=writeMode,proto3" json:"write_mode,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	WriteMode        string `protobuf:"bytes,7,opt,name=write_mode,json=writeMode,proto3" json:"write_mode,omitempty"`
+	PlacementVersion uint64 `protobuf:"varint,8,opt,name=placement_version,json=placementVersion,proto3" json:"placement_version,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PutRequest) Reset() {
@@ -344,12 +378,20 @@ func (x *PutRequest) GetWriteMode() string {
 	return ""
 }
 
+func (x *PutRequest) GetPlacementVersion() uint64 {
+	if x != nil {
+		return x.PlacementVersion
+	}
+	return 0
+}
+
 type PutResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       *Version               `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
-	Coordinator   string                 `protobuf:"bytes,2,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Version          *Version               `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	Coordinator      string                 `protobuf:"bytes,2,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	PlacementVersion uint64                 `protobuf:"varint,3,opt,name=placement_version,json=placementVersion,proto3" json:"placement_version,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PutResponse) Reset() {
@@ -396,16 +438,24 @@ func (x *PutResponse) GetCoordinator() string {
 	return ""
 }
 
+func (x *PutResponse) GetPlacementVersion() uint64 {
+	if x != nil {
+		return x.PlacementVersion
+	}
+	return 0
+}
+
 type DeleteRequest struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	Keyspace       string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
-	Key            []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Consistency    string                 `protobuf:"bytes,3,opt,name=consistency,proto3" json:"consistency,omitempty"`
-	TimeoutMs      uint32                 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
-	SessionVersion *Version               `protobuf:"bytes,5,opt,name=session_version,json=sessionVersion,proto3" json:"session_version,omitempty"`
-	WriteMode      string                 `protobuf:"bytes,6,opt,name=write_mode,json=writeMode,proto3" json:"write_mode,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace         string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Key              []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Consistency      string                 `protobuf:"bytes,3,opt,name=consistency,proto3" json:"consistency,omitempty"`
+	TimeoutMs        uint32                 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	SessionVersion   *Version               `protobuf:"bytes,5,opt,name=session_version,json=sessionVersion,proto3" json:"session_version,omitempty"`
+	WriteMode        string                 `protobuf:"bytes,6,opt,name=write_mode,json=writeMode,proto3" json:"write_mode,omitempty"`
+	PlacementVersion uint64                 `protobuf:"varint,7,opt,name=placement_version,json=placementVersion,proto3" json:"placement_version,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DeleteRequest) Reset() {
@@ -478,6 +528,13 @@ func (x *DeleteRequest) GetWriteMode() string {
 		return x.WriteMode
 	}
 	return ""
+}
+
+func (x *DeleteRequest) GetPlacementVersion() uint64 {
+	if x != nil {
+		return x.PlacementVersion
+	}
+	return 0
 }
 
 // MoveMasterRequest moves the master of one key of a GlobLease keyspace to a replica in
@@ -612,11 +669,12 @@ func (x *MoveMasterResponse) GetTableVersion() uint64 {
 }
 
 type DeleteResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       *Version               `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
-	Coordinator   string                 `protobuf:"bytes,2,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Version          *Version               `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	Coordinator      string                 `protobuf:"bytes,2,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	PlacementVersion uint64                 `protobuf:"varint,3,opt,name=placement_version,json=placementVersion,proto3" json:"placement_version,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DeleteResponse) Reset() {
@@ -663,17 +721,25 @@ func (x *DeleteResponse) GetCoordinator() string {
 	return ""
 }
 
+func (x *DeleteResponse) GetPlacementVersion() uint64 {
+	if x != nil {
+		return x.PlacementVersion
+	}
+	return 0
+}
+
 type ScanRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Keyspace string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
 	// Range [start, end); empty end means to the end of the keyspace.
-	Start         []byte `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
-	End           []byte `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
-	Limit         uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
-	Consistency   string `protobuf:"bytes,5,opt,name=consistency,proto3" json:"consistency,omitempty"`
-	TimeoutMs     uint32 `protobuf:"varint,6,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Start            []byte `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
+	End              []byte `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
+	Limit            uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Consistency      string `protobuf:"bytes,5,opt,name=consistency,proto3" json:"consistency,omitempty"`
+	TimeoutMs        uint32 `protobuf:"varint,6,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	PlacementVersion uint64 `protobuf:"varint,7,opt,name=placement_version,json=placementVersion,proto3" json:"placement_version,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ScanRequest) Reset() {
@@ -748,6 +814,13 @@ func (x *ScanRequest) GetTimeoutMs() uint32 {
 	return 0
 }
 
+func (x *ScanRequest) GetPlacementVersion() uint64 {
+	if x != nil {
+		return x.PlacementVersion
+	}
+	return 0
+}
+
 type KeyValue struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -812,10 +885,11 @@ type ScanResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Items []*KeyValue            `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
 	// True when the range holds more keys than were returned; resume from the last key + "\x00".
-	More          bool   `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
-	Coordinator   string `protobuf:"bytes,3,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	More             bool   `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	Coordinator      string `protobuf:"bytes,3,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	PlacementVersion uint64 `protobuf:"varint,4,opt,name=placement_version,json=placementVersion,proto3" json:"placement_version,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ScanResponse) Reset() {
@@ -867,6 +941,13 @@ func (x *ScanResponse) GetCoordinator() string {
 		return x.Coordinator
 	}
 	return ""
+}
+
+func (x *ScanResponse) GetPlacementVersion() uint64 {
+	if x != nil {
+		return x.PlacementVersion
+	}
+	return 0
 }
 
 type KeyspaceSpec struct {
@@ -1010,8 +1091,10 @@ type CreateKeyspaceResponse struct {
 	Spec  *KeyspaceSpec          `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
 	// Nodes that had not installed the keyspace when the call returned (down, or silent until
 	// the deadline), each as "NAME: reason". Empty when the keyspace is usable on every node.
-	// Those nodes learn it when they are back (replication or anti-entropy of the catalog).
-	NotInstalled  []string `protobuf:"bytes,2,rep,name=not_installed,json=notInstalled,proto3" json:"not_installed,omitempty"`
+	// Those nodes learn it when they catch up with the cluster metadata.
+	NotInstalled []string `protobuf:"bytes,2,rep,name=not_installed,json=notInstalled,proto3" json:"not_installed,omitempty"`
+	// The keyspace's placement version (the metadata change that created it).
+	Version       uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1060,16 +1143,297 @@ func (x *CreateKeyspaceResponse) GetNotInstalled() []string {
 	return nil
 }
 
-type DescribeKeyspaceRequest struct {
+func (x *CreateKeyspaceResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// AlterKeyspaceRequest changes a keyspace through the cluster metadata: options (an empty
+// value restores an option's default), and for protocols that move replicas themselves
+// (raft) its regions and replicas per region. With expect_version, the change applies only
+// if the keyspace is still at that version (else Aborted: "changed concurrently").
+type AlterKeyspaceRequest struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Name              string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	SetOptions        map[string]string      `protobuf:"bytes,2,rep,name=set_options,json=setOptions,proto3" json:"set_options,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Regions           []string               `protobuf:"bytes,3,rep,name=regions,proto3" json:"regions,omitempty"`
+	ReplicasPerRegion uint32                 `protobuf:"varint,4,opt,name=replicas_per_region,json=replicasPerRegion,proto3" json:"replicas_per_region,omitempty"`
+	ExpectVersion     uint64                 `protobuf:"varint,5,opt,name=expect_version,json=expectVersion,proto3" json:"expect_version,omitempty"`
+	TimeoutMs         uint32                 `protobuf:"varint,6,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *AlterKeyspaceRequest) Reset() {
+	*x = AlterKeyspaceRequest{}
+	mi := &file_meridian_v1_api_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterKeyspaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterKeyspaceRequest) ProtoMessage() {}
+
+func (x *AlterKeyspaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterKeyspaceRequest.ProtoReflect.Descriptor instead.
+func (*AlterKeyspaceRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AlterKeyspaceRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AlterKeyspaceRequest) GetSetOptions() map[string]string {
+	if x != nil {
+		return x.SetOptions
+	}
+	return nil
+}
+
+func (x *AlterKeyspaceRequest) GetRegions() []string {
+	if x != nil {
+		return x.Regions
+	}
+	return nil
+}
+
+func (x *AlterKeyspaceRequest) GetReplicasPerRegion() uint32 {
+	if x != nil {
+		return x.ReplicasPerRegion
+	}
+	return 0
+}
+
+func (x *AlterKeyspaceRequest) GetExpectVersion() uint64 {
+	if x != nil {
+		return x.ExpectVersion
+	}
+	return 0
+}
+
+func (x *AlterKeyspaceRequest) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type AlterKeyspaceResponse struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Spec         *KeyspaceSpec          `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	Version      uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	NotInstalled []string               `protobuf:"bytes,3,rep,name=not_installed,json=notInstalled,proto3" json:"not_installed,omitempty"`
+	// True when the keyspace was already as asked (nothing changed).
+	Unchanged     bool `protobuf:"varint,4,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterKeyspaceResponse) Reset() {
+	*x = AlterKeyspaceResponse{}
+	mi := &file_meridian_v1_api_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterKeyspaceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterKeyspaceResponse) ProtoMessage() {}
+
+func (x *AlterKeyspaceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterKeyspaceResponse.ProtoReflect.Descriptor instead.
+func (*AlterKeyspaceResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AlterKeyspaceResponse) GetSpec() *KeyspaceSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *AlterKeyspaceResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *AlterKeyspaceResponse) GetNotInstalled() []string {
+	if x != nil {
+		return x.NotInstalled
+	}
+	return nil
+}
+
+func (x *AlterKeyspaceResponse) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
+	}
+	return false
+}
+
+// DropKeyspaceRequest removes a keyspace and its data, through the cluster metadata.
+type DropKeyspaceRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	ExpectVersion uint64                 `protobuf:"varint,2,opt,name=expect_version,json=expectVersion,proto3" json:"expect_version,omitempty"`
+	TimeoutMs     uint32                 `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropKeyspaceRequest) Reset() {
+	*x = DropKeyspaceRequest{}
+	mi := &file_meridian_v1_api_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropKeyspaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropKeyspaceRequest) ProtoMessage() {}
+
+func (x *DropKeyspaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropKeyspaceRequest.ProtoReflect.Descriptor instead.
+func (*DropKeyspaceRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *DropKeyspaceRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DropKeyspaceRequest) GetExpectVersion() uint64 {
+	if x != nil {
+		return x.ExpectVersion
+	}
+	return 0
+}
+
+func (x *DropKeyspaceRequest) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type DropKeyspaceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The version the keyspace had when it was dropped.
+	Version       uint64   `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	NotInstalled  []string `protobuf:"bytes,2,rep,name=not_installed,json=notInstalled,proto3" json:"not_installed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropKeyspaceResponse) Reset() {
+	*x = DropKeyspaceResponse{}
+	mi := &file_meridian_v1_api_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropKeyspaceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropKeyspaceResponse) ProtoMessage() {}
+
+func (x *DropKeyspaceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropKeyspaceResponse.ProtoReflect.Descriptor instead.
+func (*DropKeyspaceResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DropKeyspaceResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *DropKeyspaceResponse) GetNotInstalled() []string {
+	if x != nil {
+		return x.NotInstalled
+	}
+	return nil
+}
+
+type DescribeKeyspaceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// LINEARIZABLE (default): read from the metadata group (reflects every change that has
+	// returned); STALE: this node's installed copy.
+	Consistency   string `protobuf:"bytes,2,opt,name=consistency,proto3" json:"consistency,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DescribeKeyspaceRequest) Reset() {
 	*x = DescribeKeyspaceRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[15]
+	mi := &file_meridian_v1_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1445,7 @@ func (x *DescribeKeyspaceRequest) String() string {
 func (*DescribeKeyspaceRequest) ProtoMessage() {}
 
 func (x *DescribeKeyspaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[15]
+	mi := &file_meridian_v1_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,12 +1458,19 @@ func (x *DescribeKeyspaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeKeyspaceRequest.ProtoReflect.Descriptor instead.
 func (*DescribeKeyspaceRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DescribeKeyspaceRequest) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *DescribeKeyspaceRequest) GetConsistency() string {
+	if x != nil {
+		return x.Consistency
 	}
 	return ""
 }
@@ -1110,14 +1481,16 @@ type PartitionPlacement struct {
 	// Inclusive start key of the range; the range ends where the next partition starts.
 	Start []byte `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
 	// Replica node names, one group per region in keyspace order.
-	Replicas      []string `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Replicas []string `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// Learner node names (consensus groups' non-voting members; the metadata keyspace's).
+	Learners      []string `protobuf:"bytes,4,rep,name=learners,proto3" json:"learners,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PartitionPlacement) Reset() {
 	*x = PartitionPlacement{}
-	mi := &file_meridian_v1_api_proto_msgTypes[16]
+	mi := &file_meridian_v1_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1502,7 @@ func (x *PartitionPlacement) String() string {
 func (*PartitionPlacement) ProtoMessage() {}
 
 func (x *PartitionPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[16]
+	mi := &file_meridian_v1_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1515,7 @@ func (x *PartitionPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionPlacement.ProtoReflect.Descriptor instead.
 func (*PartitionPlacement) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PartitionPlacement) GetPartition() uint32 {
@@ -1166,10 +1539,18 @@ func (x *PartitionPlacement) GetReplicas() []string {
 	return nil
 }
 
+func (x *PartitionPlacement) GetLearners() []string {
+	if x != nil {
+		return x.Learners
+	}
+	return nil
+}
+
 type DescribeKeyspaceResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Spec  *KeyspaceSpec          `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
-	// Placement map version: increases whenever the map changes.
+	// The keyspace's placement version: the index of the metadata change that last changed
+	// it (0: a keyspace of the configuration file not yet in the metadata).
 	PlacementVersion uint64                `protobuf:"varint,2,opt,name=placement_version,json=placementVersion,proto3" json:"placement_version,omitempty"`
 	Partitions       []*PartitionPlacement `protobuf:"bytes,3,rep,name=partitions,proto3" json:"partitions,omitempty"`
 	// "config" (from the cluster file) or "api" (created at run time).
@@ -1180,7 +1561,7 @@ type DescribeKeyspaceResponse struct {
 
 func (x *DescribeKeyspaceResponse) Reset() {
 	*x = DescribeKeyspaceResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[17]
+	mi := &file_meridian_v1_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1573,7 @@ func (x *DescribeKeyspaceResponse) String() string {
 func (*DescribeKeyspaceResponse) ProtoMessage() {}
 
 func (x *DescribeKeyspaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[17]
+	mi := &file_meridian_v1_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1586,7 @@ func (x *DescribeKeyspaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeKeyspaceResponse.ProtoReflect.Descriptor instead.
 func (*DescribeKeyspaceResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DescribeKeyspaceResponse) GetSpec() *KeyspaceSpec {
@@ -1244,7 +1625,7 @@ type ListKeyspacesRequest struct {
 
 func (x *ListKeyspacesRequest) Reset() {
 	*x = ListKeyspacesRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[18]
+	mi := &file_meridian_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1637,7 @@ func (x *ListKeyspacesRequest) String() string {
 func (*ListKeyspacesRequest) ProtoMessage() {}
 
 func (x *ListKeyspacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[18]
+	mi := &file_meridian_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1650,7 @@ func (x *ListKeyspacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeyspacesRequest.ProtoReflect.Descriptor instead.
 func (*ListKeyspacesRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{18}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 type ListKeyspacesResponse struct {
@@ -1281,7 +1662,7 @@ type ListKeyspacesResponse struct {
 
 func (x *ListKeyspacesResponse) Reset() {
 	*x = ListKeyspacesResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[19]
+	mi := &file_meridian_v1_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1674,7 @@ func (x *ListKeyspacesResponse) String() string {
 func (*ListKeyspacesResponse) ProtoMessage() {}
 
 func (x *ListKeyspacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[19]
+	mi := &file_meridian_v1_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1687,7 @@ func (x *ListKeyspacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeyspacesResponse.ProtoReflect.Descriptor instead.
 func (*ListKeyspacesResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListKeyspacesResponse) GetKeyspaces() []*KeyspaceSpec {
@@ -1324,7 +1705,7 @@ type ServerInfoRequest struct {
 
 func (x *ServerInfoRequest) Reset() {
 	*x = ServerInfoRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[20]
+	mi := &file_meridian_v1_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1717,7 @@ func (x *ServerInfoRequest) String() string {
 func (*ServerInfoRequest) ProtoMessage() {}
 
 func (x *ServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[20]
+	mi := &file_meridian_v1_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1730,7 @@ func (x *ServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*ServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{24}
 }
 
 // ServerInfoResponse describes the node answering and the limits it enforces, so a client can
@@ -1374,7 +1755,7 @@ type ServerInfoResponse struct {
 
 func (x *ServerInfoResponse) Reset() {
 	*x = ServerInfoResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[21]
+	mi := &file_meridian_v1_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1767,7 @@ func (x *ServerInfoResponse) String() string {
 func (*ServerInfoResponse) ProtoMessage() {}
 
 func (x *ServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[21]
+	mi := &file_meridian_v1_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1780,7 @@ func (x *ServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*ServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{21}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ServerInfoResponse) GetCluster() string {
@@ -1474,7 +1855,7 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"wall_nanos\x18\x01 \x01(\x03R\twallNanos\x12\x18\n" +
 	"\alogical\x18\x02 \x01(\rR\alogical\x12\x17\n" +
-	"\anode_id\x18\x03 \x01(\rR\x06nodeId\"\xba\x01\n" +
+	"\anode_id\x18\x03 \x01(\rR\x06nodeId\"\xe7\x01\n" +
 	"\n" +
 	"GetRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x10\n" +
@@ -1482,13 +1863,16 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\vconsistency\x18\x03 \x01(\tR\vconsistency\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x04 \x01(\rR\ttimeoutMs\x12=\n" +
-	"\x0fsession_version\x18\x05 \x01(\v2\x14.meridian.v1.VersionR\x0esessionVersion\"\xa8\x01\n" +
+	"\x0fsession_version\x18\x05 \x01(\v2\x14.meridian.v1.VersionR\x0esessionVersion\x12+\n" +
+	"\x11placement_version\x18\x06 \x01(\x04R\x10placementVersion\"\x83\x02\n" +
 	"\vGetResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12.\n" +
 	"\aversion\x18\x03 \x01(\v2\x14.meridian.v1.VersionR\aversion\x12 \n" +
 	"\vcoordinator\x18\x04 \x01(\tR\vcoordinator\x12\x1b\n" +
-	"\tread_path\x18\x05 \x01(\tR\breadPath\"\xef\x01\n" +
+	"\tread_path\x18\x05 \x01(\tR\breadPath\x12+\n" +
+	"\x11placement_version\x18\x06 \x01(\x04R\x10placementVersion\x12,\n" +
+	"\x12staleness_bound_ms\x18\a \x01(\x01R\x10stalenessBoundMs\"\x9c\x02\n" +
 	"\n" +
 	"PutRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x10\n" +
@@ -1499,10 +1883,12 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"timeout_ms\x18\x05 \x01(\rR\ttimeoutMs\x12=\n" +
 	"\x0fsession_version\x18\x06 \x01(\v2\x14.meridian.v1.VersionR\x0esessionVersion\x12\x1d\n" +
 	"\n" +
-	"write_mode\x18\a \x01(\tR\twriteMode\"_\n" +
+	"write_mode\x18\a \x01(\tR\twriteMode\x12+\n" +
+	"\x11placement_version\x18\b \x01(\x04R\x10placementVersion\"\x8c\x01\n" +
 	"\vPutResponse\x12.\n" +
 	"\aversion\x18\x01 \x01(\v2\x14.meridian.v1.VersionR\aversion\x12 \n" +
-	"\vcoordinator\x18\x02 \x01(\tR\vcoordinator\"\xdc\x01\n" +
+	"\vcoordinator\x18\x02 \x01(\tR\vcoordinator\x12+\n" +
+	"\x11placement_version\x18\x03 \x01(\x04R\x10placementVersion\"\x89\x02\n" +
 	"\rDeleteRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12 \n" +
@@ -1511,7 +1897,8 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"timeout_ms\x18\x04 \x01(\rR\ttimeoutMs\x12=\n" +
 	"\x0fsession_version\x18\x05 \x01(\v2\x14.meridian.v1.VersionR\x0esessionVersion\x12\x1d\n" +
 	"\n" +
-	"write_mode\x18\x06 \x01(\tR\twriteMode\"x\n" +
+	"write_mode\x18\x06 \x01(\tR\twriteMode\x12+\n" +
+	"\x11placement_version\x18\a \x01(\x04R\x10placementVersion\"x\n" +
 	"\x11MoveMasterRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x16\n" +
@@ -1521,10 +1908,11 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x12MoveMasterResponse\x12\x16\n" +
 	"\x06master\x18\x01 \x01(\tR\x06master\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12#\n" +
-	"\rtable_version\x18\x03 \x01(\x04R\ftableVersion\"b\n" +
+	"\rtable_version\x18\x03 \x01(\x04R\ftableVersion\"\x8f\x01\n" +
 	"\x0eDeleteResponse\x12.\n" +
 	"\aversion\x18\x01 \x01(\v2\x14.meridian.v1.VersionR\aversion\x12 \n" +
-	"\vcoordinator\x18\x02 \x01(\tR\vcoordinator\"\xa8\x01\n" +
+	"\vcoordinator\x18\x02 \x01(\tR\vcoordinator\x12+\n" +
+	"\x11placement_version\x18\x03 \x01(\x04R\x10placementVersion\"\xd5\x01\n" +
 	"\vScanRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\fR\x05start\x12\x10\n" +
@@ -1532,15 +1920,17 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x05limit\x18\x04 \x01(\rR\x05limit\x12 \n" +
 	"\vconsistency\x18\x05 \x01(\tR\vconsistency\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x06 \x01(\rR\ttimeoutMs\"b\n" +
+	"timeout_ms\x18\x06 \x01(\rR\ttimeoutMs\x12+\n" +
+	"\x11placement_version\x18\a \x01(\x04R\x10placementVersion\"b\n" +
 	"\bKeyValue\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12.\n" +
-	"\aversion\x18\x03 \x01(\v2\x14.meridian.v1.VersionR\aversion\"q\n" +
+	"\aversion\x18\x03 \x01(\v2\x14.meridian.v1.VersionR\aversion\"\x9e\x01\n" +
 	"\fScanResponse\x12+\n" +
 	"\x05items\x18\x01 \x03(\v2\x15.meridian.v1.KeyValueR\x05items\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\x12 \n" +
-	"\vcoordinator\x18\x03 \x01(\tR\vcoordinator\"\xa6\x02\n" +
+	"\vcoordinator\x18\x03 \x01(\tR\vcoordinator\x12+\n" +
+	"\x11placement_version\x18\x04 \x01(\x04R\x10placementVersion\"\xa6\x02\n" +
 	"\fKeyspaceSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12\x18\n" +
@@ -1556,16 +1946,44 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x15CreateKeyspaceRequest\x12-\n" +
 	"\x04spec\x18\x01 \x01(\v2\x19.meridian.v1.KeyspaceSpecR\x04spec\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x02 \x01(\rR\ttimeoutMs\"l\n" +
+	"timeout_ms\x18\x02 \x01(\rR\ttimeoutMs\"\x86\x01\n" +
 	"\x16CreateKeyspaceResponse\x12-\n" +
 	"\x04spec\x18\x01 \x01(\v2\x19.meridian.v1.KeyspaceSpecR\x04spec\x12#\n" +
-	"\rnot_installed\x18\x02 \x03(\tR\fnotInstalled\"-\n" +
+	"\rnot_installed\x18\x02 \x03(\tR\fnotInstalled\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\"\xcd\x02\n" +
+	"\x14AlterKeyspaceRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12R\n" +
+	"\vset_options\x18\x02 \x03(\v21.meridian.v1.AlterKeyspaceRequest.SetOptionsEntryR\n" +
+	"setOptions\x12\x18\n" +
+	"\aregions\x18\x03 \x03(\tR\aregions\x12.\n" +
+	"\x13replicas_per_region\x18\x04 \x01(\rR\x11replicasPerRegion\x12%\n" +
+	"\x0eexpect_version\x18\x05 \x01(\x04R\rexpectVersion\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x06 \x01(\rR\ttimeoutMs\x1a=\n" +
+	"\x0fSetOptionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x01\n" +
+	"\x15AlterKeyspaceResponse\x12-\n" +
+	"\x04spec\x18\x01 \x01(\v2\x19.meridian.v1.KeyspaceSpecR\x04spec\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12#\n" +
+	"\rnot_installed\x18\x03 \x03(\tR\fnotInstalled\x12\x1c\n" +
+	"\tunchanged\x18\x04 \x01(\bR\tunchanged\"o\n" +
+	"\x13DropKeyspaceRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
+	"\x0eexpect_version\x18\x02 \x01(\x04R\rexpectVersion\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x03 \x01(\rR\ttimeoutMs\"U\n" +
+	"\x14DropKeyspaceResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12#\n" +
+	"\rnot_installed\x18\x02 \x03(\tR\fnotInstalled\"O\n" +
 	"\x17DescribeKeyspaceRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"d\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vconsistency\x18\x02 \x01(\tR\vconsistency\"\x80\x01\n" +
 	"\x12PartitionPlacement\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\rR\tpartition\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\fR\x05start\x12\x1a\n" +
-	"\breplicas\x18\x03 \x03(\tR\breplicas\"\xcf\x01\n" +
+	"\breplicas\x18\x03 \x03(\tR\breplicas\x12\x1a\n" +
+	"\blearners\x18\x04 \x03(\tR\blearners\"\xcf\x01\n" +
 	"\x18DescribeKeyspaceResponse\x12-\n" +
 	"\x04spec\x18\x01 \x01(\v2\x19.meridian.v1.KeyspaceSpecR\x04spec\x12+\n" +
 	"\x11placement_version\x18\x02 \x01(\x04R\x10placementVersion\x12?\n" +
@@ -1586,13 +2004,15 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x0emax_scan_limit\x18\x06 \x01(\rR\fmaxScanLimit\x12;\n" +
 	"\x1adefault_request_timeout_ms\x18\a \x01(\rR\x17defaultRequestTimeoutMs\x123\n" +
 	"\x16max_request_timeout_ms\x18\b \x01(\rR\x13maxRequestTimeoutMs\x129\n" +
-	"\x19max_request_message_bytes\x18\t \x01(\rR\x16maxRequestMessageBytes2\xb0\x05\n" +
+	"\x19max_request_message_bytes\x18\t \x01(\rR\x16maxRequestMessageBytes2\xdd\x06\n" +
 	"\bMeridian\x128\n" +
 	"\x03Get\x12\x17.meridian.v1.GetRequest\x1a\x18.meridian.v1.GetResponse\x128\n" +
 	"\x03Put\x12\x17.meridian.v1.PutRequest\x1a\x18.meridian.v1.PutResponse\x12A\n" +
 	"\x06Delete\x12\x1a.meridian.v1.DeleteRequest\x1a\x1b.meridian.v1.DeleteResponse\x12;\n" +
 	"\x04Scan\x12\x18.meridian.v1.ScanRequest\x1a\x19.meridian.v1.ScanResponse\x12Y\n" +
-	"\x0eCreateKeyspace\x12\".meridian.v1.CreateKeyspaceRequest\x1a#.meridian.v1.CreateKeyspaceResponse\x12_\n" +
+	"\x0eCreateKeyspace\x12\".meridian.v1.CreateKeyspaceRequest\x1a#.meridian.v1.CreateKeyspaceResponse\x12V\n" +
+	"\rAlterKeyspace\x12!.meridian.v1.AlterKeyspaceRequest\x1a\".meridian.v1.AlterKeyspaceResponse\x12S\n" +
+	"\fDropKeyspace\x12 .meridian.v1.DropKeyspaceRequest\x1a!.meridian.v1.DropKeyspaceResponse\x12_\n" +
 	"\x10DescribeKeyspace\x12$.meridian.v1.DescribeKeyspaceRequest\x1a%.meridian.v1.DescribeKeyspaceResponse\x12V\n" +
 	"\rListKeyspaces\x12!.meridian.v1.ListKeyspacesRequest\x1a\".meridian.v1.ListKeyspacesResponse\x12M\n" +
 	"\n" +
@@ -1612,7 +2032,7 @@ func file_meridian_v1_api_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_api_proto_rawDescData
 }
 
-var file_meridian_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_meridian_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_meridian_v1_api_proto_goTypes = []any{
 	(*Version)(nil),                  // 0: meridian.v1.Version
 	(*GetRequest)(nil),               // 1: meridian.v1.GetRequest
@@ -1629,14 +2049,19 @@ var file_meridian_v1_api_proto_goTypes = []any{
 	(*KeyspaceSpec)(nil),             // 12: meridian.v1.KeyspaceSpec
 	(*CreateKeyspaceRequest)(nil),    // 13: meridian.v1.CreateKeyspaceRequest
 	(*CreateKeyspaceResponse)(nil),   // 14: meridian.v1.CreateKeyspaceResponse
-	(*DescribeKeyspaceRequest)(nil),  // 15: meridian.v1.DescribeKeyspaceRequest
-	(*PartitionPlacement)(nil),       // 16: meridian.v1.PartitionPlacement
-	(*DescribeKeyspaceResponse)(nil), // 17: meridian.v1.DescribeKeyspaceResponse
-	(*ListKeyspacesRequest)(nil),     // 18: meridian.v1.ListKeyspacesRequest
-	(*ListKeyspacesResponse)(nil),    // 19: meridian.v1.ListKeyspacesResponse
-	(*ServerInfoRequest)(nil),        // 20: meridian.v1.ServerInfoRequest
-	(*ServerInfoResponse)(nil),       // 21: meridian.v1.ServerInfoResponse
-	nil,                              // 22: meridian.v1.KeyspaceSpec.OptionsEntry
+	(*AlterKeyspaceRequest)(nil),     // 15: meridian.v1.AlterKeyspaceRequest
+	(*AlterKeyspaceResponse)(nil),    // 16: meridian.v1.AlterKeyspaceResponse
+	(*DropKeyspaceRequest)(nil),      // 17: meridian.v1.DropKeyspaceRequest
+	(*DropKeyspaceResponse)(nil),     // 18: meridian.v1.DropKeyspaceResponse
+	(*DescribeKeyspaceRequest)(nil),  // 19: meridian.v1.DescribeKeyspaceRequest
+	(*PartitionPlacement)(nil),       // 20: meridian.v1.PartitionPlacement
+	(*DescribeKeyspaceResponse)(nil), // 21: meridian.v1.DescribeKeyspaceResponse
+	(*ListKeyspacesRequest)(nil),     // 22: meridian.v1.ListKeyspacesRequest
+	(*ListKeyspacesResponse)(nil),    // 23: meridian.v1.ListKeyspacesResponse
+	(*ServerInfoRequest)(nil),        // 24: meridian.v1.ServerInfoRequest
+	(*ServerInfoResponse)(nil),       // 25: meridian.v1.ServerInfoResponse
+	nil,                              // 26: meridian.v1.KeyspaceSpec.OptionsEntry
+	nil,                              // 27: meridian.v1.AlterKeyspaceRequest.SetOptionsEntry
 }
 var file_meridian_v1_api_proto_depIdxs = []int32{
 	0,  // 0: meridian.v1.GetRequest.session_version:type_name -> meridian.v1.Version
@@ -1647,35 +2072,41 @@ var file_meridian_v1_api_proto_depIdxs = []int32{
 	0,  // 5: meridian.v1.DeleteResponse.version:type_name -> meridian.v1.Version
 	0,  // 6: meridian.v1.KeyValue.version:type_name -> meridian.v1.Version
 	10, // 7: meridian.v1.ScanResponse.items:type_name -> meridian.v1.KeyValue
-	22, // 8: meridian.v1.KeyspaceSpec.options:type_name -> meridian.v1.KeyspaceSpec.OptionsEntry
+	26, // 8: meridian.v1.KeyspaceSpec.options:type_name -> meridian.v1.KeyspaceSpec.OptionsEntry
 	12, // 9: meridian.v1.CreateKeyspaceRequest.spec:type_name -> meridian.v1.KeyspaceSpec
 	12, // 10: meridian.v1.CreateKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
-	12, // 11: meridian.v1.DescribeKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
-	16, // 12: meridian.v1.DescribeKeyspaceResponse.partitions:type_name -> meridian.v1.PartitionPlacement
-	12, // 13: meridian.v1.ListKeyspacesResponse.keyspaces:type_name -> meridian.v1.KeyspaceSpec
-	1,  // 14: meridian.v1.Meridian.Get:input_type -> meridian.v1.GetRequest
-	3,  // 15: meridian.v1.Meridian.Put:input_type -> meridian.v1.PutRequest
-	5,  // 16: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
-	9,  // 17: meridian.v1.Meridian.Scan:input_type -> meridian.v1.ScanRequest
-	13, // 18: meridian.v1.Meridian.CreateKeyspace:input_type -> meridian.v1.CreateKeyspaceRequest
-	15, // 19: meridian.v1.Meridian.DescribeKeyspace:input_type -> meridian.v1.DescribeKeyspaceRequest
-	18, // 20: meridian.v1.Meridian.ListKeyspaces:input_type -> meridian.v1.ListKeyspacesRequest
-	6,  // 21: meridian.v1.Meridian.MoveMaster:input_type -> meridian.v1.MoveMasterRequest
-	20, // 22: meridian.v1.Meridian.ServerInfo:input_type -> meridian.v1.ServerInfoRequest
-	2,  // 23: meridian.v1.Meridian.Get:output_type -> meridian.v1.GetResponse
-	4,  // 24: meridian.v1.Meridian.Put:output_type -> meridian.v1.PutResponse
-	8,  // 25: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
-	11, // 26: meridian.v1.Meridian.Scan:output_type -> meridian.v1.ScanResponse
-	14, // 27: meridian.v1.Meridian.CreateKeyspace:output_type -> meridian.v1.CreateKeyspaceResponse
-	17, // 28: meridian.v1.Meridian.DescribeKeyspace:output_type -> meridian.v1.DescribeKeyspaceResponse
-	19, // 29: meridian.v1.Meridian.ListKeyspaces:output_type -> meridian.v1.ListKeyspacesResponse
-	7,  // 30: meridian.v1.Meridian.MoveMaster:output_type -> meridian.v1.MoveMasterResponse
-	21, // 31: meridian.v1.Meridian.ServerInfo:output_type -> meridian.v1.ServerInfoResponse
-	23, // [23:32] is the sub-list for method output_type
-	14, // [14:23] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	27, // 11: meridian.v1.AlterKeyspaceRequest.set_options:type_name -> meridian.v1.AlterKeyspaceRequest.SetOptionsEntry
+	12, // 12: meridian.v1.AlterKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
+	12, // 13: meridian.v1.DescribeKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
+	20, // 14: meridian.v1.DescribeKeyspaceResponse.partitions:type_name -> meridian.v1.PartitionPlacement
+	12, // 15: meridian.v1.ListKeyspacesResponse.keyspaces:type_name -> meridian.v1.KeyspaceSpec
+	1,  // 16: meridian.v1.Meridian.Get:input_type -> meridian.v1.GetRequest
+	3,  // 17: meridian.v1.Meridian.Put:input_type -> meridian.v1.PutRequest
+	5,  // 18: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
+	9,  // 19: meridian.v1.Meridian.Scan:input_type -> meridian.v1.ScanRequest
+	13, // 20: meridian.v1.Meridian.CreateKeyspace:input_type -> meridian.v1.CreateKeyspaceRequest
+	15, // 21: meridian.v1.Meridian.AlterKeyspace:input_type -> meridian.v1.AlterKeyspaceRequest
+	17, // 22: meridian.v1.Meridian.DropKeyspace:input_type -> meridian.v1.DropKeyspaceRequest
+	19, // 23: meridian.v1.Meridian.DescribeKeyspace:input_type -> meridian.v1.DescribeKeyspaceRequest
+	22, // 24: meridian.v1.Meridian.ListKeyspaces:input_type -> meridian.v1.ListKeyspacesRequest
+	6,  // 25: meridian.v1.Meridian.MoveMaster:input_type -> meridian.v1.MoveMasterRequest
+	24, // 26: meridian.v1.Meridian.ServerInfo:input_type -> meridian.v1.ServerInfoRequest
+	2,  // 27: meridian.v1.Meridian.Get:output_type -> meridian.v1.GetResponse
+	4,  // 28: meridian.v1.Meridian.Put:output_type -> meridian.v1.PutResponse
+	8,  // 29: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
+	11, // 30: meridian.v1.Meridian.Scan:output_type -> meridian.v1.ScanResponse
+	14, // 31: meridian.v1.Meridian.CreateKeyspace:output_type -> meridian.v1.CreateKeyspaceResponse
+	16, // 32: meridian.v1.Meridian.AlterKeyspace:output_type -> meridian.v1.AlterKeyspaceResponse
+	18, // 33: meridian.v1.Meridian.DropKeyspace:output_type -> meridian.v1.DropKeyspaceResponse
+	21, // 34: meridian.v1.Meridian.DescribeKeyspace:output_type -> meridian.v1.DescribeKeyspaceResponse
+	23, // 35: meridian.v1.Meridian.ListKeyspaces:output_type -> meridian.v1.ListKeyspacesResponse
+	7,  // 36: meridian.v1.Meridian.MoveMaster:output_type -> meridian.v1.MoveMasterResponse
+	25, // 37: meridian.v1.Meridian.ServerInfo:output_type -> meridian.v1.ServerInfoResponse
+	27, // [27:38] is the sub-list for method output_type
+	16, // [16:27] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_api_proto_init() }
@@ -1689,7 +2120,7 @@ func file_meridian_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_api_proto_rawDesc), len(file_meridian_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

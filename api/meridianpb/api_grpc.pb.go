@@ -28,6 +28,8 @@ const (
 	Meridian_Delete_FullMethodName           = "/meridian.v1.Meridian/Delete"
 	Meridian_Scan_FullMethodName             = "/meridian.v1.Meridian/Scan"
 	Meridian_CreateKeyspace_FullMethodName   = "/meridian.v1.Meridian/CreateKeyspace"
+	Meridian_AlterKeyspace_FullMethodName    = "/meridian.v1.Meridian/AlterKeyspace"
+	Meridian_DropKeyspace_FullMethodName     = "/meridian.v1.Meridian/DropKeyspace"
 	Meridian_DescribeKeyspace_FullMethodName = "/meridian.v1.Meridian/DescribeKeyspace"
 	Meridian_ListKeyspaces_FullMethodName    = "/meridian.v1.Meridian/ListKeyspaces"
 	Meridian_MoveMaster_FullMethodName       = "/meridian.v1.Meridian/MoveMaster"
@@ -43,6 +45,8 @@ type MeridianClient interface {
 	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
 	Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (*ScanResponse, error)
 	CreateKeyspace(ctx context.Context, in *CreateKeyspaceRequest, opts ...grpc.CallOption) (*CreateKeyspaceResponse, error)
+	AlterKeyspace(ctx context.Context, in *AlterKeyspaceRequest, opts ...grpc.CallOption) (*AlterKeyspaceResponse, error)
+	DropKeyspace(ctx context.Context, in *DropKeyspaceRequest, opts ...grpc.CallOption) (*DropKeyspaceResponse, error)
 	DescribeKeyspace(ctx context.Context, in *DescribeKeyspaceRequest, opts ...grpc.CallOption) (*DescribeKeyspaceResponse, error)
 	ListKeyspaces(ctx context.Context, in *ListKeyspacesRequest, opts ...grpc.CallOption) (*ListKeyspacesResponse, error)
 	MoveMaster(ctx context.Context, in *MoveMasterRequest, opts ...grpc.CallOption) (*MoveMasterResponse, error)
@@ -107,6 +111,26 @@ func (c *meridianClient) CreateKeyspace(ctx context.Context, in *CreateKeyspaceR
 	return out, nil
 }
 
+func (c *meridianClient) AlterKeyspace(ctx context.Context, in *AlterKeyspaceRequest, opts ...grpc.CallOption) (*AlterKeyspaceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AlterKeyspaceResponse)
+	err := c.cc.Invoke(ctx, Meridian_AlterKeyspace_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) DropKeyspace(ctx context.Context, in *DropKeyspaceRequest, opts ...grpc.CallOption) (*DropKeyspaceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DropKeyspaceResponse)
+	err := c.cc.Invoke(ctx, Meridian_DropKeyspace_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *meridianClient) DescribeKeyspace(ctx context.Context, in *DescribeKeyspaceRequest, opts ...grpc.CallOption) (*DescribeKeyspaceResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DescribeKeyspaceResponse)
@@ -156,6 +180,8 @@ type MeridianServer interface {
 	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)
 	Scan(context.Context, *ScanRequest) (*ScanResponse, error)
 	CreateKeyspace(context.Context, *CreateKeyspaceRequest) (*CreateKeyspaceResponse, error)
+	AlterKeyspace(context.Context, *AlterKeyspaceRequest) (*AlterKeyspaceResponse, error)
+	DropKeyspace(context.Context, *DropKeyspaceRequest) (*DropKeyspaceResponse, error)
 	DescribeKeyspace(context.Context, *DescribeKeyspaceRequest) (*DescribeKeyspaceResponse, error)
 	ListKeyspaces(context.Context, *ListKeyspacesRequest) (*ListKeyspacesResponse, error)
 	MoveMaster(context.Context, *MoveMasterRequest) (*MoveMasterResponse, error)
@@ -184,6 +210,12 @@ func (UnimplementedMeridianServer) Scan(context.Context, *ScanRequest) (*ScanRes
 }
 func (UnimplementedMeridianServer) CreateKeyspace(context.Context, *CreateKeyspaceRequest) (*CreateKeyspaceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateKeyspace not implemented")
+}
+func (UnimplementedMeridianServer) AlterKeyspace(context.Context, *AlterKeyspaceRequest) (*AlterKeyspaceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AlterKeyspace not implemented")
+}
+func (UnimplementedMeridianServer) DropKeyspace(context.Context, *DropKeyspaceRequest) (*DropKeyspaceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DropKeyspace not implemented")
 }
 func (UnimplementedMeridianServer) DescribeKeyspace(context.Context, *DescribeKeyspaceRequest) (*DescribeKeyspaceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DescribeKeyspace not implemented")
@@ -308,6 +340,42 @@ func _Meridian_CreateKeyspace_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meridian_AlterKeyspace_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AlterKeyspaceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).AlterKeyspace(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_AlterKeyspace_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).AlterKeyspace(ctx, req.(*AlterKeyspaceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_DropKeyspace_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DropKeyspaceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).DropKeyspace(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_DropKeyspace_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).DropKeyspace(ctx, req.(*DropKeyspaceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Meridian_DescribeKeyspace_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DescribeKeyspaceRequest)
 	if err := dec(in); err != nil {
@@ -406,6 +474,14 @@ var Meridian_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CreateKeyspace",
 			Handler:    _Meridian_CreateKeyspace_Handler,
+		},
+		{
+			MethodName: "AlterKeyspace",
+			Handler:    _Meridian_AlterKeyspace_Handler,
+		},
+		{
+			MethodName: "DropKeyspace",
+			Handler:    _Meridian_DropKeyspace_Handler,
 		},
 		{
 			MethodName: "DescribeKeyspace",

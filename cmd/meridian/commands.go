@@ -247,11 +247,9 @@ func kvCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Printf("created keyspace %s: protocol %s, regions %v, %d replicas per region, %d partitions, options %v\n",
-					got.Name, got.Protocol, got.Regions, got.ReplicasPerRegion, got.Partitions, got.Options)
-				for _, n := range notInstalled {
-					fmt.Fprintf(os.Stderr, "warning: not yet usable on %s (the node learns the keyspace when it is back)\n", n)
-				}
+				fmt.Printf("created keyspace %s: protocol %s, regions %v, %d replicas per region, %d partitions, options %v, placement version %d\n",
+					got.Name, got.Protocol, got.Regions, got.ReplicasPerRegion, got.Partitions, got.Options, c.PlacementVersion(got.Name))
+				warnNotInstalled(notInstalled)
 				return nil
 			})
 		},
@@ -263,10 +261,10 @@ func kvCmd() *cobra.Command {
 	create.Flags().StringArrayVar(&ksOptions, "option", nil, "protocol option KEY=VALUE (repeatable), e.g. --option lease=2s")
 	cmd.AddCommand(create)
 	cmd.AddCommand(&cobra.Command{
-		Use: "describe-keyspace NAME", Short: "Show a keyspace and its placement", Args: cobra.ExactArgs(1),
+		Use: "describe-keyspace NAME [--consistency LINEARIZABLE|STALE]", Short: "Show a keyspace and its placement (from the cluster metadata; STALE: the node's copy)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
-				d, err := c.DescribeKeyspace(ctx, a[0])
+				d, err := c.DescribeKeyspace(ctx, a[0], opts()...)
 				if err != nil {
 					return err
 				}
@@ -274,13 +272,95 @@ func kvCmd() *cobra.Command {
 				fmt.Printf("keyspace %s (%s): protocol %s, regions %v, %d replicas per region, %d partitions, options %v, placement version %d\n",
 					s.Name, d.Origin, s.Protocol, s.Regions, s.ReplicasPerRegion, s.Partitions, s.Options, d.PlacementVersion)
 				for _, p := range d.Partitions {
-					fmt.Printf("  partition %3d  start %-12s replicas %v\n", p.Partition, strconv.Quote(string(p.Start)), p.Replicas)
+					fmt.Printf("  partition %3d  start %-12s replicas %v", p.Partition, strconv.Quote(string(p.Start)), p.Replicas)
+					if len(p.Learners) > 0 {
+						fmt.Printf(" learners %v", p.Learners)
+					}
+					fmt.Println()
 				}
 				return nil
 			})
 		},
 	})
+
+	var altRegions string
+	var altReplicas int
+	var altOptions []string
+	var altExpect uint64
+	alter := &cobra.Command{
+		Use:   "alter-keyspace NAME [--option KEY=VALUE]... [--regions a,b] [--replicas-per-region N] [--expect-version V]",
+		Short: "Change a keyspace's options (or, for raft keyspaces, its replication) through the cluster metadata",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				ch := client.KeyspaceChange{ExpectVersion: altExpect}
+				if altReplicas < 0 || altReplicas > 1<<16 {
+					return fmt.Errorf("alter-keyspace: --replicas-per-region %d out of range 1..65536", altReplicas)
+				}
+				ch.ReplicasPerRegion = uint32(altReplicas)
+				if altRegions != "" {
+					ch.Regions = splitList(altRegions)
+				}
+				for _, kv := range altOptions {
+					k, v, ok := strings.Cut(kv, "=")
+					if !ok || k == "" {
+						return fmt.Errorf("alter-keyspace: --option %q: want KEY=VALUE (KEY= restores the default)", kv)
+					}
+					if ch.SetOptions == nil {
+						ch.SetOptions = map[string]string{}
+					}
+					if _, dup := ch.SetOptions[k]; dup {
+						return fmt.Errorf("alter-keyspace: --option %s given twice", k)
+					}
+					ch.SetOptions[k] = v
+				}
+				r, err := c.AlterKeyspace(ctx, a[0], ch, opts()...)
+				if err != nil {
+					return err
+				}
+				s := r.Spec
+				verb := "altered"
+				if r.Unchanged {
+					verb = "unchanged"
+				}
+				fmt.Printf("%s keyspace %s: protocol %s, regions %v, %d replicas per region, %d partitions, options %v, placement version %d\n",
+					verb, s.Name, s.Protocol, s.Regions, s.ReplicasPerRegion, s.Partitions, s.Options, r.Version)
+				warnNotInstalled(r.NotInstalled)
+				return nil
+			})
+		},
+	}
+	alter.Flags().StringVar(&altRegions, "regions", "", "new comma-separated regions (raft keyspaces)")
+	alter.Flags().IntVar(&altReplicas, "replicas-per-region", 0, "new replicas per region (raft keyspaces; 0: unchanged)")
+	alter.Flags().StringArrayVar(&altOptions, "option", nil, "protocol option KEY=VALUE to set (repeatable); KEY= restores its default")
+	alter.Flags().Uint64Var(&altExpect, "expect-version", 0, "change only if the keyspace is still at this placement version (see describe-keyspace)")
+	cmd.AddCommand(alter)
+
+	var dropExpect uint64
+	drop := &cobra.Command{
+		Use: "drop-keyspace NAME [--expect-version V]", Short: "Remove a keyspace and its data", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				r, err := c.DropKeyspace(ctx, a[0], dropExpect, opts()...)
+				if err != nil {
+					return err
+				}
+				fmt.Printf("dropped keyspace %s (it was at placement version %d)\n", a[0], r.Version)
+				warnNotInstalled(r.NotInstalled)
+				return nil
+			})
+		},
+	}
+	drop.Flags().Uint64Var(&dropExpect, "expect-version", 0, "drop only if the keyspace is still at this placement version")
+	cmd.AddCommand(drop)
 	return cmd
+}
+
+// warnNotInstalled says which nodes had not applied a metadata change when it returned.
+func warnNotInstalled(nodes []string) {
+	for _, n := range nodes {
+		fmt.Fprintf(os.Stderr, "warning: not yet in force on %s (the node applies it when it catches up with the cluster metadata)\n", n)
+	}
 }
 
 func demoCmd() *cobra.Command {

@@ -30,13 +30,6 @@ import (
 	"meridian/internal/wire/peerpb"
 )
 
-// SystemKeyspace holds cluster metadata until the metadata group is in place; it is
-// replicated on every node.
-const SystemKeyspace = "_system"
-
-// SystemKeyspaceProtocol is the protocol of SystemKeyspace.
-const SystemKeyspaceProtocol = config.ProtocolQuorum
-
 // Op is a client operation.
 type Op int
 

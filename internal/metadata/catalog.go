@@ -41,6 +41,7 @@ const LegacyKeyspace = "_system"
 const (
 	keyspacePrefix = "ks/"
 	nodePrefix     = "node/"
+	importedPrefix = "imported/"
 )
 
 // KeyspaceKey is the record key of keyspace name.
@@ -103,6 +104,10 @@ type Command struct {
 	// IfAbsent (create): an identical keyspace that already exists is not an error (the
 	// import of a configuration file's keyspaces, which every node proposes).
 	IfAbsent bool `json:"if_absent,omitempty"`
+	// Import (create): a keyspace of a configuration file (or of an old catalog) that every
+	// node proposes; only the first import of a name creates it, so a keyspace dropped
+	// since is not brought back by a node that starts with the old file.
+	Import bool `json:"import,omitempty"`
 	// ExpectVersion (alter, drop): the change applies only if the keyspace is still at this
 	// version (0: whatever its version).
 	ExpectVersion uint64 `json:"expect_version,omitempty"`
@@ -174,11 +179,13 @@ type Catalog struct {
 	cluster   *config.Cluster
 	keyspaces map[string]*KeyspaceRecord
 	nodes     map[uint32]*NodeRecord
+	// imported are the names a configuration file's import has created once.
+	imported map[string]bool
 }
 
 // NewCatalog returns an empty catalog for the cluster.
 func NewCatalog(cluster *config.Cluster) *Catalog {
-	return &Catalog{cluster: cluster, keyspaces: map[string]*KeyspaceRecord{}, nodes: map[uint32]*NodeRecord{}}
+	return &Catalog{cluster: cluster, keyspaces: map[string]*KeyspaceRecord{}, nodes: map[uint32]*NodeRecord{}, imported: map[string]bool{}}
 }
 
 // Keyspaces returns the catalog's keyspaces by name (not to be modified).
@@ -189,6 +196,7 @@ func (c *Catalog) Keyspaces() map[string]*KeyspaceRecord { return c.keyspaces }
 func (c *Catalog) Load(records func(fn func(storage.Record) bool) error) error {
 	ks := map[string]*KeyspaceRecord{}
 	nodes := map[uint32]*NodeRecord{}
+	imported := map[string]bool{}
 	seen := map[string]bool{}
 	var decodeErr error
 	err := records(func(r storage.Record) bool {
@@ -207,6 +215,8 @@ func (c *Catalog) Load(records func(fn func(storage.Record) bool) error) error {
 				return false
 			}
 			ks[rec.Spec.Name] = rec
+		case strings.HasPrefix(string(r.Key), importedPrefix):
+			imported[string(r.Key[len(importedPrefix):])] = true
 		case strings.HasPrefix(string(r.Key), nodePrefix):
 			var n NodeRecord
 			if err := json.Unmarshal(r.Value, &n); err != nil {
@@ -223,7 +233,7 @@ func (c *Catalog) Load(records func(fn func(storage.Record) bool) error) error {
 	if err != nil {
 		return err
 	}
-	c.keyspaces, c.nodes = ks, nodes
+	c.keyspaces, c.nodes, c.imported = ks, nodes, imported
 	return nil
 }
 
@@ -251,10 +261,15 @@ func (c *Catalog) create(index uint64, cmd Command) ([]storage.Record, Outcome, 
 	if err := config.ValidateKeyspace(&spec, c.cluster); err != nil {
 		return nil, Outcome{}, errs.New(errs.Invalid, "%v", err)
 	}
-	if old, ok := c.keyspaces[spec.Name]; ok {
-		if cmd.IfAbsent && sameSpec(old.Spec, spec) {
-			return nil, Outcome{Version: old.Version, Keyspace: old, Unchanged: true}, nil
-		}
+	old, exists := c.keyspaces[spec.Name]
+	if exists && cmd.IfAbsent && sameSpec(old.Spec, spec) {
+		return nil, Outcome{Version: old.Version, Keyspace: old, Unchanged: true}, nil
+	}
+	if cmd.Import && c.imported[spec.Name] && !exists {
+		// Imported once and dropped since: stays dropped.
+		return nil, Outcome{Unchanged: true}, nil
+	}
+	if exists {
 		return nil, Outcome{}, errs.New(errs.AlreadyExists, "keyspace %q already exists (created at metadata version %d, now at version %d)", spec.Name, old.Created, old.Version)
 	}
 	pk, err := placement.BuildKeyspace(spec, c.cluster.Nodes)
@@ -263,7 +278,12 @@ func (c *Catalog) create(index uint64, cmd Command) ([]storage.Record, Outcome, 
 	}
 	rec := &KeyspaceRecord{Spec: spec, Partitions: pk.Partitions, Version: index, Created: index}
 	c.keyspaces[spec.Name] = rec
-	return []storage.Record{keyspaceRecord(rec)}, Outcome{Version: index, Keyspace: rec}, nil
+	recs := []storage.Record{keyspaceRecord(rec)}
+	if cmd.Import {
+		c.imported[spec.Name] = true
+		recs = append(recs, storage.Record{Keyspace: Keyspace, Key: []byte(importedPrefix + spec.Name), Value: []byte{1}})
+	}
+	return recs, Outcome{Version: index, Keyspace: rec}, nil
 }
 
 func (c *Catalog) alter(index uint64, cmd Command) ([]storage.Record, Outcome, error) {

@@ -245,3 +245,16 @@ func (e *Engine) DeletePartition(keyspace string, partition uint32, sync bool) e
 }
 
 func contextBackground() context.Context { return context.Background() }
+
+// DeleteKeyspace removes every version of every key of every partition of the keyspace with
+// one range deletion (a dropped keyspace), synced.
+func (e *Engine) DeleteKeyspace(keyspace string) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	lo := appendKeyspacePrefix(nil, keyspace)
+	if err := e.db.DeleteRange(lo, prefixEnd(lo), pebble.Sync); err != nil {
+		return fmt.Errorf("storage: delete keyspace %q: %w", keyspace, err)
+	}
+	return nil
+}

@@ -128,3 +128,42 @@ func DescribeRaft(r *peerpb.RaftMessage) string {
 	}
 	return s
 }
+
+// KeyspaceOf returns the keyspace a message is about, for messages that name exactly one
+// (requests, records, a single Raft message, snapshot transfers, forwards). Replies and
+// acknowledgements answer a message that named it; batches and statuses may span several.
+func KeyspaceOf(env *peerpb.Envelope) (string, bool) {
+	switch m := env.GetMsg().(type) {
+	case *peerpb.Envelope_Write:
+		return m.Write.GetRecord().GetKeyspace(), true
+	case *peerpb.Envelope_Read:
+		return m.Read.GetKeyspace(), true
+	case *peerpb.Envelope_Scan:
+		return m.Scan.GetKeyspace(), true
+	case *peerpb.Envelope_AeDigest:
+		return m.AeDigest.GetKeyspace(), true
+	case *peerpb.Envelope_AeKeys:
+		return m.AeKeys.GetKeyspace(), true
+	case *peerpb.Envelope_AePull:
+		return m.AePull.GetKeyspace(), true
+	case *peerpb.Envelope_GlForward:
+		return m.GlForward.GetKeyspace(), true
+	case *peerpb.Envelope_GlUpdate:
+		return m.GlUpdate.GetRecord().GetKeyspace(), true
+	case *peerpb.Envelope_GlCommit:
+		return m.GlCommit.GetKeyspace(), true
+	case *peerpb.Envelope_GlLeaseAck:
+		return m.GlLeaseAck.GetKeyspace(), true
+	case *peerpb.Envelope_Raft:
+		return m.Raft.GetKeyspace(), true
+	case *peerpb.Envelope_RaftSnapshotOffer:
+		return m.RaftSnapshotOffer.GetKeyspace(), true
+	case *peerpb.Envelope_RaftSnapshotRequest:
+		return m.RaftSnapshotRequest.GetKeyspace(), true
+	case *peerpb.Envelope_RaftSnapshotChunk:
+		return m.RaftSnapshotChunk.GetKeyspace(), true
+	case *peerpb.Envelope_RaftForward:
+		return m.RaftForward.GetKeyspace(), true
+	}
+	return "", false
+}

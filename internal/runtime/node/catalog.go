@@ -5,166 +5,448 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"meridian/internal/config"
 	"meridian/internal/engine"
 	"meridian/internal/errs"
+	"meridian/internal/metadata"
 	"meridian/internal/placement"
 	"meridian/internal/storage"
 )
 
-// The catalog: keyspaces come from the cluster file or are created through the API. Created
-// keyspaces are stored as records of the _system keyspace, which is replicated on every node
-// with the quorum protocol, so they survive restarts and reach nodes that were down through
-// anti-entropy. Until cluster metadata moves to a consensus group (issue 13), two concurrent creates
-// of the same name resolve by last-writer-wins.
+// The catalog: keyspaces and their placement live in the cluster metadata group (the
+// metadata keyspace, package metadata), a Raft group whose voters are a few nodes and whose
+// learners are all the others, so every node holds the whole catalog.
 //
-// A node installs a keyspace in the committer, as soon as its catalog record is durable and
-// before the acknowledgement of that record leaves (watchCatalog): so a node that has
-// acknowledged the record serves the keyspace. A create writes at QUORUM and then waits
-// (Request.WaitAll) for the acknowledgement of every node the failure detector considers
-// alive, until its deadline; it returns the nodes that had not installed the keyspace then
-// (issue 12: a create used to return while other regions still answered "unknown
-// keyspace").
+//   - A change (create, alter, drop) is a command of that group, conditional on the version
+//     it was based on; it returns once every live node has applied it, or names the nodes
+//     that have not (CreateKeyspace and friends).
+//   - A node installs a keyspace in the committer, as soon as the metadata record is durable
+//     and before anything that follows it leaves (watchCatalog); it drops a keyspace the same
+//     way, with its data.
+//   - Keyspaces of the configuration file are served from the file at once (placement
+//     version 0) and imported into the metadata by every node (create-if-never-imported):
+//     the first import wins, and from then on the metadata is what counts.
+//   - A data directory written before the metadata group (layout 1: the catalog was a quorum
+//     keyspace, "_system") is migrated: its keyspaces are served and imported the same way,
+//     then the old catalog is deleted and the directory marked layout 2. A directory of a
+//     newer layout is refused.
 
-const catalogPrefix = "keyspace/"
+// layoutKey is the storage meta key holding the data directory's layout version.
+const layoutKey = "layout"
 
-func (n *Node) systemKeyspace() *placement.Keyspace {
-	var ids []uint32
-	regions := []string{}
-	for _, nd := range n.opts.Cluster.Nodes {
-		ids = append(ids, nd.ID)
-		if !slices.Contains(regions, nd.Region) {
-			regions = append(regions, nd.Region)
-		}
+// currentLayout is the layout this code writes: the catalog in the metadata group.
+const currentLayout = 2
+
+// legacyCatalogPrefix is the key prefix of the layout-1 catalog's records.
+const legacyCatalogPrefix = "keyspace/"
+
+// checkLayout refuses a data directory of a newer layout, and reports whether this one has
+// yet to be marked with the current layout.
+func (n *Node) checkLayout() (mark bool, err error) {
+	b, found, err := n.store.GetMeta(layoutKey)
+	if err != nil {
+		return false, fmt.Errorf("node %s: read the data layout: %w", n.self.Name, err)
 	}
-	slices.Sort(ids)
-	return &placement.Keyspace{
-		Spec: config.Keyspace{Name: engine.SystemKeyspace, Protocol: engine.SystemKeyspaceProtocol, Regions: regions, ReplicasPerRegion: 0, Partitions: 1,
-			Options: map[string]string{}},
-		Partitions: []placement.Partition{{ID: 0, Start: []byte{}, End: nil, Replicas: ids}},
+	if !found {
+		return true, nil
 	}
+	v, err := strconv.Atoi(string(b))
+	if err != nil {
+		return false, fmt.Errorf("node %s: data directory has an unreadable layout %q (%w)", n.self.Name, b, storage.ErrCorrupt)
+	}
+	if v > currentLayout {
+		return false, fmt.Errorf("node %s: the data directory was written by a newer Meridian (data layout %d; this binary reads layouts up to %d); run the newer binary", n.self.Name, v, currentLayout)
+	}
+	return v < currentLayout, nil
 }
 
-// loadPlacement builds the placement of the configured keyspaces, the system keyspace and the
-// keyspaces created through the API that this node has stored.
+// loadPlacement builds the placement the node starts with: the metadata keyspace, the
+// keyspaces the metadata group had applied here before (newest first), and the keyspaces of
+// the configuration file and of a layout-1 catalog that the metadata does not hold yet.
 func (n *Node) loadPlacement() (*placement.Map, error) {
-	pm, err := placement.Build(n.opts.Cluster)
+	mark, err := n.checkLayout()
 	if err != nil {
-		return nil, fmt.Errorf("node %s: %w", n.self.Name, err)
+		return nil, err
 	}
-	for _, ks := range n.opts.Cluster.Keyspaces {
-		n.origins.Store(ks.Name, "config")
-	}
-	pm = pm.With(n.systemKeyspace())
-	var created []storage.Record
-	err = n.store.Scan(engine.SystemKeyspace, 0, []byte(catalogPrefix), nil, 0, func(r storage.Record) bool {
-		if strings.HasPrefix(string(r.Key), catalogPrefix) && !r.Tombstone {
-			created = append(created, r)
+	pm := &placement.Map{Version: 1, Keyspaces: map[string]*placement.Keyspace{}}
+	pm.Keyspaces[metadata.Keyspace] = metadata.SystemKeyspace(n.opts.Cluster)
+
+	// What the metadata group had applied here (each key's newest version).
+	dropped := map[string]bool{}
+	err = n.store.Scan(metadata.Keyspace, 0, nil, nil, 0, func(r storage.Record) bool {
+		name, ok := metadata.IsKeyspaceKey(r.Key)
+		if !ok {
+			return true
 		}
+		if r.Tombstone {
+			dropped[name] = true
+			return true
+		}
+		rec, derr := metadata.DecodeKeyspace(r.Value)
+		if derr != nil {
+			err = fmt.Errorf("keyspace record %q: %w", r.Key, derr)
+			return false
+		}
+		pm.Keyspaces[name] = rec.Placement()
 		return true
 	})
 	if err != nil {
-		return nil, fmt.Errorf("node %s: load catalog: %w", n.self.Name, err)
+		return nil, fmt.Errorf("node %s: load the catalog: %w", n.self.Name, err)
 	}
-	for _, r := range created {
-		ks, err := n.decodeKeyspace(r.Value)
+
+	// The configuration file's keyspaces, until the metadata has them.
+	for _, ks := range n.opts.Cluster.Keyspaces {
+		n.imports = append(n.imports, ks)
+		if _, ok := pm.Keyspaces[ks.Name]; ok || dropped[ks.Name] {
+			continue
+		}
+		pk, err := placement.BuildKeyspace(ks, n.opts.Cluster.Nodes)
 		if err != nil {
-			n.log.Warn("ignoring unreadable catalog entry", "key", string(r.Key), "err", err)
-			continue
+			return nil, fmt.Errorf("node %s: %w", n.self.Name, err)
 		}
-		if _, exists := pm.Keyspace(ks.Spec.Name); exists {
-			continue
+		pm.Keyspaces[ks.Name] = pk
+	}
+
+	// A layout-1 catalog's keyspaces, the same way.
+	if mark {
+		err = n.store.Scan(metadata.LegacyKeyspace, 0, []byte(legacyCatalogPrefix), nil, 0, func(r storage.Record) bool {
+			if r.Tombstone || !strings.HasPrefix(string(r.Key), legacyCatalogPrefix) {
+				return true
+			}
+			var spec config.Keyspace
+			if jerr := json.Unmarshal(r.Value, &spec); jerr != nil {
+				n.log.Warn("ignoring an unreadable keyspace of the old catalog", "key", string(r.Key), "err", jerr)
+				return true
+			}
+			if verr := config.ValidateKeyspace(&spec, n.opts.Cluster); verr != nil {
+				n.log.Warn("ignoring a keyspace of the old catalog this configuration does not allow", "keyspace", spec.Name, "err", verr)
+				return true
+			}
+			n.imports = append(n.imports, spec)
+			n.legacyCatalog = true
+			if _, ok := pm.Keyspaces[spec.Name]; !ok && !dropped[spec.Name] {
+				if pk, berr := placement.BuildKeyspace(spec, n.opts.Cluster.Nodes); berr == nil {
+					pm.Keyspaces[spec.Name] = pk
+				}
+			}
+			return true
+		})
+		if err != nil {
+			return nil, fmt.Errorf("node %s: read the old catalog: %w", n.self.Name, err)
 		}
-		pm = pm.With(ks)
-		n.origins.Store(ks.Spec.Name, "api")
+		if n.legacyCatalog {
+			n.log.Info("data directory of layout 1: its catalog will be imported into the cluster metadata", "keyspaces", len(n.imports)-len(n.opts.Cluster.Keyspaces))
+		} else if err := n.store.PutMeta(layoutKey, []byte(strconv.Itoa(currentLayout)), true); err != nil {
+			return nil, fmt.Errorf("node %s: mark the data layout: %w", n.self.Name, err)
+		}
 	}
 	return pm, nil
 }
 
-func (n *Node) decodeKeyspace(b []byte) (*placement.Keyspace, error) {
-	var spec config.Keyspace
-	if err := json.Unmarshal(b, &spec); err != nil {
-		return nil, fmt.Errorf("decode keyspace: %w", err)
-	}
-	if err := config.ValidateKeyspace(&spec, n.opts.Cluster); err != nil {
-		return nil, err
-	}
-	return placement.BuildKeyspace(spec, n.opts.Cluster.Nodes)
-}
-
-// watchCatalog installs keyspaces whose catalog records were just made durable here. It runs
-// in the committer before the batch's messages (the records' acknowledgements) leave, and it
-// is the only writer of the placement map after start; the event loop hands the new map to
-// the core before the next input it handles (syncPlacement), so a request the gateway
-// accepted against the new map never reaches a core without it.
+// watchCatalog installs, changes and drops keyspaces as their metadata records become
+// durable here. It runs in the committer after the batch holding them is synced and before
+// that batch's messages and replies leave, and it is the only writer of the placement map
+// after start; the event loop hands the new map to the engines before the next input
+// (syncPlacement), so a request the gateway accepted under the new map never reaches an
+// engine without it. A dropped keyspace's data is deleted here, before anything later.
 func (n *Node) watchCatalog(writes []storage.Record) {
+	pm := n.pmap.Load()
+	changed := false
 	for _, r := range writes {
-		if r.Keyspace != engine.SystemKeyspace || r.Tombstone || !strings.HasPrefix(string(r.Key), catalogPrefix) {
+		if r.Keyspace != metadata.Keyspace {
 			continue
 		}
-		if _, exists := n.pmap.Load().Keyspace(strings.TrimPrefix(string(r.Key), catalogPrefix)); exists {
+		name, ok := metadata.IsKeyspaceKey(r.Key)
+		if !ok || strings.HasPrefix(name, "_") {
 			continue
 		}
-		ks, err := n.decodeKeyspace(r.Value)
+		if r.Tombstone {
+			if _, ok := pm.Keyspace(name); !ok {
+				continue
+			}
+			pm, changed = pm.Without(name), true
+			if err := n.store.DeleteKeyspace(name); err != nil {
+				n.log.Error("could not delete a dropped keyspace's data", "keyspace", name, "err", err)
+			}
+			n.log.Info("keyspace dropped", "keyspace", name)
+			continue
+		}
+		rec, err := metadata.DecodeKeyspace(r.Value)
 		if err != nil {
-			n.log.Warn("ignoring unreadable catalog entry", "key", string(r.Key), "err", err)
+			n.log.Warn("ignoring an unreadable keyspace record", "key", string(r.Key), "err", err)
 			continue
 		}
-		n.origins.Store(ks.Spec.Name, "api")
-		pm := n.pmap.Load().With(ks)
+		if cur, ok := pm.Keyspace(name); ok && cur.Version >= rec.Version && cur.Version != 0 {
+			continue
+		}
+		pm, changed = pm.With(rec.Placement()), true
+		n.log.Info("keyspace installed", "keyspace", name, "placement_version", rec.Version)
+	}
+	if changed {
 		n.pmap.Store(pm)
-		n.log.Info("keyspace installed", "keyspace", ks.Spec.Name, "placement_version", pm.Version)
 	}
 }
 
-// CreateKeyspace validates spec, stores it in the catalog at QUORUM and waits until every
-// node that is alive has installed it, up to timeout. notInstalled lists the nodes that had
-// not ("NAME: reason"): they learn the keyspace when they are back (replication of the catalog
-// or anti-entropy).
-func (n *Node) CreateKeyspace(ctx context.Context, spec config.Keyspace, timeout time.Duration) (created config.Keyspace, notInstalled []string, err error) {
+// admitWrites drops the records of keyspaces that are not (any more) in the placement: an
+// engine's write for a keyspace dropped meanwhile must not outlive the drop.
+func (n *Node) admitWrites(writes []storage.Record) []storage.Record {
+	pm := n.pmap.Load()
+	kept := writes[:0]
+	for _, r := range writes {
+		if _, ok := pm.Keyspaces[r.Keyspace]; ok {
+			kept = append(kept, r)
+			continue
+		}
+		n.m.dropped.WithLabelValues("keyspace_dropped").Inc()
+	}
+	return kept
+}
+
+// importCatalog imports the configuration file's keyspaces (and a layout-1 catalog's) into
+// the cluster metadata and registers this node, retrying while the metadata group has no
+// leader; then it marks the data directory with the current layout. It runs until done or
+// the node closes.
+func (n *Node) importCatalog() {
+	defer n.wg.Done()
+	pending := slices.Clone(n.imports)
+	registered := false
+	backoff := 200 * time.Millisecond
+	for {
+		var left []config.Keyspace
+		for _, spec := range pending {
+			if err := n.importKeyspace(spec); err != nil {
+				left = append(left, spec)
+				if ok, _ := n.logs.allow("import:" + spec.Name); ok {
+					n.log.Warn("could not import a keyspace into the cluster metadata yet; retrying", "keyspace", spec.Name, "err", err)
+				}
+			}
+		}
+		pending = left
+		if !registered {
+			registered = n.registerSelf() == nil
+		}
+		if len(pending) == 0 && registered {
+			break
+		}
+		select {
+		case <-n.stop:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	if n.legacyCatalog {
+		if err := n.store.DeletePartition(metadata.LegacyKeyspace, 0, true); err != nil {
+			n.log.Error("could not delete the old catalog after importing it", "err", err)
+			return
+		}
+		n.log.Info("the old catalog is imported into the cluster metadata and deleted")
+	}
+	if err := n.store.PutMeta(layoutKey, []byte(strconv.Itoa(currentLayout)), true); err != nil {
+		n.log.Error("could not mark the data layout", "err", err)
+	}
+}
+
+// metaCommand runs a metadata command and returns its outcome.
+func (n *Node) metaCommand(ctx context.Context, cmd metadata.Command, timeout time.Duration, waitAll bool) (metadata.Outcome, []engine.Unacked, error) {
+	res := n.Do(ctx, engine.Request{Op: engine.OpCommand, Keyspace: metadata.Keyspace, Command: cmd.Encode(),
+		Deadline: n.clock.Now().Add(timeout), WaitAll: waitAll})
+	if res.Err != nil {
+		return metadata.Outcome{}, nil, res.Err
+	}
+	out, err := metadata.DecodeOutcome(res.Output)
+	if err != nil {
+		return metadata.Outcome{}, nil, errs.New(errs.Internal, "%v", err)
+	}
+	return out, res.Unacked, nil
+}
+
+func (n *Node) importKeyspace(spec config.Keyspace) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _, err := n.metaCommand(ctx, metadata.Command{Op: metadata.OpCreate, Spec: &spec, IfAbsent: true, Import: true}, 5*time.Second, false)
+	if errs.KindOf(err) == errs.AlreadyExists {
+		n.log.Warn("a keyspace of the configuration file differs from the cluster's metadata; the metadata is what counts (change it with alter-keyspace)", "keyspace", spec.Name, "detail", err)
+		return nil
+	}
+	return err
+}
+
+func (n *Node) registerSelf() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _, err := n.metaCommand(ctx, metadata.Command{Op: metadata.OpRegisterNode,
+		Node: &metadata.NodeRecord{ID: n.self.ID, Name: n.self.Name, Region: n.self.Region, State: "active"}}, 5*time.Second, false)
+	return err
+}
+
+// notInstalledNames renders the nodes that had not applied a change.
+func (n *Node) notInstalledNames(un []engine.Unacked) []string {
+	var out []string
+	for _, u := range un {
+		nd, _ := n.opts.Cluster.NodeByID(u.Node)
+		out = append(out, fmt.Sprintf("%s: %s", nd.Name, u.Reason))
+	}
+	return out
+}
+
+// CreateKeyspace creates a keyspace through the cluster metadata and waits until every node
+// that is alive has installed it, up to timeout. notInstalled lists the nodes that had not
+// ("NAME: reason"): they install it when they catch up with the metadata. version is the
+// keyspace's placement version.
+func (n *Node) CreateKeyspace(ctx context.Context, spec config.Keyspace, timeout time.Duration) (created config.Keyspace, version uint64, notInstalled []string, err error) {
 	if spec.Name == "" {
-		return spec, nil, errs.New(errs.Invalid, "create keyspace: name is empty")
+		return spec, 0, nil, errs.New(errs.Invalid, "create keyspace: name is empty")
 	}
 	if strings.HasPrefix(spec.Name, "_") {
-		return spec, nil, errs.New(errs.Invalid, "keyspace name %q: names starting with _ are reserved", spec.Name)
+		return spec, 0, nil, errs.New(errs.Invalid, "keyspace name %q: names starting with _ are reserved", spec.Name)
 	}
 	if err := config.ValidateKeyspace(&spec, n.opts.Cluster); err != nil {
-		return spec, nil, errs.New(errs.Invalid, "%v", err)
+		return spec, 0, nil, errs.New(errs.Invalid, "%v", err)
 	}
-	if _, exists := n.pmap.Load().Keyspace(spec.Name); exists {
-		return spec, nil, errs.New(errs.AlreadyExists, "keyspace %q already exists", spec.Name)
-	}
-	ks, err := placement.BuildKeyspace(spec, n.opts.Cluster.Nodes)
+	out, un, err := n.metaCommand(ctx, metadata.Command{Op: metadata.OpCreate, Spec: &spec}, timeout, true)
 	if err != nil {
-		return spec, nil, errs.New(errs.Invalid, "%v", err)
+		return spec, 0, nil, err
 	}
-	b, err := json.Marshal(spec)
-	if err != nil {
-		return spec, nil, errs.New(errs.Internal, "encode keyspace: %v", err)
-	}
-	res := n.Do(ctx, engine.Request{
-		Op: engine.OpPut, Keyspace: engine.SystemKeyspace, Key: []byte(catalogPrefix + spec.Name), Value: b,
-		Level: config.LevelQuorum, Deadline: n.clock.Now().Add(timeout), WaitAll: true,
-	})
-	if res.Err != nil {
-		return spec, nil, res.Err
-	}
-	for _, u := range res.Unacked {
-		nd, _ := n.opts.Cluster.NodeByID(u.Node)
-		notInstalled = append(notInstalled, fmt.Sprintf("%s: %s", nd.Name, u.Reason))
-	}
-	// This node replicates _system, so its own acknowledgement (counted above) came after
-	// its committer installed the keyspace.
-	return ks.Spec, notInstalled, nil
+	return out.Keyspace.Spec, out.Version, n.notInstalledNames(un), nil
 }
 
-// Origin says where a keyspace was defined: "config" or "api".
-func (n *Node) Origin(name string) string {
-	if v, ok := n.origins.Load(name); ok {
-		return v.(string)
-	}
-	return ""
+// KeyspaceChange is what AlterKeyspace changes.
+type KeyspaceChange struct {
+	// SetOptions: options to set; an empty value restores the option's default.
+	SetOptions map[string]string
+	// Regions and ReplicasPerRegion: new replication (empty or 0: unchanged).
+	Regions           []string
+	ReplicasPerRegion int
+	// ExpectVersion: apply only if the keyspace is still at this version (0: any).
+	ExpectVersion uint64
 }
+
+// AlterKeyspace changes a keyspace through the cluster metadata, waiting as CreateKeyspace.
+func (n *Node) AlterKeyspace(ctx context.Context, name string, ch KeyspaceChange, timeout time.Duration) (spec config.Keyspace, version uint64, unchanged bool, notInstalled []string, err error) {
+	if name == "" {
+		return spec, 0, false, nil, errs.New(errs.Invalid, "alter keyspace: name is empty")
+	}
+	if len(ch.SetOptions) == 0 && len(ch.Regions) == 0 && ch.ReplicasPerRegion == 0 {
+		return spec, 0, false, nil, errs.New(errs.Invalid, "alter keyspace %q: nothing to change (set options, regions or replicas_per_region)", name)
+	}
+	cmd := metadata.Command{Op: metadata.OpAlter, Name: name, ExpectVersion: ch.ExpectVersion, SetOptions: ch.SetOptions,
+		Regions: ch.Regions, ReplicasPerRegion: ch.ReplicasPerRegion}
+	out, un, err := n.metaCommand(ctx, cmd, timeout, true)
+	if err != nil {
+		return spec, 0, false, nil, err
+	}
+	return out.Keyspace.Spec, out.Version, out.Unchanged, n.notInstalledNames(un), nil
+}
+
+// DropKeyspace removes a keyspace and its data through the cluster metadata, waiting as
+// CreateKeyspace. version is the one the keyspace had.
+func (n *Node) DropKeyspace(ctx context.Context, name string, expectVersion uint64, timeout time.Duration) (version uint64, notInstalled []string, err error) {
+	if name == "" {
+		return 0, nil, errs.New(errs.Invalid, "drop keyspace: name is empty")
+	}
+	out, un, err := n.metaCommand(ctx, metadata.Command{Op: metadata.OpDrop, Name: name, ExpectVersion: expectVersion}, timeout, true)
+	if err != nil {
+		return 0, nil, err
+	}
+	return out.Version, n.notInstalledNames(un), nil
+}
+
+// DescribeKeyspace returns a keyspace's placement: read from the metadata group at
+// LINEARIZABLE (reflecting every change that has returned), or this node's installed copy at
+// STALE. A keyspace of the configuration file the metadata does not hold yet is this node's
+// (placement version 0).
+func (n *Node) DescribeKeyspace(ctx context.Context, name string, level config.Level, timeout time.Duration) (*placement.Keyspace, error) {
+	if level == "" {
+		level = config.LevelLinearizable
+	}
+	if level != config.LevelLinearizable && level != config.LevelStale {
+		return nil, errs.New(errs.Invalid, "describe keyspace: consistency %q is not valid: use LINEARIZABLE or STALE", level)
+	}
+	local, haveLocal := n.pmap.Load().Keyspace(name)
+	if level == config.LevelStale || strings.HasPrefix(name, "_") {
+		if !haveLocal {
+			return nil, errs.New(errs.NotFound, "unknown keyspace %q", name)
+		}
+		return local, nil
+	}
+	res := n.Do(ctx, engine.Request{Op: engine.OpGet, Keyspace: metadata.Keyspace, Key: metadata.KeyspaceKey(name), Level: level,
+		Deadline: n.clock.Now().Add(timeout)})
+	switch {
+	case res.Err != nil:
+		return nil, res.Err
+	case !res.Found:
+		if haveLocal && local.Version == 0 {
+			return local, nil // from the configuration file, not imported yet
+		}
+		return nil, errs.New(errs.NotFound, "unknown keyspace %q", name)
+	}
+	rec, err := metadata.DecodeKeyspace(res.Value)
+	if err != nil {
+		return nil, errs.New(errs.Internal, "%v", err)
+	}
+	return rec.Placement(), nil
+}
+
+// Origin says where a keyspace was first defined: "config" (the cluster file) or "api".
+func (n *Node) Origin(name string) string {
+	for _, ks := range n.opts.Cluster.Keyspaces {
+		if ks.Name == name {
+			return "config"
+		}
+	}
+	if strings.HasPrefix(name, "_") {
+		return "system"
+	}
+	return "api"
+}
+
+// awaitPlacement waits (up to wait) until this node's placement of keyspace is at least
+// version, and says whether it is.
+func (n *Node) awaitPlacement(ctx context.Context, keyspace string, version uint64, wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
+	for {
+		if ks, ok := n.pmap.Load().Keyspace(keyspace); ok && ks.Version >= version {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-n.stop:
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// CheckPlacement enforces a client's placement version of a keyspace (0: none): a request
+// made under an older placement than this node's is refused as stale; one made under a newer
+// placement than this node has yet waits briefly for the metadata to catch up here, then is
+// refused the same way. It returns the version the request is served under.
+func (n *Node) CheckPlacement(ctx context.Context, keyspace string, clientVersion uint64) (uint64, error) {
+	ks, ok := n.pmap.Load().Keyspace(keyspace)
+	if !ok {
+		return 0, nil // the gateway reports unknown keyspaces
+	}
+	switch {
+	case clientVersion == 0 || clientVersion == ks.Version:
+		return ks.Version, nil
+	case clientVersion < ks.Version:
+		return ks.Version, errs.New(errs.StalePlacement, "keyspace %q is at placement version %d, the request was made under version %d: refresh it (describe-keyspace) and retry", keyspace, ks.Version, clientVersion)
+	}
+	if n.awaitPlacement(ctx, keyspace, clientVersion, placementWait) {
+		ks, _ = n.pmap.Load().Keyspace(keyspace)
+		return ks.Version, nil
+	}
+	return ks.Version, errs.New(errs.StalePlacement, "node %s has placement version %d of keyspace %q, the request needs version %d: this node has not caught up with the cluster metadata yet; retry, or ask another node", n.self.Name, ks.Version, keyspace, clientVersion)
+}
+
+// placementWait is how long a node behind a client's placement waits for the metadata.
+const placementWait = time.Second

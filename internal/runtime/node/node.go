@@ -30,6 +30,7 @@ import (
 	_ "meridian/internal/replication/all" // the runtime hosts every registered protocol
 	"meridian/internal/runtime/transport"
 	"meridian/internal/storage"
+	"meridian/internal/wire"
 	"meridian/internal/wire/peerpb"
 )
 
@@ -101,6 +102,10 @@ type Node struct {
 	closed  atomic.Bool
 	members map[uint32]bool
 	logs    *rateLog
+	// imports are the keyspaces of the configuration file (and of a layout-1 catalog) to
+	// import into the cluster metadata; legacyCatalog: the data directory had one.
+	imports       []config.Keyspace
+	legacyCatalog bool
 }
 
 // Start opens the node's storage, builds its core and starts its goroutines.
@@ -187,11 +192,12 @@ func Start(opts Options) (*Node, error) {
 		return nil, fmt.Errorf("node %s: transport: %w", self.Name, err)
 	}
 	n.tr = tr
-	n.wg.Add(4)
+	n.wg.Add(5)
 	go n.loop()
 	go n.committer()
 	go n.jobWorker()
 	go n.diskWatcher()
+	go n.importCatalog()
 	n.log.Info("node started", "region", self.Region, "data_dir", opts.DataDir)
 	return n, nil
 }
@@ -335,6 +341,9 @@ func (n *Node) Do(ctx context.Context, req engine.Request) engine.Result {
 	case <-ctx.Done():
 		n.waiters.Delete(req.ID)
 		res = engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Timeout, "request cancelled by the client: %v", ctx.Err())}
+	case <-n.stop:
+		n.waiters.Delete(req.ID)
+		res = engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Unavailable, "node %s shut down", n.self.Name)}
 	}
 	n.m.observe(req, res, time.Since(start))
 	return res
@@ -438,6 +447,7 @@ func (n *Node) committer() {
 				writes = append(writes, rd.Writes...)
 				raw = append(raw, rd.Raw...)
 			}
+			writes = n.admitWrites(writes)
 			if len(writes) > 0 || len(raw) > 0 {
 				began := time.Now()
 				if err := n.store.ApplyBatch(writes, raw, true); err != nil {
@@ -461,7 +471,7 @@ func (n *Node) committer() {
 		for _, rd := range batch {
 			for _, env := range rd.Messages {
 				n.m.sent(env)
-				if !n.tr.Send(env) {
+				if !n.send(env) {
 					n.m.dropped.WithLabelValues("transport").Inc()
 				}
 			}
@@ -501,9 +511,20 @@ func (n *Node) release(env *peerpb.Envelope) {
 		return
 	}
 	n.m.sent(env)
-	if !n.tr.Send(env) {
+	if !n.send(env) {
 		n.m.dropped.WithLabelValues("transport").Inc()
 	}
+}
+
+// send stamps a message with this node's placement version of the keyspace it is about
+// (the receiver drops it if its own differs: admitPeer) and hands it to the transport.
+func (n *Node) send(env *peerpb.Envelope) bool {
+	if name, ok := wire.KeyspaceOf(env); ok {
+		if ks, ok := n.pmap.Load().Keyspace(name); ok {
+			env.PlacementVersion = ks.Version
+		}
+	}
+	return n.tr.Send(env)
 }
 
 // storageFailed stops the node releasing anything after a failed write or snapshot install:
@@ -561,7 +582,7 @@ func (n *Node) jobWorker() {
 					continue
 				}
 				n.m.sent(env)
-				n.tr.Send(env)
+				n.send(env)
 			}
 			select {
 			case <-n.stop:

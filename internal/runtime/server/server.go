@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -73,9 +74,30 @@ func (s *Service) do(ctx context.Context, req engine.Request) engine.Result {
 	return s.node.Do(ctx, req)
 }
 
+// placed checks the client's placement version of the keyspace (node.CheckPlacement) and
+// returns the version the request is served under.
+func (s *Service) placed(ctx context.Context, keyspace string, clientVersion uint64) (uint64, error) {
+	return s.node.CheckPlacement(ctx, keyspace, clientVersion)
+}
+
+// stalenessMs renders a read's staleness bound for the API (-1: unknown).
+func stalenessMs(res engine.Result) float64 {
+	if res.Path != "stale" {
+		return 0
+	}
+	if res.Staleness < 0 {
+		return -1
+	}
+	return float64(res.Staleness.Microseconds()) / 1000
+}
+
 // Get reads one key.
 func (s *Service) Get(ctx context.Context, r *meridianpb.GetRequest) (*meridianpb.GetResponse, error) {
 	req, err := s.validator().get(r)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	pv, err := s.placed(ctx, r.GetKeyspace(), r.GetPlacementVersion())
 	if err != nil {
 		return nil, ToStatus(err)
 	}
@@ -83,7 +105,8 @@ func (s *Service) Get(ctx context.Context, r *meridianpb.GetRequest) (*meridianp
 	if res.Err != nil {
 		return nil, ToStatus(res.Err)
 	}
-	return &meridianpb.GetResponse{Found: res.Found, Value: res.Value, Version: versionPB(res.Version), Coordinator: s.node.Name(), ReadPath: res.Path}, nil
+	return &meridianpb.GetResponse{Found: res.Found, Value: res.Value, Version: versionPB(res.Version), Coordinator: s.node.Name(), ReadPath: res.Path,
+		PlacementVersion: pv, StalenessBoundMs: stalenessMs(res)}, nil
 }
 
 // Put writes one key.
@@ -92,11 +115,15 @@ func (s *Service) Put(ctx context.Context, r *meridianpb.PutRequest) (*meridianp
 	if err != nil {
 		return nil, ToStatus(err)
 	}
+	pv, err := s.placed(ctx, r.GetKeyspace(), r.GetPlacementVersion())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
 	res := s.do(ctx, req)
 	if res.Err != nil {
 		return nil, ToStatus(res.Err)
 	}
-	return &meridianpb.PutResponse{Version: versionPB(res.Version), Coordinator: s.node.Name()}, nil
+	return &meridianpb.PutResponse{Version: versionPB(res.Version), Coordinator: s.node.Name(), PlacementVersion: pv}, nil
 }
 
 // Delete writes a tombstone.
@@ -105,11 +132,15 @@ func (s *Service) Delete(ctx context.Context, r *meridianpb.DeleteRequest) (*mer
 	if err != nil {
 		return nil, ToStatus(err)
 	}
+	pv, err := s.placed(ctx, r.GetKeyspace(), r.GetPlacementVersion())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
 	res := s.do(ctx, req)
 	if res.Err != nil {
 		return nil, ToStatus(res.Err)
 	}
-	return &meridianpb.DeleteResponse{Version: versionPB(res.Version), Coordinator: s.node.Name()}, nil
+	return &meridianpb.DeleteResponse{Version: versionPB(res.Version), Coordinator: s.node.Name(), PlacementVersion: pv}, nil
 }
 
 // Scan reads a key range.
@@ -118,11 +149,15 @@ func (s *Service) Scan(ctx context.Context, r *meridianpb.ScanRequest) (*meridia
 	if err != nil {
 		return nil, ToStatus(err)
 	}
+	pv, err := s.placed(ctx, r.GetKeyspace(), r.GetPlacementVersion())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
 	res := s.do(ctx, req)
 	if res.Err != nil {
 		return nil, ToStatus(res.Err)
 	}
-	out := &meridianpb.ScanResponse{More: res.More, Coordinator: s.node.Name()}
+	out := &meridianpb.ScanResponse{More: res.More, Coordinator: s.node.Name(), PlacementVersion: pv}
 	for _, it := range res.Items {
 		out.Items = append(out.Items, &meridianpb.KeyValue{Key: it.Key, Value: it.Value, Version: versionPB(it.Version)})
 	}
@@ -166,28 +201,82 @@ func (s *Service) CreateKeyspace(ctx context.Context, r *meridianpb.CreateKeyspa
 	}
 	spec := config.Keyspace{Name: sp.GetName(), Protocol: sp.GetProtocol(), Regions: sp.GetRegions(),
 		ReplicasPerRegion: int(sp.GetReplicasPerRegion()), Partitions: int(sp.GetPartitions()), Options: sp.GetOptions()}
-	got, notInstalled, err := s.node.CreateKeyspace(ctx, spec, timeout)
+	got, version, notInstalled, err := s.node.CreateKeyspace(ctx, spec, timeout)
 	if err != nil {
 		return nil, ToStatus(err)
 	}
-	return &meridianpb.CreateKeyspaceResponse{Spec: specPB(got), NotInstalled: notInstalled}, nil
+	return &meridianpb.CreateKeyspaceResponse{Spec: specPB(got), NotInstalled: notInstalled, Version: version}, nil
+}
+
+// metaTimeout validates a metadata change's timeout and returns it (the cluster default
+// when 0).
+func (s *Service) metaTimeout(ms uint32) (time.Duration, error) {
+	v := s.validator()
+	if _, err := v.deadline(ms); err != nil {
+		return 0, err
+	}
+	if ms > 0 {
+		return time.Duration(ms) * time.Millisecond, nil
+	}
+	return v.limits.DefaultRequestTimeout, nil
+}
+
+// AlterKeyspace changes a keyspace's options or (protocols that move replicas) replication.
+func (s *Service) AlterKeyspace(ctx context.Context, r *meridianpb.AlterKeyspaceRequest) (*meridianpb.AlterKeyspaceResponse, error) {
+	timeout, err := s.metaTimeout(r.GetTimeoutMs())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	if r.GetReplicasPerRegion() > 1<<16 || len(r.GetSetOptions()) > 256 || len(r.GetRegions()) > 256 {
+		return nil, ToStatus(errs.New(errs.Invalid, "alter keyspace: replicas_per_region, options or regions out of range"))
+	}
+	spec, version, unchanged, notInstalled, err := s.node.AlterKeyspace(ctx, r.GetName(), node.KeyspaceChange{SetOptions: r.GetSetOptions(),
+		Regions: r.GetRegions(), ReplicasPerRegion: int(r.GetReplicasPerRegion()), ExpectVersion: r.GetExpectVersion()}, timeout)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &meridianpb.AlterKeyspaceResponse{Spec: specPB(spec), Version: version, NotInstalled: notInstalled, Unchanged: unchanged}, nil
+}
+
+// DropKeyspace removes a keyspace and its data.
+func (s *Service) DropKeyspace(ctx context.Context, r *meridianpb.DropKeyspaceRequest) (*meridianpb.DropKeyspaceResponse, error) {
+	timeout, err := s.metaTimeout(r.GetTimeoutMs())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	version, notInstalled, err := s.node.DropKeyspace(ctx, r.GetName(), r.GetExpectVersion(), timeout)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &meridianpb.DropKeyspaceResponse{Version: version, NotInstalled: notInstalled}, nil
 }
 
 // DescribeKeyspace returns a keyspace's spec and placement.
 func (s *Service) DescribeKeyspace(ctx context.Context, r *meridianpb.DescribeKeyspaceRequest) (*meridianpb.DescribeKeyspaceResponse, error) {
 	v := s.validator()
-	ks, err := v.keyspace(r.GetName())
+	switch name := r.GetName(); {
+	case name == "":
+		return nil, ToStatus(errs.New(errs.Invalid, "keyspace name is empty"))
+	case strings.HasPrefix(name, "_"):
+		return nil, ToStatus(errs.New(errs.Invalid, "keyspace %q is reserved for Meridian's own metadata", name))
+	case len(name) > 256:
+		return nil, ToStatus(errs.New(errs.Invalid, "keyspace name of %d bytes is too long", len(name)))
+	}
+	ks, err := s.node.DescribeKeyspace(ctx, r.GetName(), config.Level(strings.ToUpper(r.GetConsistency())), v.limits.DefaultRequestTimeout)
 	if err != nil {
 		return nil, ToStatus(err)
 	}
-	out := &meridianpb.DescribeKeyspaceResponse{Spec: specPB(ks.Spec), PlacementVersion: v.pmap.Version, Origin: s.node.Origin(ks.Spec.Name)}
-	for _, p := range ks.Partitions {
-		pp := &meridianpb.PartitionPlacement{Partition: p.ID, Start: p.Start}
-		for _, id := range p.Replicas {
+	out := &meridianpb.DescribeKeyspaceResponse{Spec: specPB(ks.Spec), PlacementVersion: ks.Version, Origin: s.node.Origin(ks.Spec.Name)}
+	names := func(ids []uint32) []string {
+		var out []string
+		for _, id := range ids {
 			nd, _ := s.node.Cluster().NodeByID(id)
-			pp.Replicas = append(pp.Replicas, nd.Name)
+			out = append(out, nd.Name)
 		}
-		out.Partitions = append(out.Partitions, pp)
+		return out
+	}
+	for _, p := range ks.Partitions {
+		out.Partitions = append(out.Partitions, &meridianpb.PartitionPlacement{Partition: p.ID, Start: p.Start, Replicas: names(p.Replicas), Learners: names(p.Learners)})
 	}
 	return out, nil
 }

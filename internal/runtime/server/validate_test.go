@@ -49,7 +49,7 @@ func testPlacement(t testing.TB) *placement.Map {
 		t.Fatalf("placement: %v", err)
 	}
 	sys := &placement.Keyspace{
-		Spec:       config.Keyspace{Name: engine.SystemKeyspace, Protocol: config.ProtocolQuorum, Regions: []string{"a", "b", "c"}, Partitions: 1},
+		Spec:       config.Keyspace{Name: "_meta", Protocol: config.ProtocolMetadata, Regions: []string{"a", "b", "c"}, Partitions: 1},
 		Partitions: []placement.Partition{{ID: 0, Start: []byte{}, Replicas: []uint32{1, 2, 3}}},
 	}
 	return pm.With(sys)

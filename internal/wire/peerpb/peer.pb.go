@@ -4288,6 +4288,10 @@ type Envelope struct {
 	// The protocol engine that sent the message (its registry ID); the receiving node hands
 	// the message to its engine of the same protocol.
 	Engine uint32 `protobuf:"varint,3,opt,name=engine,proto3" json:"engine,omitempty"`
+	// The sender's placement version of the keyspace the message is about (0: none, or not
+	// yet in the cluster metadata). A receiver with another non-zero version drops it: nodes
+	// exchange messages about a keyspace only under the same placement.
+	PlacementVersion uint64 `protobuf:"varint,4,opt,name=placement_version,json=placementVersion,proto3" json:"placement_version,omitempty"`
 	// Types that are valid to be assigned to Msg:
 	//
 	//	*Envelope_Write
@@ -4387,6 +4391,13 @@ func (x *Envelope) GetTo() uint32 {
 func (x *Envelope) GetEngine() uint32 {
 	if x != nil {
 		return x.Engine
+	}
+	return 0
+}
+
+func (x *Envelope) GetPlacementVersion() uint64 {
+	if x != nil {
+		return x.PlacementVersion
 	}
 	return 0
 }
@@ -5519,11 +5530,12 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1d\n" +
 	"\n" +
-	"conf_index\x18\x03 \x01(\x04R\tconfIndex\"\x88\x18\n" +
+	"conf_index\x18\x03 \x01(\x04R\tconfIndex\"\xb5\x18\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\rR\x02to\x12\x16\n" +
-	"\x06engine\x18\x03 \x01(\rR\x06engine\x126\n" +
+	"\x06engine\x18\x03 \x01(\rR\x06engine\x12+\n" +
+	"\x11placement_version\x18\x04 \x01(\x04R\x10placementVersion\x126\n" +
 	"\x05write\x18\n" +
 	" \x01(\v2\x1e.meridian.peer.v1.WriteRequestH\x00R\x05write\x129\n" +
 	"\twrite_ack\x18\v \x01(\v2\x1a.meridian.peer.v1.WriteAckH\x00R\bwriteAck\x123\n" +
