@@ -20,12 +20,13 @@ import (
 
 // TestCPU starts the integration test's three nodes with the lab's options, prepares the
 // benchmark keyspace, lets the cluster settle, and logs the CPU the three JVMs use while no
-// client sends anything, per node and per thread group. With MERIDIAN_CASSANDRA_RATE > 0 it
-// then loads YCSB A's records and logs the same at that open-loop rate (ops/s per region),
-// with the latencies; with MERIDIAN_CASSANDRA_MAX=1 it runs the lab's highest-throughput
-// search (p99 < 100 ms) instead. It asserts nothing about timings or CPU (the machine is shared, so the
-// numbers are noisy); it exists to measure configuration changes. Skipped unless
-// MERIDIAN_CASSANDRA_CPU=1. MERIDIAN_CASSANDRA_SETTLE (default 60s) and
+// client sends anything, per node and per thread group. Then, with MERIDIAN_CASSANDRA_MAX=1,
+// it runs the lab's highest-throughput search (p99 < 100 ms; warm-up
+// MERIDIAN_CASSANDRA_WARMUP, default 60s) on loopback; with MERIDIAN_CASSANDRA_RATE > 0, it
+// loads YCSB A's records and logs the same CPU breakdown at that open-loop rate (ops/s per
+// region), with the latencies. It asserts nothing about timings or CPU: the machine is
+// shared, so the numbers are noisy, and the test exists to measure configuration changes.
+// Skipped unless MERIDIAN_CASSANDRA_CPU=1. MERIDIAN_CASSANDRA_SETTLE (default 60s) and
 // MERIDIAN_CASSANDRA_SAMPLE (default 30s) set the phases.
 func TestCPU(t *testing.T) {
 	if os.Getenv("MERIDIAN_CASSANDRA_CPU") != "1" {
@@ -85,7 +86,8 @@ func TestCPU(t *testing.T) {
 		// loopback: no router, and the clients are this process.
 		var res *bench.MaxResult
 		measureCPU(t, c, "max search", func() {
-			res, err = bench.FindMax(ctx, target, cfgs[0], len(c.nodes), bench.RunOptions{Workload: w, Warmup: time.Minute, Seed: 1},
+			warmup := envDuration(t, "MERIDIAN_CASSANDRA_WARMUP", time.Minute) // the lab's --warmup
+			res, err = bench.FindMax(ctx, target, cfgs[0], len(c.nodes), bench.RunOptions{Workload: w, Warmup: warmup, Seed: 1},
 				bench.MaxOptions{P99BoundMs: 100, MachineCPU: true}, testLog{t})
 		})
 		if err != nil {
