@@ -45,8 +45,13 @@ type Options struct {
 	FetchScript string
 	// Java is the java binary (default "java"); Cassandra 5.0 needs Java 11 or 17.
 	Java string
-	// HeapMB is each node's JVM heap (default 1024).
+	// HeapMB is each node's JVM heap. Default: cassandra-env.sh's formula applied to each
+	// node's share of the machine's memory (defaultHeapMB).
 	HeapMB int
+	// AvailableProcessors is each node's cassandra.available_processors, the cores Cassandra
+	// sizes its thread pools for. Default: the machine's cores shared among the nodes, at
+	// least 1 (conf/jvm-server.options: for several instances on one machine).
+	AvailableProcessors int
 	// NumTokens is each node's number of virtual nodes (default 16).
 	NumTokens int
 	// RingDelayMs is cassandra.ring_delay_ms (default 1000; Cassandra's is 30000, which only
@@ -66,7 +71,10 @@ type Options struct {
 	ExtraJVMArgs []string
 }
 
-func (co Options) withDefaults() Options {
+// withDefaults fills in the defaults for a cluster of nodes nodes, all on this machine (as
+// in the lab and the tests).
+func (co Options) withDefaults(nodes int) Options {
+	nodes = max(nodes, 1)
 	if co.Version == "" {
 		co.Version = DefaultVersion
 	}
@@ -74,7 +82,10 @@ func (co Options) withDefaults() Options {
 		co.Java = "java"
 	}
 	if co.HeapMB == 0 {
-		co.HeapMB = 1024
+		co.HeapMB = defaultHeapMB(systemMemoryMB() / nodes)
+	}
+	if co.AvailableProcessors == 0 {
+		co.AvailableProcessors = max(1, runtime.NumCPU()/nodes)
 	}
 	if co.NumTokens == 0 {
 		co.NumTokens = 16
@@ -99,6 +110,8 @@ func (co Options) validate() error {
 	switch {
 	case co.HeapMB < 256:
 		return fmt.Errorf("cassandra: heap of %d MB is too small (at least 256)", co.HeapMB)
+	case co.AvailableProcessors < 1:
+		return fmt.Errorf("cassandra: %d available processors", co.AvailableProcessors)
 	case co.NumTokens < 1 || co.NumTokens > 256:
 		return fmt.Errorf("cassandra: num_tokens %d out of range 1..256", co.NumTokens)
 	case co.RingDelayMs < 0:
@@ -137,6 +150,7 @@ type node struct {
 	dirs nodeDirs
 
 	proc peer.Process
+	pid  int // of the current or last JVM; set by launch
 }
 
 // Start writes each node's configuration into o.Dir/<host>/ (wiping any data left there,
@@ -147,7 +161,7 @@ func Start(ctx context.Context, o peer.Options, co Options) (*Cluster, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	co = co.withDefaults()
+	co = co.withDefaults(len(o.Hosts))
 	if err := co.validate(); err != nil {
 		return nil, err
 	}
@@ -304,7 +318,12 @@ func (c *Cluster) writeNodeFiles(n *node, fresh bool) error {
 	if err != nil {
 		return err
 	}
-	files := map[string][]byte{n.dirs.Yaml: y, n.dirs.RackDC: rackDCProperties(n.host), n.dirs.Logback: []byte(logbackXML)}
+	hints, err := hotspotCompiler(c.co.LibDir)
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{n.dirs.Yaml: y, n.dirs.RackDC: rackDCProperties(n.host), n.dirs.Logback: []byte(logbackXML),
+		n.dirs.Hotspot: hints}
 	for path, data := range files {
 		if err := os.WriteFile(path, data, 0o644); err != nil {
 			return fmt.Errorf("cassandra: write %s: %w", path, err)
@@ -320,6 +339,7 @@ func (c *Cluster) launch(n *node) error {
 	if err != nil {
 		return fmt.Errorf("cassandra: %w", err)
 	}
+	n.pid = pid
 	c.o.Logf("cassandra: started %s on %s (pid %d)", n.host.Name, n.host.Addr, pid)
 	return nil
 }

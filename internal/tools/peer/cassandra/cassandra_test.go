@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -27,7 +28,7 @@ func testHosts() []peer.Host {
 func TestNodeConfig(t *testing.T) {
 	hosts := testHosts()
 	hosts = append(hosts, peer.Host{Name: "cassandra-us-2", Region: "us", Addr: "127.0.0.5"})
-	co := Options{LibDir: "/lib"}.withDefaults()
+	co := Options{LibDir: "/lib", AvailableProcessors: 2}.withDefaults(len(hosts))
 	dirs := dirsOf("/w", hosts[1].Name)
 	data, err := nodeConfig("lab", hosts, 1, co, dirs)
 	if err != nil {
@@ -66,10 +67,38 @@ func TestNodeConfig(t *testing.T) {
 	if sp["class_name"] != "org.apache.cassandra.locator.SimpleSeedProvider" || seeds != "127.0.0.2,127.0.0.3,127.0.0.4" {
 		t.Errorf("seed provider = %#v", sp)
 	}
-	for _, k := range []string{"key_cache_size", "row_cache_size", "counter_cache_size"} {
-		if y[k] != "0MiB" {
-			t.Errorf("%s = %v, want 0MiB", k, y[k])
+	// cassandra.yaml's rules: 16 per drive for reads, 8 per core for writes.
+	for k, v := range map[string]any{"concurrent_reads": 16, "concurrent_counter_writes": 16, "concurrent_writes": 16,
+		"concurrent_materialized_view_writes": 16, "memtable_allocation_type": "offheap_objects",
+		"commitlog_sync": "periodic", "commitlog_sync_period": "10000ms"} {
+		if y[k] != v {
+			t.Errorf("%s = %#v, want %#v", k, y[k], v)
 		}
+	}
+	// Caches keep Cassandra's defaults.
+	for _, k := range []string{"key_cache_size", "row_cache_size", "counter_cache_size", "concurrent_compactors"} {
+		if v, ok := y[k]; ok {
+			t.Errorf("%s = %v, want Cassandra's default", k, v)
+		}
+	}
+	// The trie memtable is the default, defined after the one it inherits (Cassandra keeps
+	// the file's order).
+	mt := string(data[strings.Index(string(data), "memtable:"):])
+	if s, tr, d := strings.Index(mt, "skiplist:"), strings.Index(mt, "trie:"), strings.Index(mt, "default:"); s < 0 || tr < s || d < tr ||
+		!strings.Contains(mt, "inherits: trie") || !strings.Contains(mt, "class_name: TrieMemtable") {
+		t.Errorf("memtable section:\n%s", mt)
+	}
+}
+
+func TestDefaultHeap(t *testing.T) {
+	// cassandra-env.sh: max(min(1/2 RAM, 1024 MB), min(1/4 RAM, 8192 MB)).
+	for memMB, want := range map[int]int{1024: 512, 2048: 1024, 4096: 1024, 8035: 2008, 8192: 2048, 65536: 8192} {
+		if got := defaultHeapMB(memMB); got != want {
+			t.Errorf("defaultHeapMB(%d) = %d, want %d", memMB, got, want)
+		}
+	}
+	if m := systemMemoryMB(); m <= 0 {
+		t.Errorf("systemMemoryMB() = %d", m)
 	}
 }
 
@@ -83,10 +112,13 @@ func TestRackDCPerRegion(t *testing.T) {
 }
 
 func TestJavaArgs(t *testing.T) {
-	co := Options{LibDir: "/jars", HeapMB: 512, JMXBasePort: 7199}.withDefaults()
+	co := Options{LibDir: "/jars", HeapMB: 512, JMXBasePort: 7199, AvailableProcessors: 1}.withDefaults(3)
 	args := javaArgs(co, 2, dirsOf("/w", "n"))
 	for _, want := range []string{
 		"-Xms512m", "-Xmx512m", "-Dcassandra.config=file:///w/n/conf/cassandra.yaml",
+		"-XX:+UseG1GC", "-XX:MaxGCPauseMillis=300", "-XX:G1HeapRegionSize=16m", "-XX:+AlwaysPreTouch",
+		"-XX:+PerfDisableSharedMem", "-Dcassandra.available_processors=1",
+		"-XX:CompileCommandFile=/w/n/conf/hotspot_compiler",
 		"-Dcassandra-rackdc.properties=file:///w/n/conf/cassandra-rackdc.properties",
 		"-Dcassandra.skip_wait_for_gossip_to_settle=0", "-Dcassandra.ring_delay_ms=1000",
 		"-Dcassandra.jmx.local.port=7201", "java.base/sun.nio.ch=ALL-UNNAMED",
@@ -190,15 +222,16 @@ func TestLowerBound(t *testing.T) {
 }
 
 func TestOptionsValidation(t *testing.T) {
-	co := Options{}.withDefaults()
-	if co.HeapMB != 1024 || co.Java != "java" || co.NumTokens != 16 || co.Version != DefaultVersion || co.StartTimeout <= 0 {
+	co := Options{}.withDefaults(3)
+	if co.HeapMB != defaultHeapMB(systemMemoryMB()/3) || co.AvailableProcessors != max(1, runtime.NumCPU()/3) ||
+		co.Java != "java" || co.NumTokens != 16 || co.Version != DefaultVersion || co.StartTimeout <= 0 {
 		t.Fatalf("defaults: %+v", co)
 	}
 	if err := co.validate(); err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []Options{{HeapMB: 100}, {NumTokens: 1000}, {ConnsPerHost: -1}, {ClusterName: "a'b"}, {JMXBasePort: -5}} {
-		if err := bad.withDefaults().validate(); err == nil {
+	for _, bad := range []Options{{HeapMB: 100}, {NumTokens: 1000}, {ConnsPerHost: -1}, {ClusterName: "a'b"}, {JMXBasePort: -5}, {AvailableProcessors: -1}} {
+		if err := bad.withDefaults(3).validate(); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}
 	}
