@@ -148,7 +148,12 @@ func kvCmd() *cobra.Command {
 				}
 				os.Stdout.Write(r.Value)
 				os.Stdout.WriteString("\n")
-				if r.ReadPath != "" {
+				switch {
+				case r.ReadPath == "stale" && r.StalenessBound >= 0:
+					fmt.Fprintf(os.Stderr, "ok version %s, read path %s, coordinator %s, at most %s stale\n", r.Version, r.ReadPath, r.Coordinator, r.StalenessBound.Round(time.Millisecond))
+				case r.ReadPath == "stale":
+					fmt.Fprintf(os.Stderr, "ok version %s, read path %s, coordinator %s, staleness unknown (no leader heartbeat applied yet)\n", r.Version, r.ReadPath, r.Coordinator)
+				case r.ReadPath != "":
 					fmt.Fprintf(os.Stderr, "ok version %s, read path %s, coordinator %s\n", r.Version, r.ReadPath, r.Coordinator)
 				}
 				return nil
@@ -169,7 +174,7 @@ func kvCmd() *cobra.Command {
 		},
 	}))
 	cmd.AddCommand(&cobra.Command{
-		Use: "move-master KEYSPACE KEY REGION", Short: "Move a key's master to a replica in REGION (globlease keyspaces)", Args: cobra.ExactArgs(3),
+		Use: "move-master KEYSPACE KEY REGION", Short: "Move a key's master to a replica in REGION (globlease: the key's master; raft: the leader of the key's partition)", Args: cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			if consistency != "" {
 				return fmt.Errorf("move-master: --consistency does not apply (a move goes through the key's master)")
@@ -277,6 +282,22 @@ func kvCmd() *cobra.Command {
 						fmt.Printf(" learners %v", p.Learners)
 					}
 					fmt.Println()
+				}
+				return nil
+			})
+		},
+	})
+
+	cmd.AddCommand(&cobra.Command{
+		Use: "list-keyspaces", Short: "List the keyspaces (name, protocol, regions, partitions)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				list, err := c.ListKeyspaces(ctx)
+				if err != nil {
+					return err
+				}
+				for _, s := range list {
+					fmt.Printf("%s\t%s\tregions %v\t%d partitions\n", s.Name, s.Protocol, s.Regions, s.Partitions)
 				}
 				return nil
 			})

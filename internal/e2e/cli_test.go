@@ -104,6 +104,37 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("raft-alter-drop-list", func(t *testing.T) {
+		kv(n1, "create-keyspace", "rks", "--protocol", "raft", "--partitions", "2", "--option", "leader_region=europe").mustSucceed(t)
+		kv(n2, "put", "rks", "k", "v1").mustSucceed(t)
+		// A stale read at a follower: once it has applied the write, with its bound.
+		eventually(t, "a stale read at n3 sees the write", func() error {
+			r := kv(n3, "get", "rks", "k", "--consistency", "STALE")
+			if r.code != 0 || r.stdout != "v1\n" || !strings.Contains(r.stderr, "read path stale") {
+				return errString(r.String())
+			}
+			return nil
+		})
+		r := kv(n1, "get", "rks", "k").mustSucceed(t)
+		if r.stdout != "v1\n" {
+			t.Fatalf("%v: want stdout %q", r, "v1\n")
+		}
+		r = kv(n1, "list-keyspaces").mustSucceed(t)
+		if !strings.Contains(r.stdout, "rks\traft\t") || !strings.Contains(r.stdout, "demo\tquorum\t") {
+			t.Fatalf("%v: want rks (raft) and demo (quorum) listed", r)
+		}
+		// A change conditional on a version it is not at is refused and changes nothing.
+		kv(n2, "alter-keyspace", "rks", "--option", "heartbeat_interval=100ms", "--expect-version", "1").mustFailOneLine(t, "changed concurrently")
+		kv(n2, "alter-keyspace", "rks", "--option", "heartbeat_interval=100ms").mustSucceed(t)
+		r = kv(n3, "describe-keyspace", "rks").mustSucceed(t)
+		if !strings.Contains(r.stdout, "heartbeat_interval:100ms") {
+			t.Fatalf("%v: want the altered option", r)
+		}
+		kv(n3, "drop-keyspace", "rks").mustSucceed(t)
+		kv(n1, "get", "rks", "k").mustFailOneLine(t, `unknown keyspace "rks"`)
+		kv(n1, "drop-keyspace", "rks").mustFailOneLine(t, "rks")
+	})
+
 	t.Run("bad-input", func(t *testing.T) {
 		kv(n1, "get", "nosuch", "k", "--consistency", "QUORUM").mustFailOneLine(t, `unknown keyspace "nosuch"`)
 		kv(n1, "put", "nosuch", "k", "v", "--consistency", "QUORUM").mustFailOneLine(t, `unknown keyspace "nosuch"`)
