@@ -14,14 +14,14 @@ import (
 
 func simCmd() *cobra.Command {
 	var (
-		protocol, faults, topo, mutate, readLevel, writeLevel  string
-		seeds, mutationSeeds, replicaRegions, nodesPerRegion   int
-		seedStart                                              uint64
-		listMutations, mutations, roam, sessions, lin, verbose bool
-		duration, maxOffset, quiesce, clockStep                time.Duration
-		spikeProb, readFraction                                float64
-		clientsPerRegion                                       int
-		options                                                []string
+		protocol, faults, topo, mutate, readLevel, writeLevel                   string
+		seeds, mutationSeeds, replicaRegions, nodesPerRegion                    int
+		seedStart                                                               uint64
+		listMutations, mutations, roam, sessions, lin, verbose                  bool
+		duration, maxOffset, quiesce, clockStep, partitionEvery, requestTimeout time.Duration
+		spikeProb, readFraction                                                 float64
+		clientsPerRegion                                                        int
+		options                                                                 []string
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --protocol NAME [--seeds N] [--seed-start S] [--faults LIST|all|none] [--topology NAME] [--mutate NAME]",
@@ -68,7 +68,7 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 			base := sim.Options{Protocol: protocol, Seed: seedStart, Topology: t, Faults: fs, ReadLevel: rl, WriteLevel: wl,
 				Mutation: mutate, Roam: roam, NoSessions: !sessions, Linearizability: lin, Duration: duration,
 				ReplicaRegions: replicaRegions, NodesPerRegion: nodesPerRegion, KeyspaceOptions: map[string]string{},
-				DelaySpikeProb: spikeProb, MaxClockOffset: maxOffset, Quiesce: quiesce, ClockStepEvery: clockStep,
+				DelaySpikeProb: spikeProb, MaxClockOffset: maxOffset, Quiesce: quiesce, ClockStepEvery: clockStep, PartitionEvery: partitionEvery, RequestTimeout: requestTimeout,
 				ReadFraction: readFraction, ClientsPerRegion: clientsPerRegion}
 			if readFraction < 0 || readFraction > 1 {
 				return fmt.Errorf("--read-fraction %v out of range [0, 1]", readFraction)
@@ -78,6 +78,12 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 			}
 			if clockStep < 0 || (clockStep > 0 && clockStep < time.Millisecond) {
 				return fmt.Errorf("--clock-step-every %v: at least 1ms, or 0", clockStep)
+			}
+			if requestTimeout < 10*time.Millisecond || requestTimeout > time.Minute {
+				return fmt.Errorf("--request-timeout %v out of range 10ms..1m", requestTimeout)
+			}
+			if partitionEvery < 0 || (partitionEvery > 0 && partitionEvery < time.Millisecond) {
+				return fmt.Errorf("--partition-every %v: at least 1ms, or 0", partitionEvery)
 			}
 			if quiesce <= 0 || quiesce > 10*time.Minute {
 				return fmt.Errorf("--quiesce %v out of range (0, 10m]", quiesce)
@@ -157,6 +163,8 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 	f.DurationVar(&duration, "duration", 5*time.Second, "virtual time of the workload per seed (plus 5s of quiescence)")
 	f.Float64Var(&readFraction, "read-fraction", 0.5, "share of the clients' operations that are reads")
 	f.IntVar(&clientsPerRegion, "clients-per-region", 2, "sequential clients in each region")
+	f.DurationVar(&requestTimeout, "request-timeout", time.Second, "each client request's deadline")
+	f.DurationVar(&partitionEvery, "partition-every", 0, "with the partition fault, start a partition this often on average, one after another (0: one or two a run)")
 	f.DurationVar(&clockStep, "clock-step-every", 0, "with clock faults, step every node's clock this often on average (0: a few times a run)")
 	f.DurationVar(&quiesce, "quiesce", 5*time.Second, "fault-free virtual time after the workload, for convergence")
 	f.DurationVar(&maxOffset, "max-clock-offset", 2*time.Millisecond, "ε, the bound on clock offset between nodes (clock faults stay within it, clock-beyond does not)")

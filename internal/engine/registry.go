@@ -147,6 +147,13 @@ type SimHints struct {
 	// ClockStepEvery, when set, steps every node's clock this often on average (within the
 	// fault's bound) instead of a few times a run.
 	ClockStepEvery time.Duration
+	// PartitionEvery, when set, starts a new partition this often on average, one after
+	// another, instead of one or two a run (a bug that needs one node cut off at the right
+	// moment shows sooner).
+	PartitionEvery time.Duration
+	// RequestTimeout, when set, is the clients' request deadline: short deadlines free
+	// clients stuck behind an unavailable leader to read again where a stale answer shows.
+	RequestTimeout time.Duration
 	// Topology, when set, names the built-in topology of the mutation's runs (a timing bug
 	// that hides behind WAN delays shows on a LAN).
 	Topology string

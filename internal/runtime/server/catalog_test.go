@@ -65,8 +65,11 @@ func TestCreateKeyspaceNamesNodesWithoutIt(t *testing.T) {
 	cx := ctx(t)
 	c.Nodes[2].Close()
 	// Until the failure detector notices, the create waits for c-1 until its deadline; after,
-	// it reports c-1 as down at once. Either way it names c-1.
-	res, err := c.Services[0].CreateKeyspace(cx, &meridianpb.CreateKeyspaceRequest{Spec: keyspaceSpec("users"), TimeoutMs: 3000})
+	// it reports c-1 as down at once. Either way it names c-1. If c-1 led the metadata group,
+	// the create first waits for a new leader: the liveness timeout (one election timeout,
+	// 2 s by default) plus an election drawn from [2 s, 4 s), so the deadline leaves room
+	// for up to 6 s of that.
+	res, err := c.Services[0].CreateKeyspace(cx, &meridianpb.CreateKeyspaceRequest{Spec: keyspaceSpec("users"), TimeoutMs: 15000})
 	if err != nil {
 		t.Fatalf("create with one node of three down: %v", err)
 	}

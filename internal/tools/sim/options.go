@@ -121,6 +121,9 @@ type Options struct {
 	// ClockStepEvery, when set with a clock fault, steps every node's clock this often on
 	// average (default: 0 to 3 steps per node and run).
 	ClockStepEvery time.Duration
+	// PartitionEvery, when set with the partition fault, starts a partition this often on
+	// average, each after the last has healed (default: one or two per run).
+	PartitionEvery time.Duration
 	// Sessions: clients send their session version (client.Session). Default true.
 	NoSessions bool
 	// Roam: each client sends a share of its requests to a random node in any region, so

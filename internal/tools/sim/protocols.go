@@ -139,6 +139,12 @@ func applyMutationHints(p Protocol, m string, o *Options) error {
 	if h.ClockStepEvery > 0 {
 		o.ClockStepEvery = h.ClockStepEvery
 	}
+	if h.PartitionEvery > 0 {
+		o.PartitionEvery = h.PartitionEvery
+	}
+	if h.RequestTimeout > 0 {
+		o.RequestTimeout = h.RequestTimeout
+	}
 	if h.Quiesce > 0 {
 		o.Quiesce = h.Quiesce
 	}

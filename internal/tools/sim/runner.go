@@ -126,6 +126,12 @@ func ReplayCommand(o Options) string {
 	if o.ClockStepEvery > 0 {
 		fmt.Fprintf(&b, " --clock-step-every %s", o.ClockStepEvery)
 	}
+	if o.RequestTimeout != time.Second {
+		fmt.Fprintf(&b, " --request-timeout %s", o.RequestTimeout)
+	}
+	if o.PartitionEvery > 0 {
+		fmt.Fprintf(&b, " --partition-every %s", o.PartitionEvery)
+	}
 	if o.Quiesce != 5*time.Second {
 		fmt.Fprintf(&b, " --quiesce %s", o.Quiesce)
 	}

@@ -711,7 +711,16 @@ func (s *simulator) scheduleFaults() {
 			s.schedule(event{at: min(at+down, d), kind: evRestart, node: i})
 		}
 	}
-	if s.o.Faults[FaultPartition] {
+	if s.o.Faults[FaultPartition] && s.o.PartitionEvery > 0 {
+		every := int64(s.o.PartitionEvery)
+		for at := s.rng.Int64N(2 * every); at < d; {
+			c := s.randomCut()
+			dur := int64(200*time.Millisecond) + s.rng.Int64N(int64(1500*time.Millisecond))
+			s.schedule(event{at: at, kind: evPartitionStart, cut: c})
+			s.schedule(event{at: min(at+dur, d), kind: evPartitionEnd, cut: c})
+			at += dur + 1 + s.rng.Int64N(2*every)
+		}
+	} else if s.o.Faults[FaultPartition] {
 		for range 1 + s.rng.IntN(2) {
 			c := s.randomCut()
 			at := s.rng.Int64N(d * 8 / 10)
