@@ -43,6 +43,10 @@ sim-ci: build
 	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS) --faults all
 	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS) --faults all --nodes-per-region 1
 	$(BIN) sim --protocol globlease --mutations --mutation-seeds 200 --faults all
+	$(BIN) sim --protocol raft --seeds $(SIMSEEDS) --faults all
+	$(BIN) sim --protocol raft --mutations --mutation-seeds 200 --faults all
+	$(BIN) sim --protocol metadata --seeds $(SIMSEEDS) --faults all
+	$(BIN) sim --protocol metadata --mutations --mutation-seeds 200 --faults all
 
 # The README's first command: an in-process cluster on the emulated WAN, latency per region.
 demo:

@@ -177,10 +177,31 @@ func (s *LogStore) Compact(index uint64, cs *raftpb.ConfState) ([]storage.RawOp,
 	if err != nil {
 		return nil, fmt.Errorf("raft: group %d: encode snapshot metadata: %w", s.group, err)
 	}
-	return []storage.RawOp{
-		{Key: entryKey(s.group, 0), End: entryKey(s.group, index+1), Delete: true},
-		{Key: stateKey(s.group, kindSnapshot), Value: meta},
-	}, nil
+	return append(s.clearEntries(first, index), storage.RawOp{Key: stateKey(s.group, kindSnapshot), Value: meta}), nil
+}
+
+// pointDeleteMaxEntries is how many log entries a truncation deletes one by one; more go
+// with one range deletion. Every range tombstone in the memtable is fragmented again by each
+// new iterator until a flush (Pebble's keySpanCache is reset by each new range deletion), so
+// frequent small truncations as range deletions slow every read of the node; a few point
+// tombstones cost nothing to read past. CockroachDB draws the same line for its raft log
+// (storage.ClearRangeThresholdPointKeys, 64).
+const pointDeleteMaxEntries = 64
+
+// clearEntries returns the ops that delete the stored entries first..last: those below
+// first are gone already (an earlier truncation or snapshot deleted them).
+func (s *LogStore) clearEntries(first, last uint64) []storage.RawOp {
+	if last < first {
+		return nil
+	}
+	if last-first+1 > pointDeleteMaxEntries {
+		return []storage.RawOp{{Key: entryKey(s.group, 0), End: entryKey(s.group, last+1), Delete: true}}
+	}
+	ops := make([]storage.RawOp, 0, last-first+1)
+	for i := first; i <= last; i++ {
+		ops = append(ops, storage.RawOp{Key: entryKey(s.group, i), Delete: true})
+	}
+	return ops
 }
 
 // Remove returns the raw ops that delete every trace of the group (the replica left it).

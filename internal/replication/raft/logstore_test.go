@@ -156,3 +156,57 @@ func TestLogStoreRefusesAHole(t *testing.T) {
 		t.Fatal("a log with a hole loaded")
 	}
 }
+
+// Compaction deletes exactly the entries through its index, whether a few (one point
+// tombstone each) or many (one range deletion): no entry at or below it is left on disk, and
+// none above it is lost.
+func TestLogStoreCompactionDeletesExactly(t *testing.T) {
+	st := openStore(t, vfs.NewMem())
+	defer st.Close()
+	ls, _ := LoadLogStore(st, 4)
+	var ents []*raftpb.Entry
+	for i := uint64(1); i <= 200; i++ {
+		ents = append(ents, ent(i, 1, fmt.Sprint(i)))
+	}
+	mustSave(t, st, ls, &raftpb.HardState{Term: proto.Uint64(1), Commit: proto.Uint64(200)}, nil, ents...)
+	onDisk := func() (n int, lowest uint64) {
+		lowest = ^uint64(0)
+		prefix := entryKey(4, 0)[:len(entryKey(4, 0))-8]
+		if err := st.ScanRaw(prefix, append(prefix, 0xff), 0, func(k, v []byte) bool {
+			var e raftpb.Entry
+			if err := proto.Unmarshal(v, &e); err != nil {
+				t.Fatal(err)
+			}
+			n++
+			lowest = min(lowest, e.GetIndex())
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n, lowest
+	}
+	for _, tc := range []struct{ index uint64 }{
+		{10},  // entries 1..10: point deletes
+		{11},  // one entry
+		{150}, // 12..150, 139 entries: a range deletion
+		{150}, // already compacted: nothing
+	} {
+		ops, err := ls.Compact(tc.index, &raftpb.ConfState{Voters: []uint64{1, 2, 3}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.ApplyBatch(nil, ops, true); err != nil {
+			t.Fatal(err)
+		}
+		if n, lowest := onDisk(); n != int(200-tc.index) || lowest != tc.index+1 {
+			t.Fatalf("after compacting to %d: %d entries on disk from %d, want %d from %d", tc.index, n, lowest, 200-tc.index, tc.index+1)
+		}
+		reloaded, err := LoadLogStore(st, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first, _ := reloaded.Storage().FirstIndex(); first != tc.index+1 {
+			t.Fatalf("reloaded after compacting to %d: first %d", tc.index, first)
+		}
+	}
+}

@@ -365,9 +365,15 @@ func (s *simulator) stepClock(i int) {
 	s.trace("clock step %s: %+.3fms", n.cfg.Name, float64(s.localTime(i).Sub(before))/1e6)
 }
 
+// simMemTableBytes is the memtable size of the simulated nodes' storage.
+const simMemTableBytes = 128 << 10
+
 func (s *simulator) startNode(i int) error {
 	n := s.nodes[i]
-	e, err := storage.Open("/data", storage.Options{FS: n.fs})
+	// Small memtables: the in-memory filesystem copies a WAL file whole on each sync, so a
+	// WAL that grows to the default 4 MiB makes every sync slow; 128 KiB WALs rotate (and
+	// memtables flush to sstables, which crashes then exercise) several times a run.
+	e, err := storage.Open("/data", storage.Options{FS: n.fs, MemTableBytes: simMemTableBytes})
 	if err != nil {
 		return fmt.Errorf("sim: node %s: open storage: %w", n.cfg.Name, err)
 	}
