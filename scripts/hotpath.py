@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The quorum hot path's cost per operation on three real servers on loopback.
+"""A protocol's hot path cost per operation on three real servers on loopback.
 
-Runs `meridian bench loopback` (quorum QUORUM/QUORUM, 10,000 records, open loop at a fixed
+Runs `meridian bench loopback` (--target, default quorum:QUORUM/QUORUM; raft for Raft
+keyspaces; 10,000 records, open loop at a fixed
 rate) once with writes only and once with reads only, and over a window of steady load reads
 from every server: CPU (/proc/PID/stat), client requests, synced batches and records
 (meridian_storage_*), peer messages by type and bytes on the wire (meridian_replication_*,
@@ -9,7 +10,7 @@ meridian_transport_*). Then it profiles the first server (/debug/pprof/profile) 
 its syscalls (strace -c -f, briefly: strace slows the process it traces). Everything is bounded
 in time; every process started is stopped.
 
-  scripts/hotpath.py [--bin bin/meridian] [--rate 1000] [--window 10] [--out DIR]
+  scripts/hotpath.py [--bin bin/meridian] [--target quorum:QUORUM/QUORUM] [--rate 1000] [--window 10] [--out DIR]
 
 The rate is per region (three regions): the default offers 3,000 ops/s in all.
 """
@@ -96,7 +97,7 @@ def run(args, mix, label):
     workdir = tempfile.mkdtemp(prefix="meridian-hotpath-")
     cluster_yaml = os.path.join(workdir, "meridian", "cluster.yaml")
     duration = args.window * 2 + args.strace + 30
-    cmd = [args.bin, "bench", "loopback", "--targets", "quorum:QUORUM/QUORUM", "--mix", mix, "--records", "10000",
+    cmd = [args.bin, "bench", "loopback", "--targets", args.target, "--mix", mix, "--records", "10000",
            "--rate", str(args.rate), "--clients", "64", "--duration", f"{duration}s", "--warmup", "5s",
            "--dir", workdir, "--timeout", f"{duration + 120}s"]
     log = open(os.path.join(args.out, f"{label}-bench.log"), "w")
@@ -170,6 +171,7 @@ def run(args, mix, label):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bin", default="bin/meridian")
+    p.add_argument("--target", default="quorum:QUORUM/QUORUM", help="bench loopback target (one Meridian configuration)")
     p.add_argument("--rate", type=float, default=1000, help="open-loop ops/s per region")
     p.add_argument("--window", type=int, default=10, help="seconds measured (and profiled)")
     p.add_argument("--strace", type=int, default=3, help="seconds of strace -c")
@@ -181,7 +183,7 @@ def main():
     for label, mix in mixes:
         if args.only and args.only != label:
             continue
-        r = run(args, mix, label)
+        r = run(args, mix, args.target.split(":")[0] + "-" + label)
         print(f"{label}s only at {args.rate:.0f}/s per region: {r['ops_per_s']:.0f} ops/s; "
               f"server CPU {r['server_cpu_us_per_op']:.1f} µs/op ({r['server_cpu_cores']:.2f} cores); "
               f"WAL syncs {r['wal_syncs_per_op']:.3f}/op ({r['records_per_sync']:.1f} records per sync); "

@@ -37,7 +37,7 @@ func labBenchCmd(dir *string) *cobra.Command {
 
 // SideBySide is the MeteorShower paper's comparison (section IV) with the peers beside it.
 const SideBySide = "cassandra:QUORUM/QUORUM,cassandra:ALL/ONE,quorum:QUORUM/QUORUM,quorum:ALL/ONE," +
-	"meteorshower:QUORUM/QUORUM:theta=lower,meteorshower:QUORUM/QUORUM:theta=upper,globlease,etcd:linearizable,etcd:serializable"
+	"meteorshower:QUORUM/QUORUM:theta=lower,meteorshower:QUORUM/QUORUM:theta=upper,globlease,raft,etcd:linearizable,etcd:serializable"
 
 func labRunCmd(dir *string) *cobra.Command {
 	var f benchFlags

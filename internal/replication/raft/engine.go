@@ -63,6 +63,9 @@ type Engine struct {
 	groups map[groupKey]*group
 	byID   map[uint64]*group
 	order  []*group // every group, by group ID (deterministic iteration)
+	// freezeToStart: a group was loaded with state and its vote freeze has not started
+	// (observe starts it at the first time the engine sees).
+	freezeToStart bool
 	// active are the groups that tick (not quiesced), by group ID; rebuilt when stale.
 	active      []*group
 	activeStale bool
@@ -215,6 +218,7 @@ func (e *Engine) SetPlacement(m *placement.Map) {
 				g = e.groups[k]
 			}
 			g.desc = *p
+			g.descGen++
 			g.opts = opts
 			g.inPlacement = p.HasMember(e.cfg.NodeID)
 			g.preferred = g.preferred[:0]
@@ -369,6 +373,7 @@ func (e *Engine) addGroup(k groupKey, p *placement.Partition, opts config.RaftOp
 	// had passed; a restarted RawNode knows no leader and would vote at once, so its votes
 	// wait out the promise (lease.go).
 	g.freezeVotes = hadState
+	e.freezeToStart = e.freezeToStart || hadState
 	rn, err := etcdraft.NewRawNode(&etcdraft.Config{
 		ID:                        uint64(e.cfg.NodeID),
 		ElectionTick:              opts.ElectionTicks(),
@@ -536,7 +541,12 @@ func (e *Engine) observe(now time.Time) {
 	if e.nextTick.IsZero() {
 		e.nextTick = now.Add(config.RaftTick)
 	}
-	// Vote freezes start counting from the first moment the engine knows the time.
+	// Vote freezes start counting from the first moment the engine knows the time (only
+	// after groups were loaded with state: this runs on every call, over every group).
+	if !e.freezeToStart {
+		return
+	}
+	e.freezeToStart = false
 	for _, g := range e.order {
 		if g.freezeVotes && g.freezeUntil.IsZero() {
 			g.freezeUntil = now.Add(e.voteFreeze(g))

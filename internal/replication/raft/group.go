@@ -26,6 +26,11 @@ type group struct {
 	// desc is the partition as the placement describes it: the voters (Replicas) and
 	// learners the group is to have; the leader moves the group's configuration there.
 	desc placement.Partition
+	// descGen counts updates of desc; settledConf and settledDescGen remember the conf and
+	// the desc under which membershipSettled last found the membership settled.
+	descGen        uint64
+	settledConf    *raftpb.ConfState
+	settledDescGen uint64
 	// inPlacement: this node is a member of the partition in the placement. A group that
 	// is not may still be a member of its Raft configuration (until the change that
 	// removes it commits); it asks its peers whether it may go (askRemoved).

@@ -37,8 +37,17 @@ const caughtUpLag = 64
 
 // membershipSettled reports whether g's configuration is what the placement asks for.
 func (e *Engine) membershipSettled(g *group) bool {
+	// Remembered while neither the configuration (replaced, never changed in place) nor the
+	// placement changes: housekeeping asks for every group it leads several times a second.
+	if g.settledConf != nil && g.settledConf == g.conf && g.settledDescGen == g.descGen {
+		return true
+	}
 	voters, learners := targetMembers(g)
-	return len(g.conf.GetVotersOutgoing()) == 0 && sameSet(g.conf.GetVoters(), voters) && sameSet(g.conf.GetLearners(), learners)
+	settled := len(g.conf.GetVotersOutgoing()) == 0 && sameSet(g.conf.GetVoters(), voters) && sameSet(g.conf.GetLearners(), learners)
+	if settled {
+		g.settledConf, g.settledDescGen = g.conf, g.descGen
+	}
+	return settled
 }
 
 // targetMembers are the voters and learners the placement asks g to have.

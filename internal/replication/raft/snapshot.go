@@ -588,6 +588,9 @@ func (e *Engine) abortReceive(g *group, why string) {
 // nobody needs.
 func (e *Engine) expireTransfers(now time.Time) {
 	for _, g := range e.order {
+		if g.receiving == nil && len(g.sending) == 0 {
+			continue // the common case, cheap for thousands of idle groups
+		}
 		if rx := g.receiving; rx != nil {
 			if now.Sub(rx.last) > snapshotIdle {
 				e.abortReceive(g, "no progress")
