@@ -176,11 +176,22 @@ func (c *Engine) glHandleUpdate(now time.Time, from uint32, m *peerpb.GlUpdate) 
 	if u, ok := c.gl.updated[id]; ok && rec.Version.Less(u.version) {
 		leaseOK = false
 	}
+	if m.GetLeaseNanos() > 0 && !leaseOK {
+		// Refused: remembered, so that a later copy of the same update (a duplicate, or the
+		// master's retransmission with a fresh send time) is refused as this one was.
+		if c.glCheckGrant(now, id, from, m.GetWriteId()) == glGrantNew {
+			c.glDeclineGrant(id, from, m.GetWriteId())
+		}
+	}
 	if leaseOK {
 		switch c.glCheckGrant(now, id, from, m.GetWriteId()) {
 		case glGrantStale:
 			leaseOK = false
 		case glGrantDuplicate:
+			if c.glGrantDeclined(id, from, m.GetWriteId()) {
+				leaseOK = false // the first copy was refused: so is this one
+				break
+			}
 			// Already applied: keep the lease as the first copy started it, and acknowledge
 			// as then (the grantor may record the lease again, later: conservative) — unless
 			// the first copy's acknowledgement still waits for this host's affiliated nodes.

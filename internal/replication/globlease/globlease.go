@@ -117,6 +117,12 @@ type glGrantSeen struct {
 	grantor uint32
 	id      uint64
 	at      time.Time
+	// declined: the first copy of this grant was refused (not fresh, or older than an
+	// update already applied) and acknowledged without a lease. Every later copy must be
+	// refused too: the grantor's record follows that first acknowledgement, and a master
+	// retransmits an unacknowledged update with a fresh send time, which would otherwise
+	// pass the freshness test and start a lease the master does not count on.
+	declined bool
 }
 
 // glGrantVerdict classifies a lease grant against the newest one accepted for the key.
@@ -144,6 +150,20 @@ func (c *Engine) glCheckGrant(now time.Time, key string, grantor uint32, id uint
 		c.gl.grantSeen[key] = glGrantSeen{grantor: grantor, id: id, at: now}
 	}
 	return glGrantNew
+}
+
+// glDeclineGrant marks the grant (grantor, id) on key, just classified as new, as refused.
+func (c *Engine) glDeclineGrant(key string, grantor uint32, id uint64) {
+	if s, ok := c.gl.grantSeen[key]; ok && s.grantor == grantor && s.id == id {
+		s.declined = true
+		c.gl.grantSeen[key] = s
+	}
+}
+
+// glGrantDeclined reports whether the grant (grantor, id) on key was refused when it first came.
+func (c *Engine) glGrantDeclined(key string, grantor uint32, id uint64) bool {
+	s, ok := c.gl.grantSeen[key]
+	return ok && s.grantor == grantor && s.id == id && s.declined
 }
 
 type glUpdated struct {

@@ -69,3 +69,24 @@ func TestGlobLeaseSameSeedSameTrace(t *testing.T) {
 		}
 	}
 }
+
+// Seeds that found a master retransmitting an update (same write ID, fresh send time) after
+// the replica had refused the first copy's lease: the retransmission passed the freshness
+// test and started a lease the master, following the first acknowledgement, did not count
+// on, and a newer write committed without it (the lease invariant). A replica now refuses
+// every copy of an update whose first copy it refused.
+func TestGlobLeaseRetransmittedUpdateAfterRefusal(t *testing.T) {
+	for _, tc := range []struct {
+		seed           uint64
+		nodesPerRegion int
+	}{{999, 1}, {318, 2}} {
+		o := sim.Options{Protocol: "globlease", Topology: simtest.GCP(t), Faults: simtest.AllFaults(t), Seed: tc.seed, NodesPerRegion: tc.nodesPerRegion}
+		rep, err := sim.Run(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Violations) > 0 {
+			t.Errorf("seed %d, %d node(s) per region: %v", tc.seed, tc.nodesPerRegion, rep.Violations)
+		}
+	}
+}

@@ -114,7 +114,9 @@ func ReplayCommand(o Options) string {
 	if o.ReplicaRegions > 0 {
 		fmt.Fprintf(&b, " --replica-regions %d", o.ReplicaRegions)
 	}
-	if o.NodesPerRegion > 1 {
+	// Always written: a protocol's default may differ from 1 (GlobLease: 2), and a replay
+	// without it would run another cluster.
+	if o.NodesPerRegion > 0 {
 		fmt.Fprintf(&b, " --nodes-per-region %d", o.NodesPerRegion)
 	}
 	if o.ReadFraction != 0.5 {
