@@ -816,6 +816,25 @@ func (c *Engine) glTableChanged(now time.Time, gp *glPart, old *glTable) {
 	for _, from := range sortedKeys(byGrantor) {
 		c.glStartConservative(now, gp, from, byGrantor[from])
 	}
+	// Leases this node holds, as a replica (or an affiliated node) of the old master, on keys
+	// it now masters: it serves those keys as their master from now on, and a lease of its
+	// own would outlive the first write it commits (the lease invariant; found by the
+	// simulator, seed 1993).
+	pid := glPartID{gp.ks.Spec.Name, gp.p.ID}
+	for _, id := range slices.Sorted(maps.Keys(c.gl.leases)) {
+		if l := c.gl.leases[id]; l.part == pid {
+			if _, _, key, ok := coord.ParseKeyID(id); ok && gp.masterOf(key, c.Region) == self {
+				delete(c.gl.leases, id)
+			}
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(c.gl.aff)) {
+		if a := c.gl.aff[id]; a.part == pid {
+			if _, _, key, ok := coord.ParseKeyID(id); ok && gp.masterOf(key, c.Region) == self {
+				delete(c.gl.aff, id)
+			}
+		}
+	}
 	// Key states: keys that came must be recovered; keys that left are handed over.
 	ids := make([]string, 0)
 	for id, k := range c.gl.keys {
