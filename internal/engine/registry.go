@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"math/rand/v2"
+	"meridian/internal/wire/peerpb"
 	"sort"
 	"sync"
 	"time"
@@ -67,6 +68,10 @@ type Protocol struct {
 
 // SimSupport is what the deterministic simulator needs to run a protocol.
 type SimSupport struct {
+	// DescribeMessage, when set, renders the protocol's own peer messages for traces, one
+	// line each, with versions rendered by version (ok false: a message it does not own,
+	// which the simulator renders itself).
+	DescribeMessage func(env *peerpb.Envelope, version func(*peerpb.Version) string) (line string, ok bool)
 	// KeyspaceOptions are defaults for simulated keyspaces (timings scaled to runs of
 	// seconds); options the caller sets win.
 	KeyspaceOptions map[string]string

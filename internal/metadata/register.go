@@ -35,6 +35,7 @@ func init() {
 		// The metadata group is a Raft group: Raft's broken variants are its own.
 		Mutations: raft.Mutations,
 		Sim: engine.SimSupport{
+			DescribeMessage: raft.DescribeMessage,
 			KeyspaceOptions: map[string]string{"heartbeat_interval": "100ms", "election_timeout": "500ms", "log_retain": "10"},
 			// Two nodes per region with one voter each: half the nodes follow as learners.
 			NodesPerRegion: 2,

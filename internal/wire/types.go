@@ -1,11 +1,6 @@
 package wire
 
 import (
-	"fmt"
-
-	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
-
 	"meridian/internal/wire/peerpb"
 )
 
@@ -104,29 +99,6 @@ func MessageType(env *peerpb.Envelope) string {
 		return "raft_removed"
 	}
 	return "unknown"
-}
-
-// DescribeRaft renders a Raft message briefly (traces): its group, type, term, index and
-// commit, or why it does not decode.
-func DescribeRaft(r *peerpb.RaftMessage) string {
-	var m raftpb.Message
-	if err := proto.Unmarshal(r.GetMessage(), &m); err != nil {
-		return fmt.Sprintf("%s/%d undecodable: %v", r.GetKeyspace(), r.GetPartition(), err)
-	}
-	s := fmt.Sprintf("%s/%d %s t%d", r.GetKeyspace(), r.GetPartition(), m.GetType(), m.GetTerm())
-	if m.GetIndex() != 0 || m.GetLogTerm() != 0 {
-		s += fmt.Sprintf(" i%d/t%d", m.GetIndex(), m.GetLogTerm())
-	}
-	if n := len(m.GetEntries()); n > 0 {
-		s += fmt.Sprintf(" +%d", n)
-	}
-	if m.GetCommit() != 0 {
-		s += fmt.Sprintf(" c%d", m.GetCommit())
-	}
-	if m.GetReject() {
-		s += " reject"
-	}
-	return s
 }
 
 // KeyspaceOf returns the keyspace a message is about, for messages that name exactly one

@@ -37,6 +37,7 @@ func init() {
 		Metrics:        func(reg prometheus.Registerer, e engine.Engine) { registerMetrics(reg, e.(*Engine).Counters()) },
 		Mutations:      Mutations,
 		Sim: engine.SimSupport{
+			DescribeMessage: describeMessage,
 			// Timings scaled to a simulated run of seconds: leases of a few hundred
 			// milliseconds so they expire and renew many times, a master lease short enough
 			// that failovers happen within the run, hot keys at the simulator's rates.

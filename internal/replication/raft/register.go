@@ -51,7 +51,8 @@ func init() {
 		// to ReadIndex beyond it, visibly.
 		ClockFallbackPath: PathReadIndex,
 		Sim: engine.SimSupport{
-			MutationHints: MutationHints(),
+			DescribeMessage: DescribeMessage,
+			MutationHints:   MutationHints(),
 			// Elections within a simulated run of seconds, above the topology's RTTs.
 			// A short retained log, so that replicas behind after a crash or a partition are
 			// caught up by snapshots as well as by the log.

@@ -18,7 +18,7 @@ import (
 )
 
 // The catalog: keyspaces and their placement live in the cluster metadata group (the
-// metadata keyspace, package metadata), a Raft group whose voters are a few nodes and whose
+// metadata keyspace, package metadata), a consensus group whose voters are a few nodes and whose
 // learners are all the others, so every node holds the whole catalog.
 //
 //   - A change (create, alter, drop) is a command of that group, conditional on the version

@@ -114,7 +114,7 @@ func ReplayCommand(o Options) string {
 	if o.ReplicaRegions > 0 {
 		fmt.Fprintf(&b, " --replica-regions %d", o.ReplicaRegions)
 	}
-	// Always written: a protocol's default may differ from 1 (GlobLease: 2), and a replay
+	// Always written: a protocol's default may differ from 1 (two for some), and a replay
 	// without it would run another cluster.
 	if o.NodesPerRegion > 0 {
 		fmt.Fprintf(&b, " --nodes-per-region %d", o.NodesPerRegion)

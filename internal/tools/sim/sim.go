@@ -1071,7 +1071,14 @@ func (s *simulator) finishWorkload() (*Report, error) {
 	return &s.report, nil
 }
 
+// fmtEnv renders a peer message for the trace: the protocol's own describer first (through
+// the registry), then the messages the quorum family shares.
 func fmtEnv(env *peerpb.Envelope) string {
+	if p, ok := engine.LookupID(env.GetEngine()); ok && p.Sim.DescribeMessage != nil {
+		if line, ok := p.Sim.DescribeMessage(env, vstr); ok {
+			return line
+		}
+	}
 	switch m := env.Msg.(type) {
 	case *peerpb.Envelope_Write:
 		return fmt.Sprintf("%d->%d write %s=%s v=%s", env.From, env.To, m.Write.GetRecord().GetKey(), m.Write.GetRecord().GetValue(), vstr(m.Write.GetRecord().GetVersion()))
@@ -1083,41 +1090,6 @@ func fmtEnv(env *peerpb.Envelope) string {
 		return fmt.Sprintf("%d->%d read_reply %d found=%v v=%s", env.From, env.To, m.ReadReply.RequestId, m.ReadReply.Found, vstr(m.ReadReply.GetRecord().GetVersion()))
 	case *peerpb.Envelope_Heartbeat:
 		return fmt.Sprintf("%d->%d heartbeat", env.From, env.To)
-	case *peerpb.Envelope_GlForward:
-		f := m.GlForward
-		return fmt.Sprintf("%d->%d gl_forward #%d op=%d %s=%s lease=%v hops=%d", env.From, env.To, f.RequestId, f.Op, f.Key, f.Value, f.WantLease, f.Hops)
-	case *peerpb.Envelope_GlForwardReply:
-		f := m.GlForwardReply
-		return fmt.Sprintf("%d->%d gl_forward_reply #%d found=%v v=%s rec=%s lease=%v redirect=%d err=%q", env.From, env.To, f.RequestId, f.Found, vstr(f.GetVersion()), vstr(f.GetRecord().GetVersion()), time.Duration(f.LeaseNanos), f.Redirect, f.ErrMsg)
-	case *peerpb.Envelope_GlUpdate:
-		u := m.GlUpdate
-		return fmt.Sprintf("%d->%d gl_update #%d %s=%s v=%s lease=%v committed=%v", env.From, env.To, u.WriteId, u.GetRecord().GetKey(), u.GetRecord().GetValue(), vstr(u.GetRecord().GetVersion()), time.Duration(u.LeaseNanos), u.Committed)
-	case *peerpb.Envelope_GlUpdateAck:
-		return fmt.Sprintf("%d->%d gl_update_ack #%d lease=%v", env.From, env.To, m.GlUpdateAck.WriteId, time.Duration(m.GlUpdateAck.LeaseNanos))
-	case *peerpb.Envelope_GlCommit:
-		return fmt.Sprintf("%d->%d gl_commit %s v=%s", env.From, env.To, m.GlCommit.Key, vstr(m.GlCommit.GetVersion()))
-	case *peerpb.Envelope_GlLeaseAck:
-		return fmt.Sprintf("%d->%d gl_lease_ack %s grant=%d accepted=%v", env.From, env.To, m.GlLeaseAck.Key, m.GlLeaseAck.GrantId, m.GlLeaseAck.Accepted)
-	case *peerpb.Envelope_GlPrepare:
-		return fmt.Sprintf("%d->%d gl_prepare p%d v%d b%d.%d", env.From, env.To, m.GlPrepare.Partition, m.GlPrepare.Version, m.GlPrepare.GetBallot().GetRound(), m.GlPrepare.GetBallot().GetNode())
-	case *peerpb.Envelope_GlPromise:
-		return fmt.Sprintf("%d->%d gl_promise p%d v%d ok=%v", env.From, env.To, m.GlPromise.Partition, m.GlPromise.Version, m.GlPromise.Ok)
-	case *peerpb.Envelope_GlAccept:
-		return fmt.Sprintf("%d->%d gl_accept p%d v%d %v", env.From, env.To, m.GlAccept.GetTable().GetPartition(), m.GlAccept.GetTable().GetVersion(), m.GlAccept.GetTable().GetOverrides())
-	case *peerpb.Envelope_GlAccepted:
-		return fmt.Sprintf("%d->%d gl_accepted p%d v%d ok=%v %s", env.From, env.To, m.GlAccepted.Partition, m.GlAccepted.Version, m.GlAccepted.Ok, m.GlAccepted.Reason)
-	case *peerpb.Envelope_GlHeartbeatAck:
-		return fmt.Sprintf("%d->%d gl_heartbeat_ack #%d acked=%v newer=%d", env.From, env.To, m.GlHeartbeatAck.Seq, m.GlHeartbeatAck.GetAcked(), len(m.GlHeartbeatAck.GetNewer()))
-	case *peerpb.Envelope_GlCommitTable:
-		return fmt.Sprintf("%d->%d gl_commit_table p%d v%d %v", env.From, env.To, m.GlCommitTable.GetTable().GetPartition(), m.GlCommitTable.GetTable().GetVersion(), m.GlCommitTable.GetTable().GetOverrides())
-	case *peerpb.Envelope_Raft:
-		return fmt.Sprintf("%d->%d raft %s", env.From, env.To, wire.DescribeRaft(m.Raft))
-	case *peerpb.Envelope_RaftBatch:
-		parts := make([]string, 0, len(m.RaftBatch.Messages))
-		for _, r := range m.RaftBatch.Messages {
-			parts = append(parts, wire.DescribeRaft(r))
-		}
-		return fmt.Sprintf("%d->%d raft_batch [%s]", env.From, env.To, strings.Join(parts, "; "))
 	default:
 		return fmt.Sprintf("%d->%d %T", env.From, env.To, env.Msg)
 	}
