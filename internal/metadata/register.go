@@ -2,7 +2,6 @@ package metadata
 
 import (
 	"encoding/json"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -56,15 +55,7 @@ func check(ks *placement.Keyspace, req *engine.Request, level string) error {
 		}
 		return nil
 	case engine.OpGet, engine.OpScan:
-		if level == "" {
-			return nil
-		}
-		switch lv := config.Level(strings.ToUpper(level)); lv {
-		case config.LevelLinearizable, config.LevelStale:
-			req.Level = lv
-			return nil
-		}
-		return errs.New(errs.Invalid, "consistency %q is not valid for keyspace %q: use LINEARIZABLE or STALE", level, ks.Spec.Name)
+		return raft.CheckReadLevel(ks, req, level)
 	}
 	return errs.New(errs.Invalid, "keyspace %q holds the cluster metadata: it is changed by keyspace commands only", ks.Spec.Name)
 }

@@ -73,20 +73,26 @@ func check(ks *placement.Keyspace, req *engine.Request, level string) error {
 	case engine.OpMoveMaster:
 		return nil
 	case engine.OpGet, engine.OpScan:
-		if level == "" {
-			return nil
-		}
-		switch lv := config.Level(strings.ToUpper(level)); lv {
-		case config.LevelLinearizable, config.LevelStale:
-			req.Level = lv
-			return nil
-		}
-		return errs.New(errs.Invalid, "consistency %q is not valid for keyspace %q (protocol raft): use LINEARIZABLE or STALE", level, ks.Spec.Name)
+		return CheckReadLevel(ks, req, level)
 	}
 	if level != "" {
 		return errs.New(errs.Invalid, "keyspace %q uses protocol raft, whose writes take no consistency level (every write commits at a majority)", ks.Spec.Name)
 	}
 	return nil
+}
+
+// CheckReadLevel sets the level of a get or scan on a keyspace of the Raft engine (the
+// metadata group's too): LINEARIZABLE or STALE, "" for the keyspace's read_level.
+func CheckReadLevel(ks *placement.Keyspace, req *engine.Request, level string) error {
+	if level == "" {
+		return nil
+	}
+	switch lv := config.Level(strings.ToUpper(level)); lv {
+	case config.LevelLinearizable, config.LevelStale:
+		req.Level = lv
+		return nil
+	}
+	return errs.New(errs.Invalid, "consistency %q is not valid for keyspace %q (protocol %s): use LINEARIZABLE or STALE", level, ks.Spec.Name, ks.Spec.Protocol)
 }
 
 // lowerBoundMs is Raft's physical lower bound with the leader in the leader region

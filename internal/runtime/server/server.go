@@ -91,19 +91,29 @@ func stalenessMs(res engine.Result) float64 {
 	return float64(res.Staleness.Microseconds()) / 1000
 }
 
-// Get reads one key.
-func (s *Service) Get(ctx context.Context, r *meridianpb.GetRequest) (*meridianpb.GetResponse, error) {
-	req, err := s.validator().get(r)
-	if err != nil {
-		return nil, ToStatus(err)
+// serve runs a validated data request (verr: the validation's error) under the client's
+// placement version: the steps every data call shares. Errors are gRPC statuses.
+func (s *Service) serve(ctx context.Context, req engine.Request, verr error, keyspace string, clientPV uint64) (engine.Result, uint64, error) {
+	if verr != nil {
+		return engine.Result{}, 0, ToStatus(verr)
 	}
-	pv, err := s.placed(ctx, r.GetKeyspace(), r.GetPlacementVersion())
+	pv, err := s.placed(ctx, keyspace, clientPV)
 	if err != nil {
-		return nil, ToStatus(err)
+		return engine.Result{}, 0, ToStatus(err)
 	}
 	res := s.do(ctx, req)
 	if res.Err != nil {
-		return nil, ToStatus(res.Err)
+		return res, pv, ToStatus(res.Err)
+	}
+	return res, pv, nil
+}
+
+// Get reads one key.
+func (s *Service) Get(ctx context.Context, r *meridianpb.GetRequest) (*meridianpb.GetResponse, error) {
+	req, err := s.validator().get(r)
+	res, pv, err := s.serve(ctx, req, err, r.GetKeyspace(), r.GetPlacementVersion())
+	if err != nil {
+		return nil, err
 	}
 	return &meridianpb.GetResponse{Found: res.Found, Value: res.Value, Version: versionPB(res.Version), Coordinator: s.node.Name(), ReadPath: res.Path,
 		PlacementVersion: pv, StalenessBoundMs: stalenessMs(res)}, nil
@@ -112,16 +122,9 @@ func (s *Service) Get(ctx context.Context, r *meridianpb.GetRequest) (*meridianp
 // Put writes one key.
 func (s *Service) Put(ctx context.Context, r *meridianpb.PutRequest) (*meridianpb.PutResponse, error) {
 	req, err := s.validator().put(r)
+	res, pv, err := s.serve(ctx, req, err, r.GetKeyspace(), r.GetPlacementVersion())
 	if err != nil {
-		return nil, ToStatus(err)
-	}
-	pv, err := s.placed(ctx, r.GetKeyspace(), r.GetPlacementVersion())
-	if err != nil {
-		return nil, ToStatus(err)
-	}
-	res := s.do(ctx, req)
-	if res.Err != nil {
-		return nil, ToStatus(res.Err)
+		return nil, err
 	}
 	return &meridianpb.PutResponse{Version: versionPB(res.Version), Coordinator: s.node.Name(), PlacementVersion: pv}, nil
 }
@@ -129,16 +132,9 @@ func (s *Service) Put(ctx context.Context, r *meridianpb.PutRequest) (*meridianp
 // Delete writes a tombstone.
 func (s *Service) Delete(ctx context.Context, r *meridianpb.DeleteRequest) (*meridianpb.DeleteResponse, error) {
 	req, err := s.validator().del(r)
+	res, pv, err := s.serve(ctx, req, err, r.GetKeyspace(), r.GetPlacementVersion())
 	if err != nil {
-		return nil, ToStatus(err)
-	}
-	pv, err := s.placed(ctx, r.GetKeyspace(), r.GetPlacementVersion())
-	if err != nil {
-		return nil, ToStatus(err)
-	}
-	res := s.do(ctx, req)
-	if res.Err != nil {
-		return nil, ToStatus(res.Err)
+		return nil, err
 	}
 	return &meridianpb.DeleteResponse{Version: versionPB(res.Version), Coordinator: s.node.Name(), PlacementVersion: pv}, nil
 }
@@ -146,16 +142,9 @@ func (s *Service) Delete(ctx context.Context, r *meridianpb.DeleteRequest) (*mer
 // Scan reads a key range.
 func (s *Service) Scan(ctx context.Context, r *meridianpb.ScanRequest) (*meridianpb.ScanResponse, error) {
 	req, err := s.validator().scan(r)
+	res, pv, err := s.serve(ctx, req, err, r.GetKeyspace(), r.GetPlacementVersion())
 	if err != nil {
-		return nil, ToStatus(err)
-	}
-	pv, err := s.placed(ctx, r.GetKeyspace(), r.GetPlacementVersion())
-	if err != nil {
-		return nil, ToStatus(err)
-	}
-	res := s.do(ctx, req)
-	if res.Err != nil {
-		return nil, ToStatus(res.Err)
+		return nil, err
 	}
 	out := &meridianpb.ScanResponse{More: res.More, Coordinator: s.node.Name(), PlacementVersion: pv}
 	for _, it := range res.Items {
