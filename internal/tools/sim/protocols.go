@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"time"
 
 	"meridian/internal/config"
 	"meridian/internal/engine"
@@ -130,29 +131,22 @@ func applyMutationHints(p Protocol, m string, o *Options) error {
 		}
 		o.Topology = t
 	}
-	if h.ReadFraction > 0 {
-		o.ReadFraction = h.ReadFraction
-	}
-	if h.ClientsPerRegion > 0 {
-		o.ClientsPerRegion = h.ClientsPerRegion
-	}
-	if h.ClockStepEvery > 0 {
-		o.ClockStepEvery = h.ClockStepEvery
-	}
-	if h.PartitionEvery > 0 {
-		o.PartitionEvery = h.PartitionEvery
-	}
-	if h.RequestTimeout > 0 {
-		o.RequestTimeout = h.RequestTimeout
-	}
-	if h.Quiesce > 0 {
-		o.Quiesce = h.Quiesce
-	}
-	if h.MaxClockOffset > 0 {
-		o.MaxClockOffset = h.MaxClockOffset
-	}
+	setIfPositive(&o.ReadFraction, h.ReadFraction)
+	setIfPositive(&o.ClientsPerRegion, h.ClientsPerRegion)
+	setIfPositive(&o.ClockStepEvery, h.ClockStepEvery)
+	setIfPositive(&o.PartitionEvery, h.PartitionEvery)
+	setIfPositive(&o.RequestTimeout, h.RequestTimeout)
+	setIfPositive(&o.Quiesce, h.Quiesce)
+	setIfPositive(&o.MaxClockOffset, h.MaxClockOffset)
 	for k, v := range h.KeyspaceOptions {
 		o.KeyspaceOptions[k] = v
 	}
 	return nil
+}
+
+// setIfPositive sets *dst to v when a hint gives v (a zero hint leaves the option alone).
+func setIfPositive[T int | float64 | time.Duration](dst *T, v T) {
+	if v > 0 {
+		*dst = v
+	}
 }
