@@ -37,6 +37,8 @@ fuzz:
 sim-ci: build
 	$(BIN) sim --protocol quorum --seeds $(SIMSEEDS) --faults all
 	$(BIN) sim --protocol quorum --mutations --mutation-seeds 200 --faults all
+	$(BIN) sim --protocol quorum --seeds $(SIMSEEDS) --faults all --nodes-per-region 2 --repartition-every 100ms
+	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --repartition-every 100ms
 	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --option theta=lower
 	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --option theta=upper
 	$(BIN) sim --protocol meteorshower --mutations --mutation-seeds 200 --faults all

@@ -597,6 +597,40 @@ func (c *Client) AlterKeyspace(ctx context.Context, name string, ch KeyspaceChan
 	return r, nil
 }
 
+// SplitPartition splits the partition of keyspace that holds key, so that key starts a new
+// partition (expectVersion: only if the keyspace is still at that placement version; 0:
+// any). Both halves keep their replicas, so no data moves; raft and globlease keyspaces
+// refuse. It returns once every node that is up has the new map.
+func (c *Client) SplitPartition(ctx context.Context, keyspace string, key []byte, expectVersion uint64, options ...Option) (*meridianpb.RepartitionResponse, error) {
+	_, cl, err := c.begin(ctx, options)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.cancel()
+	r, err := c.api.SplitPartition(cl.ctx, &meridianpb.SplitPartitionRequest{Keyspace: keyspace, Key: key, ExpectVersion: expectVersion, TimeoutMs: cl.timeoutMs})
+	if err != nil {
+		return nil, c.wrap(cl, err, 0)
+	}
+	c.sawPlacement(keyspace, r.Version)
+	return r, nil
+}
+
+// MergePartitions merges partition with its right-hand neighbour in keyspace; both must
+// have the same replicas.
+func (c *Client) MergePartitions(ctx context.Context, keyspace string, partition uint32, expectVersion uint64, options ...Option) (*meridianpb.RepartitionResponse, error) {
+	_, cl, err := c.begin(ctx, options)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.cancel()
+	r, err := c.api.MergePartitions(cl.ctx, &meridianpb.MergePartitionsRequest{Keyspace: keyspace, Partition: partition, ExpectVersion: expectVersion, TimeoutMs: cl.timeoutMs})
+	if err != nil {
+		return nil, c.wrap(cl, err, 0)
+	}
+	c.sawPlacement(keyspace, r.Version)
+	return r, nil
+}
+
 // DropKeyspace removes a keyspace and its data (expectVersion: only if it is still at that
 // placement version; 0: whatever its version).
 func (c *Client) DropKeyspace(ctx context.Context, name string, expectVersion uint64, options ...Option) (*meridianpb.DropKeyspaceResponse, error) {

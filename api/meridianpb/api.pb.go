@@ -958,8 +958,11 @@ type KeyspaceSpec struct {
 	ReplicasPerRegion uint32                 `protobuf:"varint,4,opt,name=replicas_per_region,json=replicasPerRegion,proto3" json:"replicas_per_region,omitempty"`
 	Partitions        uint32                 `protobuf:"varint,5,opt,name=partitions,proto3" json:"partitions,omitempty"`
 	Options           map[string]string      `protobuf:"bytes,6,rep,name=options,proto3" json:"options,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Initial partition boundaries (config.Keyspace.SplitPoints); partitions is then their
+	// count + 1.
+	SplitPoints   []string `protobuf:"bytes,7,rep,name=split_points,json=splitPoints,proto3" json:"split_points,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KeyspaceSpec) Reset() {
@@ -1030,6 +1033,13 @@ func (x *KeyspaceSpec) GetPartitions() uint32 {
 func (x *KeyspaceSpec) GetOptions() map[string]string {
 	if x != nil {
 		return x.Options
+	}
+	return nil
+}
+
+func (x *KeyspaceSpec) GetSplitPoints() []string {
+	if x != nil {
+		return x.SplitPoints
 	}
 	return nil
 }
@@ -1307,6 +1317,208 @@ func (x *AlterKeyspaceResponse) GetUnchanged() bool {
 	return false
 }
 
+// SplitPartitionRequest splits the partition holding key so that key starts a new
+// partition (ElasCass 3.1), through the cluster metadata. Both halves keep the replicas:
+// nothing moves. Protocols whose per-partition state cannot follow (raft, globlease) refuse.
+type SplitPartitionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	ExpectVersion uint64                 `protobuf:"varint,3,opt,name=expect_version,json=expectVersion,proto3" json:"expect_version,omitempty"`
+	TimeoutMs     uint32                 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SplitPartitionRequest) Reset() {
+	*x = SplitPartitionRequest{}
+	mi := &file_meridian_v1_api_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SplitPartitionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SplitPartitionRequest) ProtoMessage() {}
+
+func (x *SplitPartitionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SplitPartitionRequest.ProtoReflect.Descriptor instead.
+func (*SplitPartitionRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SplitPartitionRequest) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *SplitPartitionRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *SplitPartitionRequest) GetExpectVersion() uint64 {
+	if x != nil {
+		return x.ExpectVersion
+	}
+	return 0
+}
+
+func (x *SplitPartitionRequest) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+// MergePartitionsRequest merges partition `partition` with its right-hand neighbour; both
+// must have the same replicas.
+type MergePartitionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	ExpectVersion uint64                 `protobuf:"varint,3,opt,name=expect_version,json=expectVersion,proto3" json:"expect_version,omitempty"`
+	TimeoutMs     uint32                 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MergePartitionsRequest) Reset() {
+	*x = MergePartitionsRequest{}
+	mi := &file_meridian_v1_api_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MergePartitionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MergePartitionsRequest) ProtoMessage() {}
+
+func (x *MergePartitionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MergePartitionsRequest.ProtoReflect.Descriptor instead.
+func (*MergePartitionsRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *MergePartitionsRequest) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *MergePartitionsRequest) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *MergePartitionsRequest) GetExpectVersion() uint64 {
+	if x != nil {
+		return x.ExpectVersion
+	}
+	return 0
+}
+
+func (x *MergePartitionsRequest) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type RepartitionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The keyspace's placement version after the change.
+	Version       uint64                `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Partitions    []*PartitionPlacement `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	NotInstalled  []string              `protobuf:"bytes,3,rep,name=not_installed,json=notInstalled,proto3" json:"not_installed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepartitionResponse) Reset() {
+	*x = RepartitionResponse{}
+	mi := &file_meridian_v1_api_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepartitionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepartitionResponse) ProtoMessage() {}
+
+func (x *RepartitionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepartitionResponse.ProtoReflect.Descriptor instead.
+func (*RepartitionResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RepartitionResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *RepartitionResponse) GetPartitions() []*PartitionPlacement {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *RepartitionResponse) GetNotInstalled() []string {
+	if x != nil {
+		return x.NotInstalled
+	}
+	return nil
+}
+
 // DropKeyspaceRequest removes a keyspace and its data, through the cluster metadata.
 type DropKeyspaceRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1319,7 +1531,7 @@ type DropKeyspaceRequest struct {
 
 func (x *DropKeyspaceRequest) Reset() {
 	*x = DropKeyspaceRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[17]
+	mi := &file_meridian_v1_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1543,7 @@ func (x *DropKeyspaceRequest) String() string {
 func (*DropKeyspaceRequest) ProtoMessage() {}
 
 func (x *DropKeyspaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[17]
+	mi := &file_meridian_v1_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1556,7 @@ func (x *DropKeyspaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropKeyspaceRequest.ProtoReflect.Descriptor instead.
 func (*DropKeyspaceRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DropKeyspaceRequest) GetName() string {
@@ -1379,7 +1591,7 @@ type DropKeyspaceResponse struct {
 
 func (x *DropKeyspaceResponse) Reset() {
 	*x = DropKeyspaceResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[18]
+	mi := &file_meridian_v1_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1603,7 @@ func (x *DropKeyspaceResponse) String() string {
 func (*DropKeyspaceResponse) ProtoMessage() {}
 
 func (x *DropKeyspaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[18]
+	mi := &file_meridian_v1_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1616,7 @@ func (x *DropKeyspaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropKeyspaceResponse.ProtoReflect.Descriptor instead.
 func (*DropKeyspaceResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{18}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DropKeyspaceResponse) GetVersion() uint64 {
@@ -1433,7 +1645,7 @@ type DescribeKeyspaceRequest struct {
 
 func (x *DescribeKeyspaceRequest) Reset() {
 	*x = DescribeKeyspaceRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[19]
+	mi := &file_meridian_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1657,7 @@ func (x *DescribeKeyspaceRequest) String() string {
 func (*DescribeKeyspaceRequest) ProtoMessage() {}
 
 func (x *DescribeKeyspaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[19]
+	mi := &file_meridian_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1670,7 @@ func (x *DescribeKeyspaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeKeyspaceRequest.ProtoReflect.Descriptor instead.
 func (*DescribeKeyspaceRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DescribeKeyspaceRequest) GetName() string {
@@ -1490,7 +1702,7 @@ type PartitionPlacement struct {
 
 func (x *PartitionPlacement) Reset() {
 	*x = PartitionPlacement{}
-	mi := &file_meridian_v1_api_proto_msgTypes[20]
+	mi := &file_meridian_v1_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1502,7 +1714,7 @@ func (x *PartitionPlacement) String() string {
 func (*PartitionPlacement) ProtoMessage() {}
 
 func (x *PartitionPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[20]
+	mi := &file_meridian_v1_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1515,7 +1727,7 @@ func (x *PartitionPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionPlacement.ProtoReflect.Descriptor instead.
 func (*PartitionPlacement) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PartitionPlacement) GetPartition() uint32 {
@@ -1561,7 +1773,7 @@ type DescribeKeyspaceResponse struct {
 
 func (x *DescribeKeyspaceResponse) Reset() {
 	*x = DescribeKeyspaceResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[21]
+	mi := &file_meridian_v1_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1785,7 @@ func (x *DescribeKeyspaceResponse) String() string {
 func (*DescribeKeyspaceResponse) ProtoMessage() {}
 
 func (x *DescribeKeyspaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[21]
+	mi := &file_meridian_v1_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1798,7 @@ func (x *DescribeKeyspaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeKeyspaceResponse.ProtoReflect.Descriptor instead.
 func (*DescribeKeyspaceResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{21}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DescribeKeyspaceResponse) GetSpec() *KeyspaceSpec {
@@ -1625,7 +1837,7 @@ type ListKeyspacesRequest struct {
 
 func (x *ListKeyspacesRequest) Reset() {
 	*x = ListKeyspacesRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[22]
+	mi := &file_meridian_v1_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1849,7 @@ func (x *ListKeyspacesRequest) String() string {
 func (*ListKeyspacesRequest) ProtoMessage() {}
 
 func (x *ListKeyspacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[22]
+	mi := &file_meridian_v1_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1862,7 @@ func (x *ListKeyspacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeyspacesRequest.ProtoReflect.Descriptor instead.
 func (*ListKeyspacesRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{22}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
 type ListKeyspacesResponse struct {
@@ -1662,7 +1874,7 @@ type ListKeyspacesResponse struct {
 
 func (x *ListKeyspacesResponse) Reset() {
 	*x = ListKeyspacesResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[23]
+	mi := &file_meridian_v1_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1886,7 @@ func (x *ListKeyspacesResponse) String() string {
 func (*ListKeyspacesResponse) ProtoMessage() {}
 
 func (x *ListKeyspacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[23]
+	mi := &file_meridian_v1_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1899,7 @@ func (x *ListKeyspacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeyspacesResponse.ProtoReflect.Descriptor instead.
 func (*ListKeyspacesResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{23}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListKeyspacesResponse) GetKeyspaces() []*KeyspaceSpec {
@@ -1705,7 +1917,7 @@ type ServerInfoRequest struct {
 
 func (x *ServerInfoRequest) Reset() {
 	*x = ServerInfoRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[24]
+	mi := &file_meridian_v1_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1929,7 @@ func (x *ServerInfoRequest) String() string {
 func (*ServerInfoRequest) ProtoMessage() {}
 
 func (x *ServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[24]
+	mi := &file_meridian_v1_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +1942,7 @@ func (x *ServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*ServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{24}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{27}
 }
 
 // ServerInfoResponse describes the node answering and the limits it enforces, so a client can
@@ -1755,7 +1967,7 @@ type ServerInfoResponse struct {
 
 func (x *ServerInfoResponse) Reset() {
 	*x = ServerInfoResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[25]
+	mi := &file_meridian_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1767,7 +1979,7 @@ func (x *ServerInfoResponse) String() string {
 func (*ServerInfoResponse) ProtoMessage() {}
 
 func (x *ServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[25]
+	mi := &file_meridian_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1780,7 +1992,7 @@ func (x *ServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*ServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ServerInfoResponse) GetCluster() string {
@@ -1930,7 +2142,7 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x05items\x18\x01 \x03(\v2\x15.meridian.v1.KeyValueR\x05items\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\x12 \n" +
 	"\vcoordinator\x18\x03 \x01(\tR\vcoordinator\x12+\n" +
-	"\x11placement_version\x18\x04 \x01(\x04R\x10placementVersion\"\xa6\x02\n" +
+	"\x11placement_version\x18\x04 \x01(\x04R\x10placementVersion\"\xc9\x02\n" +
 	"\fKeyspaceSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12\x18\n" +
@@ -1939,7 +2151,8 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x05 \x01(\rR\n" +
 	"partitions\x12@\n" +
-	"\aoptions\x18\x06 \x03(\v2&.meridian.v1.KeyspaceSpec.OptionsEntryR\aoptions\x1a:\n" +
+	"\aoptions\x18\x06 \x03(\v2&.meridian.v1.KeyspaceSpec.OptionsEntryR\aoptions\x12!\n" +
+	"\fsplit_points\x18\a \x03(\tR\vsplitPoints\x1a:\n" +
 	"\fOptionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"e\n" +
@@ -1967,7 +2180,25 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x04spec\x18\x01 \x01(\v2\x19.meridian.v1.KeyspaceSpecR\x04spec\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12#\n" +
 	"\rnot_installed\x18\x03 \x03(\tR\fnotInstalled\x12\x1c\n" +
-	"\tunchanged\x18\x04 \x01(\bR\tunchanged\"o\n" +
+	"\tunchanged\x18\x04 \x01(\bR\tunchanged\"\x8b\x01\n" +
+	"\x15SplitPartitionRequest\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12%\n" +
+	"\x0eexpect_version\x18\x03 \x01(\x04R\rexpectVersion\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x04 \x01(\rR\ttimeoutMs\"\x98\x01\n" +
+	"\x16MergePartitionsRequest\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12%\n" +
+	"\x0eexpect_version\x18\x03 \x01(\x04R\rexpectVersion\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x04 \x01(\rR\ttimeoutMs\"\x95\x01\n" +
+	"\x13RepartitionResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12?\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\v2\x1f.meridian.v1.PartitionPlacementR\n" +
+	"partitions\x12#\n" +
+	"\rnot_installed\x18\x03 \x03(\tR\fnotInstalled\"o\n" +
 	"\x13DropKeyspaceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
 	"\x0eexpect_version\x18\x02 \x01(\x04R\rexpectVersion\x12\x1d\n" +
@@ -2004,7 +2235,7 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x0emax_scan_limit\x18\x06 \x01(\rR\fmaxScanLimit\x12;\n" +
 	"\x1adefault_request_timeout_ms\x18\a \x01(\rR\x17defaultRequestTimeoutMs\x123\n" +
 	"\x16max_request_timeout_ms\x18\b \x01(\rR\x13maxRequestTimeoutMs\x129\n" +
-	"\x19max_request_message_bytes\x18\t \x01(\rR\x16maxRequestMessageBytes2\xdd\x06\n" +
+	"\x19max_request_message_bytes\x18\t \x01(\rR\x16maxRequestMessageBytes2\x8f\b\n" +
 	"\bMeridian\x128\n" +
 	"\x03Get\x12\x17.meridian.v1.GetRequest\x1a\x18.meridian.v1.GetResponse\x128\n" +
 	"\x03Put\x12\x17.meridian.v1.PutRequest\x1a\x18.meridian.v1.PutResponse\x12A\n" +
@@ -2016,7 +2247,9 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x10DescribeKeyspace\x12$.meridian.v1.DescribeKeyspaceRequest\x1a%.meridian.v1.DescribeKeyspaceResponse\x12V\n" +
 	"\rListKeyspaces\x12!.meridian.v1.ListKeyspacesRequest\x1a\".meridian.v1.ListKeyspacesResponse\x12M\n" +
 	"\n" +
-	"MoveMaster\x12\x1e.meridian.v1.MoveMasterRequest\x1a\x1f.meridian.v1.MoveMasterResponse\x12M\n" +
+	"MoveMaster\x12\x1e.meridian.v1.MoveMasterRequest\x1a\x1f.meridian.v1.MoveMasterResponse\x12V\n" +
+	"\x0eSplitPartition\x12\".meridian.v1.SplitPartitionRequest\x1a .meridian.v1.RepartitionResponse\x12X\n" +
+	"\x0fMergePartitions\x12#.meridian.v1.MergePartitionsRequest\x1a .meridian.v1.RepartitionResponse\x12M\n" +
 	"\n" +
 	"ServerInfo\x12\x1e.meridian.v1.ServerInfoRequest\x1a\x1f.meridian.v1.ServerInfoResponseB\x19Z\x17meridian/api/meridianpbb\x06proto3"
 
@@ -2032,7 +2265,7 @@ func file_meridian_v1_api_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_api_proto_rawDescData
 }
 
-var file_meridian_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_meridian_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_meridian_v1_api_proto_goTypes = []any{
 	(*Version)(nil),                  // 0: meridian.v1.Version
 	(*GetRequest)(nil),               // 1: meridian.v1.GetRequest
@@ -2051,17 +2284,20 @@ var file_meridian_v1_api_proto_goTypes = []any{
 	(*CreateKeyspaceResponse)(nil),   // 14: meridian.v1.CreateKeyspaceResponse
 	(*AlterKeyspaceRequest)(nil),     // 15: meridian.v1.AlterKeyspaceRequest
 	(*AlterKeyspaceResponse)(nil),    // 16: meridian.v1.AlterKeyspaceResponse
-	(*DropKeyspaceRequest)(nil),      // 17: meridian.v1.DropKeyspaceRequest
-	(*DropKeyspaceResponse)(nil),     // 18: meridian.v1.DropKeyspaceResponse
-	(*DescribeKeyspaceRequest)(nil),  // 19: meridian.v1.DescribeKeyspaceRequest
-	(*PartitionPlacement)(nil),       // 20: meridian.v1.PartitionPlacement
-	(*DescribeKeyspaceResponse)(nil), // 21: meridian.v1.DescribeKeyspaceResponse
-	(*ListKeyspacesRequest)(nil),     // 22: meridian.v1.ListKeyspacesRequest
-	(*ListKeyspacesResponse)(nil),    // 23: meridian.v1.ListKeyspacesResponse
-	(*ServerInfoRequest)(nil),        // 24: meridian.v1.ServerInfoRequest
-	(*ServerInfoResponse)(nil),       // 25: meridian.v1.ServerInfoResponse
-	nil,                              // 26: meridian.v1.KeyspaceSpec.OptionsEntry
-	nil,                              // 27: meridian.v1.AlterKeyspaceRequest.SetOptionsEntry
+	(*SplitPartitionRequest)(nil),    // 17: meridian.v1.SplitPartitionRequest
+	(*MergePartitionsRequest)(nil),   // 18: meridian.v1.MergePartitionsRequest
+	(*RepartitionResponse)(nil),      // 19: meridian.v1.RepartitionResponse
+	(*DropKeyspaceRequest)(nil),      // 20: meridian.v1.DropKeyspaceRequest
+	(*DropKeyspaceResponse)(nil),     // 21: meridian.v1.DropKeyspaceResponse
+	(*DescribeKeyspaceRequest)(nil),  // 22: meridian.v1.DescribeKeyspaceRequest
+	(*PartitionPlacement)(nil),       // 23: meridian.v1.PartitionPlacement
+	(*DescribeKeyspaceResponse)(nil), // 24: meridian.v1.DescribeKeyspaceResponse
+	(*ListKeyspacesRequest)(nil),     // 25: meridian.v1.ListKeyspacesRequest
+	(*ListKeyspacesResponse)(nil),    // 26: meridian.v1.ListKeyspacesResponse
+	(*ServerInfoRequest)(nil),        // 27: meridian.v1.ServerInfoRequest
+	(*ServerInfoResponse)(nil),       // 28: meridian.v1.ServerInfoResponse
+	nil,                              // 29: meridian.v1.KeyspaceSpec.OptionsEntry
+	nil,                              // 30: meridian.v1.AlterKeyspaceRequest.SetOptionsEntry
 }
 var file_meridian_v1_api_proto_depIdxs = []int32{
 	0,  // 0: meridian.v1.GetRequest.session_version:type_name -> meridian.v1.Version
@@ -2072,41 +2308,46 @@ var file_meridian_v1_api_proto_depIdxs = []int32{
 	0,  // 5: meridian.v1.DeleteResponse.version:type_name -> meridian.v1.Version
 	0,  // 6: meridian.v1.KeyValue.version:type_name -> meridian.v1.Version
 	10, // 7: meridian.v1.ScanResponse.items:type_name -> meridian.v1.KeyValue
-	26, // 8: meridian.v1.KeyspaceSpec.options:type_name -> meridian.v1.KeyspaceSpec.OptionsEntry
+	29, // 8: meridian.v1.KeyspaceSpec.options:type_name -> meridian.v1.KeyspaceSpec.OptionsEntry
 	12, // 9: meridian.v1.CreateKeyspaceRequest.spec:type_name -> meridian.v1.KeyspaceSpec
 	12, // 10: meridian.v1.CreateKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
-	27, // 11: meridian.v1.AlterKeyspaceRequest.set_options:type_name -> meridian.v1.AlterKeyspaceRequest.SetOptionsEntry
+	30, // 11: meridian.v1.AlterKeyspaceRequest.set_options:type_name -> meridian.v1.AlterKeyspaceRequest.SetOptionsEntry
 	12, // 12: meridian.v1.AlterKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
-	12, // 13: meridian.v1.DescribeKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
-	20, // 14: meridian.v1.DescribeKeyspaceResponse.partitions:type_name -> meridian.v1.PartitionPlacement
-	12, // 15: meridian.v1.ListKeyspacesResponse.keyspaces:type_name -> meridian.v1.KeyspaceSpec
-	1,  // 16: meridian.v1.Meridian.Get:input_type -> meridian.v1.GetRequest
-	3,  // 17: meridian.v1.Meridian.Put:input_type -> meridian.v1.PutRequest
-	5,  // 18: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
-	9,  // 19: meridian.v1.Meridian.Scan:input_type -> meridian.v1.ScanRequest
-	13, // 20: meridian.v1.Meridian.CreateKeyspace:input_type -> meridian.v1.CreateKeyspaceRequest
-	15, // 21: meridian.v1.Meridian.AlterKeyspace:input_type -> meridian.v1.AlterKeyspaceRequest
-	17, // 22: meridian.v1.Meridian.DropKeyspace:input_type -> meridian.v1.DropKeyspaceRequest
-	19, // 23: meridian.v1.Meridian.DescribeKeyspace:input_type -> meridian.v1.DescribeKeyspaceRequest
-	22, // 24: meridian.v1.Meridian.ListKeyspaces:input_type -> meridian.v1.ListKeyspacesRequest
-	6,  // 25: meridian.v1.Meridian.MoveMaster:input_type -> meridian.v1.MoveMasterRequest
-	24, // 26: meridian.v1.Meridian.ServerInfo:input_type -> meridian.v1.ServerInfoRequest
-	2,  // 27: meridian.v1.Meridian.Get:output_type -> meridian.v1.GetResponse
-	4,  // 28: meridian.v1.Meridian.Put:output_type -> meridian.v1.PutResponse
-	8,  // 29: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
-	11, // 30: meridian.v1.Meridian.Scan:output_type -> meridian.v1.ScanResponse
-	14, // 31: meridian.v1.Meridian.CreateKeyspace:output_type -> meridian.v1.CreateKeyspaceResponse
-	16, // 32: meridian.v1.Meridian.AlterKeyspace:output_type -> meridian.v1.AlterKeyspaceResponse
-	18, // 33: meridian.v1.Meridian.DropKeyspace:output_type -> meridian.v1.DropKeyspaceResponse
-	21, // 34: meridian.v1.Meridian.DescribeKeyspace:output_type -> meridian.v1.DescribeKeyspaceResponse
-	23, // 35: meridian.v1.Meridian.ListKeyspaces:output_type -> meridian.v1.ListKeyspacesResponse
-	7,  // 36: meridian.v1.Meridian.MoveMaster:output_type -> meridian.v1.MoveMasterResponse
-	25, // 37: meridian.v1.Meridian.ServerInfo:output_type -> meridian.v1.ServerInfoResponse
-	27, // [27:38] is the sub-list for method output_type
-	16, // [16:27] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	23, // 13: meridian.v1.RepartitionResponse.partitions:type_name -> meridian.v1.PartitionPlacement
+	12, // 14: meridian.v1.DescribeKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
+	23, // 15: meridian.v1.DescribeKeyspaceResponse.partitions:type_name -> meridian.v1.PartitionPlacement
+	12, // 16: meridian.v1.ListKeyspacesResponse.keyspaces:type_name -> meridian.v1.KeyspaceSpec
+	1,  // 17: meridian.v1.Meridian.Get:input_type -> meridian.v1.GetRequest
+	3,  // 18: meridian.v1.Meridian.Put:input_type -> meridian.v1.PutRequest
+	5,  // 19: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
+	9,  // 20: meridian.v1.Meridian.Scan:input_type -> meridian.v1.ScanRequest
+	13, // 21: meridian.v1.Meridian.CreateKeyspace:input_type -> meridian.v1.CreateKeyspaceRequest
+	15, // 22: meridian.v1.Meridian.AlterKeyspace:input_type -> meridian.v1.AlterKeyspaceRequest
+	20, // 23: meridian.v1.Meridian.DropKeyspace:input_type -> meridian.v1.DropKeyspaceRequest
+	22, // 24: meridian.v1.Meridian.DescribeKeyspace:input_type -> meridian.v1.DescribeKeyspaceRequest
+	25, // 25: meridian.v1.Meridian.ListKeyspaces:input_type -> meridian.v1.ListKeyspacesRequest
+	6,  // 26: meridian.v1.Meridian.MoveMaster:input_type -> meridian.v1.MoveMasterRequest
+	17, // 27: meridian.v1.Meridian.SplitPartition:input_type -> meridian.v1.SplitPartitionRequest
+	18, // 28: meridian.v1.Meridian.MergePartitions:input_type -> meridian.v1.MergePartitionsRequest
+	27, // 29: meridian.v1.Meridian.ServerInfo:input_type -> meridian.v1.ServerInfoRequest
+	2,  // 30: meridian.v1.Meridian.Get:output_type -> meridian.v1.GetResponse
+	4,  // 31: meridian.v1.Meridian.Put:output_type -> meridian.v1.PutResponse
+	8,  // 32: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
+	11, // 33: meridian.v1.Meridian.Scan:output_type -> meridian.v1.ScanResponse
+	14, // 34: meridian.v1.Meridian.CreateKeyspace:output_type -> meridian.v1.CreateKeyspaceResponse
+	16, // 35: meridian.v1.Meridian.AlterKeyspace:output_type -> meridian.v1.AlterKeyspaceResponse
+	21, // 36: meridian.v1.Meridian.DropKeyspace:output_type -> meridian.v1.DropKeyspaceResponse
+	24, // 37: meridian.v1.Meridian.DescribeKeyspace:output_type -> meridian.v1.DescribeKeyspaceResponse
+	26, // 38: meridian.v1.Meridian.ListKeyspaces:output_type -> meridian.v1.ListKeyspacesResponse
+	7,  // 39: meridian.v1.Meridian.MoveMaster:output_type -> meridian.v1.MoveMasterResponse
+	19, // 40: meridian.v1.Meridian.SplitPartition:output_type -> meridian.v1.RepartitionResponse
+	19, // 41: meridian.v1.Meridian.MergePartitions:output_type -> meridian.v1.RepartitionResponse
+	28, // 42: meridian.v1.Meridian.ServerInfo:output_type -> meridian.v1.ServerInfoResponse
+	30, // [30:43] is the sub-list for method output_type
+	17, // [17:30] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_api_proto_init() }
@@ -2120,7 +2361,7 @@ func file_meridian_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_api_proto_rawDesc), len(file_meridian_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,6 +33,8 @@ const (
 	Meridian_DescribeKeyspace_FullMethodName = "/meridian.v1.Meridian/DescribeKeyspace"
 	Meridian_ListKeyspaces_FullMethodName    = "/meridian.v1.Meridian/ListKeyspaces"
 	Meridian_MoveMaster_FullMethodName       = "/meridian.v1.Meridian/MoveMaster"
+	Meridian_SplitPartition_FullMethodName   = "/meridian.v1.Meridian/SplitPartition"
+	Meridian_MergePartitions_FullMethodName  = "/meridian.v1.Meridian/MergePartitions"
 	Meridian_ServerInfo_FullMethodName       = "/meridian.v1.Meridian/ServerInfo"
 )
 
@@ -50,6 +52,8 @@ type MeridianClient interface {
 	DescribeKeyspace(ctx context.Context, in *DescribeKeyspaceRequest, opts ...grpc.CallOption) (*DescribeKeyspaceResponse, error)
 	ListKeyspaces(ctx context.Context, in *ListKeyspacesRequest, opts ...grpc.CallOption) (*ListKeyspacesResponse, error)
 	MoveMaster(ctx context.Context, in *MoveMasterRequest, opts ...grpc.CallOption) (*MoveMasterResponse, error)
+	SplitPartition(ctx context.Context, in *SplitPartitionRequest, opts ...grpc.CallOption) (*RepartitionResponse, error)
+	MergePartitions(ctx context.Context, in *MergePartitionsRequest, opts ...grpc.CallOption) (*RepartitionResponse, error)
 	ServerInfo(ctx context.Context, in *ServerInfoRequest, opts ...grpc.CallOption) (*ServerInfoResponse, error)
 }
 
@@ -161,6 +165,26 @@ func (c *meridianClient) MoveMaster(ctx context.Context, in *MoveMasterRequest, 
 	return out, nil
 }
 
+func (c *meridianClient) SplitPartition(ctx context.Context, in *SplitPartitionRequest, opts ...grpc.CallOption) (*RepartitionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RepartitionResponse)
+	err := c.cc.Invoke(ctx, Meridian_SplitPartition_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) MergePartitions(ctx context.Context, in *MergePartitionsRequest, opts ...grpc.CallOption) (*RepartitionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RepartitionResponse)
+	err := c.cc.Invoke(ctx, Meridian_MergePartitions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *meridianClient) ServerInfo(ctx context.Context, in *ServerInfoRequest, opts ...grpc.CallOption) (*ServerInfoResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ServerInfoResponse)
@@ -185,6 +209,8 @@ type MeridianServer interface {
 	DescribeKeyspace(context.Context, *DescribeKeyspaceRequest) (*DescribeKeyspaceResponse, error)
 	ListKeyspaces(context.Context, *ListKeyspacesRequest) (*ListKeyspacesResponse, error)
 	MoveMaster(context.Context, *MoveMasterRequest) (*MoveMasterResponse, error)
+	SplitPartition(context.Context, *SplitPartitionRequest) (*RepartitionResponse, error)
+	MergePartitions(context.Context, *MergePartitionsRequest) (*RepartitionResponse, error)
 	ServerInfo(context.Context, *ServerInfoRequest) (*ServerInfoResponse, error)
 	mustEmbedUnimplementedMeridianServer()
 }
@@ -225,6 +251,12 @@ func (UnimplementedMeridianServer) ListKeyspaces(context.Context, *ListKeyspaces
 }
 func (UnimplementedMeridianServer) MoveMaster(context.Context, *MoveMasterRequest) (*MoveMasterResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MoveMaster not implemented")
+}
+func (UnimplementedMeridianServer) SplitPartition(context.Context, *SplitPartitionRequest) (*RepartitionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SplitPartition not implemented")
+}
+func (UnimplementedMeridianServer) MergePartitions(context.Context, *MergePartitionsRequest) (*RepartitionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MergePartitions not implemented")
 }
 func (UnimplementedMeridianServer) ServerInfo(context.Context, *ServerInfoRequest) (*ServerInfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ServerInfo not implemented")
@@ -430,6 +462,42 @@ func _Meridian_MoveMaster_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meridian_SplitPartition_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SplitPartitionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).SplitPartition(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_SplitPartition_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).SplitPartition(ctx, req.(*SplitPartitionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_MergePartitions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MergePartitionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).MergePartitions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_MergePartitions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).MergePartitions(ctx, req.(*MergePartitionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Meridian_ServerInfo_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ServerInfoRequest)
 	if err := dec(in); err != nil {
@@ -494,6 +562,14 @@ var Meridian_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MoveMaster",
 			Handler:    _Meridian_MoveMaster_Handler,
+		},
+		{
+			MethodName: "SplitPartition",
+			Handler:    _Meridian_SplitPartition_Handler,
+		},
+		{
+			MethodName: "MergePartitions",
+			Handler:    _Meridian_MergePartitions_Handler,
 		},
 		{
 			MethodName: "ServerInfo",

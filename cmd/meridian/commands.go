@@ -219,7 +219,7 @@ func kvCmd() *cobra.Command {
 
 	var ksProtocol, ksRegions string
 	var ksReplicas, ksPartitions int
-	var ksOptions []string
+	var ksOptions, ksSplitAt []string
 	create := &cobra.Command{
 		Use: "create-keyspace NAME", Short: "Create a keyspace", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, a []string) error {
@@ -232,6 +232,12 @@ func kvCmd() *cobra.Command {
 					return fmt.Errorf("create-keyspace: --partitions %d out of range 1..4096", ksPartitions)
 				}
 				spec := &client.KeyspaceSpec{Name: a[0], Protocol: ksProtocol, ReplicasPerRegion: uint32(ksReplicas), Partitions: uint32(ksPartitions)}
+				if len(ksSplitAt) > 0 {
+					if cmd.Flags().Changed("partitions") {
+						return fmt.Errorf("create-keyspace: --split-at sets the partitions (one more than the split points); leave --partitions out")
+					}
+					spec.SplitPoints, spec.Partitions = ksSplitAt, 0
+				}
 				if ksRegions != "" {
 					spec.Regions = splitList(ksRegions)
 				}
@@ -264,7 +270,46 @@ func kvCmd() *cobra.Command {
 	create.Flags().IntVar(&ksReplicas, "replicas-per-region", 1, "replicas in each region")
 	create.Flags().IntVar(&ksPartitions, "partitions", 16, "range partitions")
 	create.Flags().StringArrayVar(&ksOptions, "option", nil, "protocol option KEY=VALUE (repeatable), e.g. --option lease=2s")
+	create.Flags().StringSliceVar(&ksSplitAt, "split-at", nil, "initial partition boundaries, strictly increasing (comma-separated or repeated), e.g. --split-at user2,user4,user6,user8")
 	cmd.AddCommand(create)
+	var splitExpect uint64
+	split := &cobra.Command{
+		Use: "split KEYSPACE KEY [--expect-version V]", Short: "Split the partition holding KEY so that KEY starts a new partition (same replicas; no data moves)", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				r, err := c.SplitPartition(ctx, a[0], []byte(a[1]), splitExpect, opts()...)
+				if err != nil {
+					return err
+				}
+				fmt.Printf("split keyspace %s at %q: %d partitions, placement version %d\n", a[0], a[1], len(r.Partitions), r.Version)
+				warnNotInstalled(r.NotInstalled)
+				return nil
+			})
+		},
+	}
+	split.Flags().Uint64Var(&splitExpect, "expect-version", 0, "apply only if the keyspace is still at this placement version")
+	cmd.AddCommand(split)
+	var mergeExpect uint64
+	merge := &cobra.Command{
+		Use: "merge KEYSPACE PARTITION [--expect-version V]", Short: "Merge partition PARTITION with its right-hand neighbour (they must have the same replicas)", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			id, err := strconv.ParseUint(a[1], 10, 32)
+			if err != nil {
+				return fmt.Errorf("merge: partition %q is not a partition number (describe-keyspace lists them)", a[1])
+			}
+			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				r, err := c.MergePartitions(ctx, a[0], uint32(id), mergeExpect, opts()...)
+				if err != nil {
+					return err
+				}
+				fmt.Printf("merged partition %d of %s with its right-hand neighbour: %d partitions, placement version %d\n", id, a[0], len(r.Partitions), r.Version)
+				warnNotInstalled(r.NotInstalled)
+				return nil
+			})
+		},
+	}
+	merge.Flags().Uint64Var(&mergeExpect, "expect-version", 0, "apply only if the keyspace is still at this placement version")
+	cmd.AddCommand(merge)
 	cmd.AddCommand(&cobra.Command{
 		Use: "describe-keyspace NAME [--consistency LINEARIZABLE|STALE]", Short: "Show a keyspace and its placement (from the cluster metadata; STALE: the node's copy)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, a []string) error {
@@ -275,7 +320,7 @@ func kvCmd() *cobra.Command {
 				}
 				s := d.Spec
 				fmt.Printf("keyspace %s (%s): protocol %s, regions %v, %d replicas per region, %d partitions, options %v, placement version %d\n",
-					s.Name, d.Origin, s.Protocol, s.Regions, s.ReplicasPerRegion, s.Partitions, s.Options, d.PlacementVersion)
+					s.Name, d.Origin, s.Protocol, s.Regions, s.ReplicasPerRegion, len(d.Partitions), s.Options, d.PlacementVersion)
 				for _, p := range d.Partitions {
 					fmt.Printf("  partition %3d  start %-12s replicas %v", p.Partition, strconv.Quote(string(p.Start)), p.Replicas)
 					if len(p.Learners) > 0 {

@@ -84,6 +84,13 @@ type Keyspace struct {
 	Regions           []string `yaml:"regions"`             // the regions holding replicas; default every region
 	ReplicasPerRegion int      `yaml:"replicas_per_region"` // default 1
 	Partitions        int      `yaml:"partitions"`          // number of range partitions; default 16, 1..4096
+	// SplitPoints, when set, are the initial partition boundaries (strictly increasing,
+	// non-empty keys): partition i starts at SplitPoints[i-1]; Partitions is then
+	// len(SplitPoints)+1. Unset: Partitions ranges of equal width over the first four key
+	// bytes. Pre-splitting at the keys the application uses (YCSB: "user1", "user2", ...)
+	// spreads a keyspace whose keys share a prefix, as HBase's SPLITS and CockroachDB's
+	// SPLIT AT do; later splits and merges change the partitions, not this field.
+	SplitPoints []string `yaml:"split_points"`
 	// Options are the protocol's options, validated and normalised by ValidateKeyspace
 	// (defaults filled in, levels upper-cased, durations in canonical form).
 	Options map[string]string `yaml:"options"`

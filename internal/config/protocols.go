@@ -53,6 +53,13 @@ type ProtocolSpec struct {
 	// changes (consensus membership changes, catch-up by snapshot), so alter-keyspace may
 	// change regions and replicas_per_region.
 	MovableReplicas bool
+	// Repartition: the protocol serves a keyspace whose partitions split and merge in place
+	// (same replicas, no data moved): its state is per key, or per partition only in ways
+	// that survive a changed range. GlobLease keeps a mastership table per partition and
+	// Raft one group (log, leader) per partition: they need their own split protocol
+	// (a split entry in the group's log, as CockroachDB's split trigger) and refuse until
+	// then.
+	Repartition bool
 }
 
 func normalizeRaftReadLevel(v string) (string, error) {
@@ -77,8 +84,9 @@ var raftOptionSpecs = []OptionSpec{
 // typed accessor, like QuorumOptionsOf, below).
 var protocols = []ProtocolSpec{
 	{
-		Name: ProtocolQuorum,
-		Doc:  "majority quorum replication, Cassandra-style levels, last-writer-wins by (timestamp, node id)",
+		Name:        ProtocolQuorum,
+		Doc:         "majority quorum replication, Cassandra-style levels, last-writer-wins by (timestamp, node id)",
+		Repartition: true,
 		Options: []OptionSpec{
 			{
 				Name:      "read_level",
@@ -101,7 +109,8 @@ var protocols = []ProtocolSpec{
 		},
 	},
 	{
-		Name: ProtocolMeteorShower,
+		Name:        ProtocolMeteorShower,
+		Repartition: true,
 		Doc: "quorum writes, sequentially consistent reads served by the local replica using periodic status " +
 			"messages and bounded clock error (meteorshower-paper.txt II-III)",
 		Options: []OptionSpec{

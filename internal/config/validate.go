@@ -333,6 +333,25 @@ func validateKeyspace(ks *Keyspace, c *Cluster, prefix string, explicit explicit
 		}
 	}
 
+	if len(ks.SplitPoints) > 0 {
+		if len(ks.SplitPoints) >= MaxPartitions {
+			return errorf(field("split_points"), "%d split points make more than %d partitions", len(ks.SplitPoints), MaxPartitions)
+		}
+		for i, sp := range ks.SplitPoints {
+			switch {
+			case sp == "":
+				return errorf(strictyaml.Index(field("split_points"), i), "a split point must not be empty (the first partition starts at the empty key)")
+			case len(sp) > c.Limits.MaxKeyBytes:
+				return errorf(strictyaml.Index(field("split_points"), i), "split point of %d bytes exceeds max_key_bytes (%d)", len(sp), c.Limits.MaxKeyBytes)
+			case i > 0 && sp <= ks.SplitPoints[i-1]:
+				return errorf(strictyaml.Index(field("split_points"), i), "split points must be strictly increasing: %q follows %q", sp, ks.SplitPoints[i-1])
+			}
+		}
+		if ks.Partitions != 0 && ks.Partitions != len(ks.SplitPoints)+1 {
+			return errorf(field("partitions"), "%d split points make %d partitions, but partitions is %d (leave it out)", len(ks.SplitPoints), len(ks.SplitPoints)+1, ks.Partitions)
+		}
+		ks.Partitions = len(ks.SplitPoints) + 1
+	}
 	if ks.Partitions == 0 && !explicit(field("partitions")) {
 		ks.Partitions = DefaultPartitions
 	}

@@ -14,8 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"meridian/client"
-	"meridian/internal/config"
-	"meridian/internal/placement"
 	"meridian/internal/wire/peerpb"
 )
 
@@ -31,18 +29,9 @@ func TestForgedPeerWritesAreRefused(t *testing.T) {
 	c.startAll()
 	c.waitReady(c.names()...)
 	n1 := c.node("n1")
-	cfg, err := config.Load(c.cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pm, err := placement.Build(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ks, _ := pm.Keyspace("demo")
 	victim := []byte("victim")
 	forged := &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_Write{Write: &peerpb.WriteRequest{RequestId: 1, Record: &peerpb.Record{
-		Keyspace: "demo", Partition: ks.Lookup(victim).ID, Key: victim, Value: []byte("FORGED"),
+		Keyspace: "demo", Key: victim, Value: []byte("FORGED"),
 		Version: &peerpb.Version{WallNanos: time.Date(2255, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano(), NodeId: 2},
 	}}}}
 

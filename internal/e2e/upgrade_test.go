@@ -39,8 +39,8 @@ func writeLegacyDir(t *testing.T, dataDir string, stamp hlc.Version) {
 		t.Fatal(err)
 	}
 	recs := []storage.Record{
-		{Keyspace: legacyCatalogKeyspace, Partition: 0, Key: []byte("keyspace/legacy"), Version: stamp, Value: spec},
-		{Keyspace: "legacy", Partition: 0, Key: []byte("written-before"), Version: stamp, Value: []byte("the upgrade")},
+		{Keyspace: legacyCatalogKeyspace, Key: []byte("keyspace/legacy"), Version: stamp, Value: spec},
+		{Keyspace: "legacy", Key: []byte("written-before"), Version: stamp, Value: []byte("the upgrade")},
 	}
 	if err := e.Apply(recs, true); err != nil {
 		t.Fatalf("write the layout-1 records: %v", err)
@@ -111,7 +111,7 @@ func TestUpgradeFromLayout1(t *testing.T) {
 			t.Fatal(err)
 		}
 		var old int
-		if err := e.Scan(legacyCatalogKeyspace, 0, nil, nil, 0, func(storage.Record) bool { old++; return true }); err != nil {
+		if err := e.Scan(storage.KeyspaceSpan(legacyCatalogKeyspace), 0, func(storage.Record) bool { old++; return true }); err != nil {
 			t.Fatal(err)
 		}
 		e.Close()

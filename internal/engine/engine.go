@@ -137,10 +137,12 @@ type Unacked struct {
 
 // Reader is the synchronous, read-only view of the node's storage an engine needs.
 type Reader interface {
-	Get(keyspace string, partition uint32, key []byte) (storage.Record, bool, error)
+	Get(keyspace string, key []byte) (storage.Record, bool, error)
 	// GetAt returns the newest version of key not newer than maxVersion.
-	GetAt(keyspace string, partition uint32, key []byte, maxVersion hlc.Version) (storage.Record, bool, error)
-	Scan(keyspace string, partition uint32, start, end []byte, limit int, fn func(storage.Record) bool) error
+	GetAt(keyspace string, key []byte, maxVersion hlc.Version) (storage.Record, bool, error)
+	// Scan reads the newest version of every key of span (a partition's key range or part
+	// of one): partitions are key ranges, and records do not name them.
+	Scan(span storage.Span, limit int, fn func(storage.Record) bool) error
 	// GetRaw and ScanRaw read raw state (Ready.Raw).
 	GetRaw(key []byte) ([]byte, bool, error)
 	ScanRaw(start, end []byte, limit int, fn func(key, value []byte) bool) error
@@ -151,13 +153,13 @@ type Reader interface {
 // node and pulled in chunks by another.
 type Store interface {
 	Reader
-	// ExportPartitionState exports the partition into the staged file name and returns the
-	// values of rawKeys read from the same consistent snapshot (nil where absent).
-	ExportPartitionState(keyspace string, partition uint32, name string, rawKeys [][]byte) (storage.ExportStats, [][]byte, error)
+	// ExportSpanState exports a partition replica (its span) into the staged file name and
+	// returns the values of rawKeys read from the same consistent snapshot (nil where absent).
+	ExportSpanState(span storage.Span, name string, rawKeys [][]byte) (storage.ExportStats, [][]byte, error)
 	StagedSize(name string) (size int64, found bool, err error)
-	// CheckStaged reads a staged file back, checking that it holds records of
-	// keyspace/partition only, and calls fn (if not nil) with each.
-	CheckStaged(name, keyspace string, partition uint32, fn func(storage.Record)) (storage.ExportStats, error)
+	// CheckStaged reads a staged file back, checking that it holds records of span only,
+	// and calls fn (if not nil) with each.
+	CheckStaged(name string, span storage.Span, fn func(storage.Record)) (storage.ExportStats, error)
 	ReadStaged(name string, offset int64, n int) ([]byte, error)
 	WriteStaged(name string, offset int64, data []byte) error
 	RemoveStaged(name string) error
@@ -178,18 +180,17 @@ type Unpaced interface {
 	Unpaced()
 }
 
-// Ingest replaces a partition replica's data with a staged snapshot file, or with nothing
-// when File is "" (storage.Engine.ReplacePartition): Before is synced first, then the data is replaced, then
+// Ingest replaces a partition replica's data (Span) with a staged snapshot file, or with
+// nothing when File is "" (storage.Engine.ReplaceSpan): Before is synced first, then the data is replaced, then
 // After is synced. The runtime performs it after the writes of its own Ready and every
 // earlier one, and before those of any later Ready; a failure stops the node like a failed
 // write. Each step is idempotent, so an engine that finds its marker (Before) at start asks
 // for the same Ingest again.
 type Ingest struct {
-	Keyspace  string
-	Partition uint32
-	File      string
-	Before    []storage.RawOp
-	After     []storage.RawOp
+	Span   storage.Span
+	File   string
+	Before []storage.RawOp
+	After  []storage.RawOp
 }
 
 // Ready is an engine's output since the last call to Ready.

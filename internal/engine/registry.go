@@ -162,6 +162,11 @@ type SimHints struct {
 	// Topology, when set, names the built-in topology of the mutation's runs (a timing bug
 	// that hides behind WAN delays shows on a LAN).
 	Topology string
+	// NodesPerRegion, when set, shapes the cluster (partitions on different replica sets
+	// need more nodes than replicas).
+	NodesPerRegion int
+	// RepartitionEvery, when set, splits or merges a partition this often on average.
+	RepartitionEvery time.Duration
 }
 
 var (

@@ -63,11 +63,24 @@ type KeyspaceRecord struct {
 	Version uint64 `json:"version"`
 	// Created is the log index of the command that created it.
 	Created uint64 `json:"created"`
+	// NextPartitionID is the ID of the next partition a split creates (0 in records from
+	// before splits: then the largest ID + 1).
+	NextPartitionID uint32 `json:"next_partition_id,omitempty"`
+	// ReplicasVersion is the log index of the last command other than a split or merge
+	// (create, alter: they change replicas or what requests mean); splits and merges keep it. Nodes
+	// exchange messages about the keyspace only under the same replicas version. 0 in
+	// records from before it existed: then Version.
+	ReplicasVersion uint64 `json:"replicas_version,omitempty"`
 }
 
 // Placement returns the record as a placement keyspace.
 func (r *KeyspaceRecord) Placement() *placement.Keyspace {
-	return &placement.Keyspace{Spec: r.Spec, Partitions: r.Partitions, Version: r.Version}
+	rv := r.ReplicasVersion
+	if rv == 0 {
+		rv = r.Version
+	}
+	k := &placement.Keyspace{Spec: r.Spec, Partitions: r.Partitions, Version: r.Version, NextPartitionID: r.NextPartitionID, ReplicasVersion: rv}
+	return k.Index()
 }
 
 // DecodeKeyspace decodes a keyspace record's value.
@@ -118,6 +131,10 @@ type Command struct {
 	ReplicasPerRegion int               `json:"replicas_per_region,omitempty"`
 	// Node (register_node).
 	Node *NodeRecord `json:"node,omitempty"`
+	// Partition (split, merge): the partition to split, or the left one of the two to merge.
+	Partition uint32 `json:"partition,omitempty"`
+	// SplitKey (split): the first key of the new right-hand partition.
+	SplitKey []byte `json:"split_key,omitempty"`
 }
 
 // Command ops.
@@ -126,6 +143,8 @@ const (
 	OpAlter        = "alter"
 	OpDrop         = "drop"
 	OpRegisterNode = "register_node"
+	OpSplit        = "split"
+	OpMerge        = "merge"
 )
 
 // commandVersion is the Command format this code writes and understands.
@@ -249,6 +268,8 @@ func (c *Catalog) Apply(index uint64, cmd Command) ([]storage.Record, Outcome, e
 		return c.drop(index, cmd)
 	case OpRegisterNode:
 		return c.registerNode(index, cmd)
+	case OpSplit, OpMerge:
+		return c.repartition(index, cmd)
 	}
 	return nil, Outcome{}, errs.New(errs.Invalid, "metadata command %q is not known", cmd.Op)
 }
@@ -276,7 +297,7 @@ func (c *Catalog) create(index uint64, cmd Command) ([]storage.Record, Outcome, 
 	if err != nil {
 		return nil, Outcome{}, errs.New(errs.Invalid, "%v", err)
 	}
-	rec := &KeyspaceRecord{Spec: spec, Partitions: pk.Partitions, Version: index, Created: index}
+	rec := &KeyspaceRecord{Spec: spec, Partitions: pk.Partitions, NextPartitionID: pk.NextPartitionID, Version: index, Created: index, ReplicasVersion: index}
 	c.keyspaces[spec.Name] = rec
 	recs := []storage.Record{keyspaceRecord(rec)}
 	if cmd.Import {
@@ -320,8 +341,45 @@ func (c *Catalog) alter(index uint64, cmd Command) ([]storage.Record, Outcome, e
 	if err != nil {
 		return nil, Outcome{}, errs.New(errs.Invalid, "alter keyspace %q: %v", old.Spec.Name, err)
 	}
-	rec := &KeyspaceRecord{Spec: spec, Partitions: pk.Partitions, Version: index, Created: old.Created}
+	// An alter changes what requests mean (options) or where keys live (replicas): clients
+	// and peers on the version before it refresh.
+	rec := &KeyspaceRecord{Spec: spec, Partitions: pk.Partitions, NextPartitionID: pk.NextPartitionID, Version: index, Created: old.Created, ReplicasVersion: index}
 	c.keyspaces[spec.Name] = rec
+	return []storage.Record{keyspaceRecord(rec)}, Outcome{Version: index, Keyspace: rec}, nil
+}
+
+// repartition splits a partition at a key or merges a partition with its right-hand
+// neighbour (ElasCass 3.1). The command is the paper's four steps in one: the metadata log
+// orders it against every other change of the keyspace (election and notification), and a
+// node serves under the old map until it applies the new one; the change returns once every
+// live node has applied it (the acknowledgements that replace the paper's gossip timers).
+// Nothing else has to happen first because nothing moves: both sides keep the replicas
+// (placement.Split, placement.Merge), the storage keys name no partition, and messages
+// between nodes place records by key, so nodes on either map agree on every key's replicas.
+// The replica-set version stays, and peers on the old and new maps keep talking.
+func (c *Catalog) repartition(index uint64, cmd Command) ([]storage.Record, Outcome, error) {
+	old, err := c.conditional(cmd, cmd.Op)
+	if err != nil {
+		return nil, Outcome{}, err
+	}
+	if p, _ := config.Protocol(old.Spec.Protocol); !p.Repartition {
+		return nil, Outcome{}, errs.New(errs.Invalid,
+			"%s keyspace %q: protocol %s does not split or merge partitions yet (its per-partition state, a Raft group or a GlobLease mastership table, needs its own split protocol)", cmd.Op, cmd.Name, old.Spec.Protocol)
+	}
+	var pk *placement.Keyspace
+	if cmd.Op == OpSplit {
+		pk, err = old.Placement().Split(cmd.Partition, cmd.SplitKey)
+	} else {
+		pk, err = old.Placement().Merge(cmd.Partition)
+	}
+	if err != nil {
+		return nil, Outcome{}, errs.New(errs.Invalid, "%s keyspace %q: %v", cmd.Op, cmd.Name, err)
+	}
+	if err := pk.Check(); err != nil {
+		return nil, Outcome{}, errs.New(errs.Internal, "%s keyspace %q: %v", cmd.Op, cmd.Name, err)
+	}
+	rec := &KeyspaceRecord{Spec: old.Spec, Partitions: pk.Partitions, NextPartitionID: pk.NextPartitionID, Version: index, Created: old.Created, ReplicasVersion: old.ReplicasVersion}
+	c.keyspaces[old.Spec.Name] = rec
 	return []storage.Record{keyspaceRecord(rec)}, Outcome{Version: index, Keyspace: rec}, nil
 }
 

@@ -43,7 +43,7 @@ func TestSimCheckerCatchesBrokenHistories(t *testing.T) {
 		t.Fatalf("a change refused as based on an old version was refused by the checker: %v", v)
 	}
 	for name, ops := range map[string][]simOp{
-		"describe misses a completed create": {ok(0, OpCreate, "a", 0, 0, 10, 1), describe(1, 20, 30, false, "", 0)},
+		"describe misses a completed create":  {ok(0, OpCreate, "a", 0, 0, 10, 1), describe(1, 20, 30, false, "", 0)},
 		"describe returns an overwritten tag": {ok(0, OpCreate, "a", 0, 0, 10, 1), ok(1, OpAlter, "b", 1, 20, 30, 2), describe(0, 40, 50, true, "a", 1)},
 		"two creates both succeed":            {ok(0, OpCreate, "a", 0, 0, 10, 1), ok(1, OpCreate, "b", 0, 20, 30, 2)},
 		"an alter on a stale version wins":    {ok(0, OpCreate, "a", 0, 0, 10, 1), ok(1, OpAlter, "b", 1, 20, 30, 2), ok(0, OpAlter, "c", 1, 40, 50, 3)},

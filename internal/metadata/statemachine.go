@@ -49,7 +49,7 @@ func (m *stateMachine) Apply(g raft.GroupRef, index uint64, cmd *peerpb.RaftComm
 		return nil, engine.Result{Err: err}
 	}
 	for i := range recs {
-		recs[i].Keyspace, recs[i].Partition, recs[i].Version = g.Keyspace, g.Partition, v
+		recs[i].Keyspace, recs[i].Version = g.Keyspace, v
 	}
 	return recs, engine.Result{Version: v, Output: encodeOutcome(out)}
 }

@@ -1,12 +1,13 @@
 // Package placement maps keys to range partitions and partitions to replicas.
 //
-// A keyspace is split into a fixed number of range partitions (DESIGN.md section 3: "a keyspace
-// is split into range partitions ... the placement map is a first-class structure from day
-// one"). Partition i covers [start_i, start_{i+1}) where start_i is the 4-byte big-endian value
-// floor(i * 2^32 / P), so boundaries are fixed and identical on every node. Each partition has
-// replicas_per_region replicas in each of the keyspace's regions, chosen round-robin over the
-// region's nodes so partitions spread evenly. Later issues (ElasCass bootstrapping) split,
-// merge and move partitions; they will publish new map versions through the same structure.
+// A keyspace is split into range partitions (DESIGN.md section 3: "a keyspace is split into
+// range partitions ... the placement map is a first-class structure from day one"). At
+// creation partition i starts at the keyspace's i-th split point, or, without split points,
+// at the 4-byte big-endian value floor(i * 2^32 / P). Each partition has replicas_per_region
+// replicas in each of the keyspace's regions, chosen round-robin over the region's nodes so
+// partitions spread evenly. Afterwards partitions split and merge (ElasCass 3.1) as metadata
+// commands: Split and Merge here compute the new keyspace, and because storage keys name no
+// partition a split or merge changes only this map.
 package placement
 
 import (
@@ -17,6 +18,7 @@ import (
 	"sort"
 
 	"meridian/internal/config"
+	"meridian/internal/storage"
 )
 
 // MaxPartitions bounds the partition count of one keyspace.
@@ -51,17 +53,64 @@ func (p *Partition) Contains(key []byte) bool {
 	return bytes.Compare(key, p.Start) >= 0 && (p.End == nil || bytes.Compare(key, p.End) < 0)
 }
 
+// Span is the partition's key range in keyspace: what its replica holds in storage.
+func (p *Partition) Span(keyspace string) storage.Span {
+	return storage.Span{Keyspace: keyspace, Start: p.Start, End: p.End}
+}
+
 // HasReplica reports whether node holds a replica of the partition.
 func (p *Partition) HasReplica(node uint32) bool { return slices.Contains(p.Replicas, node) }
 
 // Keyspace is the placement of one keyspace. It is immutable once built.
 type Keyspace struct {
-	Spec       config.Keyspace
+	Spec config.Keyspace
+	// Partitions are in key order and cover the whole key space: the first starts at the
+	// empty key, each ends where the next starts, the last has no end. IDs are unique within
+	// the keyspace but not dense: splits add IDs and merges retire them (never reused, so a
+	// stale message naming a retired partition cannot be taken for another one).
 	Partitions []Partition
 	// Version is the cluster metadata's version of this keyspace: the index of the metadata
 	// command that last changed it. 0: not yet in the metadata (a keyspace from the
 	// configuration file, served until the metadata group has it).
 	Version uint64
+	// ReplicasVersion is the metadata version of the last change other than a split or
+	// merge (create, alter): peers exchange messages about the keyspace only under the same
+	// ReplicasVersion, and clients' requests made before it are stale. 0 with Version 0.
+	ReplicasVersion uint64
+
+	// NextPartitionID is the ID the next split gives its new partition (IDs are never
+	// reused). 0 in records written before splits existed: then max(ID)+1.
+	NextPartitionID uint32
+
+	// byID indexes Partitions by ID (built by Index; nil: Partition searches linearly).
+	byID map[uint32]int
+}
+
+// Index builds the ID index of the partitions and returns k. Call it once a keyspace is
+// complete, before it is shared.
+func (k *Keyspace) Index() *Keyspace {
+	k.byID = make(map[uint32]int, len(k.Partitions))
+	for i := range k.Partitions {
+		k.byID[k.Partitions[i].ID] = i
+	}
+	return k
+}
+
+// Partition returns the partition with the given ID.
+func (k *Keyspace) Partition(id uint32) (*Partition, bool) {
+	if k.byID != nil {
+		i, ok := k.byID[id]
+		if !ok {
+			return nil, false
+		}
+		return &k.Partitions[i], true
+	}
+	for i := range k.Partitions {
+		if k.Partitions[i].ID == id {
+			return &k.Partitions[i], true
+		}
+	}
+	return nil, false
 }
 
 // Lookup returns the partition holding key.
@@ -145,10 +194,47 @@ func PartitionStart(i, n int) []byte {
 }
 
 // BuildKeyspace places ks on nodes. ks must have been validated (config.ValidateKeyspace).
+// The partitions start at ks.SplitPoints when it is set, else at PartitionStart(i, n).
 func BuildKeyspace(ks config.Keyspace, nodes []config.Node) (*Keyspace, error) {
 	if ks.Partitions < 1 || ks.Partitions > MaxPartitions {
 		return nil, fmt.Errorf("placement: keyspace %q: partitions %d out of range 1..%d", ks.Name, ks.Partitions, MaxPartitions)
 	}
+	if len(ks.SplitPoints) > 0 && len(ks.SplitPoints)+1 != ks.Partitions {
+		return nil, fmt.Errorf("placement: keyspace %q: %d split points for %d partitions", ks.Name, len(ks.SplitPoints), ks.Partitions)
+	}
+	parts := make([]Partition, ks.Partitions)
+	for i := range parts {
+		p := &parts[i]
+		p.ID = uint32(i)
+		switch {
+		case i == 0:
+			p.Start = []byte{}
+		case len(ks.SplitPoints) > 0:
+			p.Start = []byte(ks.SplitPoints[i-1])
+		default:
+			p.Start = PartitionStart(i, ks.Partitions)
+		}
+		if i > 0 {
+			parts[i-1].End = p.Start
+		}
+	}
+	out, err := place(ks, parts, nodes)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out.Partitions {
+		p := &out.Partitions[i]
+		p.FoundingVoters = slices.Clone(p.Replicas)
+		p.FoundingLearners = slices.Clone(p.Learners)
+	}
+	out.NextPartitionID = uint32(len(out.Partitions))
+	return out.Index(), nil
+}
+
+// place gives the partitions (boundaries and IDs set, in key order) their replicas:
+// replicas_per_region per region, round-robin over the region's nodes by position, so
+// neighbouring partitions spread over different nodes.
+func place(ks config.Keyspace, parts []Partition, nodes []config.Node) (*Keyspace, error) {
 	byRegion := map[string][]uint32{}
 	for _, n := range nodes {
 		byRegion[n.Region] = append(byRegion[n.Region], n.ID)
@@ -161,21 +247,18 @@ func BuildKeyspace(ks config.Keyspace, nodes []config.Node) (*Keyspace, error) {
 				ks.Name, r, len(ids), ks.ReplicasPerRegion)
 		}
 	}
-	out := &Keyspace{Spec: ks, Partitions: make([]Partition, ks.Partitions)}
-	for i := range ks.Partitions {
+	spec, _ := config.Protocol(ks.Protocol)
+	out := &Keyspace{Spec: ks, Partitions: make([]Partition, len(parts))}
+	for i := range parts {
 		p := &out.Partitions[i]
-		p.ID = uint32(i)
-		p.Start = PartitionStart(i, ks.Partitions)
-		if i+1 < ks.Partitions {
-			p.End = PartitionStart(i+1, ks.Partitions)
-		}
+		p.ID, p.Start, p.End = parts[i].ID, parts[i].Start, parts[i].End
 		for _, r := range ks.Regions {
 			ids := byRegion[r]
 			for j := range ks.ReplicasPerRegion {
 				p.Replicas = append(p.Replicas, ids[(i+j)%len(ids)])
 			}
 		}
-		if spec, _ := config.Protocol(ks.Protocol); spec.LearnersEverywhere {
+		if spec.LearnersEverywhere {
 			for _, n := range nodes {
 				if !slices.Contains(p.Replicas, n.ID) {
 					p.Learners = append(p.Learners, n.ID)
@@ -183,20 +266,16 @@ func BuildKeyspace(ks config.Keyspace, nodes []config.Node) (*Keyspace, error) {
 			}
 			slices.Sort(p.Learners)
 		}
-		p.FoundingVoters = slices.Clone(p.Replicas)
-		p.FoundingLearners = slices.Clone(p.Learners)
 	}
 	return out, nil
 }
 
-// Rebuild places an altered keyspace spec (its partitions unchanged in number): each
-// partition gets the replicas BuildKeyspace would give it now, and keeps its founders (a
-// consensus group bootstraps on its founders only, whatever it has become since).
+// Rebuild places an altered keyspace spec: the partitions keep their boundaries and IDs
+// (splits and merges since creation included), each gets the replicas the round-robin gives
+// its position now, and keeps its founders (a consensus group bootstraps on its founders
+// only, whatever it has become since).
 func Rebuild(old *Keyspace, spec config.Keyspace, nodes []config.Node) (*Keyspace, error) {
-	if spec.Partitions != len(old.Partitions) {
-		return nil, fmt.Errorf("placement: keyspace %q: %d partitions cannot become %d here (splits and merges move data)", spec.Name, len(old.Partitions), spec.Partitions)
-	}
-	nk, err := BuildKeyspace(spec, nodes)
+	nk, err := place(spec, old.Partitions, nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +283,139 @@ func Rebuild(old *Keyspace, spec config.Keyspace, nodes []config.Node) (*Keyspac
 		nk.Partitions[i].FoundingVoters = slices.Clone(old.Partitions[i].FoundingVoters)
 		nk.Partitions[i].FoundingLearners = slices.Clone(old.Partitions[i].FoundingLearners)
 	}
-	return nk, nil
+	nk.NextPartitionID = old.nextID()
+	return nk.Index(), nil
+}
+
+// nextID is the ID the next new partition gets.
+func (k *Keyspace) nextID() uint32 {
+	next := k.NextPartitionID
+	for i := range k.Partitions {
+		next = max(next, k.Partitions[i].ID+1)
+	}
+	return next
+}
+
+// Split returns a copy of k with partition id cut at key: the partition keeps its ID and
+// [Start, at), a new partition (the next unused ID) takes [at, End). Both have the same
+// replicas, learners and founders as the partition, so under every protocol that
+// repartitions in place (engine.Protocol.Repartition) every key keeps its replicas and no
+// data moves: records do not name partitions (ElasCass 3.1 splits rebuild replica files;
+// here only the map changes). Version is left to the caller.
+func (k *Keyspace) Split(id uint32, at []byte) (*Keyspace, error) {
+	i := k.indexOf(id)
+	if i < 0 {
+		return nil, fmt.Errorf("keyspace %q has no partition %d", k.Spec.Name, id)
+	}
+	p := &k.Partitions[i]
+	if len(at) == 0 || bytes.Compare(at, p.Start) <= 0 || (p.End != nil && bytes.Compare(at, p.End) >= 0) {
+		return nil, fmt.Errorf("split key %q is not inside partition %d of %q (%s)", at, id, k.Spec.Name, p.Span(k.Spec.Name))
+	}
+	if len(k.Partitions) >= MaxPartitions {
+		return nil, fmt.Errorf("keyspace %q already has %d partitions, the most one keyspace may have", k.Spec.Name, MaxPartitions)
+	}
+	out := k.clone()
+	left := out.Partitions[i]
+	right := clonePartition(left)
+	right.ID = out.nextID()
+	right.Start = bytes.Clone(at)
+	left.End = bytes.Clone(at)
+	out.Partitions[i] = left
+	out.Partitions = slices.Insert(out.Partitions, i+1, right)
+	out.NextPartitionID = right.ID + 1
+	return out.Index(), nil
+}
+
+// Merge returns a copy of k with partition id and its right-hand neighbour joined into one
+// partition that keeps id. They must have the same replicas and learners (ElasCass 3.1: "if
+// two adjacent partitions are not stored on the same set of nodes, then they are not
+// merged"), so no data moves. The neighbour's ID is retired.
+func (k *Keyspace) Merge(id uint32) (*Keyspace, error) {
+	i := k.indexOf(id)
+	if i < 0 {
+		return nil, fmt.Errorf("keyspace %q has no partition %d", k.Spec.Name, id)
+	}
+	if i+1 >= len(k.Partitions) {
+		return nil, fmt.Errorf("partition %d of %q is the last one: it has no right-hand neighbour to merge with", id, k.Spec.Name)
+	}
+	l, r := &k.Partitions[i], &k.Partitions[i+1]
+	if !sameMembers(l.Replicas, r.Replicas) || !sameMembers(l.Learners, r.Learners) {
+		return nil, fmt.Errorf("partitions %d and %d of %q are on different replicas (%v and %v): merging them would move data; move a replica first", l.ID, r.ID, k.Spec.Name, l.Replicas, r.Replicas)
+	}
+	out := k.clone()
+	out.Partitions[i].End = out.Partitions[i+1].End
+	out.Partitions = slices.Delete(out.Partitions, i+1, i+2)
+	out.NextPartitionID = k.nextID()
+	return out.Index(), nil
+}
+
+func sameMembers(a, b []uint32) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+func (k *Keyspace) indexOf(id uint32) int {
+	for i := range k.Partitions {
+		if k.Partitions[i].ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+func clonePartition(p Partition) Partition {
+	p.Start, p.End = bytes.Clone(p.Start), bytes.Clone(p.End)
+	if p.Start == nil {
+		p.Start = []byte{}
+	}
+	p.Replicas, p.Learners = slices.Clone(p.Replicas), slices.Clone(p.Learners)
+	p.FoundingVoters, p.FoundingLearners = slices.Clone(p.FoundingVoters), slices.Clone(p.FoundingLearners)
+	return p
+}
+
+// clone deep-copies k (a Keyspace is immutable once shared: changes make copies).
+func (k *Keyspace) clone() *Keyspace {
+	out := &Keyspace{Spec: k.Spec, Version: k.Version, ReplicasVersion: k.ReplicasVersion, NextPartitionID: k.NextPartitionID, Partitions: make([]Partition, len(k.Partitions))}
+	for i := range k.Partitions {
+		out.Partitions[i] = clonePartition(k.Partitions[i])
+	}
+	return out
+}
+
+// Check verifies the structural invariants of a keyspace's partitions: key order, the
+// first starting at the empty key, each ending where the next starts, the last unbounded,
+// unique IDs below NextPartitionID (when set), and replicas in every partition.
+func (k *Keyspace) Check() error {
+	if len(k.Partitions) == 0 {
+		return fmt.Errorf("keyspace %q has no partitions", k.Spec.Name)
+	}
+	seen := map[uint32]bool{}
+	for i := range k.Partitions {
+		p := &k.Partitions[i]
+		if seen[p.ID] {
+			return fmt.Errorf("keyspace %q: partition ID %d appears twice", k.Spec.Name, p.ID)
+		}
+		seen[p.ID] = true
+		if k.NextPartitionID != 0 && p.ID >= k.NextPartitionID {
+			return fmt.Errorf("keyspace %q: partition ID %d not below the next ID %d", k.Spec.Name, p.ID, k.NextPartitionID)
+		}
+		if len(p.Replicas) == 0 {
+			return fmt.Errorf("keyspace %q: partition %d has no replicas", k.Spec.Name, p.ID)
+		}
+		if i == 0 && len(p.Start) != 0 {
+			return fmt.Errorf("keyspace %q: the first partition starts at %q, not the empty key", k.Spec.Name, p.Start)
+		}
+		if i+1 < len(k.Partitions) {
+			if p.End == nil || !bytes.Equal(p.End, k.Partitions[i+1].Start) || bytes.Compare(p.Start, p.End) >= 0 {
+				return fmt.Errorf("keyspace %q: partition %d [%q, %q) does not end where partition %d starts (%q)", k.Spec.Name, p.ID, p.Start, p.End, k.Partitions[i+1].ID, k.Partitions[i+1].Start)
+			}
+		} else if p.End != nil {
+			return fmt.Errorf("keyspace %q: the last partition ends at %q, not at the end of the key space", k.Spec.Name, p.End)
+		}
+	}
+	return nil
 }
 
 // Build places every keyspace of the cluster configuration.

@@ -26,12 +26,13 @@ func BenchmarkApplySync(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for j := range recs {
+			// Keys spread over 8 partitions (key ranges p0/ .. p7/).
+			k := (i*batch + j) % 100000
 			recs[j] = Record{
-				Keyspace:  "bench",
-				Partition: uint32(j % 8),
-				Key:       []byte(fmt.Sprintf("key-%08d", (i*batch+j)%100000)),
-				Version:   hlc.Version{WallNanos: int64(i), NodeID: 1},
-				Value:     value,
+				Keyspace: "bench",
+				Key:      []byte(partKey(k%8, fmt.Sprintf("key-%08d", k))),
+				Version:  hlc.Version{WallNanos: int64(i), NodeID: 1},
+				Value:    value,
 			}
 		}
 		if err := e.Apply(recs, true); err != nil {
@@ -57,8 +58,8 @@ func BenchmarkGet(b *testing.B) {
 	recs := make([]Record, 0, 1000)
 	for v := int64(1); v <= 2; v++ {
 		for k := 0; k < keys; k++ {
-			recs = append(recs, Record{Keyspace: "bench", Partition: uint32(k % 8),
-				Key: []byte(fmt.Sprintf("key-%08d", k)), Version: hlc.Version{WallNanos: v}, Value: value})
+			recs = append(recs, Record{Keyspace: "bench",
+				Key: []byte(partKey(k%8, fmt.Sprintf("key-%08d", k))), Version: hlc.Version{WallNanos: v}, Value: value})
 			if len(recs) == cap(recs) {
 				if err := e.Apply(recs, false); err != nil {
 					b.Fatal(err)
@@ -77,8 +78,8 @@ func BenchmarkGet(b *testing.B) {
 	}
 	// Warm the block cache with one scan per partition, so the benchmark measures the read
 	// path rather than first-touch disk reads and decompression.
-	for p := uint32(0); p < 8; p++ {
-		if err := e.Scan("bench", p, nil, nil, 0, func(Record) bool { return true }); err != nil {
+	for p := 0; p < 8; p++ {
+		if err := e.Scan(partSpan("bench", p), 0, func(Record) bool { return true }); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -87,7 +88,7 @@ func BenchmarkGet(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		k := rng.IntN(keys)
-		r, found, err := e.Get("bench", uint32(k%8), []byte(fmt.Sprintf("key-%08d", k)))
+		r, found, err := e.Get("bench", []byte(partKey(k%8, fmt.Sprintf("key-%08d", k))))
 		if err != nil || !found || r.Version.WallNanos != 2 {
 			b.Fatalf("Get = %v %t %v", r.Version, found, err)
 		}
@@ -105,8 +106,8 @@ func BenchmarkScan(b *testing.B) {
 	for v := int64(1); v <= 3; v++ {
 		recs := make([]Record, 0, 10000)
 		for k := 0; k < 10000; k++ {
-			recs = append(recs, Record{Keyspace: "bench", Partition: 1,
-				Key: []byte(fmt.Sprintf("key-%08d", k)), Version: hlc.Version{WallNanos: v}, Value: value})
+			recs = append(recs, Record{Keyspace: "bench",
+				Key: []byte(partKey(1, fmt.Sprintf("key-%08d", k))), Version: hlc.Version{WallNanos: v}, Value: value})
 		}
 		if err := e.Apply(recs, false); err != nil {
 			b.Fatal(err)
@@ -116,9 +117,10 @@ func BenchmarkScan(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		start := []byte(fmt.Sprintf("key-%08d", rng.IntN(9900)))
+		span := partSpan("bench", 1)
+		span.Start = []byte(partKey(1, fmt.Sprintf("key-%08d", rng.IntN(9900))))
 		n := 0
-		if err := e.Scan("bench", 1, start, nil, 100, func(Record) bool { n++; return true }); err != nil || n != 100 {
+		if err := e.Scan(span, 100, func(Record) bool { n++; return true }); err != nil || n != 100 {
 			b.Fatalf("Scan = %d keys, %v", n, err)
 		}
 	}

@@ -8,10 +8,11 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
+// batchOf returns n records spread over test partitions 0, 1 and 2 (partSpan).
 func batchOf(prefix string, n int, wall int64) []Record {
 	recs := make([]Record, n)
 	for i := range recs {
-		recs[i] = rec("ks", uint32(i%3), fmt.Sprintf("%s-%04d", prefix, i), wall, fmt.Sprintf("%s-value-%d", prefix, i))
+		recs[i] = rec("ks", partKey(i%3, fmt.Sprintf("%s-%04d", prefix, i)), wall, fmt.Sprintf("%s-value-%d", prefix, i))
 	}
 	return recs
 }
@@ -21,7 +22,7 @@ func present(t *testing.T, e *Engine, recs []Record) int {
 	t.Helper()
 	n := 0
 	for _, r := range recs {
-		got, found, err := e.Get(r.Keyspace, r.Partition, r.Key)
+		got, found, err := e.Get(r.Keyspace, r.Key)
 		if err != nil {
 			t.Fatalf("Get: %v", err)
 		}
@@ -60,8 +61,8 @@ func TestCrashKeepsSyncedApplies(t *testing.T) {
 		synced = append(synced, batch...)
 	}
 	// A tombstone and an out-of-order older version, synced too.
-	mustApply(t, e, true, tomb("ks", 0, "b00-0000", 100), rec("ks", 0, "b00-0000", 0, "older"))
-	synced[0] = tomb("ks", 0, "b00-0000", 100)
+	mustApply(t, e, true, tomb("ks", "p0/b00-0000", 100), rec("ks", "p0/b00-0000", 0, "older"))
+	synced[0] = tomb("ks", "p0/b00-0000", 100)
 
 	e2 := crashAndReopen(t, fs, e)
 	if got := present(t, e2, synced); got != len(synced) {
@@ -94,7 +95,7 @@ func TestCrashMayLoseUnsyncedApplies(t *testing.T) {
 	}
 }
 
-// TestCrashKeepsSyncedMeta covers PutMeta(sync=true) and DeletePartition(sync=true).
+// TestCrashKeepsSyncedMetaAndDeletes covers PutMeta(sync=true) and DeleteSpan(sync=true).
 func TestCrashKeepsSyncedMetaAndDeletes(t *testing.T) {
 	fs := vfs.NewCrashableMem()
 	e := openTest(t, fs, "data/db")
@@ -102,18 +103,20 @@ func TestCrashKeepsSyncedMetaAndDeletes(t *testing.T) {
 	if err := e.PutMeta("node-id", []byte("n7"), true); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.DeletePartition("ks", 1, true); err != nil {
+	if err := e.DeleteSpan(partSpan("ks", 1), true); err != nil {
 		t.Fatal(err)
 	}
 	e2 := crashAndReopen(t, fs, e)
 	if v, ok, err := e2.GetMeta("node-id"); !ok || err != nil || string(v) != "n7" {
 		t.Fatalf("GetMeta after crash = %q %t %v", v, ok, err)
 	}
-	if got := scanAll(t, e2, "ks", 1, nil, nil, 0); len(got) != 0 {
+	if got := scanAll(t, e2, partSpan("ks", 1), 0); len(got) != 0 {
 		t.Fatalf("deleted partition has %d keys after crash", len(got))
 	}
-	if got := scanAll(t, e2, "ks", 0, nil, nil, 0); len(got) != 10 {
-		t.Fatalf("partition 0 has %d keys after crash, want 10", len(got))
+	for _, p := range []int{0, 2} {
+		if got := scanAll(t, e2, partSpan("ks", p), 0); len(got) != 10 {
+			t.Fatalf("partition %d has %d keys after crash, want 10", p, len(got))
+		}
 	}
 }
 
@@ -126,8 +129,8 @@ func TestReopenRealDirectory(t *testing.T) {
 	}
 	recs := batchOf("real", 64, 5)
 	mustApply(t, e, true, recs...)
-	mustApply(t, e, true, tomb("ks", 0, "real-0000", 6))
-	recs[0] = tomb("ks", 0, "real-0000", 6)
+	mustApply(t, e, true, tomb("ks", "p0/real-0000", 6))
+	recs[0] = tomb("ks", "p0/real-0000", 6)
 	if err := e.PutMeta("schema", []byte("v1"), true); err != nil {
 		t.Fatal(err)
 	}

@@ -73,6 +73,12 @@ func Open(dir string, opts Options) (*Engine, error) {
 		db.Close()
 		return nil, err
 	}
+	// Stores written before partitions became plain key ranges name a partition in every
+	// data key: rewrite them once (migrate.go).
+	if _, err := migrateLegacyDataKeys(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("storage: open %s: %w", dir, err)
+	}
 	e := &Engine{
 		dir:      dir,
 		fs:       opts.FS,
@@ -173,12 +179,12 @@ func (e *Engine) fillRecords(b *pebble.Batch, recs []Record) error {
 	var kbuf, vbuf []byte
 	for i := range recs {
 		r := &recs[i]
-		kbuf = encodeDataKey(kbuf[:0], r.Keyspace, r.Partition, r.Key, r.Version)
+		kbuf = encodeDataKey(kbuf[:0], r.Keyspace, r.Key, r.Version)
 		vbuf = appendValue(vbuf[:0], r)
 		// Batch.Set copies key and value, so the scratch buffers can be reused.
 		if err := b.Set(kbuf, vbuf, nil); err != nil {
-			return fmt.Errorf("storage: apply: batch set %q/%d/%q@%s: %w",
-				r.Keyspace, r.Partition, r.Key, r.Version, err)
+			return fmt.Errorf("storage: apply: batch set %q/%q@%s: %w",
+				r.Keyspace, r.Key, r.Version, err)
 		}
 	}
 	return nil
@@ -194,15 +200,15 @@ func (e *Engine) countApply(records int, sync bool) {
 
 // Get returns the newest version of key, which may be a tombstone (found=true,
 // rec.Tombstone=true). found is false when no version exists.
-func (e *Engine) Get(keyspace string, partition uint32, key []byte) (rec Record, found bool, err error) {
+func (e *Engine) Get(keyspace string, key []byte) (rec Record, found bool, err error) {
 	if err := e.checkOpen(); err != nil {
 		return Record{}, false, err
 	}
 	e.gets.Add(1)
-	lo := appendKeyPrefix(nil, keyspace, partition, key)
+	lo := appendKeyPrefix(nil, keyspace, key)
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
 	if err != nil {
-		return Record{}, false, fmt.Errorf("storage: get %q/%d/%q: %w", keyspace, partition, key, err)
+		return Record{}, false, fmt.Errorf("storage: get %q/%q: %w", keyspace, key, err)
 	}
 	// The newest version sorts first (inverted version), so the first entry is the answer.
 	if it.First() {
@@ -211,7 +217,7 @@ func (e *Engine) Get(keyspace string, partition uint32, key []byte) (rec Record,
 	}
 	err = errors.Join(err, it.Error(), it.Close())
 	if err != nil {
-		return Record{}, false, fmt.Errorf("storage: get %q/%d/%q: %w", keyspace, partition, key, err)
+		return Record{}, false, fmt.Errorf("storage: get %q/%q: %w", keyspace, key, err)
 	}
 	return rec, found, nil
 }
@@ -225,18 +231,18 @@ func (e *Engine) Get(keyspace string, partition uint32, key []byte) (rec Record,
 // versions <= maxVersion are exactly the entries at or after encodeDataKey(..., maxVersion):
 // one SeekGE on an iterator bounded to the key's prefix lands on the answer, and the bounds
 // keep a different user key (say "ab" when asking for "a") from ever being returned.
-func (e *Engine) GetAt(keyspace string, partition uint32, key []byte, maxVersion hlc.Version) (rec Record, found bool, err error) {
+func (e *Engine) GetAt(keyspace string, key []byte, maxVersion hlc.Version) (rec Record, found bool, err error) {
 	if err := e.checkOpen(); err != nil {
 		return Record{}, false, err
 	}
 	e.gets.Add(1)
-	seek := encodeDataKey(nil, keyspace, partition, key, maxVersion)
+	seek := encodeDataKey(nil, keyspace, key, maxVersion)
 	// The key prefix is the seek key without its version. lo aliases seek, which is fine:
 	// neither is modified while the iterator lives, and prefixEnd returns a copy.
 	lo := seek[:len(seek)-versionLen]
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
 	if err != nil {
-		return Record{}, false, fmt.Errorf("storage: get %q/%d/%q at %s: %w", keyspace, partition, key, maxVersion, err)
+		return Record{}, false, fmt.Errorf("storage: get %q/%q at %s: %w", keyspace, key, maxVersion, err)
 	}
 	if it.SeekGE(seek) {
 		rec, err = decodeRecordAt(it)
@@ -244,43 +250,34 @@ func (e *Engine) GetAt(keyspace string, partition uint32, key []byte, maxVersion
 	}
 	err = errors.Join(err, it.Error(), it.Close())
 	if err != nil {
-		return Record{}, false, fmt.Errorf("storage: get %q/%d/%q at %s: %w", keyspace, partition, key, maxVersion, err)
+		return Record{}, false, fmt.Errorf("storage: get %q/%q at %s: %w", keyspace, key, maxVersion, err)
 	}
 	return rec, found, nil
 }
 
-// Scan calls fn with the newest version of each key in [start, end) of the partition, in key
-// order, tombstones included (replica merging needs them). A nil end means to the end of the
-// partition; a nil start means from its beginning. Scan stops after limit keys when
-// limit > 0, or as soon as fn returns false. fn owns the Record it receives (its slices are
-// fresh copies) and may call other Engine methods.
+// Scan calls fn with the newest version of each key of span (a partition's range, or any
+// sub-range of one) in key order, tombstones included (replica merging needs them). Scan
+// stops after limit keys when limit > 0, or as soon as fn returns false. fn owns the Record
+// it receives (its slices are fresh copies) and may call other Engine methods.
 //
-// This is the partition-scoped iterator: Pebble's bounds are set to the partition (or
-// [start, end)), so it never reads a neighbouring partition's blocks.
-func (e *Engine) Scan(keyspace string, partition uint32, start, end []byte, limit int, fn func(Record) bool) error {
+// Pebble's bounds are set to the span, so a scan never reads a neighbouring range's blocks.
+func (e *Engine) Scan(span Span, limit int, fn func(Record) bool) error {
 	if err := e.checkOpen(); err != nil {
 		return err
 	}
 	e.scans.Add(1)
-	if end != nil && bytes.Compare(start, end) >= 0 {
+	if span.End != nil && bytes.Compare(span.Start, span.End) >= 0 {
 		return nil
 	}
-	part := appendPartitionPrefix(nil, keyspace, partition)
-	lo := appendEscaped(bytes.Clone(part), start)
-	var hi []byte
-	if end != nil {
-		hi = appendEscaped(bytes.Clone(part), end)
-	} else {
-		hi = prefixEnd(part)
-	}
+	lo, hi := spanBounds(span)
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
-		return fmt.Errorf("storage: scan %q/%d: %w", keyspace, partition, err)
+		return fmt.Errorf("storage: scan %s: %w", span, err)
 	}
 	err = scanNewest(it, limit, fn)
 	err = errors.Join(err, it.Error(), it.Close())
 	if err != nil {
-		return fmt.Errorf("storage: scan %q/%d: %w", keyspace, partition, err)
+		return fmt.Errorf("storage: scan %s: %w", span, err)
 	}
 	return nil
 }
@@ -324,14 +321,14 @@ func decodeRecordAt(it *pebble.Iterator) (Record, error) {
 }
 
 // Versions returns every stored version of key, newest first (tests, debugging, repair).
-func (e *Engine) Versions(keyspace string, partition uint32, key []byte) ([]Record, error) {
+func (e *Engine) Versions(keyspace string, key []byte) ([]Record, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
-	lo := appendKeyPrefix(nil, keyspace, partition, key)
+	lo := appendKeyPrefix(nil, keyspace, key)
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
 	if err != nil {
-		return nil, fmt.Errorf("storage: versions %q/%d/%q: %w", keyspace, partition, key, err)
+		return nil, fmt.Errorf("storage: versions %q/%q: %w", keyspace, key, err)
 	}
 	var out []Record
 	// Bounded by the number of versions of one key (the iterator's bounds).
@@ -344,7 +341,7 @@ func (e *Engine) Versions(keyspace string, partition uint32, key []byte) ([]Reco
 	}
 	err = errors.Join(err, it.Error(), it.Close())
 	if err != nil {
-		return nil, fmt.Errorf("storage: versions %q/%d/%q: %w", keyspace, partition, key, err)
+		return nil, fmt.Errorf("storage: versions %q/%q: %w", keyspace, key, err)
 	}
 	return out, nil
 }

@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-func wallsOf(t *testing.T, e *Engine, ks string, part uint32, key string) []int64 {
+func wallsOf(t *testing.T, e *Engine, ks string, key string) []int64 {
 	t.Helper()
-	vs, err := e.Versions(ks, part, []byte(key))
+	vs, err := e.Versions(ks, []byte(key))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,17 +24,17 @@ func TestGCKeepsNewestAndDeletesOldBeforeHorizon(t *testing.T) {
 	e := newMemEngine(t)
 	mustApply(t, e, true,
 		// Old versions 10, 20, 30 are before the horizon (35); 40 is the newest.
-		rec("ks", 0, "a", 20, "x"), rec("ks", 0, "a", 40, "x"), rec("ks", 0, "a", 10, "x"), rec("ks", 0, "a", 30, "x"),
+		rec("ks", "a", 20, "x"), rec("ks", "a", 40, "x"), rec("ks", "a", 10, "x"), rec("ks", "a", 30, "x"),
 		// Only version, older than the horizon: kept.
-		rec("ks", 0, "b", 10, "x"),
+		rec("ks", "b", 10, "x"),
 		// Newest is a tombstone: kept; the value under it goes.
-		rec("ks", 0, "c", 10, "x"), tomb("ks", 0, "c", 20),
+		rec("ks", "c", 10, "x"), tomb("ks", "c", 20),
 		// Old versions at or after the horizon are kept; the one before it goes.
-		rec("ks", 1, "d", 60, "x"), rec("ks", 1, "d", 50, "x"), rec("ks", 1, "d", 35, "x"), rec("ks", 1, "d", 34, "x"),
+		rec("ks", "d", 60, "x"), rec("ks", "d", 50, "x"), rec("ks", "d", 35, "x"), rec("ks", "d", 34, "x"),
 		// Other keyspaces are out of scope.
-		rec("ks\x00", 0, "a", 10, "x"), rec("ks\x00", 0, "a", 40, "x"),
-		rec("k", 0, "a", 10, "x"), rec("k", 0, "a", 40, "x"),
-		rec("ksa", 0, "a", 10, "x"), rec("ksa", 0, "a", 40, "x"),
+		rec("ks\x00", "a", 10, "x"), rec("ks\x00", "a", 40, "x"),
+		rec("k", "a", 10, "x"), rec("k", "a", 40, "x"),
+		rec("ksa", "a", 10, "x"), rec("ksa", "a", 40, "x"),
 	)
 	deleted, more, err := e.GC("ks", time.Unix(0, 35), 100)
 	if err != nil {
@@ -45,23 +45,22 @@ func TestGCKeepsNewestAndDeletesOldBeforeHorizon(t *testing.T) {
 	}
 	for _, c := range []struct {
 		ks   string
-		part uint32
 		key  string
 		want []int64
 	}{
-		{"ks", 0, "a", []int64{40}},
-		{"ks", 0, "b", []int64{10}},
-		{"ks", 0, "c", []int64{20}},
-		{"ks", 1, "d", []int64{60, 50, 35}},
-		{"ks\x00", 0, "a", []int64{40, 10}},
-		{"k", 0, "a", []int64{40, 10}},
-		{"ksa", 0, "a", []int64{40, 10}},
+		{"ks", "a", []int64{40}},
+		{"ks", "b", []int64{10}},
+		{"ks", "c", []int64{20}},
+		{"ks", "d", []int64{60, 50, 35}},
+		{"ks\x00", "a", []int64{40, 10}},
+		{"k", "a", []int64{40, 10}},
+		{"ksa", "a", []int64{40, 10}},
 	} {
-		if got := wallsOf(t, e, c.ks, c.part, c.key); !slices.Equal(got, c.want) {
-			t.Errorf("versions of %q/%d/%q after GC = %v, want %v", c.ks, c.part, c.key, got, c.want)
+		if got := wallsOf(t, e, c.ks, c.key); !slices.Equal(got, c.want) {
+			t.Errorf("versions of %q/%q after GC = %v, want %v", c.ks, c.key, got, c.want)
 		}
 	}
-	if r, _ := mustGet(t, e, "ks", 0, "c"); !r.Tombstone {
+	if r, _ := mustGet(t, e, "ks", "c"); !r.Tombstone {
 		t.Fatalf("GC removed the newest tombstone: %s", fmtRec(r))
 	}
 	// Nothing left: a second pass deletes nothing.
@@ -75,7 +74,7 @@ func TestGCRespectsMaxVersions(t *testing.T) {
 	const keys, versions = 10, 6
 	for k := 0; k < keys; k++ {
 		for v := int64(1); v <= versions; v++ {
-			mustApply(t, e, false, rec("ks", uint32(k%3), fmt.Sprintf("k%d", k), v, "x"))
+			mustApply(t, e, false, rec("ks", partKey(k%3, fmt.Sprintf("k%d", k)), v, "x"))
 		}
 	}
 	horizon := time.Unix(0, 1000)
@@ -107,7 +106,7 @@ func TestGCRespectsMaxVersions(t *testing.T) {
 		t.Fatalf("GC took %d calls, want %d (no wasted passes)", calls, (want+6)/7)
 	}
 	for k := 0; k < keys; k++ {
-		if got := wallsOf(t, e, "ks", uint32(k%3), fmt.Sprintf("k%d", k)); !slices.Equal(got, []int64{versions}) {
+		if got := wallsOf(t, e, "ks", partKey(k%3, fmt.Sprintf("k%d", k))); !slices.Equal(got, []int64{versions}) {
 			t.Fatalf("k%d versions after GC = %v, want [%d]", k, got, versions)
 		}
 	}
@@ -121,7 +120,7 @@ func TestGCRespectsMaxVersions(t *testing.T) {
 func TestGCResumeKeepsNewest(t *testing.T) {
 	e := newMemEngine(t)
 	for v := int64(1); v <= 5; v++ {
-		mustApply(t, e, false, rec("ks", 0, "a", v, "x"), rec("ks", 0, "b", v, "x"))
+		mustApply(t, e, false, rec("ks", "a", v, "x"), rec("ks", "b", v, "x"))
 	}
 	// "a" has 4 old versions: the budget of 4 runs out exactly when b's first old version is
 	// found, so the next call resumes at "b".
@@ -129,15 +128,15 @@ func TestGCResumeKeepsNewest(t *testing.T) {
 	if err != nil || n != 4 || !more {
 		t.Fatalf("GC = (%d, %t, %v), want (4, true)", n, more, err)
 	}
-	mustApply(t, e, true, rec("ks", 0, "b", 9, "x"))
+	mustApply(t, e, true, rec("ks", "b", 9, "x"))
 	n, more, err = e.GC("ks", time.Unix(0, 100), 100)
 	if err != nil || n != 5 || more {
 		t.Fatalf("GC = (%d, %t, %v), want (5, false)", n, more, err)
 	}
-	if got := wallsOf(t, e, "ks", 0, "b"); !slices.Equal(got, []int64{9}) {
+	if got := wallsOf(t, e, "ks", "b"); !slices.Equal(got, []int64{9}) {
 		t.Fatalf("b versions = %v, want [9]", got)
 	}
-	if got := wallsOf(t, e, "ks", 0, "a"); !slices.Equal(got, []int64{5}) {
+	if got := wallsOf(t, e, "ks", "a"); !slices.Equal(got, []int64{5}) {
 		t.Fatalf("a versions = %v, want [5]", got)
 	}
 }

@@ -10,11 +10,11 @@ import (
 )
 
 // mustGetAt is GetAt that fails the test on error.
-func mustGetAt(t testing.TB, e *Engine, ks string, part uint32, key string, maxVersion hlc.Version) (Record, bool) {
+func mustGetAt(t testing.TB, e *Engine, ks string, key string, maxVersion hlc.Version) (Record, bool) {
 	t.Helper()
-	r, found, err := e.GetAt(ks, part, []byte(key), maxVersion)
+	r, found, err := e.GetAt(ks, []byte(key), maxVersion)
 	if err != nil {
-		t.Fatalf("GetAt(%q,%d,%q,%s): %v", ks, part, key, maxVersion, err)
+		t.Fatalf("GetAt(%q,%q,%s): %v", ks, key, maxVersion, err)
 	}
 	return r, found
 }
@@ -34,14 +34,14 @@ type getAtCase struct {
 func checkGetAt(t *testing.T, e *Engine, cases []getAtCase) {
 	t.Helper()
 	for _, c := range cases {
-		got, found := mustGetAt(t, e, "ks", 1, c.key, c.max)
+		got, found := mustGetAt(t, e, "ks", c.key, c.max)
 		if c.wantWall == 0 {
 			if found {
 				t.Errorf("%s: GetAt(%q, %s) = %s, want not found", c.name, c.key, c.max, fmtRec(got))
 			}
 			continue
 		}
-		want := Record{Keyspace: "ks", Partition: 1, Key: []byte(c.key), Version: ver(c.wantWall),
+		want := Record{Keyspace: "ks", Key: []byte(c.key), Version: ver(c.wantWall),
 			Tombstone: c.wantTomb}
 		if !c.wantTomb {
 			want.Value = []byte(c.wantVal)
@@ -57,15 +57,17 @@ func TestGetAtVersions(t *testing.T) {
 	// "a" has versions 10, 20 (tombstone), 30; "ab" and "a\x00" sort right next to "a" and
 	// must never be returned for it (and vice versa). Written out of order on purpose.
 	mustApply(t, e, false,
-		rec("ks", 1, "a", 30, "a30"),
-		rec("ks", 1, "a", 10, "a10"),
-		tomb("ks", 1, "a", 20),
-		rec("ks", 1, "ab", 15, "ab15"),
-		rec("ks", 1, "ab", 5, "ab5"),
-		rec("ks", 1, "a\x00", 12, "a0-12"),
-		// Same key in a neighbouring partition and keyspace: must not bleed either.
-		rec("ks", 2, "a", 8, "p2"),
-		rec("ks2", 1, "a", 8, "ks2"),
+		rec("ks", "a", 30, "a30"),
+		rec("ks", "a", 10, "a10"),
+		tomb("ks", "a", 20),
+		rec("ks", "ab", 15, "ab15"),
+		rec("ks", "ab", 5, "ab5"),
+		rec("ks", "a\x00", 12, "a0-12"),
+		// Same key in neighbouring keyspaces ("ks\x00" sorts right after all of "ks"):
+		// must not bleed either.
+		rec("ks\x00", "a", 8, "ks0"),
+		rec("ks2", "a", 8, "ks2"),
+		rec("k", "a", 8, "k"),
 	)
 	cases := []getAtCase{
 		{name: "below all", key: "a", max: ver(9)},
@@ -99,14 +101,15 @@ func TestGetAtVersions(t *testing.T) {
 	}
 	checkGetAt(t, e, cases)
 
-	if got, found := mustGetAt(t, e, "ks", 2, "a", ver(100)); !found || string(got.Value) != "p2" {
-		t.Errorf("partition 2: GetAt = %s (found=%t), want p2", fmtRec(got), found)
+	for ks, want := range map[string]string{"ks\x00": "ks0", "ks2": "ks2", "k": "k"} {
+		if got, found := mustGetAt(t, e, ks, "a", ver(100)); !found || string(got.Value) != want || got.Keyspace != ks {
+			t.Errorf("keyspace %q: GetAt = %s (found=%t), want %s", ks, fmtRec(got), found, want)
+		}
 	}
-	if got, found := mustGetAt(t, e, "ks2", 1, "a", ver(100)); !found || string(got.Value) != "ks2" {
-		t.Errorf("keyspace ks2: GetAt = %s (found=%t), want ks2", fmtRec(got), found)
-	}
-	if _, found := mustGetAt(t, e, "ks", 3, "a", ver(100)); found {
-		t.Errorf("partition 3: found a record, want none")
+	for _, ks := range []string{"ks\x01", "ks3", "kt", ""} {
+		if got, found := mustGetAt(t, e, ks, "a", ver(100)); found {
+			t.Errorf("keyspace %q: found %s, want none", ks, fmtRec(got))
+		}
 	}
 }
 
@@ -123,7 +126,7 @@ func TestGetAtMatchesVersions(t *testing.T) {
 		for i := 0; i < perRound; i++ {
 			k := keys[rng.IntN(len(keys))]
 			v := hlc.Version{WallNanos: rng.Int64N(50), Logical: rng.Uint32N(3), NodeID: rng.Uint32N(3)}
-			recs = append(recs, Record{Keyspace: "ks", Partition: 1, Key: []byte(k), Version: v,
+			recs = append(recs, Record{Keyspace: "ks", Key: []byte(k), Version: v,
 				Value: []byte(v.String()), Tombstone: rng.IntN(5) == 0})
 		}
 		mustApply(t, e, false, recs...)
@@ -134,7 +137,7 @@ func TestGetAtMatchesVersions(t *testing.T) {
 		}
 	}
 	for _, k := range keys {
-		versions, err := e.Versions("ks", 1, []byte(k))
+		versions, err := e.Versions("ks", []byte(k))
 		if err != nil {
 			t.Fatalf("Versions(%q): %v", k, err)
 		}
@@ -150,7 +153,7 @@ func TestGetAtMatchesVersions(t *testing.T) {
 						break
 					}
 				}
-				got, found := mustGetAt(t, e, "ks", 1, k, cut)
+				got, found := mustGetAt(t, e, "ks", k, cut)
 				if found != wantFound || (found && !sameRecord(got, want)) {
 					t.Fatalf("GetAt(%q, %s) = %s (found=%t), want %s (found=%t)",
 						k, cut, fmtRec(got), found, fmtRec(want), wantFound)
@@ -162,16 +165,16 @@ func TestGetAtMatchesVersions(t *testing.T) {
 
 func TestGetAtCountsAndClosed(t *testing.T) {
 	e := newMemEngine(t)
-	mustApply(t, e, false, rec("ks", 1, "a", 10, "v"))
+	mustApply(t, e, false, rec("ks", "a", 10, "v"))
 	before := e.Stats().Gets
-	mustGetAt(t, e, "ks", 1, "a", ver(10))
+	mustGetAt(t, e, "ks", "a", ver(10))
 	if got := e.Stats().Gets; got != before+1 {
 		t.Errorf("Gets = %d after one GetAt, want %d", got, before+1)
 	}
 	if err := e.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if _, _, err := e.GetAt("ks", 1, []byte("a"), ver(10)); !errors.Is(err, ErrClosed) {
+	if _, _, err := e.GetAt("ks", []byte("a"), ver(10)); !errors.Is(err, ErrClosed) {
 		t.Errorf("GetAt after Close: err = %v, want ErrClosed", err)
 	}
 }

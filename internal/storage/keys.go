@@ -6,11 +6,17 @@ package storage
 // Pebble sees plain byte strings compared bytewise (its default comparer), so the whole
 // MVCC order is carried by the encoding:
 //
-//	data key:  'd' | escaped(keyspace) | partition (uint32 big-endian) | escaped(userKey) | ^version
+//	data key:  'k' | escaped(keyspace) | escaped(userKey) | ^version
 //	           (escaped() includes its 0x00 0x01 terminator, so this is byte for byte
-//	           'd' | esc(keyspace) 0x00 0x01 | partition | esc(userKey) 0x00 0x01 | ^version)
+//	           'k' | esc(keyspace) 0x00 0x01 | esc(userKey) 0x00 0x01 | ^version)
 //	meta key:  'm' | name
 //	value:     flag byte (0 = value, 1 = tombstone) | value bytes
+//
+// The partition is not part of a data key: a partition is a key range of its keyspace
+// (Span), so splitting or merging partitions changes only the placement map and rewrites no
+// data (ElasCass 3.1 builds new replica files at every split; Meridian does not need to).
+// Data directories written before that had 'd' | escaped(keyspace) | partition (uint32
+// big-endian) | escaped(userKey) | ^version; Open rewrites them once (migrate.go).
 //
 // escaped(s) writes s with every 0x00 byte replaced by 0x00 0xFF and then the terminator
 // 0x00 0x01. This is the classic order-preserving, prefix-free escape:
@@ -35,7 +41,6 @@ package storage
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -43,14 +48,15 @@ import (
 )
 
 const (
-	dataKeyTag = 'd'
-	metaKeyTag = 'm'
+	dataKeyTag       = 'k'
+	legacyDataKeyTag = 'd' // data keys with a partition (migrate.go)
+	metaKeyTag       = 'm'
 
-	escByte    = 0x00 // first byte of every escape sequence
-	escZero    = 0xFF // 0x00 0xFF encodes a literal 0x00
-	escTerm    = 0x01 // 0x00 0x01 terminates an escaped string
-	partLen    = 4    // partition, uint32 big-endian
-	versionLen = hlc.EncodedVersionLen
+	escByte       = 0x00 // first byte of every escape sequence
+	escZero       = 0xFF // 0x00 0xFF encodes a literal 0x00
+	escTerm       = 0x01 // 0x00 0x01 terminates an escaped string
+	legacyPartLen = 4    // partition of a legacy data key, uint32 big-endian
+	versionLen    = hlc.EncodedVersionLen
 
 	valueFlagValue     = 0
 	valueFlagTombstone = 1
@@ -111,25 +117,30 @@ func decodeEscaped(b []byte) (out []byte, rest []byte, err error) {
 	return nil, nil, fmt.Errorf("%w: escaped string has no terminator", ErrCorrupt)
 }
 
-// appendKeyspacePrefix appends 'd' | escaped(keyspace): the common prefix of every data key
+// appendKeyspacePrefix appends 'k' | escaped(keyspace): the common prefix of every data key
 // of the keyspace (GC walks this span).
 func appendKeyspacePrefix(dst []byte, keyspace string) []byte {
 	dst = append(dst, dataKeyTag)
 	return appendEscapedString(dst, keyspace)
 }
 
-// appendPartitionPrefix appends the common prefix of every data key of one partition:
-// 'd' | escaped(keyspace) | partition.
-func appendPartitionPrefix(dst []byte, keyspace string, partition uint32) []byte {
+// appendKeyPrefix appends the common prefix of every version of one user key:
+// 'k' | escaped(keyspace) | escaped(userKey).
+func appendKeyPrefix(dst []byte, keyspace string, userKey []byte) []byte {
 	dst = appendKeyspacePrefix(dst, keyspace)
-	return binary.BigEndian.AppendUint32(dst, partition)
+	return appendEscaped(dst, userKey)
 }
 
-// appendKeyPrefix appends the common prefix of every version of one user key:
-// 'd' | escaped(keyspace) | partition | escaped(userKey).
-func appendKeyPrefix(dst []byte, keyspace string, partition uint32, userKey []byte) []byte {
-	dst = appendPartitionPrefix(dst, keyspace, partition)
-	return appendEscaped(dst, userKey)
+// spanBounds returns the [lo, hi) interval of data keys holding every version of every user
+// key in span. Escaping preserves order and is prefix free, so for user keys u and s,
+// esc(u)|version >= esc(s) exactly when u >= s: the bounds are the escaped range ends.
+func spanBounds(span Span) (lo, hi []byte) {
+	ks := appendKeyspacePrefix(nil, span.Keyspace)
+	lo = appendEscaped(bytes.Clone(ks), span.Start)
+	if span.End == nil {
+		return lo, prefixEnd(ks)
+	}
+	return lo, appendEscaped(ks, span.End)
 }
 
 // appendInvertedVersion appends v's 16-byte encoding with every bit inverted (newest first).
@@ -159,35 +170,55 @@ func decodeInvertedVersion(b []byte) (hlc.Version, error) {
 }
 
 // encodeDataKey appends the full data key of one version of one user key to dst.
-func encodeDataKey(dst []byte, keyspace string, partition uint32, userKey []byte, v hlc.Version) []byte {
-	dst = appendKeyPrefix(dst, keyspace, partition, userKey)
+func encodeDataKey(dst []byte, keyspace string, userKey []byte, v hlc.Version) []byte {
+	dst = appendKeyPrefix(dst, keyspace, userKey)
 	return appendInvertedVersion(dst, v)
 }
 
 // decodeDataKey is the inverse of encodeDataKey. It rejects malformed input (wrong tag, bad
-// escape, missing terminator, short partition or version, trailing bytes) with an error
-// wrapping ErrCorrupt and never panics. The returned userKey never aliases k.
-func decodeDataKey(k []byte) (keyspace string, partition uint32, userKey []byte, v hlc.Version, err error) {
+// escape, missing terminator, short version, trailing bytes) with an error wrapping
+// ErrCorrupt and never panics. The returned userKey never aliases k.
+func decodeDataKey(k []byte) (keyspace string, userKey []byte, v hlc.Version, err error) {
 	if len(k) == 0 || k[0] != dataKeyTag {
-		return "", 0, nil, hlc.Version{}, fmt.Errorf("%w: not a data key", ErrCorrupt)
+		return "", nil, hlc.Version{}, fmt.Errorf("%w: not a data key", ErrCorrupt)
 	}
 	ks, rest, err := decodeEscaped(k[1:])
 	if err != nil {
-		return "", 0, nil, hlc.Version{}, fmt.Errorf("data key keyspace: %w", err)
+		return "", nil, hlc.Version{}, fmt.Errorf("data key keyspace: %w", err)
 	}
-	if len(rest) < partLen {
-		return "", 0, nil, hlc.Version{}, fmt.Errorf("%w: data key has a short partition", ErrCorrupt)
-	}
-	partition = binary.BigEndian.Uint32(rest[:partLen])
-	userKey, rest, err = decodeEscaped(rest[partLen:])
+	userKey, rest, err = decodeEscaped(rest)
 	if err != nil {
-		return "", 0, nil, hlc.Version{}, fmt.Errorf("data key user key: %w", err)
+		return "", nil, hlc.Version{}, fmt.Errorf("data key user key: %w", err)
 	}
 	v, err = decodeInvertedVersion(rest)
 	if err != nil {
-		return "", 0, nil, hlc.Version{}, fmt.Errorf("data key version: %w", err)
+		return "", nil, hlc.Version{}, fmt.Errorf("data key version: %w", err)
 	}
-	return string(ks), partition, userKey, v, nil
+	return string(ks), userKey, v, nil
+}
+
+// decodeLegacyDataKey decodes a data key of the layout with a partition ('d' | escaped
+// (keyspace) | partition | escaped(userKey) | ^version), for the one-time migration.
+func decodeLegacyDataKey(k []byte) (keyspace string, userKey []byte, v hlc.Version, err error) {
+	if len(k) == 0 || k[0] != legacyDataKeyTag {
+		return "", nil, hlc.Version{}, fmt.Errorf("%w: not a legacy data key", ErrCorrupt)
+	}
+	ks, rest, err := decodeEscaped(k[1:])
+	if err != nil {
+		return "", nil, hlc.Version{}, fmt.Errorf("legacy data key keyspace: %w", err)
+	}
+	if len(rest) < legacyPartLen {
+		return "", nil, hlc.Version{}, fmt.Errorf("%w: legacy data key has a short partition", ErrCorrupt)
+	}
+	userKey, rest, err = decodeEscaped(rest[legacyPartLen:])
+	if err != nil {
+		return "", nil, hlc.Version{}, fmt.Errorf("legacy data key user key: %w", err)
+	}
+	v, err = decodeInvertedVersion(rest)
+	if err != nil {
+		return "", nil, hlc.Version{}, fmt.Errorf("legacy data key version: %w", err)
+	}
+	return string(ks), userKey, v, nil
 }
 
 // splitVersion splits a data key into its user-key prefix (everything but the version) and
@@ -255,13 +286,13 @@ func decodeValue(b []byte) (value []byte, tombstone bool, err error) {
 
 // decodeRecord turns one stored (key, value) pair back into a Record.
 func decodeRecord(k, val []byte) (Record, error) {
-	ks, part, uk, v, err := decodeDataKey(k)
+	ks, uk, v, err := decodeDataKey(k)
 	if err != nil {
 		return Record{}, err
 	}
 	value, tomb, err := decodeValue(val)
 	if err != nil {
-		return Record{}, fmt.Errorf("value of %q/%d/%q@%s: %w", ks, part, uk, v, err)
+		return Record{}, fmt.Errorf("value of %q/%q@%s: %w", ks, uk, v, err)
 	}
-	return Record{Keyspace: ks, Partition: part, Key: uk, Version: v, Value: value, Tombstone: tomb}, nil
+	return Record{Keyspace: ks, Key: uk, Version: v, Value: value, Tombstone: tomb}, nil
 }

@@ -23,7 +23,7 @@ func BenchmarkGetFromMemtable(b *testing.B) {
 			value := make([]byte, 100)
 			var recs []Record
 			for k := range keys {
-				recs = append(recs, Record{Keyspace: "bench", Partition: 6, Key: fmt.Appendf(nil, "k%09d", k), Version: hlc.Version{WallNanos: int64(k + 1)}, Value: value})
+				recs = append(recs, Record{Keyspace: "bench", Key: fmt.Appendf(nil, "k%09d", k), Version: hlc.Version{WallNanos: int64(k + 1)}, Value: value})
 				if len(recs) == 1000 {
 					if err := e.Apply(recs, false); err != nil {
 						b.Fatal(err)
@@ -34,7 +34,7 @@ func BenchmarkGetFromMemtable(b *testing.B) {
 			rng := rand.New(rand.NewPCG(1, 2))
 			b.ResetTimer()
 			for range b.N {
-				if _, _, err := e.Get("bench", 6, fmt.Appendf(nil, "k%09d", rng.IntN(keys))); err != nil {
+				if _, _, err := e.Get("bench", fmt.Appendf(nil, "k%09d", rng.IntN(keys))); err != nil {
 					b.Fatal(err)
 				}
 			}

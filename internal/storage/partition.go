@@ -21,8 +21,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// ErrPartitionNotEmpty is returned by IngestPartition when the target partition already holds
-// data; the caller deletes it first (DeletePartition).
+// ErrPartitionNotEmpty is returned by IngestSpan when the target span already holds data;
+// the caller deletes it first (DeleteSpan).
 var ErrPartitionNotEmpty = errors.New("storage: partition already holds data")
 
 // ExportStats describes one partition snapshot file.
@@ -35,32 +35,26 @@ type ExportStats struct {
 	Bytes int64
 }
 
-// partitionBounds returns the [lo, hi) span holding every data key of the partition.
-func partitionBounds(keyspace string, partition uint32) (lo, hi []byte) {
-	lo = appendPartitionPrefix(nil, keyspace, partition)
-	return lo, prefixEnd(lo)
-}
-
-// ExportPartition writes every version of every key of the partition, tombstones included,
-// into one sstable at path (on Options.FS), read from a consistent Pebble snapshot so
-// concurrent writes are either wholly in or wholly out. The file is fsynced before
-// ExportPartition returns. An existing file at path is replaced. A partition with no data
-// exports a valid empty sstable. On error the partial file is removed.
-func (e *Engine) ExportPartition(keyspace string, partition uint32, path string) (stats ExportStats, err error) {
+// ExportSpan writes every version of every key of span (a partition replica), tombstones
+// included, into one sstable at path (on Options.FS), read from a consistent Pebble snapshot
+// so concurrent writes are either wholly in or wholly out. The file is fsynced before
+// ExportSpan returns. An existing file at path is replaced. A span with no data exports a
+// valid empty sstable. On error the partial file is removed.
+func (e *Engine) ExportSpan(span Span, path string) (stats ExportStats, err error) {
 	if err := e.checkOpen(); err != nil {
 		return ExportStats{}, err
 	}
 	snap := e.db.NewSnapshot()
 	defer snap.Close()
-	return e.exportFrom(snap, keyspace, partition, path)
+	return e.exportFrom(snap, span, path)
 }
 
-// exportFrom writes the partition as read from snap into an sstable at path.
-func (e *Engine) exportFrom(snap *pebble.Snapshot, keyspace string, partition uint32, path string) (stats ExportStats, err error) {
+// exportFrom writes span as read from snap into an sstable at path.
+func (e *Engine) exportFrom(snap *pebble.Snapshot, span Span, path string) (stats ExportStats, err error) {
 	wrap := func(err error) error {
-		return fmt.Errorf("storage: export %q/%d to %s: %w", keyspace, partition, path, err)
+		return fmt.Errorf("storage: export %s to %s: %w", span, path, err)
 	}
-	lo, hi := partitionBounds(keyspace, partition)
+	lo, hi := spanBounds(span)
 	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return ExportStats{}, wrap(err)
@@ -124,17 +118,16 @@ func (e *Engine) exportFrom(snap *pebble.Snapshot, keyspace string, partition ui
 	return stats, nil
 }
 
-// IngestPartition ingests a file written by ExportPartition (moved onto Options.FS by the
-// caller) into this engine. It first reads the whole file: every key must decode and belong
-// to one partition, and that partition must hold no data here, else it returns an error
-// wrapping ErrPartitionNotEmpty (the caller deletes the partition first). On success the file
-// is gone: Pebble moves (links) it into the store. An empty snapshot ingests nothing and
-// its file is removed too.
+// IngestSpan ingests a file written by ExportSpan (moved onto Options.FS by the caller) into
+// this engine. It first reads the whole file: every key must decode and lie in span, and span
+// must hold no data here, else it returns an error wrapping ErrPartitionNotEmpty (the caller
+// deletes the span first). On success the file is gone: Pebble moves (links) it into the
+// store. An empty snapshot ingests nothing and its file is removed too.
 //
-// A write applied to the partition between the emptiness check and the ingestion is not
-// lost: versions are distinct keys, so the ingested versions merge with it, and an ingested
-// copy of the same version carries the same bytes.
-func (e *Engine) IngestPartition(path string) (ExportStats, error) {
+// A write applied to the span between the emptiness check and the ingestion is not lost:
+// versions are distinct keys, so the ingested versions merge with it, and an ingested copy
+// of the same version carries the same bytes.
+func (e *Engine) IngestSpan(span Span, path string) (ExportStats, error) {
 	if err := e.checkOpen(); err != nil {
 		return ExportStats{}, err
 	}
@@ -143,7 +136,7 @@ func (e *Engine) IngestPartition(path string) (ExportStats, error) {
 	if err != nil {
 		return ExportStats{}, wrap(err)
 	}
-	stats, keyspace, partition, err := e.inspectSnapshot(path)
+	stats, err := e.scanSnapshot(path, span, nil)
 	if err != nil {
 		return ExportStats{}, wrap(err)
 	}
@@ -154,12 +147,12 @@ func (e *Engine) IngestPartition(path string) (ExportStats, error) {
 		}
 		return stats, nil
 	}
-	empty, err := e.partitionEmpty(keyspace, partition)
+	empty, err := e.spanEmpty(span)
 	if err != nil {
 		return ExportStats{}, wrap(err)
 	}
 	if !empty {
-		return ExportStats{}, wrap(fmt.Errorf("%w: %q/%d", ErrPartitionNotEmpty, keyspace, partition))
+		return ExportStats{}, wrap(fmt.Errorf("%w: %s", ErrPartitionNotEmpty, span))
 	}
 	if err := e.db.Ingest(contextBackground(), []string{path}); err != nil {
 		return ExportStats{}, wrap(err)
@@ -167,22 +160,18 @@ func (e *Engine) IngestPartition(path string) (ExportStats, error) {
 	return stats, nil
 }
 
-// inspectSnapshot reads a snapshot file with an external iterator, checks that every entry
-// is a well-formed record of a single partition, and counts keys and versions.
-func (e *Engine) inspectSnapshot(path string) (stats ExportStats, keyspace string, partition uint32, err error) {
-	return e.scanSnapshot(path, nil)
-}
-
-// scanSnapshot is inspectSnapshot calling fn (if not nil) with every record.
-func (e *Engine) scanSnapshot(path string, fn func(Record)) (stats ExportStats, keyspace string, partition uint32, err error) {
+// scanSnapshot reads a snapshot file with an external iterator, checks that every entry is
+// a well-formed record lying in span, counts keys and versions, and calls fn (if not nil)
+// with every record in key order.
+func (e *Engine) scanSnapshot(path string, span Span, fn func(Record)) (stats ExportStats, err error) {
 	f, err := e.fs.Open(path)
 	if err != nil {
-		return ExportStats{}, "", 0, err
+		return ExportStats{}, err
 	}
 	// NewExternalIter owns f from here on (closed with the iterator, or on its error).
 	it, err := pebble.NewExternalIter(e.popts, &pebble.IterOptions{}, [][]sstable.ReadableFile{{f}})
 	if err != nil {
-		return ExportStats{}, "", 0, fmt.Errorf("open sstable: %w", err)
+		return ExportStats{}, fmt.Errorf("open sstable: %w", err)
 	}
 	defer func() { err = errors.Join(err, it.Close()) }()
 	var cur []byte
@@ -191,17 +180,15 @@ func (e *Engine) scanSnapshot(path string, fn func(Record)) (stats ExportStats, 
 		k := it.Key()
 		val, err := it.ValueAndErr()
 		if err != nil {
-			return ExportStats{}, "", 0, err
+			return ExportStats{}, err
 		}
 		rec, err := decodeRecord(k, val)
 		if err != nil {
-			return ExportStats{}, "", 0, err
+			return ExportStats{}, err
 		}
-		if stats.Versions == 0 {
-			keyspace, partition = rec.Keyspace, rec.Partition
-		} else if rec.Keyspace != keyspace || rec.Partition != partition {
-			return ExportStats{}, "", 0, fmt.Errorf("%w: snapshot mixes partitions %q/%d and %q/%d",
-				ErrCorrupt, keyspace, partition, rec.Keyspace, rec.Partition)
+		if rec.Keyspace != span.Keyspace || !span.Contains(rec.Key) {
+			return ExportStats{}, fmt.Errorf("%w: snapshot holds %q/%q, outside %s",
+				ErrCorrupt, rec.Keyspace, rec.Key, span)
 		}
 		prefix := k[:len(k)-versionLen]
 		if stats.Versions == 0 || string(prefix) != string(cur) {
@@ -214,14 +201,14 @@ func (e *Engine) scanSnapshot(path string, fn func(Record)) (stats ExportStats, 
 		}
 	}
 	if err := it.Error(); err != nil {
-		return ExportStats{}, "", 0, err
+		return ExportStats{}, err
 	}
-	return stats, keyspace, partition, nil
+	return stats, nil
 }
 
-// partitionEmpty reports whether the partition has no visible data key.
-func (e *Engine) partitionEmpty(keyspace string, partition uint32) (empty bool, err error) {
-	lo, hi := partitionBounds(keyspace, partition)
+// spanEmpty reports whether span has no visible data key.
+func (e *Engine) spanEmpty(span Span) (empty bool, err error) {
+	lo, hi := spanBounds(span)
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return false, err
@@ -230,16 +217,16 @@ func (e *Engine) partitionEmpty(keyspace string, partition uint32) (empty bool, 
 	return empty, errors.Join(it.Error(), it.Close())
 }
 
-// DeletePartition removes every version of every key of the partition with one range
-// deletion (cheap to write; compactions reclaim the space later). With sync=true it returns
-// after the WAL is fsynced.
-func (e *Engine) DeletePartition(keyspace string, partition uint32, sync bool) error {
+// DeleteSpan removes every version of every key of span with one range deletion (cheap to
+// write; compactions reclaim the space later). With sync=true it returns after the WAL is
+// fsynced.
+func (e *Engine) DeleteSpan(span Span, sync bool) error {
 	if err := e.checkOpen(); err != nil {
 		return err
 	}
-	lo, hi := partitionBounds(keyspace, partition)
+	lo, hi := spanBounds(span)
 	if err := e.db.DeleteRange(lo, hi, writeOptions(sync)); err != nil {
-		return fmt.Errorf("storage: delete partition %q/%d: %w", keyspace, partition, err)
+		return fmt.Errorf("storage: delete %s: %w", span, err)
 	}
 	return nil
 }

@@ -28,13 +28,13 @@ func TestRawOpsWithRecords(t *testing.T) {
 	for i := range 5 {
 		ops = append(ops, RawOp{Key: []byte(fmt.Sprintf("g1/%d", i)), Value: []byte(fmt.Sprint(i))})
 	}
-	if err := e.ApplyBatch([]Record{rec("ks", 0, "k", 1, "v")}, ops, true); err != nil {
+	if err := e.ApplyBatch([]Record{rec("ks", "k", 1, "v")}, ops, true); err != nil {
 		t.Fatal(err)
 	}
 	if got := rawKeys(t, e, nil, nil); len(got) != 5 || got[0] != "g1/0=0" || got[4] != "g1/4=4" {
 		t.Fatalf("raw scan: %v", got)
 	}
-	if got, found, err := e.Get("ks", 0, []byte("k")); err != nil || !found || string(got.Value) != "v" {
+	if got, found, err := e.Get("ks", []byte("k")); err != nil || !found || string(got.Value) != "v" {
 		t.Fatalf("record: %v %v %v", got, found, err)
 	}
 	// Truncate [g1/2, g1/4) and overwrite g1/4.
@@ -56,7 +56,7 @@ func TestRawOpsWithRecords(t *testing.T) {
 		t.Fatal("a truncated raw key is still there")
 	}
 	n := 0
-	if err := e.Scan("ks", 0, nil, nil, 0, func(Record) bool { n++; return true }); err != nil || n != 1 {
+	if err := e.Scan(KeyspaceSpan("ks"), 0, func(Record) bool { n++; return true }); err != nil || n != 1 {
 		t.Fatalf("record scan saw %d records (%v): raw keys must not show", n, err)
 	}
 }
@@ -70,7 +70,7 @@ func TestRawOpsValidated(t *testing.T) {
 		{Key: []byte("a"), Delete: true, Value: []byte("x")},
 		{Key: []byte("b"), End: []byte("a"), Delete: true},
 	} {
-		err := e.ApplyBatch([]Record{rec("ks", 0, "k", 1, "v")}, []RawOp{{Key: []byte("ok"), Value: []byte("1")}, op}, true)
+		err := e.ApplyBatch([]Record{rec("ks", "k", 1, "v")}, []RawOp{{Key: []byte("ok"), Value: []byte("1")}, op}, true)
 		if err == nil {
 			t.Fatalf("%+v accepted", op)
 		}
@@ -78,7 +78,7 @@ func TestRawOpsValidated(t *testing.T) {
 	if got := rawKeys(t, e, nil, nil); len(got) != 0 {
 		t.Fatalf("a failed batch wrote raw keys: %v", got)
 	}
-	if _, found, _ := e.Get("ks", 0, []byte("k")); found {
+	if _, found, _ := e.Get("ks", []byte("k")); found {
 		t.Fatal("a failed batch wrote its records")
 	}
 }

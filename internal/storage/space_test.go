@@ -17,7 +17,7 @@ func valueRecord(i int, size int) Record {
 	v := make([]byte, size)
 	r := rand.NewChaCha8([32]byte{byte(i), byte(i >> 8), byte(i >> 16)})
 	r.Read(v)
-	return Record{Keyspace: "ks", Partition: 0, Key: []byte(fmt.Sprintf("key%06d", i)),
+	return Record{Keyspace: "ks", Key: []byte(fmt.Sprintf("key%06d", i)),
 		Version: hlc.Version{WallNanos: int64(i + 1), NodeID: 1}, Value: v}
 }
 
@@ -51,7 +51,7 @@ func TestDiskFullFloorRefusesBeforeENOSPCAndRecovers(t *testing.T) {
 	if !strings.Contains(s.String(), "free ") {
 		t.Fatalf("state text %q", s)
 	}
-	if rec, found, err := e.Get("ks", 0, valueRecord(0, 0).Key); err != nil || !found || len(rec.Value) != 64<<10 {
+	if rec, found, err := e.Get("ks", valueRecord(0, 0).Key); err != nil || !found || len(rec.Value) != 64<<10 {
 		t.Fatalf("read while full: found=%v err=%v", found, err)
 	}
 	// Space is added: Full clears without reopening, and writes work.
@@ -138,7 +138,7 @@ func TestBallastAbsorbsENOSPC(t *testing.T) {
 func checkRecords(t *testing.T, e *Engine, n int) {
 	t.Helper()
 	for i := 0; i < n; i++ {
-		if _, found, err := e.Get("ks", 0, valueRecord(i, 0).Key); err != nil || !found {
+		if _, found, err := e.Get("ks", valueRecord(i, 0).Key); err != nil || !found {
 			t.Fatalf("record %d of %d lost: found=%v err=%v", i, n, found, err)
 		}
 	}

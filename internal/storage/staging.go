@@ -43,11 +43,10 @@ func (e *Engine) ensureStaging() error {
 	return nil
 }
 
-// ExportPartitionState writes the partition into the staged file name (ExportPartition) and
-// returns, read from the same consistent Pebble snapshot, the values of rawKeys (nil where a
+// ExportSpanState writes span into the staged file name (ExportSpan) and returns, read from the same consistent Pebble snapshot, the values of rawKeys (nil where a
 // key is absent): the state that says what the exported data is a snapshot of (a Raft
 // group's applied index, term and configuration) is read atomically with the data.
-func (e *Engine) ExportPartitionState(keyspace string, partition uint32, name string, rawKeys [][]byte) (ExportStats, [][]byte, error) {
+func (e *Engine) ExportSpanState(span Span, name string, rawKeys [][]byte) (ExportStats, [][]byte, error) {
 	if err := e.checkOpen(); err != nil {
 		return ExportStats{}, nil, err
 	}
@@ -67,12 +66,12 @@ func (e *Engine) ExportPartitionState(keyspace string, partition uint32, name st
 			continue
 		}
 		if err != nil {
-			return ExportStats{}, nil, fmt.Errorf("storage: export %q/%d: read state %x: %w", keyspace, partition, k, err)
+			return ExportStats{}, nil, fmt.Errorf("storage: export %s: read state %x: %w", span, k, err)
 		}
 		values[i] = append([]byte(nil), v...)
 		closer.Close()
 	}
-	stats, err := e.exportFrom(snap, keyspace, partition, path)
+	stats, err := e.exportFrom(snap, span, path)
 	if err != nil {
 		return ExportStats{}, nil, err
 	}
@@ -163,37 +162,33 @@ func (e *Engine) RemoveStaged(name string) error {
 }
 
 // CheckStaged reads a whole staged snapshot file back and checks that every entry is a
-// well-formed record of keyspace/partition (an empty file holds none), calling fn (if not
-// nil) with each record in key order.
-func (e *Engine) CheckStaged(name, keyspace string, partition uint32, fn func(Record)) (ExportStats, error) {
+// well-formed record lying in span (an empty file holds none), calling fn (if not nil) with
+// each record in key order.
+func (e *Engine) CheckStaged(name string, span Span, fn func(Record)) (ExportStats, error) {
 	path, err := e.stagedPath(name)
 	if err != nil {
 		return ExportStats{}, err
 	}
-	stats, ks, p, err := e.scanSnapshot(path, fn)
+	stats, err := e.scanSnapshot(path, span, fn)
 	if err != nil {
 		return ExportStats{}, fmt.Errorf("storage: check staged %s: %w", name, err)
-	}
-	if stats.Versions > 0 && (ks != keyspace || p != partition) {
-		return ExportStats{}, fmt.Errorf("storage: check staged %s: %w: it holds partition %q/%d, not %q/%d", name, ErrCorrupt, ks, p, keyspace, partition)
 	}
 	return stats, nil
 }
 
-// ReplacePartition replaces the partition's data with the staged snapshot file name:
+// ReplaceSpan replaces span's data (a partition replica) with the staged snapshot file name:
 // before is applied and synced first (a marker that an install is under way), then the
 // partition is deleted and the file ingested, then after is applied and synced (the new
 // applied state, the marker removed), and the staged file is removed. Each step is
 // idempotent, so a node that stops in the middle redoes the whole replacement from the
 // staged file (the marker says which) and ends in the same state. The file must hold only
-// records of that partition. With name "" the partition is only deleted (a replica that left
-// its group).
-func (e *Engine) ReplacePartition(keyspace string, partition uint32, name string, before, after []RawOp) error {
+// records of span. With name "" the span is only deleted (a replica that left its group).
+func (e *Engine) ReplaceSpan(span Span, name string, before, after []RawOp) error {
 	if err := e.checkOpen(); err != nil {
 		return err
 	}
 	wrap := func(err error) error {
-		return fmt.Errorf("storage: replace %q/%d with %q: %w", keyspace, partition, name, err)
+		return fmt.Errorf("storage: replace %s with %q: %w", span, name, err)
 	}
 	var path string
 	var stats ExportStats
@@ -202,13 +197,8 @@ func (e *Engine) ReplacePartition(keyspace string, partition uint32, name string
 		if path, err = e.stagedPath(name); err != nil {
 			return err
 		}
-		var ks string
-		var p uint32
-		if stats, ks, p, err = e.inspectSnapshot(path); err != nil {
+		if stats, err = e.scanSnapshot(path, span, nil); err != nil {
 			return wrap(err)
-		}
-		if stats.Versions > 0 && (ks != keyspace || p != partition) {
-			return wrap(fmt.Errorf("%w: the file holds partition %q/%d", ErrCorrupt, ks, p))
 		}
 	}
 	if len(before) > 0 {
@@ -216,7 +206,7 @@ func (e *Engine) ReplacePartition(keyspace string, partition uint32, name string
 			return wrap(err)
 		}
 	}
-	if err := e.DeletePartition(keyspace, partition, true); err != nil {
+	if err := e.DeleteSpan(span, true); err != nil {
 		return wrap(err)
 	}
 	if stats.Versions > 0 {

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -20,28 +21,38 @@ func openMem(t *testing.T) *Engine {
 	return e
 }
 
-func put(t *testing.T, e *Engine, ks string, p uint32, key, value string, wall int64) {
+func put(t *testing.T, e *Engine, ks string, key, value string, wall int64) {
 	t.Helper()
-	if err := e.Apply([]Record{{Keyspace: ks, Partition: p, Key: []byte(key), Value: []byte(value), Version: hlc.Version{WallNanos: wall, NodeID: 1}}}, true); err != nil {
+	if err := e.Apply([]Record{{Keyspace: ks, Key: []byte(key), Value: []byte(value), Version: hlc.Version{WallNanos: wall, NodeID: 1}}}, true); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // A partition moves between engines as a staged file copied in chunks, together with raw
-// state read from the same snapshot; the receiver's old data of that partition is replaced,
-// other partitions are untouched, and the staged file is gone afterwards.
+// state read from the same snapshot; the receiver's old data of that partition (its key
+// range) is replaced, other partitions (the keys right next to its bounds included) are
+// untouched, and the staged file is gone afterwards.
 func TestStagedSnapshotReplacesPartition(t *testing.T) {
 	src, dst := openMem(t), openMem(t)
+	p1 := partSpan("ks", 1)
 	for i := range 300 {
-		put(t, src, "ks", 1, fmt.Sprintf("k%03d", i), fmt.Sprintf("v%d", i), int64(100+i))
+		put(t, src, "ks", partKey(1, fmt.Sprintf("k%03d", i)), fmt.Sprintf("v%d", i), int64(100+i))
 	}
+	// Source data outside p1 stays behind.
+	put(t, src, "ks", "p1", "below", 1)
+	put(t, src, "ks", "p2/", "at end", 1)
+	put(t, src, "ks\x00", "p1/k000", "other keyspace", 1)
 	if err := src.ApplyBatch(nil, []RawOp{{Key: []byte("state"), Value: []byte("applied=7")}}, true); err != nil {
 		t.Fatal(err)
 	}
-	put(t, dst, "ks", 1, "stale", "old", 1)
-	put(t, dst, "ks", 2, "other", "kept", 1)
+	put(t, dst, "ks", "p1/stale", "old", 1)
+	put(t, dst, "ks", "p1/", "old at start", 1)
+	kept := []string{"p1", "p2/", "p2/other", ""}
+	for _, k := range kept {
+		put(t, dst, "ks", k, "kept", 1)
+	}
 
-	stats, vals, err := src.ExportPartitionState("ks", 1, "snap-1", [][]byte{[]byte("state"), []byte("absent")})
+	stats, vals, err := src.ExportSpanState(p1, "snap-1", [][]byte{[]byte("state"), []byte("absent")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,18 +75,28 @@ func TestStagedSnapshotReplacesPartition(t *testing.T) {
 	}
 	before := []RawOp{{Key: []byte("marker"), Value: []byte("installing")}}
 	after := []RawOp{{Key: []byte("marker"), Delete: true}, {Key: []byte("state"), Value: vals[0]}}
-	if err := dst.ReplacePartition("ks", 1, "in-1", before, after); err != nil {
+	var checked []Record
+	cstats, err := dst.CheckStaged("in-1", p1, func(r Record) { checked = append(checked, r) })
+	if err != nil || cstats.Keys != 300 || cstats.Versions != 300 || len(checked) != 300 {
+		t.Fatalf("CheckStaged = %+v, %d records, %v", cstats, len(checked), err)
+	}
+	if err := dst.ReplaceSpan(p1, "in-1", before, after); err != nil {
 		t.Fatal(err)
 	}
 	var got []string
-	if err := dst.Scan("ks", 1, nil, nil, 0, func(r Record) bool { got = append(got, string(r.Key)); return true }); err != nil {
+	if err := dst.Scan(p1, 0, func(r Record) bool { got = append(got, string(r.Key)); return true }); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 300 || got[0] != "k000" {
-		t.Fatalf("after replace: %d keys, first %q", len(got), got)
+	if len(got) != 300 || got[0] != "p1/k000" || got[299] != "p1/k299" {
+		t.Fatalf("after replace: %d keys, %q", len(got), got)
 	}
-	if _, found, _ := dst.Get("ks", 2, []byte("other")); !found {
-		t.Fatal("another partition's data was lost")
+	for _, k := range kept {
+		if r, found, _ := dst.Get("ks", []byte(k)); !found || string(r.Value) != "kept" {
+			t.Fatalf("key %q outside the partition was lost", k)
+		}
+	}
+	if n := len(scanAll(t, dst, KeyspaceSpan("ks\x00"), 0)); n != 0 {
+		t.Fatalf("another keyspace's data came along: %d keys", n)
 	}
 	if v, ok, _ := dst.GetRaw([]byte("state")); !ok || !bytes.Equal(v, []byte("applied=7")) {
 		t.Fatalf("state after replace: %q %v", v, ok)
@@ -92,8 +113,10 @@ func TestStagedSnapshotReplacesPartition(t *testing.T) {
 // chunk sizes are refused.
 func TestStagedSnapshotRefusals(t *testing.T) {
 	src, dst := openMem(t), openMem(t)
-	put(t, src, "ks", 3, "a", "1", 1)
-	if _, _, err := src.ExportPartitionState("ks", 3, "s", nil); err != nil {
+	p3, p4 := partSpan("ks", 3), partSpan("ks", 4)
+	put(t, src, "ks", "p3/a", "1", 1)
+	put(t, src, "ks", "p4", "1", 1) // a prefix of p4's Start: still p3's
+	if _, _, err := src.ExportSpanState(p3, "s", nil); err != nil {
 		t.Fatal(err)
 	}
 	b, err := src.ReadStaged("s", 0, MaxStagedChunk)
@@ -103,12 +126,39 @@ func TestStagedSnapshotRefusals(t *testing.T) {
 	if err := dst.WriteStaged("s", 0, b); err != nil {
 		t.Fatal(err)
 	}
-	put(t, dst, "ks", 4, "mine", "1", 1)
-	if err := dst.ReplacePartition("ks", 4, "s", nil, nil); err == nil {
-		t.Fatal("a file of partition 3 replaced partition 4")
+	put(t, dst, "ks", "p4/mine", "1", 1)
+	// The file holds p3's keys: it does not check as, or replace, p4, nor a span holding
+	// only part of it.
+	for _, span := range []Span{p4, {Keyspace: "ks", Start: []byte("p3/"), End: []byte("p4")}, {Keyspace: "ks\x00", Start: []byte("p3/"), End: []byte("p4/")}} {
+		if _, err := dst.CheckStaged("s", span, nil); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("CheckStaged of p3's file as %s = %v, want ErrCorrupt", span, err)
+		}
+		if err := dst.ReplaceSpan(span, "s", []RawOp{{Key: []byte("marker"), Value: []byte("x")}}, nil); err == nil {
+			t.Fatalf("a file of partition 3 replaced %s", span)
+		}
 	}
-	if _, found, _ := dst.Get("ks", 4, []byte("mine")); !found {
+	if _, found, _ := dst.Get("ks", []byte("p4/mine")); !found {
 		t.Fatal("a refused replacement deleted data")
+	}
+	if _, found, _ := dst.GetRaw([]byte("marker")); found {
+		t.Fatal("a refused replacement applied its before ops")
+	}
+	if st, err := dst.CheckStaged("s", p3, nil); err != nil || st.Keys != 2 {
+		t.Fatalf("CheckStaged of p3's file as p3 = %+v, %v", st, err)
+	}
+	// With no file, ReplaceSpan only deletes the span (a replica that left its group).
+	put(t, dst, "ks", "p4", "1", 1)
+	put(t, dst, "ks", "p5/", "1", 1)
+	if err := dst.ReplaceSpan(p4, "", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, found, _ := dst.Get("ks", []byte("p4/mine")); found {
+		t.Fatal("ReplaceSpan without a file kept the span's data")
+	}
+	for _, k := range []string{"p4", "p5/"} {
+		if _, found, _ := dst.Get("ks", []byte(k)); !found {
+			t.Fatalf("ReplaceSpan of p4 deleted %q", k)
+		}
 	}
 	for _, name := range []string{"", "../x", "a/b", "x.ingest"} {
 		if err := dst.WriteStaged(name, 0, []byte("x")); err == nil {

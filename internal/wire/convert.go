@@ -28,7 +28,6 @@ func VersionFromPB(v *peerpb.Version) hlc.Version {
 func RecordToPB(r storage.Record) *peerpb.Record {
 	return &peerpb.Record{
 		Keyspace:  r.Keyspace,
-		Partition: r.Partition,
 		Key:       r.Key,
 		Version:   VersionToPB(r.Version),
 		Value:     r.Value,
@@ -47,6 +46,9 @@ func RecordFromPB(r *peerpb.Record) (storage.Record, error) {
 	if r.Keyspace == "" {
 		return storage.Record{}, fmt.Errorf("%w: empty keyspace", ErrBadRecord)
 	}
+	if len(r.Key) == 0 {
+		return storage.Record{}, fmt.Errorf("%w: empty key", ErrBadRecord)
+	}
 	v := VersionFromPB(r.Version)
 	if v.IsZero() {
 		return storage.Record{}, fmt.Errorf("%w: zero version", ErrBadRecord)
@@ -56,7 +58,6 @@ func RecordFromPB(r *peerpb.Record) (storage.Record, error) {
 	}
 	return storage.Record{
 		Keyspace:  r.Keyspace,
-		Partition: r.Partition,
 		Key:       r.Key,
 		Version:   v,
 		Value:     r.Value,

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"fmt"
 	"time"
 
@@ -90,7 +91,7 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		return nil
 	case *peerpb.Envelope_Read:
 		r := m.Read
-		return pc.keyRef(r.Keyspace, r.Partition, r.Key, noSenderCheck, from, true)
+		return pc.keyRef(r.Keyspace, r.Key, noSenderCheck, from, true)
 	case *peerpb.Envelope_ReadReply:
 		if m.ReadReply.Record == nil {
 			return nil
@@ -98,21 +99,15 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		return pc.record(m.ReadReply.Record, senderReplica, from, false)
 	case *peerpb.Envelope_Scan:
 		s := m.Scan
-		if err := pc.partition(s.Keyspace, s.Partition, noSenderCheck, from, true); err != nil {
-			return err
-		}
-		if len(s.Start) > pc.Limits.MaxKeyBytes || len(s.End) > pc.Limits.MaxKeyBytes {
-			return reject(RejectTooLarge, "scan bound longer than max_key_bytes (%d)", pc.Limits.MaxKeyBytes)
-		}
-		return nil
+		return pc.span(s.Keyspace, s.Start, s.End, noSenderCheck, from, true)
 	case *peerpb.Envelope_ScanReply:
 		return pc.records(m.ScanReply.Records, senderReplica, from, false)
 	case *peerpb.Envelope_AeDigest:
 		d := m.AeDigest
-		return pc.partition(d.Keyspace, d.Partition, senderReplica, from, true)
+		return pc.span(d.Keyspace, d.Start, d.End, senderReplica, from, true)
 	case *peerpb.Envelope_AeKeys:
 		k := m.AeKeys
-		if err := pc.partition(k.Keyspace, k.Partition, senderReplica, from, true); err != nil {
+		if err := pc.span(k.Keyspace, k.Start, k.End, senderReplica, from, true); err != nil {
 			return err
 		}
 		if len(k.Entries) > maxListLen || len(k.Buckets) > maxListLen {
@@ -129,14 +124,11 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		return nil
 	case *peerpb.Envelope_AePull:
 		p := m.AePull
-		if err := pc.partition(p.Keyspace, p.Partition, senderReplica, from, true); err != nil {
-			return err
-		}
 		if len(p.Keys) > maxListLen {
 			return reject(RejectTooLarge, "anti-entropy pull: %d keys", len(p.Keys))
 		}
 		for _, k := range p.Keys {
-			if err := pc.keyLen(p.Keyspace, k); err != nil {
+			if err := pc.keyRef(p.Keyspace, k, senderReplica, from, true); err != nil {
 				return err
 			}
 		}
@@ -170,7 +162,7 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		return pc.statusEntries(f.Entries, from)
 	case *peerpb.Envelope_GlForward:
 		f := m.GlForward
-		if err := pc.keyRef(f.Keyspace, f.Partition, f.Key, noSenderCheck, from, false); err != nil {
+		if err := pc.keyRef(f.Keyspace, f.Key, noSenderCheck, from, false); err != nil {
 			return err
 		}
 		if len(f.Value) > pc.Limits.MaxValueBytes {
@@ -192,7 +184,7 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		return pc.table(r.Table, from)
 	case *peerpb.Envelope_GlLeaseAck:
 		a := m.GlLeaseAck
-		return pc.keyRef(a.Keyspace, a.Partition, a.Key, noSenderCheck, from, false)
+		return pc.keyRef(a.Keyspace, a.Key, noSenderCheck, from, false)
 	case *peerpb.Envelope_GlUpdate:
 		// From the key's master, or from a host replica to its affiliated (non-replica) nodes.
 		return pc.record(m.GlUpdate.GetRecord(), senderReplica, from, false)
@@ -200,7 +192,7 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		return nil
 	case *peerpb.Envelope_GlCommit:
 		c := m.GlCommit
-		if err := pc.keyRef(c.Keyspace, c.Partition, c.Key, senderReplica, from, false); err != nil {
+		if err := pc.keyRef(c.Keyspace, c.Key, senderReplica, from, false); err != nil {
 			return err
 		}
 		return pc.version(c.Version, true)
@@ -244,7 +236,7 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		return pc.table(m.GlCommitTable.GetTable(), from)
 	case *peerpb.Envelope_GlFetch:
 		f := m.GlFetch
-		return pc.keyRef(f.Keyspace, f.Partition, f.Key, senderReplica, from, true)
+		return pc.keyRef(f.Keyspace, f.Key, senderReplica, from, true)
 	case *peerpb.Envelope_GlFetchReply:
 		if m.GlFetchReply.Record == nil {
 			return nil
@@ -317,7 +309,7 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 			return err
 		}
 		if len(f.Key) > 0 {
-			if err := pc.keyRef(f.Keyspace, f.Partition, f.Key, noSenderCheck, from, true); err != nil {
+			if err := pc.keyRef(f.Keyspace, f.Key, noSenderCheck, from, true); err != nil {
 				return err
 			}
 		}
@@ -389,10 +381,16 @@ func (pc *PeerCheck) partition(keyspace string, id uint32, sender senderRule, fr
 	if !ok {
 		return reject(RejectUnknown, "unknown keyspace %q", keyspace)
 	}
-	if int(id) >= len(ks.Partitions) {
+	p, ok := ks.Partition(id)
+	if !ok {
 		return reject(RejectBadPartition, "keyspace %q has no partition %d", keyspace, id)
 	}
-	p := &ks.Partitions[id]
+	return pc.members(p, keyspace, sender, from, receiverReplica)
+}
+
+// members applies the sender and receiver rules to partition p.
+func (pc *PeerCheck) members(p *placement.Partition, keyspace string, sender senderRule, from uint32, receiverReplica bool) *Rejection {
+	id := p.ID
 	// Learners (consensus groups' non-voting members) count as replicas here: they receive
 	// and acknowledge the group's log like voters.
 	if sender == senderReplica && !p.HasMember(from) {
@@ -400,6 +398,29 @@ func (pc *PeerCheck) partition(keyspace string, id uint32, sender senderRule, fr
 	}
 	if receiverReplica && !p.HasMember(pc.Self) {
 		return reject(RejectReceiverReplic, "this node is not a replica of %s/%d", keyspace, id)
+	}
+	return nil
+}
+
+// span checks a reference to the key range [start, end) (end empty: to the end of the
+// keyspace): the sender and receiver rules apply to every partition of this node's map that
+// overlaps it. Ranges, not partition IDs, so that nodes whose maps differ by a split or
+// merge still agree.
+func (pc *PeerCheck) span(keyspace string, start, end []byte, sender senderRule, from uint32, receiverReplica bool) *Rejection {
+	ks, ok := pc.Placement.Keyspace(keyspace)
+	if !ok {
+		return reject(RejectUnknown, "unknown keyspace %q", keyspace)
+	}
+	if len(start) > pc.Limits.MaxKeyBytes || len(end) > pc.Limits.MaxKeyBytes {
+		return reject(RejectTooLarge, "range bound longer than max_key_bytes (%d)", pc.Limits.MaxKeyBytes)
+	}
+	if len(end) > 0 && bytes.Compare(start, end) >= 0 {
+		return reject(RejectMalformed, "empty range [%q, %q)", start, end)
+	}
+	for _, p := range ks.Overlapping(start, end) {
+		if err := pc.members(p, keyspace, sender, from, receiverReplica); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -422,26 +443,26 @@ func (pc *PeerCheck) keyLen(keyspace string, key []byte) *Rejection {
 	return nil
 }
 
-// keyRef checks a (keyspace, partition, key) reference: the key must lie in the partition.
-func (pc *PeerCheck) keyRef(keyspace string, id uint32, key []byte, sender senderRule, from uint32, receiverReplica bool) *Rejection {
-	if err := pc.partition(keyspace, id, sender, from, receiverReplica); err != nil {
-		return err
+// keyRef checks a reference to a key: the sender and receiver rules apply to the partition
+// that holds the key in this node's map. The partition a message names is not checked
+// against the key: partitions are key ranges, and a split or merge (which keeps every key's
+// replicas) may have renamed the key's partition on one side and not yet on the other.
+func (pc *PeerCheck) keyRef(keyspace string, key []byte, sender senderRule, from uint32, receiverReplica bool) *Rejection {
+	ks, ok := pc.Placement.Keyspace(keyspace)
+	if !ok {
+		return reject(RejectUnknown, "unknown keyspace %q", keyspace)
 	}
 	if err := pc.keyLen(keyspace, key); err != nil {
 		return err
 	}
-	ks, _ := pc.Placement.Keyspace(keyspace)
-	if !ks.Partitions[id].Contains(key) {
-		return reject(RejectBadPartition, "key %q is not in partition %d of %q", key, id, keyspace)
-	}
-	return nil
+	return pc.members(ks.Lookup(key), keyspace, sender, from, receiverReplica)
 }
 
 func (pc *PeerCheck) record(r *peerpb.Record, sender senderRule, from uint32, receiverReplica bool) *Rejection {
 	if r == nil {
 		return reject(RejectMalformed, "missing record")
 	}
-	if err := pc.keyRef(r.Keyspace, r.Partition, r.Key, sender, from, receiverReplica); err != nil {
+	if err := pc.keyRef(r.Keyspace, r.Key, sender, from, receiverReplica); err != nil {
 		return err
 	}
 	if len(r.Value) > pc.Limits.MaxValueBytes {
@@ -513,7 +534,7 @@ func (pc *PeerCheck) statusEntries(es []*peerpb.StatusEntry, from uint32) *Rejec
 		return reject(RejectTooLarge, "status: %d entries", len(es))
 	}
 	for _, e := range es {
-		if err := pc.keyRef(e.Keyspace, e.Partition, e.Key, senderReplica, from, false); err != nil {
+		if err := pc.keyRef(e.Keyspace, e.Key, senderReplica, from, false); err != nil {
 			return err
 		}
 		if err := pc.version(e.Wts, true); err != nil {
@@ -545,7 +566,7 @@ func (pc *PeerCheck) table(t *peerpb.GlTable, from uint32) *Rejection {
 		return err
 	}
 	ks, _ := pc.Placement.Keyspace(t.Keyspace)
-	p := &ks.Partitions[t.Partition]
+	p, _ := ks.Partition(t.Partition)
 	if t.DefaultMaster != 0 && !p.HasReplica(t.DefaultMaster) {
 		return reject(RejectMalformed, "table names master %d, not a replica of %s/%d", t.DefaultMaster, t.Keyspace, t.Partition)
 	}

@@ -42,7 +42,8 @@ func testCheck(t testing.TB) *PeerCheck {
 
 func rec(pc *PeerCheck, ks string, key string, wall time.Time) *peerpb.Record {
 	k, _ := pc.Placement.Keyspace(ks)
-	return &peerpb.Record{Keyspace: ks, Partition: k.Lookup([]byte(key)).ID, Key: []byte(key), Value: []byte("v"),
+	_ = k
+	return &peerpb.Record{Keyspace: ks, Key: []byte(key), Value: []byte("v"),
 		Version: &peerpb.Version{WallNanos: wall.UnixNano(), NodeId: 2}}
 }
 
@@ -54,8 +55,6 @@ func TestPeerCheckRejections(t *testing.T) {
 	pc := testCheck(t)
 	now := pc.Now
 	big := strings.Repeat("k", pc.Limits.MaxKeyBytes+1)
-	wrongPart := rec(pc, "kv", "zzz", now)
-	wrongPart.Partition = 0 // "zzz" is in the last partition
 	aePush := func(from uint32, r *peerpb.Record) *peerpb.Envelope {
 		return &peerpb.Envelope{From: from, To: 1, Msg: &peerpb.Envelope_AePush{AePush: &peerpb.AEPush{Records: []*peerpb.Record{r}}}}
 	}
@@ -72,8 +71,8 @@ func TestPeerCheckRejections(t *testing.T) {
 		{"from itself", write(1, rec(pc, "kv", "k", now)), RejectNotMember},
 		{"to another node", &peerpb.Envelope{From: 2, To: 3, Msg: &peerpb.Envelope_Heartbeat{Heartbeat: &peerpb.Heartbeat{}}}, RejectMalformed},
 		{"an unknown keyspace", write(2, &peerpb.Record{Keyspace: "nope", Key: []byte("k"), Version: &peerpb.Version{WallNanos: 1, NodeId: 2}}), RejectUnknown},
-		{"a partition out of range", write(2, &peerpb.Record{Keyspace: "kv", Partition: 99, Key: []byte("k"), Version: &peerpb.Version{WallNanos: 1, NodeId: 2}}), RejectBadPartition},
-		{"a key outside its partition", write(2, wrongPart), RejectBadPartition},
+		{"a partition out of range", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_GlPrepare{GlPrepare: &peerpb.GlPrepare{Keyspace: "kv", Partition: 99}}}, RejectBadPartition},
+		{"an empty anti-entropy range", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_AeDigest{AeDigest: &peerpb.AEDigest{Keyspace: "kv", Start: []byte("b"), End: []byte("a"), BucketHashes: []uint64{1}}}}, RejectMalformed},
 		{"a key over the limit", write(2, rec(pc, "kv", big, now)), RejectTooLarge},
 		{"an empty key", write(2, &peerpb.Record{Keyspace: "kv", Version: &peerpb.Version{WallNanos: 1, NodeId: 2}}), RejectMalformed},
 		{"a value over the limit", write(2, func() *peerpb.Record {

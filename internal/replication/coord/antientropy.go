@@ -58,6 +58,9 @@ type Job struct {
 	RoundID   uint64
 	Keyspace  string
 	Partition uint32
+	// Span is the partition's key range in this node's map when the job was made: what the
+	// job scans (records do not name partitions).
+	Span      storage.Span
 	Hashes    []uint64             // JobCompareDigest: the peer's digest
 	Buckets   []uint32             // JobReconcile: buckets that differ
 	Entries   []*peerpb.KeyVersion // JobReconcile: the peer's keys in those buckets
@@ -78,10 +81,11 @@ type aeState struct {
 	cursor    map[uint32]int // per peer: index of the next shared partition
 }
 
-// PartRef names one partition of one keyspace.
+// PartRef names one partition of one keyspace, with its key range.
 type PartRef struct {
 	Keyspace  string
 	Partition uint32
+	Span      storage.Span
 }
 
 // SharedPartitions lists, in a deterministic order, the partitions of this core's keyspaces
@@ -104,7 +108,7 @@ func (c *Core) SharedPartitions(peer uint32) []PartRef {
 		for i := range ks.Partitions {
 			p := &ks.Partitions[i]
 			if p.HasReplica(c.Cfg.NodeID) && p.HasReplica(peer) {
-				out = append(out, PartRef{n, p.ID})
+				out = append(out, PartRef{n, p.ID, p.Span(n)})
 			}
 		}
 	}
@@ -140,7 +144,7 @@ func (c *Core) tickAE(now time.Time) {
 		for i := range n {
 			ref := shared[(start+i)%len(shared)]
 			c.out.Jobs = append(c.out.Jobs, Job{Kind: JobSendDigest, Peer: peer, RoundID: c.ae.nextRound,
-				Keyspace: ref.Keyspace, Partition: ref.Partition, Cutoff: now.Add(-c.aeGrace()).UnixNano()})
+				Keyspace: ref.Keyspace, Partition: ref.Partition, Span: ref.Span, Cutoff: now.Add(-c.aeGrace()).UnixNano()})
 		}
 		c.ae.cursor[peer] = (start + n) % len(shared)
 	}
@@ -151,23 +155,30 @@ func (c *Core) handleAE(now time.Time, env *peerpb.Envelope) {
 	switch m := env.Msg.(type) {
 	case *peerpb.Envelope_AeDigest:
 		d := m.AeDigest
-		if _, ok := c.PartitionFor(d.Keyspace, d.Partition); !ok || len(d.BucketHashes) != aeBuckets {
+		span := msgSpan(d.Keyspace, d.Start, d.End)
+		if !c.HoldsRange(d.Keyspace, span.Start, span.End) || len(d.BucketHashes) != aeBuckets {
 			return
 		}
 		c.out.Jobs = append(c.out.Jobs, Job{Kind: JobCompareDigest, Peer: env.From, RoundID: d.RoundId,
-			Keyspace: d.Keyspace, Partition: d.Partition, Hashes: d.BucketHashes, Cutoff: d.CutoffUnixNanos})
+			Keyspace: d.Keyspace, Partition: d.Partition, Span: span, Hashes: d.BucketHashes, Cutoff: d.CutoffUnixNanos})
 	case *peerpb.Envelope_AeKeys:
 		k := m.AeKeys
-		if _, ok := c.PartitionFor(k.Keyspace, k.Partition); !ok {
+		span := msgSpan(k.Keyspace, k.Start, k.End)
+		if !c.HoldsRange(k.Keyspace, span.Start, span.End) {
 			return
 		}
 		c.out.Jobs = append(c.out.Jobs, Job{Kind: JobReconcile, Peer: env.From, RoundID: k.RoundId,
-			Keyspace: k.Keyspace, Partition: k.Partition, Buckets: k.Buckets, Entries: k.Entries, Truncated: k.Truncated,
+			Keyspace: k.Keyspace, Partition: k.Partition, Span: span, Buckets: k.Buckets, Entries: k.Entries, Truncated: k.Truncated,
 			Cutoff: k.CutoffUnixNanos})
 	case *peerpb.Envelope_AePull:
 		p := m.AePull
-		if _, ok := c.PartitionFor(p.Keyspace, p.Partition); !ok || len(p.Keys) > maxAEEntries {
+		if len(p.Keys) > maxAEEntries {
 			return
+		}
+		for _, k := range p.Keys {
+			if !c.HoldsKey(p.Keyspace, k) {
+				return
+			}
 		}
 		c.out.Jobs = append(c.out.Jobs, Job{Kind: JobServePull, Peer: env.From, RoundID: p.RoundId,
 			Keyspace: p.Keyspace, Partition: p.Partition, Keys: p.Keys})
@@ -181,12 +192,24 @@ func (c *Core) handleAEPush(now time.Time, from uint32, m *peerpb.AEPush) {
 		if err != nil {
 			continue
 		}
-		if _, ok := c.PartitionFor(rec.Keyspace, rec.Partition); !ok {
+		if !c.HoldsKey(rec.Keyspace, rec.Key) {
 			continue
 		}
 		c.Clock.Observe(now, rec.Version)
 		c.ApplyLocal(now, rec, false)
 	}
+}
+
+// msgSpan is the range a message names: an empty end is the end of the keyspace (no
+// partition ends at the empty key).
+func msgSpan(keyspace string, start, end []byte) storage.Span {
+	if len(end) == 0 {
+		end = nil
+	}
+	if start == nil {
+		start = []byte{}
+	}
+	return storage.Span{Keyspace: keyspace, Start: start, End: end}
 }
 
 func bucketOf(key []byte) uint32 { return uint32(xxhash.Sum64(key) % aeBuckets) }
@@ -223,9 +246,9 @@ func settled(r storage.Record, cutoff int64) bool {
 }
 
 // Digest computes the bucket hashes of one partition over the keys settled by cutoff.
-func Digest(store Reader, keyspace string, partition uint32, cutoff int64) ([]uint64, error) {
+func Digest(store Reader, span storage.Span, cutoff int64) ([]uint64, error) {
 	h := make([]uint64, aeBuckets)
-	err := store.Scan(keyspace, partition, nil, nil, 0, func(r storage.Record) bool {
+	err := store.Scan(span, 0, func(r storage.Record) bool {
 		if settled(r, cutoff) {
 			h[bucketOf(r.Key)] ^= entryHash(r.Key, r.Version, r.Tombstone)
 		}
@@ -240,15 +263,16 @@ func RunJob(store Reader, self uint32, job Job) ([]*peerpb.Envelope, error) {
 	to := func(msg any) *peerpb.Envelope { return aeEnvelope(self, job.Peer, msg) }
 	switch job.Kind {
 	case JobSendDigest:
-		h, err := Digest(store, job.Keyspace, job.Partition, job.Cutoff)
+		h, err := Digest(store, job.Span, job.Cutoff)
 		if err != nil {
 			return nil, err
 		}
 		return []*peerpb.Envelope{to(&peerpb.AEDigest{RoundId: job.RoundID, Keyspace: job.Keyspace, Partition: job.Partition,
+			Start: job.Span.Start, End: job.Span.End,
 			BucketHashes: h, CutoffUnixNanos: job.Cutoff})}, nil
 
 	case JobCompareDigest:
-		h, err := Digest(store, job.Keyspace, job.Partition, job.Cutoff)
+		h, err := Digest(store, job.Span, job.Cutoff)
 		if err != nil {
 			return nil, err
 		}
@@ -263,8 +287,9 @@ func RunJob(store Reader, self uint32, job Job) ([]*peerpb.Envelope, error) {
 		}
 		want := bucketSet(diff)
 		keys := &peerpb.AEKeys{RoundId: job.RoundID, Keyspace: job.Keyspace, Partition: job.Partition, Buckets: diff,
+			Start: job.Span.Start, End: job.Span.End,
 			CutoffUnixNanos: job.Cutoff}
-		err = store.Scan(job.Keyspace, job.Partition, nil, nil, 0, func(r storage.Record) bool {
+		err = store.Scan(job.Span, 0, func(r storage.Record) bool {
 			if !want[bucketOf(r.Key)] || !settled(r, job.Cutoff) {
 				return true
 			}
@@ -293,7 +318,7 @@ func RunJob(store Reader, self uint32, job Job) ([]*peerpb.Envelope, error) {
 		push := &peerpb.AEPush{RoundId: job.RoundID}
 		pushBytes := 0
 		seen := map[string]bool{}
-		err := store.Scan(job.Keyspace, job.Partition, nil, nil, 0, func(r storage.Record) bool {
+		err := store.Scan(job.Span, 0, func(r storage.Record) bool {
 			if !want[bucketOf(r.Key)] {
 				return true
 			}
@@ -328,7 +353,7 @@ func RunJob(store Reader, self uint32, job Job) ([]*peerpb.Envelope, error) {
 				pull.Keys = append(pull.Keys, e.Key)
 				continue
 			}
-			cur, found, err := store.Get(job.Keyspace, job.Partition, e.Key)
+			cur, found, err := store.Get(job.Keyspace, e.Key)
 			if err != nil {
 				return nil, err
 			}
@@ -352,7 +377,7 @@ func RunJob(store Reader, self uint32, job Job) ([]*peerpb.Envelope, error) {
 			if pushBytes >= maxAEBytes {
 				break
 			}
-			r, found, err := store.Get(job.Keyspace, job.Partition, k)
+			r, found, err := store.Get(job.Keyspace, k)
 			if err != nil {
 				return nil, err
 			}

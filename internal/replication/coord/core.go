@@ -459,13 +459,53 @@ func (c *Core) AddTimer(at time.Time, kind TimerKind, id uint64) { c.timers.add(
 // localReplica reports whether this node holds a replica of p.
 func (c *Core) localReplica(p *placement.Partition) bool { return p.HasReplica(c.Cfg.NodeID) }
 
-// partitionFor finds the partition of (keyspace, partition id) for records arriving from
-// peers; it rejects records for partitions this node does not replicate.
+// PartitionFor finds the partition of (keyspace, partition id) named by a peer's message;
+// ok is false if this node does not know it or does not replicate it.
 func (c *Core) PartitionFor(keyspace string, id uint32) (*placement.Partition, bool) {
 	ks, ok := c.Pmap.Keyspace(keyspace)
-	if !ok || int(id) >= len(ks.Partitions) {
+	if !ok {
 		return nil, false
 	}
-	p := &ks.Partitions[id]
+	p, ok := ks.Partition(id)
+	if !ok {
+		return nil, false
+	}
 	return p, c.localReplica(p)
+}
+
+// PartitionOfKey returns the partition holding key in this node's map; ok is false if the
+// keyspace is unknown or this node does not replicate that partition. Records and key
+// references from peers are placed by key: partitions are key ranges, so a split or merge
+// that the peer has not seen yet (or this node has not) does not change where a key lives.
+func (c *Core) PartitionOfKey(keyspace string, key []byte) (*placement.Partition, bool) {
+	ks, ok := c.Pmap.Keyspace(keyspace)
+	if !ok {
+		return nil, false
+	}
+	p := ks.Lookup(key)
+	return p, c.localReplica(p)
+}
+
+// HoldsRange reports whether this node replicates every partition of its map overlapping
+// [start, end) (end nil: to the end of the keyspace). A scan request names the range its
+// coordinator cut from one partition of the coordinator's map; by key range, it is served
+// whatever splits or merges either side has seen.
+func (c *Core) HoldsRange(keyspace string, start, end []byte) bool {
+	ks, ok := c.Pmap.Keyspace(keyspace)
+	if !ok {
+		return false
+	}
+	parts := ks.Overlapping(start, end)
+	for _, p := range parts {
+		if !c.localReplica(p) {
+			return false
+		}
+	}
+	return len(parts) > 0
+}
+
+// HoldsKey reports whether this node replicates the partition holding key.
+func (c *Core) HoldsKey(keyspace string, key []byte) bool {
+	_, ok := c.PartitionOfKey(keyspace, key)
+	return ok
 }

@@ -67,7 +67,7 @@ func (c *Core) StartRead(now time.Time, ks *placement.Keyspace, req Request, pat
 	if need == 1 && alive[0] == c.Cfg.NodeID {
 		// Fast path: one reply is enough and the nearest replica is this node. No read
 		// repair can be needed with a single reply.
-		rec, found, err := c.Store.Get(req.Keyspace, p.ID, req.Key)
+		rec, found, err := c.Store.Get(req.Keyspace, req.Key)
 		if err != nil {
 			c.Fail(req, errs.New(errs.Internal, "local read of partition %d: %v", p.ID, err))
 			return
@@ -123,7 +123,7 @@ func (c *Core) askReplicas(id uint64, r *pendingRead, nodes []uint32) {
 		}
 		r.contacted[n] = true
 		if n == c.Cfg.NodeID {
-			rec, found, err := c.Store.Get(r.req.Keyspace, r.part.ID, r.req.Key)
+			rec, found, err := c.Store.Get(r.req.Keyspace, r.req.Key)
 			if err != nil {
 				// Treat a local storage failure as no reply from this replica: the read can
 				// still complete from others (speculative retry), or time out visibly.
@@ -218,10 +218,10 @@ func (c *Core) handleRepairAck(now time.Time, from uint32, id uint64, r *pending
 }
 
 func (c *Core) handleRead(now time.Time, from uint32, m *peerpb.ReadRequest) {
-	if _, ok := c.PartitionFor(m.Keyspace, m.Partition); !ok {
+	if !c.HoldsKey(m.Keyspace, m.Key) {
 		return
 	}
-	rec, found, err := c.Store.Get(m.Keyspace, m.Partition, m.Key)
+	rec, found, err := c.Store.Get(m.Keyspace, m.Key)
 	if err != nil {
 		return // no reply: the coordinator retries elsewhere or times out
 	}

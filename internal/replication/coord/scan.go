@@ -202,7 +202,7 @@ func (c *Core) askScanReplicas(id uint64, rd *scanRound, nodes []uint32) {
 		rd.contacted[n] = true
 		if n == c.Cfg.NodeID {
 			m := rd.request
-			if rep := c.localScan(m.Keyspace, m.Partition, m.Start, m.End, int(m.Limit), id); rep != nil {
+			if rep := c.localScan(m.Keyspace, m.Start, m.End, int(m.Limit), id); rep != nil {
 				rd.replies[n] = rep
 			}
 			continue
@@ -224,10 +224,12 @@ func (c *Core) speculateScan(now time.Time, id uint64) {
 	}
 }
 
-func (c *Core) localScan(keyspace string, part uint32, start, end []byte, limit int, id uint64) *peerpb.ScanReply {
+// localScan reads [start, end) of keyspace: the coordinator clipped the range to one
+// partition of its map (end nil only for the keyspace's last partition).
+func (c *Core) localScan(keyspace string, start, end []byte, limit int, id uint64) *peerpb.ScanReply {
 	reply := &peerpb.ScanReply{RequestId: id}
 	size := 0
-	err := c.Store.Scan(keyspace, part, start, end, limit, func(r storage.Record) bool {
+	err := c.Store.Scan(msgSpan(keyspace, start, end), limit, func(r storage.Record) bool {
 		reply.Records = append(reply.Records, wire.RecordToPB(r))
 		size += len(r.Key) + len(r.Value) + 32
 		if size >= maxScanReplyBytes {
@@ -246,14 +248,14 @@ func (c *Core) localScan(keyspace string, part uint32, start, end []byte, limit 
 }
 
 func (c *Core) handleScan(now time.Time, from uint32, m *peerpb.ScanRequest) {
-	if _, ok := c.PartitionFor(m.Keyspace, m.Partition); !ok {
+	if !c.HoldsRange(m.Keyspace, m.Start, m.End) {
 		return
 	}
 	limit := int(m.Limit)
 	if limit <= 0 || limit > c.Cfg.Limits.MaxScanLimit {
 		limit = c.Cfg.Limits.MaxScanLimit
 	}
-	if reply := c.localScan(m.Keyspace, m.Partition, m.Start, m.End, limit, m.RequestId); reply != nil {
+	if reply := c.localScan(m.Keyspace, m.Start, m.End, limit, m.RequestId); reply != nil {
 		c.Send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_ScanReply{ScanReply: reply}})
 	}
 }

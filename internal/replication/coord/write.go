@@ -53,7 +53,6 @@ func (c *Core) startWrite(now time.Time, ks *placement.Keyspace, req Request) {
 	}
 	rec := storage.Record{
 		Keyspace:  req.Keyspace,
-		Partition: p.ID,
 		Key:       req.Key,
 		Version:   c.Clock.Now(now),
 		Value:     req.Value,
@@ -137,7 +136,7 @@ func (c *Core) handleWrite(now time.Time, from uint32, m *peerpb.WriteRequest) {
 	if err != nil {
 		return // a correct peer never sends this; dropping is safe (the coordinator times out)
 	}
-	if _, ok := c.PartitionFor(rec.Keyspace, rec.Partition); !ok {
+	if !c.HoldsKey(rec.Keyspace, rec.Key) {
 		return
 	}
 	c.Clock.Observe(now, rec.Version)

@@ -220,7 +220,7 @@ func (c *Engine) glCommittedRecord(k *glKey) (rec storage.Record, found, ok bool
 	if !k.exists {
 		return storage.Record{}, false, true
 	}
-	rec, found, err := c.Store.GetAt(k.gp.ks.Spec.Name, k.gp.p.ID, k.key, k.committed)
+	rec, found, err := c.Store.GetAt(k.gp.ks.Spec.Name, k.key, k.committed)
 	if err != nil || !found || rec.Version != k.committed {
 		return storage.Record{}, false, false
 	}
@@ -424,7 +424,7 @@ func (c *Engine) glStartWrite(now time.Time, k *glKey, op *glOp, recovered *stor
 		rec = *recovered
 	} else {
 		batch = c.glTakeWriteBatch(k, op)
-		if cur, found, err := c.Store.Get(gp.ks.Spec.Name, gp.p.ID, k.key); err == nil && found {
+		if cur, found, err := c.Store.Get(gp.ks.Spec.Name, k.key); err == nil && found {
 			c.Clock.Observe(now, cur.Version)
 		}
 		for _, b := range batch {
@@ -439,7 +439,7 @@ func (c *Engine) glStartWrite(now time.Time, k *glKey, op *glOp, recovered *stor
 			}
 		}
 		last := batch[len(batch)-1]
-		rec = storage.Record{Keyspace: gp.ks.Spec.Name, Partition: gp.p.ID, Key: k.key, Version: last.version}
+		rec = storage.Record{Keyspace: gp.ks.Spec.Name, Key: k.key, Version: last.version}
 		if last.op == OpDelete {
 			rec.Tombstone = true
 		} else {
@@ -558,7 +558,7 @@ func (c *Engine) glCheckWrite(now time.Time, k *glKey) {
 	for _, op := range w.waiters {
 		c.glReplyWrite(op, op.version)
 	}
-	commit := &peerpb.GlCommit{Keyspace: w.rec.Keyspace, Partition: w.rec.Partition, Key: w.rec.Key, Version: wire.VersionToPB(w.rec.Version)}
+	commit := &peerpb.GlCommit{Keyspace: w.rec.Keyspace, Partition: k.gp.p.ID, Key: w.rec.Key, Version: wire.VersionToPB(w.rec.Version)}
 	for _, node := range sortedKeys(w.acks) {
 		if node != c.Cfg.NodeID {
 			c.Send(node, &peerpb.Envelope{Msg: &peerpb.Envelope_GlCommit{GlCommit: commit}})
@@ -638,7 +638,7 @@ func (c *Engine) glStartRecovery(now time.Time, k *glKey) {
 	rv := &glRecovery{id: c.glNewID(), replies: map[uint32]*storage.Record{}, resend: now.Add(c.glRoundTimeout(k.gp))}
 	k.recovery = rv
 	c.gl.fetches[rv.id] = k
-	if cur, found, err := c.Store.Get(k.gp.ks.Spec.Name, k.gp.p.ID, k.key); err == nil {
+	if cur, found, err := c.Store.Get(k.gp.ks.Spec.Name, k.key); err == nil {
 		if found {
 			rv.replies[c.Cfg.NodeID] = &cur
 		} else {
@@ -663,7 +663,7 @@ func (c *Engine) glHandleFetch(now time.Time, from uint32, m *peerpb.GlFetch) {
 		return
 	}
 	r := &peerpb.GlFetchReply{RequestId: m.GetRequestId()}
-	if rec, found, err := c.Store.Get(m.GetKeyspace(), m.GetPartition(), m.GetKey()); err == nil && found {
+	if rec, found, err := c.Store.Get(m.GetKeyspace(), m.GetKey()); err == nil && found {
 		r.Found, r.Record = true, wire.RecordToPB(rec)
 	} else if err != nil {
 		return

@@ -164,12 +164,15 @@ func (c *Engine) glHandleUpdate(now time.Time, from uint32, m *peerpb.GlUpdate) 
 		return
 	}
 	ks, ok := c.Pmap.Keyspace(rec.Keyspace)
-	if !ok || !isGL(ks) || int(rec.Partition) >= len(ks.Partitions) {
+	if !ok || !isGL(ks) {
 		return
 	}
-	id := coord.KeyID(rec.Keyspace, rec.Partition, rec.Key)
-	pid := glPartID{rec.Keyspace, rec.Partition}
-	gp := c.glPartOf(rec.Keyspace, rec.Partition)
+	// GlobLease keeps mastership per partition, and its keyspaces are not repartitioned
+	// (engine.Protocol.Repartition is off), so the key's partition is the one the master used.
+	part := ks.Lookup(rec.Key).ID
+	id := coord.KeyID(rec.Keyspace, part, rec.Key)
+	pid := glPartID{rec.Keyspace, part}
+	gp := c.glPartOf(rec.Keyspace, part)
 	leaseOK := m.GetLeaseNanos() > 0 && c.glGrantFresh(now, pid, from, m.GetSentUnixNanos())
 	// A lease that comes with an older version than an update this node already has (a
 	// delayed grant overtaken by a write) would revive what that update suspended.
@@ -495,13 +498,13 @@ func (c *Engine) glTickHot(now time.Time) {
 			}
 			found = l.found
 			if found {
-				r, f, err := c.Store.GetAt(ksName, part, key, l.version)
+				r, f, err := c.Store.GetAt(ksName, key, l.version)
 				if err != nil || !f || r.Version != l.version {
 					continue
 				}
 				rec = r
 			} else {
-				rec = storage.Record{Keyspace: ksName, Partition: part, Key: key, Tombstone: true}
+				rec = storage.Record{Keyspace: ksName, Key: key, Tombstone: true}
 			}
 		}
 		c.glGrantSecondary(now, gp, id, rec, found, lease, master)

@@ -307,7 +307,7 @@ func glMetaKey(ks string, part uint32) []byte { return fmt.Appendf(nil, "accepto
 
 // glLoad restores a partition's acceptor state from storage (after a restart).
 func (c *Engine) glLoad(gp *glPart) {
-	rec, found, err := c.Store.Get(glMetaKeyspace, 0, glMetaKey(gp.ks.Spec.Name, gp.p.ID))
+	rec, found, err := c.Store.Get(glMetaKeyspace, glMetaKey(gp.ks.Spec.Name, gp.p.ID))
 	if err != nil || !found || rec.Tombstone {
 		return
 	}

@@ -740,7 +740,7 @@ func (c *Engine) glLocalRecord(now time.Time, gp *glPart, id, ks string, part ui
 		if !l.found {
 			return r, true
 		}
-		rec, found, err := c.Store.GetAt(ks, part, key, l.version)
+		rec, found, err := c.Store.GetAt(ks, key, l.version)
 		if err != nil || !found || rec.Version != l.version {
 			return nil, false
 		}

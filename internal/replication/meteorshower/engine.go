@@ -214,19 +214,19 @@ func (c *Engine) Applied(now time.Time, rec storage.Record, notify bool) {
 		return
 	}
 	ks, _ := c.Pmap.Keyspace(rec.Keyspace)
-	if !isMS(ks) || int(rec.Partition) >= len(ks.Partitions) {
+	if !isMS(ks) {
 		return
 	}
-	p := &ks.Partitions[rec.Partition]
+	p := ks.Lookup(rec.Key)
 	peers := c.peersOf(p)
 	if !notify {
 		// Notifications, repairs and anti-entropy often bring a version this replica already
 		// has: report only what is new here, so statuses stay small.
-		if cur, found, err := c.Store.Get(rec.Keyspace, rec.Partition, rec.Key); err == nil && found && !cur.Version.Less(rec.Version) {
+		if cur, found, err := c.Store.Get(rec.Keyspace, rec.Key); err == nil && found && !cur.Version.Less(rec.Version) {
 			return
 		}
 	}
-	c.ms.tracker.Applied(rec.Keyspace, rec.Partition, rec.Key, rec.Version, peers)
+	c.ms.tracker.Applied(rec.Keyspace, p.ID, rec.Key, rec.Version, peers)
 	if notify {
 		pb := wire.RecordToPB(rec)
 		for _, r := range peers {
@@ -235,11 +235,11 @@ func (c *Engine) Applied(now time.Time, rec storage.Record, notify bool) {
 	}
 	// The local version changed only once the write is in storage: re-check after this
 	// Ready, on the next event (the write is visible to reads from then on).
-	c.msWakeKey(now, rec.Keyspace, rec.Partition, rec.Key, rec)
+	c.msWakeKey(now, rec.Keyspace, rec.Key, rec)
 }
 
-func msKeyID(keyspace string, partition uint32, key []byte) string {
-	return KeyID(keyspace, partition, key)
+func msKeyID(keyspace string, key []byte) string {
+	return KeyID(keyspace, key)
 }
 
 // startMSRead begins a MeteorShower read.
@@ -270,7 +270,7 @@ func (c *Engine) startMSRead(now time.Time, ks *placement.Keyspace, req Request)
 		return
 	}
 	r.waited = true
-	id := msKeyID(req.Keyspace, p.ID, req.Key)
+	id := msKeyID(req.Keyspace, req.Key)
 	c.ms.pending[id] = append(c.ms.pending[id], r)
 	c.ms.count++
 	c.Inflight++
@@ -279,7 +279,7 @@ func (c *Engine) startMSRead(now time.Time, ks *placement.Keyspace, req Request)
 // tryMSRead serves r if the statuses allow; known is a record just queued for storage (not
 // yet readable) that is the newest local version.
 func (c *Engine) tryMSRead(now time.Time, r *msRead, known *storage.Record) bool {
-	rec, found, err := c.Store.Get(r.req.Keyspace, r.part.ID, r.req.Key)
+	rec, found, err := c.Store.Get(r.req.Keyspace, r.req.Key)
 	if err != nil {
 		c.Fail(r.req, errs.New(errs.Internal, "local read: %v", err))
 		r.done = true
@@ -319,8 +319,8 @@ func (c *Engine) tryMSRead(now time.Time, r *msRead, known *storage.Record) bool
 }
 
 // msWakeKey re-checks the reads waiting for one key after a local write.
-func (c *Engine) msWakeKey(now time.Time, keyspace string, partition uint32, key []byte, rec storage.Record) {
-	id := msKeyID(keyspace, partition, key)
+func (c *Engine) msWakeKey(now time.Time, keyspace string, key []byte, rec storage.Record) {
+	id := msKeyID(keyspace, key)
 	waiting := c.ms.pending[id]
 	if len(waiting) == 0 {
 		return
@@ -445,7 +445,7 @@ func (c *Engine) handleMS(now time.Time, env *peerpb.Envelope) {
 		if err != nil {
 			return
 		}
-		if _, ok := c.PartitionFor(rec.Keyspace, rec.Partition); !ok {
+		if !c.HoldsKey(rec.Keyspace, rec.Key) {
 			return
 		}
 		c.Clock.Observe(now, rec.Version)
@@ -506,8 +506,8 @@ func (j fullStatusJob) Run(store engine.Store, self uint32) ([]*peerpb.Envelope,
 	var out []*peerpb.Envelope
 	fs := &peerpb.FullStatus{Incarnation: j.incarnation, BaseSeq: j.baseSeq, BaseStsUnixNanos: j.baseSts}
 	for _, ref := range j.parts {
-		err := store.Scan(ref.Keyspace, ref.Partition, nil, nil, 0, func(r storage.Record) bool {
-			fs.Entries = append(fs.Entries, &peerpb.StatusEntry{Keyspace: r.Keyspace, Partition: r.Partition, Key: r.Key, Wts: wire.VersionToPB(r.Version)})
+		err := store.Scan(ref.Span, 0, func(r storage.Record) bool {
+			fs.Entries = append(fs.Entries, &peerpb.StatusEntry{Keyspace: r.Keyspace, Partition: ref.Partition, Key: r.Key, Wts: wire.VersionToPB(r.Version)})
 			if len(fs.Entries) >= maxFullStatusEntries {
 				out = append(out, &peerpb.Envelope{From: self, To: j.peer, Msg: &peerpb.Envelope_FullStatus{FullStatus: fs}})
 				fs = &peerpb.FullStatus{Incarnation: j.incarnation, BaseSeq: j.baseSeq, BaseStsUnixNanos: j.baseSts}

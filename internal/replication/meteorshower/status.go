@@ -27,19 +27,21 @@ var Mutations = map[string]string{
 	"gap-ignored":       "a gap in a peer's status sequence longer than the redundancy l is ignored instead of repaired",
 }
 
-// keyID identifies a key across keyspaces and partitions.
+// keyID identifies a key across keyspaces: the keyspace, a zero byte, the key. It names no
+// partition: partitions are key ranges, and a split or merge must not change what the
+// status map knows of a key (a status entry's partition field is informational).
 type keyID string
 
 // KeyID is the map key the quorum core uses for its read-subscription map: the same
 // identity as the status map's.
-func KeyID(keyspace string, partition uint32, key []byte) string {
-	return string(makeKeyID(keyspace, partition, key))
+func KeyID(keyspace string, key []byte) string {
+	return string(makeKeyID(keyspace, key))
 }
 
-func makeKeyID(keyspace string, partition uint32, key []byte) keyID {
-	b := make([]byte, 0, len(keyspace)+len(key)+6)
+func makeKeyID(keyspace string, key []byte) keyID {
+	b := make([]byte, 0, len(keyspace)+len(key)+1)
 	b = append(b, keyspace...)
-	b = append(b, 0, byte(partition>>24), byte(partition>>16), byte(partition>>8), byte(partition))
+	b = append(b, 0)
 	b = append(b, key...)
 	return keyID(b)
 }
@@ -204,7 +206,7 @@ func (t *Tracker) OnStatus(now time.Time, from uint32, st *peerpb.Status) []*pee
 	batches := append([]*peerpb.StatusBatch{st.Current}, st.Redundant...)
 	for _, b := range batches {
 		for _, e := range b.Entries {
-			in.note(makeKeyID(e.Keyspace, e.Partition, e.Key), wire.VersionFromPB(e.Wts))
+			in.note(makeKeyID(e.Keyspace, e.Key), wire.VersionFromPB(e.Wts))
 		}
 		if b.Seq > in.lastSeq {
 			in.received[b.Seq] = b.StsUnixNanos
@@ -306,7 +308,7 @@ func (t *Tracker) OnFullStatus(now time.Time, from uint32, fs *peerpb.FullStatus
 		return
 	}
 	for _, e := range fs.Entries {
-		in.note(makeKeyID(e.Keyspace, e.Partition, e.Key), wire.VersionFromPB(e.Wts))
+		in.note(makeKeyID(e.Keyspace, e.Key), wire.VersionFromPB(e.Wts))
 	}
 	if !fs.Done {
 		return
@@ -341,7 +343,7 @@ type Theta = time.Duration
 // docs/meteorshower.md, "θ upper and concurrent writers").
 func (t *Tracker) Check(now time.Time, keyspace string, partition uint32, key []byte, local hlc.Version,
 	replicas []uint32, need int, theta time.Duration, floor int64) (serve bool, valid int) {
-	id := makeKeyID(keyspace, partition, key)
+	id := makeKeyID(keyspace, key)
 	valid, holders, stable := 1, 1, 1 // the local status; the local copy holds local
 	for _, r := range replicas {
 		if r == t.cfg.Self {

@@ -152,7 +152,7 @@ func TestNewIncarnationNeedsAFullStatus(t *testing.T) {
 
 func TestNewestAtOrBeforeIgnoresLaterWrites(t *testing.T) {
 	in := &peerIn{versions: map[keyID][]hlc.Version{}}
-	id := makeKeyID("ks", 0, []byte("k"))
+	id := makeKeyID("ks", []byte("k"))
 	for _, ms := range []int64{10, 30, 20, 30} {
 		in.note(id, v(ms))
 	}
@@ -191,11 +191,16 @@ func TestClockServiceFlagsOffsetsBeyondEpsilon(t *testing.T) {
 func TestFullStatusEntriesRoundTrip(t *testing.T) {
 	e := &peerpb.StatusEntry{Keyspace: "ks", Partition: 3, Key: []byte("k"), Wts: wire.VersionToPB(v(7))}
 	in := &peerIn{versions: map[keyID][]hlc.Version{}}
-	in.note(makeKeyID(e.Keyspace, e.Partition, e.Key), wire.VersionFromPB(e.Wts))
-	if got, ok := in.newestAtOrBefore(makeKeyID("ks", 3, []byte("k")), v(7).WallNanos); !ok || got != v(7) {
+	in.note(makeKeyID(e.Keyspace, e.Key), wire.VersionFromPB(e.Wts))
+	if got, ok := in.newestAtOrBefore(makeKeyID("ks", []byte("k")), v(7).WallNanos); !ok || got != v(7) {
 		t.Fatal("entry lost")
 	}
-	if _, ok := in.versions[makeKeyID("ks", 4, []byte("k"))]; ok {
-		t.Fatal("partitions bleed into each other")
+	// Keyspace names never hold a zero byte (config.ValidateKeyspace), so the separator
+	// keeps keyspaces apart.
+	if _, ok := in.versions[makeKeyID("ks2", []byte("k"))]; ok {
+		t.Fatal("keyspaces bleed into each other")
+	}
+	if _, ok := in.versions[makeKeyID("k", []byte("sk"))]; ok {
+		t.Fatal("keyspace and key bleed into each other")
 	}
 }

@@ -157,7 +157,7 @@ func TestMalformedPeerMessagesAreIgnored(t *testing.T) {
 		{From: 2, To: 1, Msg: &peerpb.Envelope_Write{Write: &peerpb.WriteRequest{}}},
 		{From: 2, To: 1, Msg: &peerpb.Envelope_Write{Write: &peerpb.WriteRequest{Record: &peerpb.Record{Keyspace: "ks", Key: []byte("k")}}}},
 		{From: 2, To: 1, Msg: &peerpb.Envelope_Write{Write: &peerpb.WriteRequest{Record: &peerpb.Record{Keyspace: "nope", Key: []byte("k"), Version: &peerpb.Version{WallNanos: 1}}}}},
-		{From: 2, To: 1, Msg: &peerpb.Envelope_Write{Write: &peerpb.WriteRequest{Record: &peerpb.Record{Keyspace: "ks", Partition: 99, Key: []byte("k"), Version: &peerpb.Version{WallNanos: 1}}}}},
+		{From: 2, To: 1, Msg: &peerpb.Envelope_Write{Write: &peerpb.WriteRequest{Record: &peerpb.Record{Keyspace: "ks", Key: []byte{}, Version: &peerpb.Version{WallNanos: 1}}}}},
 		{From: 2, To: 1, Msg: &peerpb.Envelope_ReadReply{ReadReply: &peerpb.ReadReply{RequestId: 77, Found: true}}},
 		{From: 2, To: 1, Msg: &peerpb.Envelope_AeDigest{AeDigest: &peerpb.AEDigest{Keyspace: "ks", BucketHashes: []uint64{1, 2}}}},
 		{From: 2, To: 1, Msg: &peerpb.Envelope_AePush{AePush: &peerpb.AEPush{Records: []*peerpb.Record{nil, {Keyspace: "ks"}}}}},

@@ -362,7 +362,7 @@ func (e *Engine) addGroup(k groupKey, p *placement.Partition, opts config.RaftOp
 	}
 	if g.sm.InMemory() {
 		err := g.sm.Load(k.ref(), func(fn func(storage.Record) bool) error {
-			return e.store.Scan(k.keyspace, k.partition, nil, nil, 0, fn)
+			return e.store.Scan(g.span(), 0, fn)
 		})
 		if err != nil {
 			return fmt.Errorf("load state machine: %w", err)
@@ -480,7 +480,7 @@ func (e *Engine) destroy(g *group, why string) {
 	}
 	e.failGroup(g, why, false)
 	raw := append(g.log.Remove(), storage.RawOp{Key: appliedKey(g.id), Delete: true}, storage.RawOp{Key: markerKey(g.id), Delete: true})
-	e.out.Ingests = append(e.out.Ingests, engine.Ingest{Keyspace: g.key.keyspace, Partition: g.key.partition, After: raw})
+	e.out.Ingests = append(e.out.Ingests, engine.Ingest{Span: g.span(), After: raw})
 	e.unlink(g)
 	e.stats.ReplicasRemoved.Add(1)
 }

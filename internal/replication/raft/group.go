@@ -19,6 +19,9 @@ import (
 )
 
 // group is one partition's Raft group on this node.
+// span is the group's key range: what its replica holds in storage.
+func (g *group) span() storage.Span { return g.desc.Span(g.key.keyspace) }
+
 type group struct {
 	key  groupKey
 	id   uint64

@@ -246,7 +246,7 @@ func (e *Engine) readAt(g *group, req engine.Request, path string, staleness tim
 	k := g.key
 	fwd := e.forwards[req.ID]
 	return engine.Read{ID: req.ID, Op: req.Op, ValidUntil: validUntil, Wrap: e.wrapForward(fwd), Run: func(store engine.Reader) engine.Result {
-		rec, found, err := store.Get(k.keyspace, k.partition, req.Key)
+		rec, found, err := store.Get(k.keyspace, req.Key)
 		res := engine.Result{ID: req.ID, Op: req.Op, Path: path, Staleness: staleness}
 		switch {
 		case err != nil:
@@ -467,7 +467,7 @@ func (e *Engine) scanRead(g *group, sub engine.Request, path string, validUntil 
 	return engine.Read{ID: sub.ID, Op: engine.OpScan, ValidUntil: validUntil, Wrap: e.wrapForward(fwd), Run: func(store engine.Reader) engine.Result {
 		res := engine.Result{ID: sub.ID, Op: engine.OpScan, Path: path}
 		// Deleted keys (tombstones) are skipped and not counted.
-		err := store.Scan(k.keyspace, k.partition, sub.Start, sub.End, 0, func(r storage.Record) bool {
+		err := store.Scan(storage.Span{Keyspace: k.keyspace, Start: sub.Start, End: sub.End}, 0, func(r storage.Record) bool {
 			if r.Tombstone {
 				return true
 			}

@@ -111,7 +111,7 @@ func (e *Engine) snapshotFor(g *group) (*raftpb.Snapshot, error) {
 		e.snapSeq++
 		id := fmt.Sprintf("out-%016x-%d-%d", g.id, e.cfg.NodeID, e.snapSeq)
 		g.snap = &outSnapshot{id: id}
-		e.out.Jobs = append(e.out.Jobs, exportJob{key: g.key, group: g.id, file: id})
+		e.out.Jobs = append(e.out.Jobs, exportJob{key: g.key, span: g.span(), group: g.id, file: id})
 		e.stats.SnapshotsPrepared.Add(1)
 	}
 	return nil, etcdraft.ErrSnapshotTemporarilyUnavailable
@@ -152,6 +152,7 @@ func (g *group) lastConfIndex() uint64 { return g.confIndex }
 // exportJob exports a group's partition into a staged file.
 type exportJob struct {
 	key   groupKey
+	span  storage.Span
 	group uint64
 	file  string
 }
@@ -160,7 +161,7 @@ func (exportJob) Unpaced() {}
 
 func (j exportJob) Run(store engine.Store, self uint32) ([]*peerpb.Envelope, error) {
 	ready := &peerpb.RaftSnapshotReady{Keyspace: j.key.keyspace, Partition: j.key.partition, SnapshotId: j.file}
-	stats, vals, err := store.ExportPartitionState(j.key.keyspace, j.key.partition, j.file, [][]byte{appliedKey(j.group)})
+	stats, vals, err := store.ExportSpanState(j.span, j.file, [][]byte{appliedKey(j.group)})
 	switch {
 	case err != nil:
 		ready.Error = err.Error()
@@ -417,6 +418,7 @@ func (j writeChunkJob) Run(store engine.Store, self uint32) ([]*peerpb.Envelope,
 // records to state machines that keep state in memory.
 type checkJob struct {
 	key      groupKey
+	span     storage.Span
 	file     string
 	id       string
 	inMemory bool
@@ -435,7 +437,7 @@ func (j checkJob) Run(store engine.Store, self uint32) ([]*peerpb.Envelope, erro
 		s.Error = err.Error()
 		return []*peerpb.Envelope{{From: self, To: self, Msg: &peerpb.Envelope_RaftSnapshotStored{RaftSnapshotStored: s}}}, nil
 	}
-	_, err := store.CheckStaged(j.file, j.key.keyspace, j.key.partition, func(r storage.Record) {
+	_, err := store.CheckStaged(j.file, j.span, func(r storage.Record) {
 		if j.inMemory {
 			s.Records = append(s.Records, wire.RecordToPB(r))
 		}
@@ -563,7 +565,7 @@ func (e *Engine) checkTransfer(g *group) {
 		e.abortReceive(g, "the offered snapshot is empty")
 		return
 	}
-	e.out.Jobs = append(e.out.Jobs, checkJob{key: g.key, file: rx.file, id: rx.id, inMemory: g.sm.InMemory()})
+	e.out.Jobs = append(e.out.Jobs, checkJob{key: g.key, span: g.span(), file: rx.file, id: rx.id, inMemory: g.sm.InMemory()})
 }
 
 // installOp replaces g's partition with the staged file at state: a marker first (so a
@@ -571,7 +573,7 @@ func (e *Engine) checkTransfer(g *group) {
 func (e *Engine) installOp(g *group, file string, state *peerpb.RaftAppliedState) engine.Ingest {
 	mk, _ := proto.Marshal(&peerpb.RaftSnapshotMarker{File: file, State: state})
 	st, _ := proto.Marshal(state)
-	return engine.Ingest{Keyspace: g.key.keyspace, Partition: g.key.partition, File: file,
+	return engine.Ingest{Span: g.span(), File: file,
 		Before: []storage.RawOp{{Key: markerKey(g.id), Value: mk}},
 		After:  []storage.RawOp{{Key: appliedKey(g.id), Value: st}, {Key: markerKey(g.id), Delete: true}}}
 }

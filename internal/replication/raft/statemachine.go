@@ -54,7 +54,7 @@ func (kvStateMachine) Prepare(req engine.Request, cmd *peerpb.RaftCommand) error
 }
 
 func (kvStateMachine) Apply(g GroupRef, _ uint64, cmd *peerpb.RaftCommand, v hlc.Version) ([]storage.Record, engine.Result) {
-	rec := storage.Record{Keyspace: g.Keyspace, Partition: g.Partition, Key: cmd.GetKey(), Value: cmd.GetValue(), Tombstone: cmd.GetTombstone(), Version: v}
+	rec := storage.Record{Keyspace: g.Keyspace, Key: cmd.GetKey(), Value: cmd.GetValue(), Tombstone: cmd.GetTombstone(), Version: v}
 	if rec.Value == nil && !rec.Tombstone {
 		rec.Value = []byte{}
 	}

@@ -162,7 +162,7 @@ func (h *Harness) Flush(node uint32) {
 			}
 		}
 		for _, in := range rd.Ingests {
-			if err := h.Stores[node].ReplacePartition(in.Keyspace, in.Partition, in.File, in.Before, in.After); err != nil {
+			if err := h.Stores[node].ReplaceSpan(in.Span, in.File, in.Before, in.After); err != nil {
 				h.t.Fatalf("install snapshot: %v", err)
 			}
 		}
@@ -281,10 +281,8 @@ func (h *Harness) Reply(id uint64) (engine.Result, bool) {
 // Newest returns each node's newest stored version of key in keyspace ks.
 func (h *Harness) Newest(key string) map[uint32]storage.Record {
 	out := map[uint32]storage.Record{}
-	ks, _ := h.Hosts[h.IDs[0]].Placement().Keyspace("ks")
-	p := ks.Lookup([]byte(key))
 	for _, id := range h.IDs {
-		rec, found, err := h.Stores[id].Get("ks", p.ID, []byte(key))
+		rec, found, err := h.Stores[id].Get("ks", []byte(key))
 		if err != nil {
 			h.t.Fatal(err)
 		}

@@ -77,7 +77,7 @@ func (n *Node) loadPlacement() (*placement.Map, error) {
 
 	// What the metadata group had applied here (each key's newest version).
 	dropped := map[string]bool{}
-	err = n.store.Scan(metadata.Keyspace, 0, nil, nil, 0, func(r storage.Record) bool {
+	err = n.store.Scan(storage.KeyspaceSpan(metadata.Keyspace), 0, func(r storage.Record) bool {
 		name, ok := metadata.IsKeyspaceKey(r.Key)
 		if !ok {
 			return true
@@ -113,7 +113,7 @@ func (n *Node) loadPlacement() (*placement.Map, error) {
 
 	// A layout-1 catalog's keyspaces, the same way.
 	if mark {
-		err = n.store.Scan(metadata.LegacyKeyspace, 0, []byte(legacyCatalogPrefix), nil, 0, func(r storage.Record) bool {
+		err = n.store.Scan(storage.Span{Keyspace: metadata.LegacyKeyspace, Start: []byte(legacyCatalogPrefix)}, 0, func(r storage.Record) bool {
 			if r.Tombstone || !strings.HasPrefix(string(r.Key), legacyCatalogPrefix) {
 				return true
 			}
@@ -240,7 +240,7 @@ func (n *Node) importCatalog() {
 		backoff = min(2*backoff, 5*time.Second)
 	}
 	if n.legacyCatalog {
-		if err := n.store.DeletePartition(metadata.LegacyKeyspace, 0, true); err != nil {
+		if err := n.store.DeleteSpan(storage.KeyspaceSpan(metadata.LegacyKeyspace), true); err != nil {
 			n.log.Error("could not delete the old catalog after importing it", "err", err)
 			return
 		}
@@ -343,6 +343,47 @@ func (n *Node) AlterKeyspace(ctx context.Context, name string, ch KeyspaceChange
 	return out.Keyspace.Spec, out.Version, out.Unchanged, n.notInstalledNames(un), nil
 }
 
+// SplitPartition splits the partition holding key at key (key starts the new partition),
+// through the cluster metadata, waiting as CreateKeyspace. The partition is the one of this
+// node's map; if a concurrent change moved the boundary, the command fails clearly (the
+// metadata checks key against the partition as it is then).
+func (n *Node) SplitPartition(ctx context.Context, keyspace string, key []byte, expectVersion uint64, timeout time.Duration) (*metadata.KeyspaceRecord, []string, error) {
+	ks, ok := n.pmap.Load().Keyspace(keyspace)
+	if !ok || strings.HasPrefix(keyspace, "_") {
+		return nil, nil, errs.New(errs.NotFound, "split: no keyspace %q", keyspace)
+	}
+	if len(key) == 0 {
+		return nil, nil, errs.New(errs.Invalid, "split keyspace %q: the split key is empty (the first partition always starts at the empty key)", keyspace)
+	}
+	if len(key) > n.opts.Cluster.Limits.MaxKeyBytes {
+		return nil, nil, errs.New(errs.Invalid, "split keyspace %q: split key of %d bytes exceeds max_key_bytes (%d)", keyspace, len(key), n.opts.Cluster.Limits.MaxKeyBytes)
+	}
+	p := ks.Lookup(key)
+	if string(p.Start) == string(key) {
+		return nil, nil, errs.New(errs.Invalid, "split keyspace %q: partition %d already starts at %q", keyspace, p.ID, key)
+	}
+	cmd := metadata.Command{Op: metadata.OpSplit, Name: keyspace, Partition: p.ID, SplitKey: key, ExpectVersion: expectVersion}
+	out, un, err := n.metaCommand(ctx, cmd, timeout, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out.Keyspace, n.notInstalledNames(un), nil
+}
+
+// MergePartitions merges partition id with its right-hand neighbour through the cluster
+// metadata, waiting as CreateKeyspace.
+func (n *Node) MergePartitions(ctx context.Context, keyspace string, id uint32, expectVersion uint64, timeout time.Duration) (*metadata.KeyspaceRecord, []string, error) {
+	if _, ok := n.pmap.Load().Keyspace(keyspace); !ok || strings.HasPrefix(keyspace, "_") {
+		return nil, nil, errs.New(errs.NotFound, "merge: no keyspace %q", keyspace)
+	}
+	cmd := metadata.Command{Op: metadata.OpMerge, Name: keyspace, Partition: id, ExpectVersion: expectVersion}
+	out, un, err := n.metaCommand(ctx, cmd, timeout, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out.Keyspace, n.notInstalledNames(un), nil
+}
+
 // DropKeyspace removes a keyspace and its data through the cluster metadata, waiting as
 // CreateKeyspace. version is the one the keyspace had.
 func (n *Node) DropKeyspace(ctx context.Context, name string, expectVersion uint64, timeout time.Duration) (version uint64, notInstalled []string, err error) {
@@ -429,14 +470,16 @@ func (n *Node) awaitPlacement(ctx context.Context, keyspace string, version uint
 // CheckPlacement enforces a client's placement version of a keyspace (0: none): a request
 // made under an older placement than this node's is refused as stale; one made under a newer
 // placement than this node has yet waits briefly for the metadata to catch up here, then is
-// refused the same way. It returns the version the request is served under.
+// refused the same way. It returns the version the request is served under. A request made
+// under a version at or after the keyspace's last replica change (ReplicasVersion) is served
+// even if splits or merges came since: they changed no key's replicas.
 func (n *Node) CheckPlacement(ctx context.Context, keyspace string, clientVersion uint64) (uint64, error) {
 	ks, ok := n.pmap.Load().Keyspace(keyspace)
 	if !ok {
 		return 0, nil // the gateway reports unknown keyspaces
 	}
 	switch {
-	case clientVersion == 0 || clientVersion == ks.Version:
+	case clientVersion == 0 || (clientVersion >= ks.ReplicasVersion && clientVersion <= ks.Version):
 		return ks.Version, nil
 	case clientVersion < ks.Version:
 		return ks.Version, errs.New(errs.StalePlacement, "keyspace %q is at placement version %d, the request was made under version %d: refresh it (describe-keyspace) and retry", keyspace, ks.Version, clientVersion)

@@ -85,14 +85,15 @@ func (n *Node) admitPeer(env *peerpb.Envelope) bool {
 		}
 		return false
 	}
-	// Nodes exchange messages about a keyspace only under the same placement: one made
-	// under another (both known to the cluster metadata: version 0 is a configuration
+	// Nodes exchange messages about a keyspace only under the same replica sets: one made
+	// under others (both known to the cluster metadata: version 0 is a configuration
 	// file's keyspace not imported yet, placed the same way everywhere) is dropped. The
-	// sender or this node is behind the metadata and catches up as its learner.
+	// sender or this node is behind the metadata and catches up as its learner. Splits and
+	// merges keep the replicas version, so they drop nothing.
 	if name, ok := wire.KeyspaceOf(env); ok && env.GetPlacementVersion() != 0 {
-		if ks, ok := n.pmap.Load().Keyspace(name); ok && ks.Version != 0 && ks.Version != env.GetPlacementVersion() {
+		if ks, ok := n.pmap.Load().Keyspace(name); ok && ks.ReplicasVersion != 0 && ks.ReplicasVersion != env.GetPlacementVersion() {
 			reason := "placement_stale" // the sender is behind
-			if env.GetPlacementVersion() > ks.Version {
+			if env.GetPlacementVersion() > ks.ReplicasVersion {
 				reason = "placement_behind" // this node is behind
 			}
 			n.gm.peerRejected.WithLabelValues(reason).Inc()

@@ -458,11 +458,11 @@ func (n *Node) committer() {
 				n.watchCatalog(writes)
 			}
 			for _, in := range seg[len(seg)-1].Ingests {
-				if err := n.store.ReplacePartition(in.Keyspace, in.Partition, in.File, in.Before, in.After); err != nil {
+				if err := n.store.ReplaceSpan(in.Span, in.File, in.Before, in.After); err != nil {
 					n.storageFailed(batch, err)
 					break
 				}
-				n.log.Info("partition replica replaced by a snapshot", "keyspace", in.Keyspace, "partition", in.Partition)
+				n.log.Info("partition replica replaced by a snapshot", "span", in.Span.String())
 			}
 		}
 		if n.failed.Load() != nil {
@@ -516,12 +516,13 @@ func (n *Node) release(env *peerpb.Envelope) {
 	}
 }
 
-// send stamps a message with this node's placement version of the keyspace it is about
+// send stamps a message with this node's replicas version of the keyspace it is about
 // (the receiver drops it if its own differs: admitPeer) and hands it to the transport.
+// Splits and merges keep the replicas version: nodes on either side of one keep talking.
 func (n *Node) send(env *peerpb.Envelope) bool {
 	if name, ok := wire.KeyspaceOf(env); ok {
 		if ks, ok := n.pmap.Load().Keyspace(name); ok {
-			env.PlacementVersion = ks.Version
+			env.PlacementVersion = ks.ReplicasVersion
 		}
 	}
 	return n.tr.Send(env)

@@ -22,6 +22,7 @@ import (
 	"meridian/internal/engine"
 	"meridian/internal/errs"
 	"meridian/internal/hlc"
+	"meridian/internal/placement"
 	"meridian/internal/runtime/node"
 	"meridian/internal/runtime/transport"
 )
@@ -168,7 +169,51 @@ func (s *Service) MoveMaster(ctx context.Context, r *meridianpb.MoveMasterReques
 
 func specPB(ks config.Keyspace) *meridianpb.KeyspaceSpec {
 	return &meridianpb.KeyspaceSpec{Name: ks.Name, Protocol: ks.Protocol, Regions: ks.Regions,
-		ReplicasPerRegion: uint32(ks.ReplicasPerRegion), Partitions: uint32(ks.Partitions), Options: ks.Options}
+		ReplicasPerRegion: uint32(ks.ReplicasPerRegion), Partitions: uint32(ks.Partitions), Options: ks.Options,
+		SplitPoints: ks.SplitPoints}
+}
+
+// SplitPartition splits the partition holding a key at that key.
+func (s *Service) SplitPartition(ctx context.Context, r *meridianpb.SplitPartitionRequest) (*meridianpb.RepartitionResponse, error) {
+	timeout, err := s.metaTimeout(r.GetTimeoutMs())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	rec, un, err := s.node.SplitPartition(ctx, r.GetKeyspace(), r.GetKey(), r.GetExpectVersion(), timeout)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &meridianpb.RepartitionResponse{Version: rec.Version, Partitions: s.partitionsPB(rec.Partitions), NotInstalled: un}, nil
+}
+
+// MergePartitions merges a partition with its right-hand neighbour.
+func (s *Service) MergePartitions(ctx context.Context, r *meridianpb.MergePartitionsRequest) (*meridianpb.RepartitionResponse, error) {
+	timeout, err := s.metaTimeout(r.GetTimeoutMs())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	rec, un, err := s.node.MergePartitions(ctx, r.GetKeyspace(), r.GetPartition(), r.GetExpectVersion(), timeout)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &meridianpb.RepartitionResponse{Version: rec.Version, Partitions: s.partitionsPB(rec.Partitions), NotInstalled: un}, nil
+}
+
+// partitionsPB describes partitions with node names.
+func (s *Service) partitionsPB(parts []placement.Partition) []*meridianpb.PartitionPlacement {
+	names := func(ids []uint32) []string {
+		var out []string
+		for _, id := range ids {
+			nd, _ := s.node.Cluster().NodeByID(id)
+			out = append(out, nd.Name)
+		}
+		return out
+	}
+	var out []*meridianpb.PartitionPlacement
+	for _, p := range parts {
+		out = append(out, &meridianpb.PartitionPlacement{Partition: p.ID, Start: p.Start, Replicas: names(p.Replicas), Learners: names(p.Learners)})
+	}
+	return out
 }
 
 // CreateKeyspace creates a keyspace at run time.
@@ -189,7 +234,8 @@ func (s *Service) CreateKeyspace(ctx context.Context, r *meridianpb.CreateKeyspa
 		return nil, ToStatus(errs.New(errs.Invalid, "create keyspace: replicas_per_region or partitions out of range"))
 	}
 	spec := config.Keyspace{Name: sp.GetName(), Protocol: sp.GetProtocol(), Regions: sp.GetRegions(),
-		ReplicasPerRegion: int(sp.GetReplicasPerRegion()), Partitions: int(sp.GetPartitions()), Options: sp.GetOptions()}
+		ReplicasPerRegion: int(sp.GetReplicasPerRegion()), Partitions: int(sp.GetPartitions()), Options: sp.GetOptions(),
+		SplitPoints: sp.GetSplitPoints()}
 	got, version, notInstalled, err := s.node.CreateKeyspace(ctx, spec, timeout)
 	if err != nil {
 		return nil, ToStatus(err)
@@ -255,18 +301,8 @@ func (s *Service) DescribeKeyspace(ctx context.Context, r *meridianpb.DescribeKe
 	if err != nil {
 		return nil, ToStatus(err)
 	}
-	out := &meridianpb.DescribeKeyspaceResponse{Spec: specPB(ks.Spec), PlacementVersion: ks.Version, Origin: s.node.Origin(ks.Spec.Name)}
-	names := func(ids []uint32) []string {
-		var out []string
-		for _, id := range ids {
-			nd, _ := s.node.Cluster().NodeByID(id)
-			out = append(out, nd.Name)
-		}
-		return out
-	}
-	for _, p := range ks.Partitions {
-		out.Partitions = append(out.Partitions, &meridianpb.PartitionPlacement{Partition: p.ID, Start: p.Start, Replicas: names(p.Replicas), Learners: names(p.Learners)})
-	}
+	out := &meridianpb.DescribeKeyspaceResponse{Spec: specPB(ks.Spec), PlacementVersion: ks.Version, Origin: s.node.Origin(ks.Spec.Name),
+		Partitions: s.partitionsPB(ks.Partitions)}
 	return out, nil
 }
 
@@ -278,7 +314,10 @@ func (s *Service) ListKeyspaces(ctx context.Context, r *meridianpb.ListKeyspaces
 		if name[0] == '_' {
 			continue
 		}
-		out.Keyspaces = append(out.Keyspaces, specPB(pm.Keyspaces[name].Spec))
+		ks := pm.Keyspaces[name]
+		sp := specPB(ks.Spec)
+		sp.Partitions = uint32(len(ks.Partitions)) // now, after any splits and merges
+		out.Keyspaces = append(out.Keyspaces, sp)
 	}
 	return out, nil
 }

@@ -11,6 +11,7 @@ import (
 	"meridian/client"
 	"meridian/internal/config"
 	"meridian/internal/engine"
+	"meridian/internal/tools/ycsb"
 	"meridian/internal/topology"
 )
 
@@ -96,7 +97,7 @@ func (t *EmulatedTarget) Prepare(ctx context.Context, cfg Config) (Session, erro
 		Topology:       t.Topo,
 		NodesPerRegion: t.NodesPerRegion,
 		Keyspace: config.Keyspace{Name: "bench", Protocol: cfg.Protocol, ReplicasPerRegion: max(1, t.ReplicasPerRegion),
-			Partitions: max(1, t.Partitions), Options: opts},
+			Partitions: max(1, t.Partitions), SplitPoints: ycsb.SplitPoints(t.Partitions), Options: opts},
 		Jitter:          t.Jitter,
 		Seed:            t.Seed,
 		MaxClockOffset:  t.MaxClockOffset,

@@ -22,6 +22,7 @@ import (
 
 	"meridian/client"
 	"meridian/internal/config"
+	"meridian/internal/tools/ycsb"
 )
 
 // Ports every Meridian server uses on its own address.
@@ -33,7 +34,7 @@ const (
 
 // DefaultKeyspace is the keyspace a lab starts with: "bench", quorum, QUORUM/QUORUM.
 func DefaultKeyspace() config.Keyspace {
-	return config.Keyspace{Name: "bench", Protocol: config.ProtocolQuorum, Partitions: 16, ReplicasPerRegion: 1,
+	return config.Keyspace{Name: "bench", Protocol: config.ProtocolQuorum, Partitions: 16, SplitPoints: ycsb.SplitPoints(16), ReplicasPerRegion: 1,
 		Options: map[string]string{"read_level": "QUORUM", "write_level": "QUORUM"}}
 }
 

@@ -17,6 +17,7 @@ import (
 	"meridian/internal/config"
 	"meridian/internal/tools/bench"
 	"meridian/internal/tools/peer"
+	"meridian/internal/tools/ycsb"
 	"meridian/internal/topology"
 )
 
@@ -159,7 +160,8 @@ func (t *Target) Prepare(ctx context.Context, cfg bench.Config) (bench.Session, 
 	if !slices.Contains(config.Protocols(), cfg.Protocol) {
 		return nil, fmt.Errorf("lab: unknown protocol %q (Meridian's: %v; peers: cassandra, etcd)", cfg.Protocol, config.Protocols())
 	}
-	ks := config.Keyspace{Name: "bench", Protocol: cfg.Protocol, Partitions: 16, ReplicasPerRegion: 1, Options: map[string]string{}}
+	// YCSB keys all start with "user": split where they spread (ycsb.SplitPoints).
+	ks := config.Keyspace{Name: "bench", Protocol: cfg.Protocol, Partitions: 16, SplitPoints: ycsb.SplitPoints(16), ReplicasPerRegion: 1, Options: map[string]string{}}
 	maps.Copy(ks.Options, cfg.Options)
 	if cfg.ReadLevel != "" {
 		ks.Options["read_level"] = cfg.ReadLevel

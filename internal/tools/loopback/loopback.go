@@ -27,6 +27,7 @@ import (
 	"meridian/internal/tools/bench"
 	"meridian/internal/tools/peer"
 	"meridian/internal/tools/peer/etcd"
+	"meridian/internal/tools/ycsb"
 	"meridian/internal/topology"
 )
 
@@ -192,6 +193,7 @@ func (t *Target) writeMeridianConfig(cfg bench.Config) (string, error) {
 		Protocol          string            `yaml:"protocol"`
 		ReplicasPerRegion int               `yaml:"replicas_per_region"`
 		Partitions        int               `yaml:"partitions"`
+		SplitPoints       []string          `yaml:"split_points,omitempty"`
 		Options           map[string]string `yaml:"options,omitempty"`
 	}
 	opts := maps.Clone(cfg.Options)
@@ -210,7 +212,7 @@ func (t *Target) writeMeridianConfig(cfg bench.Config) (string, error) {
 		Nodes     []node     `yaml:"nodes"`
 		Keyspaces []keyspace `yaml:"keyspaces"`
 	}{Cluster: "loopback", Topology: "topology.yaml",
-		Keyspaces: []keyspace{{Name: "bench", Protocol: cfg.Protocol, ReplicasPerRegion: 1, Partitions: 16, Options: opts}}}
+		Keyspaces: []keyspace{{Name: "bench", Protocol: cfg.Protocol, ReplicasPerRegion: 1, Partitions: 16, SplitPoints: ycsb.SplitPoints(16), Options: opts}}}
 	for i, h := range t.hosts {
 		c.Nodes = append(c.Nodes, node{Name: h.Name, Region: h.Region, Listen: t.Endpoint(i),
 			PeerListen: net.JoinHostPort(h.Addr, fmt.Sprint(MeridianPeerPort)), Metrics: t.MetricsAddr(i)})

@@ -124,6 +124,12 @@ type Options struct {
 	// PartitionEvery, when set with the partition fault, starts a partition this often on
 	// average, each after the last has healed (default: one or two per run).
 	PartitionEvery time.Duration
+	// RepartitionEvery, when set, splits or merges a partition of the keyspace this often on
+	// average (protocols that repartition: config.ProtocolSpec.Repartition). Each node
+	// installs the new map after its own delay (up to one RTT to the farthest node), as
+	// nodes learn the metadata group's change, so nodes serve under different maps for a
+	// while; the checkers must see no difference.
+	RepartitionEvery time.Duration
 	// Sessions: clients send their session version (client.Session). Default true.
 	NoSessions bool
 	// Roam: each client sends a share of its requests to a random node in any region, so

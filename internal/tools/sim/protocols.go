@@ -21,13 +21,27 @@ type Protocol = engine.Protocol
 // RuntimeMutations break the simulated runtime rather than a protocol; they apply to every
 // protocol.
 var RuntimeMutations = map[string]string{
-	"ack-before-sync": "release a Ready's messages and replies before its writes are synced",
+	"ack-before-sync":          "release a Ready's messages and replies before its writes are synced",
+	"merge-different-replicas": "merge adjacent partitions whose replicas differ (the merged range keeps the left one's replicas, which do not hold the right one's data)",
+}
+
+// repartitionMutations are runtime mutations of splits and merges: they apply only to
+// protocols that repartition (config.ProtocolSpec.Repartition).
+var repartitionMutations = map[string]bool{"merge-different-replicas": true}
+
+// repartitions reports whether keyspaces of protocol p split and merge.
+func repartitions(p Protocol) bool {
+	spec, ok := config.Protocol(p.Name)
+	return ok && spec.Repartition
 }
 
 // runtimeMutationHints adjust a run so a runtime mutation can show: replication masks a
 // missing fsync unless every copy is lost, so ack-before-sync runs with one replica.
 var runtimeMutationHints = map[string]engine.SimHints{
 	"ack-before-sync": {ReplicaRegions: 1},
+	// Two nodes per region and one replica per region: neighbouring partitions are on
+	// different nodes.
+	"merge-different-replicas": {NodesPerRegion: 2, RepartitionEvery: 100 * time.Millisecond},
 }
 
 // LookupProtocol returns a registered protocol.
@@ -49,6 +63,9 @@ func MutationNames(p Protocol) []string {
 		out = append(out, n)
 	}
 	for n := range RuntimeMutations {
+		if repartitionMutations[n] && !repartitions(p) {
+			continue
+		}
 		out = append(out, n)
 	}
 	sort.Strings(out)
@@ -136,6 +153,8 @@ func applyMutationHints(p Protocol, m string, o *Options) error {
 	setIfPositive(&o.ClockStepEvery, h.ClockStepEvery)
 	setIfPositive(&o.PartitionEvery, h.PartitionEvery)
 	setIfPositive(&o.RequestTimeout, h.RequestTimeout)
+	setIfPositive(&o.NodesPerRegion, h.NodesPerRegion)
+	setIfPositive(&o.RepartitionEvery, h.RepartitionEvery)
 	setIfPositive(&o.Quiesce, h.Quiesce)
 	setIfPositive(&o.MaxClockOffset, h.MaxClockOffset)
 	for k, v := range h.KeyspaceOptions {

@@ -28,7 +28,9 @@ type SeedsResult struct {
 	Wall       time.Duration
 	Crashes    int
 	Partitions int
-	ReadPaths  map[string]int
+	// Repartitions counts splits and merges.
+	Repartitions int
+	ReadPaths    map[string]int
 	// Failed is the first failing seed's report (nil when every seed passed).
 	Failed *Report
 }
@@ -58,6 +60,7 @@ func RunSeeds(so SeedsOptions) (*SeedsResult, error) {
 		res.SimSeconds += rep.SimSeconds
 		res.Crashes += rep.Crashes
 		res.Partitions += rep.Partitions
+		res.Repartitions += rep.Repartitions
 		if res.ReadPaths == nil {
 			res.ReadPaths = map[string]int{}
 		}
@@ -130,6 +133,9 @@ func ReplayCommand(o Options) string {
 	}
 	if o.RequestTimeout != time.Second {
 		fmt.Fprintf(&b, " --request-timeout %s", o.RequestTimeout)
+	}
+	if o.RepartitionEvery > 0 {
+		fmt.Fprintf(&b, " --repartition-every %s", o.RepartitionEvery)
 	}
 	if o.PartitionEvery > 0 {
 		fmt.Fprintf(&b, " --partition-every %s", o.PartitionEvery)

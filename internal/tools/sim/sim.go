@@ -28,18 +28,20 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 
 // Report is the outcome of one run.
 type Report struct {
-	Seed        uint64
-	Ops         int
-	OK          int
-	SimSeconds  float64
-	Violations  []*check.Violation
-	TraceHash   uint64
-	Events      int
-	Crashes     int
-	Partitions  int
-	Messages    int
-	Dropped     int
-	MaxOffsetMs float64 // largest pairwise clock difference seen
+	Seed       uint64
+	Ops        int
+	OK         int
+	SimSeconds float64
+	Violations []*check.Violation
+	TraceHash  uint64
+	Events     int
+	Crashes    int
+	Partitions int
+	// Repartitions counts splits and merges of the keyspace (Options.RepartitionEvery).
+	Repartitions int
+	Messages     int
+	Dropped      int
+	MaxOffsetMs  float64 // largest pairwise clock difference seen
 	// ReadPaths counts how OK reads were served (quorum, local, local-waited, fallback).
 	ReadPaths map[string]int
 }
@@ -59,6 +61,8 @@ const (
 	evEndWorkload
 	evLocal     // a node's job hands a note to its own engine
 	evClockStep // a node's clock is stepped (as NTP steps a clock), within the fault's bound
+	evRepartition
+	evInstallMap // a node installs a newer placement map (event.pmap)
 )
 
 type event struct {
@@ -70,6 +74,7 @@ type event struct {
 	cli  int
 	req  uint64
 	cut  *cut
+	pmap *placement.Map
 }
 
 type eventHeap []event
@@ -108,6 +113,9 @@ type simNode struct {
 	driftPPM  float64
 	epoch     int // incarnation, so stale sync events are ignored after a crash
 	lastReady int64
+	// pmap is the placement map this node serves under; s.pmap is the newest one, which
+	// nodes install after their own delays (repartition.go).
+	pmap *placement.Map
 }
 
 type client struct {
@@ -314,6 +322,9 @@ func (s *simulator) setup() error {
 	}
 	s.scheduleFaults()
 	s.scheduleClockSteps()
+	if err := s.scheduleRepartitions(); err != nil {
+		return err
+	}
 	s.schedule(event{at: int64(s.o.Duration), kind: evEndWorkload})
 	return nil
 }
@@ -385,7 +396,9 @@ func (s *simulator) startNode(i int) error {
 		AntiEntropyInterval: 500 * time.Millisecond, Mutation: s.o.Mutation, MaxClockOffset: s.cluster.Clock.MaxOffset,
 		RandSeed: s.o.Seed<<20 ^ uint64(n.cfg.ID)<<8 ^ uint64(n.epoch),
 	}, e, nil)
-	n.host.SetPlacement(s.pmap)
+	// A restarted node reads the newest map from the metadata it follows.
+	n.pmap = s.pmap
+	n.host.SetPlacement(n.pmap)
 	n.up = true
 	n.pending = nil
 	n.syncing = 0
@@ -469,6 +482,16 @@ func (s *simulator) handle(e event) error {
 			return err
 		}
 		s.checkInvariant()
+	case evRepartition:
+		s.repartition()
+	case evInstallMap:
+		n := s.nodes[e.node]
+		if n.up && e.pmap.Version > n.pmap.Version {
+			n.pmap = e.pmap
+			n.host.SetPlacement(n.pmap)
+			s.trace("%s installs map %d", n.cfg.Name, n.pmap.Version)
+			return s.processReady(e.node)
+		}
 	case evClientOp:
 		return s.clientOp(e.cli)
 	case evClientTimeout:
@@ -509,7 +532,7 @@ func (s *simulator) handle(e event) error {
 // peerCheck is the validation node i's runtime applies to a peer message now.
 func (s *simulator) peerCheck(i int) *wire.PeerCheck {
 	return &wire.PeerCheck{Self: s.nodes[i].cfg.ID, Members: func(id uint32) bool { _, ok := s.byID[id]; return ok },
-		Placement: s.pmap, Limits: s.cluster.Limits, Now: s.localTime(i), MaxFuture: s.cluster.Clock.MaxFutureVersion()}
+		Placement: s.nodes[i].pmap, Limits: s.cluster.Limits, Now: s.localTime(i), MaxFuture: s.cluster.Clock.MaxFutureVersion()}
 }
 
 func (s *simulator) checkInvariant() {
@@ -557,10 +580,10 @@ func (s *simulator) processReady(i int) error {
 		}
 		// A snapshot install syncs as it goes (ReplacePartition), after this Ready's writes.
 		for _, in := range rd.Ingests {
-			if err := n.engine.ReplacePartition(in.Keyspace, in.Partition, in.File, in.Before, in.After); err != nil {
+			if err := n.engine.ReplaceSpan(in.Span, in.File, in.Before, in.After); err != nil {
 				return fmt.Errorf("node %s: install snapshot: %w", n.cfg.Name, err)
 			}
-			s.trace("%s installed a snapshot of %s/%d", n.cfg.Name, in.Keyspace, in.Partition)
+			s.trace("%s installed a snapshot of %s", n.cfg.Name, in.Span)
 		}
 		if s.o.Mutation == "ack-before-sync" {
 			// Broken on purpose: outputs leave before the writes are durable.
@@ -1011,7 +1034,7 @@ func (s *simulator) finish() (*Report, error) {
 		p := ks.Lookup([]byte(key))
 		for _, id := range p.Replicas {
 			n := s.nodes[s.byID[id]]
-			rec, found, err := n.engine.Get("sim", p.ID, []byte(key))
+			rec, found, err := n.engine.Get("sim", []byte(key))
 			if err != nil {
 				return nil, fmt.Errorf("sim: final read on %s: %w", n.cfg.Name, err)
 			}
@@ -1044,18 +1067,15 @@ func (s *simulator) finish() (*Report, error) {
 // finishWorkload has the protocol's workload judge the history and every node's final
 // records.
 func (s *simulator) finishWorkload() (*Report, error) {
-	ks, _ := s.pmap.Keyspace("sim")
 	final := map[string][]storage.Record{}
 	for _, n := range s.nodes {
 		var recs []storage.Record
-		for _, p := range ks.Partitions {
-			err := n.engine.Scan("sim", p.ID, nil, nil, 0, func(r storage.Record) bool {
-				recs = append(recs, r)
-				return true
-			})
-			if err != nil {
-				return nil, fmt.Errorf("sim: final read on %s: %w", n.cfg.Name, err)
-			}
+		err := n.engine.Scan(storage.KeyspaceSpan("sim"), 0, func(r storage.Record) bool {
+			recs = append(recs, r)
+			return true
+		})
+		if err != nil {
+			return nil, fmt.Errorf("sim: final read on %s: %w", n.cfg.Name, err)
 		}
 		final[n.cfg.Name] = recs
 	}

@@ -1,6 +1,9 @@
 package ycsb
 
-import "strconv"
+import (
+	"slices"
+	"strconv"
+)
 
 // FNV-64 constants, as in YCSB's Utils.FNV_OFFSET_BASIS_64 and Utils.FNV_PRIME_64.
 const (
@@ -60,4 +63,41 @@ func AppendKeyName(dst []byte, keynum uint64, ordered bool, zeroPadding int) []b
 		dst = append(dst, '0')
 	}
 	return append(dst, digits...)
+}
+
+// splitSampleKeys is how many hashed key names SplitPoints sorts to find the quantiles.
+const splitSampleKeys = 1 << 16
+
+// SplitPoints returns partitions-1 boundaries that cut YCSB's hashed key names (the default
+// insert order) into partitions ranges of about equal share, whatever the record count: the
+// hash spreads key numbers uniformly over the decimal strings, so the quantiles of the first
+// 65,536 key names are the quantiles of any key set. Every name starts with "user", so
+// without them a range-partitioned keyspace holds every YCSB key in one partition (ElasCass
+// 2.1's skew). nil for partitions <= 1. Each boundary is shortened to the shortest prefix
+// that still separates its neighbours, for readability.
+func SplitPoints(partitions int) []string {
+	if partitions <= 1 {
+		return nil
+	}
+	keys := make([]string, splitSampleKeys)
+	for i := range keys {
+		keys[i] = string(KeyName(uint64(i), false))
+	}
+	slices.Sort(keys)
+	out := make([]string, 0, partitions-1)
+	for i := 1; i < partitions; i++ {
+		j := i * len(keys) / partitions
+		prev, cut := keys[j-1], keys[j]
+		// The shortest prefix of cut that is still greater than prev: keys below it stay left.
+		n := len("user") + 1
+		for n < len(cut) && cut[:n] <= prev {
+			n++
+		}
+		b := cut[:n]
+		if len(out) > 0 && b <= out[len(out)-1] {
+			continue // too few distinct keys for this many partitions
+		}
+		out = append(out, b)
+	}
+	return out
 }

@@ -1,6 +1,9 @@
 package ycsb
 
-import "testing"
+import (
+	"sort"
+	"testing"
+)
 
 // Hashed key names of records 0, 1, 2 as YCSB writes them in its load phase (they appear in
 // that order in YCSB load traces: INSERT usertable user6284781860667377211 ...).
@@ -69,5 +72,38 @@ func TestLoadKeyMatchesKeyName(t *testing.T) {
 	w.ZeroPadding = 4
 	if got := string(w.LoadKey(12)); got != "user0012" {
 		t.Fatalf("ordered LoadKey(12) with zeropadding 4 = %q, want user0012", got)
+	}
+}
+
+// TestSplitPointsSpreadHashedKeys: 16 partitions from SplitPoints get about 1/16 of any
+// hashed key set each (here 100,000 keys, not the 65,536 the quantiles came from), and the
+// boundaries are strictly increasing.
+func TestSplitPointsSpreadHashedKeys(t *testing.T) {
+	sp := SplitPoints(16)
+	if len(sp) != 15 {
+		t.Fatalf("SplitPoints(16) has %d boundaries, want 15: %q", len(sp), sp)
+	}
+	for i := 1; i < len(sp); i++ {
+		if sp[i] <= sp[i-1] {
+			t.Fatalf("boundaries not increasing: %q", sp)
+		}
+	}
+	counts := make([]int, 16)
+	const n = 100_000
+	for k := range uint64(n) {
+		key := string(KeyName(k, false))
+		i := sort.SearchStrings(sp, key)
+		if i < len(sp) && sp[i] == key {
+			i++
+		}
+		counts[i]++
+	}
+	for i, c := range counts {
+		if c < n/16*8/10 || c > n/16*12/10 {
+			t.Fatalf("partition %d holds %d of %d keys (boundaries %q): not within 20%% of an equal share; counts %v", i, c, n, sp, counts)
+		}
+	}
+	if SplitPoints(1) != nil {
+		t.Fatal("one partition needs no split points")
 	}
 }

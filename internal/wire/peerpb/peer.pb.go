@@ -85,10 +85,11 @@ func (x *Version) GetNodeId() uint32 {
 }
 
 // Record is one version of one key (storage.Record on the wire).
+// A record names no partition: partitions are key ranges of a keyspace, and a receiver finds
+// the record's partition in its own placement map (splits and merges move no data).
 type Record struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
-	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
 	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
 	Version       *Version               `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
 	Value         []byte                 `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
@@ -132,13 +133,6 @@ func (x *Record) GetKeyspace() string {
 		return x.Keyspace
 	}
 	return ""
-}
-
-func (x *Record) GetPartition() uint32 {
-	if x != nil {
-		return x.Partition
-	}
-	return 0
 }
 
 func (x *Record) GetKey() []byte {
@@ -551,8 +545,13 @@ type AEDigest struct {
 	// Only keys whose newest version is at or before this time (the initiator's clock) are
 	// compared: writes still in flight are normal replication's job, not repair's.
 	CutoffUnixNanos int64 `protobuf:"varint,5,opt,name=cutoff_unix_nanos,json=cutoffUnixNanos,proto3" json:"cutoff_unix_nanos,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The key range compared, [start, end) (end empty: to the end of the keyspace): the
+	// initiator's partition. Both sides compare exactly this range, so a round is meaningful
+	// while the two nodes' maps differ by a split or merge; partition is informational.
+	Start         []byte `protobuf:"bytes,6,opt,name=start,proto3" json:"start,omitempty"`
+	End           []byte `protobuf:"bytes,7,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AEDigest) Reset() {
@@ -620,6 +619,20 @@ func (x *AEDigest) GetCutoffUnixNanos() int64 {
 	return 0
 }
 
+func (x *AEDigest) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *AEDigest) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
 type KeyVersion struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -683,8 +696,11 @@ type AEKeys struct {
 	// True when entries was cut at the message size bound.
 	Truncated       bool  `protobuf:"varint,6,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	CutoffUnixNanos int64 `protobuf:"varint,7,opt,name=cutoff_unix_nanos,json=cutoffUnixNanos,proto3" json:"cutoff_unix_nanos,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The range of the digest this answers (AEDigest.start, end).
+	Start         []byte `protobuf:"bytes,8,opt,name=start,proto3" json:"start,omitempty"`
+	End           []byte `protobuf:"bytes,9,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AEKeys) Reset() {
@@ -764,6 +780,20 @@ func (x *AEKeys) GetCutoffUnixNanos() int64 {
 		return x.CutoffUnixNanos
 	}
 	return 0
+}
+
+func (x *AEKeys) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *AEKeys) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
 }
 
 type AEPull struct {
@@ -4288,9 +4318,10 @@ type Envelope struct {
 	// The protocol engine that sent the message (its registry ID); the receiving node hands
 	// the message to its engine of the same protocol.
 	Engine uint32 `protobuf:"varint,3,opt,name=engine,proto3" json:"engine,omitempty"`
-	// The sender's placement version of the keyspace the message is about (0: none, or not
-	// yet in the cluster metadata). A receiver with another non-zero version drops it: nodes
-	// exchange messages about a keyspace only under the same placement.
+	// The sender's replicas version of the keyspace the message is about: the metadata
+	// version of the last change of its replica sets (0: none, or not yet in the cluster
+	// metadata). A receiver with another non-zero version drops it: nodes exchange messages
+	// about a keyspace only under the same replica sets. Splits and merges keep it.
 	PlacementVersion uint64 `protobuf:"varint,4,opt,name=placement_version,json=placementVersion,proto3" json:"placement_version,omitempty"`
 	// Types that are valid to be assigned to Msg:
 	//
@@ -5181,14 +5212,13 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"wall_nanos\x18\x01 \x01(\x03R\twallNanos\x12\x18\n" +
 	"\alogical\x18\x02 \x01(\rR\alogical\x12\x17\n" +
-	"\anode_id\x18\x03 \x01(\rR\x06nodeId\"\xbd\x01\n" +
+	"\anode_id\x18\x03 \x01(\rR\x06nodeId\"\xa5\x01\n" +
 	"\x06Record\x12\x1a\n" +
-	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
-	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x10\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\fR\x03key\x123\n" +
 	"\aversion\x18\x04 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\x12\x14\n" +
 	"\x05value\x18\x05 \x01(\fR\x05value\x12\x1c\n" +
-	"\ttombstone\x18\x06 \x01(\bR\ttombstone\"_\n" +
+	"\ttombstone\x18\x06 \x01(\bR\ttombstoneJ\x04\b\x02\x10\x03\"_\n" +
 	"\fWriteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x120\n" +
@@ -5219,17 +5249,19 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x122\n" +
 	"\arecords\x18\x02 \x03(\v2\x18.meridian.peer.v1.RecordR\arecords\x12\x1c\n" +
-	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\xb0\x01\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\xd8\x01\n" +
 	"\bAEDigest\x12\x19\n" +
 	"\bround_id\x18\x01 \x01(\x04R\aroundId\x12\x1a\n" +
 	"\bkeyspace\x18\x02 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\rR\tpartition\x12#\n" +
 	"\rbucket_hashes\x18\x04 \x03(\x06R\fbucketHashes\x12*\n" +
-	"\x11cutoff_unix_nanos\x18\x05 \x01(\x03R\x0fcutoffUnixNanos\"S\n" +
+	"\x11cutoff_unix_nanos\x18\x05 \x01(\x03R\x0fcutoffUnixNanos\x12\x14\n" +
+	"\x05start\x18\x06 \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\a \x01(\fR\x03end\"S\n" +
 	"\n" +
 	"KeyVersion\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x123\n" +
-	"\aversion\x18\x02 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\"\xf9\x01\n" +
+	"\aversion\x18\x02 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\"\xa1\x02\n" +
 	"\x06AEKeys\x12\x19\n" +
 	"\bround_id\x18\x01 \x01(\x04R\aroundId\x12\x1a\n" +
 	"\bkeyspace\x18\x02 \x01(\tR\bkeyspace\x12\x1c\n" +
@@ -5237,7 +5269,9 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\abuckets\x18\x04 \x03(\rR\abuckets\x126\n" +
 	"\aentries\x18\x05 \x03(\v2\x1c.meridian.peer.v1.KeyVersionR\aentries\x12\x1c\n" +
 	"\ttruncated\x18\x06 \x01(\bR\ttruncated\x12*\n" +
-	"\x11cutoff_unix_nanos\x18\a \x01(\x03R\x0fcutoffUnixNanos\"q\n" +
+	"\x11cutoff_unix_nanos\x18\a \x01(\x03R\x0fcutoffUnixNanos\x12\x14\n" +
+	"\x05start\x18\b \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\t \x01(\fR\x03end\"q\n" +
 	"\x06AEPull\x12\x19\n" +
 	"\bround_id\x18\x01 \x01(\x04R\aroundId\x12\x1a\n" +
 	"\bkeyspace\x18\x02 \x01(\tR\bkeyspace\x12\x1c\n" +

@@ -1,0 +1,120 @@
+package sim
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"time"
+
+	"meridian/internal/placement"
+)
+
+// Splits and merges during a run (Options.RepartitionEvery). The metadata group orders a
+// split or merge and nodes install the new map as they apply it, each at its own moment; here
+// the newest map changes at once and each node installs it after its own delay, up to
+// maxInstallDelay, so for a while nodes serve under different maps (ElasCass 3.1: "the old
+// partition serves until the new map is in force"). Protocols that repartition must behave
+// exactly as without splits: the checkers judge the run as any other.
+
+// maxPartitionsInSim bounds the partitions of the simulated keyspace (splits stop there).
+const maxPartitionsInSim = 32
+
+// maxInstallDelay bounds how long after a change a node installs the new map: about the
+// slowest WAN round trip, the time a metadata learner needs to hear of a commit.
+const maxInstallDelay = 300 * time.Millisecond
+
+func (s *simulator) scheduleRepartitions() error {
+	if s.o.RepartitionEvery <= 0 {
+		return nil
+	}
+	p, err := LookupProtocol(s.o.Protocol)
+	if err != nil {
+		return err
+	}
+	if !repartitions(p) {
+		return fmt.Errorf("sim: protocol %s does not split or merge partitions (--repartition-every needs a protocol that does)", s.o.Protocol)
+	}
+	every := int64(s.o.RepartitionEvery)
+	for at := s.rng.Int64N(2 * every); at < int64(s.o.Duration); at += 1 + s.rng.Int64N(2*every) {
+		s.schedule(event{at: at, kind: evRepartition})
+	}
+	return nil
+}
+
+// repartition splits a random partition at a random key inside it, or merges two adjacent
+// partitions on the same replicas, and schedules every node's install of the new map.
+func (s *simulator) repartition() {
+	ks, _ := s.pmap.Keyspace("sim")
+	var next *placement.Keyspace
+	var what string
+	merge := len(ks.Partitions) >= maxPartitionsInSim || (len(ks.Partitions) > 1 && s.rng.IntN(2) == 0)
+	if merge {
+		next, what = s.randomMerge(ks)
+	}
+	if next == nil && len(ks.Partitions) < maxPartitionsInSim {
+		next, what = s.randomSplit(ks)
+	}
+	if next == nil {
+		return
+	}
+	next.Version = ks.Version + 1
+	if err := next.Check(); err != nil {
+		panic(fmt.Sprintf("sim: %s made a broken keyspace: %v", what, err))
+	}
+	s.pmap = s.pmap.With(next)
+	s.report.Repartitions++
+	s.trace("repartition: %s (map %d, %d partitions)", what, s.pmap.Version, len(next.Partitions))
+	for i := range s.nodes {
+		s.schedule(event{at: s.now + s.rng.Int64N(int64(maxInstallDelay)+1), kind: evInstallMap, node: i, pmap: s.pmap})
+	}
+}
+
+// randomSplit splits a random partition at a key strictly inside it: the workload's keys
+// ("k0", "k1", ...) and keys between them, so splits fall between keys that are in use.
+func (s *simulator) randomSplit(ks *placement.Keyspace) (*placement.Keyspace, string) {
+	// Bounded: a few tries, each drawing a candidate key.
+	for range 16 {
+		key := fmt.Appendf(nil, "k%d", s.rng.IntN(s.o.Keys+1))
+		if s.rng.IntN(2) == 0 {
+			key = fmt.Appendf(key, "%d", s.rng.IntN(10))
+		}
+		p := ks.Lookup(key)
+		if bytes.Equal(p.Start, key) {
+			continue
+		}
+		out, err := ks.Split(p.ID, key)
+		if err != nil {
+			continue
+		}
+		return out, fmt.Sprintf("split partition %d at %q", p.ID, key)
+	}
+	return nil, ""
+}
+
+// randomMerge merges a random partition with its right-hand neighbour when both are on the
+// same replicas. Under the mutation merge-different-replicas it merges a pair on different
+// replicas instead, the merged range keeping the left one's replicas (a broken merge).
+func (s *simulator) randomMerge(ks *placement.Keyspace) (*placement.Keyspace, string) {
+	var ok, bad []int
+	for i := 0; i+1 < len(ks.Partitions); i++ {
+		if _, err := ks.Merge(ks.Partitions[i].ID); err == nil {
+			ok = append(ok, i)
+		} else {
+			bad = append(bad, i)
+		}
+	}
+	if s.o.Mutation == "merge-different-replicas" && len(bad) > 0 {
+		i := bad[s.rng.IntN(len(bad))]
+		parts := slices.Clone(ks.Partitions)
+		parts[i].End = parts[i+1].End
+		parts = slices.Delete(parts, i+1, i+2)
+		out := &placement.Keyspace{Spec: ks.Spec, Partitions: parts, ReplicasVersion: ks.ReplicasVersion, NextPartitionID: ks.NextPartitionID}
+		return out.Index(), fmt.Sprintf("merge (broken) partitions %d and %d on different replicas", ks.Partitions[i].ID, ks.Partitions[i+1].ID)
+	}
+	if len(ok) == 0 {
+		return nil, ""
+	}
+	i := ok[s.rng.IntN(len(ok))]
+	out, _ := ks.Merge(ks.Partitions[i].ID)
+	return out, fmt.Sprintf("merge partitions %d and %d", ks.Partitions[i].ID, ks.Partitions[i+1].ID)
+}
