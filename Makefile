@@ -38,6 +38,8 @@ sim-ci: build
 	$(BIN) sim --protocol quorum --seeds $(SIMSEEDS) --faults all
 	$(BIN) sim --protocol quorum --mutations --mutation-seeds 200 --faults all
 	$(BIN) sim --protocol quorum --seeds $(SIMSEEDS) --faults all --nodes-per-region 2 --repartition-every 100ms
+	$(BIN) sim --protocol quorum --seeds $(SIMSEEDS) --faults all --nodes-per-region 2 --move-every 300ms
+	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --nodes-per-region 2 --move-every 300ms
 	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --repartition-every 100ms
 	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --option theta=lower
 	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --option theta=upper
@@ -46,6 +48,7 @@ sim-ci: build
 	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS) --faults all --nodes-per-region 1
 	$(BIN) sim --protocol globlease --mutations --mutation-seeds 200 --faults all
 	$(BIN) sim --protocol raft --seeds $(SIMSEEDS) --faults all
+	$(BIN) sim --protocol raft --seeds $(SIMSEEDS) --faults all --nodes-per-region 3 --move-every 300ms
 	$(BIN) sim --protocol raft --mutations --mutation-seeds 200 --faults all
 	$(BIN) sim --protocol metadata --seeds $(SIMSEEDS) --faults all
 	$(BIN) sim --protocol metadata --mutations --mutation-seeds 200 --faults all

@@ -18,7 +18,7 @@ func simCmd() *cobra.Command {
 		seeds, mutationSeeds, replicaRegions, nodesPerRegion                                      int
 		seedStart                                                                                 uint64
 		listMutations, mutations, roam, sessions, lin, verbose                                    bool
-		duration, maxOffset, quiesce, clockStep, partitionEvery, repartitionEvery, requestTimeout time.Duration
+		duration, maxOffset, quiesce, clockStep, partitionEvery, repartitionEvery, moveEvery, requestTimeout time.Duration
 		spikeProb, readFraction                                                                   float64
 		clientsPerRegion                                                                          int
 		options                                                                                   []string
@@ -69,7 +69,7 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 				Mutation: mutate, Roam: roam, NoSessions: !sessions, Linearizability: lin, Duration: duration,
 				ReplicaRegions: replicaRegions, NodesPerRegion: nodesPerRegion, KeyspaceOptions: map[string]string{},
 				DelaySpikeProb: spikeProb, MaxClockOffset: maxOffset, Quiesce: quiesce, ClockStepEvery: clockStep, PartitionEvery: partitionEvery, RequestTimeout: requestTimeout,
-				RepartitionEvery: repartitionEvery,
+				RepartitionEvery: repartitionEvery, MoveEvery: moveEvery,
 				ReadFraction:     readFraction, ClientsPerRegion: clientsPerRegion}
 			if readFraction < 0 || readFraction > 1 {
 				return fmt.Errorf("--read-fraction %v out of range [0, 1]", readFraction)
@@ -85,6 +85,9 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 			}
 			if repartitionEvery < 0 || (repartitionEvery > 0 && repartitionEvery < time.Millisecond) {
 				return fmt.Errorf("--repartition-every %v: at least 1ms, or 0", repartitionEvery)
+			}
+			if moveEvery < 0 || (moveEvery > 0 && moveEvery < time.Millisecond) {
+				return fmt.Errorf("--move-every %v: at least 1ms, or 0", moveEvery)
 			}
 			if partitionEvery < 0 || (partitionEvery > 0 && partitionEvery < time.Millisecond) {
 				return fmt.Errorf("--partition-every %v: at least 1ms, or 0", partitionEvery)
@@ -131,8 +134,8 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 			if err != nil {
 				return err
 			}
-			fmt.Printf("%d seed(s), %d operations (%d ok), %d crashes, %d partitions, %d splits and merges, %.0f simulated s in %.1f s wall = %.1f sim s per wall s\n",
-				res.Seeds, res.Ops, res.OK, res.Crashes, res.Partitions, res.Repartitions, res.SimSeconds, res.Wall.Seconds(), res.SimPerWall())
+			fmt.Printf("%d seed(s), %d operations (%d ok), %d crashes, %d partitions, %d splits and merges, %d moves (%d finished, %d aborted), %.0f simulated s in %.1f s wall = %.1f sim s per wall s\n",
+				res.Seeds, res.Ops, res.OK, res.Crashes, res.Partitions, res.Repartitions, res.Moves, res.MovesFinished, res.MovesAborted, res.SimSeconds, res.Wall.Seconds(), res.SimPerWall())
 			if len(res.ReadPaths) > 0 {
 				fmt.Printf("reads served: %v\n", res.ReadPaths)
 			}
@@ -168,6 +171,7 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 	f.Float64Var(&readFraction, "read-fraction", 0.5, "share of the clients' operations that are reads")
 	f.IntVar(&clientsPerRegion, "clients-per-region", 2, "sequential clients in each region")
 	f.DurationVar(&requestTimeout, "request-timeout", time.Second, "each client request's deadline")
+	f.DurationVar(&moveEvery, "move-every", 0, "start a replica move this often on average: a random replica to a node of its region that holds none, finished when the new replica has caught up, some aborted (protocols that move replicas; needs --nodes-per-region above the replicas per region; 0: never)")
 	f.DurationVar(&repartitionEvery, "repartition-every", 0, "split or merge a partition this often on average, each node installing the new map after its own delay (protocols that repartition; 0: never)")
 	f.DurationVar(&partitionEvery, "partition-every", 0, "with the partition fault, start a partition this often on average, one after another (0: one or two a run)")
 	f.DurationVar(&clockStep, "clock-step-every", 0, "with clock faults, step every node's clock this often on average (0: a few times a run)")

@@ -60,6 +60,15 @@ type ProtocolSpec struct {
 	// (a split entry in the group's log, as CockroachDB's split trigger) and refuse until
 	// then.
 	Repartition bool
+	// Moves: a replica of a partition moves to another node of its region one at a time
+	// (metadata move_start / move_finish, docs/elasticity.md): the quorum family writes and
+	// reads both sets while the new replica catches up; Raft adds it as a learner and
+	// promotes it by joint consensus.
+	Moves bool
+	// NoRejoin: a node that left a partition by a move never becomes its member again
+	// (placement.Partition.Departed). Raft names group members by node ID, and etcd raft
+	// must never see a member come back with an empty log under an ID it knew.
+	NoRejoin bool
 }
 
 func normalizeRaftReadLevel(v string) (string, error) {
@@ -87,6 +96,7 @@ var protocols = []ProtocolSpec{
 		Name:        ProtocolQuorum,
 		Doc:         "majority quorum replication, Cassandra-style levels, last-writer-wins by (timestamp, node id)",
 		Repartition: true,
+		Moves:       true,
 		Options: []OptionSpec{
 			{
 				Name:      "read_level",
@@ -111,6 +121,7 @@ var protocols = []ProtocolSpec{
 	{
 		Name:        ProtocolMeteorShower,
 		Repartition: true,
+		Moves:       true,
 		Doc: "quorum writes, sequentially consistent reads served by the local replica using periodic status " +
 			"messages and bounded clock error (meteorshower-paper.txt II-III)",
 		Options: []OptionSpec{
@@ -126,6 +137,8 @@ var protocols = []ProtocolSpec{
 		Name:            ProtocolRaft,
 		Doc:             "one Raft group per partition (etcd raft): writes commit at a majority through the group's leader; reads are linearizable (at the leader under its lease, elsewhere by read index) or stale (the replica's applied state, with a staleness bound)",
 		MovableReplicas: true,
+		Moves:           true,
+		NoRejoin:        true,
 		Options:         raftOptionSpecs,
 	},
 	{

@@ -143,6 +143,8 @@ type Reader interface {
 	// Scan reads the newest version of every key of span (a partition's key range or part
 	// of one): partitions are key ranges, and records do not name them.
 	Scan(span storage.Span, limit int, fn func(storage.Record) bool) error
+	// ScanAt reads, per key of span, the newest version not newer than at.
+	ScanAt(span storage.Span, at hlc.Version, limit int, fn func(storage.Record) bool) error
 	// GetRaw and ScanRaw read raw state (Ready.Raw).
 	GetRaw(key []byte) ([]byte, bool, error)
 	ScanRaw(start, end []byte, limit int, fn func(key, value []byte) bool) error
@@ -186,11 +188,51 @@ type Unpaced interface {
 // earlier one, and before those of any later Ready; a failure stops the node like a failed
 // write. Each step is idempotent, so an engine that finds its marker (Before) at start asks
 // for the same Ingest again.
+//
+// With Merge the file's records are added to what the span holds instead
+// (storage.Engine.MergeSpan: a replica move's snapshot joins the writes the new replica has
+// already taken); Before and After are not used.
 type Ingest struct {
 	Span   storage.Span
 	File   string
 	Before []storage.RawOp
 	After  []storage.RawOp
+	Merge  bool
+}
+
+// Perform carries out in against store (the node runtime and the simulator both call it).
+func (in Ingest) Perform(store IngestStore) error {
+	if in.Merge {
+		_, err := store.MergeSpan(in.Span, in.File)
+		return err
+	}
+	return store.ReplaceSpan(in.Span, in.File, in.Before, in.After)
+}
+
+// IngestStore is the storage an Ingest is performed on.
+type IngestStore interface {
+	ReplaceSpan(span storage.Span, name string, before, after []storage.RawOp) error
+	MergeSpan(span storage.Span, name string) (storage.ExportStats, error)
+}
+
+// ReportKind names what an engine reports to its runtime (Ready.Reports).
+type ReportKind int
+
+const (
+	// ReportMoveCaughtUp: the new replica of a move has caught up (quorum family: it holds
+	// every key's newest version that a majority of the old replicas held when the move
+	// reached them; Raft: its learner has applied what its leader had committed); the
+	// move may finish. Repeated while the move lasts, in case a report is lost.
+	ReportMoveCaughtUp ReportKind = iota + 1
+)
+
+// Report is something an engine tells its runtime, which acts on the cluster metadata (the
+// engine cannot: it is sans-IO, and the metadata is a protocol of its own).
+type Report struct {
+	Kind      ReportKind
+	Keyspace  string
+	Partition uint32
+	MoveID    uint64
 }
 
 // Ready is an engine's output since the last call to Ready.
@@ -207,6 +249,8 @@ type Ready struct {
 	Jobs     []Job
 	// Ingests replace partitions' data with snapshots, after this Ready's Writes and Raw.
 	Ingests []Ingest
+	// Reports are for the runtime (a move that may finish); they need nothing durable.
+	Reports []Report
 	// Reads are run against storage once this Ready's writes (and every earlier Ready's)
 	// are durable and visible, and their results are released as replies: a protocol that
 	// applies writes in its Ready (Raft) reads what it has applied, never a storage state the
@@ -252,7 +296,7 @@ func RunRead(r Read, store Reader, now time.Time) Result {
 
 // Empty reports whether there is nothing to do.
 func (r *Ready) Empty() bool {
-	return len(r.Writes) == 0 && len(r.Raw) == 0 && len(r.Messages) == 0 && len(r.Replies) == 0 && len(r.Jobs) == 0 && len(r.Reads) == 0 && len(r.Ingests) == 0
+	return len(r.Writes) == 0 && len(r.Raw) == 0 && len(r.Messages) == 0 && len(r.Replies) == 0 && len(r.Jobs) == 0 && len(r.Reads) == 0 && len(r.Ingests) == 0 && len(r.Reports) == 0
 }
 
 // Engine is one protocol's state machine on one node. Not safe for concurrent use: one
@@ -284,6 +328,11 @@ type Config struct {
 	// may be to be folded into the hybrid logical clock.
 	MaxClockOffset time.Duration
 	MaxClockSkew   time.Duration
+	// MaxFutureVersion is how far ahead of a node's clock a peer's version may be and still
+	// be accepted (config.Clock.MaxFutureVersion; 0: MaxClockSkew). A replica move's
+	// catch-up compares replicas up to a version this far ahead of the moment the old
+	// replica joined the move, so every write it accepted before then is included.
+	MaxFutureVersion time.Duration
 	// RandSeed seeds the engine's randomness (election timeouts): the simulator derives it
 	// from its seed, so a run replays exactly; the node runtime from the time.
 	RandSeed uint64

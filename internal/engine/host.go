@@ -152,6 +152,7 @@ func (h *Host) Ready() Ready {
 			rd.Reads = append(rd.Reads, stampRead(rr, p.ID))
 		}
 		rd.Ingests = append(rd.Ingests, r.Ingests...)
+		rd.Reports = append(rd.Reports, r.Reports...)
 		for _, j := range r.Jobs {
 			if _, ok := j.(Unpaced); ok {
 				rd.Jobs = append(rd.Jobs, stampedUnpacedJob{stampedJob{id: p.ID, job: j}})

@@ -167,6 +167,11 @@ type SimHints struct {
 	NodesPerRegion int
 	// RepartitionEvery, when set, splits or merges a partition this often on average.
 	RepartitionEvery time.Duration
+	// MoveEvery, when set, starts a replica move this often on average.
+	MoveEvery time.Duration
+	// Linearizability, when set, checks the mutation's runs for linearizability too (a
+	// stale read by another client is a violation only there).
+	Linearizability bool
 }
 
 var (

@@ -35,6 +35,21 @@ func NewOffsetEstimator(peers []uint32, netRTT map[uint32]time.Duration) *Offset
 	return &OffsetEstimator{peers: peers, samples: map[uint32][]offsetSample{}, netRTT: netRTT}
 }
 
+// AddPeer starts estimating the offset to peer (a node that came to share data with this
+// one), with its network RTT.
+func (c *OffsetEstimator) AddPeer(peer uint32, netRTT time.Duration) {
+	for _, p := range c.peers {
+		if p == peer {
+			return
+		}
+	}
+	c.peers = append(c.peers, peer)
+	if c.netRTT == nil {
+		c.netRTT = map[uint32]time.Duration{}
+	}
+	c.netRTT[peer] = netRTT
+}
+
 // Sample records one exchange with peer from: t1 is when this node sent the ping (its
 // clock), t2 when the peer answered (the peer's clock), t3 when the answer arrived (this
 // node's clock), all in Unix nanoseconds. Garbage (a zero t1, or this clock gone back) is

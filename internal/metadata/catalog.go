@@ -100,10 +100,17 @@ type NodeRecord struct {
 	ID     uint32 `json:"id"`
 	Name   string `json:"name"`
 	Region string `json:"region"`
-	// State is "active" (issue 14 adds joining and decommissioning states).
+	// State is NodeActive or NodeDecommissioning (its replicas are moving away; it takes
+	// none).
 	State   string `json:"state"`
 	Version uint64 `json:"version"`
 }
+
+// Node states.
+const (
+	NodeActive          = "active"
+	NodeDecommissioning = "decommissioning"
+)
 
 // Command is one metadata change, the payload of a log entry (RaftCommand.command). JSON,
 // so a log stays readable across versions; V is its format version.
@@ -135,6 +142,11 @@ type Command struct {
 	Partition uint32 `json:"partition,omitempty"`
 	// SplitKey (split): the first key of the new right-hand partition.
 	SplitKey []byte `json:"split_key,omitempty"`
+	// Move (move_start): the replica move to start (Add, Remove, Source; its ID is the
+	// command's log index).
+	Move *placement.Move `json:"move,omitempty"`
+	// MoveID (move_finish, move_abort): the move the command is about.
+	MoveID uint64 `json:"move_id,omitempty"`
 }
 
 // Command ops.
@@ -145,6 +157,9 @@ const (
 	OpRegisterNode = "register_node"
 	OpSplit        = "split"
 	OpMerge        = "merge"
+	OpMoveStart    = "move_start"
+	OpMoveFinish   = "move_finish"
+	OpMoveAbort    = "move_abort"
 )
 
 // commandVersion is the Command format this code writes and understands.
@@ -270,6 +285,8 @@ func (c *Catalog) Apply(index uint64, cmd Command) ([]storage.Record, Outcome, e
 		return c.registerNode(index, cmd)
 	case OpSplit, OpMerge:
 		return c.repartition(index, cmd)
+	case OpMoveStart, OpMoveFinish, OpMoveAbort:
+		return c.move(index, cmd)
 	}
 	return nil, Outcome{}, errs.New(errs.Invalid, "metadata command %q is not known", cmd.Op)
 }
@@ -381,6 +398,80 @@ func (c *Catalog) repartition(index uint64, cmd Command) ([]storage.Record, Outc
 	rec := &KeyspaceRecord{Spec: old.Spec, Partitions: pk.Partitions, NextPartitionID: pk.NextPartitionID, Version: index, Created: old.Created, ReplicasVersion: old.ReplicasVersion}
 	c.keyspaces[old.Spec.Name] = rec
 	return []storage.Record{keyspaceRecord(rec)}, Outcome{Version: index, Keyspace: rec}, nil
+}
+
+// move starts, finishes or aborts a replica move of one partition (ElasCass 3.2-3.3, with
+// the staged protocol of docs/elasticity.md). Like a split it keeps the keyspace's replicas
+// version: nodes on either side of the change keep talking, and the partition's move epoch
+// (the start's index) fences coordinators that have not seen the start.
+func (c *Catalog) move(index uint64, cmd Command) ([]storage.Record, Outcome, error) {
+	old, err := c.conditional(cmd, cmd.Op)
+	if err != nil {
+		return nil, Outcome{}, err
+	}
+	if p, _ := config.Protocol(old.Spec.Protocol); !p.Moves {
+		return nil, Outcome{}, errs.New(errs.Invalid,
+			"%s keyspace %q: protocol %s does not move replicas (docs/elasticity.md says why)", cmd.Op, cmd.Name, old.Spec.Protocol)
+	}
+	var pk *placement.Keyspace
+	switch cmd.Op {
+	case OpMoveStart:
+		if cmd.Move == nil {
+			return nil, Outcome{}, errs.New(errs.Invalid, "move_start keyspace %q: no move", cmd.Name)
+		}
+		if err := c.checkMoveNodes(old, cmd.Partition, *cmd.Move); err != nil {
+			return nil, Outcome{}, err
+		}
+		mv := *cmd.Move
+		mv.ID = index
+		pk, err = old.Placement().StartMove(cmd.Partition, mv)
+	case OpMoveFinish:
+		pk, err = old.Placement().FinishMove(cmd.Partition, cmd.MoveID)
+	case OpMoveAbort:
+		pk, err = old.Placement().AbortMove(cmd.Partition, cmd.MoveID)
+	}
+	if err != nil {
+		kind := errs.Invalid
+		if cmd.Op != OpMoveStart {
+			kind = errs.Conflict // finished or aborted by someone else meanwhile
+		}
+		return nil, Outcome{}, errs.New(kind, "%s keyspace %q: %v", cmd.Op, cmd.Name, err)
+	}
+	if err := pk.Check(); err != nil {
+		return nil, Outcome{}, errs.New(errs.Internal, "%s keyspace %q: %v", cmd.Op, cmd.Name, err)
+	}
+	rec := &KeyspaceRecord{Spec: old.Spec, Partitions: pk.Partitions, NextPartitionID: pk.NextPartitionID, Version: index, Created: old.Created, ReplicasVersion: old.ReplicasVersion}
+	c.keyspaces[old.Spec.Name] = rec
+	return []storage.Record{keyspaceRecord(rec)}, Outcome{Version: index, Keyspace: rec}, nil
+}
+
+// checkMoveNodes checks a move's nodes against the membership: all known, Add and Remove
+// in the same region (every ElasCass rule runs per region in Meridian, so a region keeps
+// its replica count), Add accepting replicas (not leaving the cluster).
+func (c *Catalog) checkMoveNodes(ks *KeyspaceRecord, partition uint32, mv placement.Move) error {
+	add, ok := c.cluster.NodeByID(mv.Add)
+	if !ok {
+		return errs.New(errs.Invalid, "move in keyspace %q: node %d (add) is not a member of the cluster", ks.Spec.Name, mv.Add)
+	}
+	rem, ok := c.cluster.NodeByID(mv.Remove)
+	if !ok {
+		return errs.New(errs.Invalid, "move in keyspace %q: node %d (remove) is not a member of the cluster", ks.Spec.Name, mv.Remove)
+	}
+	if _, ok := c.cluster.NodeByID(mv.Source); !ok {
+		return errs.New(errs.Invalid, "move in keyspace %q: node %d (source) is not a member of the cluster", ks.Spec.Name, mv.Source)
+	}
+	if spec, _ := config.Protocol(ks.Spec.Protocol); spec.NoRejoin {
+		if p, ok := ks.Placement().Partition(partition); ok && p.HasDeparted(mv.Add) {
+			return errs.New(errs.Invalid, "move in keyspace %q: %s left partition %d earlier, and a %s group never takes a member back (its members are named by node; docs/elasticity.md)", ks.Spec.Name, add.Name, partition, ks.Spec.Protocol)
+		}
+	}
+	if add.Region != rem.Region {
+		return errs.New(errs.Invalid, "move in keyspace %q: %s is in region %s and %s in %s; a replica moves within its region", ks.Spec.Name, rem.Name, rem.Region, add.Name, add.Region)
+	}
+	if n, ok := c.nodes[mv.Add]; ok && n.State != "" && n.State != NodeActive {
+		return errs.New(errs.Invalid, "move in keyspace %q: %s is %s and takes no replicas", ks.Spec.Name, add.Name, n.State)
+	}
+	return nil
 }
 
 func (c *Catalog) drop(index uint64, cmd Command) ([]storage.Record, Outcome, error) {

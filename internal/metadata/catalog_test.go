@@ -2,11 +2,13 @@ package metadata
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"meridian/internal/config"
 	"meridian/internal/errs"
+	"meridian/internal/placement"
 	"meridian/internal/topology"
 )
 
@@ -86,5 +88,100 @@ func TestSplitAndMergeCommands(t *testing.T) {
 	}
 	if _, _, err = cat.Apply(30, Command{Op: OpSplit, Name: "kv", Partition: 0, SplitKey: []byte("")}); errs.KindOf(err) != errs.Invalid {
 		t.Fatalf("split at the empty key: %v", err)
+	}
+}
+
+// TestMoveCommands: a replica move starts, is refused while one is in progress (and refuses
+// splits of the partition), finishes only under its own ID, keeps the replicas version, and
+// checks regions, membership and — for Raft — that a node never rejoins a group it left.
+func TestMoveCommands(t *testing.T) {
+	cat := testCatalog(t, 2) // europe-0,1 = n1,n2; us-0,1 = n3,n4; asia-0,1 = n5,n6
+	create := func(index uint64, name, protocol string) {
+		t.Helper()
+		if _, _, err := cat.Apply(index, Command{Op: OpCreate, Spec: &config.Keyspace{Name: name, Protocol: protocol, Partitions: 2}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create(10, "kv", "quorum")
+	ks := cat.keyspaces["kv"].Placement()
+	p0, _ := ks.Partition(0)
+	// Partition 0's replicas are the first node of each region: n1, n3, n5.
+	if !slices.Equal(p0.Replicas, []uint32{1, 3, 5}) {
+		t.Fatalf("partition 0 replicas %v", p0.Replicas)
+	}
+	start := func(index uint64, name string, part, add, remove, source uint32) (*KeyspaceRecord, error) {
+		_, out, err := cat.Apply(index, Command{Op: OpMoveStart, Name: name, Partition: part, Move: &placement.Move{Add: add, Remove: remove, Source: source}})
+		return out.Keyspace, err
+	}
+	for _, bad := range []struct {
+		add, remove, source uint32
+		want                string
+	}{
+		{4, 1, 3, "within its region"},    // us node for a europe replica
+		{1, 2, 1, "not a replica"},        // n2 holds none of partition 0
+		{2, 1, 4, "not a replica"},        // the source holds none
+		{99, 1, 3, "not a member of the"}, // unknown node
+	} {
+		if _, err := start(11, "kv", 0, bad.add, bad.remove, bad.source); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("move n%d→n%d from n%d: %v, want %q", bad.remove, bad.add, bad.source, err, bad.want)
+		}
+	}
+	rec, err := start(11, "kv", 0, 2, 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rec.Placement()
+	p0, _ = p.Partition(0)
+	if p0.Move == nil || p0.Move.ID != 11 || p0.MoveEpoch != 11 || rec.ReplicasVersion != 10 || !p0.Holds(2) || p0.HasReplica(2) {
+		t.Fatalf("after start: %+v, replicas version %d", p0, rec.ReplicasVersion)
+	}
+	if !slices.Equal(p0.NewReplicas(), []uint32{2, 3, 5}) || len(p0.ReplicaSets()) != 2 {
+		t.Fatalf("new replicas %v, sets %v", p0.NewReplicas(), p0.ReplicaSets())
+	}
+	if _, err := start(12, "kv", 0, 6, 5, 5); err == nil || !strings.Contains(err.Error(), "already moving") {
+		t.Fatalf("second move of a moving partition: %v", err)
+	}
+	if _, _, err := cat.Apply(12, Command{Op: OpSplit, Name: "kv", Partition: 0, SplitKey: []byte("\x20")}); err == nil || !strings.Contains(err.Error(), "Rule 1") {
+		t.Fatalf("split of a moving partition: %v", err)
+	}
+	if _, _, err := cat.Apply(12, Command{Op: OpMoveFinish, Name: "kv", Partition: 0, MoveID: 7}); errs.KindOf(err) != errs.Conflict {
+		t.Fatalf("finish of another move: %v", err)
+	}
+	_, out, err := cat.Apply(13, Command{Op: OpMoveFinish, Name: "kv", Partition: 0, MoveID: 11})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p0, _ = out.Keyspace.Placement().Partition(0)
+	if !slices.Equal(p0.Replicas, []uint32{2, 3, 5}) || p0.Move != nil || p0.MoveEpoch != 11 || !p0.HasDeparted(1) {
+		t.Fatalf("after finish: %+v", p0)
+	}
+	if _, _, err := cat.Apply(14, Command{Op: OpMoveFinish, Name: "kv", Partition: 0, MoveID: 11}); errs.KindOf(err) != errs.Conflict {
+		t.Fatalf("finishing twice: %v", err)
+	}
+	// A quorum keyspace takes a node back; an abort leaves the replicas as they were.
+	if _, err := start(15, "kv", 0, 1, 2, 3); err != nil {
+		t.Fatalf("quorum: n1 back: %v", err)
+	}
+	if _, out, err = cat.Apply(16, Command{Op: OpMoveAbort, Name: "kv", Partition: 0, MoveID: 15}); err != nil {
+		t.Fatal(err)
+	}
+	if p0, _ = out.Keyspace.Placement().Partition(0); !slices.Equal(p0.Replicas, []uint32{2, 3, 5}) || p0.Move != nil || p0.MoveEpoch != 15 {
+		t.Fatalf("after abort: %+v", p0)
+	}
+	// Raft: a node that left a group's partition does not come back.
+	create(20, "rk", "raft")
+	if _, err := start(21, "rk", 0, 2, 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := cat.Apply(22, Command{Op: OpMoveFinish, Name: "rk", Partition: 0, MoveID: 21}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := start(23, "rk", 0, 1, 2, 3); err == nil || !strings.Contains(err.Error(), "never takes a member back") {
+		t.Fatalf("raft: n1 back: %v", err)
+	}
+	// GlobLease does not move replicas.
+	create(30, "gl", "globlease")
+	if _, err := start(31, "gl", 0, 2, 1, 3); err == nil || !strings.Contains(err.Error(), "does not move replicas") {
+		t.Fatalf("globlease move: %v", err)
 	}
 }

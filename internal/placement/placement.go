@@ -41,11 +41,92 @@ type Partition struct {
 	// same way; a member added later starts empty and is caught up by its group (Raft: by
 	// snapshot), so no two nodes can bootstrap different histories.
 	FoundingVoters, FoundingLearners []uint32
+
+	// Move is the replica move in progress (nil: none). While it lasts, Replicas is still
+	// the old set; the new set is NewReplicas.
+	Move *Move `json:"move,omitempty"`
+	// MoveEpoch is the ID of the last move that started on the partition (0: none ever):
+	// the fence of the move protocol. A replica refuses reads and writes coordinated under
+	// a map whose epoch for the key is older than its own (docs/elasticity.md), so a node
+	// that has not heard of a move cannot gather a quorum that misses the new replica.
+	MoveEpoch uint64 `json:"move_epoch,omitempty"`
+	// Departed are the nodes that left the partition by a move (its Remove when it
+	// finished, its Add when it was aborted), in order. A consensus protocol whose members
+	// are named by node (config.ProtocolSpec.NoRejoin) never takes one back: etcd raft
+	// must never see a member return with an empty log under the same ID.
+	Departed []uint32 `json:"departed,omitempty"`
 }
 
-// HasMember reports whether node is a replica or a learner of the partition.
+// MoveStage is where a replica move stands.
+type MoveStage int
+
+const (
+	// MoveCatchUp: the new replica is a member (quorum family: it takes every write, and
+	// reads and writes must reach their level in the old and the new set; Raft: it is a
+	// learner) and catches up (a snapshot from Source, then anti-entropy against the old
+	// replicas). The old replica serves on.
+	MoveCatchUp MoveStage = 1
+)
+
+// Move is one replica move of a partition (ElasCass 3.2-3.3 move replicas between nodes; 4.2
+// swaps read and write tokens; Meridian writes at quorums, so the move is staged: docs/
+// elasticity.md). Replicas stays the old set while the move lasts; finishing it makes
+// NewReplicas the replicas; aborting it leaves Replicas as they are.
+type Move struct {
+	// ID is the metadata index of the command that started the move; stage commands name
+	// it, so a command about an earlier move of the partition is refused.
+	ID uint64 `json:"id"`
+	// Add gains a replica; Remove loses one (a replica now, in the same region as Add).
+	Add    uint32 `json:"add"`
+	Remove uint32 `json:"remove"`
+	// Source is the replica the new one copies its snapshot from.
+	Source uint32    `json:"source"`
+	Stage  MoveStage `json:"stage"`
+}
+
+// NewReplicas is the replica set once the move finishes: Replicas with Remove replaced by
+// Add, in place (so regions stay grouped).
+func (p *Partition) NewReplicas() []uint32 {
+	if p.Move == nil {
+		return p.Replicas
+	}
+	out := slices.Clone(p.Replicas)
+	for i, r := range out {
+		if r == p.Move.Remove {
+			out[i] = p.Move.Add
+		}
+	}
+	return out
+}
+
+// ReplicaSets are the sets in which reads and writes must reach their level: the replicas,
+// and during a move also the new set (the quorum family writes and reads both, so either
+// set alone, before or after the move, holds every acknowledged write).
+func (p *Partition) ReplicaSets() [][]uint32 {
+	if p.Move == nil {
+		return [][]uint32{p.Replicas}
+	}
+	return [][]uint32{p.Replicas, p.NewReplicas()}
+}
+
+// Holders are the nodes that store the partition's data now: the replicas, and the new
+// replica of a move in progress.
+func (p *Partition) Holders() []uint32 {
+	if p.Move == nil {
+		return p.Replicas
+	}
+	return append(slices.Clone(p.Replicas), p.Move.Add)
+}
+
+// Holds reports whether node stores the partition's data (Holders).
+func (p *Partition) Holds(node uint32) bool {
+	return slices.Contains(p.Replicas, node) || (p.Move != nil && p.Move.Add == node)
+}
+
+// HasMember reports whether node is a replica or a learner of the partition, or the new
+// replica of a move in progress.
 func (p *Partition) HasMember(node uint32) bool {
-	return slices.Contains(p.Replicas, node) || slices.Contains(p.Learners, node)
+	return p.Holds(node) || slices.Contains(p.Learners, node)
 }
 
 // Contains reports whether key falls in the partition's range.
@@ -280,8 +361,25 @@ func Rebuild(old *Keyspace, spec config.Keyspace, nodes []config.Node) (*Keyspac
 		return nil, err
 	}
 	for i := range nk.Partitions {
-		nk.Partitions[i].FoundingVoters = slices.Clone(old.Partitions[i].FoundingVoters)
-		nk.Partitions[i].FoundingLearners = slices.Clone(old.Partitions[i].FoundingLearners)
+		np, op := &nk.Partitions[i], &old.Partitions[i]
+		np.FoundingVoters = slices.Clone(op.FoundingVoters)
+		np.FoundingLearners = slices.Clone(op.FoundingLearners)
+		np.MoveEpoch, np.Departed = op.MoveEpoch, slices.Clone(op.Departed)
+		if op.Move != nil {
+			return nil, fmt.Errorf("placement: keyspace %q: partition %d is moving a replica; its replicas change once the move is over", spec.Name, op.ID)
+		}
+		if ps, _ := config.Protocol(spec.Protocol); ps.NoRejoin {
+			for _, n := range slices.Concat(np.Replicas, np.Learners) {
+				if !op.HasMember(n) && op.HasDeparted(n) {
+					return nil, fmt.Errorf("placement: keyspace %q: node %d left partition %d earlier, and a %s group never takes a member back (docs/elasticity.md)", spec.Name, n, op.ID, spec.Protocol)
+				}
+			}
+		}
+		for _, n := range slices.Concat(op.Replicas, op.Learners) {
+			if !np.HasMember(n) {
+				np.Departed = appendDeparted(np.Departed, n)
+			}
+		}
 	}
 	nk.NextPartitionID = old.nextID()
 	return nk.Index(), nil
@@ -308,6 +406,9 @@ func (k *Keyspace) Split(id uint32, at []byte) (*Keyspace, error) {
 		return nil, fmt.Errorf("keyspace %q has no partition %d", k.Spec.Name, id)
 	}
 	p := &k.Partitions[i]
+	if p.Move != nil {
+		return nil, fmt.Errorf("partition %d of %q is moving a replica (move %d): a partition is not split while it moves (ElasCass 3.2 Rule 1)", id, k.Spec.Name, p.Move.ID)
+	}
 	if len(at) == 0 || bytes.Compare(at, p.Start) <= 0 || (p.End != nil && bytes.Compare(at, p.End) >= 0) {
 		return nil, fmt.Errorf("split key %q is not inside partition %d of %q (%s)", at, id, k.Spec.Name, p.Span(k.Spec.Name))
 	}
@@ -339,14 +440,120 @@ func (k *Keyspace) Merge(id uint32) (*Keyspace, error) {
 		return nil, fmt.Errorf("partition %d of %q is the last one: it has no right-hand neighbour to merge with", id, k.Spec.Name)
 	}
 	l, r := &k.Partitions[i], &k.Partitions[i+1]
+	if l.Move != nil || r.Move != nil {
+		return nil, fmt.Errorf("partitions %d and %d of %q: one is moving a replica; partitions are not merged while they move (ElasCass 3.2 Rule 1)", l.ID, r.ID, k.Spec.Name)
+	}
 	if !sameMembers(l.Replicas, r.Replicas) || !sameMembers(l.Learners, r.Learners) {
 		return nil, fmt.Errorf("partitions %d and %d of %q are on different replicas (%v and %v): merging them would move data; move a replica first", l.ID, r.ID, k.Spec.Name, l.Replicas, r.Replicas)
 	}
 	out := k.clone()
 	out.Partitions[i].End = out.Partitions[i+1].End
+	out.Partitions[i].MoveEpoch = max(l.MoveEpoch, r.MoveEpoch)
+	for _, d := range r.Departed {
+		out.Partitions[i].Departed = appendDeparted(out.Partitions[i].Departed, d)
+	}
 	out.Partitions = slices.Delete(out.Partitions, i+1, i+2)
 	out.NextPartitionID = k.nextID()
 	return out.Index(), nil
+}
+
+// StartMove returns a copy of k in which partition id begins moving its replica on remove
+// to add (copying from source), the move's ID being id of the metadata command (it becomes
+// the partition's MoveEpoch). The caller checks regions and node states; here: one move at
+// a time per partition, remove and source are replicas, add is not a member.
+func (k *Keyspace) StartMove(id uint32, mv Move) (*Keyspace, error) {
+	i := k.indexOf(id)
+	if i < 0 {
+		return nil, fmt.Errorf("keyspace %q has no partition %d", k.Spec.Name, id)
+	}
+	p := &k.Partitions[i]
+	switch {
+	case p.Move != nil:
+		return nil, fmt.Errorf("partition %d of %q is already moving a replica (move %d, n%d to n%d); one move at a time", id, k.Spec.Name, p.Move.ID, p.Move.Remove, p.Move.Add)
+	case mv.ID <= p.MoveEpoch:
+		return nil, fmt.Errorf("move %d of partition %d of %q is not newer than its last move %d", mv.ID, id, k.Spec.Name, p.MoveEpoch)
+	case !p.HasReplica(mv.Remove):
+		return nil, fmt.Errorf("node %d is not a replica of partition %d of %q (replicas %v)", mv.Remove, id, k.Spec.Name, p.Replicas)
+	case p.HasMember(mv.Add):
+		return nil, fmt.Errorf("node %d is already a member of partition %d of %q", mv.Add, id, k.Spec.Name)
+	case !p.HasReplica(mv.Source):
+		return nil, fmt.Errorf("source node %d is not a replica of partition %d of %q", mv.Source, id, k.Spec.Name)
+	}
+	mv.Stage = MoveCatchUp
+	out := k.clone()
+	out.Partitions[i].Move = &mv
+	out.Partitions[i].MoveEpoch = mv.ID
+	return out.Index(), nil
+}
+
+// FinishMove returns a copy of k in which move moveID of partition id is done: the new set
+// becomes the replicas.
+func (k *Keyspace) FinishMove(id uint32, moveID uint64) (*Keyspace, error) {
+	i, err := k.movingIndex(id, moveID)
+	if err != nil {
+		return nil, err
+	}
+	out := k.clone()
+	p := &out.Partitions[i]
+	p.Replicas = p.NewReplicas()
+	p.Departed = appendDeparted(p.Departed, p.Move.Remove)
+	p.Move = nil
+	return out.Index(), nil
+}
+
+// AbortMove returns a copy of k without move moveID of partition id: the replicas stay the
+// old set, and the new replica, no longer a member, drops what it copied. The epoch stays.
+func (k *Keyspace) AbortMove(id uint32, moveID uint64) (*Keyspace, error) {
+	i, err := k.movingIndex(id, moveID)
+	if err != nil {
+		return nil, err
+	}
+	out := k.clone()
+	p := &out.Partitions[i]
+	p.Departed = appendDeparted(p.Departed, p.Move.Add)
+	p.Move = nil
+	return out.Index(), nil
+}
+
+// maxDeparted bounds a partition's departed list; the oldest are forgotten (a protocol that
+// refuses rejoins then refuses no more for them: keep NoRejoin protocols' moves fewer than
+// this per partition, or give their members fresh identities).
+const maxDeparted = 64
+
+func appendDeparted(d []uint32, node uint32) []uint32 {
+	if slices.Contains(d, node) {
+		return d
+	}
+	d = append(d, node)
+	if len(d) > maxDeparted {
+		d = d[len(d)-maxDeparted:]
+	}
+	return d
+}
+
+// HasDeparted reports whether node left p by a move.
+func (p *Partition) HasDeparted(node uint32) bool { return slices.Contains(p.Departed, node) }
+
+func (k *Keyspace) movingIndex(id uint32, moveID uint64) (int, error) {
+	i := k.indexOf(id)
+	if i < 0 {
+		return -1, fmt.Errorf("keyspace %q has no partition %d", k.Spec.Name, id)
+	}
+	p := &k.Partitions[i]
+	if p.Move == nil || p.Move.ID != moveID {
+		return -1, fmt.Errorf("partition %d of %q has no move %d in progress (it may have finished or been aborted)", id, k.Spec.Name, moveID)
+	}
+	return i, nil
+}
+
+// Moving reports whether any partition of k has a move in progress.
+func (k *Keyspace) Moving() bool {
+	for i := range k.Partitions {
+		if k.Partitions[i].Move != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func sameMembers(a, b []uint32) bool {
@@ -366,11 +573,15 @@ func (k *Keyspace) indexOf(id uint32) int {
 }
 
 func clonePartition(p Partition) Partition {
+	if p.Move != nil {
+		mv := *p.Move
+		p.Move = &mv
+	}
 	p.Start, p.End = bytes.Clone(p.Start), bytes.Clone(p.End)
 	if p.Start == nil {
 		p.Start = []byte{}
 	}
-	p.Replicas, p.Learners = slices.Clone(p.Replicas), slices.Clone(p.Learners)
+	p.Replicas, p.Learners, p.Departed = slices.Clone(p.Replicas), slices.Clone(p.Learners), slices.Clone(p.Departed)
 	p.FoundingVoters, p.FoundingLearners = slices.Clone(p.FoundingVoters), slices.Clone(p.FoundingLearners)
 	return p
 }
@@ -403,6 +614,11 @@ func (k *Keyspace) Check() error {
 		}
 		if len(p.Replicas) == 0 {
 			return fmt.Errorf("keyspace %q: partition %d has no replicas", k.Spec.Name, p.ID)
+		}
+		if mv := p.Move; mv != nil {
+			if mv.ID != p.MoveEpoch || !p.HasReplica(mv.Remove) || !p.HasReplica(mv.Source) || p.HasReplica(mv.Add) || mv.Stage != MoveCatchUp {
+				return fmt.Errorf("keyspace %q: partition %d (replicas %v, epoch %d) has an inconsistent move %+v", k.Spec.Name, p.ID, p.Replicas, p.MoveEpoch, *mv)
+			}
 		}
 		if i == 0 && len(p.Start) != 0 {
 			return fmt.Errorf("keyspace %q: the first partition starts at %q, not the empty key", k.Spec.Name, p.Start)

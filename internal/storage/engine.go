@@ -282,6 +282,68 @@ func (e *Engine) Scan(span Span, limit int, fn func(Record) bool) error {
 	return nil
 }
 
+// ScanAt calls fn, in key order, with the newest version not newer than at of each key of
+// span that has one (tombstones included): the keys as they were at version at. A replica
+// move's catch-up compares replicas this way (docs/elasticity.md): what a replica holds up
+// to a version is fixed once the writes stamped before it have landed, so two replicas'
+// digests at the same version converge while new writes go on. Stops after limit keys
+// (limit > 0) or when fn returns false.
+func (e *Engine) ScanAt(span Span, at hlc.Version, limit int, fn func(Record) bool) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	e.scans.Add(1)
+	if span.End != nil && bytes.Compare(span.Start, span.End) >= 0 {
+		return nil
+	}
+	lo, hi := spanBounds(span)
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return fmt.Errorf("storage: scan %s at %s: %w", span, at, err)
+	}
+	err = scanAt(it, at, limit, fn)
+	err = errors.Join(err, it.Error(), it.Close())
+	if err != nil {
+		return fmt.Errorf("storage: scan %s at %s: %w", span, at, err)
+	}
+	return nil
+}
+
+// scanAt visits each user key once: the first entry of a key tells its prefix, one seek to
+// prefix|^at lands on its newest version not newer than at (versions sort newest first), and
+// one seek past the prefix moves to the next key. The loop ends with the iterator (finite
+// bounds), after limit keys, or when fn returns false.
+func scanAt(it *pebble.Iterator, at hlc.Version, limit int, fn func(Record) bool) error {
+	var prefix, seek []byte
+	emitted := 0
+	valid := it.First()
+	for valid {
+		k := it.Key()
+		if len(k) < versionLen {
+			return fmt.Errorf("%w: short data key", ErrCorrupt)
+		}
+		prefix = append(prefix[:0], k[:len(k)-versionLen]...)
+		seek = appendInvertedVersion(append(seek[:0], prefix...), at)
+		if bytes.Compare(k, seek) < 0 {
+			valid = it.SeekGE(seek)
+		}
+		if valid && bytes.HasPrefix(it.Key(), prefix) && len(it.Key()) == len(prefix)+versionLen {
+			rec, err := decodeRecordAt(it)
+			if err != nil {
+				return err
+			}
+			emitted++
+			if !fn(rec) || (limit > 0 && emitted >= limit) {
+				return nil
+			}
+		}
+		if valid {
+			valid = it.SeekGE(prefixEnd(prefix))
+		}
+	}
+	return nil
+}
+
 // scanNewest drives a bounded iterator over data keys and calls fn with the first (newest)
 // version of every user key. The loop ends when the iterator is exhausted (its bounds are
 // finite), after limit keys, or when fn returns false.

@@ -230,3 +230,37 @@ func (e *Engine) ReplaceSpan(span Span, name string, before, after []RawOp) erro
 	}
 	return e.RemoveStaged(name)
 }
+
+// MergeSpan adds the records of the staged snapshot file name to span without deleting what
+// span holds (a new replica of a move merging a snapshot into the writes it has already
+// taken): versions are distinct keys, so the result is the union, and a version present on
+// both sides carries the same bytes. The file must hold only records of span; it is removed
+// afterwards. Idempotent: merging the same file twice adds nothing the second time.
+func (e *Engine) MergeSpan(span Span, name string) (ExportStats, error) {
+	if err := e.checkOpen(); err != nil {
+		return ExportStats{}, err
+	}
+	wrap := func(err error) error {
+		return fmt.Errorf("storage: merge %q into %s: %w", name, span, err)
+	}
+	path, err := e.stagedPath(name)
+	if err != nil {
+		return ExportStats{}, err
+	}
+	stats, err := e.scanSnapshot(path, span, nil)
+	if err != nil {
+		return ExportStats{}, wrap(err)
+	}
+	if stats.Versions > 0 {
+		link := path + ingestSuffix
+		_ = e.fs.Remove(link)
+		if err := e.fs.Link(path, link); err != nil {
+			return ExportStats{}, wrap(fmt.Errorf("link for ingestion: %w", err))
+		}
+		if err := e.db.Ingest(contextBackground(), []string{link}); err != nil {
+			_ = e.fs.Remove(link)
+			return ExportStats{}, wrap(err)
+		}
+	}
+	return stats, e.RemoveStaged(name)
+}

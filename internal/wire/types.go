@@ -118,6 +118,10 @@ func KeyspaceOf(env *peerpb.Envelope) (string, bool) {
 		return m.AeKeys.GetKeyspace(), true
 	case *peerpb.Envelope_AePull:
 		return m.AePull.GetKeyspace(), true
+	case *peerpb.Envelope_MoveSnapshotRequest:
+		return m.MoveSnapshotRequest.GetKeyspace(), true
+	case *peerpb.Envelope_MoveSnapshotChunk:
+		return m.MoveSnapshotChunk.GetKeyspace(), true
 	case *peerpb.Envelope_GlForward:
 		return m.GlForward.GetKeyspace(), true
 	case *peerpb.Envelope_GlUpdate:

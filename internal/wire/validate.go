@@ -298,7 +298,25 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 			return reject(RejectMalformed, "snapshot chunk: id of %d bytes, offset %d, %d bytes", len(c.SnapshotId), c.Offset, len(c.Data))
 		}
 		return nil
-	case *peerpb.Envelope_RaftSnapshotStored, *peerpb.Envelope_RaftSnapshotReady:
+	case *peerpb.Envelope_MoveSnapshotRequest:
+		r := m.MoveSnapshotRequest
+		if err := pc.span(r.Keyspace, r.Start, r.End, senderReplica, from, true); err != nil {
+			return err
+		}
+		if len(r.SnapshotId) > maxSnapshotIDBytes || r.Length < 0 || r.Length > MaxSnapshotChunkBytes || (r.Offset >= 0 && r.Length == 0) {
+			return reject(RejectMalformed, "move snapshot request: id of %d bytes, offset %d, length %d (at most %d)", len(r.SnapshotId), r.Offset, r.Length, MaxSnapshotChunkBytes)
+		}
+		return nil
+	case *peerpb.Envelope_MoveSnapshotChunk:
+		c := m.MoveSnapshotChunk
+		if err := pc.span(c.Keyspace, c.Start, c.End, senderReplica, from, true); err != nil {
+			return err
+		}
+		if len(c.SnapshotId) > maxSnapshotIDBytes || len(c.Data) > MaxSnapshotChunkBytes || len(c.Error) > 4096 || c.Size < 0 {
+			return reject(RejectMalformed, "move snapshot chunk: id of %d bytes, offset %d, %d bytes", len(c.SnapshotId), c.Offset, len(c.Data))
+		}
+		return nil
+	case *peerpb.Envelope_RaftSnapshotStored, *peerpb.Envelope_RaftSnapshotReady, *peerpb.Envelope_MoveNote:
 		// A node's notes to itself never arrive from a peer.
 		return reject(RejectMalformed, "a node's own snapshot note from node %d", from)
 	case *peerpb.Envelope_RaftForward:
@@ -348,7 +366,7 @@ func (pc *PeerCheck) raftMessage(r *peerpb.RaftMessage, from uint32) *Rejection 
 	if r == nil {
 		return reject(RejectMalformed, "empty raft message")
 	}
-	if err := pc.partition(r.Keyspace, r.Partition, senderReplica, from, true); err != nil {
+	if err := pc.groupMember(r.Keyspace, r.Partition, from); err != nil {
 		return err
 	}
 	if limit := MaxRaftMessageBytes(pc.Limits); len(r.Message) > limit {
@@ -386,6 +404,29 @@ func (pc *PeerCheck) partition(keyspace string, id uint32, sender senderRule, fr
 		return reject(RejectBadPartition, "keyspace %q has no partition %d", keyspace, id)
 	}
 	return pc.members(p, keyspace, sender, from, receiverReplica)
+}
+
+// groupMember checks a consensus group's message: sender and receiver are members of the
+// partition, or left it by a move (placement.Partition.Departed): a member the placement
+// has dropped stays in the group until the configuration change that removes it commits,
+// and that change may need its vote. (Raft itself ignores messages from outside its
+// configuration.)
+func (pc *PeerCheck) groupMember(keyspace string, id uint32, from uint32) *Rejection {
+	ks, ok := pc.Placement.Keyspace(keyspace)
+	if !ok {
+		return reject(RejectUnknown, "unknown keyspace %q", keyspace)
+	}
+	p, ok := ks.Partition(id)
+	if !ok {
+		return reject(RejectBadPartition, "keyspace %q has no partition %d", keyspace, id)
+	}
+	if !p.HasMember(from) && !p.HasDeparted(from) {
+		return reject(RejectSenderReplica, "node %d is not a member of %s/%d", from, keyspace, id)
+	}
+	if !p.HasMember(pc.Self) && !p.HasDeparted(pc.Self) {
+		return reject(RejectReceiverReplic, "this node is not a member of %s/%d", keyspace, id)
+	}
+	return nil
 }
 
 // members applies the sender and receiver rules to partition p.

@@ -3,6 +3,7 @@ package coord
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -68,6 +69,10 @@ type Job struct {
 	Keys      [][]byte             // JobServePull
 	// Cutoff: only keys whose newest version is at or before it take part (0: all).
 	Cutoff int64
+	// MoveID and At: a catch-up round of a replica move (move.go): every key's newest
+	// version not newer than At takes part, and the round's answers say when it is done.
+	MoveID uint64
+	At     hlc.Version
 }
 
 // Run performs the job (engine.Job).
@@ -108,6 +113,29 @@ func (c *Core) SharedPartitions(peer uint32) []PartRef {
 		for i := range ks.Partitions {
 			p := &ks.Partitions[i]
 			if p.HasReplica(c.Cfg.NodeID) && p.HasReplica(peer) {
+				out = append(out, PartRef{n, p.ID, p.Span(n)})
+			}
+		}
+	}
+	return out
+}
+
+// HeldWith lists, in a deterministic order, the partitions of this core's keyspaces whose
+// data both nodes store now (placement.Partition.Holds: replicas, and the new replica of a
+// move in progress).
+func (c *Core) HeldWith(peer uint32) []PartRef {
+	if c.Pmap == nil {
+		return nil
+	}
+	var out []PartRef
+	for _, n := range slices.Sorted(maps.Keys(c.Pmap.Keyspaces)) {
+		ks := c.Pmap.Keyspaces[n]
+		if !c.Owns(ks) {
+			continue
+		}
+		for i := range ks.Partitions {
+			p := &ks.Partitions[i]
+			if p.Holds(c.Cfg.NodeID) && p.Holds(peer) {
 				out = append(out, PartRef{n, p.ID, p.Span(n)})
 			}
 		}
@@ -156,6 +184,10 @@ func (c *Core) handleAE(now time.Time, env *peerpb.Envelope) {
 	case *peerpb.Envelope_AeDigest:
 		d := m.AeDigest
 		span := msgSpan(d.Keyspace, d.Start, d.End)
+		if d.MoveId != 0 {
+			c.catchUpDigest(env.From, d, span)
+			return
+		}
 		if !c.HoldsRange(d.Keyspace, span.Start, span.End) || len(d.BucketHashes) != aeBuckets {
 			return
 		}
@@ -164,6 +196,10 @@ func (c *Core) handleAE(now time.Time, env *peerpb.Envelope) {
 	case *peerpb.Envelope_AeKeys:
 		k := m.AeKeys
 		span := msgSpan(k.Keyspace, k.Start, k.End)
+		if k.MoveId != 0 {
+			c.catchUpKeys(env.From, k, span)
+			return
+		}
 		if !c.HoldsRange(k.Keyspace, span.Start, span.End) {
 			return
 		}
@@ -187,17 +223,26 @@ func (c *Core) handleAE(now time.Time, env *peerpb.Envelope) {
 
 // handleAEPush applies repaired records. No ack: a lost push is redone by the next round.
 func (c *Core) handleAEPush(now time.Time, from uint32, m *peerpb.AEPush) {
-	for _, pr := range m.Records {
-		rec, err := wire.RecordFromPB(pr)
-		if err != nil {
-			continue
-		}
-		if !c.HoldsKey(rec.Keyspace, rec.Key) {
-			continue
-		}
-		c.Clock.Observe(now, rec.Version)
-		c.ApplyLocal(now, rec, false)
+	if m.MoveId != 0 {
+		c.catchUpPush(now, from, m)
+		return
 	}
+	for _, pr := range m.Records {
+		c.applyRepair(now, pr)
+	}
+}
+
+// applyRepair applies one repaired record of a key this node holds.
+func (c *Core) applyRepair(now time.Time, pr *peerpb.Record) {
+	rec, err := wire.RecordFromPB(pr)
+	if err != nil {
+		return
+	}
+	if !c.HoldsKey(rec.Keyspace, rec.Key) || c.clearingKey(rec.Keyspace, rec.Key) {
+		return
+	}
+	c.Clock.Observe(now, rec.Version)
+	c.ApplyLocal(now, rec, false)
 }
 
 // msgSpan is the range a message names: an empty end is the end of the keyspace (no
@@ -257,22 +302,44 @@ func Digest(store Reader, span storage.Span, cutoff int64) ([]uint64, error) {
 	return h, err
 }
 
+// scanJob scans a job's range: every key's newest version (with the cutoff applied by the
+// caller), or, for a catch-up round, every key's newest version not newer than job.At.
+func scanJob(store Reader, job Job, fn func(storage.Record) bool) error {
+	if job.MoveID != 0 {
+		return store.ScanAt(job.Span, job.At, 0, fn)
+	}
+	return store.Scan(job.Span, 0, fn)
+}
+
+// digestOf is Digest for a job (catch-up rounds compare at job.At, without cutoff).
+func digestOf(store Reader, job Job) ([]uint64, error) {
+	if job.MoveID == 0 {
+		return Digest(store, job.Span, job.Cutoff)
+	}
+	h := make([]uint64, aeBuckets)
+	err := scanJob(store, job, func(r storage.Record) bool {
+		h[bucketOf(r.Key)] ^= entryHash(r.Key, r.Version, r.Tombstone)
+		return true
+	})
+	return h, err
+}
+
 // RunJob performs one anti-entropy job against storage and returns the messages to send. It
 // is a pure function of the job and the storage contents, so the simulator can run it inline.
 func RunJob(store Reader, self uint32, job Job) ([]*peerpb.Envelope, error) {
 	to := func(msg any) *peerpb.Envelope { return aeEnvelope(self, job.Peer, msg) }
 	switch job.Kind {
 	case JobSendDigest:
-		h, err := Digest(store, job.Span, job.Cutoff)
+		h, err := digestOf(store, job)
 		if err != nil {
 			return nil, err
 		}
 		return []*peerpb.Envelope{to(&peerpb.AEDigest{RoundId: job.RoundID, Keyspace: job.Keyspace, Partition: job.Partition,
 			Start: job.Span.Start, End: job.Span.End,
-			BucketHashes: h, CutoffUnixNanos: job.Cutoff})}, nil
+			BucketHashes: h, CutoffUnixNanos: job.Cutoff, MoveId: job.MoveID, At: atPB(job)})}, nil
 
 	case JobCompareDigest:
-		h, err := Digest(store, job.Span, job.Cutoff)
+		h, err := digestOf(store, job)
 		if err != nil {
 			return nil, err
 		}
@@ -283,13 +350,23 @@ func RunJob(store Reader, self uint32, job Job) ([]*peerpb.Envelope, error) {
 			}
 		}
 		if len(diff) == 0 {
-			return nil, nil
+			if job.MoveID == 0 {
+				return nil, nil
+			}
+			// A catch-up round with equal digests: this new replica holds what the old
+			// one held at job.At. Tell both.
+			return []*peerpb.Envelope{
+				to(&peerpb.AEKeys{RoundId: job.RoundID, Keyspace: job.Keyspace, Partition: job.Partition, Start: job.Span.Start, End: job.Span.End,
+					MoveId: job.MoveID, At: atPB(job), Equal: true}),
+				{From: self, To: self, Msg: &peerpb.Envelope_MoveNote{MoveNote: &peerpb.MoveNote{Keyspace: job.Keyspace, Start: job.Span.Start, End: job.Span.End,
+					MoveId: job.MoveID, CoveredBy: job.Peer}}},
+			}, nil
 		}
 		want := bucketSet(diff)
 		keys := &peerpb.AEKeys{RoundId: job.RoundID, Keyspace: job.Keyspace, Partition: job.Partition, Buckets: diff,
 			Start: job.Span.Start, End: job.Span.End,
-			CutoffUnixNanos: job.Cutoff}
-		err = store.Scan(job.Span, 0, func(r storage.Record) bool {
+			CutoffUnixNanos: job.Cutoff, MoveId: job.MoveID, At: atPB(job)}
+		err = scanJob(store, job, func(r storage.Record) bool {
 			if !want[bucketOf(r.Key)] || !settled(r, job.Cutoff) {
 				return true
 			}
@@ -315,10 +392,11 @@ func RunJob(store Reader, self uint32, job Job) ([]*peerpb.Envelope, error) {
 				lastRemote = e.Key
 			}
 		}
-		push := &peerpb.AEPush{RoundId: job.RoundID}
+		push := &peerpb.AEPush{RoundId: job.RoundID, MoveId: job.MoveID}
 		pushBytes := 0
 		seen := map[string]bool{}
-		err := store.Scan(job.Span, 0, func(r storage.Record) bool {
+		cut := false // the push stopped at its bounds: the round is not complete
+		err := scanJob(store, job, func(r storage.Record) bool {
 			if !want[bucketOf(r.Key)] {
 				return true
 			}
@@ -335,6 +413,7 @@ func RunJob(store Reader, self uint32, job Job) ([]*peerpb.Envelope, error) {
 				return true
 			}
 			if pushBytes >= maxAEBytes || len(push.Records) >= maxAEEntries {
+				cut = true
 				return false
 			}
 			push.Records = append(push.Records, wire.RecordToPB(r))
@@ -343,6 +422,13 @@ func RunJob(store Reader, self uint32, job Job) ([]*peerpb.Envelope, error) {
 		})
 		if err != nil {
 			return nil, err
+		}
+		if job.MoveID != 0 {
+			// A catch-up round pushes only (the new replica's newer versions are writes of
+			// the move that the old replica gets anyway); with nothing to push, the new
+			// replica holds what this one held at job.At.
+			push.Covered = len(push.Records) == 0 && !cut && !job.Truncated
+			return []*peerpb.Envelope{to(push)}, nil
 		}
 		pull := &peerpb.AEPull{RoundId: job.RoundID, Keyspace: job.Keyspace, Partition: job.Partition}
 		for _, e := range job.Entries {
@@ -393,6 +479,13 @@ func RunJob(store Reader, self uint32, job Job) ([]*peerpb.Envelope, error) {
 		return []*peerpb.Envelope{to(push)}, nil
 	}
 	return nil, nil
+}
+
+func atPB(job Job) *peerpb.Version {
+	if job.MoveID == 0 {
+		return nil
+	}
+	return wire.VersionToPB(job.At)
 }
 
 func bucketSet(buckets []uint32) map[uint32]bool {

@@ -108,6 +108,9 @@ type Extension interface {
 	Applied(now time.Time, rec storage.Record, notify bool)
 	// DefaultLevel is the level of a request that names none.
 	DefaultLevel(ks *placement.Keyspace, op Op) config.Level
+	// PlacementChanged is told of every new map after the core has installed it (old is nil
+	// the first time).
+	PlacementChanged(now time.Time, old, m *placement.Map)
 }
 
 // Core is the shared coordinator of one node, for the keyspaces of one protocol. Not safe for
@@ -134,6 +137,7 @@ type Core struct {
 	timers timers
 	live   liveness
 	ae     aeState
+	mv     moveState
 
 	out Ready
 }
@@ -165,8 +169,15 @@ func New(cfg Config, store Reader, ext Extension) *Core {
 func (c *Core) SetExtension(ext Extension) { c.ext = ext }
 
 // SetPlacement installs a new placement map. Requests in flight keep the partition they
-// started with.
-func (c *Core) SetPlacement(m *placement.Map) { c.Pmap = m }
+// started with. Moves this node takes part in start or end (move.go).
+func (c *Core) SetPlacement(m *placement.Map) {
+	old := c.Pmap
+	c.Pmap = m
+	c.syncMoves(c.LastTick, old, m)
+	if c.ext != nil {
+		c.ext.PlacementChanged(c.LastTick, old, m)
+	}
+}
 
 // Placement returns the installed placement map.
 func (c *Core) Placement() *placement.Map { return c.Pmap }
@@ -183,6 +194,9 @@ func (c *Core) Alive(node uint32) bool { return c.live.alive(node) }
 func (c *Core) Ready() Ready {
 	rd := c.out
 	c.out = Ready{}
+	// Deletions of ranges this node left are in rd, after its writes: from now on a write
+	// to such a range lands after the deletion.
+	c.mv.clearing = nil
 	return rd
 }
 
@@ -273,55 +287,6 @@ func DefaultLevel(ks config.Keyspace, op Op) config.Level {
 	return config.LevelQuorum
 }
 
-// eligible returns the replicas whose replies count for level and how many are needed.
-func (c *Core) eligible(p *placement.Partition, level config.Level) ([]uint32, int, error) {
-	switch level {
-	case config.LevelOne:
-		return p.Replicas, 1, nil
-	case config.LevelQuorum:
-		return p.Replicas, len(p.Replicas)/2 + 1, nil
-	case config.LevelAll:
-		return p.Replicas, len(p.Replicas), nil
-	case config.LevelLocalOne, config.LevelLocalQuorum:
-		var local []uint32
-		for _, r := range p.Replicas {
-			if c.Region[r] == c.SelfRegion {
-				local = append(local, r)
-			}
-		}
-		if len(local) == 0 {
-			return nil, 0, errs.New(errs.Invalid,
-				"consistency %s needs a replica in the coordinator's region %q, and partition %d has none",
-				level, c.SelfRegion, p.ID)
-		}
-		if level == config.LevelLocalOne {
-			return local, 1, nil
-		}
-		return local, len(local)/2 + 1, nil
-	}
-	return nil, 0, errs.New(errs.Invalid, "consistency level %q is not valid for protocol quorum (valid: ONE, QUORUM, ALL, LOCAL_ONE, LOCAL_QUORUM)", level)
-}
-
-// checkAvailable fails fast, as Cassandra's UnavailableException does, when the failure
-// detector already knows that too few eligible replicas are alive.
-func (c *Core) checkAvailable(elig []uint32, need int, level config.Level, p *placement.Partition) error {
-	alive := 0
-	var down []string
-	for _, r := range elig {
-		if c.Alive(r) {
-			alive++
-		} else {
-			down = append(down, c.NodeName(r))
-		}
-	}
-	if alive >= need {
-		return nil
-	}
-	return errs.New(errs.Unavailable,
-		"consistency %s needs %d replicas of partition %d, only %d alive (down: %v)",
-		level, need, p.ID, alive, down)
-}
-
 func (c *Core) NodeName(id uint32) string {
 	for _, n := range c.Cfg.Nodes {
 		if n.ID == id {
@@ -391,6 +356,10 @@ func (c *Core) Step(now time.Time, env *peerpb.Envelope) {
 	if env == nil || env.To != c.Cfg.NodeID {
 		return
 	}
+	if n, ok := env.Msg.(*peerpb.Envelope_MoveNote); ok && env.From == c.Cfg.NodeID {
+		c.handleMoveNote(now, n.MoveNote)
+		return
+	}
 	if _, known := c.Region[env.From]; !known || env.From == c.Cfg.NodeID {
 		return
 	}
@@ -412,6 +381,10 @@ func (c *Core) Step(now time.Time, env *peerpb.Envelope) {
 		c.handleAE(now, env)
 	case *peerpb.Envelope_AePush:
 		c.handleAEPush(now, env.From, m.AePush)
+	case *peerpb.Envelope_MoveSnapshotRequest:
+		c.handleMoveSnapshotRequest(now, env.From, m.MoveSnapshotRequest)
+	case *peerpb.Envelope_MoveSnapshotChunk:
+		c.handleMoveSnapshotChunk(now, env.From, m.MoveSnapshotChunk)
 	case *peerpb.Envelope_Heartbeat:
 		// liveness already recorded
 	default:
@@ -448,6 +421,7 @@ func (c *Core) Tick(now time.Time) {
 	}
 	c.live.update(now, c.Cfg.FailureTimeout)
 	c.tickAE(now)
+	c.tickMoves(now)
 	if c.ext != nil {
 		c.ext.AfterTick(now)
 	}
@@ -456,8 +430,9 @@ func (c *Core) Tick(now time.Time) {
 // AddTimer fires the extension's Timer(kind, id) at (a kind from TimerExtension on).
 func (c *Core) AddTimer(at time.Time, kind TimerKind, id uint64) { c.timers.add(at, kind, id) }
 
-// localReplica reports whether this node holds a replica of p.
-func (c *Core) localReplica(p *placement.Partition) bool { return p.HasReplica(c.Cfg.NodeID) }
+// localReplica reports whether this node holds p's data: a replica, or the new replica of
+// p's move in progress.
+func (c *Core) localReplica(p *placement.Partition) bool { return c.holdsLocally(p) }
 
 // PartitionFor finds the partition of (keyspace, partition id) named by a peer's message;
 // ok is false if this node does not know it or does not replicate it.

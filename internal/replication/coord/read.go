@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"slices"
 	"time"
 
 	"meridian/internal/errs"
@@ -25,14 +26,13 @@ func (r readReply) version() hlc.Version {
 
 // pendingRead is a client read this node coordinates.
 //
-// Stages: collecting replies until `need` eligible replicas answered; then, if some of them
-// were stale, repairing them (blocking read repair) until `need` replicas are known to hold
-// the newest version; then answered. Invariant: contacted ⊆ eligible; replies ⊆ contacted.
+// Stages: collecting replies until the quorum q has answered (in every replica set); then,
+// if some of them were stale, repairing them (blocking read repair) until q is known to hold
+// the newest version; then answered. Invariant: contacted ⊆ q.union; replies ⊆ contacted.
 type pendingRead struct {
 	req       Request
 	part      *placement.Partition
-	eligible  []uint32
-	need      int
+	q         quorum
 	contacted map[uint32]bool
 	spare     []uint32 // eligible live replicas not asked yet, nearest first (speculative retry)
 	replies   map[uint32]readReply
@@ -46,12 +46,12 @@ type pendingRead struct {
 
 func (c *Core) StartRead(now time.Time, ks *placement.Keyspace, req Request, path string) {
 	p := ks.Lookup(req.Key)
-	elig, need, err := c.eligible(p, req.Level)
+	q, err := c.quorumFor(p, req.Level)
 	if err != nil {
 		c.Fail(req, err)
 		return
 	}
-	if err := c.checkAvailable(elig, need, req.Level, p); err != nil {
+	if err := c.checkQuorumAvailable(q, req.Level, p); err != nil {
 		c.Fail(req, err)
 		return
 	}
@@ -59,12 +59,13 @@ func (c *Core) StartRead(now time.Time, ks *placement.Keyspace, req Request, pat
 		c.Clock.Observe(now, req.MinVersion)
 	}
 	var alive []uint32
-	for _, n := range c.ByDistance(elig) {
+	for _, n := range c.ByDistance(q.union) {
 		if c.Alive(n) {
 			alive = append(alive, n)
 		}
 	}
-	if need == 1 && alive[0] == c.Cfg.NodeID {
+	first, _ := q.pick(alive)
+	if len(first) == 1 && first[0] == c.Cfg.NodeID {
 		// Fast path: one reply is enough and the nearest replica is this node. No read
 		// repair can be needed with a single reply.
 		rec, found, err := c.Store.Get(req.Keyspace, req.Key)
@@ -85,11 +86,15 @@ func (c *Core) StartRead(now time.Time, ks *placement.Keyspace, req Request, pat
 	}
 	id := c.newPeerReq()
 	r := &pendingRead{
-		req: req, part: p, eligible: elig, need: need, path: path,
+		req: req, part: p, q: q, path: path,
 		contacted: map[uint32]bool{}, replies: map[uint32]readReply{}, holders: map[uint32]bool{},
 	}
-	first, spare := alive[:need], alive[need:]
-	r.spare = spare
+	for _, n := range alive {
+		if !slices.Contains(first, n) {
+			r.spare = append(r.spare, n)
+		}
+	}
+	spare := r.spare
 	c.reads[id] = r
 	c.Inflight++
 	c.AddTimer(req.Deadline, timerReadDeadline, id)
@@ -135,7 +140,7 @@ func (c *Core) askReplicas(id uint64, r *pendingRead, nodes []uint32) {
 			continue
 		}
 		c.Send(n, &peerpb.Envelope{Msg: &peerpb.Envelope_Read{Read: &peerpb.ReadRequest{
-			RequestId: id, Keyspace: r.req.Keyspace, Partition: r.part.ID, Key: r.req.Key,
+			RequestId: id, Keyspace: r.req.Keyspace, Partition: r.part.ID, Key: r.req.Key, MoveEpoch: r.part.MoveEpoch,
 		}}})
 	}
 }
@@ -145,7 +150,7 @@ func (c *Core) maybeFinishRead(now time.Time, id uint64, r *pendingRead) {
 		return
 	}
 	if !r.repairing {
-		if len(r.replies) < r.need {
+		if !r.q.satisfied(r.replied) {
 			return
 		}
 		for _, rep := range r.replies {
@@ -169,7 +174,7 @@ func (c *Core) maybeFinishRead(now time.Time, id uint64, r *pendingRead) {
 				r.holders[n] = true
 			}
 		}
-		if len(r.holders) < r.need {
+		if !r.q.satisfied(r.holds) {
 			pb := wire.RecordToPB(r.newest.rec)
 			for _, n := range sortedStale(r) {
 				if n == c.Cfg.NodeID {
@@ -177,11 +182,11 @@ func (c *Core) maybeFinishRead(now time.Time, id uint64, r *pendingRead) {
 					r.holders[n] = true
 					continue
 				}
-				c.Send(n, &peerpb.Envelope{Msg: &peerpb.Envelope_Write{Write: &peerpb.WriteRequest{RequestId: id, Record: pb}}})
+				c.Send(n, &peerpb.Envelope{Msg: &peerpb.Envelope_Write{Write: &peerpb.WriteRequest{RequestId: id, Record: pb, MoveEpoch: r.part.MoveEpoch}}})
 			}
 		}
 	}
-	if len(r.holders) < r.need {
+	if !r.q.satisfied(r.holds) {
 		return
 	}
 	r.done = true
@@ -195,11 +200,14 @@ func (c *Core) maybeFinishRead(now time.Time, id uint64, r *pendingRead) {
 	c.Reply(res)
 }
 
+func (r *pendingRead) replied(n uint32) bool { _, ok := r.replies[n]; return ok }
+func (r *pendingRead) holds(n uint32) bool   { return r.holders[n] }
+
 // sortedStale lists the replicas that replied with an older version, in node order so the
 // output is deterministic.
 func sortedStale(r *pendingRead) []uint32 {
 	var out []uint32
-	for _, n := range r.eligible {
+	for _, n := range r.q.union {
 		if rep, ok := r.replies[n]; ok && rep.version() != r.newest.version() {
 			out = append(out, n)
 		}
@@ -218,7 +226,7 @@ func (c *Core) handleRepairAck(now time.Time, from uint32, id uint64, r *pending
 }
 
 func (c *Core) handleRead(now time.Time, from uint32, m *peerpb.ReadRequest) {
-	if !c.HoldsKey(m.Keyspace, m.Key) {
+	if !c.admitKey(m.Keyspace, m.Key, m.MoveEpoch) {
 		return
 	}
 	rec, found, err := c.Store.Get(m.Keyspace, m.Key)
@@ -271,7 +279,7 @@ func (c *Core) expireRead(id uint64) {
 	c.Inflight--
 	delete(c.reads, id)
 	var missing []uint32
-	for _, n := range r.eligible {
+	for _, n := range r.q.union {
 		if !r.contacted[n] {
 			continue
 		}
@@ -281,11 +289,11 @@ func (c *Core) expireRead(id uint64) {
 	}
 	if r.repairing {
 		c.Fail(r.req, errs.New(errs.Timeout,
-			"read timed out at consistency %s during read repair: %d of %d replicas hold the newest version",
-			r.req.Level, len(r.holders), r.need))
+			"read timed out at consistency %s during read repair: %s replicas hold the newest version",
+			r.req.Level, r.q.describe(r.holds)))
 		return
 	}
 	c.Fail(r.req, errs.New(errs.Timeout,
-		"read timed out at consistency %s: %d of %d replica replies before the deadline (no reply from %v)",
-		r.req.Level, len(r.replies), r.need, c.NodeNames(missing)))
+		"read timed out at consistency %s: %s replica replies before the deadline (no reply from %v)",
+		r.req.Level, r.q.describe(r.replied), c.NodeNames(missing)))
 }

@@ -42,12 +42,11 @@ type pendingScan struct {
 	done  bool
 }
 
-// scanRound is one request to `need` replicas for one partition.
+// scanRound is one request to a quorum of replicas for one partition.
 type scanRound struct {
 	op        *pendingScan
 	part      *scanPart
-	eligible  []uint32
-	need      int
+	q         quorum
 	contacted map[uint32]bool
 	replies   map[uint32]*peerpb.ScanReply
 	spare     []uint32 // live eligible replicas not asked yet (speculative retry)
@@ -67,9 +66,9 @@ func (c *Core) startScan(now time.Time, ks *placement.Keyspace, req Request) {
 		op.parts = append(op.parts, sp)
 	}
 	for _, sp := range op.parts {
-		elig, need, err := c.eligible(sp.p, req.Level)
+		q, err := c.quorumFor(sp.p, req.Level)
 		if err == nil {
-			err = c.checkAvailable(elig, need, req.Level, sp.p)
+			err = c.checkQuorumAvailable(q, req.Level, sp.p)
 		}
 		if err != nil {
 			c.Fail(req, err)
@@ -165,23 +164,28 @@ func (c *Core) finishScan(op *pendingScan) {
 // startScanRound asks the nearest live replicas for the next piece of sp; it reports whether
 // the round completed at once (only the local replica was needed).
 func (c *Core) startScanRound(now time.Time, op *pendingScan, sp *scanPart, limit int) bool {
-	elig, need, _ := c.eligible(sp.p, op.req.Level) // validated in startScan
+	q, _ := c.quorumFor(sp.p, op.req.Level) // validated in startScan
 	id := c.newPeerReq()
-	rd := &scanRound{op: op, part: sp, eligible: elig, need: need, contacted: map[uint32]bool{}, replies: map[uint32]*peerpb.ScanReply{}}
+	rd := &scanRound{op: op, part: sp, q: q, contacted: map[uint32]bool{}, replies: map[uint32]*peerpb.ScanReply{}}
 	c.scans[id] = rd
 	sp.inflight = id
 	var alive []uint32
-	for _, n := range c.ByDistance(elig) {
+	for _, n := range c.ByDistance(q.union) {
 		if c.Alive(n) {
 			alive = append(alive, n)
 		}
 	}
-	first := alive
-	if len(alive) > need {
-		first, rd.spare = alive[:need], alive[need:]
+	first, enough := q.pick(alive)
+	if !enough {
+		first = alive
+	}
+	for _, n := range alive {
+		if !slices.Contains(first, n) {
+			rd.spare = append(rd.spare, n)
+		}
 	}
 	rd.request = &peerpb.ScanRequest{RequestId: id, Keyspace: op.req.Keyspace, Partition: sp.p.ID,
-		Start: sp.resume, End: sp.end, Limit: uint32(limit)}
+		Start: sp.resume, End: sp.end, Limit: uint32(limit), MoveEpoch: sp.p.MoveEpoch}
 	var farthest time.Duration
 	for _, n := range first {
 		farthest = max(farthest, c.RTT(n))
@@ -248,7 +252,7 @@ func (c *Core) localScan(keyspace string, start, end []byte, limit int, id uint6
 }
 
 func (c *Core) handleScan(now time.Time, from uint32, m *peerpb.ScanRequest) {
-	if !c.HoldsRange(m.Keyspace, m.Start, m.End) {
+	if !c.HoldsRange(m.Keyspace, m.Start, m.End) || !c.epochAdmits(m.Keyspace, m.Start, m.End, m.MoveEpoch) {
 		return
 	}
 	limit := int(m.Limit)
@@ -274,7 +278,7 @@ func (c *Core) handleScanReply(now time.Time, from uint32, m *peerpb.ScanReply) 
 // completeScanRound merges the round's replies into its partition once `need` replicas have
 // answered, and reports whether it did.
 func (c *Core) completeScanRound(now time.Time, id uint64, rd *scanRound) bool {
-	if len(rd.replies) < rd.need {
+	if !rd.q.satisfied(func(n uint32) bool { _, ok := rd.replies[n]; return ok }) {
 		return false
 	}
 	delete(c.scans, id)
@@ -288,7 +292,7 @@ func (c *Core) completeScanRound(now time.Time, id uint64, rd *scanRound) bool {
 	truncated := false
 	newest := map[string]storage.Record{}
 	var order [][]byte
-	for _, n := range rd.eligible {
+	for _, n := range rd.q.union {
 		rep, ok := rd.replies[n]
 		if !ok || rep == nil {
 			continue

@@ -10,16 +10,15 @@ import (
 	"meridian/internal/wire/peerpb"
 )
 
-// pendingWrite is a client write this node coordinates. Invariant: acks ⊆ replicas of part,
+// pendingWrite is a client write this node coordinates. Invariant: acks ⊆ holders of part,
 // and the request is answered exactly once (done).
 type pendingWrite struct {
-	req      Request
-	rec      storage.Record
-	part     *placement.Partition
-	eligible []uint32
-	need     int
-	acks     map[uint32]bool
-	done     bool
+	req  Request
+	rec  storage.Record
+	part *placement.Partition
+	q    quorum
+	acks map[uint32]bool
+	done bool
 	// waitAll: the level is met (replied is false until then); wait for every replica in
 	// waitFor until the deadline. down were already dead at the start.
 	waitAll bool
@@ -27,24 +26,16 @@ type pendingWrite struct {
 	down    []uint32
 }
 
-func (w *pendingWrite) eligibleAcks() int {
-	n := 0
-	for _, r := range w.eligible {
-		if w.acks[r] {
-			n++
-		}
-	}
-	return n
-}
+func (w *pendingWrite) acked(r uint32) bool { return w.acks[r] }
 
 func (c *Core) startWrite(now time.Time, ks *placement.Keyspace, req Request) {
 	p := ks.Lookup(req.Key)
-	elig, need, err := c.eligible(p, req.Level)
+	q, err := c.quorumFor(p, req.Level)
 	if err != nil {
 		c.Fail(req, err)
 		return
 	}
-	if err := c.checkAvailable(elig, need, req.Level, p); err != nil {
+	if err := c.checkQuorumAvailable(q, req.Level, p); err != nil {
 		c.Fail(req, err)
 		return
 	}
@@ -62,9 +53,9 @@ func (c *Core) startWrite(now time.Time, ks *placement.Keyspace, req Request) {
 		rec.Value = nil
 	}
 	id := c.newPeerReq()
-	w := &pendingWrite{req: req, rec: rec, part: p, eligible: elig, need: need, acks: map[uint32]bool{}, waitAll: req.WaitAll}
+	w := &pendingWrite{req: req, rec: rec, part: p, q: q, acks: map[uint32]bool{}, waitAll: req.WaitAll}
 	if w.waitAll {
-		for _, r := range p.Replicas {
+		for _, r := range p.Holders() {
 			if r == c.Cfg.NodeID || c.Alive(r) {
 				w.waitFor = append(w.waitFor, r)
 			} else {
@@ -76,7 +67,13 @@ func (c *Core) startWrite(now time.Time, ks *placement.Keyspace, req Request) {
 	c.Inflight++
 	c.AddTimer(req.Deadline, timerWriteDeadline, id)
 	pb := wire.RecordToPB(rec)
-	for _, r := range p.Replicas {
+	// Every holder gets the write: the old replicas and, while a replica moves, the new
+	// one (which must see every write from the move's start on, docs/elasticity.md).
+	targets := p.Holders()
+	if c.Cfg.Mutation == "move-writes-old-only" {
+		targets = p.Replicas // broken on purpose: the new replica of a move gets no writes
+	}
+	for _, r := range targets {
 		if r == c.Cfg.NodeID {
 			// The local write is durable before this Ready's replies leave (Ready contract),
 			// so it may count as an ack right away.
@@ -84,13 +81,13 @@ func (c *Core) startWrite(now time.Time, ks *placement.Keyspace, req Request) {
 			w.acks[r] = true
 			continue
 		}
-		c.Send(r, &peerpb.Envelope{Msg: &peerpb.Envelope_Write{Write: &peerpb.WriteRequest{RequestId: id, Record: pb}}})
+		c.Send(r, &peerpb.Envelope{Msg: &peerpb.Envelope_Write{Write: &peerpb.WriteRequest{RequestId: id, Record: pb, MoveEpoch: p.MoveEpoch}}})
 	}
 	c.maybeFinishWrite(id, w)
 }
 
 func (c *Core) maybeFinishWrite(id uint64, w *pendingWrite) {
-	if w.done || w.eligibleAcks() < w.need {
+	if w.done || !w.q.satisfied(w.acked) {
 		return
 	}
 	if w.waitAll {
@@ -136,7 +133,7 @@ func (c *Core) handleWrite(now time.Time, from uint32, m *peerpb.WriteRequest) {
 	if err != nil {
 		return // a correct peer never sends this; dropping is safe (the coordinator times out)
 	}
-	if !c.HoldsKey(rec.Keyspace, rec.Key) {
+	if !c.admitKey(rec.Keyspace, rec.Key, m.MoveEpoch) {
 		return
 	}
 	c.Clock.Observe(now, rec.Version)
@@ -146,7 +143,7 @@ func (c *Core) handleWrite(now time.Time, from uint32, m *peerpb.WriteRequest) {
 
 func (c *Core) handleWriteAck(now time.Time, from uint32, m *peerpb.WriteAck) {
 	if w, ok := c.writes[m.RequestId]; ok {
-		if w.part.HasReplica(from) {
+		if w.part.Holds(from) {
 			w.acks[from] = true
 		}
 		c.maybeFinishWrite(m.RequestId, w)
@@ -163,13 +160,13 @@ func (c *Core) expireWrite(id uint64) {
 	if !ok || w.done {
 		return
 	}
-	if w.waitAll && w.eligibleAcks() >= w.need {
+	if w.waitAll && w.q.satisfied(w.acked) {
 		c.finishWaitAll(id, w)
 		return
 	}
 	{
 		var missing []uint32
-		for _, r := range w.eligible {
+		for _, r := range w.q.union {
 			if !w.acks[r] {
 				missing = append(missing, r)
 			}
@@ -178,7 +175,7 @@ func (c *Core) expireWrite(id uint64) {
 		c.Inflight--
 		delete(c.writes, id)
 		c.Fail(w.req, errs.New(errs.Timeout,
-			"write timed out at consistency %s: %d of %d replica acks before the deadline (no ack from %v); the write may or may not have been applied",
-			w.req.Level, w.eligibleAcks(), w.need, c.NodeNames(missing)))
+			"write timed out at consistency %s: %s replica acks before the deadline (no ack from %v); the write may or may not have been applied",
+			w.req.Level, w.q.describe(w.acked), c.NodeNames(missing)))
 	}
 }

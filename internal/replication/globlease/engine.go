@@ -84,6 +84,10 @@ func (c *Engine) Timer(kind coord.TimerKind, id uint64) {
 func (c *Engine) Applied(time.Time, storage.Record, bool) {}
 
 // DefaultLevel is the quorum protocol's (it matters only for scans).
+// PlacementChanged: GlobLease keeps its own per-partition state (globlease.go reads the map
+// when it needs it); GlobLease keyspaces do not move replicas.
+func (c *Engine) PlacementChanged(now time.Time, old, m *placement.Map) {}
+
 func (c *Engine) DefaultLevel(ks *placement.Keyspace, op Op) config.Level {
 	return coord.DefaultLevel(ks.Spec, op)
 }

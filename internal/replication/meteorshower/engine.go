@@ -1,6 +1,7 @@
 package meteorshower
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -44,8 +45,51 @@ func (c *Engine) Intercept(now time.Time, ks *placement.Keyspace, req Request) b
 	if req.Op != coord.OpGet || c.ms == nil || req.Level == config.LevelOne || req.Level.IsLocal() {
 		return false
 	}
+	if ks.Lookup(req.Key).Move != nil {
+		// A partition moving a replica is read from both replica sets on the quorum path
+		// (docs/elasticity.md): statuses vouch for one set of replicas, and the new one
+		// holds data that never appeared in its statuses.
+		c.msCounters.ReadsFallback.Add(1)
+		return false
+	}
 	c.startMSRead(now, ks, req)
 	return true
+}
+
+// PlacementChanged keeps the status peers in line with the map: every node that stores a
+// partition with this one exchanges statuses with it, and a node that became a replica of
+// a partition by a move is not vouched for until its full status (taken after the move,
+// so with what it copied) has arrived.
+func (c *Engine) PlacementChanged(now time.Time, old, m *placement.Map) {
+	if c.ms == nil {
+		return
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.Keyspaces)) {
+		ks := m.Keyspaces[name]
+		if !isMS(ks) {
+			continue
+		}
+		oks, _ := old.Keyspace(name)
+		for i := range ks.Partitions {
+			p := &ks.Partitions[i]
+			if !p.Holds(c.Cfg.NodeID) {
+				continue
+			}
+			for _, r := range p.Holders() {
+				c.ms.tracker.AddPeer(r, c.RTT(r))
+			}
+			if oks == nil {
+				continue
+			}
+			if op, ok := oks.Partition(p.ID); ok {
+				for _, r := range p.Replicas {
+					if !op.HasReplica(r) && r != c.Cfg.NodeID {
+						c.ms.tracker.Forget(r)
+					}
+				}
+			}
+		}
+	}
 }
 
 // StepExtension takes MeteorShower's messages.
@@ -453,7 +497,7 @@ func (c *Engine) handleMS(now time.Time, env *peerpb.Envelope) {
 	case *peerpb.Envelope_FullStatusRequest:
 		seq, inc := c.ms.tracker.FullStatusBase(env.From)
 		c.AddJob(fullStatusJob{peer: env.From, baseSeq: seq, incarnation: inc, baseSts: now.UnixNano(),
-			parts: c.SharedPartitions(env.From)})
+			parts: c.HeldWith(env.From)})
 	case *peerpb.Envelope_FullStatus:
 		c.ms.tracker.OnFullStatus(now, env.From, m.FullStatus)
 		c.msWakeAll(now)

@@ -22,7 +22,7 @@ func init() {
 		LowerBoundMs:      lowerBoundMs,
 		Metrics:           func(reg prometheus.Registerer, e engine.Engine) { registerMetrics(reg, e.(*Engine).Counters()) },
 		Mutations:         Mutations,
-		Sim: engine.SimSupport{MutationHints: map[string]engine.SimHints{
+		Sim: engine.SimSupport{MutationHints: (map[string]engine.SimHints{
 			// Only clocks beyond ε make the missing fallback matter. Sessions are off for the
 			// clock and θ mutations: a session's version floor also protects reads from
 			// statuses that are too old, and would hide the broken bound.
@@ -35,7 +35,7 @@ func init() {
 			"theta-above-upper": {Faults: []string{}, NoSessions: true, Roam: true},
 			// Gaps come from partitions and loss; crashes restart the sequence instead.
 			"gap-ignored": {Faults: []string{"partition", "loss"}},
-		}},
+		})},
 	})
 }
 

@@ -135,6 +135,32 @@ func NewTracker(cfg TrackerConfig, start time.Time) *Tracker {
 // Stats returns the counters.
 func (t *Tracker) Stats() Stats { return t.stats }
 
+// AddPeer starts exchanging statuses with p, a node that came to share a partition with
+// this one (a replica move). Its view starts incomplete: reads count it once a full status
+// (a scan of what it holds) and the statuses after it have arrived.
+func (t *Tracker) AddPeer(p uint32, rtt time.Duration) {
+	if _, ok := t.out[p]; ok || p == t.cfg.Self {
+		return
+	}
+	t.cfg.Peers = append(t.cfg.Peers, p)
+	slices.Sort(t.cfg.Peers)
+	t.out[p] = &peerOut{}
+	t.in[p] = &peerIn{received: map[uint64]int64{}, versions: map[keyID][]hlc.Version{}}
+	t.clock.peers = t.cfg.Peers
+	t.clock.est.AddPeer(p, rtt)
+}
+
+// Forget drops this node's view of p's state (p became a replica of a partition by a move:
+// what it copied in its snapshot never appeared in its statuses); the next status from p
+// asks for a full status, and reads do not count p until it has arrived.
+func (t *Tracker) Forget(p uint32) {
+	in, ok := t.in[p]
+	if !ok {
+		return
+	}
+	*in = peerIn{incarnation: in.incarnation, received: map[uint64]int64{}, versions: map[keyID][]hlc.Version{}}
+}
+
 // Applied records a write this replica applied, for the next status to every peer that
 // replicates its partition (paper Fig. 3b: Status.append((key, wts))).
 func (t *Tracker) Applied(keyspace string, partition uint32, key []byte, v hlc.Version, peers []uint32) {

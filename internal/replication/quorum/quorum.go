@@ -40,7 +40,7 @@ func init() {
 		Name:      config.ProtocolQuorum,
 		ID:        ID,
 		New:       func(cfg engine.Config, store engine.Reader) engine.Engine { return NewEngine(cfg, store) },
-		Mutations: Mutations,
-		Sim:       engine.SimSupport{MutationLevels: OneOneLevels},
+		Mutations: coord.WithMoveMutations(Mutations, coord.MoveMutations),
+		Sim:       engine.SimSupport{MutationLevels: OneOneLevels, MutationHints: coord.MoveMutationHints},
 	})
 }

@@ -48,3 +48,17 @@ func describeRaft(r *peerpb.RaftMessage) string {
 	}
 	return s
 }
+
+// DebugState describes every group of this node in one line each (the simulator prints it
+// at the end of a verbose run): role, term, commit, applied, configuration, placement.
+func (e *Engine) DebugState() string {
+	var b strings.Builder
+	for _, g := range e.order {
+		st := g.rn.BasicStatus()
+		last, _ := g.log.Storage().LastIndex()
+		fmt.Fprintf(&b, "%s/%d: %v lead=%d term=%d commit=%d last=%d applied=%d voters=%v out=%v learners=%v desc=%v learners=%v inPlacement=%v removed=%v\n",
+			g.key.keyspace, g.key.partition, st.RaftState, st.Lead, st.HardState.GetTerm(), st.HardState.GetCommit(), last, g.applied,
+			g.conf.GetVoters(), g.conf.GetVotersOutgoing(), g.conf.GetLearners(), g.desc.Replicas, g.desc.Learners, g.inPlacement, g.removed)
+	}
+	return b.String()
+}

@@ -217,7 +217,7 @@ func (e *Engine) SetPlacement(m *placement.Map) {
 				}
 				g = e.groups[k]
 			}
-			g.desc = *p
+			g.desc = raftDesc(*p)
 			g.descGen++
 			g.opts = opts
 			g.inPlacement = p.HasMember(e.cfg.NodeID)
@@ -618,6 +618,37 @@ func (e *Engine) drawElectionTimeout(g *group) int {
 	return et + e.rng.IntN(et)
 }
 
+// raftDesc is a partition as its Raft group sees it: the new replica of a move in progress
+// is a learner (it catches up by the log or a snapshot and votes in no quorum); finishing
+// the move makes it a voter and removes the old one, by one joint change (membership.go).
+func raftDesc(p placement.Partition) placement.Partition {
+	if p.Move != nil && !slices.Contains(p.Learners, p.Move.Add) {
+		p.Learners = append(slices.Clone(p.Learners), p.Move.Add)
+	}
+	return p
+}
+
+// reportCaughtUp tells the runtime that this node, the new replica of g's move, has caught up:
+// it is a learner of the group, knows a leader, and has applied everything it knows to be
+// committed (Raft's safety does not depend on it; it keeps a lagging learner from being
+// promoted, which would cost availability). Repeated every housekeeping round until the
+// move ends.
+func (e *Engine) reportCaughtUp(now time.Time, g *group) {
+	mv := g.desc.Move
+	if mv == nil || mv.Add != e.cfg.NodeID || g.removed {
+		return
+	}
+	bs := g.rn.BasicStatus()
+	if bs.Lead == etcdraft.None || bs.HardState.GetCommit() == 0 || g.applied < bs.HardState.GetCommit() || !slices.Contains(g.conf.GetLearners(), uint64(e.cfg.NodeID)) {
+		return
+	}
+	if now.Sub(g.movedReported) < time.Second {
+		return
+	}
+	g.movedReported = now
+	e.out.Reports = append(e.out.Reports, engine.Report{Kind: engine.ReportMoveCaughtUp, Keyspace: g.key.keyspace, Partition: g.key.partition, MoveID: mv.ID})
+}
+
 // housekeep steers leaders, drives configuration changes, and lets replicas that left
 // their placement find out whether they may go.
 func (e *Engine) housekeep(now time.Time) {
@@ -626,9 +657,16 @@ func (e *Engine) housekeep(now time.Time) {
 			continue
 		}
 		if !g.inPlacement {
+			// A leader the placement no longer lists (its replica moved away) hands the
+			// group to a member that stays: while it leads, no one else campaigns, and a
+			// leader does not remove itself (the new leader does).
+			if g.state == etcdraft.StateLeader {
+				e.steerLeader(g)
+			}
 			e.askRemoved(now, g)
 			continue
 		}
+		e.reportCaughtUp(now, g)
 		if g.state != etcdraft.StateLeader {
 			continue
 		}

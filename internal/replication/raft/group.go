@@ -29,6 +29,9 @@ type group struct {
 	// desc is the partition as the placement describes it: the voters (Replicas) and
 	// learners the group is to have; the leader moves the group's configuration there.
 	desc placement.Partition
+	// movedReported is when this node last reported that it caught up as the new replica of
+	// desc's move.
+	movedReported time.Time
 	// descGen counts updates of desc; settledConf and settledDescGen remember the conf and
 	// the desc under which membershipSettled last found the membership settled.
 	descGen        uint64

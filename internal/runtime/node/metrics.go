@@ -22,6 +22,8 @@ type metrics struct {
 	commitSize  prometheus.Histogram
 	commitTime  prometheus.Histogram
 	aeJobs      prometheus.Counter
+	// movesFinished counts the move_finish commands this node got committed.
+	movesFinished prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
@@ -51,8 +53,11 @@ func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
 		aeJobs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_anti_entropy_jobs_total", Help: "Anti-entropy steps run (digests, comparisons, repairs).",
 		}),
+		movesFinished: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_moves_finished_total", Help: "Replica moves this node finished (as their new replica, once it had caught up).",
+		}),
 	}
-	reg.MustRegister(m.latency, m.msgSent, m.msgReceived, m.dropped, m.commitSize, m.commitTime, m.aeJobs)
+	reg.MustRegister(m.latency, m.msgSent, m.msgReceived, m.dropped, m.commitSize, m.commitTime, m.aeJobs, m.movesFinished)
 	storageGauge := func(name, help string, f func() float64) {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
 	}

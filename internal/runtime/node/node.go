@@ -106,6 +106,7 @@ type Node struct {
 	// import into the cluster metadata; legacyCatalog: the data directory had one.
 	imports       []config.Keyspace
 	legacyCatalog bool
+	moves         moveReports
 }
 
 // Start opens the node's storage, builds its core and starts its goroutines.
@@ -181,8 +182,9 @@ func Start(opts Options) (*Node, error) {
 		AntiEntropyInterval: opts.Cluster.AntiEntropy.Interval,
 		MaxClockOffset:      opts.Cluster.Clock.MaxOffset,
 		// Versions further ahead are refused at the door (peerCheck); never adopt them.
-		MaxClockSkew: opts.Cluster.Clock.MaxFutureVersion(),
-		RandSeed:     uint64(time.Now().UnixNano()) ^ uint64(self.ID)<<32,
+		MaxClockSkew:     opts.Cluster.Clock.MaxFutureVersion(),
+		MaxFutureVersion: opts.Cluster.Clock.MaxFutureVersion(),
+		RandSeed:         uint64(time.Now().UnixNano()) ^ uint64(self.ID)<<32,
 	}, store, n.engineCreated)
 	n.host.SetPlacement(pm)
 	n.gm = newGuardMetrics(opts.Registry, n)
@@ -458,7 +460,7 @@ func (n *Node) committer() {
 				n.watchCatalog(writes)
 			}
 			for _, in := range seg[len(seg)-1].Ingests {
-				if err := n.store.ReplaceSpan(in.Span, in.File, in.Before, in.After); err != nil {
+				if err := in.Perform(n.store); err != nil {
 					n.storageFailed(batch, err)
 					break
 				}
@@ -469,6 +471,7 @@ func (n *Node) committer() {
 			continue
 		}
 		for _, rd := range batch {
+			n.handleReports(rd.Reports)
 			for _, env := range rd.Messages {
 				n.m.sent(env)
 				if !n.send(env) {

@@ -130,6 +130,10 @@ type Options struct {
 	// nodes learn the metadata group's change, so nodes serve under different maps for a
 	// while; the checkers must see no difference.
 	RepartitionEvery time.Duration
+	// MoveEvery, when set, starts a replica move this often on average (protocols that
+	// move replicas: config.ProtocolSpec.Moves; needs more nodes per region than replicas):
+	// moves finish when the new replica reports it has caught up, and some are aborted.
+	MoveEvery time.Duration
 	// Sessions: clients send their session version (client.Session). Default true.
 	NoSessions bool
 	// Roam: each client sends a share of its requests to a random node in any region, so

@@ -132,6 +132,9 @@ func applyMutationHints(p Protocol, m string, o *Options) error {
 			o.Faults[f] = true
 		}
 	}
+	if h.Linearizability {
+		o.Linearizability = true
+	}
 	if h.NoSessions {
 		o.NoSessions = true
 	}
@@ -155,6 +158,7 @@ func applyMutationHints(p Protocol, m string, o *Options) error {
 	setIfPositive(&o.RequestTimeout, h.RequestTimeout)
 	setIfPositive(&o.NodesPerRegion, h.NodesPerRegion)
 	setIfPositive(&o.RepartitionEvery, h.RepartitionEvery)
+	setIfPositive(&o.MoveEvery, h.MoveEvery)
 	setIfPositive(&o.Quiesce, h.Quiesce)
 	setIfPositive(&o.MaxClockOffset, h.MaxClockOffset)
 	for k, v := range h.KeyspaceOptions {

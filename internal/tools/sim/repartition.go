@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"meridian/internal/config"
 	"meridian/internal/placement"
 )
 
@@ -117,4 +118,122 @@ func (s *simulator) randomMerge(ks *placement.Keyspace) (*placement.Keyspace, st
 	i := ok[s.rng.IntN(len(ok))]
 	out, _ := ks.Merge(ks.Partitions[i].ID)
 	return out, fmt.Sprintf("merge partitions %d and %d", ks.Partitions[i].ID, ks.Partitions[i+1].ID)
+}
+
+// Replica moves during a run (Options.MoveEvery). The simulator plays the cluster metadata
+// and the placement driver: it starts a move of a random replica to a node of the same region
+// that is not a member, finishes it when the new replica's engine reports that it has caught
+// up (engine.ReportMoveCaughtUp), and aborts some moves that take too long (as a driver does
+// when the new node dies). Every change reaches each node after its own delay, as above, so
+// nodes coordinate under maps on both sides of every step.
+
+// moveCheckAfter is how long after its start a move is checked; one still in progress is
+// aborted if its new replica is down, and otherwise with probability moveAbortOdds.
+const (
+	moveCheckAfter = 4 * time.Second
+	moveAbortOdds  = 0.3
+)
+
+func (s *simulator) scheduleMoves() error {
+	if s.o.MoveEvery <= 0 {
+		return nil
+	}
+	p, err := LookupProtocol(s.o.Protocol)
+	if err != nil {
+		return err
+	}
+	if !movesReplicas(p) {
+		return fmt.Errorf("sim: protocol %s does not move replicas (--move-every needs a protocol that does)", s.o.Protocol)
+	}
+	if s.o.NodesPerRegion <= s.o.ReplicasPerRegion {
+		return fmt.Errorf("sim: --move-every needs more nodes per region (%d) than replicas per region (%d): a replica moves to a node of its region that holds none", s.o.NodesPerRegion, s.o.ReplicasPerRegion)
+	}
+	every := int64(s.o.MoveEvery)
+	for at := s.rng.Int64N(2 * every); at < int64(s.o.Duration); at += 1 + s.rng.Int64N(2*every) {
+		s.schedule(event{at: at, kind: evMoveStart})
+	}
+	return nil
+}
+
+// installNewest makes next the newest map and schedules every node's install of it.
+func (s *simulator) installNewest(next *placement.Keyspace, what string) {
+	ks, _ := s.pmap.Keyspace("sim")
+	next.Version = ks.Version + 1
+	if err := next.Check(); err != nil {
+		panic(fmt.Sprintf("sim: %s made a broken keyspace: %v", what, err))
+	}
+	s.pmap = s.pmap.With(next)
+	s.trace("%s (map %d, %d partitions)", what, s.pmap.Version, len(next.Partitions))
+	for i := range s.nodes {
+		s.schedule(event{at: s.now + s.rng.Int64N(int64(maxInstallDelay)+1), kind: evInstallMap, node: i, pmap: s.pmap})
+	}
+}
+
+// startMove moves a random replica of a random partition that is not moving.
+func (s *simulator) startMove() {
+	ks, _ := s.pmap.Keyspace("sim")
+	for range 16 {
+		p := &ks.Partitions[s.rng.IntN(len(ks.Partitions))]
+		if p.Move != nil {
+			continue
+		}
+		remove := p.Replicas[s.rng.IntN(len(p.Replicas))]
+		region := s.nodes[s.byID[remove]].cfg.Region
+		spec, _ := config.Protocol(s.o.Protocol)
+		var adds []uint32
+		for _, n := range s.nodes {
+			if n.cfg.Region == region && !p.HasMember(n.cfg.ID) && !(spec.NoRejoin && p.HasDeparted(n.cfg.ID)) {
+				adds = append(adds, n.cfg.ID)
+			}
+		}
+		if len(adds) == 0 {
+			continue
+		}
+		s.moveSeq++
+		mv := placement.Move{ID: s.moveSeq, Add: adds[s.rng.IntN(len(adds))], Remove: remove, Source: p.Replicas[s.rng.IntN(len(p.Replicas))]}
+		next, err := ks.StartMove(p.ID, mv)
+		if err != nil {
+			panic(fmt.Sprintf("sim: start move: %v", err))
+		}
+		s.report.Moves++
+		s.installNewest(next, fmt.Sprintf("move %d of partition %d: n%d -> n%d (source n%d)", mv.ID, p.ID, mv.Remove, mv.Add, mv.Source))
+		s.schedule(event{at: s.now + int64(moveCheckAfter), kind: evMoveCheck, req: mv.ID, cli: int(p.ID)})
+		return
+	}
+}
+
+// finishMove applies move_finish for a reported move, if it is still in progress.
+func (s *simulator) finishMove(partition uint32, moveID uint64) {
+	ks, _ := s.pmap.Keyspace("sim")
+	next, err := ks.FinishMove(partition, moveID)
+	if err != nil {
+		return // finished already, or aborted
+	}
+	s.report.MovesFinished++
+	s.installNewest(next, fmt.Sprintf("move %d of partition %d finished", moveID, partition))
+}
+
+// checkMove aborts a move still in progress when its new replica is down, or by chance.
+func (s *simulator) checkMove(partition uint32, moveID uint64) {
+	ks, _ := s.pmap.Keyspace("sim")
+	p, ok := ks.Partition(partition)
+	if !ok || p.Move == nil || p.Move.ID != moveID {
+		return
+	}
+	if s.nodes[s.byID[p.Move.Add]].up && s.rng.Float64() >= moveAbortOdds {
+		s.schedule(event{at: s.now + int64(moveCheckAfter), kind: evMoveCheck, req: moveID, cli: int(partition)})
+		return
+	}
+	next, err := ks.AbortMove(partition, moveID)
+	if err != nil {
+		panic(fmt.Sprintf("sim: abort move: %v", err))
+	}
+	s.report.MovesAborted++
+	s.installNewest(next, fmt.Sprintf("move %d of partition %d aborted", moveID, partition))
+}
+
+// movesReplicas reports whether keyspaces of protocol p move replicas.
+func movesReplicas(p Protocol) bool {
+	spec, ok := config.Protocol(p.Name)
+	return ok && spec.Moves
 }

@@ -28,8 +28,9 @@ type SeedsResult struct {
 	Wall       time.Duration
 	Crashes    int
 	Partitions int
-	// Repartitions counts splits and merges.
-	Repartitions int
+	// Repartitions counts splits and merges; Moves, MovesFinished, MovesAborted replica moves.
+	Repartitions                        int
+	Moves, MovesFinished, MovesAborted int
 	ReadPaths    map[string]int
 	// Failed is the first failing seed's report (nil when every seed passed).
 	Failed *Report
@@ -61,6 +62,9 @@ func RunSeeds(so SeedsOptions) (*SeedsResult, error) {
 		res.Crashes += rep.Crashes
 		res.Partitions += rep.Partitions
 		res.Repartitions += rep.Repartitions
+		res.Moves += rep.Moves
+		res.MovesFinished += rep.MovesFinished
+		res.MovesAborted += rep.MovesAborted
 		if res.ReadPaths == nil {
 			res.ReadPaths = map[string]int{}
 		}
@@ -136,6 +140,9 @@ func ReplayCommand(o Options) string {
 	}
 	if o.RepartitionEvery > 0 {
 		fmt.Fprintf(&b, " --repartition-every %s", o.RepartitionEvery)
+	}
+	if o.MoveEvery > 0 {
+		fmt.Fprintf(&b, " --move-every %s", o.MoveEvery)
 	}
 	if o.PartitionEvery > 0 {
 		fmt.Fprintf(&b, " --partition-every %s", o.PartitionEvery)

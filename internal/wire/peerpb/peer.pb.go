@@ -165,9 +165,13 @@ func (x *Record) GetTombstone() bool {
 
 // Quorum protocol (replication/quorum; MeteorShower paper I, Fig. 1).
 type WriteRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Record        *Record                `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Record    *Record                `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"`
+	// The coordinator's move epoch of the key's partition (placement.Partition.MoveEpoch): a
+	// replica whose epoch is newer refuses the write, so a coordinator that has not heard of
+	// a move cannot count acknowledgements that miss the new replica (docs/elasticity.md).
+	MoveEpoch     uint64 `protobuf:"varint,3,opt,name=move_epoch,json=moveEpoch,proto3" json:"move_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -216,6 +220,13 @@ func (x *WriteRequest) GetRecord() *Record {
 	return nil
 }
 
+func (x *WriteRequest) GetMoveEpoch() uint64 {
+	if x != nil {
+		return x.MoveEpoch
+	}
+	return 0
+}
+
 type WriteAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -261,11 +272,13 @@ func (x *WriteAck) GetRequestId() uint64 {
 }
 
 type ReadRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Keyspace      string                 `protobuf:"bytes,2,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
-	Partition     uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
-	Key           []byte                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Keyspace  string                 `protobuf:"bytes,2,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	Key       []byte                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	// As WriteRequest.move_epoch.
+	MoveEpoch     uint64 `protobuf:"varint,5,opt,name=move_epoch,json=moveEpoch,proto3" json:"move_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -326,6 +339,13 @@ func (x *ReadRequest) GetKey() []byte {
 		return x.Key
 	}
 	return nil
+}
+
+func (x *ReadRequest) GetMoveEpoch() uint64 {
+	if x != nil {
+		return x.MoveEpoch
+	}
+	return 0
 }
 
 type ReadReply struct {
@@ -389,13 +409,15 @@ func (x *ReadReply) GetRecord() *Record {
 }
 
 type ScanRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Keyspace      string                 `protobuf:"bytes,2,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
-	Partition     uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
-	Start         []byte                 `protobuf:"bytes,4,opt,name=start,proto3" json:"start,omitempty"`
-	End           []byte                 `protobuf:"bytes,5,opt,name=end,proto3" json:"end,omitempty"`
-	Limit         uint32                 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Keyspace  string                 `protobuf:"bytes,2,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	Start     []byte                 `protobuf:"bytes,4,opt,name=start,proto3" json:"start,omitempty"`
+	End       []byte                 `protobuf:"bytes,5,opt,name=end,proto3" json:"end,omitempty"`
+	Limit     uint32                 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	// As WriteRequest.move_epoch.
+	MoveEpoch     uint64 `protobuf:"varint,7,opt,name=move_epoch,json=moveEpoch,proto3" json:"move_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -468,6 +490,13 @@ func (x *ScanRequest) GetEnd() []byte {
 func (x *ScanRequest) GetLimit() uint32 {
 	if x != nil {
 		return x.Limit
+	}
+	return 0
+}
+
+func (x *ScanRequest) GetMoveEpoch() uint64 {
+	if x != nil {
+		return x.MoveEpoch
 	}
 	return 0
 }
@@ -548,8 +577,13 @@ type AEDigest struct {
 	// The key range compared, [start, end) (end empty: to the end of the keyspace): the
 	// initiator's partition. Both sides compare exactly this range, so a round is meaningful
 	// while the two nodes' maps differ by a split or merge; partition is informational.
-	Start         []byte `protobuf:"bytes,6,opt,name=start,proto3" json:"start,omitempty"`
-	End           []byte `protobuf:"bytes,7,opt,name=end,proto3" json:"end,omitempty"`
+	Start []byte `protobuf:"bytes,6,opt,name=start,proto3" json:"start,omitempty"`
+	End   []byte `protobuf:"bytes,7,opt,name=end,proto3" json:"end,omitempty"`
+	// A catch-up round of a replica move (0: background anti-entropy): an old replica
+	// compares, with the move's new replica, each key's newest version not newer than at
+	// (no cutoff), and the new replica always answers (AEKeys.equal when the digests match).
+	MoveId        uint64   `protobuf:"varint,8,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
+	At            *Version `protobuf:"bytes,9,opt,name=at,proto3" json:"at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -633,6 +667,20 @@ func (x *AEDigest) GetEnd() []byte {
 	return nil
 }
 
+func (x *AEDigest) GetMoveId() uint64 {
+	if x != nil {
+		return x.MoveId
+	}
+	return 0
+}
+
+func (x *AEDigest) GetAt() *Version {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
 type KeyVersion struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -697,8 +745,12 @@ type AEKeys struct {
 	Truncated       bool  `protobuf:"varint,6,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	CutoffUnixNanos int64 `protobuf:"varint,7,opt,name=cutoff_unix_nanos,json=cutoffUnixNanos,proto3" json:"cutoff_unix_nanos,omitempty"`
 	// The range of the digest this answers (AEDigest.start, end).
-	Start         []byte `protobuf:"bytes,8,opt,name=start,proto3" json:"start,omitempty"`
-	End           []byte `protobuf:"bytes,9,opt,name=end,proto3" json:"end,omitempty"`
+	Start []byte `protobuf:"bytes,8,opt,name=start,proto3" json:"start,omitempty"`
+	End   []byte `protobuf:"bytes,9,opt,name=end,proto3" json:"end,omitempty"`
+	// A catch-up round's answer (AEDigest.move_id, at): equal says the digests matched.
+	MoveId        uint64   `protobuf:"varint,10,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
+	At            *Version `protobuf:"bytes,11,opt,name=at,proto3" json:"at,omitempty"`
+	Equal         bool     `protobuf:"varint,12,opt,name=equal,proto3" json:"equal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -796,6 +848,27 @@ func (x *AEKeys) GetEnd() []byte {
 	return nil
 }
 
+func (x *AEKeys) GetMoveId() uint64 {
+	if x != nil {
+		return x.MoveId
+	}
+	return 0
+}
+
+func (x *AEKeys) GetAt() *Version {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *AEKeys) GetEqual() bool {
+	if x != nil {
+		return x.Equal
+	}
+	return false
+}
+
 type AEPull struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RoundId       uint64                 `protobuf:"varint,1,opt,name=round_id,json=roundId,proto3" json:"round_id,omitempty"`
@@ -864,17 +937,347 @@ func (x *AEPull) GetKeys() [][]byte {
 	return nil
 }
 
-type AEPush struct {
+// Replica moves (docs/elasticity.md). The new replica pulls a snapshot of the partition's
+// range from the move's source: a request with offset < 0 asks the source to export the
+// range into a staged sstable and answers with its size; then chunks are pulled (a few in
+// flight) and written to a staged file, checked, and merged into the new replica's storage.
+type MoveSnapshotRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	RoundId       uint64                 `protobuf:"varint,1,opt,name=round_id,json=roundId,proto3" json:"round_id,omitempty"`
-	Records       []*Record              `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Start         []byte                 `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
+	End           []byte                 `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
+	MoveId        uint64                 `protobuf:"varint,4,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
+	SnapshotId    string                 `protobuf:"bytes,5,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	Offset        int64                  `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        int32                  `protobuf:"varint,7,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveSnapshotRequest) Reset() {
+	*x = MoveSnapshotRequest{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveSnapshotRequest) ProtoMessage() {}
+
+func (x *MoveSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*MoveSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *MoveSnapshotRequest) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *MoveSnapshotRequest) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *MoveSnapshotRequest) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *MoveSnapshotRequest) GetMoveId() uint64 {
+	if x != nil {
+		return x.MoveId
+	}
+	return 0
+}
+
+func (x *MoveSnapshotRequest) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *MoveSnapshotRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *MoveSnapshotRequest) GetLength() int32 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+type MoveSnapshotChunk struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace   string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Start      []byte                 `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
+	End        []byte                 `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
+	MoveId     uint64                 `protobuf:"varint,4,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
+	SnapshotId string                 `protobuf:"bytes,5,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// offset < 0: the answer to a prepare request, with size.
+	Offset        int64  `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`
+	Data          []byte `protobuf:"bytes,7,opt,name=data,proto3" json:"data,omitempty"`
+	Size          int64  `protobuf:"varint,8,opt,name=size,proto3" json:"size,omitempty"`
+	Error         string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveSnapshotChunk) Reset() {
+	*x = MoveSnapshotChunk{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveSnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveSnapshotChunk) ProtoMessage() {}
+
+func (x *MoveSnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveSnapshotChunk.ProtoReflect.Descriptor instead.
+func (*MoveSnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *MoveSnapshotChunk) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *MoveSnapshotChunk) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *MoveSnapshotChunk) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *MoveSnapshotChunk) GetMoveId() uint64 {
+	if x != nil {
+		return x.MoveId
+	}
+	return 0
+}
+
+func (x *MoveSnapshotChunk) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *MoveSnapshotChunk) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *MoveSnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *MoveSnapshotChunk) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *MoveSnapshotChunk) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// MoveNote is a node's own job telling its engine how a move's step went (never sent to
+// another node): a chunk stored, the whole file checked, or an old replica whose catch-up
+// round found the digests equal.
+type MoveNote struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace   string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Start      []byte                 `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
+	End        []byte                 `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
+	MoveId     uint64                 `protobuf:"varint,4,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
+	SnapshotId string                 `protobuf:"bytes,5,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	Offset     int64                  `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length     int32                  `protobuf:"varint,7,opt,name=length,proto3" json:"length,omitempty"`
+	Checked    bool                   `protobuf:"varint,8,opt,name=checked,proto3" json:"checked,omitempty"`
+	Error      string                 `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	// covered_by: the old replica whose data (every key's newest version not newer than the
+	// round's at) this replica now holds.
+	CoveredBy     uint32 `protobuf:"varint,10,opt,name=covered_by,json=coveredBy,proto3" json:"covered_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveNote) Reset() {
+	*x = MoveNote{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveNote) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveNote) ProtoMessage() {}
+
+func (x *MoveNote) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveNote.ProtoReflect.Descriptor instead.
+func (*MoveNote) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *MoveNote) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *MoveNote) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *MoveNote) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *MoveNote) GetMoveId() uint64 {
+	if x != nil {
+		return x.MoveId
+	}
+	return 0
+}
+
+func (x *MoveNote) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *MoveNote) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *MoveNote) GetLength() int32 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *MoveNote) GetChecked() bool {
+	if x != nil {
+		return x.Checked
+	}
+	return false
+}
+
+func (x *MoveNote) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *MoveNote) GetCoveredBy() uint32 {
+	if x != nil {
+		return x.CoveredBy
+	}
+	return 0
+}
+
+type AEPush struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	RoundId uint64                 `protobuf:"varint,1,opt,name=round_id,json=roundId,proto3" json:"round_id,omitempty"`
+	Records []*Record              `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	// A catch-up round's push (AEDigest.move_id); covered says the round found nothing the
+	// new replica lacks (every key's version at the round's at is there, or newer).
+	MoveId        uint64 `protobuf:"varint,3,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
+	Covered       bool   `protobuf:"varint,4,opt,name=covered,proto3" json:"covered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AEPush) Reset() {
 	*x = AEPush{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[12]
+	mi := &file_meridian_v1_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +1289,7 @@ func (x *AEPush) String() string {
 func (*AEPush) ProtoMessage() {}
 
 func (x *AEPush) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[12]
+	mi := &file_meridian_v1_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +1302,7 @@ func (x *AEPush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AEPush.ProtoReflect.Descriptor instead.
 func (*AEPush) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AEPush) GetRoundId() uint64 {
@@ -916,6 +1319,20 @@ func (x *AEPush) GetRecords() []*Record {
 	return nil
 }
 
+func (x *AEPush) GetMoveId() uint64 {
+	if x != nil {
+		return x.MoveId
+	}
+	return 0
+}
+
+func (x *AEPush) GetCovered() bool {
+	if x != nil {
+		return x.Covered
+	}
+	return false
+}
+
 // MeteorShower (meteorshower-paper.txt III-A). A status lists the (key, wts) of the writes a
 // replica applied during one interval, stamped with the sender's clock (sts) when sent.
 type StatusEntry struct {
@@ -930,7 +1347,7 @@ type StatusEntry struct {
 
 func (x *StatusEntry) Reset() {
 	*x = StatusEntry{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[13]
+	mi := &file_meridian_v1_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1359,7 @@ func (x *StatusEntry) String() string {
 func (*StatusEntry) ProtoMessage() {}
 
 func (x *StatusEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[13]
+	mi := &file_meridian_v1_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1372,7 @@ func (x *StatusEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusEntry.ProtoReflect.Descriptor instead.
 func (*StatusEntry) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StatusEntry) GetKeyspace() string {
@@ -997,7 +1414,7 @@ type StatusBatch struct {
 
 func (x *StatusBatch) Reset() {
 	*x = StatusBatch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[14]
+	mi := &file_meridian_v1_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1426,7 @@ func (x *StatusBatch) String() string {
 func (*StatusBatch) ProtoMessage() {}
 
 func (x *StatusBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[14]
+	mi := &file_meridian_v1_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1439,7 @@ func (x *StatusBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusBatch.ProtoReflect.Descriptor instead.
 func (*StatusBatch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{14}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StatusBatch) GetSeq() uint64 {
@@ -1059,7 +1476,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[15]
+	mi := &file_meridian_v1_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1488,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[15]
+	mi := &file_meridian_v1_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1501,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{15}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Status) GetIncarnation() uint64 {
@@ -1118,7 +1535,7 @@ type WriteNotification struct {
 
 func (x *WriteNotification) Reset() {
 	*x = WriteNotification{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[16]
+	mi := &file_meridian_v1_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1547,7 @@ func (x *WriteNotification) String() string {
 func (*WriteNotification) ProtoMessage() {}
 
 func (x *WriteNotification) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[16]
+	mi := &file_meridian_v1_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1560,7 @@ func (x *WriteNotification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteNotification.ProtoReflect.Descriptor instead.
 func (*WriteNotification) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{16}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WriteNotification) GetRecord() *Record {
@@ -1163,7 +1580,7 @@ type FullStatusRequest struct {
 
 func (x *FullStatusRequest) Reset() {
 	*x = FullStatusRequest{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[17]
+	mi := &file_meridian_v1_peer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1592,7 @@ func (x *FullStatusRequest) String() string {
 func (*FullStatusRequest) ProtoMessage() {}
 
 func (x *FullStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[17]
+	mi := &file_meridian_v1_peer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1605,7 @@ func (x *FullStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FullStatusRequest.ProtoReflect.Descriptor instead.
 func (*FullStatusRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{17}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FullStatusRequest) GetIncarnation() uint64 {
@@ -1213,7 +1630,7 @@ type FullStatus struct {
 
 func (x *FullStatus) Reset() {
 	*x = FullStatus{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[18]
+	mi := &file_meridian_v1_peer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1642,7 @@ func (x *FullStatus) String() string {
 func (*FullStatus) ProtoMessage() {}
 
 func (x *FullStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[18]
+	mi := &file_meridian_v1_peer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1655,7 @@ func (x *FullStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FullStatus.ProtoReflect.Descriptor instead.
 func (*FullStatus) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{18}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FullStatus) GetIncarnation() uint64 {
@@ -1286,7 +1703,7 @@ type ClockPing struct {
 
 func (x *ClockPing) Reset() {
 	*x = ClockPing{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[19]
+	mi := &file_meridian_v1_peer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1715,7 @@ func (x *ClockPing) String() string {
 func (*ClockPing) ProtoMessage() {}
 
 func (x *ClockPing) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[19]
+	mi := &file_meridian_v1_peer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1728,7 @@ func (x *ClockPing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockPing.ProtoReflect.Descriptor instead.
 func (*ClockPing) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{19}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ClockPing) GetT1UnixNanos() int64 {
@@ -1331,7 +1748,7 @@ type ClockPong struct {
 
 func (x *ClockPong) Reset() {
 	*x = ClockPong{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[20]
+	mi := &file_meridian_v1_peer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1760,7 @@ func (x *ClockPong) String() string {
 func (*ClockPong) ProtoMessage() {}
 
 func (x *ClockPong) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[20]
+	mi := &file_meridian_v1_peer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1773,7 @@ func (x *ClockPong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockPong.ProtoReflect.Descriptor instead.
 func (*ClockPong) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{20}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClockPong) GetT1UnixNanos() int64 {
@@ -1383,7 +1800,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[21]
+	mi := &file_meridian_v1_peer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1812,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[21]
+	mi := &file_meridian_v1_peer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1825,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{21}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Heartbeat) GetSentUnixNanos() int64 {
@@ -1440,7 +1857,7 @@ type GlTable struct {
 
 func (x *GlTable) Reset() {
 	*x = GlTable{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[22]
+	mi := &file_meridian_v1_peer_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1452,7 +1869,7 @@ func (x *GlTable) String() string {
 func (*GlTable) ProtoMessage() {}
 
 func (x *GlTable) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[22]
+	mi := &file_meridian_v1_peer_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1465,7 +1882,7 @@ func (x *GlTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlTable.ProtoReflect.Descriptor instead.
 func (*GlTable) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{22}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GlTable) GetKeyspace() string {
@@ -1527,7 +1944,7 @@ type GlOverride struct {
 
 func (x *GlOverride) Reset() {
 	*x = GlOverride{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[23]
+	mi := &file_meridian_v1_peer_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1956,7 @@ func (x *GlOverride) String() string {
 func (*GlOverride) ProtoMessage() {}
 
 func (x *GlOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[23]
+	mi := &file_meridian_v1_peer_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1969,7 @@ func (x *GlOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlOverride.ProtoReflect.Descriptor instead.
 func (*GlOverride) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{23}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GlOverride) GetKey() []byte {
@@ -1579,7 +1996,7 @@ type GlBallot struct {
 
 func (x *GlBallot) Reset() {
 	*x = GlBallot{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[24]
+	mi := &file_meridian_v1_peer_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +2008,7 @@ func (x *GlBallot) String() string {
 func (*GlBallot) ProtoMessage() {}
 
 func (x *GlBallot) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[24]
+	mi := &file_meridian_v1_peer_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +2021,7 @@ func (x *GlBallot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlBallot.ProtoReflect.Descriptor instead.
 func (*GlBallot) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{24}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GlBallot) GetRound() uint64 {
@@ -1646,7 +2063,7 @@ type GlForward struct {
 
 func (x *GlForward) Reset() {
 	*x = GlForward{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[25]
+	mi := &file_meridian_v1_peer_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +2075,7 @@ func (x *GlForward) String() string {
 func (*GlForward) ProtoMessage() {}
 
 func (x *GlForward) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[25]
+	mi := &file_meridian_v1_peer_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +2088,7 @@ func (x *GlForward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlForward.ProtoReflect.Descriptor instead.
 func (*GlForward) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{25}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GlForward) GetRequestId() uint64 {
@@ -1793,7 +2210,7 @@ type GlForwardReply struct {
 
 func (x *GlForwardReply) Reset() {
 	*x = GlForwardReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[26]
+	mi := &file_meridian_v1_peer_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +2222,7 @@ func (x *GlForwardReply) String() string {
 func (*GlForwardReply) ProtoMessage() {}
 
 func (x *GlForwardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[26]
+	mi := &file_meridian_v1_peer_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +2235,7 @@ func (x *GlForwardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlForwardReply.ProtoReflect.Descriptor instead.
 func (*GlForwardReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{26}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GlForwardReply) GetRequestId() uint64 {
@@ -1940,7 +2357,7 @@ type GlLeaseAck struct {
 
 func (x *GlLeaseAck) Reset() {
 	*x = GlLeaseAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[27]
+	mi := &file_meridian_v1_peer_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2369,7 @@ func (x *GlLeaseAck) String() string {
 func (*GlLeaseAck) ProtoMessage() {}
 
 func (x *GlLeaseAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[27]
+	mi := &file_meridian_v1_peer_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2382,7 @@ func (x *GlLeaseAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlLeaseAck.ProtoReflect.Descriptor instead.
 func (*GlLeaseAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{27}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GlLeaseAck) GetKeyspace() string {
@@ -2021,7 +2438,7 @@ type GlUpdate struct {
 
 func (x *GlUpdate) Reset() {
 	*x = GlUpdate{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[28]
+	mi := &file_meridian_v1_peer_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2450,7 @@ func (x *GlUpdate) String() string {
 func (*GlUpdate) ProtoMessage() {}
 
 func (x *GlUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[28]
+	mi := &file_meridian_v1_peer_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2046,7 +2463,7 @@ func (x *GlUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlUpdate.ProtoReflect.Descriptor instead.
 func (*GlUpdate) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{28}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GlUpdate) GetWriteId() uint64 {
@@ -2103,7 +2520,7 @@ type GlUpdateAck struct {
 
 func (x *GlUpdateAck) Reset() {
 	*x = GlUpdateAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[29]
+	mi := &file_meridian_v1_peer_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2532,7 @@ func (x *GlUpdateAck) String() string {
 func (*GlUpdateAck) ProtoMessage() {}
 
 func (x *GlUpdateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[29]
+	mi := &file_meridian_v1_peer_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2545,7 @@ func (x *GlUpdateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlUpdateAck.ProtoReflect.Descriptor instead.
 func (*GlUpdateAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{29}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GlUpdateAck) GetWriteId() uint64 {
@@ -2165,7 +2582,7 @@ type GlCommit struct {
 
 func (x *GlCommit) Reset() {
 	*x = GlCommit{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[30]
+	mi := &file_meridian_v1_peer_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2177,7 +2594,7 @@ func (x *GlCommit) String() string {
 func (*GlCommit) ProtoMessage() {}
 
 func (x *GlCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[30]
+	mi := &file_meridian_v1_peer_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2190,7 +2607,7 @@ func (x *GlCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlCommit.ProtoReflect.Descriptor instead.
 func (*GlCommit) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{30}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GlCommit) GetKeyspace() string {
@@ -2232,7 +2649,7 @@ type GlPartVersion struct {
 
 func (x *GlPartVersion) Reset() {
 	*x = GlPartVersion{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[31]
+	mi := &file_meridian_v1_peer_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2661,7 @@ func (x *GlPartVersion) String() string {
 func (*GlPartVersion) ProtoMessage() {}
 
 func (x *GlPartVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[31]
+	mi := &file_meridian_v1_peer_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2674,7 @@ func (x *GlPartVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlPartVersion.ProtoReflect.Descriptor instead.
 func (*GlPartVersion) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{31}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GlPartVersion) GetKeyspace() string {
@@ -2293,7 +2710,7 @@ type GlHeartbeat struct {
 
 func (x *GlHeartbeat) Reset() {
 	*x = GlHeartbeat{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[32]
+	mi := &file_meridian_v1_peer_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2722,7 @@ func (x *GlHeartbeat) String() string {
 func (*GlHeartbeat) ProtoMessage() {}
 
 func (x *GlHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[32]
+	mi := &file_meridian_v1_peer_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2735,7 @@ func (x *GlHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlHeartbeat.ProtoReflect.Descriptor instead.
 func (*GlHeartbeat) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{32}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GlHeartbeat) GetSeq() uint64 {
@@ -2346,7 +2763,7 @@ type GlHeartbeatAck struct {
 
 func (x *GlHeartbeatAck) Reset() {
 	*x = GlHeartbeatAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[33]
+	mi := &file_meridian_v1_peer_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2358,7 +2775,7 @@ func (x *GlHeartbeatAck) String() string {
 func (*GlHeartbeatAck) ProtoMessage() {}
 
 func (x *GlHeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[33]
+	mi := &file_meridian_v1_peer_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2371,7 +2788,7 @@ func (x *GlHeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlHeartbeatAck.ProtoReflect.Descriptor instead.
 func (*GlHeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{33}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GlHeartbeatAck) GetSeq() uint64 {
@@ -2407,7 +2824,7 @@ type GlPrepare struct {
 
 func (x *GlPrepare) Reset() {
 	*x = GlPrepare{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[34]
+	mi := &file_meridian_v1_peer_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2419,7 +2836,7 @@ func (x *GlPrepare) String() string {
 func (*GlPrepare) ProtoMessage() {}
 
 func (x *GlPrepare) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[34]
+	mi := &file_meridian_v1_peer_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2432,7 +2849,7 @@ func (x *GlPrepare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlPrepare.ProtoReflect.Descriptor instead.
 func (*GlPrepare) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{34}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GlPrepare) GetKeyspace() string {
@@ -2479,7 +2896,7 @@ type GlPromise struct {
 
 func (x *GlPromise) Reset() {
 	*x = GlPromise{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[35]
+	mi := &file_meridian_v1_peer_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2491,7 +2908,7 @@ func (x *GlPromise) String() string {
 func (*GlPromise) ProtoMessage() {}
 
 func (x *GlPromise) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[35]
+	mi := &file_meridian_v1_peer_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2504,7 +2921,7 @@ func (x *GlPromise) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlPromise.ProtoReflect.Descriptor instead.
 func (*GlPromise) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{35}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GlPromise) GetKeyspace() string {
@@ -2573,7 +2990,7 @@ type GlAccept struct {
 
 func (x *GlAccept) Reset() {
 	*x = GlAccept{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[36]
+	mi := &file_meridian_v1_peer_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2585,7 +3002,7 @@ func (x *GlAccept) String() string {
 func (*GlAccept) ProtoMessage() {}
 
 func (x *GlAccept) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[36]
+	mi := &file_meridian_v1_peer_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2598,7 +3015,7 @@ func (x *GlAccept) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlAccept.ProtoReflect.Descriptor instead.
 func (*GlAccept) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{36}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GlAccept) GetBallot() *GlBallot {
@@ -2630,7 +3047,7 @@ type GlAccepted struct {
 
 func (x *GlAccepted) Reset() {
 	*x = GlAccepted{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[37]
+	mi := &file_meridian_v1_peer_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2642,7 +3059,7 @@ func (x *GlAccepted) String() string {
 func (*GlAccepted) ProtoMessage() {}
 
 func (x *GlAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[37]
+	mi := &file_meridian_v1_peer_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2655,7 +3072,7 @@ func (x *GlAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlAccepted.ProtoReflect.Descriptor instead.
 func (*GlAccepted) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{37}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GlAccepted) GetKeyspace() string {
@@ -2716,7 +3133,7 @@ type GlCommitTable struct {
 
 func (x *GlCommitTable) Reset() {
 	*x = GlCommitTable{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[38]
+	mi := &file_meridian_v1_peer_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +3145,7 @@ func (x *GlCommitTable) String() string {
 func (*GlCommitTable) ProtoMessage() {}
 
 func (x *GlCommitTable) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[38]
+	mi := &file_meridian_v1_peer_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +3158,7 @@ func (x *GlCommitTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlCommitTable.ProtoReflect.Descriptor instead.
 func (*GlCommitTable) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{38}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GlCommitTable) GetTable() *GlTable {
@@ -2766,7 +3183,7 @@ type GlRevoke struct {
 
 func (x *GlRevoke) Reset() {
 	*x = GlRevoke{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[39]
+	mi := &file_meridian_v1_peer_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +3195,7 @@ func (x *GlRevoke) String() string {
 func (*GlRevoke) ProtoMessage() {}
 
 func (x *GlRevoke) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[39]
+	mi := &file_meridian_v1_peer_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +3208,7 @@ func (x *GlRevoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlRevoke.ProtoReflect.Descriptor instead.
 func (*GlRevoke) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{39}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GlRevoke) GetKeyspace() string {
@@ -2840,7 +3257,7 @@ type GlRevokeAck struct {
 
 func (x *GlRevokeAck) Reset() {
 	*x = GlRevokeAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[40]
+	mi := &file_meridian_v1_peer_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2852,7 +3269,7 @@ func (x *GlRevokeAck) String() string {
 func (*GlRevokeAck) ProtoMessage() {}
 
 func (x *GlRevokeAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[40]
+	mi := &file_meridian_v1_peer_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2865,7 +3282,7 @@ func (x *GlRevokeAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlRevokeAck.ProtoReflect.Descriptor instead.
 func (*GlRevokeAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{40}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GlRevokeAck) GetKeyspace() string {
@@ -2903,7 +3320,7 @@ type GlAcceptorState struct {
 
 func (x *GlAcceptorState) Reset() {
 	*x = GlAcceptorState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[41]
+	mi := &file_meridian_v1_peer_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2915,7 +3332,7 @@ func (x *GlAcceptorState) String() string {
 func (*GlAcceptorState) ProtoMessage() {}
 
 func (x *GlAcceptorState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[41]
+	mi := &file_meridian_v1_peer_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2928,7 +3345,7 @@ func (x *GlAcceptorState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlAcceptorState.ProtoReflect.Descriptor instead.
 func (*GlAcceptorState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{41}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GlAcceptorState) GetCommitted() *GlTable {
@@ -2973,7 +3390,7 @@ type GlFetch struct {
 
 func (x *GlFetch) Reset() {
 	*x = GlFetch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[42]
+	mi := &file_meridian_v1_peer_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2985,7 +3402,7 @@ func (x *GlFetch) String() string {
 func (*GlFetch) ProtoMessage() {}
 
 func (x *GlFetch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[42]
+	mi := &file_meridian_v1_peer_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2998,7 +3415,7 @@ func (x *GlFetch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlFetch.ProtoReflect.Descriptor instead.
 func (*GlFetch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{42}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GlFetch) GetRequestId() uint64 {
@@ -3040,7 +3457,7 @@ type GlFetchReply struct {
 
 func (x *GlFetchReply) Reset() {
 	*x = GlFetchReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[43]
+	mi := &file_meridian_v1_peer_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3052,7 +3469,7 @@ func (x *GlFetchReply) String() string {
 func (*GlFetchReply) ProtoMessage() {}
 
 func (x *GlFetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[43]
+	mi := &file_meridian_v1_peer_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3065,7 +3482,7 @@ func (x *GlFetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlFetchReply.ProtoReflect.Descriptor instead.
 func (*GlFetchReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{43}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GlFetchReply) GetRequestId() uint64 {
@@ -3102,7 +3519,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[44]
+	mi := &file_meridian_v1_peer_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3114,7 +3531,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[44]
+	mi := &file_meridian_v1_peer_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3127,7 +3544,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{44}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RaftMessage) GetKeyspace() string {
@@ -3171,7 +3588,7 @@ type RaftCommand struct {
 
 func (x *RaftCommand) Reset() {
 	*x = RaftCommand{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[45]
+	mi := &file_meridian_v1_peer_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3183,7 +3600,7 @@ func (x *RaftCommand) String() string {
 func (*RaftCommand) ProtoMessage() {}
 
 func (x *RaftCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[45]
+	mi := &file_meridian_v1_peer_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3196,7 +3613,7 @@ func (x *RaftCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftCommand.ProtoReflect.Descriptor instead.
 func (*RaftCommand) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{45}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RaftCommand) GetOrigin() uint32 {
@@ -3260,7 +3677,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[46]
+	mi := &file_meridian_v1_peer_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3272,7 +3689,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[46]
+	mi := &file_meridian_v1_peer_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3285,7 +3702,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{46}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RaftBatch) GetMessages() []*RaftMessage {
@@ -3315,7 +3732,7 @@ type RaftAppliedState struct {
 
 func (x *RaftAppliedState) Reset() {
 	*x = RaftAppliedState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[47]
+	mi := &file_meridian_v1_peer_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3327,7 +3744,7 @@ func (x *RaftAppliedState) String() string {
 func (*RaftAppliedState) ProtoMessage() {}
 
 func (x *RaftAppliedState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[47]
+	mi := &file_meridian_v1_peer_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3340,7 +3757,7 @@ func (x *RaftAppliedState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAppliedState.ProtoReflect.Descriptor instead.
 func (*RaftAppliedState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{47}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RaftAppliedState) GetIndex() uint64 {
@@ -3388,7 +3805,7 @@ type RaftOriginApplied struct {
 
 func (x *RaftOriginApplied) Reset() {
 	*x = RaftOriginApplied{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[48]
+	mi := &file_meridian_v1_peer_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3400,7 +3817,7 @@ func (x *RaftOriginApplied) String() string {
 func (*RaftOriginApplied) ProtoMessage() {}
 
 func (x *RaftOriginApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[48]
+	mi := &file_meridian_v1_peer_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3413,7 +3830,7 @@ func (x *RaftOriginApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftOriginApplied.ProtoReflect.Descriptor instead.
 func (*RaftOriginApplied) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{48}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RaftOriginApplied) GetNode() uint32 {
@@ -3442,7 +3859,7 @@ type RaftSnapshotMarker struct {
 
 func (x *RaftSnapshotMarker) Reset() {
 	*x = RaftSnapshotMarker{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[49]
+	mi := &file_meridian_v1_peer_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3454,7 +3871,7 @@ func (x *RaftSnapshotMarker) String() string {
 func (*RaftSnapshotMarker) ProtoMessage() {}
 
 func (x *RaftSnapshotMarker) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[49]
+	mi := &file_meridian_v1_peer_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3467,7 +3884,7 @@ func (x *RaftSnapshotMarker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotMarker.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotMarker) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{49}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RaftSnapshotMarker) GetFile() string {
@@ -3500,7 +3917,7 @@ type RaftSnapshotOffer struct {
 
 func (x *RaftSnapshotOffer) Reset() {
 	*x = RaftSnapshotOffer{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[50]
+	mi := &file_meridian_v1_peer_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3512,7 +3929,7 @@ func (x *RaftSnapshotOffer) String() string {
 func (*RaftSnapshotOffer) ProtoMessage() {}
 
 func (x *RaftSnapshotOffer) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[50]
+	mi := &file_meridian_v1_peer_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3525,7 +3942,7 @@ func (x *RaftSnapshotOffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotOffer.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotOffer) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{50}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RaftSnapshotOffer) GetKeyspace() string {
@@ -3576,7 +3993,7 @@ type RaftSnapshotRequest struct {
 
 func (x *RaftSnapshotRequest) Reset() {
 	*x = RaftSnapshotRequest{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[51]
+	mi := &file_meridian_v1_peer_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3588,7 +4005,7 @@ func (x *RaftSnapshotRequest) String() string {
 func (*RaftSnapshotRequest) ProtoMessage() {}
 
 func (x *RaftSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[51]
+	mi := &file_meridian_v1_peer_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3601,7 +4018,7 @@ func (x *RaftSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{51}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RaftSnapshotRequest) GetKeyspace() string {
@@ -3654,7 +4071,7 @@ type RaftSnapshotChunk struct {
 
 func (x *RaftSnapshotChunk) Reset() {
 	*x = RaftSnapshotChunk{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[52]
+	mi := &file_meridian_v1_peer_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3666,7 +4083,7 @@ func (x *RaftSnapshotChunk) String() string {
 func (*RaftSnapshotChunk) ProtoMessage() {}
 
 func (x *RaftSnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[52]
+	mi := &file_meridian_v1_peer_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3679,7 +4096,7 @@ func (x *RaftSnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotChunk.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{52}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RaftSnapshotChunk) GetKeyspace() string {
@@ -3744,7 +4161,7 @@ type RaftSnapshotStored struct {
 
 func (x *RaftSnapshotStored) Reset() {
 	*x = RaftSnapshotStored{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[53]
+	mi := &file_meridian_v1_peer_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3756,7 +4173,7 @@ func (x *RaftSnapshotStored) String() string {
 func (*RaftSnapshotStored) ProtoMessage() {}
 
 func (x *RaftSnapshotStored) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[53]
+	mi := &file_meridian_v1_peer_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3769,7 +4186,7 @@ func (x *RaftSnapshotStored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotStored.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotStored) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{53}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RaftSnapshotStored) GetKeyspace() string {
@@ -3843,7 +4260,7 @@ type RaftSnapshotReady struct {
 
 func (x *RaftSnapshotReady) Reset() {
 	*x = RaftSnapshotReady{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[54]
+	mi := &file_meridian_v1_peer_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3855,7 +4272,7 @@ func (x *RaftSnapshotReady) String() string {
 func (*RaftSnapshotReady) ProtoMessage() {}
 
 func (x *RaftSnapshotReady) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[54]
+	mi := &file_meridian_v1_peer_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3868,7 +4285,7 @@ func (x *RaftSnapshotReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotReady.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotReady) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{54}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RaftSnapshotReady) GetKeyspace() string {
@@ -3937,7 +4354,7 @@ type RaftForward struct {
 
 func (x *RaftForward) Reset() {
 	*x = RaftForward{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[55]
+	mi := &file_meridian_v1_peer_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3949,7 +4366,7 @@ func (x *RaftForward) String() string {
 func (*RaftForward) ProtoMessage() {}
 
 func (x *RaftForward) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[55]
+	mi := &file_meridian_v1_peer_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3962,7 +4379,7 @@ func (x *RaftForward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftForward.ProtoReflect.Descriptor instead.
 func (*RaftForward) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{55}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RaftForward) GetRequestId() uint64 {
@@ -4082,7 +4499,7 @@ type RaftForwardReply struct {
 
 func (x *RaftForwardReply) Reset() {
 	*x = RaftForwardReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[56]
+	mi := &file_meridian_v1_peer_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4094,7 +4511,7 @@ func (x *RaftForwardReply) String() string {
 func (*RaftForwardReply) ProtoMessage() {}
 
 func (x *RaftForwardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[56]
+	mi := &file_meridian_v1_peer_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4107,7 +4524,7 @@ func (x *RaftForwardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftForwardReply.ProtoReflect.Descriptor instead.
 func (*RaftForwardReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{56}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RaftForwardReply) GetRequestId() uint64 {
@@ -4200,7 +4617,7 @@ type RaftApplied struct {
 
 func (x *RaftApplied) Reset() {
 	*x = RaftApplied{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[57]
+	mi := &file_meridian_v1_peer_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4212,7 +4629,7 @@ func (x *RaftApplied) String() string {
 func (*RaftApplied) ProtoMessage() {}
 
 func (x *RaftApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[57]
+	mi := &file_meridian_v1_peer_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4225,7 +4642,7 @@ func (x *RaftApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftApplied.ProtoReflect.Descriptor instead.
 func (*RaftApplied) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{57}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RaftApplied) GetKeyspace() string {
@@ -4262,7 +4679,7 @@ type RaftRemoved struct {
 
 func (x *RaftRemoved) Reset() {
 	*x = RaftRemoved{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[58]
+	mi := &file_meridian_v1_peer_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4274,7 +4691,7 @@ func (x *RaftRemoved) String() string {
 func (*RaftRemoved) ProtoMessage() {}
 
 func (x *RaftRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[58]
+	mi := &file_meridian_v1_peer_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4287,7 +4704,7 @@ func (x *RaftRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemoved.ProtoReflect.Descriptor instead.
 func (*RaftRemoved) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{58}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RaftRemoved) GetKeyspace() string {
@@ -4370,6 +4787,9 @@ type Envelope struct {
 	//	*Envelope_RaftForwardReply
 	//	*Envelope_RaftApplied
 	//	*Envelope_RaftRemoved
+	//	*Envelope_MoveSnapshotRequest
+	//	*Envelope_MoveSnapshotChunk
+	//	*Envelope_MoveNote
 	Msg           isEnvelope_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4377,7 +4797,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[59]
+	mi := &file_meridian_v1_peer_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4389,7 +4809,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[59]
+	mi := &file_meridian_v1_peer_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4402,7 +4822,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{59}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *Envelope) GetFrom() uint32 {
@@ -4845,6 +5265,33 @@ func (x *Envelope) GetRaftRemoved() *RaftRemoved {
 	return nil
 }
 
+func (x *Envelope) GetMoveSnapshotRequest() *MoveSnapshotRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_MoveSnapshotRequest); ok {
+			return x.MoveSnapshotRequest
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetMoveSnapshotChunk() *MoveSnapshotChunk {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_MoveSnapshotChunk); ok {
+			return x.MoveSnapshotChunk
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetMoveNote() *MoveNote {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_MoveNote); ok {
+			return x.MoveNote
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Msg interface {
 	isEnvelope_Msg()
 }
@@ -5029,6 +5476,18 @@ type Envelope_RaftRemoved struct {
 	RaftRemoved *RaftRemoved `protobuf:"bytes,80,opt,name=raft_removed,json=raftRemoved,proto3,oneof"`
 }
 
+type Envelope_MoveSnapshotRequest struct {
+	MoveSnapshotRequest *MoveSnapshotRequest `protobuf:"bytes,90,opt,name=move_snapshot_request,json=moveSnapshotRequest,proto3,oneof"`
+}
+
+type Envelope_MoveSnapshotChunk struct {
+	MoveSnapshotChunk *MoveSnapshotChunk `protobuf:"bytes,91,opt,name=move_snapshot_chunk,json=moveSnapshotChunk,proto3,oneof"`
+}
+
+type Envelope_MoveNote struct {
+	MoveNote *MoveNote `protobuf:"bytes,92,opt,name=move_note,json=moveNote,proto3,oneof"`
+}
+
 func (*Envelope_Write) isEnvelope_Msg() {}
 
 func (*Envelope_WriteAck) isEnvelope_Msg() {}
@@ -5119,6 +5578,12 @@ func (*Envelope_RaftApplied) isEnvelope_Msg() {}
 
 func (*Envelope_RaftRemoved) isEnvelope_Msg() {}
 
+func (*Envelope_MoveSnapshotRequest) isEnvelope_Msg() {}
+
+func (*Envelope_MoveSnapshotChunk) isEnvelope_Msg() {}
+
+func (*Envelope_MoveNote) isEnvelope_Msg() {}
+
 type StreamAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -5127,7 +5592,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[60]
+	mi := &file_meridian_v1_peer_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5139,7 +5604,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[60]
+	mi := &file_meridian_v1_peer_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5152,7 +5617,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{60}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{63}
 }
 
 // EnvelopeBatch is messages from one sender to one receiver that leave together: one gRPC
@@ -5168,7 +5633,7 @@ type EnvelopeBatch struct {
 
 func (x *EnvelopeBatch) Reset() {
 	*x = EnvelopeBatch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[61]
+	mi := &file_meridian_v1_peer_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5180,7 +5645,7 @@ func (x *EnvelopeBatch) String() string {
 func (*EnvelopeBatch) ProtoMessage() {}
 
 func (x *EnvelopeBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[61]
+	mi := &file_meridian_v1_peer_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5193,7 +5658,7 @@ func (x *EnvelopeBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvelopeBatch.ProtoReflect.Descriptor instead.
 func (*EnvelopeBatch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{61}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *EnvelopeBatch) GetEnvelopes() []*Envelope {
@@ -5218,25 +5683,29 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x03key\x18\x03 \x01(\fR\x03key\x123\n" +
 	"\aversion\x18\x04 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\x12\x14\n" +
 	"\x05value\x18\x05 \x01(\fR\x05value\x12\x1c\n" +
-	"\ttombstone\x18\x06 \x01(\bR\ttombstoneJ\x04\b\x02\x10\x03\"_\n" +
+	"\ttombstone\x18\x06 \x01(\bR\ttombstoneJ\x04\b\x02\x10\x03\"~\n" +
 	"\fWriteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x120\n" +
-	"\x06record\x18\x02 \x01(\v2\x18.meridian.peer.v1.RecordR\x06record\")\n" +
+	"\x06record\x18\x02 \x01(\v2\x18.meridian.peer.v1.RecordR\x06record\x12\x1d\n" +
+	"\n" +
+	"move_epoch\x18\x03 \x01(\x04R\tmoveEpoch\")\n" +
 	"\bWriteAck\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\x04R\trequestId\"x\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\"\x97\x01\n" +
 	"\vReadRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1a\n" +
 	"\bkeyspace\x18\x02 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\rR\tpartition\x12\x10\n" +
-	"\x03key\x18\x04 \x01(\fR\x03key\"r\n" +
+	"\x03key\x18\x04 \x01(\fR\x03key\x12\x1d\n" +
+	"\n" +
+	"move_epoch\x18\x05 \x01(\x04R\tmoveEpoch\"r\n" +
 	"\tReadReply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x14\n" +
 	"\x05found\x18\x02 \x01(\bR\x05found\x120\n" +
-	"\x06record\x18\x03 \x01(\v2\x18.meridian.peer.v1.RecordR\x06record\"\xa4\x01\n" +
+	"\x06record\x18\x03 \x01(\v2\x18.meridian.peer.v1.RecordR\x06record\"\xc3\x01\n" +
 	"\vScanRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1a\n" +
@@ -5244,12 +5713,14 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\tpartition\x18\x03 \x01(\rR\tpartition\x12\x14\n" +
 	"\x05start\x18\x04 \x01(\fR\x05start\x12\x10\n" +
 	"\x03end\x18\x05 \x01(\fR\x03end\x12\x14\n" +
-	"\x05limit\x18\x06 \x01(\rR\x05limit\"|\n" +
+	"\x05limit\x18\x06 \x01(\rR\x05limit\x12\x1d\n" +
+	"\n" +
+	"move_epoch\x18\a \x01(\x04R\tmoveEpoch\"|\n" +
 	"\tScanReply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x122\n" +
 	"\arecords\x18\x02 \x03(\v2\x18.meridian.peer.v1.RecordR\arecords\x12\x1c\n" +
-	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\xd8\x01\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\x9c\x02\n" +
 	"\bAEDigest\x12\x19\n" +
 	"\bround_id\x18\x01 \x01(\x04R\aroundId\x12\x1a\n" +
 	"\bkeyspace\x18\x02 \x01(\tR\bkeyspace\x12\x1c\n" +
@@ -5257,11 +5728,13 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\rbucket_hashes\x18\x04 \x03(\x06R\fbucketHashes\x12*\n" +
 	"\x11cutoff_unix_nanos\x18\x05 \x01(\x03R\x0fcutoffUnixNanos\x12\x14\n" +
 	"\x05start\x18\x06 \x01(\fR\x05start\x12\x10\n" +
-	"\x03end\x18\a \x01(\fR\x03end\"S\n" +
+	"\x03end\x18\a \x01(\fR\x03end\x12\x17\n" +
+	"\amove_id\x18\b \x01(\x04R\x06moveId\x12)\n" +
+	"\x02at\x18\t \x01(\v2\x19.meridian.peer.v1.VersionR\x02at\"S\n" +
 	"\n" +
 	"KeyVersion\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x123\n" +
-	"\aversion\x18\x02 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\"\xa1\x02\n" +
+	"\aversion\x18\x02 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\"\xfb\x02\n" +
 	"\x06AEKeys\x12\x19\n" +
 	"\bround_id\x18\x01 \x01(\x04R\aroundId\x12\x1a\n" +
 	"\bkeyspace\x18\x02 \x01(\tR\bkeyspace\x12\x1c\n" +
@@ -5271,15 +5744,55 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\ttruncated\x18\x06 \x01(\bR\ttruncated\x12*\n" +
 	"\x11cutoff_unix_nanos\x18\a \x01(\x03R\x0fcutoffUnixNanos\x12\x14\n" +
 	"\x05start\x18\b \x01(\fR\x05start\x12\x10\n" +
-	"\x03end\x18\t \x01(\fR\x03end\"q\n" +
+	"\x03end\x18\t \x01(\fR\x03end\x12\x17\n" +
+	"\amove_id\x18\n" +
+	" \x01(\x04R\x06moveId\x12)\n" +
+	"\x02at\x18\v \x01(\v2\x19.meridian.peer.v1.VersionR\x02at\x12\x14\n" +
+	"\x05equal\x18\f \x01(\bR\x05equal\"q\n" +
 	"\x06AEPull\x12\x19\n" +
 	"\bround_id\x18\x01 \x01(\x04R\aroundId\x12\x1a\n" +
 	"\bkeyspace\x18\x02 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\rR\tpartition\x12\x12\n" +
-	"\x04keys\x18\x04 \x03(\fR\x04keys\"W\n" +
+	"\x04keys\x18\x04 \x03(\fR\x04keys\"\xc3\x01\n" +
+	"\x13MoveSnapshotRequest\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x14\n" +
+	"\x05start\x18\x02 \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\x03 \x01(\fR\x03end\x12\x17\n" +
+	"\amove_id\x18\x04 \x01(\x04R\x06moveId\x12\x1f\n" +
+	"\vsnapshot_id\x18\x05 \x01(\tR\n" +
+	"snapshotId\x12\x16\n" +
+	"\x06offset\x18\x06 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06length\x18\a \x01(\x05R\x06length\"\xe7\x01\n" +
+	"\x11MoveSnapshotChunk\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x14\n" +
+	"\x05start\x18\x02 \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\x03 \x01(\fR\x03end\x12\x17\n" +
+	"\amove_id\x18\x04 \x01(\x04R\x06moveId\x12\x1f\n" +
+	"\vsnapshot_id\x18\x05 \x01(\tR\n" +
+	"snapshotId\x12\x16\n" +
+	"\x06offset\x18\x06 \x01(\x03R\x06offset\x12\x12\n" +
+	"\x04data\x18\a \x01(\fR\x04data\x12\x12\n" +
+	"\x04size\x18\b \x01(\x03R\x04size\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\"\x87\x02\n" +
+	"\bMoveNote\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x14\n" +
+	"\x05start\x18\x02 \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\x03 \x01(\fR\x03end\x12\x17\n" +
+	"\amove_id\x18\x04 \x01(\x04R\x06moveId\x12\x1f\n" +
+	"\vsnapshot_id\x18\x05 \x01(\tR\n" +
+	"snapshotId\x12\x16\n" +
+	"\x06offset\x18\x06 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06length\x18\a \x01(\x05R\x06length\x12\x18\n" +
+	"\achecked\x18\b \x01(\bR\achecked\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\x12\x1d\n" +
+	"\n" +
+	"covered_by\x18\n" +
+	" \x01(\rR\tcoveredBy\"\x8a\x01\n" +
 	"\x06AEPush\x12\x19\n" +
 	"\bround_id\x18\x01 \x01(\x04R\aroundId\x122\n" +
-	"\arecords\x18\x02 \x03(\v2\x18.meridian.peer.v1.RecordR\arecords\"\x86\x01\n" +
+	"\arecords\x18\x02 \x03(\v2\x18.meridian.peer.v1.RecordR\arecords\x12\x17\n" +
+	"\amove_id\x18\x03 \x01(\x04R\x06moveId\x12\x18\n" +
+	"\acovered\x18\x04 \x01(\bR\acovered\"\x86\x01\n" +
 	"\vStatusEntry\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x10\n" +
@@ -5564,7 +6077,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1d\n" +
 	"\n" +
-	"conf_index\x18\x03 \x01(\x04R\tconfIndex\"\xb5\x18\n" +
+	"conf_index\x18\x03 \x01(\x04R\tconfIndex\"\xa4\x1a\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\rR\x02to\x12\x16\n" +
@@ -5626,7 +6139,10 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\fraft_forward\x18M \x01(\v2\x1d.meridian.peer.v1.RaftForwardH\x00R\vraftForward\x12R\n" +
 	"\x12raft_forward_reply\x18N \x01(\v2\".meridian.peer.v1.RaftForwardReplyH\x00R\x10raftForwardReply\x12B\n" +
 	"\fraft_applied\x18O \x01(\v2\x1d.meridian.peer.v1.RaftAppliedH\x00R\vraftApplied\x12B\n" +
-	"\fraft_removed\x18P \x01(\v2\x1d.meridian.peer.v1.RaftRemovedH\x00R\vraftRemovedB\x05\n" +
+	"\fraft_removed\x18P \x01(\v2\x1d.meridian.peer.v1.RaftRemovedH\x00R\vraftRemoved\x12[\n" +
+	"\x15move_snapshot_request\x18Z \x01(\v2%.meridian.peer.v1.MoveSnapshotRequestH\x00R\x13moveSnapshotRequest\x12U\n" +
+	"\x13move_snapshot_chunk\x18[ \x01(\v2#.meridian.peer.v1.MoveSnapshotChunkH\x00R\x11moveSnapshotChunk\x129\n" +
+	"\tmove_note\x18\\ \x01(\v2\x1a.meridian.peer.v1.MoveNoteH\x00R\bmoveNoteB\x05\n" +
 	"\x03msg\"\v\n" +
 	"\tStreamAck\"I\n" +
 	"\rEnvelopeBatch\x128\n" +
@@ -5647,7 +6163,7 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Version)(nil),             // 0: meridian.peer.v1.Version
 	(*Record)(nil),              // 1: meridian.peer.v1.Record
@@ -5661,163 +6177,171 @@ var file_meridian_v1_peer_proto_goTypes = []any{
 	(*KeyVersion)(nil),          // 9: meridian.peer.v1.KeyVersion
 	(*AEKeys)(nil),              // 10: meridian.peer.v1.AEKeys
 	(*AEPull)(nil),              // 11: meridian.peer.v1.AEPull
-	(*AEPush)(nil),              // 12: meridian.peer.v1.AEPush
-	(*StatusEntry)(nil),         // 13: meridian.peer.v1.StatusEntry
-	(*StatusBatch)(nil),         // 14: meridian.peer.v1.StatusBatch
-	(*Status)(nil),              // 15: meridian.peer.v1.Status
-	(*WriteNotification)(nil),   // 16: meridian.peer.v1.WriteNotification
-	(*FullStatusRequest)(nil),   // 17: meridian.peer.v1.FullStatusRequest
-	(*FullStatus)(nil),          // 18: meridian.peer.v1.FullStatus
-	(*ClockPing)(nil),           // 19: meridian.peer.v1.ClockPing
-	(*ClockPong)(nil),           // 20: meridian.peer.v1.ClockPong
-	(*Heartbeat)(nil),           // 21: meridian.peer.v1.Heartbeat
-	(*GlTable)(nil),             // 22: meridian.peer.v1.GlTable
-	(*GlOverride)(nil),          // 23: meridian.peer.v1.GlOverride
-	(*GlBallot)(nil),            // 24: meridian.peer.v1.GlBallot
-	(*GlForward)(nil),           // 25: meridian.peer.v1.GlForward
-	(*GlForwardReply)(nil),      // 26: meridian.peer.v1.GlForwardReply
-	(*GlLeaseAck)(nil),          // 27: meridian.peer.v1.GlLeaseAck
-	(*GlUpdate)(nil),            // 28: meridian.peer.v1.GlUpdate
-	(*GlUpdateAck)(nil),         // 29: meridian.peer.v1.GlUpdateAck
-	(*GlCommit)(nil),            // 30: meridian.peer.v1.GlCommit
-	(*GlPartVersion)(nil),       // 31: meridian.peer.v1.GlPartVersion
-	(*GlHeartbeat)(nil),         // 32: meridian.peer.v1.GlHeartbeat
-	(*GlHeartbeatAck)(nil),      // 33: meridian.peer.v1.GlHeartbeatAck
-	(*GlPrepare)(nil),           // 34: meridian.peer.v1.GlPrepare
-	(*GlPromise)(nil),           // 35: meridian.peer.v1.GlPromise
-	(*GlAccept)(nil),            // 36: meridian.peer.v1.GlAccept
-	(*GlAccepted)(nil),          // 37: meridian.peer.v1.GlAccepted
-	(*GlCommitTable)(nil),       // 38: meridian.peer.v1.GlCommitTable
-	(*GlRevoke)(nil),            // 39: meridian.peer.v1.GlRevoke
-	(*GlRevokeAck)(nil),         // 40: meridian.peer.v1.GlRevokeAck
-	(*GlAcceptorState)(nil),     // 41: meridian.peer.v1.GlAcceptorState
-	(*GlFetch)(nil),             // 42: meridian.peer.v1.GlFetch
-	(*GlFetchReply)(nil),        // 43: meridian.peer.v1.GlFetchReply
-	(*RaftMessage)(nil),         // 44: meridian.peer.v1.RaftMessage
-	(*RaftCommand)(nil),         // 45: meridian.peer.v1.RaftCommand
-	(*RaftBatch)(nil),           // 46: meridian.peer.v1.RaftBatch
-	(*RaftAppliedState)(nil),    // 47: meridian.peer.v1.RaftAppliedState
-	(*RaftOriginApplied)(nil),   // 48: meridian.peer.v1.RaftOriginApplied
-	(*RaftSnapshotMarker)(nil),  // 49: meridian.peer.v1.RaftSnapshotMarker
-	(*RaftSnapshotOffer)(nil),   // 50: meridian.peer.v1.RaftSnapshotOffer
-	(*RaftSnapshotRequest)(nil), // 51: meridian.peer.v1.RaftSnapshotRequest
-	(*RaftSnapshotChunk)(nil),   // 52: meridian.peer.v1.RaftSnapshotChunk
-	(*RaftSnapshotStored)(nil),  // 53: meridian.peer.v1.RaftSnapshotStored
-	(*RaftSnapshotReady)(nil),   // 54: meridian.peer.v1.RaftSnapshotReady
-	(*RaftForward)(nil),         // 55: meridian.peer.v1.RaftForward
-	(*RaftForwardReply)(nil),    // 56: meridian.peer.v1.RaftForwardReply
-	(*RaftApplied)(nil),         // 57: meridian.peer.v1.RaftApplied
-	(*RaftRemoved)(nil),         // 58: meridian.peer.v1.RaftRemoved
-	(*Envelope)(nil),            // 59: meridian.peer.v1.Envelope
-	(*StreamAck)(nil),           // 60: meridian.peer.v1.StreamAck
-	(*EnvelopeBatch)(nil),       // 61: meridian.peer.v1.EnvelopeBatch
+	(*MoveSnapshotRequest)(nil), // 12: meridian.peer.v1.MoveSnapshotRequest
+	(*MoveSnapshotChunk)(nil),   // 13: meridian.peer.v1.MoveSnapshotChunk
+	(*MoveNote)(nil),            // 14: meridian.peer.v1.MoveNote
+	(*AEPush)(nil),              // 15: meridian.peer.v1.AEPush
+	(*StatusEntry)(nil),         // 16: meridian.peer.v1.StatusEntry
+	(*StatusBatch)(nil),         // 17: meridian.peer.v1.StatusBatch
+	(*Status)(nil),              // 18: meridian.peer.v1.Status
+	(*WriteNotification)(nil),   // 19: meridian.peer.v1.WriteNotification
+	(*FullStatusRequest)(nil),   // 20: meridian.peer.v1.FullStatusRequest
+	(*FullStatus)(nil),          // 21: meridian.peer.v1.FullStatus
+	(*ClockPing)(nil),           // 22: meridian.peer.v1.ClockPing
+	(*ClockPong)(nil),           // 23: meridian.peer.v1.ClockPong
+	(*Heartbeat)(nil),           // 24: meridian.peer.v1.Heartbeat
+	(*GlTable)(nil),             // 25: meridian.peer.v1.GlTable
+	(*GlOverride)(nil),          // 26: meridian.peer.v1.GlOverride
+	(*GlBallot)(nil),            // 27: meridian.peer.v1.GlBallot
+	(*GlForward)(nil),           // 28: meridian.peer.v1.GlForward
+	(*GlForwardReply)(nil),      // 29: meridian.peer.v1.GlForwardReply
+	(*GlLeaseAck)(nil),          // 30: meridian.peer.v1.GlLeaseAck
+	(*GlUpdate)(nil),            // 31: meridian.peer.v1.GlUpdate
+	(*GlUpdateAck)(nil),         // 32: meridian.peer.v1.GlUpdateAck
+	(*GlCommit)(nil),            // 33: meridian.peer.v1.GlCommit
+	(*GlPartVersion)(nil),       // 34: meridian.peer.v1.GlPartVersion
+	(*GlHeartbeat)(nil),         // 35: meridian.peer.v1.GlHeartbeat
+	(*GlHeartbeatAck)(nil),      // 36: meridian.peer.v1.GlHeartbeatAck
+	(*GlPrepare)(nil),           // 37: meridian.peer.v1.GlPrepare
+	(*GlPromise)(nil),           // 38: meridian.peer.v1.GlPromise
+	(*GlAccept)(nil),            // 39: meridian.peer.v1.GlAccept
+	(*GlAccepted)(nil),          // 40: meridian.peer.v1.GlAccepted
+	(*GlCommitTable)(nil),       // 41: meridian.peer.v1.GlCommitTable
+	(*GlRevoke)(nil),            // 42: meridian.peer.v1.GlRevoke
+	(*GlRevokeAck)(nil),         // 43: meridian.peer.v1.GlRevokeAck
+	(*GlAcceptorState)(nil),     // 44: meridian.peer.v1.GlAcceptorState
+	(*GlFetch)(nil),             // 45: meridian.peer.v1.GlFetch
+	(*GlFetchReply)(nil),        // 46: meridian.peer.v1.GlFetchReply
+	(*RaftMessage)(nil),         // 47: meridian.peer.v1.RaftMessage
+	(*RaftCommand)(nil),         // 48: meridian.peer.v1.RaftCommand
+	(*RaftBatch)(nil),           // 49: meridian.peer.v1.RaftBatch
+	(*RaftAppliedState)(nil),    // 50: meridian.peer.v1.RaftAppliedState
+	(*RaftOriginApplied)(nil),   // 51: meridian.peer.v1.RaftOriginApplied
+	(*RaftSnapshotMarker)(nil),  // 52: meridian.peer.v1.RaftSnapshotMarker
+	(*RaftSnapshotOffer)(nil),   // 53: meridian.peer.v1.RaftSnapshotOffer
+	(*RaftSnapshotRequest)(nil), // 54: meridian.peer.v1.RaftSnapshotRequest
+	(*RaftSnapshotChunk)(nil),   // 55: meridian.peer.v1.RaftSnapshotChunk
+	(*RaftSnapshotStored)(nil),  // 56: meridian.peer.v1.RaftSnapshotStored
+	(*RaftSnapshotReady)(nil),   // 57: meridian.peer.v1.RaftSnapshotReady
+	(*RaftForward)(nil),         // 58: meridian.peer.v1.RaftForward
+	(*RaftForwardReply)(nil),    // 59: meridian.peer.v1.RaftForwardReply
+	(*RaftApplied)(nil),         // 60: meridian.peer.v1.RaftApplied
+	(*RaftRemoved)(nil),         // 61: meridian.peer.v1.RaftRemoved
+	(*Envelope)(nil),            // 62: meridian.peer.v1.Envelope
+	(*StreamAck)(nil),           // 63: meridian.peer.v1.StreamAck
+	(*EnvelopeBatch)(nil),       // 64: meridian.peer.v1.EnvelopeBatch
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
-	0,  // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
-	1,  // 1: meridian.peer.v1.WriteRequest.record:type_name -> meridian.peer.v1.Record
-	1,  // 2: meridian.peer.v1.ReadReply.record:type_name -> meridian.peer.v1.Record
-	1,  // 3: meridian.peer.v1.ScanReply.records:type_name -> meridian.peer.v1.Record
-	0,  // 4: meridian.peer.v1.KeyVersion.version:type_name -> meridian.peer.v1.Version
-	9,  // 5: meridian.peer.v1.AEKeys.entries:type_name -> meridian.peer.v1.KeyVersion
-	1,  // 6: meridian.peer.v1.AEPush.records:type_name -> meridian.peer.v1.Record
-	0,  // 7: meridian.peer.v1.StatusEntry.wts:type_name -> meridian.peer.v1.Version
-	13, // 8: meridian.peer.v1.StatusBatch.entries:type_name -> meridian.peer.v1.StatusEntry
-	14, // 9: meridian.peer.v1.Status.current:type_name -> meridian.peer.v1.StatusBatch
-	14, // 10: meridian.peer.v1.Status.redundant:type_name -> meridian.peer.v1.StatusBatch
-	1,  // 11: meridian.peer.v1.WriteNotification.record:type_name -> meridian.peer.v1.Record
-	13, // 12: meridian.peer.v1.FullStatus.entries:type_name -> meridian.peer.v1.StatusEntry
-	23, // 13: meridian.peer.v1.GlTable.overrides:type_name -> meridian.peer.v1.GlOverride
-	0,  // 14: meridian.peer.v1.GlTable.hlc:type_name -> meridian.peer.v1.Version
-	0,  // 15: meridian.peer.v1.GlForward.min_version:type_name -> meridian.peer.v1.Version
-	1,  // 16: meridian.peer.v1.GlForwardReply.record:type_name -> meridian.peer.v1.Record
-	0,  // 17: meridian.peer.v1.GlForwardReply.version:type_name -> meridian.peer.v1.Version
-	22, // 18: meridian.peer.v1.GlForwardReply.table:type_name -> meridian.peer.v1.GlTable
-	1,  // 19: meridian.peer.v1.GlUpdate.record:type_name -> meridian.peer.v1.Record
-	0,  // 20: meridian.peer.v1.GlCommit.version:type_name -> meridian.peer.v1.Version
-	31, // 21: meridian.peer.v1.GlHeartbeat.parts:type_name -> meridian.peer.v1.GlPartVersion
-	31, // 22: meridian.peer.v1.GlHeartbeatAck.acked:type_name -> meridian.peer.v1.GlPartVersion
-	22, // 23: meridian.peer.v1.GlHeartbeatAck.newer:type_name -> meridian.peer.v1.GlTable
-	24, // 24: meridian.peer.v1.GlPrepare.ballot:type_name -> meridian.peer.v1.GlBallot
-	24, // 25: meridian.peer.v1.GlPromise.ballot:type_name -> meridian.peer.v1.GlBallot
-	24, // 26: meridian.peer.v1.GlPromise.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
-	22, // 27: meridian.peer.v1.GlPromise.accepted:type_name -> meridian.peer.v1.GlTable
-	22, // 28: meridian.peer.v1.GlPromise.committed:type_name -> meridian.peer.v1.GlTable
-	24, // 29: meridian.peer.v1.GlAccept.ballot:type_name -> meridian.peer.v1.GlBallot
-	22, // 30: meridian.peer.v1.GlAccept.table:type_name -> meridian.peer.v1.GlTable
-	24, // 31: meridian.peer.v1.GlAccepted.ballot:type_name -> meridian.peer.v1.GlBallot
-	22, // 32: meridian.peer.v1.GlAccepted.committed:type_name -> meridian.peer.v1.GlTable
-	22, // 33: meridian.peer.v1.GlCommitTable.table:type_name -> meridian.peer.v1.GlTable
-	22, // 34: meridian.peer.v1.GlAcceptorState.committed:type_name -> meridian.peer.v1.GlTable
-	24, // 35: meridian.peer.v1.GlAcceptorState.promised:type_name -> meridian.peer.v1.GlBallot
-	24, // 36: meridian.peer.v1.GlAcceptorState.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
-	22, // 37: meridian.peer.v1.GlAcceptorState.accepted:type_name -> meridian.peer.v1.GlTable
-	1,  // 38: meridian.peer.v1.GlFetchReply.record:type_name -> meridian.peer.v1.Record
-	0,  // 39: meridian.peer.v1.RaftCommand.version:type_name -> meridian.peer.v1.Version
-	44, // 40: meridian.peer.v1.RaftBatch.messages:type_name -> meridian.peer.v1.RaftMessage
-	0,  // 41: meridian.peer.v1.RaftAppliedState.last_version:type_name -> meridian.peer.v1.Version
-	48, // 42: meridian.peer.v1.RaftAppliedState.origins:type_name -> meridian.peer.v1.RaftOriginApplied
-	0,  // 43: meridian.peer.v1.RaftOriginApplied.version:type_name -> meridian.peer.v1.Version
-	47, // 44: meridian.peer.v1.RaftSnapshotMarker.state:type_name -> meridian.peer.v1.RaftAppliedState
-	1,  // 45: meridian.peer.v1.RaftSnapshotStored.records:type_name -> meridian.peer.v1.Record
-	47, // 46: meridian.peer.v1.RaftSnapshotReady.state:type_name -> meridian.peer.v1.RaftAppliedState
-	0,  // 47: meridian.peer.v1.RaftForward.min_version:type_name -> meridian.peer.v1.Version
-	0,  // 48: meridian.peer.v1.RaftForwardReply.version:type_name -> meridian.peer.v1.Version
-	1,  // 49: meridian.peer.v1.RaftForwardReply.records:type_name -> meridian.peer.v1.Record
-	2,  // 50: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
-	3,  // 51: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
-	4,  // 52: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
-	5,  // 53: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
-	6,  // 54: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
-	7,  // 55: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
-	8,  // 56: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
-	10, // 57: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
-	11, // 58: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
-	12, // 59: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
-	21, // 60: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
-	15, // 61: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
-	16, // 62: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
-	17, // 63: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
-	18, // 64: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
-	19, // 65: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
-	20, // 66: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
-	25, // 67: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
-	26, // 68: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
-	27, // 69: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
-	28, // 70: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
-	29, // 71: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
-	30, // 72: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
-	32, // 73: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
-	33, // 74: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
-	34, // 75: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
-	35, // 76: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
-	36, // 77: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
-	37, // 78: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
-	38, // 79: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
-	42, // 80: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
-	43, // 81: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
-	39, // 82: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
-	40, // 83: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
-	44, // 84: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
-	46, // 85: meridian.peer.v1.Envelope.raft_batch:type_name -> meridian.peer.v1.RaftBatch
-	50, // 86: meridian.peer.v1.Envelope.raft_snapshot_offer:type_name -> meridian.peer.v1.RaftSnapshotOffer
-	51, // 87: meridian.peer.v1.Envelope.raft_snapshot_request:type_name -> meridian.peer.v1.RaftSnapshotRequest
-	52, // 88: meridian.peer.v1.Envelope.raft_snapshot_chunk:type_name -> meridian.peer.v1.RaftSnapshotChunk
-	53, // 89: meridian.peer.v1.Envelope.raft_snapshot_stored:type_name -> meridian.peer.v1.RaftSnapshotStored
-	54, // 90: meridian.peer.v1.Envelope.raft_snapshot_ready:type_name -> meridian.peer.v1.RaftSnapshotReady
-	55, // 91: meridian.peer.v1.Envelope.raft_forward:type_name -> meridian.peer.v1.RaftForward
-	56, // 92: meridian.peer.v1.Envelope.raft_forward_reply:type_name -> meridian.peer.v1.RaftForwardReply
-	57, // 93: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
-	58, // 94: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
-	59, // 95: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
-	59, // 96: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	61, // 97: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
-	60, // 98: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	60, // 99: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
-	98, // [98:100] is the sub-list for method output_type
-	96, // [96:98] is the sub-list for method input_type
-	96, // [96:96] is the sub-list for extension type_name
-	96, // [96:96] is the sub-list for extension extendee
-	0,  // [0:96] is the sub-list for field type_name
+	0,   // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
+	1,   // 1: meridian.peer.v1.WriteRequest.record:type_name -> meridian.peer.v1.Record
+	1,   // 2: meridian.peer.v1.ReadReply.record:type_name -> meridian.peer.v1.Record
+	1,   // 3: meridian.peer.v1.ScanReply.records:type_name -> meridian.peer.v1.Record
+	0,   // 4: meridian.peer.v1.AEDigest.at:type_name -> meridian.peer.v1.Version
+	0,   // 5: meridian.peer.v1.KeyVersion.version:type_name -> meridian.peer.v1.Version
+	9,   // 6: meridian.peer.v1.AEKeys.entries:type_name -> meridian.peer.v1.KeyVersion
+	0,   // 7: meridian.peer.v1.AEKeys.at:type_name -> meridian.peer.v1.Version
+	1,   // 8: meridian.peer.v1.AEPush.records:type_name -> meridian.peer.v1.Record
+	0,   // 9: meridian.peer.v1.StatusEntry.wts:type_name -> meridian.peer.v1.Version
+	16,  // 10: meridian.peer.v1.StatusBatch.entries:type_name -> meridian.peer.v1.StatusEntry
+	17,  // 11: meridian.peer.v1.Status.current:type_name -> meridian.peer.v1.StatusBatch
+	17,  // 12: meridian.peer.v1.Status.redundant:type_name -> meridian.peer.v1.StatusBatch
+	1,   // 13: meridian.peer.v1.WriteNotification.record:type_name -> meridian.peer.v1.Record
+	16,  // 14: meridian.peer.v1.FullStatus.entries:type_name -> meridian.peer.v1.StatusEntry
+	26,  // 15: meridian.peer.v1.GlTable.overrides:type_name -> meridian.peer.v1.GlOverride
+	0,   // 16: meridian.peer.v1.GlTable.hlc:type_name -> meridian.peer.v1.Version
+	0,   // 17: meridian.peer.v1.GlForward.min_version:type_name -> meridian.peer.v1.Version
+	1,   // 18: meridian.peer.v1.GlForwardReply.record:type_name -> meridian.peer.v1.Record
+	0,   // 19: meridian.peer.v1.GlForwardReply.version:type_name -> meridian.peer.v1.Version
+	25,  // 20: meridian.peer.v1.GlForwardReply.table:type_name -> meridian.peer.v1.GlTable
+	1,   // 21: meridian.peer.v1.GlUpdate.record:type_name -> meridian.peer.v1.Record
+	0,   // 22: meridian.peer.v1.GlCommit.version:type_name -> meridian.peer.v1.Version
+	34,  // 23: meridian.peer.v1.GlHeartbeat.parts:type_name -> meridian.peer.v1.GlPartVersion
+	34,  // 24: meridian.peer.v1.GlHeartbeatAck.acked:type_name -> meridian.peer.v1.GlPartVersion
+	25,  // 25: meridian.peer.v1.GlHeartbeatAck.newer:type_name -> meridian.peer.v1.GlTable
+	27,  // 26: meridian.peer.v1.GlPrepare.ballot:type_name -> meridian.peer.v1.GlBallot
+	27,  // 27: meridian.peer.v1.GlPromise.ballot:type_name -> meridian.peer.v1.GlBallot
+	27,  // 28: meridian.peer.v1.GlPromise.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
+	25,  // 29: meridian.peer.v1.GlPromise.accepted:type_name -> meridian.peer.v1.GlTable
+	25,  // 30: meridian.peer.v1.GlPromise.committed:type_name -> meridian.peer.v1.GlTable
+	27,  // 31: meridian.peer.v1.GlAccept.ballot:type_name -> meridian.peer.v1.GlBallot
+	25,  // 32: meridian.peer.v1.GlAccept.table:type_name -> meridian.peer.v1.GlTable
+	27,  // 33: meridian.peer.v1.GlAccepted.ballot:type_name -> meridian.peer.v1.GlBallot
+	25,  // 34: meridian.peer.v1.GlAccepted.committed:type_name -> meridian.peer.v1.GlTable
+	25,  // 35: meridian.peer.v1.GlCommitTable.table:type_name -> meridian.peer.v1.GlTable
+	25,  // 36: meridian.peer.v1.GlAcceptorState.committed:type_name -> meridian.peer.v1.GlTable
+	27,  // 37: meridian.peer.v1.GlAcceptorState.promised:type_name -> meridian.peer.v1.GlBallot
+	27,  // 38: meridian.peer.v1.GlAcceptorState.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
+	25,  // 39: meridian.peer.v1.GlAcceptorState.accepted:type_name -> meridian.peer.v1.GlTable
+	1,   // 40: meridian.peer.v1.GlFetchReply.record:type_name -> meridian.peer.v1.Record
+	0,   // 41: meridian.peer.v1.RaftCommand.version:type_name -> meridian.peer.v1.Version
+	47,  // 42: meridian.peer.v1.RaftBatch.messages:type_name -> meridian.peer.v1.RaftMessage
+	0,   // 43: meridian.peer.v1.RaftAppliedState.last_version:type_name -> meridian.peer.v1.Version
+	51,  // 44: meridian.peer.v1.RaftAppliedState.origins:type_name -> meridian.peer.v1.RaftOriginApplied
+	0,   // 45: meridian.peer.v1.RaftOriginApplied.version:type_name -> meridian.peer.v1.Version
+	50,  // 46: meridian.peer.v1.RaftSnapshotMarker.state:type_name -> meridian.peer.v1.RaftAppliedState
+	1,   // 47: meridian.peer.v1.RaftSnapshotStored.records:type_name -> meridian.peer.v1.Record
+	50,  // 48: meridian.peer.v1.RaftSnapshotReady.state:type_name -> meridian.peer.v1.RaftAppliedState
+	0,   // 49: meridian.peer.v1.RaftForward.min_version:type_name -> meridian.peer.v1.Version
+	0,   // 50: meridian.peer.v1.RaftForwardReply.version:type_name -> meridian.peer.v1.Version
+	1,   // 51: meridian.peer.v1.RaftForwardReply.records:type_name -> meridian.peer.v1.Record
+	2,   // 52: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
+	3,   // 53: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
+	4,   // 54: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
+	5,   // 55: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
+	6,   // 56: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
+	7,   // 57: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
+	8,   // 58: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
+	10,  // 59: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
+	11,  // 60: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
+	15,  // 61: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
+	24,  // 62: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
+	18,  // 63: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
+	19,  // 64: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
+	20,  // 65: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
+	21,  // 66: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
+	22,  // 67: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
+	23,  // 68: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
+	28,  // 69: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
+	29,  // 70: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
+	30,  // 71: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
+	31,  // 72: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
+	32,  // 73: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
+	33,  // 74: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
+	35,  // 75: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
+	36,  // 76: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
+	37,  // 77: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
+	38,  // 78: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
+	39,  // 79: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
+	40,  // 80: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
+	41,  // 81: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
+	45,  // 82: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
+	46,  // 83: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
+	42,  // 84: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
+	43,  // 85: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
+	47,  // 86: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
+	49,  // 87: meridian.peer.v1.Envelope.raft_batch:type_name -> meridian.peer.v1.RaftBatch
+	53,  // 88: meridian.peer.v1.Envelope.raft_snapshot_offer:type_name -> meridian.peer.v1.RaftSnapshotOffer
+	54,  // 89: meridian.peer.v1.Envelope.raft_snapshot_request:type_name -> meridian.peer.v1.RaftSnapshotRequest
+	55,  // 90: meridian.peer.v1.Envelope.raft_snapshot_chunk:type_name -> meridian.peer.v1.RaftSnapshotChunk
+	56,  // 91: meridian.peer.v1.Envelope.raft_snapshot_stored:type_name -> meridian.peer.v1.RaftSnapshotStored
+	57,  // 92: meridian.peer.v1.Envelope.raft_snapshot_ready:type_name -> meridian.peer.v1.RaftSnapshotReady
+	58,  // 93: meridian.peer.v1.Envelope.raft_forward:type_name -> meridian.peer.v1.RaftForward
+	59,  // 94: meridian.peer.v1.Envelope.raft_forward_reply:type_name -> meridian.peer.v1.RaftForwardReply
+	60,  // 95: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
+	61,  // 96: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
+	12,  // 97: meridian.peer.v1.Envelope.move_snapshot_request:type_name -> meridian.peer.v1.MoveSnapshotRequest
+	13,  // 98: meridian.peer.v1.Envelope.move_snapshot_chunk:type_name -> meridian.peer.v1.MoveSnapshotChunk
+	14,  // 99: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
+	62,  // 100: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
+	62,  // 101: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	64,  // 102: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
+	63,  // 103: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	63,  // 104: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
+	103, // [103:105] is the sub-list for method output_type
+	101, // [101:103] is the sub-list for method input_type
+	101, // [101:101] is the sub-list for extension type_name
+	101, // [101:101] is the sub-list for extension extendee
+	0,   // [0:101] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -5825,7 +6349,7 @@ func file_meridian_v1_peer_proto_init() {
 	if File_meridian_v1_peer_proto != nil {
 		return
 	}
-	file_meridian_v1_peer_proto_msgTypes[59].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[62].OneofWrappers = []any{
 		(*Envelope_Write)(nil),
 		(*Envelope_WriteAck)(nil),
 		(*Envelope_Read)(nil),
@@ -5871,6 +6395,9 @@ func file_meridian_v1_peer_proto_init() {
 		(*Envelope_RaftForwardReply)(nil),
 		(*Envelope_RaftApplied)(nil),
 		(*Envelope_RaftRemoved)(nil),
+		(*Envelope_MoveSnapshotRequest)(nil),
+		(*Envelope_MoveSnapshotChunk)(nil),
+		(*Envelope_MoveNote)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5878,7 +6405,7 @@ func file_meridian_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   62,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
