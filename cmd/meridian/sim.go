@@ -14,14 +14,14 @@ import (
 
 func simCmd() *cobra.Command {
 	var (
-		protocol, faults, topo, mutate, readLevel, writeLevel                                     string
-		seeds, mutationSeeds, replicaRegions, nodesPerRegion                                      int
-		seedStart                                                                                 uint64
-		listMutations, mutations, roam, sessions, lin, verbose                                    bool
+		protocol, faults, topo, mutate, readLevel, writeLevel                                                string
+		seeds, mutationSeeds, replicaRegions, nodesPerRegion                                                 int
+		seedStart                                                                                            uint64
+		listMutations, mutations, roam, sessions, lin, verbose                                               bool
 		duration, maxOffset, quiesce, clockStep, partitionEvery, repartitionEvery, moveEvery, requestTimeout time.Duration
-		spikeProb, readFraction                                                                   float64
-		clientsPerRegion                                                                          int
-		options                                                                                   []string
+		spikeProb, readFraction                                                                              float64
+		clientsPerRegion                                                                                     int
+		options                                                                                              []string
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --protocol NAME [--seeds N] [--seed-start S] [--faults LIST|all|none] [--topology NAME] [--mutate NAME]",
@@ -70,7 +70,7 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 				ReplicaRegions: replicaRegions, NodesPerRegion: nodesPerRegion, KeyspaceOptions: map[string]string{},
 				DelaySpikeProb: spikeProb, MaxClockOffset: maxOffset, Quiesce: quiesce, ClockStepEvery: clockStep, PartitionEvery: partitionEvery, RequestTimeout: requestTimeout,
 				RepartitionEvery: repartitionEvery, MoveEvery: moveEvery,
-				ReadFraction:     readFraction, ClientsPerRegion: clientsPerRegion}
+				ReadFraction: readFraction, ClientsPerRegion: clientsPerRegion}
 			if readFraction < 0 || readFraction > 1 {
 				return fmt.Errorf("--read-fraction %v out of range [0, 1]", readFraction)
 			}

@@ -790,7 +790,7 @@ var MoveMutationHints = map[string]engine.SimHints{
 	// usually another client's).
 	"move-writes-old-only": {NodesPerRegion: 2, MoveEvery: 100 * time.Millisecond, Faults: []string{"partition", "loss"},
 		PartitionEvery: 3 * time.Second, Linearizability: true},
-	"delete-source-early":      {NodesPerRegion: 2, MoveEvery: 200 * time.Millisecond},
+	"delete-source-early": {NodesPerRegion: 2, MoveEvery: 200 * time.Millisecond},
 	// The source must have missed writes that the others acknowledged (it was cut off) and
 	// serve its snapshot before anti-entropy or read repair mends it: partitions one after
 	// another, frequent moves. The stale read that follows is usually another client's, so

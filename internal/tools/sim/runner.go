@@ -29,9 +29,9 @@ type SeedsResult struct {
 	Crashes    int
 	Partitions int
 	// Repartitions counts splits and merges; Moves, MovesFinished, MovesAborted replica moves.
-	Repartitions                        int
+	Repartitions                       int
 	Moves, MovesFinished, MovesAborted int
-	ReadPaths    map[string]int
+	ReadPaths                          map[string]int
 	// Failed is the first failing seed's report (nil when every seed passed).
 	Failed *Report
 }

@@ -41,9 +41,9 @@ type Report struct {
 	Repartitions int
 	// Moves, MovesFinished and MovesAborted count replica moves (Options.MoveEvery).
 	Moves, MovesFinished, MovesAborted int
-	Messages     int
-	Dropped      int
-	MaxOffsetMs  float64 // largest pairwise clock difference seen
+	Messages                           int
+	Dropped                            int
+	MaxOffsetMs                        float64 // largest pairwise clock difference seen
 	// ReadPaths counts how OK reads were served (quorum, local, local-waited, fallback).
 	ReadPaths map[string]int
 }
