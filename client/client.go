@@ -750,3 +750,62 @@ func (s *Session) Delete(ctx context.Context, keyspace string, key []byte, optio
 	s.observe(v)
 	return v, nil
 }
+
+// JoinCluster registers a new node with the cluster (meridian server --join does this
+// before the node first starts): it returns the node's ID.
+func (c *Client) JoinCluster(ctx context.Context, r *meridianpb.JoinClusterRequest, options ...Option) (*meridianpb.JoinClusterResponse, error) {
+	_, cl, err := c.begin(ctx, options)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.cancel()
+	r.TimeoutMs = cl.timeoutMs
+	out, err := c.api.JoinCluster(cl.ctx, r)
+	if err != nil {
+		return nil, c.wrap(cl, err, 0)
+	}
+	return out, nil
+}
+
+// SetNodeState decommissions a member ("decommissioning": its replicas move away, then it
+// leaves) or cancels that ("active").
+func (c *Client) SetNodeState(ctx context.Context, node, state string, options ...Option) (*meridianpb.SetNodeStateResponse, error) {
+	_, cl, err := c.begin(ctx, options)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.cancel()
+	out, err := c.api.SetNodeState(cl.ctx, &meridianpb.SetNodeStateRequest{Node: node, State: state, TimeoutMs: cl.timeoutMs})
+	if err != nil {
+		return nil, c.wrap(cl, err, 0)
+	}
+	return out, nil
+}
+
+// MoveReplica starts moving a partition's replica from one node to another of its region.
+func (c *Client) MoveReplica(ctx context.Context, keyspace string, partition uint32, from, to, source string, options ...Option) (*meridianpb.MoveReplicaResponse, error) {
+	_, cl, err := c.begin(ctx, options)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.cancel()
+	out, err := c.api.MoveReplica(cl.ctx, &meridianpb.MoveReplicaRequest{Keyspace: keyspace, Partition: partition, From: from, To: to, Source: source, TimeoutMs: cl.timeoutMs})
+	if err != nil {
+		return nil, c.wrap(cl, err, 0)
+	}
+	return out, nil
+}
+
+// ClusterStatus describes the members, what they hold and serve, and the moves in flight.
+func (c *Client) ClusterStatus(ctx context.Context, options ...Option) (*meridianpb.ClusterStatusResponse, error) {
+	_, cl, err := c.begin(ctx, options)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.cancel()
+	out, err := c.api.ClusterStatus(cl.ctx, &meridianpb.ClusterStatusRequest{})
+	if err != nil {
+		return nil, c.wrap(cl, err, 0)
+	}
+	return out, nil
+}

@@ -1519,6 +1519,762 @@ func (x *RepartitionResponse) GetNotInstalled() []string {
 	return nil
 }
 
+// JoinClusterRequest asks a member to register a new node (meridian server --join): it gets
+// an ID and the state joining, and the placement driver gives it replicas (ElasCass 3.2).
+type JoinClusterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Region        string                 `protobuf:"bytes,3,opt,name=region,proto3" json:"region,omitempty"`
+	Listen        string                 `protobuf:"bytes,4,opt,name=listen,proto3" json:"listen,omitempty"`
+	PeerListen    string                 `protobuf:"bytes,5,opt,name=peer_listen,json=peerListen,proto3" json:"peer_listen,omitempty"`
+	Metrics       string                 `protobuf:"bytes,6,opt,name=metrics,proto3" json:"metrics,omitempty"`
+	TimeoutMs     uint32                 `protobuf:"varint,7,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinClusterRequest) Reset() {
+	*x = JoinClusterRequest{}
+	mi := &file_meridian_v1_api_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinClusterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinClusterRequest) ProtoMessage() {}
+
+func (x *JoinClusterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinClusterRequest.ProtoReflect.Descriptor instead.
+func (*JoinClusterRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *JoinClusterRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *JoinClusterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *JoinClusterRequest) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *JoinClusterRequest) GetListen() string {
+	if x != nil {
+		return x.Listen
+	}
+	return ""
+}
+
+func (x *JoinClusterRequest) GetPeerListen() string {
+	if x != nil {
+		return x.PeerListen
+	}
+	return ""
+}
+
+func (x *JoinClusterRequest) GetMetrics() string {
+	if x != nil {
+		return x.Metrics
+	}
+	return ""
+}
+
+func (x *JoinClusterRequest) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type JoinClusterResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinClusterResponse) Reset() {
+	*x = JoinClusterResponse{}
+	mi := &file_meridian_v1_api_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinClusterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinClusterResponse) ProtoMessage() {}
+
+func (x *JoinClusterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinClusterResponse.ProtoReflect.Descriptor instead.
+func (*JoinClusterResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *JoinClusterResponse) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *JoinClusterResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+// SetNodeStateRequest changes a member's state: "decommissioning" moves its replicas away
+// one by one and removes it once it holds nothing (ElasCass 3.3); "active" cancels that.
+type SetNodeStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	TimeoutMs     uint32                 `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNodeStateRequest) Reset() {
+	*x = SetNodeStateRequest{}
+	mi := &file_meridian_v1_api_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeStateRequest) ProtoMessage() {}
+
+func (x *SetNodeStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeStateRequest.ProtoReflect.Descriptor instead.
+func (*SetNodeStateRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SetNodeStateRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *SetNodeStateRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *SetNodeStateRequest) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type SetNodeStateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	State         string                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNodeStateResponse) Reset() {
+	*x = SetNodeStateResponse{}
+	mi := &file_meridian_v1_api_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeStateResponse) ProtoMessage() {}
+
+func (x *SetNodeStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeStateResponse.ProtoReflect.Descriptor instead.
+func (*SetNodeStateResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *SetNodeStateResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *SetNodeStateResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// MoveReplicaRequest moves the replica of partition `partition` on node `from` to node `to`
+// of the same region (source: the replica the new one copies from; empty: the nearest).
+type MoveReplicaRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	From          string                 `protobuf:"bytes,3,opt,name=from,proto3" json:"from,omitempty"`
+	To            string                 `protobuf:"bytes,4,opt,name=to,proto3" json:"to,omitempty"`
+	Source        string                 `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"`
+	TimeoutMs     uint32                 `protobuf:"varint,6,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveReplicaRequest) Reset() {
+	*x = MoveReplicaRequest{}
+	mi := &file_meridian_v1_api_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveReplicaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveReplicaRequest) ProtoMessage() {}
+
+func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveReplicaRequest.ProtoReflect.Descriptor instead.
+func (*MoveReplicaRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *MoveReplicaRequest) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *MoveReplicaRequest) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *MoveReplicaRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *MoveReplicaRequest) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *MoveReplicaRequest) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *MoveReplicaRequest) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type MoveReplicaResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MoveId        uint64                 `protobuf:"varint,1,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveReplicaResponse) Reset() {
+	*x = MoveReplicaResponse{}
+	mi := &file_meridian_v1_api_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveReplicaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveReplicaResponse) ProtoMessage() {}
+
+func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveReplicaResponse.ProtoReflect.Descriptor instead.
+func (*MoveReplicaResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *MoveReplicaResponse) GetMoveId() uint64 {
+	if x != nil {
+		return x.MoveId
+	}
+	return 0
+}
+
+type ClusterStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterStatusRequest) Reset() {
+	*x = ClusterStatusRequest{}
+	mi := &file_meridian_v1_api_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterStatusRequest) ProtoMessage() {}
+
+func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
+func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{26}
+}
+
+// NodeStatus is one member as the cluster sees it: its state, whether it answers, what it
+// holds and serves (from the statistics every node shares).
+type NodeStatus struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name     string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Region   string                 `protobuf:"bytes,3,opt,name=region,proto3" json:"region,omitempty"`
+	State    string                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	Alive    bool                   `protobuf:"varint,5,opt,name=alive,proto3" json:"alive,omitempty"`
+	Replicas uint32                 `protobuf:"varint,6,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	Bytes    uint64                 `protobuf:"varint,7,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	LoadOps  float64                `protobuf:"fixed64,8,opt,name=load_ops,json=loadOps,proto3" json:"load_ops,omitempty"`
+	Cpu      float64                `protobuf:"fixed64,9,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	// bootstrap: "phase 1" or "phase 2" while a joining node takes its share.
+	Bootstrap     string  `protobuf:"bytes,10,opt,name=bootstrap,proto3" json:"bootstrap,omitempty"`
+	StatsAgeS     float64 `protobuf:"fixed64,11,opt,name=stats_age_s,json=statsAgeS,proto3" json:"stats_age_s,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeStatus) Reset() {
+	*x = NodeStatus{}
+	mi := &file_meridian_v1_api_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeStatus) ProtoMessage() {}
+
+func (x *NodeStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
+func (*NodeStatus) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *NodeStatus) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetAlive() bool {
+	if x != nil {
+		return x.Alive
+	}
+	return false
+}
+
+func (x *NodeStatus) GetReplicas() uint32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetLoadOps() float64 {
+	if x != nil {
+		return x.LoadOps
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetCpu() float64 {
+	if x != nil {
+		return x.Cpu
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetBootstrap() string {
+	if x != nil {
+		return x.Bootstrap
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetStatsAgeS() float64 {
+	if x != nil {
+		return x.StatsAgeS
+	}
+	return 0
+}
+
+type MoveStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	MoveId        uint64                 `protobuf:"varint,3,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
+	From          string                 `protobuf:"bytes,4,opt,name=from,proto3" json:"from,omitempty"`
+	To            string                 `protobuf:"bytes,5,opt,name=to,proto3" json:"to,omitempty"`
+	Source        string                 `protobuf:"bytes,6,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveStatus) Reset() {
+	*x = MoveStatus{}
+	mi := &file_meridian_v1_api_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveStatus) ProtoMessage() {}
+
+func (x *MoveStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveStatus.ProtoReflect.Descriptor instead.
+func (*MoveStatus) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *MoveStatus) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *MoveStatus) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *MoveStatus) GetMoveId() uint64 {
+	if x != nil {
+		return x.MoveId
+	}
+	return 0
+}
+
+func (x *MoveStatus) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *MoveStatus) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *MoveStatus) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+type ClusterStatusResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Nodes []*NodeStatus          `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Moves []*MoveStatus          `protobuf:"bytes,2,rep,name=moves,proto3" json:"moves,omitempty"`
+	// Imbalance indexes (ElasCass 5.1: standard deviation over mean) of the replicas, bytes
+	// and request load per active node.
+	ReplicaImbalance float64 `protobuf:"fixed64,3,opt,name=replica_imbalance,json=replicaImbalance,proto3" json:"replica_imbalance,omitempty"`
+	ByteImbalance    float64 `protobuf:"fixed64,4,opt,name=byte_imbalance,json=byteImbalance,proto3" json:"byte_imbalance,omitempty"`
+	LoadImbalance    float64 `protobuf:"fixed64,5,opt,name=load_imbalance,json=loadImbalance,proto3" json:"load_imbalance,omitempty"`
+	Partitions       uint32  `protobuf:"varint,6,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	// What the placement driver did since this node started serving as the driver.
+	Splits        uint64 `protobuf:"varint,7,opt,name=splits,proto3" json:"splits,omitempty"`
+	Merges        uint64 `protobuf:"varint,8,opt,name=merges,proto3" json:"merges,omitempty"`
+	MovesStarted  uint64 `protobuf:"varint,9,opt,name=moves_started,json=movesStarted,proto3" json:"moves_started,omitempty"`
+	Driver        string `protobuf:"bytes,10,opt,name=driver,proto3" json:"driver,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterStatusResponse) Reset() {
+	*x = ClusterStatusResponse{}
+	mi := &file_meridian_v1_api_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterStatusResponse) ProtoMessage() {}
+
+func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
+func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ClusterStatusResponse) GetNodes() []*NodeStatus {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *ClusterStatusResponse) GetMoves() []*MoveStatus {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+func (x *ClusterStatusResponse) GetReplicaImbalance() float64 {
+	if x != nil {
+		return x.ReplicaImbalance
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetByteImbalance() float64 {
+	if x != nil {
+		return x.ByteImbalance
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetLoadImbalance() float64 {
+	if x != nil {
+		return x.LoadImbalance
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetPartitions() uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetSplits() uint64 {
+	if x != nil {
+		return x.Splits
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetMerges() uint64 {
+	if x != nil {
+		return x.Merges
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetMovesStarted() uint64 {
+	if x != nil {
+		return x.MovesStarted
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetDriver() string {
+	if x != nil {
+		return x.Driver
+	}
+	return ""
+}
+
 // DropKeyspaceRequest removes a keyspace and its data, through the cluster metadata.
 type DropKeyspaceRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1531,7 +2287,7 @@ type DropKeyspaceRequest struct {
 
 func (x *DropKeyspaceRequest) Reset() {
 	*x = DropKeyspaceRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[20]
+	mi := &file_meridian_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +2299,7 @@ func (x *DropKeyspaceRequest) String() string {
 func (*DropKeyspaceRequest) ProtoMessage() {}
 
 func (x *DropKeyspaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[20]
+	mi := &file_meridian_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +2312,7 @@ func (x *DropKeyspaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropKeyspaceRequest.ProtoReflect.Descriptor instead.
 func (*DropKeyspaceRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DropKeyspaceRequest) GetName() string {
@@ -1591,7 +2347,7 @@ type DropKeyspaceResponse struct {
 
 func (x *DropKeyspaceResponse) Reset() {
 	*x = DropKeyspaceResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[21]
+	mi := &file_meridian_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +2359,7 @@ func (x *DropKeyspaceResponse) String() string {
 func (*DropKeyspaceResponse) ProtoMessage() {}
 
 func (x *DropKeyspaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[21]
+	mi := &file_meridian_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +2372,7 @@ func (x *DropKeyspaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropKeyspaceResponse.ProtoReflect.Descriptor instead.
 func (*DropKeyspaceResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{21}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DropKeyspaceResponse) GetVersion() uint64 {
@@ -1645,7 +2401,7 @@ type DescribeKeyspaceRequest struct {
 
 func (x *DescribeKeyspaceRequest) Reset() {
 	*x = DescribeKeyspaceRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[22]
+	mi := &file_meridian_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +2413,7 @@ func (x *DescribeKeyspaceRequest) String() string {
 func (*DescribeKeyspaceRequest) ProtoMessage() {}
 
 func (x *DescribeKeyspaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[22]
+	mi := &file_meridian_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +2426,7 @@ func (x *DescribeKeyspaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeKeyspaceRequest.ProtoReflect.Descriptor instead.
 func (*DescribeKeyspaceRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{22}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DescribeKeyspaceRequest) GetName() string {
@@ -1702,7 +2458,7 @@ type PartitionPlacement struct {
 
 func (x *PartitionPlacement) Reset() {
 	*x = PartitionPlacement{}
-	mi := &file_meridian_v1_api_proto_msgTypes[23]
+	mi := &file_meridian_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1714,7 +2470,7 @@ func (x *PartitionPlacement) String() string {
 func (*PartitionPlacement) ProtoMessage() {}
 
 func (x *PartitionPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[23]
+	mi := &file_meridian_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1727,7 +2483,7 @@ func (x *PartitionPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionPlacement.ProtoReflect.Descriptor instead.
 func (*PartitionPlacement) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{23}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PartitionPlacement) GetPartition() uint32 {
@@ -1773,7 +2529,7 @@ type DescribeKeyspaceResponse struct {
 
 func (x *DescribeKeyspaceResponse) Reset() {
 	*x = DescribeKeyspaceResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[24]
+	mi := &file_meridian_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1785,7 +2541,7 @@ func (x *DescribeKeyspaceResponse) String() string {
 func (*DescribeKeyspaceResponse) ProtoMessage() {}
 
 func (x *DescribeKeyspaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[24]
+	mi := &file_meridian_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1798,7 +2554,7 @@ func (x *DescribeKeyspaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeKeyspaceResponse.ProtoReflect.Descriptor instead.
 func (*DescribeKeyspaceResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{24}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DescribeKeyspaceResponse) GetSpec() *KeyspaceSpec {
@@ -1837,7 +2593,7 @@ type ListKeyspacesRequest struct {
 
 func (x *ListKeyspacesRequest) Reset() {
 	*x = ListKeyspacesRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[25]
+	mi := &file_meridian_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1849,7 +2605,7 @@ func (x *ListKeyspacesRequest) String() string {
 func (*ListKeyspacesRequest) ProtoMessage() {}
 
 func (x *ListKeyspacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[25]
+	mi := &file_meridian_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1862,7 +2618,7 @@ func (x *ListKeyspacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeyspacesRequest.ProtoReflect.Descriptor instead.
 func (*ListKeyspacesRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 type ListKeyspacesResponse struct {
@@ -1874,7 +2630,7 @@ type ListKeyspacesResponse struct {
 
 func (x *ListKeyspacesResponse) Reset() {
 	*x = ListKeyspacesResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[26]
+	mi := &file_meridian_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +2642,7 @@ func (x *ListKeyspacesResponse) String() string {
 func (*ListKeyspacesResponse) ProtoMessage() {}
 
 func (x *ListKeyspacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[26]
+	mi := &file_meridian_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2655,7 @@ func (x *ListKeyspacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeyspacesResponse.ProtoReflect.Descriptor instead.
 func (*ListKeyspacesResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListKeyspacesResponse) GetKeyspaces() []*KeyspaceSpec {
@@ -1917,7 +2673,7 @@ type ServerInfoRequest struct {
 
 func (x *ServerInfoRequest) Reset() {
 	*x = ServerInfoRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[27]
+	mi := &file_meridian_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2685,7 @@ func (x *ServerInfoRequest) String() string {
 func (*ServerInfoRequest) ProtoMessage() {}
 
 func (x *ServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[27]
+	mi := &file_meridian_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2698,7 @@ func (x *ServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*ServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 // ServerInfoResponse describes the node answering and the limits it enforces, so a client can
@@ -1967,7 +2723,7 @@ type ServerInfoResponse struct {
 
 func (x *ServerInfoResponse) Reset() {
 	*x = ServerInfoResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[28]
+	mi := &file_meridian_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2735,7 @@ func (x *ServerInfoResponse) String() string {
 func (*ServerInfoResponse) ProtoMessage() {}
 
 func (x *ServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[28]
+	mi := &file_meridian_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2748,7 @@ func (x *ServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*ServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ServerInfoResponse) GetCluster() string {
@@ -2198,7 +2954,75 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x02 \x03(\v2\x1f.meridian.v1.PartitionPlacementR\n" +
 	"partitions\x12#\n" +
-	"\rnot_installed\x18\x03 \x03(\tR\fnotInstalled\"o\n" +
+	"\rnot_installed\x18\x03 \x03(\tR\fnotInstalled\"\xcc\x01\n" +
+	"\x12JoinClusterRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06region\x18\x03 \x01(\tR\x06region\x12\x16\n" +
+	"\x06listen\x18\x04 \x01(\tR\x06listen\x12\x1f\n" +
+	"\vpeer_listen\x18\x05 \x01(\tR\n" +
+	"peerListen\x12\x18\n" +
+	"\ametrics\x18\x06 \x01(\tR\ametrics\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\a \x01(\rR\ttimeoutMs\";\n" +
+	"\x13JoinClusterResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\"^\n" +
+	"\x13SetNodeStateRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x03 \x01(\rR\ttimeoutMs\"F\n" +
+	"\x14SetNodeStateResponse\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\xa9\x01\n" +
+	"\x12MoveReplicaRequest\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x12\n" +
+	"\x04from\x18\x03 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x04 \x01(\tR\x02to\x12\x16\n" +
+	"\x06source\x18\x05 \x01(\tR\x06source\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x06 \x01(\rR\ttimeoutMs\".\n" +
+	"\x13MoveReplicaResponse\x12\x17\n" +
+	"\amove_id\x18\x01 \x01(\x04R\x06moveId\"\x16\n" +
+	"\x14ClusterStatusRequest\"\x91\x02\n" +
+	"\n" +
+	"NodeStatus\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06region\x18\x03 \x01(\tR\x06region\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x14\n" +
+	"\x05alive\x18\x05 \x01(\bR\x05alive\x12\x1a\n" +
+	"\breplicas\x18\x06 \x01(\rR\breplicas\x12\x14\n" +
+	"\x05bytes\x18\a \x01(\x04R\x05bytes\x12\x19\n" +
+	"\bload_ops\x18\b \x01(\x01R\aloadOps\x12\x10\n" +
+	"\x03cpu\x18\t \x01(\x01R\x03cpu\x12\x1c\n" +
+	"\tbootstrap\x18\n" +
+	" \x01(\tR\tbootstrap\x12\x1e\n" +
+	"\vstats_age_s\x18\v \x01(\x01R\tstatsAgeS\"\x9b\x01\n" +
+	"\n" +
+	"MoveStatus\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x17\n" +
+	"\amove_id\x18\x03 \x01(\x04R\x06moveId\x12\x12\n" +
+	"\x04from\x18\x04 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x05 \x01(\tR\x02to\x12\x16\n" +
+	"\x06source\x18\x06 \x01(\tR\x06source\"\xfd\x02\n" +
+	"\x15ClusterStatusResponse\x12-\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x17.meridian.v1.NodeStatusR\x05nodes\x12-\n" +
+	"\x05moves\x18\x02 \x03(\v2\x17.meridian.v1.MoveStatusR\x05moves\x12+\n" +
+	"\x11replica_imbalance\x18\x03 \x01(\x01R\x10replicaImbalance\x12%\n" +
+	"\x0ebyte_imbalance\x18\x04 \x01(\x01R\rbyteImbalance\x12%\n" +
+	"\x0eload_imbalance\x18\x05 \x01(\x01R\rloadImbalance\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x06 \x01(\rR\n" +
+	"partitions\x12\x16\n" +
+	"\x06splits\x18\a \x01(\x04R\x06splits\x12\x16\n" +
+	"\x06merges\x18\b \x01(\x04R\x06merges\x12#\n" +
+	"\rmoves_started\x18\t \x01(\x04R\fmovesStarted\x12\x16\n" +
+	"\x06driver\x18\n" +
+	" \x01(\tR\x06driver\"o\n" +
 	"\x13DropKeyspaceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
 	"\x0eexpect_version\x18\x02 \x01(\x04R\rexpectVersion\x12\x1d\n" +
@@ -2235,7 +3059,8 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x0emax_scan_limit\x18\x06 \x01(\rR\fmaxScanLimit\x12;\n" +
 	"\x1adefault_request_timeout_ms\x18\a \x01(\rR\x17defaultRequestTimeoutMs\x123\n" +
 	"\x16max_request_timeout_ms\x18\b \x01(\rR\x13maxRequestTimeoutMs\x129\n" +
-	"\x19max_request_message_bytes\x18\t \x01(\rR\x16maxRequestMessageBytes2\x8f\b\n" +
+	"\x19max_request_message_bytes\x18\t \x01(\rR\x16maxRequestMessageBytes2\xe0\n" +
+	"\n" +
 	"\bMeridian\x128\n" +
 	"\x03Get\x12\x17.meridian.v1.GetRequest\x1a\x18.meridian.v1.GetResponse\x128\n" +
 	"\x03Put\x12\x17.meridian.v1.PutRequest\x1a\x18.meridian.v1.PutResponse\x12A\n" +
@@ -2251,7 +3076,11 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x0eSplitPartition\x12\".meridian.v1.SplitPartitionRequest\x1a .meridian.v1.RepartitionResponse\x12X\n" +
 	"\x0fMergePartitions\x12#.meridian.v1.MergePartitionsRequest\x1a .meridian.v1.RepartitionResponse\x12M\n" +
 	"\n" +
-	"ServerInfo\x12\x1e.meridian.v1.ServerInfoRequest\x1a\x1f.meridian.v1.ServerInfoResponseB\x19Z\x17meridian/api/meridianpbb\x06proto3"
+	"ServerInfo\x12\x1e.meridian.v1.ServerInfoRequest\x1a\x1f.meridian.v1.ServerInfoResponse\x12P\n" +
+	"\vJoinCluster\x12\x1f.meridian.v1.JoinClusterRequest\x1a .meridian.v1.JoinClusterResponse\x12S\n" +
+	"\fSetNodeState\x12 .meridian.v1.SetNodeStateRequest\x1a!.meridian.v1.SetNodeStateResponse\x12P\n" +
+	"\vMoveReplica\x12\x1f.meridian.v1.MoveReplicaRequest\x1a .meridian.v1.MoveReplicaResponse\x12V\n" +
+	"\rClusterStatus\x12!.meridian.v1.ClusterStatusRequest\x1a\".meridian.v1.ClusterStatusResponseB\x19Z\x17meridian/api/meridianpbb\x06proto3"
 
 var (
 	file_meridian_v1_api_proto_rawDescOnce sync.Once
@@ -2265,7 +3094,7 @@ func file_meridian_v1_api_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_api_proto_rawDescData
 }
 
-var file_meridian_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_meridian_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_meridian_v1_api_proto_goTypes = []any{
 	(*Version)(nil),                  // 0: meridian.v1.Version
 	(*GetRequest)(nil),               // 1: meridian.v1.GetRequest
@@ -2287,17 +3116,27 @@ var file_meridian_v1_api_proto_goTypes = []any{
 	(*SplitPartitionRequest)(nil),    // 17: meridian.v1.SplitPartitionRequest
 	(*MergePartitionsRequest)(nil),   // 18: meridian.v1.MergePartitionsRequest
 	(*RepartitionResponse)(nil),      // 19: meridian.v1.RepartitionResponse
-	(*DropKeyspaceRequest)(nil),      // 20: meridian.v1.DropKeyspaceRequest
-	(*DropKeyspaceResponse)(nil),     // 21: meridian.v1.DropKeyspaceResponse
-	(*DescribeKeyspaceRequest)(nil),  // 22: meridian.v1.DescribeKeyspaceRequest
-	(*PartitionPlacement)(nil),       // 23: meridian.v1.PartitionPlacement
-	(*DescribeKeyspaceResponse)(nil), // 24: meridian.v1.DescribeKeyspaceResponse
-	(*ListKeyspacesRequest)(nil),     // 25: meridian.v1.ListKeyspacesRequest
-	(*ListKeyspacesResponse)(nil),    // 26: meridian.v1.ListKeyspacesResponse
-	(*ServerInfoRequest)(nil),        // 27: meridian.v1.ServerInfoRequest
-	(*ServerInfoResponse)(nil),       // 28: meridian.v1.ServerInfoResponse
-	nil,                              // 29: meridian.v1.KeyspaceSpec.OptionsEntry
-	nil,                              // 30: meridian.v1.AlterKeyspaceRequest.SetOptionsEntry
+	(*JoinClusterRequest)(nil),       // 20: meridian.v1.JoinClusterRequest
+	(*JoinClusterResponse)(nil),      // 21: meridian.v1.JoinClusterResponse
+	(*SetNodeStateRequest)(nil),      // 22: meridian.v1.SetNodeStateRequest
+	(*SetNodeStateResponse)(nil),     // 23: meridian.v1.SetNodeStateResponse
+	(*MoveReplicaRequest)(nil),       // 24: meridian.v1.MoveReplicaRequest
+	(*MoveReplicaResponse)(nil),      // 25: meridian.v1.MoveReplicaResponse
+	(*ClusterStatusRequest)(nil),     // 26: meridian.v1.ClusterStatusRequest
+	(*NodeStatus)(nil),               // 27: meridian.v1.NodeStatus
+	(*MoveStatus)(nil),               // 28: meridian.v1.MoveStatus
+	(*ClusterStatusResponse)(nil),    // 29: meridian.v1.ClusterStatusResponse
+	(*DropKeyspaceRequest)(nil),      // 30: meridian.v1.DropKeyspaceRequest
+	(*DropKeyspaceResponse)(nil),     // 31: meridian.v1.DropKeyspaceResponse
+	(*DescribeKeyspaceRequest)(nil),  // 32: meridian.v1.DescribeKeyspaceRequest
+	(*PartitionPlacement)(nil),       // 33: meridian.v1.PartitionPlacement
+	(*DescribeKeyspaceResponse)(nil), // 34: meridian.v1.DescribeKeyspaceResponse
+	(*ListKeyspacesRequest)(nil),     // 35: meridian.v1.ListKeyspacesRequest
+	(*ListKeyspacesResponse)(nil),    // 36: meridian.v1.ListKeyspacesResponse
+	(*ServerInfoRequest)(nil),        // 37: meridian.v1.ServerInfoRequest
+	(*ServerInfoResponse)(nil),       // 38: meridian.v1.ServerInfoResponse
+	nil,                              // 39: meridian.v1.KeyspaceSpec.OptionsEntry
+	nil,                              // 40: meridian.v1.AlterKeyspaceRequest.SetOptionsEntry
 }
 var file_meridian_v1_api_proto_depIdxs = []int32{
 	0,  // 0: meridian.v1.GetRequest.session_version:type_name -> meridian.v1.Version
@@ -2308,46 +3147,56 @@ var file_meridian_v1_api_proto_depIdxs = []int32{
 	0,  // 5: meridian.v1.DeleteResponse.version:type_name -> meridian.v1.Version
 	0,  // 6: meridian.v1.KeyValue.version:type_name -> meridian.v1.Version
 	10, // 7: meridian.v1.ScanResponse.items:type_name -> meridian.v1.KeyValue
-	29, // 8: meridian.v1.KeyspaceSpec.options:type_name -> meridian.v1.KeyspaceSpec.OptionsEntry
+	39, // 8: meridian.v1.KeyspaceSpec.options:type_name -> meridian.v1.KeyspaceSpec.OptionsEntry
 	12, // 9: meridian.v1.CreateKeyspaceRequest.spec:type_name -> meridian.v1.KeyspaceSpec
 	12, // 10: meridian.v1.CreateKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
-	30, // 11: meridian.v1.AlterKeyspaceRequest.set_options:type_name -> meridian.v1.AlterKeyspaceRequest.SetOptionsEntry
+	40, // 11: meridian.v1.AlterKeyspaceRequest.set_options:type_name -> meridian.v1.AlterKeyspaceRequest.SetOptionsEntry
 	12, // 12: meridian.v1.AlterKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
-	23, // 13: meridian.v1.RepartitionResponse.partitions:type_name -> meridian.v1.PartitionPlacement
-	12, // 14: meridian.v1.DescribeKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
-	23, // 15: meridian.v1.DescribeKeyspaceResponse.partitions:type_name -> meridian.v1.PartitionPlacement
-	12, // 16: meridian.v1.ListKeyspacesResponse.keyspaces:type_name -> meridian.v1.KeyspaceSpec
-	1,  // 17: meridian.v1.Meridian.Get:input_type -> meridian.v1.GetRequest
-	3,  // 18: meridian.v1.Meridian.Put:input_type -> meridian.v1.PutRequest
-	5,  // 19: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
-	9,  // 20: meridian.v1.Meridian.Scan:input_type -> meridian.v1.ScanRequest
-	13, // 21: meridian.v1.Meridian.CreateKeyspace:input_type -> meridian.v1.CreateKeyspaceRequest
-	15, // 22: meridian.v1.Meridian.AlterKeyspace:input_type -> meridian.v1.AlterKeyspaceRequest
-	20, // 23: meridian.v1.Meridian.DropKeyspace:input_type -> meridian.v1.DropKeyspaceRequest
-	22, // 24: meridian.v1.Meridian.DescribeKeyspace:input_type -> meridian.v1.DescribeKeyspaceRequest
-	25, // 25: meridian.v1.Meridian.ListKeyspaces:input_type -> meridian.v1.ListKeyspacesRequest
-	6,  // 26: meridian.v1.Meridian.MoveMaster:input_type -> meridian.v1.MoveMasterRequest
-	17, // 27: meridian.v1.Meridian.SplitPartition:input_type -> meridian.v1.SplitPartitionRequest
-	18, // 28: meridian.v1.Meridian.MergePartitions:input_type -> meridian.v1.MergePartitionsRequest
-	27, // 29: meridian.v1.Meridian.ServerInfo:input_type -> meridian.v1.ServerInfoRequest
-	2,  // 30: meridian.v1.Meridian.Get:output_type -> meridian.v1.GetResponse
-	4,  // 31: meridian.v1.Meridian.Put:output_type -> meridian.v1.PutResponse
-	8,  // 32: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
-	11, // 33: meridian.v1.Meridian.Scan:output_type -> meridian.v1.ScanResponse
-	14, // 34: meridian.v1.Meridian.CreateKeyspace:output_type -> meridian.v1.CreateKeyspaceResponse
-	16, // 35: meridian.v1.Meridian.AlterKeyspace:output_type -> meridian.v1.AlterKeyspaceResponse
-	21, // 36: meridian.v1.Meridian.DropKeyspace:output_type -> meridian.v1.DropKeyspaceResponse
-	24, // 37: meridian.v1.Meridian.DescribeKeyspace:output_type -> meridian.v1.DescribeKeyspaceResponse
-	26, // 38: meridian.v1.Meridian.ListKeyspaces:output_type -> meridian.v1.ListKeyspacesResponse
-	7,  // 39: meridian.v1.Meridian.MoveMaster:output_type -> meridian.v1.MoveMasterResponse
-	19, // 40: meridian.v1.Meridian.SplitPartition:output_type -> meridian.v1.RepartitionResponse
-	19, // 41: meridian.v1.Meridian.MergePartitions:output_type -> meridian.v1.RepartitionResponse
-	28, // 42: meridian.v1.Meridian.ServerInfo:output_type -> meridian.v1.ServerInfoResponse
-	30, // [30:43] is the sub-list for method output_type
-	17, // [17:30] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	33, // 13: meridian.v1.RepartitionResponse.partitions:type_name -> meridian.v1.PartitionPlacement
+	27, // 14: meridian.v1.ClusterStatusResponse.nodes:type_name -> meridian.v1.NodeStatus
+	28, // 15: meridian.v1.ClusterStatusResponse.moves:type_name -> meridian.v1.MoveStatus
+	12, // 16: meridian.v1.DescribeKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
+	33, // 17: meridian.v1.DescribeKeyspaceResponse.partitions:type_name -> meridian.v1.PartitionPlacement
+	12, // 18: meridian.v1.ListKeyspacesResponse.keyspaces:type_name -> meridian.v1.KeyspaceSpec
+	1,  // 19: meridian.v1.Meridian.Get:input_type -> meridian.v1.GetRequest
+	3,  // 20: meridian.v1.Meridian.Put:input_type -> meridian.v1.PutRequest
+	5,  // 21: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
+	9,  // 22: meridian.v1.Meridian.Scan:input_type -> meridian.v1.ScanRequest
+	13, // 23: meridian.v1.Meridian.CreateKeyspace:input_type -> meridian.v1.CreateKeyspaceRequest
+	15, // 24: meridian.v1.Meridian.AlterKeyspace:input_type -> meridian.v1.AlterKeyspaceRequest
+	30, // 25: meridian.v1.Meridian.DropKeyspace:input_type -> meridian.v1.DropKeyspaceRequest
+	32, // 26: meridian.v1.Meridian.DescribeKeyspace:input_type -> meridian.v1.DescribeKeyspaceRequest
+	35, // 27: meridian.v1.Meridian.ListKeyspaces:input_type -> meridian.v1.ListKeyspacesRequest
+	6,  // 28: meridian.v1.Meridian.MoveMaster:input_type -> meridian.v1.MoveMasterRequest
+	17, // 29: meridian.v1.Meridian.SplitPartition:input_type -> meridian.v1.SplitPartitionRequest
+	18, // 30: meridian.v1.Meridian.MergePartitions:input_type -> meridian.v1.MergePartitionsRequest
+	37, // 31: meridian.v1.Meridian.ServerInfo:input_type -> meridian.v1.ServerInfoRequest
+	20, // 32: meridian.v1.Meridian.JoinCluster:input_type -> meridian.v1.JoinClusterRequest
+	22, // 33: meridian.v1.Meridian.SetNodeState:input_type -> meridian.v1.SetNodeStateRequest
+	24, // 34: meridian.v1.Meridian.MoveReplica:input_type -> meridian.v1.MoveReplicaRequest
+	26, // 35: meridian.v1.Meridian.ClusterStatus:input_type -> meridian.v1.ClusterStatusRequest
+	2,  // 36: meridian.v1.Meridian.Get:output_type -> meridian.v1.GetResponse
+	4,  // 37: meridian.v1.Meridian.Put:output_type -> meridian.v1.PutResponse
+	8,  // 38: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
+	11, // 39: meridian.v1.Meridian.Scan:output_type -> meridian.v1.ScanResponse
+	14, // 40: meridian.v1.Meridian.CreateKeyspace:output_type -> meridian.v1.CreateKeyspaceResponse
+	16, // 41: meridian.v1.Meridian.AlterKeyspace:output_type -> meridian.v1.AlterKeyspaceResponse
+	31, // 42: meridian.v1.Meridian.DropKeyspace:output_type -> meridian.v1.DropKeyspaceResponse
+	34, // 43: meridian.v1.Meridian.DescribeKeyspace:output_type -> meridian.v1.DescribeKeyspaceResponse
+	36, // 44: meridian.v1.Meridian.ListKeyspaces:output_type -> meridian.v1.ListKeyspacesResponse
+	7,  // 45: meridian.v1.Meridian.MoveMaster:output_type -> meridian.v1.MoveMasterResponse
+	19, // 46: meridian.v1.Meridian.SplitPartition:output_type -> meridian.v1.RepartitionResponse
+	19, // 47: meridian.v1.Meridian.MergePartitions:output_type -> meridian.v1.RepartitionResponse
+	38, // 48: meridian.v1.Meridian.ServerInfo:output_type -> meridian.v1.ServerInfoResponse
+	21, // 49: meridian.v1.Meridian.JoinCluster:output_type -> meridian.v1.JoinClusterResponse
+	23, // 50: meridian.v1.Meridian.SetNodeState:output_type -> meridian.v1.SetNodeStateResponse
+	25, // 51: meridian.v1.Meridian.MoveReplica:output_type -> meridian.v1.MoveReplicaResponse
+	29, // 52: meridian.v1.Meridian.ClusterStatus:output_type -> meridian.v1.ClusterStatusResponse
+	36, // [36:53] is the sub-list for method output_type
+	19, // [19:36] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_api_proto_init() }
@@ -2361,7 +3210,7 @@ func file_meridian_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_api_proto_rawDesc), len(file_meridian_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

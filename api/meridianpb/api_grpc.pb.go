@@ -36,6 +36,10 @@ const (
 	Meridian_SplitPartition_FullMethodName   = "/meridian.v1.Meridian/SplitPartition"
 	Meridian_MergePartitions_FullMethodName  = "/meridian.v1.Meridian/MergePartitions"
 	Meridian_ServerInfo_FullMethodName       = "/meridian.v1.Meridian/ServerInfo"
+	Meridian_JoinCluster_FullMethodName      = "/meridian.v1.Meridian/JoinCluster"
+	Meridian_SetNodeState_FullMethodName     = "/meridian.v1.Meridian/SetNodeState"
+	Meridian_MoveReplica_FullMethodName      = "/meridian.v1.Meridian/MoveReplica"
+	Meridian_ClusterStatus_FullMethodName    = "/meridian.v1.Meridian/ClusterStatus"
 )
 
 // MeridianClient is the client API for Meridian service.
@@ -55,6 +59,10 @@ type MeridianClient interface {
 	SplitPartition(ctx context.Context, in *SplitPartitionRequest, opts ...grpc.CallOption) (*RepartitionResponse, error)
 	MergePartitions(ctx context.Context, in *MergePartitionsRequest, opts ...grpc.CallOption) (*RepartitionResponse, error)
 	ServerInfo(ctx context.Context, in *ServerInfoRequest, opts ...grpc.CallOption) (*ServerInfoResponse, error)
+	JoinCluster(ctx context.Context, in *JoinClusterRequest, opts ...grpc.CallOption) (*JoinClusterResponse, error)
+	SetNodeState(ctx context.Context, in *SetNodeStateRequest, opts ...grpc.CallOption) (*SetNodeStateResponse, error)
+	MoveReplica(ctx context.Context, in *MoveReplicaRequest, opts ...grpc.CallOption) (*MoveReplicaResponse, error)
+	ClusterStatus(ctx context.Context, in *ClusterStatusRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error)
 }
 
 type meridianClient struct {
@@ -195,6 +203,46 @@ func (c *meridianClient) ServerInfo(ctx context.Context, in *ServerInfoRequest, 
 	return out, nil
 }
 
+func (c *meridianClient) JoinCluster(ctx context.Context, in *JoinClusterRequest, opts ...grpc.CallOption) (*JoinClusterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JoinClusterResponse)
+	err := c.cc.Invoke(ctx, Meridian_JoinCluster_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) SetNodeState(ctx context.Context, in *SetNodeStateRequest, opts ...grpc.CallOption) (*SetNodeStateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetNodeStateResponse)
+	err := c.cc.Invoke(ctx, Meridian_SetNodeState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) MoveReplica(ctx context.Context, in *MoveReplicaRequest, opts ...grpc.CallOption) (*MoveReplicaResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveReplicaResponse)
+	err := c.cc.Invoke(ctx, Meridian_MoveReplica_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) ClusterStatus(ctx context.Context, in *ClusterStatusRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClusterStatusResponse)
+	err := c.cc.Invoke(ctx, Meridian_ClusterStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MeridianServer is the server API for Meridian service.
 // All implementations must embed UnimplementedMeridianServer
 // for forward compatibility.
@@ -212,6 +260,10 @@ type MeridianServer interface {
 	SplitPartition(context.Context, *SplitPartitionRequest) (*RepartitionResponse, error)
 	MergePartitions(context.Context, *MergePartitionsRequest) (*RepartitionResponse, error)
 	ServerInfo(context.Context, *ServerInfoRequest) (*ServerInfoResponse, error)
+	JoinCluster(context.Context, *JoinClusterRequest) (*JoinClusterResponse, error)
+	SetNodeState(context.Context, *SetNodeStateRequest) (*SetNodeStateResponse, error)
+	MoveReplica(context.Context, *MoveReplicaRequest) (*MoveReplicaResponse, error)
+	ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error)
 	mustEmbedUnimplementedMeridianServer()
 }
 
@@ -260,6 +312,18 @@ func (UnimplementedMeridianServer) MergePartitions(context.Context, *MergePartit
 }
 func (UnimplementedMeridianServer) ServerInfo(context.Context, *ServerInfoRequest) (*ServerInfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ServerInfo not implemented")
+}
+func (UnimplementedMeridianServer) JoinCluster(context.Context, *JoinClusterRequest) (*JoinClusterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method JoinCluster not implemented")
+}
+func (UnimplementedMeridianServer) SetNodeState(context.Context, *SetNodeStateRequest) (*SetNodeStateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetNodeState not implemented")
+}
+func (UnimplementedMeridianServer) MoveReplica(context.Context, *MoveReplicaRequest) (*MoveReplicaResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MoveReplica not implemented")
+}
+func (UnimplementedMeridianServer) ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClusterStatus not implemented")
 }
 func (UnimplementedMeridianServer) mustEmbedUnimplementedMeridianServer() {}
 func (UnimplementedMeridianServer) testEmbeddedByValue()                  {}
@@ -516,6 +580,78 @@ func _Meridian_ServerInfo_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meridian_JoinCluster_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(JoinClusterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).JoinCluster(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_JoinCluster_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).JoinCluster(ctx, req.(*JoinClusterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_SetNodeState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetNodeStateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).SetNodeState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_SetNodeState_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).SetNodeState(ctx, req.(*SetNodeStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_MoveReplica_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveReplicaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).MoveReplica(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_MoveReplica_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).MoveReplica(ctx, req.(*MoveReplicaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_ClusterStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClusterStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).ClusterStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_ClusterStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).ClusterStatus(ctx, req.(*ClusterStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Meridian_ServiceDesc is the grpc.ServiceDesc for Meridian service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -574,6 +710,22 @@ var Meridian_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ServerInfo",
 			Handler:    _Meridian_ServerInfo_Handler,
+		},
+		{
+			MethodName: "JoinCluster",
+			Handler:    _Meridian_JoinCluster_Handler,
+		},
+		{
+			MethodName: "SetNodeState",
+			Handler:    _Meridian_SetNodeState_Handler,
+		},
+		{
+			MethodName: "MoveReplica",
+			Handler:    _Meridian_MoveReplica_Handler,
+		},
+		{
+			MethodName: "ClusterStatus",
+			Handler:    _Meridian_ClusterStatus_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

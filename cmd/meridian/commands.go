@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 
+	"meridian/api/meridianpb"
 	"meridian/client"
 	"meridian/internal/config"
 	"meridian/internal/runtime/server"
@@ -26,11 +27,13 @@ import (
 
 func serverCmd() *cobra.Command {
 	var cfgPath, nodeName, dataDir, logLevel, diskReserve string
+	var joinRegion, joinListen, joinPeerListen, joinMetrics string
+	var join bool
 	var clockOffset time.Duration
 	var clockControl bool
 	cmd := &cobra.Command{
-		Use:   "server --config FILE --node NAME [--data-dir DIR]",
-		Short: "Run one Meridian node",
+		Use:   "server --config FILE --node NAME [--data-dir DIR] [--join --region R --listen ADDR --peer-listen ADDR [--metrics ADDR]]",
+		Short: "Run one Meridian node (--join: a new node joins the running cluster)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfgPath == "" || nodeName == "" {
@@ -43,6 +46,11 @@ func serverCmd() *cobra.Command {
 			if dataDir == "" {
 				dataDir = fmt.Sprintf("data/%s", nodeName)
 			}
+			self, err := joinedSelf(cmd.Context(), cfg, nodeName, dataDir, join, config.Node{Name: nodeName, Region: joinRegion,
+				Listen: joinListen, PeerListen: joinPeerListen, Metrics: joinMetrics})
+			if err != nil {
+				return err
+			}
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("server: --log-level %q: %w", logLevel, err)
@@ -54,7 +62,7 @@ func serverCmd() *cobra.Command {
 				}
 			}
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-			return server.Run(cmd.Context(), server.Options{Cluster: cfg, NodeName: nodeName, DataDir: dataDir, DiskReserveBytes: reserve,
+			return server.Run(cmd.Context(), server.Options{Cluster: cfg, NodeName: nodeName, Self: self, DataDir: dataDir, DiskReserveBytes: reserve,
 				ClockOffset: clockOffset, ClockControl: clockControl, Logger: logger})
 		},
 	}
@@ -63,9 +71,68 @@ func serverCmd() *cobra.Command {
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "storage directory (default data/NODE)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().StringVar(&diskReserve, "disk-reserve", "", "disk space kept free for the store itself, e.g. 256MiB: writes are refused with 'disk full' below half of it, the other half is an emergency ballast (default 5% of the data disk, within 16 MiB..1 GiB)")
+	cmd.Flags().BoolVar(&join, "join", false, "this node is not in the configuration file: register it with the running cluster (through the file's nodes), then start it; it takes replicas by the two-phase bootstrap (docs/elasticity.md). Once joined, it starts again without --join")
+	cmd.Flags().StringVar(&joinRegion, "region", "", "with --join: the new node's region")
+	cmd.Flags().StringVar(&joinListen, "listen", "", "with --join: the new node's client API address HOST:PORT")
+	cmd.Flags().StringVar(&joinPeerListen, "peer-listen", "", "with --join: the new node's peer address HOST:PORT")
+	cmd.Flags().StringVar(&joinMetrics, "metrics", "", "with --join: the new node's /metrics address HOST:PORT (optional)")
 	cmd.Flags().DurationVar(&clockOffset, "clock-offset", 0, "shift this node's clock (testing clock skew)")
 	cmd.Flags().BoolVar(&clockControl, "clock-control", false, "serve /debug/clock on the metrics address to change this node's clock offset and drift at run time (lab faults; never in production)")
 	return cmd
+}
+
+// joinedSelf returns the identity of a node that is not in the configuration file: the one it
+// saved when it joined, or, with --join, a new one the cluster gives it now. nil: a node of
+// the file.
+func joinedSelf(ctx context.Context, cfg *config.Cluster, name, dataDir string, join bool, want config.Node) (*config.Node, error) {
+	if _, ok := cfg.Node(name); ok {
+		if join {
+			return nil, fmt.Errorf("server: %s is in the configuration file; start it without --join", name)
+		}
+		return nil, nil
+	}
+	saved, found, err := server.JoinedIdentity(dataDir, cfg.Name)
+	if err != nil {
+		return nil, err
+	}
+	if found {
+		if saved.Name != name {
+			return nil, fmt.Errorf("server: data directory %s belongs to node %s, not %s", dataDir, saved.Name, name)
+		}
+		return &saved, nil
+	}
+	if !join {
+		return nil, fmt.Errorf("server: %q is not a node of cluster %s and has not joined it: start it with --join --region R --listen HOST:PORT --peer-listen HOST:PORT", name, cfg.Name)
+	}
+	if want.Region == "" || want.Listen == "" || want.PeerListen == "" {
+		return nil, fmt.Errorf("server: --join needs --region, --listen and --peer-listen")
+	}
+	// Any member that answers registers the node; the file's nodes are the ones known here.
+	var lastErr error
+	for _, nd := range cfg.Nodes {
+		c, err := client.Dial(nd.Listen)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		out, err := c.JoinCluster(ctx, &meridianpb.JoinClusterRequest{Cluster: cfg.Name, Name: want.Name, Region: want.Region,
+			Listen: want.Listen, PeerListen: want.PeerListen, Metrics: want.Metrics}, client.Timeout(20*time.Second))
+		c.Close()
+		if err != nil {
+			lastErr = fmt.Errorf("%s: %w", nd.Name, err)
+			if code := client.CodeOf(err); code == codes.InvalidArgument || code == codes.AlreadyExists {
+				return nil, fmt.Errorf("server: join refused by %w", lastErr)
+			}
+			continue
+		}
+		want.ID = out.Id
+		if err := server.SaveJoinedIdentity(dataDir, cfg.Name, want); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(os.Stderr, "joined cluster %s as %s (id %d, %s) through %s\n", cfg.Name, want.Name, want.ID, out.State, nd.Name)
+		return &want, nil
+	}
+	return nil, fmt.Errorf("server: could not join cluster %s through any node of the configuration file: %w", cfg.Name, lastErr)
 }
 
 func kvCmd() *cobra.Command {

@@ -29,10 +29,36 @@ type Cluster struct {
 	Limits      Limits
 	AntiEntropy AntiEntropy
 	Metadata    Metadata
+	Elasticity  Elasticity
 	// AllowInternal lets keyspaces use internal protocols (the cluster metadata protocol):
 	// the simulator's clusters only; never from a file.
 	AllowInternal bool `yaml:"-"`
 }
+
+// Elasticity configures the placement driver (ElasCass; docs/elasticity.md): splits and
+// merges, replica moves for joining, leaving and dead nodes, balancing.
+type Elasticity struct {
+	// Driver: the placement driver runs (on one node at a time: the live active member with
+	// the lowest ID). Default true; off, partitions and replicas change only by hand
+	// (split, merge, admin move).
+	Driver *bool `yaml:"driver"`
+	// Strategy is how a joining node gets its data: two-phase (ElasCass: a little at once,
+	// then the rest in the background), one-phase (its whole share first) or split-move
+	// (Cassandra's: half of the largest node's data). Default two-phase.
+	Strategy string `yaml:"strategy"`
+	// Interval is how often nodes share their statistics and the driver plans. Default 1s.
+	Interval time.Duration `yaml:"interval"`
+	// DeadAfter: a node silent this long has its replicas re-created on others (Rule 2).
+	// Default 5m.
+	DeadAfter time.Duration `yaml:"dead_after"`
+	// MaxMovesPerNode bounds the replica moves into one node at a time (the background
+	// phase's throttle; default 2); MaxMoves those of the cluster (default 16).
+	MaxMovesPerNode int `yaml:"max_moves_per_node"`
+	MaxMoves        int `yaml:"max_moves"`
+}
+
+// DriverOn reports whether the placement driver runs.
+func (e Elasticity) DriverOn() bool { return e.Driver == nil || *e.Driver }
 
 // Metadata configures the cluster metadata group: the Raft group that holds keyspaces,
 // placement and membership. Its voters are a few nodes spread over the regions; every other

@@ -57,7 +57,7 @@ func TestLocal3(t *testing.T) {
 	wantKS := Keyspace{
 		Name: "demo", Protocol: "quorum", Regions: []string{"europe", "us", "asia"},
 		ReplicasPerRegion: 1, Partitions: 16,
-		Options: map[string]string{"read_level": "QUORUM", "write_level": "QUORUM", "speculative_retry": "0s"},
+		Options: map[string]string{"read_level": "QUORUM", "write_level": "QUORUM", "speculative_retry": "0s", "split_bytes": "512MiB", "merge_bytes": "128MiB", "split_ops": "2500", "min_partitions": "0"},
 	}
 	if ks, ok := c.Keyspace("demo"); !ok || !reflect.DeepEqual(ks, wantKS) {
 		t.Errorf("Keyspace(demo) = %+v, %v\nwant %+v", ks, ok, wantKS)
@@ -254,7 +254,9 @@ func TestInvalid(t *testing.T) {
 		{name: "keyspace unknown region", old: "    protocol: quorum\n", new: "    protocol: quorum\n    regions: [europe, mars]\n", path: "keyspaces[0].regions[1]", msg: `unknown region "mars"`},
 		{name: "keyspace duplicate region", old: "    protocol: quorum\n", new: "    protocol: quorum\n    regions: [us, us]\n", path: "keyspaces[0].regions[1]", msg: "duplicate region"},
 		{name: "keyspace empty regions", old: "    protocol: quorum\n", new: "    protocol: quorum\n    regions: []\n", path: "keyspaces[0].regions", msg: "at least one region"},
-		{name: "unknown option", old: "{read_level: one}", new: "{read_level: one, colour: red}", path: "keyspaces[0].options.colour", msg: "unknown option for protocol quorum (known: read_level, speculative_retry, write_level)"},
+		{name: "unknown option", old: "{read_level: one}", new: "{read_level: one, colour: red}", path: "keyspaces[0].options.colour", msg: "unknown option for protocol quorum (known: merge_bytes, min_partitions, read_level, speculative_retry, split_bytes, split_ops, write_level)"},
+		{name: "split below twice merge", old: "{read_level: one}", new: "{split_bytes: 100MiB, merge_bytes: 60MiB}", path: "keyspaces[0].options.split_bytes", msg: "split_bytes (104857600) must be at least twice merge_bytes (62914560)"},
+		{name: "bad size", old: "{read_level: one}", new: "{split_bytes: lots}", path: "keyspaces[0].options.split_bytes", msg: "invalid size \"lots\""},
 		{name: "bad read level", old: "{read_level: one}", new: "{read_level: most}", path: "keyspaces[0].options.read_level", msg: "valid: ONE, QUORUM, ALL, LOCAL_ONE, LOCAL_QUORUM"},
 		{name: "bad write level", old: "{read_level: one}", new: "{write_level: TWO}", path: "keyspaces[0].options.write_level", msg: `unknown consistency level "TWO"`},
 		{name: "negative speculative retry", old: "{read_level: one}", new: "{speculative_retry: -5ms}", path: "keyspaces[0].options.speculative_retry", msg: "≥ 0"},
@@ -463,7 +465,7 @@ func TestValidateKeyspace(t *testing.T) {
 	}
 	want := Keyspace{
 		Name: "runtime", Protocol: "quorum", Regions: []string{"europe", "us", "asia"}, ReplicasPerRegion: 1, Partitions: 16,
-		Options: map[string]string{"read_level": "QUORUM", "write_level": "LOCAL_QUORUM", "speculative_retry": "1.5ms"},
+		Options: map[string]string{"read_level": "QUORUM", "write_level": "LOCAL_QUORUM", "speculative_retry": "1.5ms", "split_bytes": "512MiB", "merge_bytes": "128MiB", "split_ops": "2500", "min_partitions": "0"},
 	}
 	if !reflect.DeepEqual(ks, want) {
 		t.Errorf("got %+v\nwant %+v", ks, want)

@@ -36,6 +36,7 @@ type rawCluster struct {
 	Limits      Limits      `yaml:"limits"`
 	AntiEntropy AntiEntropy `yaml:"anti_entropy"`
 	Metadata    Metadata    `yaml:"metadata"`
+	Elasticity  Elasticity  `yaml:"elasticity"`
 }
 
 // Load reads, parses and validates a configuration file. A topology file named in it is
@@ -90,6 +91,7 @@ func parse(data []byte, baseDir, file string) (*Cluster, error) {
 		Keyspaces:   raw.Keyspaces,
 		Limits:      raw.Limits,
 		AntiEntropy: raw.AntiEntropy,
+		Elasticity:  raw.Elasticity,
 		Metadata:    raw.Metadata,
 	}
 	if err := validateName(c.Name); err != nil {

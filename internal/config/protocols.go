@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"github.com/dustin/go-humanize"
 	"math"
 	"regexp"
 	"sort"
@@ -65,6 +66,8 @@ type ProtocolSpec struct {
 	// reads both sets while the new replica catches up; Raft adds it as a learner and
 	// promotes it by joint consensus.
 	Moves bool
+	// Check, when set, validates the normalised options together (a rule across options).
+	Check func(opts map[string]string) error
 	// NoRejoin: a node that left a partition by a move never becomes its member again
 	// (placement.Partition.Departed). Raft names group members by node ID, and etcd raft
 	// must never see a member come back with an empty log under an ID it knew.
@@ -97,7 +100,8 @@ var protocols = []ProtocolSpec{
 		Doc:         "majority quorum replication, Cassandra-style levels, last-writer-wins by (timestamp, node id)",
 		Repartition: true,
 		Moves:       true,
-		Options: []OptionSpec{
+		Check:       checkElastic,
+		Options: append([]OptionSpec{
 			{
 				Name:      "read_level",
 				Default:   string(LevelQuorum),
@@ -116,22 +120,23 @@ var protocols = []ProtocolSpec{
 				Doc:       "how long a read waits for a replica before asking another one; a Go duration ≥ 0, 0 = automatic",
 				Normalize: normalizeNonNegativeDuration,
 			},
-		},
+		}, elasticOptionSpecs...),
 	},
 	{
 		Name:        ProtocolMeteorShower,
 		Repartition: true,
 		Moves:       true,
+		Check:       checkElastic,
 		Doc: "quorum writes, sequentially consistent reads served by the local replica using periodic status " +
 			"messages and bounded clock error (meteorshower-paper.txt II-III)",
-		Options: []OptionSpec{
+		Options: append([]OptionSpec{
 			{Name: "read_level", Default: string(LevelQuorum), Doc: "QUORUM or ALL: how many valid statuses a local read needs", Normalize: normalizeMSReadLevel},
 			{Name: "write_level", Default: string(LevelQuorum), Doc: "ONE, QUORUM or ALL; also decides θ upper (paper II-E)", Normalize: normalizeMSWriteLevel},
 			{Name: "theta", Default: "lower", Doc: "maximum staleness of a usable status: lower (0; sequentially consistent), upper (the paper's bound from the write level and the one-way delay lower bounds, minus ε; NOT sequentially consistent with concurrent writers in other regions, see docs/meteorshower.md), or a Go duration", Normalize: normalizeTheta},
 			{Name: "status_interval", Default: "10ms", Doc: "how often each replica sends its status to every peer; 1ms..1s", Normalize: durationRange(time.Millisecond, time.Second)},
 			{Name: "redundancy", Default: "3", Doc: "l: earlier statuses repeated in each status, so up to l consecutive lost statuses are tolerated; 0..16", Normalize: intRange(0, 16)},
 			{Name: "speculative_retry", Default: "0s", Doc: "for fallback quorum reads: as in quorum", Normalize: normalizeNonNegativeDuration},
-		},
+		}, elasticOptionSpecs...),
 	},
 	{
 		Name:            ProtocolRaft,
@@ -403,7 +408,88 @@ func normalizeOptions(p ProtocolSpec, opts map[string]string) (map[string]string
 			out[o.Name] = o.Default
 		}
 	}
+	if p.Check != nil {
+		if err := p.Check(out); err != nil {
+			return nil, &optionError{key: "split_bytes", msg: err.Error()}
+		}
+	}
 	return out, nil
+}
+
+// elasticOptionSpecs are the options of keyspaces whose partitions split and merge by size
+// and load (ElasCass 3.1, docs/elasticity.md).
+var elasticOptionSpecs = []OptionSpec{
+	{Name: "split_bytes", Default: "512MiB", Doc: "Θmax: a partition holding more splits at its data-volume median (0: never by size); ElasCass used 2 GB", Normalize: byteSize},
+	{Name: "merge_bytes", Default: "128MiB", Doc: "Θmin: two adjacent partitions on the same replicas holding together less merge (0: never); at most half of split_bytes", Normalize: byteSize},
+	{Name: "split_ops", Default: "2500", Doc: "a partition serving more requests per second splits at the middle of its recent requests (0: never by load), as CockroachDB's load-based splitting", Normalize: floatRange(0, 1e9, true)},
+	{Name: "min_partitions", Default: "0", Doc: "N: merges stop at this many partitions (0: as many as the keyspace was created with)", Normalize: intRange(0, MaxPartitions)},
+}
+
+// checkElastic: Θmax ≥ 2·Θmin, so that a merged partition does not split again and the
+// halves of a split do not merge again (ElasCass 3.1).
+func checkElastic(opts map[string]string) error {
+	eo, err := ElasticOptionsOf(opts)
+	if err != nil {
+		return err
+	}
+	if eo.SplitBytes > 0 && eo.MergeBytes > 0 && eo.SplitBytes < 2*eo.MergeBytes {
+		return fmt.Errorf("split_bytes (%d) must be at least twice merge_bytes (%d)", eo.SplitBytes, eo.MergeBytes)
+	}
+	return nil
+}
+
+// ElasticOptions are a keyspace's typed elasticity options.
+type ElasticOptions struct {
+	SplitBytes, MergeBytes int64
+	SplitOps               float64
+	MinPartitions          int
+}
+
+// ElasticOptionsOf parses the elasticity options (missing ones take their defaults).
+func ElasticOptionsOf(opts map[string]string) (ElasticOptions, error) {
+	get := func(name string) string {
+		if v, ok := opts[name]; ok && v != "" {
+			return v
+		}
+		for _, o := range elasticOptionSpecs {
+			if o.Name == name {
+				return o.Default
+			}
+		}
+		return ""
+	}
+	var eo ElasticOptions
+	sb, err := humanize.ParseBytes(get("split_bytes"))
+	if err != nil {
+		return eo, fmt.Errorf("split_bytes: %w", err)
+	}
+	mb, err := humanize.ParseBytes(get("merge_bytes"))
+	if err != nil {
+		return eo, fmt.Errorf("merge_bytes: %w", err)
+	}
+	if _, err := fmt.Sscanf(get("split_ops"), "%g", &eo.SplitOps); err != nil {
+		return eo, fmt.Errorf("split_ops: %w", err)
+	}
+	if _, err := fmt.Sscanf(get("min_partitions"), "%d", &eo.MinPartitions); err != nil {
+		return eo, fmt.Errorf("min_partitions: %w", err)
+	}
+	eo.SplitBytes, eo.MergeBytes = int64(sb), int64(mb)
+	return eo, nil
+}
+
+// byteSize normalises a size ("512MiB", "2 GB", "0") to bytes in IEC form.
+func byteSize(v string) (string, error) {
+	n, err := humanize.ParseBytes(strings.TrimSpace(v))
+	if err != nil {
+		return "", fmt.Errorf("invalid size %q (e.g. 512MiB, 2GB, 0)", v)
+	}
+	if n > 1<<50 {
+		return "", fmt.Errorf("size %q is larger than 1 PiB", v)
+	}
+	if n == 0 {
+		return "0", nil
+	}
+	return strings.ReplaceAll(humanize.IBytes(n), " ", ""), nil
 }
 
 // QuorumOptions are the typed options of a quorum keyspace.

@@ -59,6 +59,9 @@ func (c *Cluster) validate(explicit explicitFn) error {
 	if err := c.validateLimits(explicit); err != nil {
 		return err
 	}
+	if err := c.validateElasticity(); err != nil {
+		return err
+	}
 	if err := c.validateAntiEntropy(explicit); err != nil {
 		return err
 	}
@@ -245,6 +248,39 @@ func (c *Cluster) validateMetadata() error {
 	return nil
 }
 
+func (c *Cluster) validateElasticity() error {
+	e := &c.Elasticity
+	switch e.Strategy {
+	case "":
+		e.Strategy = "two-phase"
+	case "two-phase", "one-phase", "split-move":
+	default:
+		return errorf("elasticity.strategy", "%q is not two-phase, one-phase or split-move", e.Strategy)
+	}
+	if e.Interval == 0 {
+		e.Interval = time.Second
+	}
+	if e.Interval < 10*time.Millisecond || e.Interval > time.Minute {
+		return errorf("elasticity.interval", "must be between 10ms and 1m, got %s", e.Interval)
+	}
+	if e.DeadAfter == 0 {
+		e.DeadAfter = 5 * time.Minute
+	}
+	if e.DeadAfter < time.Second {
+		return errorf("elasticity.dead_after", "must be at least 1s, got %s", e.DeadAfter)
+	}
+	if e.MaxMovesPerNode == 0 {
+		e.MaxMovesPerNode = 2
+	}
+	if e.MaxMoves == 0 {
+		e.MaxMoves = 16
+	}
+	if e.MaxMovesPerNode < 1 || e.MaxMovesPerNode > 64 || e.MaxMoves < 1 || e.MaxMoves > 1024 {
+		return errorf("elasticity.max_moves", "max_moves_per_node must be 1..64 and max_moves 1..1024, got %d and %d", e.MaxMovesPerNode, e.MaxMoves)
+	}
+	return nil
+}
+
 func (c *Cluster) validateAntiEntropy(explicit explicitFn) error {
 	const path = "anti_entropy.interval"
 	if c.AntiEntropy.Interval == 0 && !explicit(path) {
@@ -382,6 +418,15 @@ func validateKeyspace(ks *Keyspace, c *Cluster, prefix string, explicit explicit
 		if _, err := GlobLeaseOptionsOf(opts, ks.Regions); err != nil {
 			return errorf(field("options"), "%v", err)
 		}
+	}
+	return nil
+}
+
+// ValidateNodeName checks a node name: lower-case letters, digits and '-', at most 64
+// characters (a node joining a running cluster is named on the command line).
+func ValidateNodeName(name string) error {
+	if name == "" || len(name) > maxNameLen || !clusterNameRE.MatchString(name) {
+		return fmt.Errorf("%q is not a valid node name (lower-case letters, digits and '-', at most %d characters)", name, maxNameLen)
 	}
 	return nil
 }

@@ -95,21 +95,37 @@ func DecodeKeyspace(b []byte) (*KeyspaceRecord, error) {
 	return &r, nil
 }
 
-// NodeRecord is a node's membership record.
+// NodeRecord is a node's membership record. Nodes of the configuration file register
+// themselves (active) when they first start; a node that joins the running cluster
+// (meridian server --join) is registered with its addresses and an ID the catalog gives it.
 type NodeRecord struct {
 	ID     uint32 `json:"id"`
 	Name   string `json:"name"`
 	Region string `json:"region"`
-	// State is NodeActive or NodeDecommissioning (its replicas are moving away; it takes
-	// none).
+	// State: NodeJoining (bootstrapping: it takes replicas, ElasCass 3.2 phase 1),
+	// NodeActive, NodeDecommissioning (its replicas move away; it takes none), NodeRemoved
+	// (it holds nothing and has left; final).
 	State   string `json:"state"`
 	Version uint64 `json:"version"`
+	// Addresses of a node that joined (the configuration file has those of the others).
+	Listen     string `json:"listen,omitempty"`
+	PeerListen string `json:"peer_listen,omitempty"`
+	Metrics    string `json:"metrics,omitempty"`
+	// Joined is the log index at which a joining node was registered (0: a founding node).
+	Joined uint64 `json:"joined,omitempty"`
+}
+
+// Node returns the record as a configuration node.
+func (r *NodeRecord) Node() config.Node {
+	return config.Node{ID: r.ID, Name: r.Name, Region: r.Region, Listen: r.Listen, PeerListen: r.PeerListen, Metrics: r.Metrics}
 }
 
 // Node states.
 const (
+	NodeJoining         = "joining"
 	NodeActive          = "active"
 	NodeDecommissioning = "decommissioning"
+	NodeRemoved         = "removed"
 )
 
 // Command is one metadata change, the payload of a log entry (RaftCommand.command). JSON,
@@ -147,6 +163,11 @@ type Command struct {
 	Move *placement.Move `json:"move,omitempty"`
 	// MoveID (move_finish, move_abort): the move the command is about.
 	MoveID uint64 `json:"move_id,omitempty"`
+	// NodeID, State and ExpectState (node_state): the node whose state changes, to what,
+	// and from what (empty: any).
+	NodeID      uint32 `json:"node_id,omitempty"`
+	State       string `json:"state,omitempty"`
+	ExpectState string `json:"expect_state,omitempty"`
 }
 
 // Command ops.
@@ -160,6 +181,7 @@ const (
 	OpMoveStart    = "move_start"
 	OpMoveFinish   = "move_finish"
 	OpMoveAbort    = "move_abort"
+	OpNodeState    = "node_state"
 )
 
 // commandVersion is the Command format this code writes and understands.
@@ -192,6 +214,8 @@ type Outcome struct {
 	Keyspace *KeyspaceRecord `json:"keyspace,omitempty"`
 	// Unchanged: the command found the catalog already as it asked (an identical create).
 	Unchanged bool `json:"unchanged,omitempty"`
+	// Node is a node's record after register_node or node_state.
+	Node *NodeRecord `json:"node,omitempty"`
 }
 
 // DecodeOutcome decodes a command's result.
@@ -283,6 +307,8 @@ func (c *Catalog) Apply(index uint64, cmd Command) ([]storage.Record, Outcome, e
 		return c.drop(index, cmd)
 	case OpRegisterNode:
 		return c.registerNode(index, cmd)
+	case OpNodeState:
+		return c.nodeState(index, cmd)
 	case OpSplit, OpMerge:
 		return c.repartition(index, cmd)
 	case OpMoveStart, OpMoveFinish, OpMoveAbort:
@@ -310,7 +336,7 @@ func (c *Catalog) create(index uint64, cmd Command) ([]storage.Record, Outcome, 
 	if exists {
 		return nil, Outcome{}, errs.New(errs.AlreadyExists, "keyspace %q already exists (created at metadata version %d, now at version %d)", spec.Name, old.Created, old.Version)
 	}
-	pk, err := placement.BuildKeyspace(spec, c.cluster.Nodes)
+	pk, err := placement.BuildKeyspace(spec, c.placementNodes())
 	if err != nil {
 		return nil, Outcome{}, errs.New(errs.Invalid, "%v", err)
 	}
@@ -354,7 +380,7 @@ func (c *Catalog) alter(index uint64, cmd Command) ([]storage.Record, Outcome, e
 	if sameSpec(old.Spec, spec) {
 		return nil, Outcome{Version: old.Version, Keyspace: old, Unchanged: true}, nil
 	}
-	pk, err := placement.Rebuild(old.Placement(), spec, c.cluster.Nodes)
+	pk, err := placement.Rebuild(old.Placement(), spec, c.placementNodes())
 	if err != nil {
 		return nil, Outcome{}, errs.New(errs.Invalid, "alter keyspace %q: %v", old.Spec.Name, err)
 	}
@@ -449,15 +475,15 @@ func (c *Catalog) move(index uint64, cmd Command) ([]storage.Record, Outcome, er
 // in the same region (every ElasCass rule runs per region in Meridian, so a region keeps
 // its replica count), Add accepting replicas (not leaving the cluster).
 func (c *Catalog) checkMoveNodes(ks *KeyspaceRecord, partition uint32, mv placement.Move) error {
-	add, ok := c.cluster.NodeByID(mv.Add)
+	add, ok := c.memberNode(mv.Add)
 	if !ok {
 		return errs.New(errs.Invalid, "move in keyspace %q: node %d (add) is not a member of the cluster", ks.Spec.Name, mv.Add)
 	}
-	rem, ok := c.cluster.NodeByID(mv.Remove)
+	rem, ok := c.memberNode(mv.Remove)
 	if !ok {
 		return errs.New(errs.Invalid, "move in keyspace %q: node %d (remove) is not a member of the cluster", ks.Spec.Name, mv.Remove)
 	}
-	if _, ok := c.cluster.NodeByID(mv.Source); !ok {
+	if _, ok := c.memberNode(mv.Source); !ok {
 		return errs.New(errs.Invalid, "move in keyspace %q: node %d (source) is not a member of the cluster", ks.Spec.Name, mv.Source)
 	}
 	if spec, _ := config.Protocol(ks.Spec.Protocol); spec.NoRejoin {
@@ -501,19 +527,205 @@ func (c *Catalog) conditional(cmd Command, what string) (*KeyspaceRecord, error)
 
 func (c *Catalog) registerNode(index uint64, cmd Command) ([]storage.Record, Outcome, error) {
 	n := cmd.Node
-	if n == nil || n.ID == 0 || n.Name == "" {
+	if n == nil || n.Name == "" {
 		return nil, Outcome{}, errs.New(errs.Invalid, "register node: no node")
 	}
+	if n.ID == 0 {
+		return c.joinNode(index, n)
+	}
 	if _, ok := c.cluster.NodeByID(n.ID); !ok {
-		return nil, Outcome{}, errs.New(errs.Invalid, "register node: node %d is not in the cluster configuration", n.ID)
+		if old, ok := c.nodes[n.ID]; ok && old.Name == n.Name {
+			// A node that joined earlier, starting again: its record stands.
+			return nil, Outcome{Version: old.Version, Unchanged: true, Node: old}, nil
+		}
+		return nil, Outcome{}, errs.New(errs.Invalid, "register node: node %d is not in the cluster configuration and has not joined", n.ID)
 	}
-	if old, ok := c.nodes[n.ID]; ok && old.Name == n.Name && old.Region == n.Region && old.State == n.State {
-		return nil, Outcome{Version: old.Version, Unchanged: true}, nil
+	if old, ok := c.nodes[n.ID]; ok && old.Name == n.Name && old.Region == n.Region {
+		// Registration is once: a restart does not undo a decommission.
+		return nil, Outcome{Version: old.Version, Unchanged: true, Node: old}, nil
 	}
-	rec := &NodeRecord{ID: n.ID, Name: n.Name, Region: n.Region, State: n.State, Version: index}
-	c.nodes[n.ID] = rec
+	rec := &NodeRecord{ID: n.ID, Name: n.Name, Region: n.Region, State: NodeActive, Version: index}
+	return c.putNode(rec), Outcome{Version: index, Node: rec}, nil
+}
+
+// joinNode registers a node that joins the running cluster: a new ID (above every founding
+// and registered one), a name and addresses no member uses, a region of the topology. It
+// starts as joining: the placement driver gives it replicas (ElasCass 3.2).
+func (c *Catalog) joinNode(index uint64, n *NodeRecord) ([]storage.Record, Outcome, error) {
+	if err := config.ValidateNodeName(n.Name); err != nil {
+		return nil, Outcome{}, errs.New(errs.Invalid, "join: %v", err)
+	}
+	if c.cluster.Topology != nil && !c.cluster.Topology.HasRegion(n.Region) {
+		return nil, Outcome{}, errs.New(errs.Invalid, "join: region %q is not a region of the cluster's topology %v", n.Region, c.cluster.Topology.Regions)
+	}
+	if n.Listen == "" || n.PeerListen == "" {
+		return nil, Outcome{}, errs.New(errs.Invalid, "join: node %s needs a listen and a peer_listen address", n.Name)
+	}
+	next := uint32(0)
+	for _, m := range c.Members() {
+		next = max(next, m.ID)
+		if m.Name == n.Name {
+			if rec, ok := c.nodes[m.ID]; ok && rec.Joined != 0 && rec.Listen == n.Listen && rec.PeerListen == n.PeerListen && rec.Region == n.Region {
+				// The same node asking again (its first answer was lost): the same record.
+				return nil, Outcome{Version: rec.Version, Unchanged: true, Node: rec}, nil
+			}
+			return nil, Outcome{}, errs.New(errs.AlreadyExists, "join: a node named %s is already a member (id %d)", n.Name, m.ID)
+		}
+		for _, a := range []string{n.Listen, n.PeerListen, n.Metrics} {
+			if a != "" && (a == m.Listen || a == m.PeerListen || a == m.Metrics) {
+				return nil, Outcome{}, errs.New(errs.AlreadyExists, "join: address %s is already used by node %s", a, m.Name)
+			}
+		}
+	}
+	for id := range c.nodes {
+		next = max(next, id) // removed nodes' IDs are never given again
+	}
+	rec := &NodeRecord{ID: next + 1, Name: n.Name, Region: n.Region, State: NodeJoining, Version: index,
+		Listen: n.Listen, PeerListen: n.PeerListen, Metrics: n.Metrics, Joined: index}
+	return c.putNode(rec), Outcome{Version: index, Node: rec}, nil
+}
+
+// nodeState changes a node's state: joining → active (its bootstrap's first phase is done),
+// active ⇄ decommissioning, decommissioning → removed once it holds no replica. A metadata
+// voter cannot be decommissioned (the voters are configuration).
+func (c *Catalog) nodeState(index uint64, cmd Command) ([]storage.Record, Outcome, error) {
+	old := c.nodeRecord(cmd.NodeID)
+	if old == nil {
+		return nil, Outcome{}, errs.New(errs.NotFound, "node %d is not a member of the cluster", cmd.NodeID)
+	}
+	if cmd.ExpectState != "" && old.State != cmd.ExpectState {
+		return nil, Outcome{}, errs.New(errs.Conflict, "node %s is %s, not %s", old.Name, old.State, cmd.ExpectState)
+	}
+	if old.State == cmd.State {
+		return nil, Outcome{Version: old.Version, Unchanged: true, Node: old}, nil
+	}
+	ok := false
+	switch cmd.State {
+	case NodeActive:
+		ok = old.State == NodeJoining || old.State == NodeDecommissioning
+	case NodeDecommissioning:
+		ok = old.State == NodeActive || old.State == NodeJoining
+		if ok && slices.Contains(c.cluster.MetadataVoters(), old.ID) {
+			return nil, Outcome{}, errs.New(errs.Invalid, "node %s is a voter of the cluster metadata (metadata.voters); it cannot be decommissioned", old.Name)
+		}
+	case NodeRemoved:
+		ok = old.State == NodeDecommissioning
+		if ok {
+			if held := c.heldBy(old.ID); held != "" {
+				return nil, Outcome{}, errs.New(errs.Conflict, "node %s still holds %s; it leaves once it holds nothing", old.Name, held)
+			}
+		}
+	default:
+		return nil, Outcome{}, errs.New(errs.Invalid, "node state %q is not one of joining, active, decommissioning, removed", cmd.State)
+	}
+	if !ok {
+		return nil, Outcome{}, errs.New(errs.Invalid, "node %s is %s and cannot become %s", old.Name, old.State, cmd.State)
+	}
+	rec := *old
+	rec.State, rec.Version = cmd.State, index
+	return c.putNode(&rec), Outcome{Version: index, Node: &rec}, nil
+}
+
+// heldBy describes a partition node id is a member of (replica or move target), or "".
+func (c *Catalog) heldBy(id uint32) string {
+	for _, name := range slices.Sorted(maps.Keys(c.keyspaces)) {
+		for _, p := range c.keyspaces[name].Partitions {
+			if p.HasMember(id) {
+				return fmt.Sprintf("partition %d of keyspace %s", p.ID, name)
+			}
+		}
+	}
+	return ""
+}
+
+// nodeRecord returns a member's record; a founding node that has not registered yet gets an
+// active one.
+func (c *Catalog) nodeRecord(id uint32) *NodeRecord {
+	if r, ok := c.nodes[id]; ok {
+		return r
+	}
+	if n, ok := c.cluster.NodeByID(id); ok {
+		return &NodeRecord{ID: n.ID, Name: n.Name, Region: n.Region, State: NodeActive}
+	}
+	return nil
+}
+
+func (c *Catalog) putNode(rec *NodeRecord) []storage.Record {
+	c.nodes[rec.ID] = rec
 	b, _ := json.Marshal(rec)
-	return []storage.Record{{Keyspace: Keyspace, Key: []byte(fmt.Sprintf("%s%010d", nodePrefix, n.ID)), Value: b}}, Outcome{Version: index}, nil
+	return []storage.Record{{Keyspace: Keyspace, Key: NodeKey(rec.ID), Value: b}}
+}
+
+// NodeKey is the key of a node's record.
+func NodeKey(id uint32) []byte { return []byte(fmt.Sprintf("%s%010d", nodePrefix, id)) }
+
+// IsNodeKey reports whether key is a node record's key.
+func IsNodeKey(key []byte) bool { return strings.HasPrefix(string(key), nodePrefix) }
+
+// DecodeNode decodes a node record's value.
+func DecodeNode(b []byte) (*NodeRecord, error) {
+	var r NodeRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("metadata: node record: %w", err)
+	}
+	return &r, nil
+}
+
+// Members are the cluster's nodes that have not been removed: the configuration's, with the
+// records' states, and those that joined, by ID.
+func (c *Catalog) Members() []MemberInfo {
+	return MembersOf(c.cluster.Nodes, c.nodes)
+}
+
+// MemberInfo is a member with its state.
+type MemberInfo struct {
+	config.Node
+	State string
+}
+
+// MembersOf merges the founding nodes with the node records (by ID): removed nodes are left
+// out, a founding node without a record is active.
+func MembersOf(founding []config.Node, records map[uint32]*NodeRecord) []MemberInfo {
+	var out []MemberInfo
+	for _, n := range founding {
+		st := NodeActive
+		if r, ok := records[n.ID]; ok {
+			st = r.State
+		}
+		if st != NodeRemoved {
+			out = append(out, MemberInfo{Node: n, State: st})
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(records)) {
+		r := records[id]
+		if r.Joined == 0 || r.State == NodeRemoved {
+			continue
+		}
+		out = append(out, MemberInfo{Node: r.Node(), State: r.State})
+	}
+	slices.SortFunc(out, func(a, b MemberInfo) int { return int(a.ID) - int(b.ID) })
+	return out
+}
+
+// placementNodes are the nodes new keyspaces are placed on: the active members.
+func (c *Catalog) placementNodes() []config.Node {
+	var out []config.Node
+	for _, m := range c.Members() {
+		if m.State == NodeActive {
+			out = append(out, m.Node)
+		}
+	}
+	return out
+}
+
+// memberNode returns a member that has not been removed.
+func (c *Catalog) memberNode(id uint32) (config.Node, bool) {
+	for _, m := range c.Members() {
+		if m.ID == id {
+			return m.Node, true
+		}
+	}
+	return config.Node{}, false
 }
 
 // Nodes returns the membership records by node ID.

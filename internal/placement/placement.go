@@ -228,6 +228,9 @@ type Map struct {
 	// Version increases with every change of the map.
 	Version   uint64
 	Keyspaces map[string]*Keyspace
+	// Nodes are the cluster's members (the configuration's, and those that joined since),
+	// by ID; nil: the configuration's nodes (engines keep those they were built with).
+	Nodes []config.Node
 }
 
 // Keyspace returns the placement of name.
@@ -244,6 +247,7 @@ func (m *Map) With(ks *Keyspace) *Map {
 	out := &Map{Version: 1, Keyspaces: map[string]*Keyspace{}}
 	if m != nil {
 		out.Version = m.Version + 1
+		out.Nodes = m.Nodes
 		for n, k := range m.Keyspaces {
 			out.Keyspaces[n] = k
 		}
@@ -257,6 +261,7 @@ func (m *Map) Without(name string) *Map {
 	out := &Map{Version: 1, Keyspaces: map[string]*Keyspace{}}
 	if m != nil {
 		out.Version = m.Version + 1
+		out.Nodes = m.Nodes
 		for n, k := range m.Keyspaces {
 			if n != name {
 				out.Keyspaces[n] = k

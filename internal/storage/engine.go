@@ -495,3 +495,80 @@ func (e *Engine) Stats() Stats {
 	}
 	return s
 }
+
+// EstimateSpanBytes estimates the bytes span takes on disk (Pebble's estimate over the
+// sstables overlapping it; a memtable's content is not counted until it is flushed).
+func (e *Engine) EstimateSpanBytes(span Span) (uint64, error) {
+	if err := e.checkOpen(); err != nil {
+		return 0, err
+	}
+	lo, hi := spanBounds(span)
+	n, err := e.db.EstimateDiskUsage(lo, hi)
+	if err != nil {
+		return 0, fmt.Errorf("storage: estimate %s: %w", span, err)
+	}
+	return n, nil
+}
+
+// maxMedianScanKeys bounds the keys MedianKey reads; past it, the median of what was read
+// is returned (a split there still divides the data, if less evenly).
+const maxMedianScanKeys = 4 << 20
+
+// MedianKey returns the user key at the middle of span's data by volume (keys and values of
+// every version): the split point of ElasCass 3.1, "such that the resulting sub-ranges
+// contain roughly equal volumes of data". nil when span holds fewer than two keys.
+func (e *Engine) MedianKey(span Span) ([]byte, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	lo, hi := spanBounds(span)
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, fmt.Errorf("storage: median of %s: %w", span, err)
+	}
+	type point struct {
+		prefix []byte
+		cum    int64
+	}
+	var pts []point
+	var total int64
+	for valid := it.First(); valid && len(pts) < maxMedianScanKeys; valid = it.Next() {
+		k := it.Key()
+		if len(k) < versionLen {
+			continue
+		}
+		prefix := k[:len(k)-versionLen]
+		total += int64(len(k) + len(it.Value()))
+		if n := len(pts); n == 0 || !bytes.Equal(pts[n-1].prefix, prefix) {
+			pts = append(pts, point{prefix: bytes.Clone(prefix)})
+		}
+		pts[len(pts)-1].cum = total
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return nil, fmt.Errorf("storage: median of %s: %w", span, err)
+	}
+	if len(pts) < 2 {
+		return nil, nil
+	}
+	// The first key whose data starts at or beyond half the volume (never the first key:
+	// the split must leave data on both sides).
+	for i := 1; i < len(pts); i++ {
+		if pts[i-1].cum >= total/2 {
+			return userKeyOf(pts[i].prefix)
+		}
+	}
+	return userKeyOf(pts[len(pts)-1].prefix)
+}
+
+// userKeyOf decodes the user key of a data key's prefix ('k' | esc(keyspace) | esc(key)).
+func userKeyOf(prefix []byte) ([]byte, error) {
+	if len(prefix) == 0 || prefix[0] != dataKeyTag {
+		return nil, fmt.Errorf("%w: not a data key", ErrCorrupt)
+	}
+	_, rest, err := decodeEscaped(prefix[1:])
+	if err != nil {
+		return nil, err
+	}
+	uk, _, err := decodeEscaped(rest)
+	return uk, err
+}

@@ -112,3 +112,31 @@ func TestScanAtMatchesGetAt(t *testing.T) {
 		t.Fatalf("limit 2: %d keys, %v", n, err)
 	}
 }
+
+func TestMedianKeyByVolume(t *testing.T) {
+	e := newMemEngine(t)
+	span := Span{Keyspace: "ks", Start: []byte("a"), End: []byte("z")}
+	if k, err := e.MedianKey(span); err != nil || k != nil {
+		t.Fatalf("empty span: %q, %v", k, err)
+	}
+	// 10 small keys, then one key holding as much as all of them together: the median is
+	// at the big key (the data before it is half the volume).
+	for i := range 10 {
+		put(t, e, "ks", fmt.Sprintf("b%02d", i), "v", int64(i+1))
+	}
+	put(t, e, "ks", "m-big", string(make([]byte, 10*30)), 100)
+	put(t, e, "ks", "outside", "x", 1)
+	k, err := e.MedianKey(Span{Keyspace: "ks", Start: []byte("a"), End: []byte("n")})
+	if err != nil || string(k) != "m-big" {
+		t.Fatalf("median %q, %v; want m-big", k, err)
+	}
+	// Uniform keys: the median is in the middle.
+	e2 := newMemEngine(t)
+	for i := range 100 {
+		put(t, e2, "ks", fmt.Sprintf("u%03d", i), "value", 1)
+	}
+	k, err = e2.MedianKey(KeyspaceSpan("ks"))
+	if err != nil || string(k) < "u045" || string(k) > "u055" {
+		t.Fatalf("uniform median %q, %v", k, err)
+	}
+}

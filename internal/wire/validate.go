@@ -316,6 +316,17 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 			return reject(RejectMalformed, "move snapshot chunk: id of %d bytes, offset %d, %d bytes", len(c.SnapshotId), c.Offset, len(c.Data))
 		}
 		return nil
+	case *peerpb.Envelope_NodeStats:
+		st := m.NodeStats
+		if len(st.Partitions) > maxListLen {
+			return reject(RejectTooLarge, "node stats: %d partitions", len(st.Partitions))
+		}
+		for _, ps := range st.Partitions {
+			if len(ps.SplitKey) > pc.Limits.MaxKeyBytes || len(ps.LoadSplitKey) > pc.Limits.MaxKeyBytes || len(ps.Keyspace) > systemMaxKeyBytes || ps.Bytes < 0 {
+				return reject(RejectMalformed, "node stats of %s/%d", ps.Keyspace, ps.Partition)
+			}
+		}
+		return nil
 	case *peerpb.Envelope_RaftSnapshotStored, *peerpb.Envelope_RaftSnapshotReady, *peerpb.Envelope_MoveNote:
 		// A node's notes to itself never arrive from a peer.
 		return reject(RejectMalformed, "a node's own snapshot note from node %d", from)

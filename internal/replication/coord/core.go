@@ -165,6 +165,19 @@ func New(cfg Config, store Reader, ext Extension) *Core {
 	return c
 }
 
+// sameNodes reports whether two member lists name the same nodes.
+func sameNodes(a, b []config.Node) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].ID != b[i].ID {
+			return false
+		}
+	}
+	return true
+}
+
 // SetExtension plugs ext in (a protocol that embeds the Core sets itself once built).
 func (c *Core) SetExtension(ext Extension) { c.ext = ext }
 
@@ -173,6 +186,14 @@ func (c *Core) SetExtension(ext Extension) { c.ext = ext }
 func (c *Core) SetPlacement(m *placement.Map) {
 	old := c.Pmap
 	c.Pmap = m
+	if m.Nodes != nil && !sameNodes(c.Cfg.Nodes, m.Nodes) {
+		// Members joined or left: they are peers from now on (names, regions, liveness).
+		c.Cfg.Nodes = m.Nodes
+		for _, n := range m.Nodes {
+			c.Region[n.ID] = n.Region
+		}
+		c.live.setPeers(m.Nodes)
+	}
 	c.syncMoves(c.LastTick, old, m)
 	if c.ext != nil {
 		c.ext.PlacementChanged(c.LastTick, old, m)

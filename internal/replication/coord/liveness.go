@@ -32,6 +32,18 @@ func (l *liveness) init(self uint32, nodes []config.Node) {
 	slices.Sort(l.peers)
 }
 
+// setPeers makes nodes the peers (members joined or left); what is known of those that stay
+// is kept.
+func (l *liveness) setPeers(nodes []config.Node) {
+	l.peers = l.peers[:0]
+	for _, n := range nodes {
+		if n.ID != l.self {
+			l.peers = append(l.peers, n.ID)
+		}
+	}
+	slices.Sort(l.peers)
+}
+
 func (l *liveness) alive(n uint32) bool { return n == l.self || !l.down[n] }
 
 func (l *liveness) heard(n uint32, now time.Time) {

@@ -185,6 +185,9 @@ func markerKey(group uint64) []byte  { return stateKey(group, 'm') }
 // driven from it, membership.go), and destroys the groups of keyspaces that were dropped.
 func (e *Engine) SetPlacement(m *placement.Map) {
 	e.pmap = m
+	if m.Nodes != nil && !sameNodeIDs(m.Nodes, e.cfg.Nodes) {
+		e.cfg.Nodes = m.Nodes // members joined or left (names, regions)
+	}
 	seen := map[groupKey]bool{}
 	for _, name := range slices.Sorted(maps.Keys(m.Keyspaces)) {
 		ks := m.Keyspaces[name]
@@ -236,6 +239,18 @@ func (e *Engine) SetPlacement(m *placement.Map) {
 		}
 	}
 	e.refreshPeers()
+}
+
+func sameNodeIDs(a, b []config.Node) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].ID != b[i].ID {
+			return false
+		}
+	}
+	return true
 }
 
 // refreshPeers recomputes the nodes that share a group with this one.

@@ -77,7 +77,14 @@ func (n *Node) loadPlacement() (*placement.Map, error) {
 
 	// What the metadata group had applied here (each key's newest version).
 	dropped := map[string]bool{}
+	records := map[uint32]*metadata.NodeRecord{}
 	err = n.store.Scan(storage.KeyspaceSpan(metadata.Keyspace), 0, func(r storage.Record) bool {
+		if metadata.IsNodeKey(r.Key) && !r.Tombstone {
+			if rec, derr := metadata.DecodeNode(r.Value); derr == nil {
+				records[rec.ID] = rec
+			}
+			return true
+		}
 		name, ok := metadata.IsKeyspaceKey(r.Key)
 		if !ok {
 			return true
@@ -96,6 +103,18 @@ func (n *Node) loadPlacement() (*placement.Map, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node %s: load the catalog: %w", n.self.Name, err)
+	}
+	if self := n.opts.Self; self != nil && records[self.ID] == nil {
+		// A node that has just joined knows itself before the metadata's record of it
+		// reaches it: as a learner of the metadata group, it gets the catalog from there.
+		records[self.ID] = &metadata.NodeRecord{ID: self.ID, Name: self.Name, Region: self.Region, State: metadata.NodeJoining,
+			Listen: self.Listen, PeerListen: self.PeerListen, Metrics: self.Metrics, Joined: 1}
+	}
+	if len(records) > 0 {
+		m := newMembership(n.opts.Cluster.Nodes, records)
+		n.memb.Store(m)
+		pm.Keyspaces[metadata.Keyspace] = m.systemKeyspace(n.opts.Cluster)
+		pm.Nodes = m.nodes()
 	}
 
 	// The configuration file's keyspaces, until the metadata has them.
@@ -158,6 +177,17 @@ func (n *Node) watchCatalog(writes []storage.Record) {
 	changed := false
 	for _, r := range writes {
 		if r.Keyspace != metadata.Keyspace {
+			continue
+		}
+		if metadata.IsNodeKey(r.Key) && !r.Tombstone {
+			rec, err := metadata.DecodeNode(r.Value)
+			if err != nil {
+				n.log.Warn("ignoring an unreadable node record", "key", string(r.Key), "err", err)
+				continue
+			}
+			pm, changed = n.setMembership(n.memb.Load().with(rec, time.Now()), pm), true
+			n.log.Info("member changed", "member", rec.Name, "id", rec.ID, "region", rec.Region, "state", rec.State)
+			n.noteOwnState(rec)
 			continue
 		}
 		name, ok := metadata.IsKeyspaceKey(r.Key)
@@ -288,8 +318,7 @@ func (n *Node) registerSelf() error {
 func (n *Node) notInstalledNames(un []engine.Unacked) []string {
 	var out []string
 	for _, u := range un {
-		nd, _ := n.opts.Cluster.NodeByID(u.Node)
-		out = append(out, fmt.Sprintf("%s: %s", nd.Name, u.Reason))
+		out = append(out, fmt.Sprintf("%s: %s", n.MemberName(u.Node), u.Reason))
 	}
 	return out
 }

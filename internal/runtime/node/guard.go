@@ -73,7 +73,9 @@ func (n *Node) admitPeer(env *peerpb.Envelope) bool {
 	}
 	rej := pc.Envelope(env)
 	if rej == nil {
-		if _, ok := engine.LookupID(env.GetEngine()); !ok {
+		// Engine 0 is the node runtime itself (NodeStats); every other ID names a protocol.
+		_, runtimeMsg := env.Msg.(*peerpb.Envelope_NodeStats)
+		if _, ok := engine.LookupID(env.GetEngine()); !ok && !(runtimeMsg && env.GetEngine() == 0) {
 			rej = &wire.Rejection{Reason: "unknown_engine", Detail: fmt.Sprintf("no protocol has engine ID %d (protocols: %v)", env.GetEngine(), engine.Names())}
 		}
 	}
@@ -111,7 +113,7 @@ func (n *Node) admitPeer(env *peerpb.Envelope) bool {
 	return true
 }
 
-func (n *Node) isMember(id uint32) bool { return n.members[id] }
+func (n *Node) isMember(id uint32) bool { _, ok := n.memb.Load().byID[id]; return ok }
 
 // RefusedPeerStream counts and logs (bounded) an incoming peer stream the transport refused.
 func (n *Node) RefusedPeerStream(reason, remote string, err error) {

@@ -24,6 +24,8 @@ type metrics struct {
 	aeJobs      prometheus.Counter
 	// movesFinished counts the move_finish commands this node got committed.
 	movesFinished prometheus.Counter
+	// elastic counts the placement driver's changes made from this node, by kind.
+	elastic *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
@@ -56,8 +58,11 @@ func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
 		movesFinished: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_moves_finished_total", Help: "Replica moves this node finished (as their new replica, once it had caught up).",
 		}),
+		elastic: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_placement_changes_total", Help: "Changes the placement driver made from this node: split, merge, move_start, move_abort, node_active, node_removed.",
+		}, []string{"kind"}),
 	}
-	reg.MustRegister(m.latency, m.msgSent, m.msgReceived, m.dropped, m.commitSize, m.commitTime, m.aeJobs, m.movesFinished)
+	reg.MustRegister(m.latency, m.msgSent, m.msgReceived, m.dropped, m.commitSize, m.commitTime, m.aeJobs, m.movesFinished, m.elastic)
 	storageGauge := func(name, help string, f func() float64) {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
 	}
@@ -80,7 +85,7 @@ func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
 		func(s transport.Stats) uint64 { return s.WireWrites })
 	storageGauge("meridian_peers_down", "Peers the failure detector considers down.", func() float64 {
 		down := 0
-		for _, nd := range n.opts.Cluster.Nodes {
+		for _, nd := range n.Members() {
 			if nd.ID != n.self.ID && !n.peerAlive(nd.ID) {
 				down++
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"meridian/internal/config"
+	"meridian/internal/elascass"
 	"meridian/internal/engine"
 	"meridian/internal/errs"
 	"meridian/internal/hlc"
@@ -38,6 +39,12 @@ import (
 type Options struct {
 	Cluster  *config.Cluster
 	NodeName string
+	// Self is this node's identity when it is not in the configuration file: a node that
+	// joined the running cluster (its ID came from the cluster metadata).
+	Self *config.Node
+	// LoadMeter, when set, measures the node's utilisation in [0, 1] for the placement
+	// driver (an emulated node's service capacity); default the process's CPU.
+	LoadMeter func() float64
 	// DataDir holds the node's Pebble store.
 	DataDir string
 	// FS is the filesystem for storage; default the OS filesystem.
@@ -100,13 +107,17 @@ type Node struct {
 	origins sync.Map // keyspace name → "config" | "api"
 	failed  atomic.Pointer[error]
 	closed  atomic.Bool
-	members map[uint32]bool
-	logs    *rateLog
+	memb    atomic.Pointer[membership]
+	// removed is closed when this node's record says it was removed (decommissioned).
+	removed     chan struct{}
+	removedOnce sync.Once
+	logs        *rateLog
 	// imports are the keyspaces of the configuration file (and of a layout-1 catalog) to
 	// import into the cluster metadata; legacyCatalog: the data directory had one.
 	imports       []config.Keyspace
 	legacyCatalog bool
 	moves         moveReports
+	el            elastic
 }
 
 // Start opens the node's storage, builds its core and starts its goroutines.
@@ -115,8 +126,12 @@ func Start(opts Options) (*Node, error) {
 		return nil, errors.New("node: no cluster configuration")
 	}
 	self, ok := opts.Cluster.Node(opts.NodeName)
+	if opts.Self != nil {
+		// A node that joined the running cluster (not in the configuration file).
+		self, ok = *opts.Self, opts.Self.Name == opts.NodeName || opts.NodeName == ""
+	}
 	if !ok {
-		return nil, fmt.Errorf("node: %q is not a node of cluster %s", opts.NodeName, opts.Cluster.Name)
+		return nil, fmt.Errorf("node: %q is not a node of cluster %s (a node that is not in the configuration file joins with --join)", opts.NodeName, opts.Cluster.Name)
 	}
 	if opts.Clock == nil {
 		opts.Clock = hlc.NewSystemClock(0)
@@ -157,12 +172,11 @@ func Start(opts Options) (*Node, error) {
 		commitCh: make(chan engine.Ready, 1024),
 		jobCh:    make(chan engine.Job, 4096),
 		stop:     make(chan struct{}),
-		members:  map[uint32]bool{},
+		removed:  make(chan struct{}),
 		logs:     newRateLog(time.Minute),
 	}
-	for _, nd := range opts.Cluster.Nodes {
-		n.members[nd.ID] = true
-	}
+	n.memb.Store(newMembership(opts.Cluster.Nodes, nil))
+	n.el.peers, n.el.hits, n.el.lastCount, n.el.started = map[uint32]peerStats{}, map[elascass.PartKey]float64{}, map[elascass.PartKey]int64{}, opts.Clock.Now()
 	// Request IDs start from the time, so this run's IDs are above any an earlier run of
 	// the node used: a late message about an earlier run's request (a peer's reply) cannot
 	// match one of this run's. Below 2^62: the engines keep the top bits for their own IDs.
@@ -194,7 +208,14 @@ func Start(opts Options) (*Node, error) {
 		return nil, fmt.Errorf("node %s: transport: %w", self.Name, err)
 	}
 	n.tr = tr
-	n.wg.Add(5)
+	// The membership the metadata had applied here (loadPlacement read it): peers that
+	// joined are known to the transport before anything is sent.
+	if m := n.memb.Load(); len(m.records) > 0 {
+		n.pmap.Store(n.setMembership(m, n.pmap.Load()))
+		n.host.SetPlacement(n.pmap.Load())
+	}
+	n.wg.Add(6)
+	go n.elasticLoop()
 	go n.loop()
 	go n.committer()
 	go n.jobWorker()
@@ -301,7 +322,7 @@ func (n *Node) Registry() *prometheus.Registry { return n.opts.Registry }
 // message when the inbox is full (overload looks like message loss, which the protocols
 // tolerate).
 func (n *Node) deliver(env *peerpb.Envelope) {
-	if !n.admitPeer(env) {
+	if !n.admitPeer(env) || n.handleNodeStats(env) {
 		return
 	}
 	select {
@@ -324,6 +345,12 @@ func (n *Node) Do(ctx context.Context, req engine.Request) engine.Result {
 		res := engine.Result{Op: req.Op, Err: err}
 		n.m.observe(req, res, 0)
 		return res
+	}
+	switch req.Op {
+	case engine.OpGet, engine.OpPut, engine.OpDelete:
+		n.countRequest(req.Keyspace, req.Key)
+	case engine.OpScan:
+		n.countRequest(req.Keyspace, req.Start)
 	}
 	start := time.Now()
 	req.ID = n.nextID.Add(1)
@@ -434,6 +461,7 @@ func (n *Node) committer() {
 		// Readies that replace a partition's data (Ingests) split the batch: everything
 		// before such a Ready, and that Ready's own writes, are made durable first, then the
 		// partition is replaced, then the rest follows.
+		n.expireLeaving()
 		for start := 0; start < len(batch) && n.failed.Load() == nil; {
 			end := start
 			for end < len(batch) && len(batch[end].Ingests) == 0 {

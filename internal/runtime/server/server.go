@@ -204,8 +204,7 @@ func (s *Service) partitionsPB(parts []placement.Partition) []*meridianpb.Partit
 	names := func(ids []uint32) []string {
 		var out []string
 		for _, id := range ids {
-			nd, _ := s.node.Cluster().NodeByID(id)
-			out = append(out, nd.Name)
+			out = append(out, s.node.MemberName(id))
 		}
 		return out
 	}
@@ -356,6 +355,9 @@ type Options struct {
 	// clock that anyone on the metrics port can move is a fault injector.
 	ClockControl bool
 	Logger       *slog.Logger
+	// Self is this node's identity when it joined the running cluster (it is not in the
+	// configuration file; JoinedIdentity reads it back from the data directory).
+	Self *config.Node
 }
 
 // peerMaxRecvBytes is the peer listener's gRPC receive limit: a scan reply or an
@@ -372,8 +374,11 @@ func peerMaxRecvBytes(l config.Limits) int {
 // node (acknowledged writes are already durable).
 func Run(ctx context.Context, o Options) error {
 	self, ok := o.Cluster.Node(o.NodeName)
+	if o.Self != nil {
+		self, ok = *o.Self, true
+	}
 	if !ok {
-		return fmt.Errorf("server: %q is not a node of cluster %s (nodes: %v)", o.NodeName, o.Cluster.Name, nodeNames(o.Cluster))
+		return fmt.Errorf("server: %q is not a node of cluster %s (nodes: %v); a new node joins with --join", o.NodeName, o.Cluster.Name, nodeNames(o.Cluster))
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -393,11 +398,14 @@ func Run(ctx context.Context, o Options) error {
 	for _, nd := range o.Cluster.Nodes {
 		peerNodes = append(peerNodes, transport.PeerNode{ID: nd.ID, Name: nd.Name, Addr: nd.PeerListen})
 	}
+	if o.Self != nil {
+		peerNodes = append(peerNodes, transport.PeerNode{ID: self.ID, Name: self.Name, Addr: self.PeerListen})
+	}
 	// Refusals are reported to the node's metrics; the node exists only once Start returns,
 	// and streams arrive only after the peer server starts below.
 	var n *node.Node
 	n, err = node.Start(node.Options{
-		Cluster: o.Cluster, NodeName: o.NodeName, DataDir: o.DataDir, Logger: o.Logger,
+		Cluster: o.Cluster, NodeName: o.NodeName, Self: o.Self, DataDir: o.DataDir, Logger: o.Logger,
 		Clock: clock, DiskReserveBytes: o.DiskReserveBytes,
 		NewTransport: func(h transport.Handler) (transport.Transport, error) {
 			t, err := transport.NewGRPC(transport.GRPCOptions{Cluster: o.Cluster.Name, Self: self.ID, Nodes: peerNodes,
@@ -462,6 +470,8 @@ func Run(ctx context.Context, o Options) error {
 	select {
 	case <-ctx.Done():
 	case err = <-serveErr:
+	case <-n.Removed():
+		o.Logger.Info("decommissioned: this node holds nothing and has left the cluster; stopping", "node", self.Name)
 	}
 	if hs != nil {
 		hs.Close()

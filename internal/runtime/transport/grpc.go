@@ -77,14 +77,23 @@ type GRPC struct {
 	opts    GRPCOptions
 	handler Handler
 	self    PeerNode
-	members map[uint32]member
-	peers   map[uint32]*grpcPeer
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	// view is the membership and the peers' send queues, replaced whole when a node joins
+	// or leaves (SetMembers), read without locks on every message.
+	view atomic.Pointer[grpcView]
+	// mu serialises SetMembers.
+	mu     sync.Mutex
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 	counters
 	refusedCount atomic.Uint64
 	peerpb.UnimplementedPeerServer
+}
+
+// grpcView is one version of the transport's membership.
+type grpcView struct {
+	members map[uint32]member
+	peers   map[uint32]*grpcPeer
 }
 
 // member is what an incoming stream's claimed identity is checked against.
@@ -147,17 +156,9 @@ func NewGRPC(opts GRPCOptions, h Handler) (*GRPC, error) {
 		return nil, errors.New("transport: no cluster name")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &GRPC{opts: opts, handler: h, members: map[uint32]member{}, peers: map[uint32]*grpcPeer{}, ctx: ctx, cancel: cancel}
+	g := &GRPC{opts: opts, handler: h, ctx: ctx, cancel: cancel}
+	g.view.Store(&grpcView{members: map[uint32]member{}, peers: map[uint32]*grpcPeer{}})
 	for _, nd := range opts.Nodes {
-		if nd.Addr == "" {
-			cancel()
-			return nil, fmt.Errorf("transport: node %d (%s) has no peer address", nd.ID, nd.Name)
-		}
-		if _, dup := g.members[nd.ID]; dup {
-			cancel()
-			return nil, fmt.Errorf("transport: node id %d listed twice", nd.ID)
-		}
-		g.members[nd.ID] = member{PeerNode: nd, sources: sourceAddrs(nd.Addr)}
 		if nd.ID == opts.Self {
 			g.self = nd
 		}
@@ -166,16 +167,51 @@ func NewGRPC(opts GRPCOptions, h Handler) (*GRPC, error) {
 		cancel()
 		return nil, fmt.Errorf("transport: this node (%d) is not among the cluster's nodes", opts.Self)
 	}
-	for _, nd := range opts.Nodes {
-		if nd.ID == opts.Self {
+	if err := g.SetMembers(opts.Nodes); err != nil {
+		cancel()
+		return nil, err
+	}
+	return g, nil
+}
+
+// SetMembers makes nodes the cluster's membership: a node that joined gets a send queue and
+// its streams are accepted; a node no longer listed (it left) is refused, and what is sent
+// to it is dropped. A node's address does not change.
+func (g *GRPC) SetMembers(nodes []PeerNode) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.view.Load()
+	next := &grpcView{members: map[uint32]member{}, peers: map[uint32]*grpcPeer{}}
+	for _, nd := range nodes {
+		if nd.Addr == "" {
+			return fmt.Errorf("transport: node %d (%s) has no peer address", nd.ID, nd.Name)
+		}
+		if _, dup := next.members[nd.ID]; dup {
+			return fmt.Errorf("transport: node id %d listed twice", nd.ID)
+		}
+		next.members[nd.ID] = member{PeerNode: nd, sources: sourceAddrs(nd.Addr)}
+	}
+	var start []*grpcPeer
+	for _, nd := range nodes {
+		if nd.ID == g.opts.Self {
 			continue
 		}
-		p := &grpcPeer{id: nd.ID, addr: nd.Addr, queue: make(chan *peerpb.Envelope, opts.QueueLen)}
-		g.peers[nd.ID] = p
+		if p, ok := old.peers[nd.ID]; ok {
+			next.peers[nd.ID] = p
+			continue
+		}
+		p := &grpcPeer{id: nd.ID, addr: nd.Addr, queue: make(chan *peerpb.Envelope, g.opts.QueueLen)}
+		next.peers[nd.ID] = p
+		start = append(start, p)
+	}
+	g.view.Store(next)
+	// A peer that left keeps its (idle) send loop until the transport closes: nothing is
+	// queued for it any more.
+	for _, p := range start {
 		g.wg.Add(1)
 		go g.sendLoop(p)
 	}
-	return g, nil
+	return nil
 }
 
 // sourceAddrs returns the only addresses a node whose peer listener is addr may connect
@@ -251,7 +287,7 @@ func (g *GRPC) authenticate(ctx context.Context) (uint32, string, error) {
 		return 0, RefuseWrongCluster, status.Errorf(codes.PermissionDenied, "peer stream from %s refused: it is from cluster %q, this is cluster %q", remote, cluster, g.opts.Cluster)
 	}
 	id64, err := strconv.ParseUint(idText, 10, 32)
-	m, known := g.members[uint32(id64)]
+	m, known := g.view.Load().members[uint32(id64)]
 	if err != nil || !known || m.ID == g.opts.Self {
 		return 0, RefuseNotMember, status.Errorf(codes.PermissionDenied, "peer stream from %s refused: node id %q is not another node of cluster %s", remote, idText, g.opts.Cluster)
 	}
@@ -342,7 +378,7 @@ func (g *GRPC) accept(from uint32, env *peerpb.Envelope) {
 	}
 	if env.From != from {
 		// An authenticated node speaking for another: a bug or a forgery; never deliver.
-		g.refused(RefuseFromMismatch, g.members[from].Name, fmt.Errorf("message from node %d on the stream of node %d", env.From, from))
+		g.refused(RefuseFromMismatch, g.view.Load().members[from].Name, fmt.Errorf("message from node %d on the stream of node %d", env.From, from))
 		return
 	}
 	if env.To != g.opts.Self {
@@ -355,7 +391,7 @@ func (g *GRPC) accept(from uint32, env *peerpb.Envelope) {
 // Send queues env for its destination.
 func (g *GRPC) Send(env *peerpb.Envelope) bool {
 	env.From = g.opts.Self
-	p, ok := g.peers[env.To]
+	p, ok := g.view.Load().peers[env.To]
 	if !ok {
 		g.dropped.Add(1)
 		return false

@@ -379,7 +379,7 @@ func TestGRPCFallsBackToStreamForOlderReceivers(t *testing.T) {
 	}
 	defer send.Close()
 	deadline := time.Now().Add(30 * time.Second)
-	for i := 0; !send.peers[2].legacy.Load(); i++ {
+	for i := 0; !send.view.Load().peers[2].legacy.Load(); i++ {
 		send.Send(hb(1, 2, -1))
 		if time.Now().After(deadline) {
 			t.Fatal("the sender never fell back to Peer.Stream")

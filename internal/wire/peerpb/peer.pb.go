@@ -1142,6 +1142,193 @@ func (x *MoveSnapshotChunk) GetError() string {
 	return ""
 }
 
+// NodeStats is what a node tells every other node about itself each elasticity interval
+// (the statistics ElasCass piggybacks on its gossip, 3.2): its load and, for every partition
+// replica it holds, its size and heat. The placement driver plans from them, and any node can
+// describe the cluster (admin status). Not for an engine: the node runtime takes it.
+type NodeStats struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	SentUnixNanos int64                  `protobuf:"varint,2,opt,name=sent_unix_nanos,json=sentUnixNanos,proto3" json:"sent_unix_nanos,omitempty"`
+	// cpu is the node's utilisation in [0, 1]; load_ops the requests per second it served.
+	Cpu           float64           `protobuf:"fixed64,3,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	LoadOps       float64           `protobuf:"fixed64,4,opt,name=load_ops,json=loadOps,proto3" json:"load_ops,omitempty"`
+	Partitions    []*PartitionStats `protobuf:"bytes,5,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeStats) Reset() {
+	*x = NodeStats{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeStats) ProtoMessage() {}
+
+func (x *NodeStats) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeStats.ProtoReflect.Descriptor instead.
+func (*NodeStats) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *NodeStats) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *NodeStats) GetSentUnixNanos() int64 {
+	if x != nil {
+		return x.SentUnixNanos
+	}
+	return 0
+}
+
+func (x *NodeStats) GetCpu() float64 {
+	if x != nil {
+		return x.Cpu
+	}
+	return 0
+}
+
+func (x *NodeStats) GetLoadOps() float64 {
+	if x != nil {
+		return x.LoadOps
+	}
+	return 0
+}
+
+func (x *NodeStats) GetPartitions() []*PartitionStats {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+type PartitionStats struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace  string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Bytes     int64                  `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// hits: the moving average of the requests per second this node took for the partition
+	// (ElasCass Eq. 3); rate: the last interval's.
+	Hits float64 `protobuf:"fixed64,4,opt,name=hits,proto3" json:"hits,omitempty"`
+	Rate float64 `protobuf:"fixed64,5,opt,name=rate,proto3" json:"rate,omitempty"`
+	// split_key: the middle of the replica's data by volume (only for a partition above its
+	// split size); load_split_key: the middle of its recent requests.
+	SplitKey     []byte `protobuf:"bytes,6,opt,name=split_key,json=splitKey,proto3" json:"split_key,omitempty"`
+	LoadSplitKey []byte `protobuf:"bytes,7,opt,name=load_split_key,json=loadSplitKey,proto3" json:"load_split_key,omitempty"`
+	// The keyspace's placement version the sender measured under: the driver uses sizes and
+	// split keys only from its own version (a split or merge since makes them stale).
+	Version       uint64 `protobuf:"varint,8,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionStats) Reset() {
+	*x = PartitionStats{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionStats) ProtoMessage() {}
+
+func (x *PartitionStats) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionStats.ProtoReflect.Descriptor instead.
+func (*PartitionStats) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *PartitionStats) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *PartitionStats) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PartitionStats) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *PartitionStats) GetHits() float64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+func (x *PartitionStats) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *PartitionStats) GetSplitKey() []byte {
+	if x != nil {
+		return x.SplitKey
+	}
+	return nil
+}
+
+func (x *PartitionStats) GetLoadSplitKey() []byte {
+	if x != nil {
+		return x.LoadSplitKey
+	}
+	return nil
+}
+
+func (x *PartitionStats) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 // MoveNote is a node's own job telling its engine how a move's step went (never sent to
 // another node): a chunk stored, the whole file checked, or an old replica whose catch-up
 // round found the digests equal.
@@ -1165,7 +1352,7 @@ type MoveNote struct {
 
 func (x *MoveNote) Reset() {
 	*x = MoveNote{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[14]
+	mi := &file_meridian_v1_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1364,7 @@ func (x *MoveNote) String() string {
 func (*MoveNote) ProtoMessage() {}
 
 func (x *MoveNote) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[14]
+	mi := &file_meridian_v1_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1377,7 @@ func (x *MoveNote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveNote.ProtoReflect.Descriptor instead.
 func (*MoveNote) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{14}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MoveNote) GetKeyspace() string {
@@ -1277,7 +1464,7 @@ type AEPush struct {
 
 func (x *AEPush) Reset() {
 	*x = AEPush{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[15]
+	mi := &file_meridian_v1_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1289,7 +1476,7 @@ func (x *AEPush) String() string {
 func (*AEPush) ProtoMessage() {}
 
 func (x *AEPush) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[15]
+	mi := &file_meridian_v1_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1302,7 +1489,7 @@ func (x *AEPush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AEPush.ProtoReflect.Descriptor instead.
 func (*AEPush) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{15}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AEPush) GetRoundId() uint64 {
@@ -1347,7 +1534,7 @@ type StatusEntry struct {
 
 func (x *StatusEntry) Reset() {
 	*x = StatusEntry{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[16]
+	mi := &file_meridian_v1_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1359,7 +1546,7 @@ func (x *StatusEntry) String() string {
 func (*StatusEntry) ProtoMessage() {}
 
 func (x *StatusEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[16]
+	mi := &file_meridian_v1_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1372,7 +1559,7 @@ func (x *StatusEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusEntry.ProtoReflect.Descriptor instead.
 func (*StatusEntry) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{16}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatusEntry) GetKeyspace() string {
@@ -1414,7 +1601,7 @@ type StatusBatch struct {
 
 func (x *StatusBatch) Reset() {
 	*x = StatusBatch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[17]
+	mi := &file_meridian_v1_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1426,7 +1613,7 @@ func (x *StatusBatch) String() string {
 func (*StatusBatch) ProtoMessage() {}
 
 func (x *StatusBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[17]
+	mi := &file_meridian_v1_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1439,7 +1626,7 @@ func (x *StatusBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusBatch.ProtoReflect.Descriptor instead.
 func (*StatusBatch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{17}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StatusBatch) GetSeq() uint64 {
@@ -1476,7 +1663,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[18]
+	mi := &file_meridian_v1_peer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1675,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[18]
+	mi := &file_meridian_v1_peer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1688,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{18}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Status) GetIncarnation() uint64 {
@@ -1535,7 +1722,7 @@ type WriteNotification struct {
 
 func (x *WriteNotification) Reset() {
 	*x = WriteNotification{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[19]
+	mi := &file_meridian_v1_peer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1734,7 @@ func (x *WriteNotification) String() string {
 func (*WriteNotification) ProtoMessage() {}
 
 func (x *WriteNotification) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[19]
+	mi := &file_meridian_v1_peer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1747,7 @@ func (x *WriteNotification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteNotification.ProtoReflect.Descriptor instead.
 func (*WriteNotification) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{19}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WriteNotification) GetRecord() *Record {
@@ -1580,7 +1767,7 @@ type FullStatusRequest struct {
 
 func (x *FullStatusRequest) Reset() {
 	*x = FullStatusRequest{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[20]
+	mi := &file_meridian_v1_peer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1779,7 @@ func (x *FullStatusRequest) String() string {
 func (*FullStatusRequest) ProtoMessage() {}
 
 func (x *FullStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[20]
+	mi := &file_meridian_v1_peer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1792,7 @@ func (x *FullStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FullStatusRequest.ProtoReflect.Descriptor instead.
 func (*FullStatusRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{20}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FullStatusRequest) GetIncarnation() uint64 {
@@ -1630,7 +1817,7 @@ type FullStatus struct {
 
 func (x *FullStatus) Reset() {
 	*x = FullStatus{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[21]
+	mi := &file_meridian_v1_peer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1829,7 @@ func (x *FullStatus) String() string {
 func (*FullStatus) ProtoMessage() {}
 
 func (x *FullStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[21]
+	mi := &file_meridian_v1_peer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1842,7 @@ func (x *FullStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FullStatus.ProtoReflect.Descriptor instead.
 func (*FullStatus) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{21}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FullStatus) GetIncarnation() uint64 {
@@ -1703,7 +1890,7 @@ type ClockPing struct {
 
 func (x *ClockPing) Reset() {
 	*x = ClockPing{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[22]
+	mi := &file_meridian_v1_peer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1902,7 @@ func (x *ClockPing) String() string {
 func (*ClockPing) ProtoMessage() {}
 
 func (x *ClockPing) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[22]
+	mi := &file_meridian_v1_peer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +1915,7 @@ func (x *ClockPing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockPing.ProtoReflect.Descriptor instead.
 func (*ClockPing) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{22}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ClockPing) GetT1UnixNanos() int64 {
@@ -1748,7 +1935,7 @@ type ClockPong struct {
 
 func (x *ClockPong) Reset() {
 	*x = ClockPong{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[23]
+	mi := &file_meridian_v1_peer_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +1947,7 @@ func (x *ClockPong) String() string {
 func (*ClockPong) ProtoMessage() {}
 
 func (x *ClockPong) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[23]
+	mi := &file_meridian_v1_peer_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +1960,7 @@ func (x *ClockPong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockPong.ProtoReflect.Descriptor instead.
 func (*ClockPong) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{23}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ClockPong) GetT1UnixNanos() int64 {
@@ -1800,7 +1987,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[24]
+	mi := &file_meridian_v1_peer_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +1999,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[24]
+	mi := &file_meridian_v1_peer_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +2012,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{24}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Heartbeat) GetSentUnixNanos() int64 {
@@ -1857,7 +2044,7 @@ type GlTable struct {
 
 func (x *GlTable) Reset() {
 	*x = GlTable{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[25]
+	mi := &file_meridian_v1_peer_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1869,7 +2056,7 @@ func (x *GlTable) String() string {
 func (*GlTable) ProtoMessage() {}
 
 func (x *GlTable) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[25]
+	mi := &file_meridian_v1_peer_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1882,7 +2069,7 @@ func (x *GlTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlTable.ProtoReflect.Descriptor instead.
 func (*GlTable) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{25}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GlTable) GetKeyspace() string {
@@ -1944,7 +2131,7 @@ type GlOverride struct {
 
 func (x *GlOverride) Reset() {
 	*x = GlOverride{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[26]
+	mi := &file_meridian_v1_peer_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1956,7 +2143,7 @@ func (x *GlOverride) String() string {
 func (*GlOverride) ProtoMessage() {}
 
 func (x *GlOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[26]
+	mi := &file_meridian_v1_peer_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1969,7 +2156,7 @@ func (x *GlOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlOverride.ProtoReflect.Descriptor instead.
 func (*GlOverride) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{26}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GlOverride) GetKey() []byte {
@@ -1996,7 +2183,7 @@ type GlBallot struct {
 
 func (x *GlBallot) Reset() {
 	*x = GlBallot{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[27]
+	mi := &file_meridian_v1_peer_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2195,7 @@ func (x *GlBallot) String() string {
 func (*GlBallot) ProtoMessage() {}
 
 func (x *GlBallot) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[27]
+	mi := &file_meridian_v1_peer_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2208,7 @@ func (x *GlBallot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlBallot.ProtoReflect.Descriptor instead.
 func (*GlBallot) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{27}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GlBallot) GetRound() uint64 {
@@ -2063,7 +2250,7 @@ type GlForward struct {
 
 func (x *GlForward) Reset() {
 	*x = GlForward{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[28]
+	mi := &file_meridian_v1_peer_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2262,7 @@ func (x *GlForward) String() string {
 func (*GlForward) ProtoMessage() {}
 
 func (x *GlForward) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[28]
+	mi := &file_meridian_v1_peer_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2275,7 @@ func (x *GlForward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlForward.ProtoReflect.Descriptor instead.
 func (*GlForward) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{28}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GlForward) GetRequestId() uint64 {
@@ -2210,7 +2397,7 @@ type GlForwardReply struct {
 
 func (x *GlForwardReply) Reset() {
 	*x = GlForwardReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[29]
+	mi := &file_meridian_v1_peer_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2409,7 @@ func (x *GlForwardReply) String() string {
 func (*GlForwardReply) ProtoMessage() {}
 
 func (x *GlForwardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[29]
+	mi := &file_meridian_v1_peer_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,7 +2422,7 @@ func (x *GlForwardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlForwardReply.ProtoReflect.Descriptor instead.
 func (*GlForwardReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{29}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GlForwardReply) GetRequestId() uint64 {
@@ -2357,7 +2544,7 @@ type GlLeaseAck struct {
 
 func (x *GlLeaseAck) Reset() {
 	*x = GlLeaseAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[30]
+	mi := &file_meridian_v1_peer_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2369,7 +2556,7 @@ func (x *GlLeaseAck) String() string {
 func (*GlLeaseAck) ProtoMessage() {}
 
 func (x *GlLeaseAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[30]
+	mi := &file_meridian_v1_peer_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2382,7 +2569,7 @@ func (x *GlLeaseAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlLeaseAck.ProtoReflect.Descriptor instead.
 func (*GlLeaseAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{30}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GlLeaseAck) GetKeyspace() string {
@@ -2438,7 +2625,7 @@ type GlUpdate struct {
 
 func (x *GlUpdate) Reset() {
 	*x = GlUpdate{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[31]
+	mi := &file_meridian_v1_peer_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2450,7 +2637,7 @@ func (x *GlUpdate) String() string {
 func (*GlUpdate) ProtoMessage() {}
 
 func (x *GlUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[31]
+	mi := &file_meridian_v1_peer_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2463,7 +2650,7 @@ func (x *GlUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlUpdate.ProtoReflect.Descriptor instead.
 func (*GlUpdate) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{31}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GlUpdate) GetWriteId() uint64 {
@@ -2520,7 +2707,7 @@ type GlUpdateAck struct {
 
 func (x *GlUpdateAck) Reset() {
 	*x = GlUpdateAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[32]
+	mi := &file_meridian_v1_peer_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2719,7 @@ func (x *GlUpdateAck) String() string {
 func (*GlUpdateAck) ProtoMessage() {}
 
 func (x *GlUpdateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[32]
+	mi := &file_meridian_v1_peer_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2732,7 @@ func (x *GlUpdateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlUpdateAck.ProtoReflect.Descriptor instead.
 func (*GlUpdateAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{32}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GlUpdateAck) GetWriteId() uint64 {
@@ -2582,7 +2769,7 @@ type GlCommit struct {
 
 func (x *GlCommit) Reset() {
 	*x = GlCommit{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[33]
+	mi := &file_meridian_v1_peer_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2594,7 +2781,7 @@ func (x *GlCommit) String() string {
 func (*GlCommit) ProtoMessage() {}
 
 func (x *GlCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[33]
+	mi := &file_meridian_v1_peer_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2607,7 +2794,7 @@ func (x *GlCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlCommit.ProtoReflect.Descriptor instead.
 func (*GlCommit) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{33}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GlCommit) GetKeyspace() string {
@@ -2649,7 +2836,7 @@ type GlPartVersion struct {
 
 func (x *GlPartVersion) Reset() {
 	*x = GlPartVersion{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[34]
+	mi := &file_meridian_v1_peer_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2661,7 +2848,7 @@ func (x *GlPartVersion) String() string {
 func (*GlPartVersion) ProtoMessage() {}
 
 func (x *GlPartVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[34]
+	mi := &file_meridian_v1_peer_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2674,7 +2861,7 @@ func (x *GlPartVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlPartVersion.ProtoReflect.Descriptor instead.
 func (*GlPartVersion) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{34}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GlPartVersion) GetKeyspace() string {
@@ -2710,7 +2897,7 @@ type GlHeartbeat struct {
 
 func (x *GlHeartbeat) Reset() {
 	*x = GlHeartbeat{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[35]
+	mi := &file_meridian_v1_peer_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2722,7 +2909,7 @@ func (x *GlHeartbeat) String() string {
 func (*GlHeartbeat) ProtoMessage() {}
 
 func (x *GlHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[35]
+	mi := &file_meridian_v1_peer_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2735,7 +2922,7 @@ func (x *GlHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlHeartbeat.ProtoReflect.Descriptor instead.
 func (*GlHeartbeat) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{35}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GlHeartbeat) GetSeq() uint64 {
@@ -2763,7 +2950,7 @@ type GlHeartbeatAck struct {
 
 func (x *GlHeartbeatAck) Reset() {
 	*x = GlHeartbeatAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[36]
+	mi := &file_meridian_v1_peer_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2775,7 +2962,7 @@ func (x *GlHeartbeatAck) String() string {
 func (*GlHeartbeatAck) ProtoMessage() {}
 
 func (x *GlHeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[36]
+	mi := &file_meridian_v1_peer_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2788,7 +2975,7 @@ func (x *GlHeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlHeartbeatAck.ProtoReflect.Descriptor instead.
 func (*GlHeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{36}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GlHeartbeatAck) GetSeq() uint64 {
@@ -2824,7 +3011,7 @@ type GlPrepare struct {
 
 func (x *GlPrepare) Reset() {
 	*x = GlPrepare{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[37]
+	mi := &file_meridian_v1_peer_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2836,7 +3023,7 @@ func (x *GlPrepare) String() string {
 func (*GlPrepare) ProtoMessage() {}
 
 func (x *GlPrepare) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[37]
+	mi := &file_meridian_v1_peer_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2849,7 +3036,7 @@ func (x *GlPrepare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlPrepare.ProtoReflect.Descriptor instead.
 func (*GlPrepare) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{37}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GlPrepare) GetKeyspace() string {
@@ -2896,7 +3083,7 @@ type GlPromise struct {
 
 func (x *GlPromise) Reset() {
 	*x = GlPromise{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[38]
+	mi := &file_meridian_v1_peer_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2908,7 +3095,7 @@ func (x *GlPromise) String() string {
 func (*GlPromise) ProtoMessage() {}
 
 func (x *GlPromise) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[38]
+	mi := &file_meridian_v1_peer_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2921,7 +3108,7 @@ func (x *GlPromise) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlPromise.ProtoReflect.Descriptor instead.
 func (*GlPromise) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{38}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GlPromise) GetKeyspace() string {
@@ -2990,7 +3177,7 @@ type GlAccept struct {
 
 func (x *GlAccept) Reset() {
 	*x = GlAccept{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[39]
+	mi := &file_meridian_v1_peer_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3002,7 +3189,7 @@ func (x *GlAccept) String() string {
 func (*GlAccept) ProtoMessage() {}
 
 func (x *GlAccept) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[39]
+	mi := &file_meridian_v1_peer_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3015,7 +3202,7 @@ func (x *GlAccept) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlAccept.ProtoReflect.Descriptor instead.
 func (*GlAccept) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{39}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GlAccept) GetBallot() *GlBallot {
@@ -3047,7 +3234,7 @@ type GlAccepted struct {
 
 func (x *GlAccepted) Reset() {
 	*x = GlAccepted{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[40]
+	mi := &file_meridian_v1_peer_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3059,7 +3246,7 @@ func (x *GlAccepted) String() string {
 func (*GlAccepted) ProtoMessage() {}
 
 func (x *GlAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[40]
+	mi := &file_meridian_v1_peer_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3072,7 +3259,7 @@ func (x *GlAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlAccepted.ProtoReflect.Descriptor instead.
 func (*GlAccepted) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{40}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GlAccepted) GetKeyspace() string {
@@ -3133,7 +3320,7 @@ type GlCommitTable struct {
 
 func (x *GlCommitTable) Reset() {
 	*x = GlCommitTable{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[41]
+	mi := &file_meridian_v1_peer_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3145,7 +3332,7 @@ func (x *GlCommitTable) String() string {
 func (*GlCommitTable) ProtoMessage() {}
 
 func (x *GlCommitTable) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[41]
+	mi := &file_meridian_v1_peer_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3158,7 +3345,7 @@ func (x *GlCommitTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlCommitTable.ProtoReflect.Descriptor instead.
 func (*GlCommitTable) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{41}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GlCommitTable) GetTable() *GlTable {
@@ -3183,7 +3370,7 @@ type GlRevoke struct {
 
 func (x *GlRevoke) Reset() {
 	*x = GlRevoke{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[42]
+	mi := &file_meridian_v1_peer_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3195,7 +3382,7 @@ func (x *GlRevoke) String() string {
 func (*GlRevoke) ProtoMessage() {}
 
 func (x *GlRevoke) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[42]
+	mi := &file_meridian_v1_peer_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3208,7 +3395,7 @@ func (x *GlRevoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlRevoke.ProtoReflect.Descriptor instead.
 func (*GlRevoke) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{42}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GlRevoke) GetKeyspace() string {
@@ -3257,7 +3444,7 @@ type GlRevokeAck struct {
 
 func (x *GlRevokeAck) Reset() {
 	*x = GlRevokeAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[43]
+	mi := &file_meridian_v1_peer_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3269,7 +3456,7 @@ func (x *GlRevokeAck) String() string {
 func (*GlRevokeAck) ProtoMessage() {}
 
 func (x *GlRevokeAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[43]
+	mi := &file_meridian_v1_peer_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3282,7 +3469,7 @@ func (x *GlRevokeAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlRevokeAck.ProtoReflect.Descriptor instead.
 func (*GlRevokeAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{43}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GlRevokeAck) GetKeyspace() string {
@@ -3320,7 +3507,7 @@ type GlAcceptorState struct {
 
 func (x *GlAcceptorState) Reset() {
 	*x = GlAcceptorState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[44]
+	mi := &file_meridian_v1_peer_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3332,7 +3519,7 @@ func (x *GlAcceptorState) String() string {
 func (*GlAcceptorState) ProtoMessage() {}
 
 func (x *GlAcceptorState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[44]
+	mi := &file_meridian_v1_peer_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3345,7 +3532,7 @@ func (x *GlAcceptorState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlAcceptorState.ProtoReflect.Descriptor instead.
 func (*GlAcceptorState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{44}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GlAcceptorState) GetCommitted() *GlTable {
@@ -3390,7 +3577,7 @@ type GlFetch struct {
 
 func (x *GlFetch) Reset() {
 	*x = GlFetch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[45]
+	mi := &file_meridian_v1_peer_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3402,7 +3589,7 @@ func (x *GlFetch) String() string {
 func (*GlFetch) ProtoMessage() {}
 
 func (x *GlFetch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[45]
+	mi := &file_meridian_v1_peer_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3415,7 +3602,7 @@ func (x *GlFetch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlFetch.ProtoReflect.Descriptor instead.
 func (*GlFetch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{45}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GlFetch) GetRequestId() uint64 {
@@ -3457,7 +3644,7 @@ type GlFetchReply struct {
 
 func (x *GlFetchReply) Reset() {
 	*x = GlFetchReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[46]
+	mi := &file_meridian_v1_peer_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3469,7 +3656,7 @@ func (x *GlFetchReply) String() string {
 func (*GlFetchReply) ProtoMessage() {}
 
 func (x *GlFetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[46]
+	mi := &file_meridian_v1_peer_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3482,7 +3669,7 @@ func (x *GlFetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlFetchReply.ProtoReflect.Descriptor instead.
 func (*GlFetchReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{46}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GlFetchReply) GetRequestId() uint64 {
@@ -3519,7 +3706,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[47]
+	mi := &file_meridian_v1_peer_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3531,7 +3718,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[47]
+	mi := &file_meridian_v1_peer_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3544,7 +3731,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{47}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RaftMessage) GetKeyspace() string {
@@ -3588,7 +3775,7 @@ type RaftCommand struct {
 
 func (x *RaftCommand) Reset() {
 	*x = RaftCommand{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[48]
+	mi := &file_meridian_v1_peer_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3600,7 +3787,7 @@ func (x *RaftCommand) String() string {
 func (*RaftCommand) ProtoMessage() {}
 
 func (x *RaftCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[48]
+	mi := &file_meridian_v1_peer_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3613,7 +3800,7 @@ func (x *RaftCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftCommand.ProtoReflect.Descriptor instead.
 func (*RaftCommand) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{48}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RaftCommand) GetOrigin() uint32 {
@@ -3677,7 +3864,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[49]
+	mi := &file_meridian_v1_peer_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3689,7 +3876,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[49]
+	mi := &file_meridian_v1_peer_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3702,7 +3889,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{49}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RaftBatch) GetMessages() []*RaftMessage {
@@ -3732,7 +3919,7 @@ type RaftAppliedState struct {
 
 func (x *RaftAppliedState) Reset() {
 	*x = RaftAppliedState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[50]
+	mi := &file_meridian_v1_peer_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3744,7 +3931,7 @@ func (x *RaftAppliedState) String() string {
 func (*RaftAppliedState) ProtoMessage() {}
 
 func (x *RaftAppliedState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[50]
+	mi := &file_meridian_v1_peer_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3757,7 +3944,7 @@ func (x *RaftAppliedState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAppliedState.ProtoReflect.Descriptor instead.
 func (*RaftAppliedState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{50}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RaftAppliedState) GetIndex() uint64 {
@@ -3805,7 +3992,7 @@ type RaftOriginApplied struct {
 
 func (x *RaftOriginApplied) Reset() {
 	*x = RaftOriginApplied{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[51]
+	mi := &file_meridian_v1_peer_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3817,7 +4004,7 @@ func (x *RaftOriginApplied) String() string {
 func (*RaftOriginApplied) ProtoMessage() {}
 
 func (x *RaftOriginApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[51]
+	mi := &file_meridian_v1_peer_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3830,7 +4017,7 @@ func (x *RaftOriginApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftOriginApplied.ProtoReflect.Descriptor instead.
 func (*RaftOriginApplied) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{51}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RaftOriginApplied) GetNode() uint32 {
@@ -3859,7 +4046,7 @@ type RaftSnapshotMarker struct {
 
 func (x *RaftSnapshotMarker) Reset() {
 	*x = RaftSnapshotMarker{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[52]
+	mi := &file_meridian_v1_peer_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3871,7 +4058,7 @@ func (x *RaftSnapshotMarker) String() string {
 func (*RaftSnapshotMarker) ProtoMessage() {}
 
 func (x *RaftSnapshotMarker) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[52]
+	mi := &file_meridian_v1_peer_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3884,7 +4071,7 @@ func (x *RaftSnapshotMarker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotMarker.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotMarker) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{52}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RaftSnapshotMarker) GetFile() string {
@@ -3917,7 +4104,7 @@ type RaftSnapshotOffer struct {
 
 func (x *RaftSnapshotOffer) Reset() {
 	*x = RaftSnapshotOffer{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[53]
+	mi := &file_meridian_v1_peer_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3929,7 +4116,7 @@ func (x *RaftSnapshotOffer) String() string {
 func (*RaftSnapshotOffer) ProtoMessage() {}
 
 func (x *RaftSnapshotOffer) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[53]
+	mi := &file_meridian_v1_peer_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3942,7 +4129,7 @@ func (x *RaftSnapshotOffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotOffer.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotOffer) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{53}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RaftSnapshotOffer) GetKeyspace() string {
@@ -3993,7 +4180,7 @@ type RaftSnapshotRequest struct {
 
 func (x *RaftSnapshotRequest) Reset() {
 	*x = RaftSnapshotRequest{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[54]
+	mi := &file_meridian_v1_peer_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4005,7 +4192,7 @@ func (x *RaftSnapshotRequest) String() string {
 func (*RaftSnapshotRequest) ProtoMessage() {}
 
 func (x *RaftSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[54]
+	mi := &file_meridian_v1_peer_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4018,7 +4205,7 @@ func (x *RaftSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{54}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RaftSnapshotRequest) GetKeyspace() string {
@@ -4071,7 +4258,7 @@ type RaftSnapshotChunk struct {
 
 func (x *RaftSnapshotChunk) Reset() {
 	*x = RaftSnapshotChunk{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[55]
+	mi := &file_meridian_v1_peer_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4083,7 +4270,7 @@ func (x *RaftSnapshotChunk) String() string {
 func (*RaftSnapshotChunk) ProtoMessage() {}
 
 func (x *RaftSnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[55]
+	mi := &file_meridian_v1_peer_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4096,7 +4283,7 @@ func (x *RaftSnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotChunk.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{55}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RaftSnapshotChunk) GetKeyspace() string {
@@ -4161,7 +4348,7 @@ type RaftSnapshotStored struct {
 
 func (x *RaftSnapshotStored) Reset() {
 	*x = RaftSnapshotStored{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[56]
+	mi := &file_meridian_v1_peer_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4173,7 +4360,7 @@ func (x *RaftSnapshotStored) String() string {
 func (*RaftSnapshotStored) ProtoMessage() {}
 
 func (x *RaftSnapshotStored) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[56]
+	mi := &file_meridian_v1_peer_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4186,7 +4373,7 @@ func (x *RaftSnapshotStored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotStored.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotStored) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{56}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RaftSnapshotStored) GetKeyspace() string {
@@ -4260,7 +4447,7 @@ type RaftSnapshotReady struct {
 
 func (x *RaftSnapshotReady) Reset() {
 	*x = RaftSnapshotReady{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[57]
+	mi := &file_meridian_v1_peer_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4272,7 +4459,7 @@ func (x *RaftSnapshotReady) String() string {
 func (*RaftSnapshotReady) ProtoMessage() {}
 
 func (x *RaftSnapshotReady) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[57]
+	mi := &file_meridian_v1_peer_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4285,7 +4472,7 @@ func (x *RaftSnapshotReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotReady.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotReady) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{57}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RaftSnapshotReady) GetKeyspace() string {
@@ -4354,7 +4541,7 @@ type RaftForward struct {
 
 func (x *RaftForward) Reset() {
 	*x = RaftForward{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[58]
+	mi := &file_meridian_v1_peer_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4366,7 +4553,7 @@ func (x *RaftForward) String() string {
 func (*RaftForward) ProtoMessage() {}
 
 func (x *RaftForward) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[58]
+	mi := &file_meridian_v1_peer_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4379,7 +4566,7 @@ func (x *RaftForward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftForward.ProtoReflect.Descriptor instead.
 func (*RaftForward) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{58}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RaftForward) GetRequestId() uint64 {
@@ -4499,7 +4686,7 @@ type RaftForwardReply struct {
 
 func (x *RaftForwardReply) Reset() {
 	*x = RaftForwardReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[59]
+	mi := &file_meridian_v1_peer_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4511,7 +4698,7 @@ func (x *RaftForwardReply) String() string {
 func (*RaftForwardReply) ProtoMessage() {}
 
 func (x *RaftForwardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[59]
+	mi := &file_meridian_v1_peer_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4524,7 +4711,7 @@ func (x *RaftForwardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftForwardReply.ProtoReflect.Descriptor instead.
 func (*RaftForwardReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{59}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RaftForwardReply) GetRequestId() uint64 {
@@ -4617,7 +4804,7 @@ type RaftApplied struct {
 
 func (x *RaftApplied) Reset() {
 	*x = RaftApplied{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[60]
+	mi := &file_meridian_v1_peer_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4629,7 +4816,7 @@ func (x *RaftApplied) String() string {
 func (*RaftApplied) ProtoMessage() {}
 
 func (x *RaftApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[60]
+	mi := &file_meridian_v1_peer_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4642,7 +4829,7 @@ func (x *RaftApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftApplied.ProtoReflect.Descriptor instead.
 func (*RaftApplied) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{60}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RaftApplied) GetKeyspace() string {
@@ -4679,7 +4866,7 @@ type RaftRemoved struct {
 
 func (x *RaftRemoved) Reset() {
 	*x = RaftRemoved{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[61]
+	mi := &file_meridian_v1_peer_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4691,7 +4878,7 @@ func (x *RaftRemoved) String() string {
 func (*RaftRemoved) ProtoMessage() {}
 
 func (x *RaftRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[61]
+	mi := &file_meridian_v1_peer_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4704,7 +4891,7 @@ func (x *RaftRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemoved.ProtoReflect.Descriptor instead.
 func (*RaftRemoved) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{61}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RaftRemoved) GetKeyspace() string {
@@ -4790,6 +4977,7 @@ type Envelope struct {
 	//	*Envelope_MoveSnapshotRequest
 	//	*Envelope_MoveSnapshotChunk
 	//	*Envelope_MoveNote
+	//	*Envelope_NodeStats
 	Msg           isEnvelope_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4797,7 +4985,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[62]
+	mi := &file_meridian_v1_peer_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4809,7 +4997,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[62]
+	mi := &file_meridian_v1_peer_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4822,7 +5010,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{62}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *Envelope) GetFrom() uint32 {
@@ -5292,6 +5480,15 @@ func (x *Envelope) GetMoveNote() *MoveNote {
 	return nil
 }
 
+func (x *Envelope) GetNodeStats() *NodeStats {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_NodeStats); ok {
+			return x.NodeStats
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Msg interface {
 	isEnvelope_Msg()
 }
@@ -5488,6 +5685,10 @@ type Envelope_MoveNote struct {
 	MoveNote *MoveNote `protobuf:"bytes,92,opt,name=move_note,json=moveNote,proto3,oneof"`
 }
 
+type Envelope_NodeStats struct {
+	NodeStats *NodeStats `protobuf:"bytes,93,opt,name=node_stats,json=nodeStats,proto3,oneof"`
+}
+
 func (*Envelope_Write) isEnvelope_Msg() {}
 
 func (*Envelope_WriteAck) isEnvelope_Msg() {}
@@ -5584,6 +5785,8 @@ func (*Envelope_MoveSnapshotChunk) isEnvelope_Msg() {}
 
 func (*Envelope_MoveNote) isEnvelope_Msg() {}
 
+func (*Envelope_NodeStats) isEnvelope_Msg() {}
+
 type StreamAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -5592,7 +5795,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[63]
+	mi := &file_meridian_v1_peer_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5604,7 +5807,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[63]
+	mi := &file_meridian_v1_peer_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5617,7 +5820,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{63}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{65}
 }
 
 // EnvelopeBatch is messages from one sender to one receiver that leave together: one gRPC
@@ -5633,7 +5836,7 @@ type EnvelopeBatch struct {
 
 func (x *EnvelopeBatch) Reset() {
 	*x = EnvelopeBatch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[64]
+	mi := &file_meridian_v1_peer_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5645,7 +5848,7 @@ func (x *EnvelopeBatch) String() string {
 func (*EnvelopeBatch) ProtoMessage() {}
 
 func (x *EnvelopeBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[64]
+	mi := &file_meridian_v1_peer_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5658,7 +5861,7 @@ func (x *EnvelopeBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvelopeBatch.ProtoReflect.Descriptor instead.
 func (*EnvelopeBatch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{64}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *EnvelopeBatch) GetEnvelopes() []*Envelope {
@@ -5773,7 +5976,24 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x06offset\x18\x06 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\a \x01(\fR\x04data\x12\x12\n" +
 	"\x04size\x18\b \x01(\x03R\x04size\x12\x14\n" +
-	"\x05error\x18\t \x01(\tR\x05error\"\x87\x02\n" +
+	"\x05error\x18\t \x01(\tR\x05error\"\xb4\x01\n" +
+	"\tNodeStats\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12&\n" +
+	"\x0fsent_unix_nanos\x18\x02 \x01(\x03R\rsentUnixNanos\x12\x10\n" +
+	"\x03cpu\x18\x03 \x01(\x01R\x03cpu\x12\x19\n" +
+	"\bload_ops\x18\x04 \x01(\x01R\aloadOps\x12@\n" +
+	"\n" +
+	"partitions\x18\x05 \x03(\v2 .meridian.peer.v1.PartitionStatsR\n" +
+	"partitions\"\xe5\x01\n" +
+	"\x0ePartitionStats\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\x12\x12\n" +
+	"\x04hits\x18\x04 \x01(\x01R\x04hits\x12\x12\n" +
+	"\x04rate\x18\x05 \x01(\x01R\x04rate\x12\x1b\n" +
+	"\tsplit_key\x18\x06 \x01(\fR\bsplitKey\x12$\n" +
+	"\x0eload_split_key\x18\a \x01(\fR\floadSplitKey\x12\x18\n" +
+	"\aversion\x18\b \x01(\x04R\aversion\"\x87\x02\n" +
 	"\bMoveNote\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\fR\x05start\x12\x10\n" +
@@ -6077,7 +6297,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1d\n" +
 	"\n" +
-	"conf_index\x18\x03 \x01(\x04R\tconfIndex\"\xa4\x1a\n" +
+	"conf_index\x18\x03 \x01(\x04R\tconfIndex\"\xe2\x1a\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\rR\x02to\x12\x16\n" +
@@ -6142,7 +6362,9 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\fraft_removed\x18P \x01(\v2\x1d.meridian.peer.v1.RaftRemovedH\x00R\vraftRemoved\x12[\n" +
 	"\x15move_snapshot_request\x18Z \x01(\v2%.meridian.peer.v1.MoveSnapshotRequestH\x00R\x13moveSnapshotRequest\x12U\n" +
 	"\x13move_snapshot_chunk\x18[ \x01(\v2#.meridian.peer.v1.MoveSnapshotChunkH\x00R\x11moveSnapshotChunk\x129\n" +
-	"\tmove_note\x18\\ \x01(\v2\x1a.meridian.peer.v1.MoveNoteH\x00R\bmoveNoteB\x05\n" +
+	"\tmove_note\x18\\ \x01(\v2\x1a.meridian.peer.v1.MoveNoteH\x00R\bmoveNote\x12<\n" +
+	"\n" +
+	"node_stats\x18] \x01(\v2\x1b.meridian.peer.v1.NodeStatsH\x00R\tnodeStatsB\x05\n" +
 	"\x03msg\"\v\n" +
 	"\tStreamAck\"I\n" +
 	"\rEnvelopeBatch\x128\n" +
@@ -6163,7 +6385,7 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Version)(nil),             // 0: meridian.peer.v1.Version
 	(*Record)(nil),              // 1: meridian.peer.v1.Record
@@ -6179,57 +6401,59 @@ var file_meridian_v1_peer_proto_goTypes = []any{
 	(*AEPull)(nil),              // 11: meridian.peer.v1.AEPull
 	(*MoveSnapshotRequest)(nil), // 12: meridian.peer.v1.MoveSnapshotRequest
 	(*MoveSnapshotChunk)(nil),   // 13: meridian.peer.v1.MoveSnapshotChunk
-	(*MoveNote)(nil),            // 14: meridian.peer.v1.MoveNote
-	(*AEPush)(nil),              // 15: meridian.peer.v1.AEPush
-	(*StatusEntry)(nil),         // 16: meridian.peer.v1.StatusEntry
-	(*StatusBatch)(nil),         // 17: meridian.peer.v1.StatusBatch
-	(*Status)(nil),              // 18: meridian.peer.v1.Status
-	(*WriteNotification)(nil),   // 19: meridian.peer.v1.WriteNotification
-	(*FullStatusRequest)(nil),   // 20: meridian.peer.v1.FullStatusRequest
-	(*FullStatus)(nil),          // 21: meridian.peer.v1.FullStatus
-	(*ClockPing)(nil),           // 22: meridian.peer.v1.ClockPing
-	(*ClockPong)(nil),           // 23: meridian.peer.v1.ClockPong
-	(*Heartbeat)(nil),           // 24: meridian.peer.v1.Heartbeat
-	(*GlTable)(nil),             // 25: meridian.peer.v1.GlTable
-	(*GlOverride)(nil),          // 26: meridian.peer.v1.GlOverride
-	(*GlBallot)(nil),            // 27: meridian.peer.v1.GlBallot
-	(*GlForward)(nil),           // 28: meridian.peer.v1.GlForward
-	(*GlForwardReply)(nil),      // 29: meridian.peer.v1.GlForwardReply
-	(*GlLeaseAck)(nil),          // 30: meridian.peer.v1.GlLeaseAck
-	(*GlUpdate)(nil),            // 31: meridian.peer.v1.GlUpdate
-	(*GlUpdateAck)(nil),         // 32: meridian.peer.v1.GlUpdateAck
-	(*GlCommit)(nil),            // 33: meridian.peer.v1.GlCommit
-	(*GlPartVersion)(nil),       // 34: meridian.peer.v1.GlPartVersion
-	(*GlHeartbeat)(nil),         // 35: meridian.peer.v1.GlHeartbeat
-	(*GlHeartbeatAck)(nil),      // 36: meridian.peer.v1.GlHeartbeatAck
-	(*GlPrepare)(nil),           // 37: meridian.peer.v1.GlPrepare
-	(*GlPromise)(nil),           // 38: meridian.peer.v1.GlPromise
-	(*GlAccept)(nil),            // 39: meridian.peer.v1.GlAccept
-	(*GlAccepted)(nil),          // 40: meridian.peer.v1.GlAccepted
-	(*GlCommitTable)(nil),       // 41: meridian.peer.v1.GlCommitTable
-	(*GlRevoke)(nil),            // 42: meridian.peer.v1.GlRevoke
-	(*GlRevokeAck)(nil),         // 43: meridian.peer.v1.GlRevokeAck
-	(*GlAcceptorState)(nil),     // 44: meridian.peer.v1.GlAcceptorState
-	(*GlFetch)(nil),             // 45: meridian.peer.v1.GlFetch
-	(*GlFetchReply)(nil),        // 46: meridian.peer.v1.GlFetchReply
-	(*RaftMessage)(nil),         // 47: meridian.peer.v1.RaftMessage
-	(*RaftCommand)(nil),         // 48: meridian.peer.v1.RaftCommand
-	(*RaftBatch)(nil),           // 49: meridian.peer.v1.RaftBatch
-	(*RaftAppliedState)(nil),    // 50: meridian.peer.v1.RaftAppliedState
-	(*RaftOriginApplied)(nil),   // 51: meridian.peer.v1.RaftOriginApplied
-	(*RaftSnapshotMarker)(nil),  // 52: meridian.peer.v1.RaftSnapshotMarker
-	(*RaftSnapshotOffer)(nil),   // 53: meridian.peer.v1.RaftSnapshotOffer
-	(*RaftSnapshotRequest)(nil), // 54: meridian.peer.v1.RaftSnapshotRequest
-	(*RaftSnapshotChunk)(nil),   // 55: meridian.peer.v1.RaftSnapshotChunk
-	(*RaftSnapshotStored)(nil),  // 56: meridian.peer.v1.RaftSnapshotStored
-	(*RaftSnapshotReady)(nil),   // 57: meridian.peer.v1.RaftSnapshotReady
-	(*RaftForward)(nil),         // 58: meridian.peer.v1.RaftForward
-	(*RaftForwardReply)(nil),    // 59: meridian.peer.v1.RaftForwardReply
-	(*RaftApplied)(nil),         // 60: meridian.peer.v1.RaftApplied
-	(*RaftRemoved)(nil),         // 61: meridian.peer.v1.RaftRemoved
-	(*Envelope)(nil),            // 62: meridian.peer.v1.Envelope
-	(*StreamAck)(nil),           // 63: meridian.peer.v1.StreamAck
-	(*EnvelopeBatch)(nil),       // 64: meridian.peer.v1.EnvelopeBatch
+	(*NodeStats)(nil),           // 14: meridian.peer.v1.NodeStats
+	(*PartitionStats)(nil),      // 15: meridian.peer.v1.PartitionStats
+	(*MoveNote)(nil),            // 16: meridian.peer.v1.MoveNote
+	(*AEPush)(nil),              // 17: meridian.peer.v1.AEPush
+	(*StatusEntry)(nil),         // 18: meridian.peer.v1.StatusEntry
+	(*StatusBatch)(nil),         // 19: meridian.peer.v1.StatusBatch
+	(*Status)(nil),              // 20: meridian.peer.v1.Status
+	(*WriteNotification)(nil),   // 21: meridian.peer.v1.WriteNotification
+	(*FullStatusRequest)(nil),   // 22: meridian.peer.v1.FullStatusRequest
+	(*FullStatus)(nil),          // 23: meridian.peer.v1.FullStatus
+	(*ClockPing)(nil),           // 24: meridian.peer.v1.ClockPing
+	(*ClockPong)(nil),           // 25: meridian.peer.v1.ClockPong
+	(*Heartbeat)(nil),           // 26: meridian.peer.v1.Heartbeat
+	(*GlTable)(nil),             // 27: meridian.peer.v1.GlTable
+	(*GlOverride)(nil),          // 28: meridian.peer.v1.GlOverride
+	(*GlBallot)(nil),            // 29: meridian.peer.v1.GlBallot
+	(*GlForward)(nil),           // 30: meridian.peer.v1.GlForward
+	(*GlForwardReply)(nil),      // 31: meridian.peer.v1.GlForwardReply
+	(*GlLeaseAck)(nil),          // 32: meridian.peer.v1.GlLeaseAck
+	(*GlUpdate)(nil),            // 33: meridian.peer.v1.GlUpdate
+	(*GlUpdateAck)(nil),         // 34: meridian.peer.v1.GlUpdateAck
+	(*GlCommit)(nil),            // 35: meridian.peer.v1.GlCommit
+	(*GlPartVersion)(nil),       // 36: meridian.peer.v1.GlPartVersion
+	(*GlHeartbeat)(nil),         // 37: meridian.peer.v1.GlHeartbeat
+	(*GlHeartbeatAck)(nil),      // 38: meridian.peer.v1.GlHeartbeatAck
+	(*GlPrepare)(nil),           // 39: meridian.peer.v1.GlPrepare
+	(*GlPromise)(nil),           // 40: meridian.peer.v1.GlPromise
+	(*GlAccept)(nil),            // 41: meridian.peer.v1.GlAccept
+	(*GlAccepted)(nil),          // 42: meridian.peer.v1.GlAccepted
+	(*GlCommitTable)(nil),       // 43: meridian.peer.v1.GlCommitTable
+	(*GlRevoke)(nil),            // 44: meridian.peer.v1.GlRevoke
+	(*GlRevokeAck)(nil),         // 45: meridian.peer.v1.GlRevokeAck
+	(*GlAcceptorState)(nil),     // 46: meridian.peer.v1.GlAcceptorState
+	(*GlFetch)(nil),             // 47: meridian.peer.v1.GlFetch
+	(*GlFetchReply)(nil),        // 48: meridian.peer.v1.GlFetchReply
+	(*RaftMessage)(nil),         // 49: meridian.peer.v1.RaftMessage
+	(*RaftCommand)(nil),         // 50: meridian.peer.v1.RaftCommand
+	(*RaftBatch)(nil),           // 51: meridian.peer.v1.RaftBatch
+	(*RaftAppliedState)(nil),    // 52: meridian.peer.v1.RaftAppliedState
+	(*RaftOriginApplied)(nil),   // 53: meridian.peer.v1.RaftOriginApplied
+	(*RaftSnapshotMarker)(nil),  // 54: meridian.peer.v1.RaftSnapshotMarker
+	(*RaftSnapshotOffer)(nil),   // 55: meridian.peer.v1.RaftSnapshotOffer
+	(*RaftSnapshotRequest)(nil), // 56: meridian.peer.v1.RaftSnapshotRequest
+	(*RaftSnapshotChunk)(nil),   // 57: meridian.peer.v1.RaftSnapshotChunk
+	(*RaftSnapshotStored)(nil),  // 58: meridian.peer.v1.RaftSnapshotStored
+	(*RaftSnapshotReady)(nil),   // 59: meridian.peer.v1.RaftSnapshotReady
+	(*RaftForward)(nil),         // 60: meridian.peer.v1.RaftForward
+	(*RaftForwardReply)(nil),    // 61: meridian.peer.v1.RaftForwardReply
+	(*RaftApplied)(nil),         // 62: meridian.peer.v1.RaftApplied
+	(*RaftRemoved)(nil),         // 63: meridian.peer.v1.RaftRemoved
+	(*Envelope)(nil),            // 64: meridian.peer.v1.Envelope
+	(*StreamAck)(nil),           // 65: meridian.peer.v1.StreamAck
+	(*EnvelopeBatch)(nil),       // 66: meridian.peer.v1.EnvelopeBatch
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,   // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -6240,108 +6464,110 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,   // 5: meridian.peer.v1.KeyVersion.version:type_name -> meridian.peer.v1.Version
 	9,   // 6: meridian.peer.v1.AEKeys.entries:type_name -> meridian.peer.v1.KeyVersion
 	0,   // 7: meridian.peer.v1.AEKeys.at:type_name -> meridian.peer.v1.Version
-	1,   // 8: meridian.peer.v1.AEPush.records:type_name -> meridian.peer.v1.Record
-	0,   // 9: meridian.peer.v1.StatusEntry.wts:type_name -> meridian.peer.v1.Version
-	16,  // 10: meridian.peer.v1.StatusBatch.entries:type_name -> meridian.peer.v1.StatusEntry
-	17,  // 11: meridian.peer.v1.Status.current:type_name -> meridian.peer.v1.StatusBatch
-	17,  // 12: meridian.peer.v1.Status.redundant:type_name -> meridian.peer.v1.StatusBatch
-	1,   // 13: meridian.peer.v1.WriteNotification.record:type_name -> meridian.peer.v1.Record
-	16,  // 14: meridian.peer.v1.FullStatus.entries:type_name -> meridian.peer.v1.StatusEntry
-	26,  // 15: meridian.peer.v1.GlTable.overrides:type_name -> meridian.peer.v1.GlOverride
-	0,   // 16: meridian.peer.v1.GlTable.hlc:type_name -> meridian.peer.v1.Version
-	0,   // 17: meridian.peer.v1.GlForward.min_version:type_name -> meridian.peer.v1.Version
-	1,   // 18: meridian.peer.v1.GlForwardReply.record:type_name -> meridian.peer.v1.Record
-	0,   // 19: meridian.peer.v1.GlForwardReply.version:type_name -> meridian.peer.v1.Version
-	25,  // 20: meridian.peer.v1.GlForwardReply.table:type_name -> meridian.peer.v1.GlTable
-	1,   // 21: meridian.peer.v1.GlUpdate.record:type_name -> meridian.peer.v1.Record
-	0,   // 22: meridian.peer.v1.GlCommit.version:type_name -> meridian.peer.v1.Version
-	34,  // 23: meridian.peer.v1.GlHeartbeat.parts:type_name -> meridian.peer.v1.GlPartVersion
-	34,  // 24: meridian.peer.v1.GlHeartbeatAck.acked:type_name -> meridian.peer.v1.GlPartVersion
-	25,  // 25: meridian.peer.v1.GlHeartbeatAck.newer:type_name -> meridian.peer.v1.GlTable
-	27,  // 26: meridian.peer.v1.GlPrepare.ballot:type_name -> meridian.peer.v1.GlBallot
-	27,  // 27: meridian.peer.v1.GlPromise.ballot:type_name -> meridian.peer.v1.GlBallot
-	27,  // 28: meridian.peer.v1.GlPromise.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
-	25,  // 29: meridian.peer.v1.GlPromise.accepted:type_name -> meridian.peer.v1.GlTable
-	25,  // 30: meridian.peer.v1.GlPromise.committed:type_name -> meridian.peer.v1.GlTable
-	27,  // 31: meridian.peer.v1.GlAccept.ballot:type_name -> meridian.peer.v1.GlBallot
-	25,  // 32: meridian.peer.v1.GlAccept.table:type_name -> meridian.peer.v1.GlTable
-	27,  // 33: meridian.peer.v1.GlAccepted.ballot:type_name -> meridian.peer.v1.GlBallot
-	25,  // 34: meridian.peer.v1.GlAccepted.committed:type_name -> meridian.peer.v1.GlTable
-	25,  // 35: meridian.peer.v1.GlCommitTable.table:type_name -> meridian.peer.v1.GlTable
-	25,  // 36: meridian.peer.v1.GlAcceptorState.committed:type_name -> meridian.peer.v1.GlTable
-	27,  // 37: meridian.peer.v1.GlAcceptorState.promised:type_name -> meridian.peer.v1.GlBallot
-	27,  // 38: meridian.peer.v1.GlAcceptorState.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
-	25,  // 39: meridian.peer.v1.GlAcceptorState.accepted:type_name -> meridian.peer.v1.GlTable
-	1,   // 40: meridian.peer.v1.GlFetchReply.record:type_name -> meridian.peer.v1.Record
-	0,   // 41: meridian.peer.v1.RaftCommand.version:type_name -> meridian.peer.v1.Version
-	47,  // 42: meridian.peer.v1.RaftBatch.messages:type_name -> meridian.peer.v1.RaftMessage
-	0,   // 43: meridian.peer.v1.RaftAppliedState.last_version:type_name -> meridian.peer.v1.Version
-	51,  // 44: meridian.peer.v1.RaftAppliedState.origins:type_name -> meridian.peer.v1.RaftOriginApplied
-	0,   // 45: meridian.peer.v1.RaftOriginApplied.version:type_name -> meridian.peer.v1.Version
-	50,  // 46: meridian.peer.v1.RaftSnapshotMarker.state:type_name -> meridian.peer.v1.RaftAppliedState
-	1,   // 47: meridian.peer.v1.RaftSnapshotStored.records:type_name -> meridian.peer.v1.Record
-	50,  // 48: meridian.peer.v1.RaftSnapshotReady.state:type_name -> meridian.peer.v1.RaftAppliedState
-	0,   // 49: meridian.peer.v1.RaftForward.min_version:type_name -> meridian.peer.v1.Version
-	0,   // 50: meridian.peer.v1.RaftForwardReply.version:type_name -> meridian.peer.v1.Version
-	1,   // 51: meridian.peer.v1.RaftForwardReply.records:type_name -> meridian.peer.v1.Record
-	2,   // 52: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
-	3,   // 53: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
-	4,   // 54: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
-	5,   // 55: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
-	6,   // 56: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
-	7,   // 57: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
-	8,   // 58: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
-	10,  // 59: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
-	11,  // 60: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
-	15,  // 61: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
-	24,  // 62: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
-	18,  // 63: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
-	19,  // 64: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
-	20,  // 65: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
-	21,  // 66: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
-	22,  // 67: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
-	23,  // 68: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
-	28,  // 69: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
-	29,  // 70: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
-	30,  // 71: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
-	31,  // 72: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
-	32,  // 73: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
-	33,  // 74: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
-	35,  // 75: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
-	36,  // 76: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
-	37,  // 77: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
-	38,  // 78: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
-	39,  // 79: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
-	40,  // 80: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
-	41,  // 81: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
-	45,  // 82: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
-	46,  // 83: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
-	42,  // 84: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
-	43,  // 85: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
-	47,  // 86: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
-	49,  // 87: meridian.peer.v1.Envelope.raft_batch:type_name -> meridian.peer.v1.RaftBatch
-	53,  // 88: meridian.peer.v1.Envelope.raft_snapshot_offer:type_name -> meridian.peer.v1.RaftSnapshotOffer
-	54,  // 89: meridian.peer.v1.Envelope.raft_snapshot_request:type_name -> meridian.peer.v1.RaftSnapshotRequest
-	55,  // 90: meridian.peer.v1.Envelope.raft_snapshot_chunk:type_name -> meridian.peer.v1.RaftSnapshotChunk
-	56,  // 91: meridian.peer.v1.Envelope.raft_snapshot_stored:type_name -> meridian.peer.v1.RaftSnapshotStored
-	57,  // 92: meridian.peer.v1.Envelope.raft_snapshot_ready:type_name -> meridian.peer.v1.RaftSnapshotReady
-	58,  // 93: meridian.peer.v1.Envelope.raft_forward:type_name -> meridian.peer.v1.RaftForward
-	59,  // 94: meridian.peer.v1.Envelope.raft_forward_reply:type_name -> meridian.peer.v1.RaftForwardReply
-	60,  // 95: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
-	61,  // 96: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
-	12,  // 97: meridian.peer.v1.Envelope.move_snapshot_request:type_name -> meridian.peer.v1.MoveSnapshotRequest
-	13,  // 98: meridian.peer.v1.Envelope.move_snapshot_chunk:type_name -> meridian.peer.v1.MoveSnapshotChunk
-	14,  // 99: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
-	62,  // 100: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
-	62,  // 101: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	64,  // 102: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
-	63,  // 103: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	63,  // 104: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
-	103, // [103:105] is the sub-list for method output_type
-	101, // [101:103] is the sub-list for method input_type
-	101, // [101:101] is the sub-list for extension type_name
-	101, // [101:101] is the sub-list for extension extendee
-	0,   // [0:101] is the sub-list for field type_name
+	15,  // 8: meridian.peer.v1.NodeStats.partitions:type_name -> meridian.peer.v1.PartitionStats
+	1,   // 9: meridian.peer.v1.AEPush.records:type_name -> meridian.peer.v1.Record
+	0,   // 10: meridian.peer.v1.StatusEntry.wts:type_name -> meridian.peer.v1.Version
+	18,  // 11: meridian.peer.v1.StatusBatch.entries:type_name -> meridian.peer.v1.StatusEntry
+	19,  // 12: meridian.peer.v1.Status.current:type_name -> meridian.peer.v1.StatusBatch
+	19,  // 13: meridian.peer.v1.Status.redundant:type_name -> meridian.peer.v1.StatusBatch
+	1,   // 14: meridian.peer.v1.WriteNotification.record:type_name -> meridian.peer.v1.Record
+	18,  // 15: meridian.peer.v1.FullStatus.entries:type_name -> meridian.peer.v1.StatusEntry
+	28,  // 16: meridian.peer.v1.GlTable.overrides:type_name -> meridian.peer.v1.GlOverride
+	0,   // 17: meridian.peer.v1.GlTable.hlc:type_name -> meridian.peer.v1.Version
+	0,   // 18: meridian.peer.v1.GlForward.min_version:type_name -> meridian.peer.v1.Version
+	1,   // 19: meridian.peer.v1.GlForwardReply.record:type_name -> meridian.peer.v1.Record
+	0,   // 20: meridian.peer.v1.GlForwardReply.version:type_name -> meridian.peer.v1.Version
+	27,  // 21: meridian.peer.v1.GlForwardReply.table:type_name -> meridian.peer.v1.GlTable
+	1,   // 22: meridian.peer.v1.GlUpdate.record:type_name -> meridian.peer.v1.Record
+	0,   // 23: meridian.peer.v1.GlCommit.version:type_name -> meridian.peer.v1.Version
+	36,  // 24: meridian.peer.v1.GlHeartbeat.parts:type_name -> meridian.peer.v1.GlPartVersion
+	36,  // 25: meridian.peer.v1.GlHeartbeatAck.acked:type_name -> meridian.peer.v1.GlPartVersion
+	27,  // 26: meridian.peer.v1.GlHeartbeatAck.newer:type_name -> meridian.peer.v1.GlTable
+	29,  // 27: meridian.peer.v1.GlPrepare.ballot:type_name -> meridian.peer.v1.GlBallot
+	29,  // 28: meridian.peer.v1.GlPromise.ballot:type_name -> meridian.peer.v1.GlBallot
+	29,  // 29: meridian.peer.v1.GlPromise.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
+	27,  // 30: meridian.peer.v1.GlPromise.accepted:type_name -> meridian.peer.v1.GlTable
+	27,  // 31: meridian.peer.v1.GlPromise.committed:type_name -> meridian.peer.v1.GlTable
+	29,  // 32: meridian.peer.v1.GlAccept.ballot:type_name -> meridian.peer.v1.GlBallot
+	27,  // 33: meridian.peer.v1.GlAccept.table:type_name -> meridian.peer.v1.GlTable
+	29,  // 34: meridian.peer.v1.GlAccepted.ballot:type_name -> meridian.peer.v1.GlBallot
+	27,  // 35: meridian.peer.v1.GlAccepted.committed:type_name -> meridian.peer.v1.GlTable
+	27,  // 36: meridian.peer.v1.GlCommitTable.table:type_name -> meridian.peer.v1.GlTable
+	27,  // 37: meridian.peer.v1.GlAcceptorState.committed:type_name -> meridian.peer.v1.GlTable
+	29,  // 38: meridian.peer.v1.GlAcceptorState.promised:type_name -> meridian.peer.v1.GlBallot
+	29,  // 39: meridian.peer.v1.GlAcceptorState.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
+	27,  // 40: meridian.peer.v1.GlAcceptorState.accepted:type_name -> meridian.peer.v1.GlTable
+	1,   // 41: meridian.peer.v1.GlFetchReply.record:type_name -> meridian.peer.v1.Record
+	0,   // 42: meridian.peer.v1.RaftCommand.version:type_name -> meridian.peer.v1.Version
+	49,  // 43: meridian.peer.v1.RaftBatch.messages:type_name -> meridian.peer.v1.RaftMessage
+	0,   // 44: meridian.peer.v1.RaftAppliedState.last_version:type_name -> meridian.peer.v1.Version
+	53,  // 45: meridian.peer.v1.RaftAppliedState.origins:type_name -> meridian.peer.v1.RaftOriginApplied
+	0,   // 46: meridian.peer.v1.RaftOriginApplied.version:type_name -> meridian.peer.v1.Version
+	52,  // 47: meridian.peer.v1.RaftSnapshotMarker.state:type_name -> meridian.peer.v1.RaftAppliedState
+	1,   // 48: meridian.peer.v1.RaftSnapshotStored.records:type_name -> meridian.peer.v1.Record
+	52,  // 49: meridian.peer.v1.RaftSnapshotReady.state:type_name -> meridian.peer.v1.RaftAppliedState
+	0,   // 50: meridian.peer.v1.RaftForward.min_version:type_name -> meridian.peer.v1.Version
+	0,   // 51: meridian.peer.v1.RaftForwardReply.version:type_name -> meridian.peer.v1.Version
+	1,   // 52: meridian.peer.v1.RaftForwardReply.records:type_name -> meridian.peer.v1.Record
+	2,   // 53: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
+	3,   // 54: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
+	4,   // 55: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
+	5,   // 56: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
+	6,   // 57: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
+	7,   // 58: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
+	8,   // 59: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
+	10,  // 60: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
+	11,  // 61: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
+	17,  // 62: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
+	26,  // 63: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
+	20,  // 64: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
+	21,  // 65: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
+	22,  // 66: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
+	23,  // 67: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
+	24,  // 68: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
+	25,  // 69: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
+	30,  // 70: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
+	31,  // 71: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
+	32,  // 72: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
+	33,  // 73: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
+	34,  // 74: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
+	35,  // 75: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
+	37,  // 76: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
+	38,  // 77: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
+	39,  // 78: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
+	40,  // 79: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
+	41,  // 80: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
+	42,  // 81: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
+	43,  // 82: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
+	47,  // 83: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
+	48,  // 84: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
+	44,  // 85: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
+	45,  // 86: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
+	49,  // 87: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
+	51,  // 88: meridian.peer.v1.Envelope.raft_batch:type_name -> meridian.peer.v1.RaftBatch
+	55,  // 89: meridian.peer.v1.Envelope.raft_snapshot_offer:type_name -> meridian.peer.v1.RaftSnapshotOffer
+	56,  // 90: meridian.peer.v1.Envelope.raft_snapshot_request:type_name -> meridian.peer.v1.RaftSnapshotRequest
+	57,  // 91: meridian.peer.v1.Envelope.raft_snapshot_chunk:type_name -> meridian.peer.v1.RaftSnapshotChunk
+	58,  // 92: meridian.peer.v1.Envelope.raft_snapshot_stored:type_name -> meridian.peer.v1.RaftSnapshotStored
+	59,  // 93: meridian.peer.v1.Envelope.raft_snapshot_ready:type_name -> meridian.peer.v1.RaftSnapshotReady
+	60,  // 94: meridian.peer.v1.Envelope.raft_forward:type_name -> meridian.peer.v1.RaftForward
+	61,  // 95: meridian.peer.v1.Envelope.raft_forward_reply:type_name -> meridian.peer.v1.RaftForwardReply
+	62,  // 96: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
+	63,  // 97: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
+	12,  // 98: meridian.peer.v1.Envelope.move_snapshot_request:type_name -> meridian.peer.v1.MoveSnapshotRequest
+	13,  // 99: meridian.peer.v1.Envelope.move_snapshot_chunk:type_name -> meridian.peer.v1.MoveSnapshotChunk
+	16,  // 100: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
+	14,  // 101: meridian.peer.v1.Envelope.node_stats:type_name -> meridian.peer.v1.NodeStats
+	64,  // 102: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
+	64,  // 103: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	66,  // 104: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
+	65,  // 105: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	65,  // 106: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
+	105, // [105:107] is the sub-list for method output_type
+	103, // [103:105] is the sub-list for method input_type
+	103, // [103:103] is the sub-list for extension type_name
+	103, // [103:103] is the sub-list for extension extendee
+	0,   // [0:103] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -6349,7 +6575,7 @@ func file_meridian_v1_peer_proto_init() {
 	if File_meridian_v1_peer_proto != nil {
 		return
 	}
-	file_meridian_v1_peer_proto_msgTypes[62].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[64].OneofWrappers = []any{
 		(*Envelope_Write)(nil),
 		(*Envelope_WriteAck)(nil),
 		(*Envelope_Read)(nil),
@@ -6398,6 +6624,7 @@ func file_meridian_v1_peer_proto_init() {
 		(*Envelope_MoveSnapshotRequest)(nil),
 		(*Envelope_MoveSnapshotChunk)(nil),
 		(*Envelope_MoveNote)(nil),
+		(*Envelope_NodeStats)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -6405,7 +6632,7 @@ func file_meridian_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   65,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,362 @@
+package elascass
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"meridian/internal/placement"
+)
+
+// cluster builds a one-keyspace state: parts partitions, each replicated on one node of each
+// region, the nodes of a region taking partitions round-robin.
+type testCluster struct {
+	st      State
+	regions map[string][]uint32
+}
+
+func newCluster(t *testing.T, regions []string, nodesPerRegion, parts int, bytesPer int64) *testCluster {
+	t.Helper()
+	c := &testCluster{regions: map[string][]uint32{}}
+	id := uint32(0)
+	for _, r := range regions {
+		for range nodesPerRegion {
+			id++
+			c.st.Members = append(c.st.Members, Member{ID: id, Name: fmt.Sprintf("n%d", id), Region: r, State: StateActive, Alive: true, CPU: 0.3})
+			c.regions[r] = append(c.regions[r], id)
+		}
+	}
+	ks := &placement.Keyspace{NextPartitionID: uint32(parts)}
+	ks.Spec.Name = "ks"
+	ks.Spec.Protocol = "quorum"
+	c.st.Partitions = map[PartKey]PartitionStat{}
+	c.st.Replicas = map[uint32]map[PartKey]ReplicaStat{}
+	for i := range parts {
+		p := placement.Partition{ID: uint32(i), Start: []byte(fmt.Sprintf("k%04d", i))}
+		if i == 0 {
+			p.Start = []byte{}
+		}
+		for _, r := range regions {
+			ids := c.regions[r]
+			p.Replicas = append(p.Replicas, ids[i%len(ids)])
+		}
+		if i > 0 {
+			ks.Partitions[i-1].End = p.Start
+		}
+		ks.Partitions = append(ks.Partitions, p)
+		key := PartKey{"ks", uint32(i)}
+		c.st.Partitions[key] = PartitionStat{Bytes: bytesPer, Rate: 1}
+		for _, r := range p.Replicas {
+			if c.st.Replicas[r] == nil {
+				c.st.Replicas[r] = map[PartKey]ReplicaStat{}
+			}
+			c.st.Replicas[r][key] = ReplicaStat{Bytes: bytesPer, Hits: float64(i)}
+		}
+	}
+	ks.Index()
+	c.st.Keyspaces = []Keyspace{{Keyspace: ks, Options: KeyspaceOptions{Repartition: true, MaxBytes: 4 * bytesPer, MinBytes: bytesPer, MinPartitions: 2}}}
+	return c
+}
+
+func (c *testCluster) ks() *placement.Keyspace { return c.st.Keyspaces[0].Keyspace }
+
+// apply carries out the actions on the state as the metadata would (moves start).
+func (c *testCluster) apply(t *testing.T, acts []Action) {
+	t.Helper()
+	id := uint64(100)
+	for _, a := range acts {
+		id++
+		switch a.Kind {
+		case ActStartMove:
+			mv := a.Move
+			mv.ID = id
+			next, err := c.ks().StartMove(a.Partition, mv)
+			if err != nil {
+				t.Fatalf("%s: %v", a, err)
+			}
+			c.st.Keyspaces[0].Keyspace = next
+		case ActNodeState:
+			for i := range c.st.Members {
+				if c.st.Members[i].ID == a.Node {
+					c.st.Members[i].State = a.State
+				}
+			}
+		}
+	}
+}
+
+// finishMoves finishes every move in progress.
+func (c *testCluster) finishMoves(t *testing.T) {
+	t.Helper()
+	for _, p := range slices.Clone(c.ks().Partitions) {
+		if p.Move != nil {
+			next, err := c.ks().FinishMove(p.ID, p.Move.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.st.Keyspaces[0].Keyspace = next
+		}
+	}
+}
+
+func (c *testCluster) held(id uint32) int {
+	n := 0
+	for _, p := range c.ks().Partitions {
+		if p.HasReplica(id) {
+			n++
+		}
+	}
+	return n
+}
+
+func kinds(acts []Action) []string {
+	var out []string
+	for _, a := range acts {
+		out = append(out, a.Kind.String())
+	}
+	return out
+}
+
+func mustDriver(t *testing.T, o Options) *Driver {
+	t.Helper()
+	d, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestSplitBySizeAndByLoad(t *testing.T) {
+	c := newCluster(t, []string{"eu"}, 1, 4, 100)
+	c.st.Keyspaces[0].Options.SplitOps = 50
+	c.st.Partitions[PartKey{"ks", 1}] = PartitionStat{Bytes: 500, SplitKey: []byte("k0001m")}
+	c.st.Partitions[PartKey{"ks", 2}] = PartitionStat{Bytes: 100, Rate: 80, LoadSplitKey: []byte("k0002x")}
+	c.st.Partitions[PartKey{"ks", 3}] = PartitionStat{Bytes: 900, SplitKey: []byte("k0001")} // key outside: no split
+	acts := mustDriver(t, Options{}).Plan(c.st)
+	var got []string
+	for _, a := range acts {
+		if a.Kind == ActSplit {
+			got = append(got, fmt.Sprintf("%d@%s", a.Partition, a.SplitKey))
+		}
+	}
+	if !slices.Equal(got, []string{"1@k0001m", "2@k0002x"}) {
+		t.Fatalf("splits %v (actions %v)", got, acts)
+	}
+}
+
+func TestMergeSmallNeighboursOnSameReplicas(t *testing.T) {
+	c := newCluster(t, []string{"eu"}, 1, 4, 10) // every partition on n1; Θmin 10
+	for i := range 4 {
+		c.st.Partitions[PartKey{"ks", uint32(i)}] = PartitionStat{Bytes: 3}
+	}
+	acts := mustDriver(t, Options{}).Plan(c.st)
+	if len(acts) != 1 || acts[0].Kind != ActMerge || acts[0].Partition != 0 {
+		t.Fatalf("actions %v, want one merge of partition 0", acts)
+	}
+	// At the partition floor N: no merge.
+	c.st.Keyspaces[0].Options.MinPartitions = 4
+	if acts := mustDriver(t, Options{}).Plan(c.st); len(acts) != 0 {
+		t.Fatalf("at the floor: %v", acts)
+	}
+	// Partitions on different nodes never merge.
+	c2 := newCluster(t, []string{"eu"}, 2, 4, 10)
+	for i := range 4 {
+		c2.st.Partitions[PartKey{"ks", uint32(i)}] = PartitionStat{Bytes: 1}
+	}
+	if acts := mustDriver(t, Options{}).Plan(c2.st); len(acts) != 0 {
+		t.Fatalf("different replicas: %v", acts)
+	}
+}
+
+// TestTwoPhaseBootstrap: a new node first takes a replica of the partitions on a dead node
+// (Rule 2) and 10% of the heavily loaded node's replicas (Rule 3), then becomes active, then
+// pulls up to R̄ from the node above it (Rule 4), at most MaxMovesPerNode at a time.
+func TestTwoPhaseBootstrap(t *testing.T) {
+	c := newCluster(t, []string{"eu", "us"}, 3, 30, 100) // n1, n2, n3 in eu hold 10 each
+	c.st.Members[0].CPU = 0.9                            // n1 heavily loaded: > 50% and > 1.2 × mean (0.5)
+	c.st.Members[2].Alive, c.st.Members[2].DownFor = false, time.Second
+	c.st.Members = append(c.st.Members, Member{ID: 7, Region: "eu", State: StateJoining, Alive: true})
+	d := mustDriver(t, Options{})
+	acts := d.Plan(c.st)
+	rule2, rule3 := 0, 0
+	for _, a := range acts {
+		switch {
+		case a.Kind == ActStartMove && a.Move.Add == 7 && a.Move.Remove == 3:
+			rule2++
+			if a.Move.Source == 3 {
+				t.Errorf("%s copies from the dead node", a)
+			}
+		case a.Kind == ActStartMove && a.Move.Add == 7 && a.Move.Remove == 1:
+			rule3++
+		default:
+			t.Errorf("unexpected %s", a)
+		}
+	}
+	if rule2 != 10 || rule3 != 1 {
+		t.Fatalf("phase 1: %d Rule-2 moves (want 10), %d Rule-3 moves (want 1 = 10%% of n1's 10)", rule2, rule3)
+	}
+	c.apply(t, acts)
+	if acts := d.Plan(c.st); slices.Contains(kinds(acts), "node-state") {
+		t.Fatalf("active before phase 1's moves ended: %v", acts)
+	}
+	c.finishMoves(t)
+	c.st.Members = slices.DeleteFunc(c.st.Members, func(m Member) bool { return m.ID == 3 }) // gone for good
+	acts = d.Plan(c.st)
+	if len(acts) == 0 || acts[0].Kind != ActNodeState || acts[0].Node != 7 || acts[0].State != StateActive {
+		t.Fatalf("after phase 1: %v, want n7 active first", acts)
+	}
+	c.apply(t, acts)
+	// Phase 2: in eu, n7 holds 11 of 30 on 3 live nodes (R̄ 10), n1 9, n2 10: n1 below R̄
+	// pulls one back from n7, the only node above it.
+	acts = d.Plan(c.st)
+	if len(acts) != 1 || acts[0].Move.Add != 1 || acts[0].Move.Remove != 7 {
+		t.Fatalf("phase 2: %v", acts)
+	}
+}
+
+func TestPhaseTwoPullsUpToShareThrottled(t *testing.T) {
+	c := newCluster(t, []string{"eu"}, 2, 20, 100) // n1, n2 hold 10 each
+	c.st.Members = append(c.st.Members, Member{ID: 3, Region: "eu", State: StateJoining, Alive: true})
+	d := mustDriver(t, Options{MaxMovesPerNode: 2})
+	acts := d.Plan(c.st) // no dead or heavy node: phase 1 asks for nothing...
+	if len(acts) != 0 {
+		t.Fatalf("phase 1 with nothing to take: %v", acts)
+	}
+	acts = d.Plan(c.st) // ...and is done at once
+	if len(acts) != 1 || acts[0].Kind != ActNodeState {
+		t.Fatalf("%v", acts)
+	}
+	c.apply(t, acts)
+	// R̄ = 20/3 = 6: n3 pulls, two at a time, until it holds 6.
+	for round := 0; round < 10 && c.held(3) < 6; round++ {
+		acts := d.Plan(c.st)
+		if len(acts) == 0 || len(acts) > 2 {
+			t.Fatalf("round %d: %d moves (want 1..2): %v", round, len(acts), acts)
+		}
+		for _, a := range acts {
+			if a.Kind != ActStartMove || a.Move.Add != 3 {
+				t.Fatalf("round %d: %v", round, a)
+			}
+		}
+		c.apply(t, acts)
+		c.finishMoves(t)
+	}
+	if c.held(3) != 6 || c.held(1)+c.held(2) != 14 || max(c.held(1), c.held(2))-min(c.held(1), c.held(2)) > 1 {
+		t.Fatalf("after phase 2: n1 %d, n2 %d, n3 %d", c.held(1), c.held(2), c.held(3))
+	}
+	if acts := d.Plan(c.st); len(acts) != 0 {
+		t.Fatalf("balanced, yet: %v", acts)
+	}
+}
+
+func TestMiddleOut(t *testing.T) {
+	if got := middleOut(5); !slices.Equal(got, []int{2, 1, 3, 0, 4}) {
+		t.Fatalf("middleOut(5) = %v", got)
+	}
+	if got := middleOut(4); !slices.Equal(got, []int{2, 1, 3, 0}) {
+		t.Fatalf("middleOut(4) = %v", got)
+	}
+}
+
+func TestDecommissionOneByOneThenRemove(t *testing.T) {
+	c := newCluster(t, []string{"eu"}, 3, 6, 100) // 2 each
+	c.st.Members[0].State = StateDecommissioning
+	c.st.Members[1].CPU = 0.8 // n3 is the least loaded
+	d := mustDriver(t, Options{})
+	for round := 0; c.held(1) > 0; round++ {
+		acts := d.Plan(c.st)
+		if len(acts) != 1 || acts[0].Kind != ActStartMove || acts[0].Move.Remove != 1 || acts[0].Move.Source != 1 {
+			t.Fatalf("round %d: %v, want one move off n1", round, acts)
+		}
+		c.apply(t, acts)
+		if again := d.Plan(c.st); len(again) != 0 {
+			t.Fatalf("round %d: a second move while one is in flight: %v", round, again)
+		}
+		c.finishMoves(t)
+	}
+	acts := d.Plan(c.st)
+	if len(acts) != 1 || acts[0].Kind != ActNodeState || acts[0].State != "removed" {
+		t.Fatalf("empty decommissioned node: %v", acts)
+	}
+	if c.held(3) < c.held(2) {
+		t.Fatalf("the least loaded node n3 got %d, n2 %d", c.held(3), c.held(2))
+	}
+}
+
+func TestDeadNodeReplicasRecreatedAfterTimeout(t *testing.T) {
+	c := newCluster(t, []string{"eu", "us"}, 3, 6, 100)
+	c.st.Members[2].Alive, c.st.Members[2].DownFor = false, time.Minute
+	d := mustDriver(t, Options{DeadAfter: 2 * time.Minute})
+	if acts := d.Plan(c.st); len(acts) != 0 {
+		t.Fatalf("before DeadAfter: %v", acts)
+	}
+	c.st.Members[2].DownFor = 3 * time.Minute
+	acts := d.Plan(c.st)
+	if len(acts) != 2 {
+		t.Fatalf("after DeadAfter: %v, want its 2 replicas re-created", acts)
+	}
+	for _, a := range acts {
+		if a.Move.Remove != 3 || a.Move.Source == 3 || a.Move.Add == 3 {
+			t.Fatalf("%s", a)
+		}
+	}
+}
+
+func TestAbortMoveIntoDeadNode(t *testing.T) {
+	c := newCluster(t, []string{"eu"}, 2, 2, 100)
+	c.apply(t, []Action{{Kind: ActStartMove, Keyspace: "ks", Partition: 0, Move: placement.Move{Add: 2, Remove: 1, Source: 1}}})
+	c.st.Members[1].Alive, c.st.Members[1].DownFor = false, time.Minute
+	acts := mustDriver(t, Options{}).Plan(c.st)
+	if len(acts) == 0 || acts[0].Kind != ActAbortMove || acts[0].Partition != 0 {
+		t.Fatalf("%v", acts)
+	}
+}
+
+func TestSplitMoveTakesHalfOfTheLargest(t *testing.T) {
+	c := newCluster(t, []string{"eu"}, 2, 8, 100) // n1, n2: 4 each
+	c.st.Partitions[PartKey{"ks", 0}] = PartitionStat{Bytes: 1000}
+	c.st.Members = append(c.st.Members, Member{ID: 3, Region: "eu", State: StateJoining, Alive: true})
+	acts := mustDriver(t, Options{Strategy: SplitMove}).Plan(c.st)
+	// n1 has 1300 bytes (partition 0 is big): half is 650, partition 0 alone covers it.
+	if len(acts) != 1 || acts[0].Move.Remove != 1 || acts[0].Partition != 0 {
+		t.Fatalf("%v", acts)
+	}
+}
+
+func TestOnePhaseTakesWholeShareBeforeActive(t *testing.T) {
+	c := newCluster(t, []string{"eu"}, 2, 20, 100)
+	c.st.Members = append(c.st.Members, Member{ID: 3, Region: "eu", State: StateJoining, Alive: true})
+	d := mustDriver(t, Options{Strategy: OnePhase, MaxMoves: 100})
+	acts := d.Plan(c.st)
+	if len(acts) != 6 {
+		t.Fatalf("one phase: %d moves, want R̄ = 6: %v", len(acts), acts)
+	}
+	c.apply(t, acts)
+	c.finishMoves(t)
+	acts = d.Plan(c.st)
+	if len(acts) != 1 || acts[0].State != StateActive {
+		t.Fatalf("%v", acts)
+	}
+}
+
+func TestImbalance(t *testing.T) {
+	if got := Imbalance([]float64{1, 1, 1}); got != 0 {
+		t.Fatal(got)
+	}
+	if got := Imbalance([]float64{0, 2}); got != 1 {
+		t.Fatal(got)
+	}
+	if got := Imbalance(nil); got != 0 {
+		t.Fatal(got)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, o := range []Options{{Strategy: "copy-all"}, {HeavyCPU: 2}, {PhaseOneShare: 2}} {
+		if _, err := New(o); err == nil || !strings.Contains(err.Error(), "elascass") {
+			t.Errorf("%+v accepted: %v", o, err)
+		}
+	}
+}
