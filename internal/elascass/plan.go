@@ -49,6 +49,9 @@ type ReplicaStat struct {
 
 // PartitionStat is a partition's size and heat over its replicas.
 type PartitionStat struct {
+	// Known: some replica reported the partition as it is now (a split or merge since, or
+	// a move, can leave it unmeasured for an interval); splits and merges need it.
+	Known bool
 	// Bytes is the data volume (the largest replica's).
 	Bytes int64
 	// Rate is the requests per second on the partition (all coordinators).
@@ -350,7 +353,7 @@ func (p *plan) repartition() {
 			part := &ks.Partitions[i]
 			key := PartKey{name, part.ID}
 			stat := p.st.Partitions[key]
-			if part.Move != nil || p.taken[key] {
+			if part.Move != nil || p.taken[key] || !stat.Known {
 				continue
 			}
 			var at []byte
@@ -377,7 +380,7 @@ func (p *plan) repartition() {
 				continue
 			}
 			ls, rs := p.st.Partitions[lk], p.st.Partitions[rk]
-			if ls.Bytes+rs.Bytes >= o.MinBytes || (o.SplitOps > 0 && ls.Rate+rs.Rate > o.SplitOps/2) {
+			if !ls.Known || !rs.Known || ls.Bytes+rs.Bytes >= o.MinBytes || (o.SplitOps > 0 && ls.Rate+rs.Rate > o.SplitOps/2) {
 				continue
 			}
 			p.add(Action{Kind: ActMerge, Keyspace: name, Version: ks.Version, Partition: l.ID,
@@ -552,16 +555,22 @@ func (p *plan) bootstrap() {
 		if m.State != StateJoining || !m.Alive {
 			continue
 		}
-		if _, planned := p.d.phaseOne[m.ID]; planned {
+		asked, planned := p.d.phaseOne[m.ID]
+		if planned && p.d.opts.Strategy != OnePhase {
 			continue
 		}
-		asked := map[PartKey]bool{}
+		if !planned {
+			asked = map[PartKey]bool{}
+		}
 		switch p.d.opts.Strategy {
 		case TwoPhase:
 			p.phaseOneRuleTwo(m, asked)
 			p.phaseOneRuleThree(m, asked)
 		case OnePhase:
-			p.takeShare(m, p.floorShare(m.Region), asked, "one-phase bootstrap")
+			// Until the node holds its share (which grows while partitions split meanwhile).
+			if p.in[m.ID] < p.d.opts.MaxMovesPerNode*2 {
+				p.takeShare(m, p.floorShare(m.Region), asked, "one-phase bootstrap")
+			}
 		case SplitMove:
 			p.splitMove(m, asked)
 		}
@@ -570,7 +579,7 @@ func (p *plan) bootstrap() {
 }
 
 // phaseOneRuleTwo takes, for node m, a replica of every partition whose replica in m's region
-// is on a node that is down (Rule 2: high availability first).
+// is on a node that has been down for DeadAfter (Rule 2: high availability first).
 func (p *plan) phaseOneRuleTwo(m *Member, asked map[PartKey]bool) {
 	for _, ks := range p.st.Keyspaces {
 		for i := range ks.Partitions {
@@ -581,7 +590,7 @@ func (p *plan) phaseOneRuleTwo(m *Member, asked map[PartKey]bool) {
 			}
 			for _, r := range part.Replicas {
 				rm := p.members[r]
-				if rm == nil || rm.Alive || rm.Region != m.Region {
+				if rm == nil || rm.Alive || rm.DownFor < p.d.opts.DeadAfter || rm.Region != m.Region {
 					continue
 				}
 				src := p.liveSource(part, r, m.Region)

@@ -47,7 +47,7 @@ func newCluster(t *testing.T, regions []string, nodesPerRegion, parts int, bytes
 		}
 		ks.Partitions = append(ks.Partitions, p)
 		key := PartKey{"ks", uint32(i)}
-		c.st.Partitions[key] = PartitionStat{Bytes: bytesPer, Rate: 1}
+		c.st.Partitions[key] = PartitionStat{Known: true, Bytes: bytesPer, Rate: 1}
 		for _, r := range p.Replicas {
 			if c.st.Replicas[r] == nil {
 				c.st.Replicas[r] = map[PartKey]ReplicaStat{}
@@ -131,9 +131,9 @@ func mustDriver(t *testing.T, o Options) *Driver {
 func TestSplitBySizeAndByLoad(t *testing.T) {
 	c := newCluster(t, []string{"eu"}, 1, 4, 100)
 	c.st.Keyspaces[0].Options.SplitOps = 50
-	c.st.Partitions[PartKey{"ks", 1}] = PartitionStat{Bytes: 500, SplitKey: []byte("k0001m")}
-	c.st.Partitions[PartKey{"ks", 2}] = PartitionStat{Bytes: 100, Rate: 80, LoadSplitKey: []byte("k0002x")}
-	c.st.Partitions[PartKey{"ks", 3}] = PartitionStat{Bytes: 900, SplitKey: []byte("k0001")} // key outside: no split
+	c.st.Partitions[PartKey{"ks", 1}] = PartitionStat{Known: true, Bytes: 500, SplitKey: []byte("k0001m")}
+	c.st.Partitions[PartKey{"ks", 2}] = PartitionStat{Known: true, Bytes: 100, Rate: 80, LoadSplitKey: []byte("k0002x")}
+	c.st.Partitions[PartKey{"ks", 3}] = PartitionStat{Known: true, Bytes: 900, SplitKey: []byte("k0001")} // key outside: no split
 	acts := mustDriver(t, Options{}).Plan(c.st)
 	var got []string
 	for _, a := range acts {
@@ -149,7 +149,7 @@ func TestSplitBySizeAndByLoad(t *testing.T) {
 func TestMergeSmallNeighboursOnSameReplicas(t *testing.T) {
 	c := newCluster(t, []string{"eu"}, 1, 4, 10) // every partition on n1; Θmin 10
 	for i := range 4 {
-		c.st.Partitions[PartKey{"ks", uint32(i)}] = PartitionStat{Bytes: 3}
+		c.st.Partitions[PartKey{"ks", uint32(i)}] = PartitionStat{Known: true, Bytes: 3}
 	}
 	acts := mustDriver(t, Options{}).Plan(c.st)
 	if len(acts) != 1 || acts[0].Kind != ActMerge || acts[0].Partition != 0 {
@@ -163,7 +163,7 @@ func TestMergeSmallNeighboursOnSameReplicas(t *testing.T) {
 	// Partitions on different nodes never merge.
 	c2 := newCluster(t, []string{"eu"}, 2, 4, 10)
 	for i := range 4 {
-		c2.st.Partitions[PartKey{"ks", uint32(i)}] = PartitionStat{Bytes: 1}
+		c2.st.Partitions[PartKey{"ks", uint32(i)}] = PartitionStat{Known: true, Bytes: 1}
 	}
 	if acts := mustDriver(t, Options{}).Plan(c2.st); len(acts) != 0 {
 		t.Fatalf("different replicas: %v", acts)
@@ -176,9 +176,9 @@ func TestMergeSmallNeighboursOnSameReplicas(t *testing.T) {
 func TestTwoPhaseBootstrap(t *testing.T) {
 	c := newCluster(t, []string{"eu", "us"}, 3, 30, 100) // n1, n2, n3 in eu hold 10 each
 	c.st.Members[0].CPU = 0.9                            // n1 heavily loaded: > 50% and > 1.2 × mean (0.5)
-	c.st.Members[2].Alive, c.st.Members[2].DownFor = false, time.Second
+	c.st.Members[2].Alive, c.st.Members[2].DownFor = false, 10*time.Minute
 	c.st.Members = append(c.st.Members, Member{ID: 7, Region: "eu", State: StateJoining, Alive: true})
-	d := mustDriver(t, Options{})
+	d := mustDriver(t, Options{MaxMoves: 30})
 	acts := d.Plan(c.st)
 	rule2, rule3 := 0, 0
 	for _, a := range acts {
@@ -316,7 +316,7 @@ func TestAbortMoveIntoDeadNode(t *testing.T) {
 
 func TestSplitMoveTakesHalfOfTheLargest(t *testing.T) {
 	c := newCluster(t, []string{"eu"}, 2, 8, 100) // n1, n2: 4 each
-	c.st.Partitions[PartKey{"ks", 0}] = PartitionStat{Bytes: 1000}
+	c.st.Partitions[PartKey{"ks", 0}] = PartitionStat{Known: true, Bytes: 1000}
 	c.st.Members = append(c.st.Members, Member{ID: 3, Region: "eu", State: StateJoining, Alive: true})
 	acts := mustDriver(t, Options{Strategy: SplitMove}).Plan(c.st)
 	// n1 has 1300 bytes (partition 0 is big): half is 650, partition 0 alone covers it.

@@ -494,8 +494,8 @@ func (c *Catalog) checkMoveNodes(ks *KeyspaceRecord, partition uint32, mv placem
 	if add.Region != rem.Region {
 		return errs.New(errs.Invalid, "move in keyspace %q: %s is in region %s and %s in %s; a replica moves within its region", ks.Spec.Name, rem.Name, rem.Region, add.Name, add.Region)
 	}
-	if n, ok := c.nodes[mv.Add]; ok && n.State != "" && n.State != NodeActive {
-		return errs.New(errs.Invalid, "move in keyspace %q: %s is %s and takes no replicas", ks.Spec.Name, add.Name, n.State)
+	if n := c.nodeRecord(mv.Add); n == nil || (n.State != NodeActive && n.State != NodeJoining) {
+		return errs.New(errs.Invalid, "move in keyspace %q: %s is not active or joining and takes no replicas", ks.Spec.Name, add.Name)
 	}
 	return nil
 }

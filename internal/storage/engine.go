@@ -464,6 +464,9 @@ type Stats struct {
 	Compactions int64
 	// ReadAmp is the current read amplification (L0 sublevels plus non-empty levels).
 	ReadAmp int
+	// WALBytesIn is the logical bytes written to the WAL since Open; IngestedBytes the
+	// bytes of sstables ingested (snapshots merged or installed).
+	WALBytesIn, IngestedBytes uint64
 }
 
 // Stats returns the engine's counters and a few Pebble metrics. It takes Pebble's metrics
@@ -485,6 +488,10 @@ func (e *Engine) Stats() Stats {
 	s.WALBytes = m.WAL.PhysicalSize
 	s.Compactions = m.Compact.Count
 	s.ReadAmp = m.ReadAmp()
+	s.WALBytesIn = m.WAL.BytesIn
+	for _, l := range m.Levels {
+		s.IngestedBytes += l.TableBytesIngested
+	}
 	if h := m.LogWriter.FsyncLatency; h != nil {
 		// Every WAL fsync is observed in this histogram, so its sample count is the number
 		// of fsyncs.
@@ -508,6 +515,30 @@ func (e *Engine) EstimateSpanBytes(span Span) (uint64, error) {
 		return 0, fmt.Errorf("storage: estimate %s: %w", span, err)
 	}
 	return n, nil
+}
+
+// SpanBytes is EstimateSpanBytes, made exact for a span whose estimate is below exactBelow by
+// summing its keys and values (every version): a memtable's content is then counted too, so
+// small partitions are not taken for empty (a merge, an imbalance) because their data has
+// not been flushed. The scan reads at most exactBelow plus a memtable's worth of data.
+func (e *Engine) SpanBytes(span Span, exactBelow uint64) (uint64, error) {
+	est, err := e.EstimateSpanBytes(span)
+	if err != nil || est >= exactBelow {
+		return est, err
+	}
+	lo, hi := spanBounds(span)
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return 0, fmt.Errorf("storage: size of %s: %w", span, err)
+	}
+	var n uint64
+	for valid := it.First(); valid && n < 4*exactBelow; valid = it.Next() {
+		n += uint64(len(it.Key()) + len(it.Value()))
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return 0, fmt.Errorf("storage: size of %s: %w", span, err)
+	}
+	return max(est, n), nil
 }
 
 // maxMedianScanKeys bounds the keys MedianKey reads; past it, the median of what was read

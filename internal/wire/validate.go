@@ -272,8 +272,12 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		}
 		return nil
 	case *peerpb.Envelope_RaftSnapshotOffer:
+		// A snapshot transfer is part of the group's protocol: between members, or nodes a
+		// move has dropped from the placement that are still in the group until the change
+		// that removes them commits (a leader being removed may have to catch up the voter
+		// it hands over to).
 		o := m.RaftSnapshotOffer
-		if err := pc.partition(o.Keyspace, o.Partition, senderReplica, from, true); err != nil {
+		if err := pc.groupMember(o.Keyspace, o.Partition, from); err != nil {
 			return err
 		}
 		if len(o.SnapshotId) > maxSnapshotIDBytes || o.Size < 0 || len(o.Message) > MaxRaftMessageBytes(pc.Limits) {
@@ -282,7 +286,7 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		return nil
 	case *peerpb.Envelope_RaftSnapshotRequest:
 		r := m.RaftSnapshotRequest
-		if err := pc.partition(r.Keyspace, r.Partition, senderReplica, from, true); err != nil {
+		if err := pc.groupMember(r.Keyspace, r.Partition, from); err != nil {
 			return err
 		}
 		if len(r.SnapshotId) > maxSnapshotIDBytes || r.Offset < 0 || r.Length <= 0 || r.Length > MaxSnapshotChunkBytes {
@@ -291,7 +295,7 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		return nil
 	case *peerpb.Envelope_RaftSnapshotChunk:
 		c := m.RaftSnapshotChunk
-		if err := pc.partition(c.Keyspace, c.Partition, senderReplica, from, true); err != nil {
+		if err := pc.groupMember(c.Keyspace, c.Partition, from); err != nil {
 			return err
 		}
 		if len(c.SnapshotId) > maxSnapshotIDBytes || c.Offset < 0 || len(c.Data) > MaxSnapshotChunkBytes || len(c.Error) > 4096 {

@@ -35,9 +35,9 @@ import (
 //     merged into Add's storage without touching the writes Add already took), and every old
 //     replica, from the moment it applied the move, runs catch-up rounds with Add: both
 //     compare, per key, the newest version not newer than a version T0 chosen by the old
-//     replica then (its clock plus the largest future a peer's version may have), and the old
-//     replica pushes what Add lacks, until Add holds, for every key, at least what that old
-//     replica held at T0. Once Add holds what a majority of the old set held (and every live
+//     replica then (its hybrid clock, which has observed every version it applied), and the
+//     old replica pushes what Add lacks, until Add holds, for every key, at least what that
+//     old replica held at T0. Once Add holds what a majority of the old set held (and every live
 //     old replica of its region, for the LOCAL levels), it reports that it has caught up.
 //  3. move_finish: the new set becomes the replicas. Remove drops its data when it applies it.
 //
@@ -49,7 +49,7 @@ import (
 
 const (
 	// moveRoundInterval spaces an old replica's catch-up rounds with the new one.
-	moveRoundInterval = 500 * time.Millisecond
+	moveRoundInterval = 250 * time.Millisecond
 	// moveAskInterval: the new replica asks its source for the snapshot again this often
 	// until the source answers (it may not have applied the move yet).
 	moveAskInterval = time.Second
@@ -417,14 +417,18 @@ func (c *Core) tickMoves(now time.Time) {
 			continue
 		}
 		if o.at.IsZero() {
-			o.at = hlc.Version{WallNanos: now.Add(c.maxFuture()).UnixNano(), Logical: math.MaxUint32, NodeID: math.MaxUint32}
+			// T0: this node's hybrid clock, which has observed every version it applied, so
+			// every write it took before it applied the move is at or below it (writes of
+			// coordinators that had not heard of the move are refused since: the fence).
+			o.at = c.Clock.Now(now)
+			o.at.Logical, o.at.NodeID = math.MaxUint32, math.MaxUint32
 		}
 		o.lastRound = now
 		c.mv.nextRound++
 		o.round = c.mv.nextRound
 		c.mv.stats.CatchUpRounds.Add(1)
-		c.AddJob(Job{Kind: JobSendDigest, Peer: o.add, RoundID: o.round, Keyspace: k.keyspace, Partition: k.partition,
-			Span: o.span, MoveID: k.id, At: o.at})
+		c.AddJob(catchUpJob{Job{Kind: JobSendDigest, Peer: o.add, RoundID: o.round, Keyspace: k.keyspace, Partition: k.partition,
+			Span: o.span, MoveID: k.id, At: o.at}})
 	}
 	for _, id := range slices.Sorted(maps.Keys(c.mv.exports)) {
 		if now.Sub(c.mv.exports[id].last) > moveIdle {
@@ -637,8 +641,8 @@ func (c *Core) catchUpDigest(from uint32, d *peerpb.AEDigest, span storage.Span)
 	if in == nil || in.phase != phaseDone || !slices.Contains(in.old, from) || len(d.BucketHashes) != aeBuckets {
 		return
 	}
-	c.AddJob(Job{Kind: JobCompareDigest, Peer: from, RoundID: d.RoundId, Keyspace: d.Keyspace, Partition: d.Partition,
-		Span: span, Hashes: d.BucketHashes, MoveID: d.MoveId, At: versionOf(d.At)})
+	c.AddJob(catchUpJob{Job{Kind: JobCompareDigest, Peer: from, RoundID: d.RoundId, Keyspace: d.Keyspace, Partition: d.Partition,
+		Span: span, Hashes: d.BucketHashes, MoveID: d.MoveId, At: versionOf(d.At)}})
 }
 
 // catchUpKeys takes the new replica's answer to a catch-up round (this node is an old
@@ -657,8 +661,8 @@ func (c *Core) catchUpKeys(from uint32, k *peerpb.AEKeys, span storage.Span) {
 		o.done = true
 		return
 	}
-	c.AddJob(Job{Kind: JobReconcile, Peer: from, RoundID: k.RoundId, Keyspace: k.Keyspace, Partition: k.Partition, Span: span,
-		Buckets: k.Buckets, Entries: k.Entries, Truncated: k.Truncated, MoveID: k.MoveId, At: versionOf(k.At)})
+	c.AddJob(catchUpJob{Job{Kind: JobReconcile, Peer: from, RoundID: k.RoundId, Keyspace: k.Keyspace, Partition: k.Partition, Span: span,
+		Buckets: k.Buckets, Entries: k.Entries, Truncated: k.Truncated, MoveID: k.MoveId, At: versionOf(k.At)}})
 }
 
 // catchUpPush applies an old replica's catch-up push; a push that says the round found
@@ -683,6 +687,12 @@ func versionOf(v *peerpb.Version) hlc.Version {
 	}
 	return hlc.Version{WallNanos: v.WallNanos, Logical: v.Logical, NodeID: v.NodeId}
 }
+
+// catchUpJob is a catch-up round's step: run as soon as possible (a move waits for it), not
+// paced like background repair.
+type catchUpJob struct{ Job }
+
+func (catchUpJob) Unpaced() {}
 
 // moveExportJob exports a range for a new replica and answers with the file's size.
 type moveExportJob struct {
@@ -797,7 +807,7 @@ var MoveMutationHints = map[string]engine.SimHints{
 	// linearizability (which quorum reads with blocking read repair keep when clocks agree)
 	// is what shows it.
 	"catch-up-snapshot-only": {NodesPerRegion: 2, MoveEvery: 100 * time.Millisecond, Faults: []string{"partition", "loss"},
-		PartitionEvery: 3 * time.Second, Linearizability: true},
+		PartitionEvery: time.Second, Linearizability: true},
 }
 
 // WithMoveMutations returns the union of a protocol's own mutations (or hints) and the

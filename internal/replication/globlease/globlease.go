@@ -709,7 +709,11 @@ func (c *Engine) glHandleForward(now time.Time, from uint32, m *peerpb.GlForward
 	}
 	// Give up a one-way delay (and ε) before the coordinator does, so that the explanation
 	// of a timeout here reaches it in time.
-	opDeadline := deadline.Add(-c.Cfg.Topology.OneWay(c.SelfRegion, c.Region[from]) - c.Cfg.MaxClockOffset - 5*time.Millisecond)
+	var oneWay time.Duration
+	if t := c.Cfg.Topology; t != nil && t.HasRegion(c.SelfRegion) && t.HasRegion(c.Region[from]) {
+		oneWay = t.OneWay(c.SelfRegion, c.Region[from])
+	}
+	opDeadline := deadline.Add(-oneWay - c.Cfg.MaxClockOffset - 5*time.Millisecond)
 	if opDeadline.Before(now) {
 		opDeadline = now
 	}

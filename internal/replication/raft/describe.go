@@ -22,6 +22,15 @@ func DescribeMessage(env *peerpb.Envelope, _ func(*peerpb.Version) string) (stri
 			parts = append(parts, describeRaft(r))
 		}
 		return fmt.Sprintf("%d->%d raft_batch [%s]", env.From, env.To, strings.Join(parts, "; ")), true
+	case *peerpb.Envelope_RaftRemoved:
+		r := m.RaftRemoved
+		if r.GetConfIndex() == 0 {
+			return fmt.Sprintf("%d->%d raft_removed? %s/%d", env.From, env.To, r.GetKeyspace(), r.GetPartition()), true
+		}
+		return fmt.Sprintf("%d->%d raft_removed %s/%d conf_index=%d", env.From, env.To, r.GetKeyspace(), r.GetPartition(), r.GetConfIndex()), true
+	case *peerpb.Envelope_RaftSnapshotOffer:
+		o := m.RaftSnapshotOffer
+		return fmt.Sprintf("%d->%d raft_snapshot_offer %s/%d %s (%d bytes)", env.From, env.To, o.GetKeyspace(), o.GetPartition(), o.GetSnapshotId(), o.GetSize()), true
 	}
 	return "", false
 }

@@ -211,7 +211,13 @@ func (e *Engine) SetPlacement(m *placement.Map) {
 			seen[k] = true
 			g := e.groups[k]
 			if g == nil {
-				if !p.HasMember(e.cfg.NodeID) {
+				// A node a move dropped from the placement stays a member of the group until
+				// the change that removes it commits, and that change may need its vote: if
+				// it restarts before (its replica's state is still on disk), it loads the
+				// group again and stays until removed (the simulator found a joint
+				// configuration that could never leave when such a node did not: seed 373
+				// with moves and a crash of every node).
+				if !p.HasMember(e.cfg.NodeID) && !(p.HasDeparted(e.cfg.NodeID) && e.hasGroupState(groupID(k))) {
 					continue
 				}
 				if err := e.addGroup(k, p, opts, region); err != nil {
@@ -287,10 +293,12 @@ func (e *Engine) refreshPeers() {
 }
 
 func (e *Engine) rttTo(id uint32) time.Duration {
-	if e.cfg.Topology == nil {
+	from, to := e.regionOf(e.cfg.NodeID), e.regionOf(id)
+	if e.cfg.Topology == nil || !e.cfg.Topology.HasRegion(from) || !e.cfg.Topology.HasRegion(to) {
+		// A member this node has not learnt of yet (it joined moments ago): no distance.
 		return 0
 	}
-	return e.cfg.Topology.RTT(e.regionOf(e.cfg.NodeID), e.regionOf(id))
+	return e.cfg.Topology.RTT(from, to)
 }
 
 func (e *Engine) regionOf(node uint32) string {
@@ -306,6 +314,13 @@ func (e *Engine) regionOf(node uint32) string {
 // snapshot at index 1 whose configuration is the partition's founding members (every founder
 // the same way, so they agree without a round of configuration changes); any other member
 // starts empty and waits for its leader's snapshot.
+// hasGroupState reports whether this node's storage holds a group's Raft state (a replica
+// it has not deleted).
+func (e *Engine) hasGroupState(id uint64) bool {
+	_, found, err := e.store.GetRaw(stateKey(id, kindHard))
+	return err == nil && found
+}
+
 func (e *Engine) addGroup(k groupKey, p *placement.Partition, opts config.RaftOptions, leaderRegion string) error {
 	id := groupID(k)
 	if other, dup := e.byID[id]; dup {

@@ -309,6 +309,8 @@ func (e *Engine) overtaken(g *group, cmd *peerpb.RaftCommand, data []byte, appli
 	p.data = b
 	if err := g.rn.Propose(b); err != nil {
 		p.heldSince = e.lastNow // no leader: retried at the next leader change
+	} else {
+		p.proposed = true
 	}
 	e.stats.Reproposed.Add(1)
 	e.markDirty(g)

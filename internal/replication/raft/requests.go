@@ -33,6 +33,12 @@ type pendingReq struct {
 	data []byte
 	// heldSince is when a request that found no leader was held (zero: proposed).
 	heldSince time.Time
+	// proposed: a proposal of this write has left this node (or the write was forwarded), so
+	// it may commit even if this node never learns of it; failing it is then ambiguous
+	// (errs.Timeout), never a definite failure (the simulator found a write failed as
+	// Unavailable when its node left the group, though its proposal committed: seed 165
+	// with moves).
+	proposed bool
 	// forwardedTo is the node a request was forwarded to (0: served here).
 	forwardedTo uint32
 	// moveTo is the region an OpMoveMaster waits for the leader to reach.
@@ -133,6 +139,8 @@ func (e *Engine) proposeAt(now time.Time, g *group, req engine.Request) {
 			// Dropped by a leader handing over (or over its uncommitted-log bound): held
 			// like a request without a leader, proposed again at the next leader change.
 			pr.heldSince = now
+		} else {
+			pr.proposed = true
 		}
 		e.track(req, pr)
 	case engine.OpMoveMaster:
@@ -140,6 +148,12 @@ func (e *Engine) proposeAt(now time.Time, g *group, req engine.Request) {
 	default:
 		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Invalid, "keyspace %q uses protocol %s, which has no %s operation", req.Keyspace, e.protocol, req.Op)})
 	}
+}
+
+// ambiguous reports whether failing p now leaves its outcome unknown: a write of which a
+// proposal (or forward) has left this node.
+func (p *pendingReq) ambiguous() bool {
+	return p.req.Op.IsWrite() && (p.proposed || p.forwardedTo != 0)
 }
 
 // track remembers a pending request.
@@ -303,9 +317,13 @@ func (e *Engine) expire(now time.Time) {
 	for _, id := range expired {
 		p, _ := e.untrack(id)
 		if p.group != nil && !p.heldSince.IsZero() {
-			e.reply(engine.Result{ID: id, Op: p.req.Op, Err: errs.New(errs.Unavailable,
-				"keyspace %q partition %d has had no Raft leader for %v (no majority reachable?); retry, or read at STALE",
-				p.group.key.keyspace, p.group.key.partition, now.Sub(p.heldSince).Round(time.Millisecond))})
+			kind, after := errs.Unavailable, "retry, or read at STALE"
+			if p.ambiguous() {
+				kind, after = errs.Timeout, "the write was proposed before and may still apply"
+			}
+			e.reply(engine.Result{ID: id, Op: p.req.Op, Err: errs.New(kind,
+				"keyspace %q partition %d has had no Raft leader for %v (no majority reachable?); %s",
+				p.group.key.keyspace, p.group.key.partition, now.Sub(p.heldSince).Round(time.Millisecond), after)})
 			continue
 		}
 		var what string
@@ -343,7 +361,9 @@ func (e *Engine) retryPending(g *group) {
 		}
 		p.heldSince = time.Time{}
 		if p.data != nil {
-			_ = g.rn.Propose(p.data) // dropped again: the next leader change retries it
+			if g.rn.Propose(p.data) == nil { // dropped again: the next leader change retries it
+				p.proposed = true
+			}
 		} else if p.req.Op == engine.OpGet {
 			g.rn.ReadIndex(e.readCtx(id))
 		}
@@ -361,6 +381,10 @@ func (e *Engine) failGroup(g *group, why string, internal bool) {
 	}
 	for _, id := range e.pendingIDs(g) {
 		p, _ := e.untrack(id)
+		if p.ambiguous() {
+			e.reply(engine.Result{ID: id, Op: p.req.Op, Err: errs.New(errs.Timeout, "keyspace %q partition %d: Raft group out of service here (%s); the write was proposed and may still apply", g.key.keyspace, g.key.partition, why)})
+			continue
+		}
 		e.reply(engine.Result{ID: id, Op: p.req.Op, Err: errs.New(kind, "keyspace %q partition %d: Raft group out of service here: %s", g.key.keyspace, g.key.partition, why)})
 	}
 	for _, w := range g.waiting {

@@ -274,11 +274,21 @@ func (e *Engine) stepOffer(now time.Time, from uint32, o *peerpb.RaftSnapshotOff
 		e.markDirty(g)
 		return
 	}
-	if g.receiving != nil {
-		if g.receiving.id == o.GetSnapshotId() {
+	if rx := g.receiving; rx != nil {
+		if rx.id == o.GetSnapshotId() {
 			e.resendRequests(now, g, true) // the leader offers again: our requests were lost
+			return
 		}
-		return // one at a time; the leader offers again after this one ends
+		if rx.from == from || rx.checking || m.GetTerm() < rx.msg.GetTerm() {
+			return // one at a time; the leader offers again after this one ends
+		}
+		// Another leader, of the same term or a later one, offers: the transfer under way
+		// comes from a node that has lost its leadership, perhaps because a move removed it
+		// from the group, and then its chunks never come (the runtime drops messages about a
+		// partition to a node that is no longer its replica). Waiting for snapshotIdle would
+		// hold up the group: a joint configuration whose outgoing majority needs this
+		// replica cannot leave (the simulator found this: seed 127 with moves).
+		e.abortReceive(g, "superseded by a newer leader's snapshot")
 	}
 	if mk.GetState().GetIndex() <= g.applied {
 		// Nothing to install: raft answers with where this replica is.

@@ -221,6 +221,68 @@ func (n *Node) watchCatalog(writes []storage.Record) {
 	}
 }
 
+// reloadCatalog installs the catalog from the metadata records in storage, after a snapshot
+// of the metadata group replaced them (a node that joins, or one far behind, catches up by
+// snapshot, and a snapshot's records never pass through watchCatalog): keyspaces newer there
+// are installed, keyspaces of the metadata that it no longer holds are dropped, and the node
+// records become the membership. Runs in the committer, like watchCatalog.
+func (n *Node) reloadCatalog() {
+	pm := n.pmap.Load()
+	seen := map[string]bool{}
+	m := n.memb.Load()
+	changed := false
+	err := n.store.Scan(storage.KeyspaceSpan(metadata.Keyspace), 0, func(r storage.Record) bool {
+		if r.Tombstone {
+			return true
+		}
+		if metadata.IsNodeKey(r.Key) {
+			if rec, err := metadata.DecodeNode(r.Value); err == nil {
+				if old, ok := m.records[rec.ID]; !ok || old.Version < rec.Version {
+					m = m.with(rec, time.Now())
+					n.noteOwnState(rec)
+					changed = true
+				}
+			}
+			return true
+		}
+		name, ok := metadata.IsKeyspaceKey(r.Key)
+		if !ok || strings.HasPrefix(name, "_") {
+			return true
+		}
+		rec, err := metadata.DecodeKeyspace(r.Value)
+		if err != nil {
+			return true
+		}
+		seen[name] = true
+		if cur, ok := pm.Keyspace(name); ok && cur.Version >= rec.Version && cur.Version != 0 {
+			return true
+		}
+		pm, changed = pm.With(rec.Placement()), true
+		n.log.Info("keyspace installed from a metadata snapshot", "keyspace", name, "placement_version", rec.Version)
+		return true
+	})
+	if err != nil {
+		n.log.Error("could not read the catalog after a metadata snapshot", "err", err)
+		return
+	}
+	for name, ks := range pm.Keyspaces {
+		if strings.HasPrefix(name, "_") || seen[name] || ks.Version == 0 {
+			continue
+		}
+		pm, changed = pm.Without(name), true
+		if err := n.store.DeleteKeyspace(name); err != nil {
+			n.log.Error("could not delete a dropped keyspace's data", "keyspace", name, "err", err)
+		}
+		n.log.Info("keyspace dropped (absent from a metadata snapshot)", "keyspace", name)
+	}
+	if m != n.memb.Load() {
+		pm = n.setMembership(m, pm)
+	}
+	if changed {
+		n.pmap.Store(pm)
+	}
+}
+
 // admitWrites drops the records of keyspaces that are not (any more) in the placement: an
 // engine's write for a keyspace dropped meanwhile must not outlive the drop.
 func (n *Node) admitWrites(writes []storage.Record) []storage.Record {

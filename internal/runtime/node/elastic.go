@@ -35,11 +35,18 @@ const (
 	loadSampleEvery = 8
 	// hitsAlpha is α of Eq. 3 (the weight of the last interval's hits).
 	hitsAlpha = 0.5
-	// statsFresh: a member whose statistics are older than this many intervals counts as
-	// down for the driver.
-	statsFresh = 3
-	// actionTimeout bounds one driver action's metadata command.
-	actionTimeout = 5 * time.Second
+	// statsFresh and statsFreshMin: a member whose statistics are older than this many
+	// intervals, and than statsFreshMin, counts as down for the driver (statistics queue
+	// behind bulk transfers on a busy link: a slow one must not look like a dead node).
+	statsFresh    = 3
+	statsFreshMin = 5 * time.Second
+	// actionTimeout bounds one driver action's metadata command; driverParallel bounds the
+	// commands of one plan in flight at once.
+	actionTimeout  = 5 * time.Second
+	driverParallel = 8
+	// exactSpanBytes: a partition replica estimated below this size is measured exactly (a
+	// scan of at most a few memtables' worth), so unflushed data counts.
+	exactSpanBytes = 8 << 20
 )
 
 // partLoad counts the requests this node coordinated on one partition.
@@ -190,9 +197,9 @@ func (n *Node) collectStats(now time.Time, interval time.Duration) *peerpb.NodeS
 			if !p.Holds(n.self.ID) && rate == 0 {
 				continue
 			}
-			ps := &peerpb.PartitionStats{Keyspace: name, Partition: p.ID, Hits: n.el.hits[pk], Rate: rate, Version: ks.Version}
+			ps := &peerpb.PartitionStats{Keyspace: name, Partition: p.ID, Hits: n.el.hits[pk], Rate: rate, Version: ks.Version, Start: p.Start, End: p.End}
 			if p.Holds(n.self.ID) {
-				if b, err := n.store.EstimateSpanBytes(p.Span(name)); err == nil {
+				if b, err := n.store.SpanBytes(p.Span(name), exactSpanBytes); err == nil {
 					ps.Bytes = int64(b)
 				}
 				if eo.SplitBytes > 0 && ps.Bytes > eo.SplitBytes && p.Move == nil {
@@ -254,7 +261,7 @@ func (n *Node) fresh(id uint32, now time.Time) (bool, time.Duration) {
 	if id == n.self.ID {
 		return true, 0
 	}
-	limit := statsFresh * n.opts.Cluster.Elasticity.Interval
+	limit := max(statsFresh*n.opts.Cluster.Elasticity.Interval, statsFreshMin)
 	ps, ok := n.el.peers[id]
 	if !ok {
 		since := now.Sub(n.el.started)
@@ -298,8 +305,8 @@ func (n *Node) elasticState(now time.Time) elascass.State {
 	}
 	for _, name := range sortedKeyspaces(pm) {
 		ks := pm.Keyspaces[name]
-		if !movable(ks) {
-			continue
+		if !movable(ks) || ks.Version == 0 {
+			continue // version 0: a configuration keyspace the metadata does not hold yet
 		}
 		spec, _ := config.Protocol(ks.Spec.Protocol)
 		eo, _ := config.ElasticOptionsOf(ks.Spec.Options)
@@ -321,14 +328,18 @@ func (n *Node) elasticState(now time.Time) elascass.State {
 		for _, p := range ps.msg.Partitions {
 			pk := elascass.PartKey{Keyspace: p.Keyspace, Partition: p.Partition}
 			ks, ok := pm.Keyspace(p.Keyspace)
-			if !ok || ks.Version != p.Version {
+			if !ok {
 				continue
+			}
+			if cur, ok := ks.Partition(p.Partition); !ok || !bytes.Equal(cur.Start, p.Start) || !bytes.Equal(cur.End, p.End) {
+				continue // the partition split or merged since: what was measured is stale
 			}
 			if st.Replicas[id] == nil {
 				st.Replicas[id] = map[elascass.PartKey]elascass.ReplicaStat{}
 			}
 			st.Replicas[id][pk] = elascass.ReplicaStat{Bytes: p.Bytes, Hits: p.Hits}
 			agg := st.Partitions[pk]
+			agg.Known = true
 			agg.Bytes = max(agg.Bytes, p.Bytes)
 			agg.Rate += p.Rate
 			if len(p.SplitKey) > 0 && agg.SplitKey == nil {
@@ -364,15 +375,27 @@ func (n *Node) drive(now time.Time) {
 		}
 		n.el.driver = d
 	}
-	for _, a := range n.el.driver.Plan(n.elasticState(now)) {
-		if err := n.act(a); err != nil {
-			if k := errs.KindOf(err); k != errs.Conflict && k != errs.Invalid {
-				n.log.Warn("placement driver: change not made", "change", a.String(), "err", err)
+	// The changes are independent (each names its own partition or node, and each is
+	// checked against the catalog as it is when it applies): proposed together, a few at a
+	// time, so that a plan costs about one metadata round trip, not one per change.
+	acts := n.el.driver.Plan(n.elasticState(now))
+	sem := make(chan struct{}, driverParallel)
+	var wg sync.WaitGroup
+	for _, a := range acts {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(a elascass.Action) {
+			defer func() { <-sem; wg.Done() }()
+			if err := n.act(a); err != nil {
+				if k := errs.KindOf(err); k != errs.Conflict {
+					n.log.Warn("placement driver: change not made", "change", a.String(), "err", err)
+				}
+				return
 			}
-			continue
-		}
-		n.log.Info("placement driver", "change", a.String())
+			n.log.Info("placement driver", "change", a.String())
+		}(a)
 	}
+	wg.Wait()
 }
 
 // act proposes one driver action to the cluster metadata.
@@ -382,9 +405,13 @@ func (n *Node) act(a elascass.Action) error {
 	var cmd metadata.Command
 	switch a.Kind {
 	case elascass.ActSplit:
-		cmd = metadata.Command{Op: metadata.OpSplit, Name: a.Keyspace, Partition: a.Partition, SplitKey: a.SplitKey, ExpectVersion: a.Version}
+		// Not conditional on the keyspace's version: a plan's splits of different partitions
+		// would conflict with each other. The catalog checks that the key is still inside
+		// the partition, which is all a split needs.
+		cmd = metadata.Command{Op: metadata.OpSplit, Name: a.Keyspace, Partition: a.Partition, SplitKey: a.SplitKey}
 	case elascass.ActMerge:
-		cmd = metadata.Command{Op: metadata.OpMerge, Name: a.Keyspace, Partition: a.Partition, ExpectVersion: a.Version}
+		// The catalog checks the neighbours are on the same replicas and not moving.
+		cmd = metadata.Command{Op: metadata.OpMerge, Name: a.Keyspace, Partition: a.Partition}
 	case elascass.ActStartMove:
 		mv := a.Move
 		cmd = metadata.Command{Op: metadata.OpMoveStart, Name: a.Keyspace, Partition: a.Partition, Move: &mv}

@@ -303,7 +303,7 @@ func (n *Node) nearestSource(p *placement.Partition, remove uint32) uint32 {
 		}
 		m, _ := n.Member(r)
 		rtt := time.Duration(0)
-		if n.opts.Cluster.Topology != nil && m.Region != region {
+		if t := n.opts.Cluster.Topology; t != nil && m.Region != region && t.HasRegion(m.Region) && t.HasRegion(region) {
 			rtt = n.opts.Cluster.Topology.RTT(region, m.Region)
 		}
 		if rtt < bestRTT {

@@ -27,6 +27,7 @@ import (
 	"meridian/internal/engine"
 	"meridian/internal/errs"
 	"meridian/internal/hlc"
+	"meridian/internal/metadata"
 	"meridian/internal/placement"
 	_ "meridian/internal/replication/all" // the runtime hosts every registered protocol
 	"meridian/internal/runtime/transport"
@@ -98,8 +99,11 @@ type Node struct {
 	inbox    chan input
 	commitCh chan engine.Ready
 	jobCh    chan engine.Job
-	stop     chan struct{}
-	wg       sync.WaitGroup
+	// fastJobCh carries the unpaced jobs (snapshot transfers, a move's catch-up): their own
+	// worker, so that they never wait behind a paced repair scan's pause.
+	fastJobCh chan engine.Job
+	stop      chan struct{}
+	wg        sync.WaitGroup
 
 	nextID  atomic.Uint64
 	waiters sync.Map // request ID → chan engine.Result
@@ -163,17 +167,18 @@ func Start(opts Options) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		opts:     opts,
-		self:     self,
-		store:    store,
-		clock:    opts.Clock,
-		log:      opts.Logger.With("node", self.Name),
-		inbox:    make(chan input, opts.InboxLen),
-		commitCh: make(chan engine.Ready, 1024),
-		jobCh:    make(chan engine.Job, 4096),
-		stop:     make(chan struct{}),
-		removed:  make(chan struct{}),
-		logs:     newRateLog(time.Minute),
+		opts:      opts,
+		self:      self,
+		store:     store,
+		clock:     opts.Clock,
+		log:       opts.Logger.With("node", self.Name),
+		inbox:     make(chan input, opts.InboxLen),
+		commitCh:  make(chan engine.Ready, 1024),
+		jobCh:     make(chan engine.Job, 4096),
+		fastJobCh: make(chan engine.Job, 4096),
+		stop:      make(chan struct{}),
+		removed:   make(chan struct{}),
+		logs:      newRateLog(time.Minute),
 	}
 	n.memb.Store(newMembership(opts.Cluster.Nodes, nil))
 	n.el.peers, n.el.hits, n.el.lastCount, n.el.started = map[uint32]peerStats{}, map[elascass.PartKey]float64{}, map[elascass.PartKey]int64{}, opts.Clock.Now()
@@ -214,11 +219,12 @@ func Start(opts Options) (*Node, error) {
 		n.pmap.Store(n.setMembership(m, n.pmap.Load()))
 		n.host.SetPlacement(n.pmap.Load())
 	}
-	n.wg.Add(6)
+	n.wg.Add(7)
 	go n.elasticLoop()
 	go n.loop()
 	go n.committer()
-	go n.jobWorker()
+	go n.jobWorker(n.jobCh)
+	go n.jobWorker(n.fastJobCh)
 	go n.diskWatcher()
 	go n.importCatalog()
 	n.log.Info("node started", "region", self.Region, "data_dir", opts.DataDir)
@@ -492,7 +498,16 @@ func (n *Node) committer() {
 					n.storageFailed(batch, err)
 					break
 				}
-				n.log.Info("partition replica replaced by a snapshot", "span", in.Span.String())
+				switch {
+				case in.Span.Keyspace == metadata.Keyspace:
+					n.reloadCatalog()
+				case in.Merge:
+					n.log.Debug("snapshot merged into a new replica", "span", in.Span.String())
+				case in.File == "":
+					n.log.Debug("range deleted (this node no longer holds it)", "span", in.Span.String())
+				default:
+					n.log.Info("partition replica replaced by a snapshot", "span", in.Span.String())
+				}
 			}
 		}
 		if n.failed.Load() != nil {
@@ -519,7 +534,7 @@ func (n *Node) committer() {
 			}
 			for _, j := range rd.Jobs {
 				select {
-				case n.jobCh <- j:
+				case n.jobQueue(j) <- j:
 				default:
 					n.m.dropped.WithLabelValues("ae_job_queue_full").Inc()
 				}
@@ -580,14 +595,22 @@ func (n *Node) complete(r engine.Result) {
 	}
 }
 
-// jobWorker runs anti-entropy jobs off the event loop.
-func (n *Node) jobWorker() {
+// jobQueue is the worker queue of job j.
+func (n *Node) jobQueue(j engine.Job) chan engine.Job {
+	if _, unpaced := j.(engine.Unpaced); unpaced {
+		return n.fastJobCh
+	}
+	return n.jobCh
+}
+
+// jobWorker runs jobs off the event loop, from ch (the paced or the unpaced queue).
+func (n *Node) jobWorker(ch chan engine.Job) {
 	defer n.wg.Done()
 	for {
 		select {
 		case <-n.stop:
 			return
-		case j := <-n.jobCh:
+		case j := <-ch:
 			start := time.Now()
 			envs, err := j.Run(n.store, n.self.ID)
 			// Pace background scans to a tenth of one core: a repair round scans whole

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -432,5 +433,55 @@ func TestGRPCBatchesStayWithinTheirBounds(t *testing.T) {
 		if w := env.GetWrite(); w == nil || w.RequestId != uint64(i) || len(w.Record.Value) != len(value) {
 			t.Fatalf("position %d holds request %d", i, w.GetRequestId())
 		}
+	}
+}
+
+func (c *collector) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.got)
+}
+
+// A node that joins the running cluster: the receiver refuses its streams until its
+// membership lists it (SetMembers), then takes them; once it leaves the membership again,
+// its streams are refused.
+func TestGRPCMembershipChanges(t *testing.T) {
+	_, nodes, col, _, recv := startReceiver(t)
+	joined := PeerNode{ID: 3, Name: "n3", Addr: "127.0.0.1:1"}
+	send, err := NewGRPC(GRPCOptions{Cluster: "t", Self: 3, Nodes: append(slices.Clone(nodes), joined), MaxBackoff: 20 * time.Millisecond}, func(*peerpb.Envelope) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer send.Close()
+	for range 20 {
+		send.Send(hb(3, 2, 1))
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := col.count(); n != 0 {
+		t.Fatalf("%d messages of a node that is not a member yet were delivered", n)
+	}
+	if recv.refusedCount.Load() == 0 {
+		t.Fatal("no stream of the stranger was refused")
+	}
+	if err := recv.SetMembers(append(slices.Clone(nodes), joined)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for col.count() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the joined node's messages never arrived")
+		}
+		send.Send(hb(3, 2, 2))
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Leaving: refused again (a new stream; the old one's messages are checked on arrival).
+	if err := recv.SetMembers(nodes); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := recv.view.Load().members[3]; ok {
+		t.Fatal("node 3 still a member after it left")
+	}
+	if err := recv.SetMembers([]PeerNode{{ID: 1, Name: "n1"}}); err == nil {
+		t.Fatal("a member without a peer address accepted")
 	}
 }

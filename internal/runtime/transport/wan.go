@@ -3,6 +3,7 @@ package transport
 import (
 	"container/heap"
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -24,22 +25,30 @@ type WANOptions struct {
 	// MaxInFlight bounds the messages queued in the network; beyond it Send drops.
 	// Default 1,000,000.
 	MaxInFlight int
+	// NodeBandwidth, when > 0, is every node's network bandwidth in bytes per second, each
+	// way: a message occupies its sender's uplink and then its receiver's downlink for its
+	// size over the bandwidth, one message after another. Bulk transfers (snapshots of
+	// moving replicas) then take the time a real link gives them, and delay the requests
+	// queued behind them, so that the emulated nodes, not the host, limit data movement.
+	NodeBandwidth float64
 }
 
 // WAN is an in-process network that delays every message by the one-way latency of its
 // region pair. One goroutine delivers messages in due order. Create endpoints with Attach.
 type WAN struct {
-	opts    WANOptions
-	mu      sync.Mutex
-	rng     *rand.Rand
-	queue   deliveryHeap
-	seq     uint64
-	regions map[uint32]string
-	nodes   map[uint32]*wanEndpoint
-	lastDue map[[2]uint32]time.Time // per link: due time of the last message (FIFO)
-	wake    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
+	opts     WANOptions
+	mu       sync.Mutex
+	rng      *rand.Rand
+	queue    deliveryHeap
+	seq      uint64
+	regions  map[uint32]string
+	nodes    map[uint32]*wanEndpoint
+	lastDue  map[[2]uint32]time.Time // per link: due time of the last message (FIFO)
+	upFree   map[uint32]time.Time    // per node: when its uplink is free (NodeBandwidth)
+	downFree map[uint32]time.Time    // per node: when its downlink is free
+	wake     chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 type delivery struct {
@@ -77,15 +86,20 @@ func NewWAN(opts WANOptions) (*WAN, error) {
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = 1_000_000
 	}
+	if opts.NodeBandwidth < 0 {
+		return nil, fmt.Errorf("transport: WAN node bandwidth %v is negative", opts.NodeBandwidth)
+	}
 	w := &WAN{
-		opts:    opts,
-		rng:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
-		regions: map[uint32]string{},
-		nodes:   map[uint32]*wanEndpoint{},
-		lastDue: map[[2]uint32]time.Time{},
-		wake:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		opts:     opts,
+		rng:      rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
+		regions:  map[uint32]string{},
+		nodes:    map[uint32]*wanEndpoint{},
+		lastDue:  map[[2]uint32]time.Time{},
+		upFree:   map[uint32]time.Time{},
+		downFree: map[uint32]time.Time{},
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	go w.run()
 	return w, nil
@@ -126,6 +140,10 @@ func (w *WAN) Close() {
 
 func (w *WAN) send(env *peerpb.Envelope) bool {
 	now := time.Now()
+	size := 0
+	if w.opts.NodeBandwidth > 0 {
+		size = proto.Size(env)
+	}
 	w.mu.Lock()
 	from, okFrom := w.regions[env.From]
 	to, okTo := w.regions[env.To]
@@ -138,6 +156,14 @@ func (w *WAN) send(env *peerpb.Envelope) bool {
 		delay += time.Duration(w.rng.Int64N(int64(w.opts.Jitter)))
 	}
 	due := now.Add(delay)
+	if size > 0 {
+		// The sender's uplink, the wire, then the receiver's downlink (each FIFO).
+		tx := time.Duration(float64(size) / w.opts.NodeBandwidth * float64(time.Second))
+		sent := maxTime(now, w.upFree[env.From]).Add(tx)
+		w.upFree[env.From] = sent
+		due = maxTime(sent.Add(delay), w.downFree[env.To].Add(tx))
+		w.downFree[env.To] = due
+	}
 	link := [2]uint32{env.From, env.To}
 	if last := w.lastDue[link]; due.Before(last) {
 		due = last
@@ -154,6 +180,13 @@ func (w *WAN) send(env *peerpb.Envelope) bool {
 		}
 	}
 	return true
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (w *WAN) run() {

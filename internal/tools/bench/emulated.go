@@ -30,6 +30,10 @@ type Cluster struct {
 	Services []*server.Service
 	wan      *transport.WAN
 	caps     []*capacity // per node; nil entries: unlimited
+	opts     ClusterOptions
+	// mu guards Nodes, Services and caps against Join and Remove (the benchmark's clients
+	// read them when they connect).
+	mu sync.Mutex
 }
 
 // ClusterOptions describes an emulated cluster.
@@ -51,6 +55,13 @@ type ClusterOptions struct {
 	// size (the thesis's m1.medium) so that load — a hot key's host — shapes latency, not
 	// only the network (liu-thesis Fig. 4.10).
 	NodeCapacityOps float64
+	// NodeBandwidth, when > 0, is every node's network bandwidth in bytes per second
+	// (transport.WANOptions.NodeBandwidth): data movement takes the time a link gives it.
+	NodeBandwidth float64
+	// Elasticity, when set, runs the placement driver with these settings (validated
+	// defaults for the zero fields); nil: the driver is off, so partitions and replicas stay
+	// as placed and benchmarks compare like with like.
+	Elasticity *config.Elasticity
 }
 
 // capacity is one node's service queue (NodeCapacityOps).
@@ -58,6 +69,29 @@ type capacity struct {
 	mu   sync.Mutex
 	next time.Time
 	per  time.Duration
+	// busy is the service time booked so far; lastBusy and lastAt are the utilisation
+	// meter's previous reading.
+	busy     time.Duration
+	lastBusy time.Duration
+	lastAt   time.Time
+}
+
+// utilisation is the share of the time since the last call the node spent serving: the
+// emulated node's CPU, for the placement driver (ElasCass 3.2 ranks nodes by CPU usage).
+func (c *capacity) utilisation() float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	defer func() { c.lastAt, c.lastBusy = now, c.busy }()
+	if c.lastAt.IsZero() || !now.After(c.lastAt) {
+		return 0
+	}
+	// Work booked for the future counts when it is served.
+	busy := c.busy
+	if ahead := c.next.Sub(now); ahead > 0 {
+		busy -= ahead
+	}
+	return min(1, max(0, float64(busy-c.lastBusy)/float64(now.Sub(c.lastAt))))
 }
 
 // maxQueue bounds a node's backlog: work that would wait longer is refused (overload then
@@ -78,6 +112,7 @@ func (c *capacity) reserve() (time.Time, bool) {
 		return time.Time{}, false
 	}
 	c.next = start.Add(c.per)
+	c.busy += c.per
 	return c.next, true
 }
 
@@ -128,6 +163,11 @@ func StartCluster(o ClusterOptions) (*Cluster, error) {
 		Limits:      config.DefaultLimits(),
 		AntiEntropy: config.AntiEntropy{Interval: 10 * time.Second},
 	}
+	off := false
+	cfg.Elasticity = config.Elasticity{Driver: &off}
+	if o.Elasticity != nil {
+		cfg.Elasticity = *o.Elasticity
+	}
 	id := uint32(0)
 	for _, r := range o.Topology.Regions {
 		for i := range o.NodesPerRegion {
@@ -140,54 +180,115 @@ func StartCluster(o ClusterOptions) (*Cluster, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("demo: cluster configuration: %w", err)
 	}
-	wan, err := transport.NewWAN(transport.WANOptions{Topology: o.Topology, Jitter: o.Jitter, Seed: o.Seed})
+	wan, err := transport.NewWAN(transport.WANOptions{Topology: o.Topology, Jitter: o.Jitter, Seed: o.Seed, NodeBandwidth: o.NodeBandwidth})
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Config: cfg, wan: wan}
+	c := &Cluster{Config: cfg, wan: wan, opts: o}
 	for i, nd := range cfg.Nodes {
-		nd := nd
-		var cp *capacity
-		if o.NodeCapacityOps > 0 {
-			cp = &capacity{per: time.Duration(float64(time.Second) / o.NodeCapacityOps)}
-		}
-		c.caps = append(c.caps, cp)
-		n, err := node.Start(node.Options{
-			Cluster: cfg, NodeName: nd.Name, DataDir: "/data", FS: vfs.NewMem(), Logger: o.Logger,
-			Clock: hlc.NewSystemClock(o.ClockOffsets[i]),
-			NewTransport: func(h transport.Handler) (transport.Transport, error) {
-				if cp == nil {
-					return wan.Attach(nd.ID, nd.Region, h)
-				}
-				return wan.Attach(nd.ID, nd.Region, func(env *peerpb.Envelope) {
-					if !isWork(env) {
-						h(env)
-						return
-					}
-					at, ok := cp.reserve()
-					if !ok {
-						return // overloaded: dropped, as a saturated machine's queue would
-					}
-					if d := time.Until(at); d > 0 {
-						time.AfterFunc(d, func() { h(env) })
-						return
-					}
-					h(env)
-				})
-			},
-		})
-		if err != nil {
+		if err := c.startNode(nd, nil, o.ClockOffsets[i]); err != nil {
 			c.Close()
 			return nil, err
 		}
-		c.Nodes = append(c.Nodes, n)
-		c.Services = append(c.Services, server.NewService(n))
 	}
 	return c, nil
 }
 
+// startNode starts one node of the cluster (self: a node that joined, not in the
+// configuration).
+func (c *Cluster) startNode(nd config.Node, self *config.Node, clockOffset time.Duration) error {
+	var cp *capacity
+	if c.opts.NodeCapacityOps > 0 {
+		cp = &capacity{per: time.Duration(float64(time.Second) / c.opts.NodeCapacityOps)}
+	}
+	opts := node.Options{
+		Cluster: c.Config, NodeName: nd.Name, Self: self, DataDir: "/data", FS: vfs.NewMem(), Logger: c.opts.Logger,
+		Clock: hlc.NewSystemClock(clockOffset),
+		NewTransport: func(h transport.Handler) (transport.Transport, error) {
+			if cp == nil {
+				return c.wan.Attach(nd.ID, nd.Region, h)
+			}
+			return c.wan.Attach(nd.ID, nd.Region, func(env *peerpb.Envelope) {
+				if !isWork(env) {
+					h(env)
+					return
+				}
+				at, ok := cp.reserve()
+				if !ok {
+					return // overloaded: dropped, as a saturated machine's queue would
+				}
+				if d := time.Until(at); d > 0 {
+					time.AfterFunc(d, func() { h(env) })
+					return
+				}
+				h(env)
+			})
+		},
+	}
+	if cp != nil {
+		opts.LoadMeter = cp.utilisation
+	}
+	n, err := node.Start(opts)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.Nodes = append(c.Nodes, n)
+	c.Services = append(c.Services, server.NewService(n))
+	c.caps = append(c.caps, cp)
+	c.mu.Unlock()
+	return nil
+}
+
+// Join adds a node to region of the running cluster, as meridian server --join does: the
+// cluster metadata registers it (through the first node), then it starts and the placement
+// driver gives it replicas. It returns the new node.
+func (c *Cluster) Join(ctx context.Context, region string) (*node.Node, error) {
+	c.mu.Lock()
+	k := 0
+	for _, n := range c.Nodes {
+		if n.Region() == region {
+			k++
+		}
+	}
+	entry := c.Nodes[0]
+	c.mu.Unlock()
+	name := fmt.Sprintf("%s-%d", region, k+1)
+	nd := config.Node{Name: name, Region: region, Listen: fmt.Sprintf("127.0.0.2:%d", 20000+len(c.Nodes)+100),
+		PeerListen: fmt.Sprintf("127.0.0.2:%d", 30000+len(c.Nodes)+100)}
+	rec, err := entry.JoinCluster(ctx, c.Config.Name, nd, 20*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("bench: join %s: %w", name, err)
+	}
+	nd.ID = rec.ID
+	if err := c.startNode(nd, &nd, 0); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Nodes[len(c.Nodes)-1], nil
+}
+
+// Remove stops and forgets node n (after it was decommissioned).
+func (c *Cluster) Remove(n *node.Node) {
+	c.mu.Lock()
+	for i, m := range c.Nodes {
+		if m == n {
+			c.Nodes = append(c.Nodes[:i:i], c.Nodes[i+1:]...)
+			c.Services = append(c.Services[:i:i], c.Services[i+1:]...)
+			c.caps = append(c.caps[:i:i], c.caps[i+1:]...)
+			break
+		}
+	}
+	c.mu.Unlock()
+	c.wan.Detach(n.ID())
+	n.Close()
+}
+
 // ServiceIn returns the client API of the i-th node of region (round-robin).
 func (c *Cluster) ServiceIn(region string, i int) *server.Service {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var in []*server.Service
 	for j, n := range c.Nodes {
 		if n.Region() == region {
@@ -202,6 +303,8 @@ func (c *Cluster) ServiceIn(region string, i int) *server.Service {
 
 // capacityIn returns the service queue of the node ServiceIn(region, i) returns.
 func (c *Cluster) capacityIn(region string, i int) *capacity {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var in []*capacity
 	for j, n := range c.Nodes {
 		if n.Region() == region {

@@ -110,6 +110,13 @@ func (t *EmulatedTarget) Prepare(ctx context.Context, cfg Config) (Session, erro
 	return &emulatedSession{c: c, cfg: cfg, topo: t.Topo}, nil
 }
 
+// SessionOf is a benchmark session on an emulated cluster that is already running (its
+// nodes may join and leave between runs: clients connect to the nodes of their region at the
+// start of each run).
+func SessionOf(c *Cluster, cfg Config) Session {
+	return &emulatedSession{c: c, cfg: cfg, topo: c.Config.Topology}
+}
+
 type emulatedSession struct {
 	c    *Cluster
 	cfg  Config
@@ -129,6 +136,9 @@ func (s *emulatedSession) LowerBoundMs(region, op string) float64 {
 }
 
 func (s *emulatedSession) Close() error { s.c.Close(); return nil }
+
+// Close of a session made by SessionOf closes the cluster too; runs on a shared cluster do
+// not close their session.
 
 // StatusBytes is the status traffic (protocol counter status_bytes_sent) every node has
 // sent so far.

@@ -1236,9 +1236,12 @@ type PartitionStats struct {
 	// split size); load_split_key: the middle of its recent requests.
 	SplitKey     []byte `protobuf:"bytes,6,opt,name=split_key,json=splitKey,proto3" json:"split_key,omitempty"`
 	LoadSplitKey []byte `protobuf:"bytes,7,opt,name=load_split_key,json=loadSplitKey,proto3" json:"load_split_key,omitempty"`
-	// The keyspace's placement version the sender measured under: the driver uses sizes and
-	// split keys only from its own version (a split or merge since makes them stale).
+	// The keyspace's placement version the sender measured under, and the partition's range
+	// then: the driver uses a partition's sizes and split keys only while its range is the same
+	// in its own map (a split or merge of it since makes them stale).
 	Version       uint64 `protobuf:"varint,8,opt,name=version,proto3" json:"version,omitempty"`
+	Start         []byte `protobuf:"bytes,9,opt,name=start,proto3" json:"start,omitempty"`
+	End           []byte `protobuf:"bytes,10,opt,name=end,proto3" json:"end,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1327,6 +1330,20 @@ func (x *PartitionStats) GetVersion() uint64 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *PartitionStats) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *PartitionStats) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
 }
 
 // MoveNote is a node's own job telling its engine how a move's step went (never sent to
@@ -5984,7 +6001,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\bload_ops\x18\x04 \x01(\x01R\aloadOps\x12@\n" +
 	"\n" +
 	"partitions\x18\x05 \x03(\v2 .meridian.peer.v1.PartitionStatsR\n" +
-	"partitions\"\xe5\x01\n" +
+	"partitions\"\x8d\x02\n" +
 	"\x0ePartitionStats\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x14\n" +
@@ -5993,7 +6010,10 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x04rate\x18\x05 \x01(\x01R\x04rate\x12\x1b\n" +
 	"\tsplit_key\x18\x06 \x01(\fR\bsplitKey\x12$\n" +
 	"\x0eload_split_key\x18\a \x01(\fR\floadSplitKey\x12\x18\n" +
-	"\aversion\x18\b \x01(\x04R\aversion\"\x87\x02\n" +
+	"\aversion\x18\b \x01(\x04R\aversion\x12\x14\n" +
+	"\x05start\x18\t \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\n" +
+	" \x01(\fR\x03end\"\x87\x02\n" +
 	"\bMoveNote\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\fR\x05start\x12\x10\n" +
