@@ -46,9 +46,11 @@ sim-ci: build
 	$(BIN) sim --protocol meteorshower --mutations --mutation-seeds 200 --faults all
 	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS) --faults all
 	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS) --faults all --nodes-per-region 1
+	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS) --faults all --nodes-per-region 3 --move-every 300ms
 	$(BIN) sim --protocol globlease --mutations --mutation-seeds 200 --faults all
 	$(BIN) sim --protocol raft --seeds $(SIMSEEDS) --faults all
 	$(BIN) sim --protocol raft --seeds $(SIMSEEDS) --faults all --nodes-per-region 3 --move-every 300ms
+	$(BIN) sim --protocol raft --seeds $(SIMSEEDS) --faults all --nodes-per-region 3 --repartition-every 100ms
 	$(BIN) sim --protocol raft --mutations --mutation-seeds 200 --faults all
 	$(BIN) sim --protocol metadata --seeds $(SIMSEEDS) --faults all
 	$(BIN) sim --protocol metadata --mutations --mutation-seeds 200 --faults all

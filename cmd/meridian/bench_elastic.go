@@ -40,6 +40,7 @@ func benchElasticCmd() *cobra.Command {
 				set("theta-sweep", "2MiB,4MiB")
 				set("data-sweep", "16MiB,64MiB")
 				set("measure", "3s")
+				set("balance", "8s")
 				set("saturation-clients", "16")
 			}
 			topo, err := loadTopology(topoName)
@@ -124,6 +125,8 @@ func benchElasticCmd() *cobra.Command {
 	fl.IntVar(&o.BackgroundClients, "background-clients", 4, "closed-loop clients per region during the joins (read-heavy hotspot)")
 	fl.IntVar(&o.SaturationClients, "saturation-clients", 48, "closed-loop clients per region and node per region for the throughput runs")
 	fl.DurationVar(&o.MeasureDuration, "measure", 6*time.Second, "measured time of each throughput and write run")
+	fl.DurationVar(&o.BalanceDuration, "balance", 20*time.Second, "unmeasured time of the saturating Zipfian load before each throughput measurement (load splits and refinement)")
+	fl.Float64Var(&o.SplitOps, "split-ops", 0, "the bench keyspace's split_ops in the bootstrap experiment (0: a third of --capacity)")
 	fl.StringVar(&partData, "partition-data", "512MiB", "data of the partitioning experiment")
 	fl.StringVar(&thetaSweep, "theta-sweep", "8MiB,16MiB,32MiB,64MiB", "Θmax values of the partitioning experiment")
 	fl.StringVar(&dataSweep, "data-sweep", "128MiB,256MiB,512MiB,1GiB", "data sizes of the data sweep")

@@ -55,6 +55,13 @@ type Elasticity struct {
 	// phase's throttle; default 2); MaxMoves those of the cluster (default 16).
 	MaxMovesPerNode int `yaml:"max_moves_per_node"`
 	MaxMoves        int `yaml:"max_moves"`
+	// TargetByteImbalance and TargetLoadImbalance: once a region's replica counts are
+	// balanced and it has been quiet for SettleFor, the driver moves or swaps replicas
+	// between its nodes until the imbalance index (standard deviation over mean) of their
+	// bytes and of their load is at most these (defaults 0.05 and 0.10; -1 turns one off).
+	TargetByteImbalance float64       `yaml:"target_byte_imbalance"`
+	TargetLoadImbalance float64       `yaml:"target_load_imbalance"`
+	SettleFor           time.Duration `yaml:"settle_for"` // default 5s
 }
 
 // DriverOn reports whether the placement driver runs.

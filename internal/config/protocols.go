@@ -56,15 +56,19 @@ type ProtocolSpec struct {
 	MovableReplicas bool
 	// Repartition: the protocol serves a keyspace whose partitions split and merge in place
 	// (same replicas, no data moved): its state is per key, or per partition only in ways
-	// that survive a changed range. GlobLease keeps a mastership table per partition and
-	// Raft one group (log, leader) per partition: they need their own split protocol
-	// (a split entry in the group's log, as CockroachDB's split trigger) and refuse until
-	// then.
+	// that survive a changed range. Raft keeps one group (log, leader) per partition: its
+	// groups split and merge at entries of their logs, after the placement has changed (a
+	// split entry founds the right-hand group from the left one's state, as CockroachDB's
+	// split trigger; a merge freezes the right-hand group and waits for every replica of it
+	// first, as CockroachDB's subsume and merge trigger; raft/repartition.go). GlobLease
+	// keeps a mastership table per partition and refuses until it has its own protocol.
 	Repartition bool
 	// Moves: a replica of a partition moves to another node of its region one at a time
 	// (metadata move_start / move_finish, docs/elasticity.md): the quorum family writes and
 	// reads both sets while the new replica catches up; Raft adds it as a learner and
-	// promotes it by joint consensus.
+	// promotes it by joint consensus; GlobLease, on the quorum family's catch-up, hands the
+	// leaving replica's masterships to a replica that stays and counts joint majorities for
+	// its mastership table, master leases and writes (globlease/gl_move.go).
 	Moves bool
 	// Check, when set, validates the normalised options together (a rule across options).
 	Check func(opts map[string]string) error
@@ -144,7 +148,9 @@ var protocols = []ProtocolSpec{
 		MovableReplicas: true,
 		Moves:           true,
 		NoRejoin:        true,
-		Options:         raftOptionSpecs,
+		Repartition:     true,
+		Check:           checkElastic,
+		Options:         append(append([]OptionSpec{}, raftOptionSpecs...), elasticOptionSpecs...),
 	},
 	{
 		Name:               ProtocolMetadata,
@@ -158,6 +164,7 @@ var protocols = []ProtocolSpec{
 		Name: ProtocolGlobLease,
 		Doc: "one master per key, read leases that let other replicas serve reads locally, active or passive " +
 			"writes, master migration and failover, hot-key replicas under secondary leases (liu-thesis 4.1)",
+		Moves: true,
 		Options: []OptionSpec{
 			{Name: "home_region", Default: "", Doc: "region whose replica masters keys by default (empty: the keyspace's first region); must be one of the keyspace's regions", Normalize: normalizeRegionName},
 			{Name: "home_ranges", Default: "", Doc: "per key range home regions: \"START=REGION,...\" (keys ≥ START, up to the next START, are mastered in REGION); keys below the first START use home_region", Normalize: normalizeRanges},

@@ -278,6 +278,26 @@ func (c *Cluster) validateElasticity() error {
 	if e.MaxMovesPerNode < 1 || e.MaxMovesPerNode > 64 || e.MaxMoves < 1 || e.MaxMoves > 1024 {
 		return errorf("elasticity.max_moves", "max_moves_per_node must be 1..64 and max_moves 1..1024, got %d and %d", e.MaxMovesPerNode, e.MaxMoves)
 	}
+	if e.TargetByteImbalance == 0 {
+		e.TargetByteImbalance = 0.05
+	}
+	if e.TargetLoadImbalance == 0 {
+		e.TargetLoadImbalance = 0.10
+	}
+	for _, t := range []struct {
+		path string
+		v    float64
+	}{{"elasticity.target_byte_imbalance", e.TargetByteImbalance}, {"elasticity.target_load_imbalance", e.TargetLoadImbalance}} {
+		if t.v != -1 && (t.v < 0.01 || t.v > 1) {
+			return errorf(t.path, "must be between 0.01 and 1 (or -1: off), got %v", t.v)
+		}
+	}
+	if e.SettleFor == 0 {
+		e.SettleFor = 5 * time.Second
+	}
+	if e.SettleFor < 0 || e.SettleFor > time.Hour {
+		return errorf("elasticity.settle_for", "must be between 0 and 1h, got %s", e.SettleFor)
+	}
 	return nil
 }
 

@@ -56,6 +56,10 @@ type PartitionStat struct {
 	Bytes int64
 	// Rate is the requests per second on the partition (all coordinators).
 	Rate float64
+	// Heat is the partition's requests per second smoothed by Eq. 3's moving average (the
+	// sum of its coordinators' hits): what a replica of it costs the node that holds it,
+	// up to a factor that is the same for every partition of a region.
+	Heat float64
 	// SplitKey is the key at the middle of the data volume; LoadSplitKey the key at the
 	// middle of the recent requests (nil: not known).
 	SplitKey, LoadSplitKey []byte
@@ -128,6 +132,16 @@ type Options struct {
 	// DeadAfter: a node silent this long has its replicas re-created (Rule 2). AbortAfter:
 	// a move into a node silent this long is aborted.
 	DeadAfter, AbortAfter time.Duration
+	// TargetByteImbalance and TargetLoadImbalance are what refinement aims for within a
+	// region once Rule 4 has balanced its replica counts (defaults 0.05 and 0.10; the paper
+	// reports < 0.2). Negative: that metric is not refined.
+	TargetByteImbalance, TargetLoadImbalance float64
+	// SettleFor: refinement waits until a region has had no move, join or decommission for
+	// this long, so the statistics it weighs describe the placement as it is (default 5 s).
+	SettleFor time.Duration
+	// MinLoadOps: below this many requests per second in a region, its load is noise and
+	// only bytes are refined (default 10).
+	MinLoadOps float64
 }
 
 // EnsureDefaults fills the zero fields.
@@ -159,6 +173,18 @@ func (o *Options) EnsureDefaults() {
 	if o.AbortAfter == 0 {
 		o.AbortAfter = 30 * time.Second
 	}
+	if o.TargetByteImbalance == 0 {
+		o.TargetByteImbalance = 0.05
+	}
+	if o.TargetLoadImbalance == 0 {
+		o.TargetLoadImbalance = 0.10
+	}
+	if o.SettleFor == 0 {
+		o.SettleFor = 5 * time.Second
+	}
+	if o.MinLoadOps == 0 {
+		o.MinLoadOps = 10
+	}
 }
 
 // Validate checks the options.
@@ -170,6 +196,10 @@ func (o *Options) Validate() error {
 	}
 	if o.HeavyCPU < 0 || o.HeavyCPU > 1 || o.PhaseOneShare <= 0 || o.PhaseOneShare > 1 || o.HeavyAbove < 0 {
 		return fmt.Errorf("elascass: heavy cpu %v, heavy above %v, phase-one share %v out of range", o.HeavyCPU, o.HeavyAbove, o.PhaseOneShare)
+	}
+	if o.TargetByteImbalance > 1 || o.TargetLoadImbalance > 1 || o.SettleFor < 0 || o.MinLoadOps < 0 {
+		return fmt.Errorf("elascass: imbalance targets %v/%v (at most 1, negative: off), settle for %v, min load %v out of range",
+			o.TargetByteImbalance, o.TargetLoadImbalance, o.SettleFor, o.MinLoadOps)
 	}
 	if o.MaxMovesPerNode < 1 || o.MaxMoves < 1 || o.MaxRepartitions < 0 || o.DeadAfter <= 0 || o.AbortAfter <= 0 {
 		return fmt.Errorf("elascass: move bounds %d/%d, repartitions %d, dead after %v, abort after %v out of range",
@@ -231,6 +261,9 @@ type Driver struct {
 	opts Options
 	// phaseOne is, per joining node, the moves its first phase asked for (by partition).
 	phaseOne map[uint32]map[PartKey]bool
+	// busyAt is, per region, the last plan that saw it changing (a move in flight, a node
+	// joining or leaving) or changed it: refinement waits SettleFor after it.
+	busyAt map[string]time.Time
 }
 
 // New returns a driver.
@@ -239,7 +272,7 @@ func New(opts Options) (*Driver, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	return &Driver{opts: opts, phaseOne: map[uint32]map[PartKey]bool{}}, nil
+	return &Driver{opts: opts, phaseOne: map[uint32]map[PartKey]bool{}, busyAt: map[string]time.Time{}}, nil
 }
 
 // Options returns the driver's options.
@@ -275,6 +308,7 @@ func (d *Driver) Plan(st State) []Action {
 	p.rereplicate()
 	p.bootstrap()
 	p.balance()
+	p.refine()
 	return p.actions
 }
 
@@ -380,7 +414,11 @@ func (p *plan) repartition() {
 				continue
 			}
 			ls, rs := p.st.Partitions[lk], p.st.Partitions[rk]
-			if !ls.Known || !rs.Known || ls.Bytes+rs.Bytes >= o.MinBytes || (o.SplitOps > 0 && ls.Rate+rs.Rate > o.SplitOps/2) {
+			// Not while the pair is warm: a load split's halves are small, and merging them as
+			// soon as one quiet interval goes by would undo it (the smoothed rate, Heat, decays
+			// over a few intervals).
+			warm := max(ls.Rate, ls.Heat) + max(rs.Rate, rs.Heat)
+			if !ls.Known || !rs.Known || ls.Bytes+rs.Bytes >= o.MinBytes || (o.SplitOps > 0 && warm > o.SplitOps/2) {
 				continue
 			}
 			p.add(Action{Kind: ActMerge, Keyspace: name, Version: ks.Version, Partition: l.ID,

@@ -553,9 +553,108 @@ func (e *Engine) MedianKey(span Span) ([]byte, error) {
 		return nil, err
 	}
 	lo, hi := spanBounds(span)
+	if total, err := e.db.EstimateDiskUsage(lo, hi); err == nil && total >= medianBisectAbove {
+		return e.medianByEstimate(lo, hi, total)
+	}
+	return e.medianByScan(lo, hi)
+}
+
+// medianBisectAbove: a span whose sstables hold at least this much has its median found by
+// bisecting the storage engine's size estimates (a few dozen index lookups) rather than by
+// reading it (a 2 GiB partition would take seconds of CPU, every statistics interval); a
+// smaller one is read, so data still in memtables counts.
+const medianBisectAbove = 16 << 20
+
+// medianBisectSteps bounds the bisection: each halves the key interval, and 64 steps reach
+// below any two neighbouring keys of realistic length.
+const medianBisectSteps = 64
+
+// medianByEstimate bisects [lo, hi) for the key below which the estimated volume is half of
+// total, then returns the first user key at or after it (never the span's first key).
+func (e *Engine) medianByEstimate(lo, hi []byte, total uint64) ([]byte, error) {
+	a, b := lo, hi
+	for range medianBisectSteps {
+		mid := midKey(a, b)
+		if mid == nil {
+			break
+		}
+		left, err := e.db.EstimateDiskUsage(lo, mid)
+		if err != nil {
+			return nil, fmt.Errorf("storage: median estimate: %w", err)
+		}
+		if left < total/2 {
+			a = mid
+		} else {
+			b = mid
+		}
+	}
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
-		return nil, fmt.Errorf("storage: median of %s: %w", span, err)
+		return nil, fmt.Errorf("storage: median: %w", err)
+	}
+	defer it.Close()
+	first := it.First()
+	if !first || len(it.Key()) < versionLen {
+		return nil, it.Error()
+	}
+	firstPrefix := bytes.Clone(it.Key()[:len(it.Key())-versionLen])
+	for valid := it.SeekGE(a); valid; valid = it.Next() {
+		k := it.Key()
+		if len(k) < versionLen {
+			continue
+		}
+		prefix := k[:len(k)-versionLen]
+		if bytes.Equal(prefix, firstPrefix) {
+			continue // the split must leave data on both sides
+		}
+		return userKeyOf(prefix)
+	}
+	// The estimate put the middle past the last key (data in memtables): read instead.
+	if err := it.Error(); err != nil {
+		return nil, fmt.Errorf("storage: median: %w", err)
+	}
+	return e.medianByScan(lo, hi)
+}
+
+// midKey returns a byte string strictly between a and b (a < b), or nil when there is none
+// this function can find (they differ only past maxMidKeyBytes).
+func midKey(a, b []byte) []byte {
+	n := max(len(a), len(b)) + 1
+	if n > maxMidKeyBytes {
+		return nil
+	}
+	// a and b as big-endian numbers of n base-256 digits (zero-padded: one more digit than
+	// either, so there is room between neighbours); mid = (a + b) / 2.
+	pa, pb := make([]byte, n), make([]byte, n)
+	copy(pa, a)
+	copy(pb, b)
+	sum := make([]int, n+1)
+	carry := 0
+	for i := n - 1; i >= 0; i-- {
+		v := int(pa[i]) + int(pb[i]) + carry
+		sum[i+1], carry = v&0xff, v>>8
+	}
+	sum[0] = carry
+	mid := make([]byte, n)
+	rem := sum[0]
+	for i := 1; i <= n; i++ {
+		v := rem<<8 | sum[i]
+		mid[i-1], rem = byte(v>>1), v&1
+	}
+	if bytes.Compare(mid, a) <= 0 || bytes.Compare(mid, b) >= 0 {
+		return nil
+	}
+	return mid
+}
+
+// maxMidKeyBytes bounds midKey's strings (keys are at most a few KiB).
+const maxMidKeyBytes = 8 << 10
+
+// medianByScan reads [lo, hi) (at most maxMedianScanKeys keys) for the median by volume.
+func (e *Engine) medianByScan(lo, hi []byte) ([]byte, error) {
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, fmt.Errorf("storage: median: %w", err)
 	}
 	type point struct {
 		prefix []byte
@@ -576,7 +675,7 @@ func (e *Engine) MedianKey(span Span) ([]byte, error) {
 		pts[len(pts)-1].cum = total
 	}
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return nil, fmt.Errorf("storage: median of %s: %w", span, err)
+		return nil, fmt.Errorf("storage: median: %w", err)
 	}
 	if len(pts) < 2 {
 		return nil, nil

@@ -612,8 +612,12 @@ func (pc *PeerCheck) partVersions(ps []*peerpb.GlPartVersion, from uint32) *Reje
 	return nil
 }
 
-// table checks a GlobLease mastership table: its partition, masters that are replicas, and
-// the proposer's clock.
+// table checks a GlobLease mastership table: its partition, masters that are nodes of the
+// cluster, and the proposer's clock. A master need not be a replica in this node's map: a
+// table made on the other side of a replica move step (a node that has not installed it yet,
+// or has) may name the move's new replica before this node knows it as a member, or its
+// leaving replica after. The GlobLease engine adopts a table only once every master it names
+// is a member in its own map (globlease gl_table.go, glAdopt).
 func (pc *PeerCheck) table(t *peerpb.GlTable, from uint32) *Rejection {
 	if t == nil {
 		return nil
@@ -621,20 +625,23 @@ func (pc *PeerCheck) table(t *peerpb.GlTable, from uint32) *Rejection {
 	if err := pc.partition(t.Keyspace, t.Partition, noSenderCheck, from, false); err != nil {
 		return err
 	}
-	ks, _ := pc.Placement.Keyspace(t.Keyspace)
-	p, _ := ks.Partition(t.Partition)
-	if t.DefaultMaster != 0 && !p.HasReplica(t.DefaultMaster) {
-		return reject(RejectMalformed, "table names master %d, not a replica of %s/%d", t.DefaultMaster, t.Keyspace, t.Partition)
+	if t.DefaultMaster != 0 && !pc.Members(t.DefaultMaster) {
+		return reject(RejectMalformed, "table of %s/%d names master %d, not a node of the cluster", t.Keyspace, t.Partition, t.DefaultMaster)
 	}
-	if len(t.Overrides) > maxListLen {
-		return reject(RejectTooLarge, "table: %d overrides", len(t.Overrides))
+	if len(t.Overrides) > maxListLen || len(t.HandedOver) > maxListLen {
+		return reject(RejectTooLarge, "table: %d overrides, %d handed-over homes", len(t.Overrides), len(t.HandedOver))
 	}
 	for _, o := range t.Overrides {
 		if err := pc.keyLen(t.Keyspace, o.Key); err != nil {
 			return err
 		}
-		if !p.HasReplica(o.Master) {
-			return reject(RejectMalformed, "table names master %d, not a replica of %s/%d", o.Master, t.Keyspace, t.Partition)
+		if !pc.Members(o.Master) {
+			return reject(RejectMalformed, "table of %s/%d names master %d, not a node of the cluster", t.Keyspace, t.Partition, o.Master)
+		}
+	}
+	for _, h := range t.HandedOver {
+		if !pc.Members(h) {
+			return reject(RejectMalformed, "table of %s/%d names home %d, not a node of the cluster", t.Keyspace, t.Partition, h)
 		}
 	}
 	return pc.version(t.Hlc, false)

@@ -150,6 +150,13 @@ func FuzzPeerEnvelope(f *testing.F) {
 		write(2, rec(pc, "kv", "k", pc.Now)),
 		{From: 2, To: 1, Msg: &peerpb.Envelope_Status{Status: &peerpb.Status{Current: &peerpb.StatusBatch{Entries: []*peerpb.StatusEntry{{Keyspace: "kv", Key: []byte("k"), Wts: &peerpb.Version{WallNanos: 1, NodeId: 2}}}}}}},
 		{From: 2, To: 1, Msg: &peerpb.Envelope_GlAccept{GlAccept: &peerpb.GlAccept{Table: &peerpb.GlTable{Keyspace: "kv", DefaultMaster: 2, Overrides: []*peerpb.GlOverride{{Key: []byte("x"), Master: 3}}}}}},
+		// A replica move's fields: ballots and heartbeats name the sender's configuration,
+		// tables the configuration that chose them and the homes a move handed over.
+		{From: 2, To: 1, Msg: &peerpb.Envelope_GlAccept{GlAccept: &peerpb.GlAccept{Ballot: &peerpb.GlBallot{Round: 3, Node: 2, Config: 8},
+			Table: &peerpb.GlTable{Keyspace: "kv", Version: 5, Config: 8, HandedOver: []uint32{3}}}}},
+		{From: 2, To: 1, Msg: &peerpb.Envelope_GlHeartbeat{GlHeartbeat: &peerpb.GlHeartbeat{Seq: 1, Parts: []*peerpb.GlPartVersion{{Keyspace: "kv", Version: 5, Config: 9}}}}},
+		{From: 2, To: 1, Msg: &peerpb.Envelope_GlUpdate{GlUpdate: &peerpb.GlUpdate{WriteId: 1, Record: rec(pc, "kv", "k", pc.Now), MoveEpoch: 4}}},
+		{From: 2, To: 1, Msg: &peerpb.Envelope_GlUpdateAck{GlUpdateAck: &peerpb.GlUpdateAck{WriteId: 1, Ok: true, NotStored: true}}},
 	} {
 		b, err := proto.Marshal(env)
 		if err != nil {

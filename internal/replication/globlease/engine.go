@@ -83,11 +83,17 @@ func (c *Engine) Timer(kind coord.TimerKind, id uint64) {
 // Applied: GlobLease tracks its writes itself.
 func (c *Engine) Applied(time.Time, storage.Record, bool) {}
 
-// DefaultLevel is the quorum protocol's (it matters only for scans).
-// PlacementChanged: GlobLease keeps its own per-partition state (globlease.go reads the map
-// when it needs it); GlobLease keyspaces do not move replicas.
-func (c *Engine) PlacementChanged(now time.Time, old, m *placement.Map) {}
+// PlacementChanged brings GlobLease's per-partition state in line with the new map at once
+// (glSetup, which also runs lazily on the next input): a replica move's step changes the
+// partition's configuration, its leaving replica's and new replica's roles, and drops the
+// partitions this node left (gl_move.go). Before the first tick there is no state to change.
+func (c *Engine) PlacementChanged(now time.Time, old, m *placement.Map) {
+	if c.gl != nil {
+		c.glSetup(now)
+	}
+}
 
+// DefaultLevel is the quorum protocol's (it matters only for scans).
 func (c *Engine) DefaultLevel(ks *placement.Keyspace, op Op) config.Level {
 	return coord.DefaultLevel(ks.Spec, op)
 }

@@ -95,6 +95,15 @@ func (c *Engine) glHolders(now time.Time, k *glKey) []uint32 {
 		}
 	}
 	delete(set, c.Cfg.NodeID)
+	if c.Cfg.Mutation == "move-ignores-leases" {
+		// Broken on purpose: the replica a move removes, or has removed, is not waited for.
+		p := k.gp.p
+		for n := range set {
+			if (p.Move != nil && n == p.Move.Remove) || (p.HasDeparted(n) && !p.Holds(n)) {
+				delete(set, n)
+			}
+		}
+	}
 	return sortedKeys(set)
 }
 
@@ -337,6 +346,8 @@ func (c *Engine) glTimeoutAtMaster(now time.Time, k *glKey, op *glOp) error {
 	what := fmt.Sprintf("globlease %s of key %q timed out at its master %s", op.op, k.key, self)
 	var why string
 	switch {
+	case k.gp.leaving:
+		why = "this node is leaving the partition (a replica move) and hands the keys it masters to a replica that stays; ask again"
 	case !c.glMasterLeaseValid(k.gp, now):
 		why = "this node holds no master lease (fewer than a majority of the partition's replicas acknowledged its heartbeats recently)"
 	case k.write != nil && slices.Contains(k.write.waiters, op):
@@ -359,17 +370,8 @@ func (c *Engine) glTimeoutAtMaster(now time.Time, k *glKey, op *glOp) error {
 // that has not acknowledged the update, each until its lease runs out.
 func (c *Engine) glWriteWait(now time.Time, k *glKey, w *glWrite) string {
 	var parts []string
-	acked := 0
-	var missing []uint32
-	for _, r := range k.gp.p.Replicas {
-		if w.acks[r] {
-			acked++
-		} else {
-			missing = append(missing, r)
-		}
-	}
-	if acked < k.gp.majority() {
-		parts = append(parts, fmt.Sprintf("a majority of the replicas (%d of %d acknowledged; no ack from %v)", acked, len(k.gp.p.Replicas), c.NodeNames(missing)))
+	if !c.glQuorum(k.gp, func(r uint32) bool { return w.stored[r] }) {
+		parts = append(parts, "a majority of the replicas ("+c.glDescribeQuorum(k.gp, func(r uint32) bool { return w.stored[r] })+")")
 	}
 	for _, h := range c.glHolders(now, k) {
 		if w.acks[h] {
@@ -463,7 +465,7 @@ func (c *Engine) glStartWrite(now time.Time, k *glKey, op *glOp, recovered *stor
 		c.glStartLazy(now, gp, rec)
 		return
 	}
-	w := &glWrite{id: c.glNewID(), started: now, rec: rec, acks: map[uint32]bool{c.Cfg.NodeID: true}, leaseTo: map[uint32]bool{},
+	w := &glWrite{id: c.glNewID(), started: now, rec: rec, acks: map[uint32]bool{c.Cfg.NodeID: true}, stored: map[uint32]bool{c.Cfg.NodeID: true}, leaseTo: map[uint32]bool{},
 		nextResend: now.Add(glResendEvery), recovery: recovered != nil}
 	w.waiters = batch
 	c.glCounters.WritesActive.Add(int64(len(batch)))
@@ -487,8 +489,8 @@ func (c *Engine) glStartWrite(now time.Time, k *glKey, op *glOp, recovered *stor
 func (c *Engine) glSendUpdates(now time.Time, k *glKey, w *glWrite, holders []uint32) {
 	gp := k.gp
 	targets := map[uint32]bool{}
-	for _, r := range gp.p.Replicas {
-		targets[r] = true
+	for _, r := range gp.p.Holders() {
+		targets[r] = true // during a move, the new replica too (gl_move.go)
 	}
 	for _, h := range holders {
 		targets[h] = true
@@ -498,7 +500,7 @@ func (c *Engine) glSendUpdates(now time.Time, k *glKey, w *glWrite, holders []ui
 		if w.acks[n] {
 			continue
 		}
-		u := &peerpb.GlUpdate{WriteId: w.id, Record: pb, SentUnixNanos: now.UnixNano(), TableVersion: gp.table.version}
+		u := &peerpb.GlUpdate{WriteId: w.id, Record: pb, SentUnixNanos: now.UnixNano(), TableVersion: gp.table.version, MoveEpoch: gp.p.MoveEpoch}
 		if w.leaseTo[n] {
 			if gp.p.HasReplica(n) {
 				u.LeaseNanos = int64(c.glGrantLength(now, k, n))
@@ -529,20 +531,18 @@ func (c *Engine) glTakeWriteBatch(k *glKey, op *glOp) []*glOp {
 // glMaxBatch bounds the writes of one key committed together.
 const glMaxBatch = 256
 
-// glCheckWrite commits k's write when a majority of replicas has it and every node that may
-// hold a valid lease has it too (or its lease ran out), while this node is the acting master.
+// glCheckWrite commits k's write when a majority of replicas (of the old and the new set
+// during a move) has stored it and every node that may hold a valid lease has it too (or its
+// lease ran out), while this node is the acting master and is not handing the key over.
 func (c *Engine) glCheckWrite(now time.Time, k *glKey) {
 	w := k.write
-	if w == nil || !c.glMasterLeaseValid(k.gp, now) {
+	if w == nil || k.gp.locked || !c.glMasterLeaseValid(k.gp, now) {
 		return
 	}
-	n := 0
-	for _, r := range k.gp.p.Replicas {
-		if w.acks[r] {
-			n++
-		}
+	if _, locked := k.gp.glGivingBack(k.key, c.Region); locked {
+		return
 	}
-	if n < k.gp.majority() {
+	if !c.glQuorum(k.gp, func(r uint32) bool { return w.stored[r] }) {
 		return
 	}
 	if c.Cfg.Mutation != "write-skips-lease-holder" {
@@ -579,6 +579,9 @@ func (c *Engine) glHandleUpdateAckAtMaster(now time.Time, from uint32, k *glKey,
 		return
 	}
 	w.acks[from] = true
+	if !m.GetNotStored() && k.gp.p.Holds(from) {
+		w.stored[from] = true
+	}
 	if w.leaseTo[from] {
 		c.glCounters.LeaseMessages.Add(1)
 		if m.GetLeaseNanos() > 0 {
@@ -650,7 +653,7 @@ func (c *Engine) glStartRecovery(now time.Time, k *glKey) {
 }
 
 func (c *Engine) glSendFetches(k *glKey, rv *glRecovery) {
-	for _, r := range k.gp.p.Replicas {
+	for _, r := range k.gp.p.Holders() {
 		if _, ok := rv.replies[r]; !ok {
 			c.Send(r, &peerpb.Envelope{Msg: &peerpb.Envelope_GlFetch{GlFetch: &peerpb.GlFetch{RequestId: rv.id, Keyspace: k.gp.ks.Spec.Name, Partition: k.gp.p.ID, Key: k.key}}})
 		}
@@ -659,7 +662,7 @@ func (c *Engine) glSendFetches(k *glKey, rv *glRecovery) {
 
 func (c *Engine) glHandleFetch(now time.Time, from uint32, m *peerpb.GlFetch) {
 	gp := c.glPartOf(m.GetKeyspace(), m.GetPartition())
-	if gp == nil || !gp.p.HasReplica(from) {
+	if gp == nil || !gp.p.Holds(from) {
 		return
 	}
 	r := &peerpb.GlFetchReply{RequestId: m.GetRequestId()}
@@ -673,7 +676,7 @@ func (c *Engine) glHandleFetch(now time.Time, from uint32, m *peerpb.GlFetch) {
 
 func (c *Engine) glHandleFetchReply(now time.Time, from uint32, m *peerpb.GlFetchReply) {
 	k, ok := c.gl.fetches[m.GetRequestId()]
-	if !ok || k.recovery == nil || k.recovery.id != m.GetRequestId() || !k.gp.p.HasReplica(from) {
+	if !ok || k.recovery == nil || k.recovery.id != m.GetRequestId() || !k.gp.p.Holds(from) {
 		return
 	}
 	if m.GetFound() {
@@ -691,7 +694,10 @@ func (c *Engine) glHandleFetchReply(now time.Time, from uint32, m *peerpb.GlFetc
 
 func (c *Engine) glCheckRecovery(now time.Time, k *glKey) {
 	rv := k.recovery
-	if rv == nil || k.write != nil || len(rv.replies) < k.gp.majority() {
+	if rv == nil || k.write != nil {
+		return
+	}
+	if !c.glQuorum(k.gp, func(r uint32) bool { _, ok := rv.replies[r]; return ok }) {
 		return
 	}
 	delete(c.gl.fetches, rv.id)
@@ -701,13 +707,11 @@ func (c *Engine) glCheckRecovery(now time.Time, k *glKey) {
 			newest = r
 		}
 	}
-	agree := 0
-	for _, r := range rv.replies {
-		if (r == nil && newest == nil) || (r != nil && newest != nil && r.Version == newest.Version) {
-			agree++
-		}
+	agrees := func(n uint32) bool {
+		r, ok := rv.replies[n]
+		return ok && ((r == nil && newest == nil) || (r != nil && newest != nil && r.Version == newest.Version))
 	}
-	if newest == nil || (agree >= k.gp.majority() && len(c.glHolders(now, k)) == 0) {
+	if newest == nil || (c.glQuorum(k.gp, agrees) && len(c.glHolders(now, k)) == 0) {
 		k.recovery = nil
 		k.known = true
 		k.exists = newest != nil
@@ -726,8 +730,8 @@ func (c *Engine) glCheckRecovery(now time.Time, k *glKey) {
 // --- passive propagation ---
 
 func (c *Engine) glStartLazy(now time.Time, gp *glPart, rec storage.Record) {
-	lz := &glLazy{rec: rec, pending: map[uint32]bool{}, next: now.Add(glResendEvery)}
-	for _, r := range gp.p.Replicas {
+	lz := &glLazy{rec: rec, gp: gp, pending: map[uint32]bool{}, next: now.Add(glResendEvery)}
+	for _, r := range gp.p.Holders() {
 		if r != c.Cfg.NodeID {
 			lz.pending[r] = true
 		}
@@ -743,7 +747,7 @@ func (c *Engine) glSendLazy(now time.Time, id uint64, lz *glLazy) {
 	lz.next = now.Add(glResendEvery)
 	pb := wire.RecordToPB(lz.rec)
 	for _, n := range sortedKeys(lz.pending) {
-		c.Send(n, &peerpb.Envelope{Msg: &peerpb.Envelope_GlUpdate{GlUpdate: &peerpb.GlUpdate{WriteId: id, Record: pb, SentUnixNanos: now.UnixNano(), Committed: true}}})
+		c.Send(n, &peerpb.Envelope{Msg: &peerpb.Envelope_GlUpdate{GlUpdate: &peerpb.GlUpdate{WriteId: id, Record: pb, SentUnixNanos: now.UnixNano(), Committed: true, MoveEpoch: lz.gp.p.MoveEpoch}}})
 	}
 }
 
@@ -752,13 +756,12 @@ func (c *Engine) glSendLazy(now time.Time, id uint64, lz *glLazy) {
 // glTryMove starts moving k's master to the replica in op.region (two-phase, gl_table.go).
 func (c *Engine) glTryMove(now time.Time, k *glKey, op *glOp) bool {
 	gp := k.gp
-	target := uint32(0)
-	for _, r := range gp.p.Replicas {
-		if c.Region[r] == op.region && (target == 0 || r < target) {
-			target = r
-		}
-	}
+	target := c.glMoveTarget(gp, op.region)
 	if target == 0 {
+		if gp.p.Move != nil && c.Region[gp.p.Move.Remove] == op.region {
+			c.glFailOp(op, errs.New(errs.Unavailable, "keyspace %q: the replica of partition %d in region %q is moving (to another node of the region); move the master there once the move is over", gp.ks.Spec.Name, gp.p.ID, op.region))
+			return true
+		}
 		c.glFailOp(op, errs.New(errs.Invalid, "keyspace %q has no replica in region %q", gp.ks.Spec.Name, op.region))
 		return true
 	}
@@ -772,6 +775,18 @@ func (c *Engine) glTryMove(now time.Time, k *glKey, op *glOp) bool {
 	c.glBeginMove(now, k, target)
 	k.moveWait = append(k.moveWait, op)
 	return true
+}
+
+// glMoveTarget is the replica of gp in region that a key's master migrates to: the lowest ID
+// among the replicas there that stay through a move in progress (0: none).
+func (c *Engine) glMoveTarget(gp *glPart, region string) uint32 {
+	target := uint32(0)
+	for _, r := range gp.p.Replicas {
+		if c.Region[r] == region && glStayer(gp.p, r) && (target == 0 || r < target) {
+			target = r
+		}
+	}
+	return target
 }
 
 func (c *Engine) glBeginMove(now time.Time, k *glKey, target uint32) {

@@ -49,11 +49,22 @@ func (c *Engine) glHandleForwardReply(now time.Time, from uint32, m *peerpb.GlFo
 		return
 	}
 	p := ks.Lookup(fwd.req.Key)
+	if fwd.gp != nil {
+		// The partition's state here may have changed since the request left (a move step):
+		// leases are installed only in the current state, and only by a member.
+		fwd.gp = c.glPartOf(ks.Spec.Name, p.ID)
+	}
 	if m.GetRedirect() != 0 {
 		if fwd.gp != nil && m.GetTable() != nil {
 			c.glAdopt(now, fwd.gp, m.GetTable())
 		}
-		if fwd.hops+1 > glMaxHops || !c.KnownNode(m.GetRedirect()) {
+		to := m.GetRedirect()
+		if to == c.Cfg.NodeID && fwd.gp != nil {
+			// The node asked knows an older table than this one (it names this node, which
+			// forwarded because its own table names another): ask that one.
+			to = fwd.gp.masterOf(fwd.req.Key, c.Region)
+		}
+		if fwd.hops+1 > glMaxHops || !c.KnownNode(to) {
 			err := errs.New(errs.Unavailable, "globlease: no master found for key %q after %d redirections", fwd.req.Key, fwd.hops+1)
 			c.glAnswer(fwd.waiter, Result{Op: fwd.req.Op, Err: err}, nil)
 			for _, w := range waiters {
@@ -65,7 +76,7 @@ func (c *Engine) glHandleForwardReply(now time.Time, from uint32, m *peerpb.GlFo
 		if fwd.renewal {
 			c.gl.renewing[fwd.id] = &glRenewal{waiters: waiters}
 		}
-		c.glForward(now, ks, p, fwd, m.GetRedirect())
+		c.glForward(now, ks, p, fwd, to)
 		return
 	}
 	if m.GetErrKind() != 0 {
@@ -131,6 +142,14 @@ func (c *Engine) KnownNode(id uint32) bool { _, ok := c.Region[id]; return ok &&
 // glInstallLease starts the lease a renewal brought (it starts now, on arrival: liu-thesis
 // 4.1.3 "Leasing Period") and acknowledges it, so the master's record starts later still.
 func (c *Engine) glInstallLease(now time.Time, fwd *glFwd, from uint32, m *peerpb.GlForwardReply, rec storage.Record) {
+	if fwd.gp == nil {
+		// This node stopped being a member while the read was forwarded: decline (the master
+		// drops its record).
+		ks, _ := c.Pmap.Keyspace(fwd.req.Keyspace)
+		c.Send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_GlLeaseAck{GlLeaseAck: &peerpb.GlLeaseAck{Keyspace: fwd.req.Keyspace,
+			Partition: ks.Lookup(fwd.req.Key).ID, Key: fwd.req.Key, GrantId: m.GetGrantId()}}})
+		return
+	}
 	ack := &peerpb.GlLeaseAck{Keyspace: fwd.req.Keyspace, Partition: fwd.gp.p.ID, Key: fwd.req.Key, GrantId: m.GetGrantId()}
 	pid := glPartID{fwd.req.Keyspace, fwd.gp.p.ID}
 	grantVer := rec.Version
@@ -143,7 +162,7 @@ func (c *Engine) glInstallLease(now time.Time, fwd *glFwd, from uint32, m *peerp
 	if seen, ok := c.gl.updated[fwd.id]; ok && grantVer.Less(seen.version) {
 		newer = true
 	}
-	if fwd.gp != nil && !newer && c.glGrantFresh(now, pid, from, m.GetGrantSentUnixNanos()) && c.glCheckGrant(now, fwd.id, from, m.GetGrantId()) == glGrantNew {
+	if !fwd.gp.joining && !newer && c.glGrantFresh(now, pid, from, m.GetGrantSentUnixNanos()) && c.glCheckGrant(now, fwd.id, from, m.GetGrantId()) == glGrantNew {
 		l := &glLease{until: now.Add(time.Duration(m.GetLeaseNanos())), found: m.GetFound(), grantor: from, part: pid}
 		if m.GetFound() {
 			l.version = rec.Version
@@ -173,7 +192,16 @@ func (c *Engine) glHandleUpdate(now time.Time, from uint32, m *peerpb.GlUpdate) 
 	id := coord.KeyID(rec.Keyspace, part, rec.Key)
 	pid := glPartID{rec.Keyspace, part}
 	gp := c.glPartOf(rec.Keyspace, part)
-	leaseOK := m.GetLeaseNanos() > 0 && c.glGrantFresh(now, pid, from, m.GetSentUnixNanos())
+	if gp != nil && m.GetMoveEpoch() < gp.p.MoveEpoch {
+		// The fence of the move protocol (gl_move.go): the master has not applied the
+		// partition's last move. A write it commits must not count this replica, which may
+		// have begun catching the new replica up at a version below it.
+		c.Send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_GlUpdateAck{GlUpdateAck: &peerpb.GlUpdateAck{WriteId: m.GetWriteId()}}})
+		return
+	}
+	// The new replica of a move takes every write and no lease: it serves nothing before the
+	// move finishes.
+	leaseOK := m.GetLeaseNanos() > 0 && (gp == nil || !gp.joining) && c.glGrantFresh(now, pid, from, m.GetSentUnixNanos())
 	// A lease that comes with an older version than an update this node already has (a
 	// delayed grant overtaken by a write) would revive what that update suspended.
 	if u, ok := c.gl.updated[id]; ok && rec.Version.Less(u.version) {
@@ -204,7 +232,7 @@ func (c *Engine) glHandleUpdate(now time.Time, from uint32, m *peerpb.GlUpdate) 
 				}
 			}
 			c.Send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_GlUpdateAck{GlUpdateAck: &peerpb.GlUpdateAck{
-				WriteId: m.GetWriteId(), Ok: true, LeaseNanos: m.GetLeaseNanos()}}})
+				WriteId: m.GetWriteId(), Ok: true, LeaseNanos: m.GetLeaseNanos(), NotStored: gp == nil}}})
 			return
 		}
 	}
@@ -215,13 +243,20 @@ func (c *Engine) glHandleUpdate(now time.Time, from uint32, m *peerpb.GlUpdate) 
 	}
 	ack := &peerpb.GlUpdateAck{WriteId: m.GetWriteId(), Ok: true}
 	if gp == nil {
+		// Not a member: an affiliated node, or a replica a move removed that a master still
+		// counts as a lease holder. Its ack ends a lease but stores nothing for the write.
+		ack.NotStored = true
 		c.glAffUpdate(now, from, id, pid, rec, m, leaseOK)
 		if a, ok := c.gl.aff[id]; ok && leaseOK && a.until.After(now) {
 			ack.LeaseNanos = m.GetLeaseNanos()
 		}
+		if c.glPassToAffiliates(now, from, id, m, 0, ack) {
+			return // acknowledged when they have it or their leases ran out (glTickHot)
+		}
 		c.Send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_GlUpdateAck{GlUpdateAck: ack}})
 		return
 	}
+	delete(c.gl.aff, id) // a member serves the partition's keys from its leases only
 	c.Clock.Observe(now, rec.Version)
 	c.ApplyLocal(now, rec, false)
 	l := c.gl.leases[id]
@@ -242,32 +277,48 @@ func (c *Engine) glHandleUpdate(now time.Time, from uint32, m *peerpb.GlUpdate) 
 	}
 	// Affiliated nodes holding a secondary lease learn the update first (their leases are
 	// sub-periods of this one, so this is bounded by the lease's own end).
-	if hk, ok := c.gl.hostAff[id]; ok && !m.GetCommitted() {
-		hw := &glHostWait{from: 0, writeID: m.GetWriteId(), master: from, id: id, waitFor: map[uint32]bool{}, leaseNanos: ack.LeaseNanos, until: now}
-		for _, n := range sortedKeys(hk.recs) {
-			r := hk.recs[n]
-			if now.Before(r.until) {
-				hw.waitFor[n] = true
-				hw.until = maxTime(hw.until, r.until)
-			}
-		}
-		if len(hw.waitFor) > 0 {
-			wid := c.glNewID()
-			c.gl.hostWait[wid] = hw
-			sec := c.glSecondaryLength(now, gp, id, ack.LeaseNanos)
-			for _, n := range sortedKeys(hw.waitFor) {
-				u := &peerpb.GlUpdate{WriteId: wid, Record: m.GetRecord(), SentUnixNanos: now.UnixNano(), LeaseNanos: int64(sec)}
-				if sec > 0 {
-					hk.recs[n] = &glRecord{until: now.Add(glGrantMaxAge + c.Cfg.MaxClockOffset + stretch(sec))}
-				} else {
-					delete(hk.recs, n)
-				}
-				c.Send(n, &peerpb.Envelope{Msg: &peerpb.Envelope_GlUpdate{GlUpdate: u}})
-			}
-			return // acknowledged when they have it or their leases ran out (glTickHost)
-		}
+	if c.glPassToAffiliates(now, from, id, m, c.glSecondaryLength(now, gp, id, ack.LeaseNanos), ack) {
+		return // acknowledged when they have it or their leases ran out (glTickHot)
 	}
 	c.Send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_GlUpdateAck{GlUpdateAck: ack}})
+}
+
+// glPassToAffiliates passes an uncommitted update of key id on to the affiliated nodes that
+// hold a valid secondary lease from this host, renewed for sec (0: no lease), and reports
+// whether it did: the host then sends ack to the master (glMaybeAckHost) only when each has
+// acknowledged or its secondary lease ran out (liu-thesis 4.1.4 "Consistency Issues"). A
+// replica that left the partition by a move does this too, without a lease, until the
+// secondary leases it hosted have run out.
+func (c *Engine) glPassToAffiliates(now time.Time, from uint32, id string, m *peerpb.GlUpdate, sec time.Duration, ack *peerpb.GlUpdateAck) bool {
+	hk, ok := c.gl.hostAff[id]
+	if !ok || m.GetCommitted() {
+		return false
+	}
+	hw := &glHostWait{from: 0, writeID: m.GetWriteId(), master: from, id: id, waitFor: map[uint32]bool{}, leaseNanos: ack.GetLeaseNanos(),
+		until: now, notStored: ack.GetNotStored()}
+	for _, n := range sortedKeys(hk.recs) {
+		r := hk.recs[n]
+		if now.Before(r.until) {
+			hw.waitFor[n] = true
+			hw.until = maxTime(hw.until, r.until)
+		}
+	}
+	if len(hw.waitFor) == 0 {
+		return false
+	}
+	wid := c.glNewID()
+	c.gl.hostWait[wid] = hw
+	for _, n := range sortedKeys(hw.waitFor) {
+		u := &peerpb.GlUpdate{WriteId: wid, Record: m.GetRecord(), SentUnixNanos: now.UnixNano(), LeaseNanos: int64(sec)}
+		if sec > 0 {
+			hk.recs[n] = &glRecord{until: now.Add(glGrantMaxAge + c.Cfg.MaxClockOffset + stretch(sec))}
+		}
+		// Without a new lease the record stays until the affiliated node acknowledges the
+		// update (which ends its lease) or the record runs out: the host must not acknowledge
+		// the master while the old secondary lease may still be in force.
+		c.Send(n, &peerpb.Envelope{Msg: &peerpb.Envelope_GlUpdate{GlUpdate: u}})
+	}
+	return true
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -405,7 +456,7 @@ func (c *Engine) glMaybeAckHost(now time.Time, wid uint64, hw *glHostWait) {
 		return
 	}
 	delete(c.gl.hostWait, wid)
-	c.Send(hw.master, &peerpb.Envelope{Msg: &peerpb.Envelope_GlUpdateAck{GlUpdateAck: &peerpb.GlUpdateAck{WriteId: hw.writeID, Ok: true, LeaseNanos: hw.leaseNanos}}})
+	c.Send(hw.master, &peerpb.Envelope{Msg: &peerpb.Envelope_GlUpdateAck{GlUpdateAck: &peerpb.GlUpdateAck{WriteId: hw.writeID, Ok: true, LeaseNanos: hw.leaseNanos, NotStored: hw.notStored}}})
 }
 
 // glHandleRevoke drops the leases the grantor gave (see glConservative) and acknowledges.
@@ -462,7 +513,7 @@ func (c *Engine) glTickHot(now time.Time) {
 			continue
 		}
 		gp := c.glPartOf(ksName, part)
-		if gp == nil || !gp.opts.HotKeys {
+		if gp == nil || !gp.opts.HotKeys || gp.joining {
 			continue
 		}
 		var (
@@ -572,7 +623,8 @@ func (c *Engine) glRenewInBackground(now time.Time, gp *glPart, id string, key [
 func (c *Engine) glGrantSecondary(now time.Time, gp *glPart, id string, rec storage.Record, found bool, lease time.Duration, master bool) {
 	var affs []uint32
 	for _, n := range c.Cfg.Nodes {
-		if n.Region == c.SelfRegion && n.ID != c.Cfg.NodeID && !gp.p.HasReplica(n.ID) {
+		// Not a member: the new replica of a move serves nothing until the move finishes.
+		if n.Region == c.SelfRegion && n.ID != c.Cfg.NodeID && !gp.p.Holds(n.ID) {
 			affs = append(affs, n.ID)
 		}
 	}
@@ -679,6 +731,7 @@ func (c *Engine) glTick(now time.Time) {
 	}
 	c.gl.nextSlow = now.Add(glSlowTick)
 	c.glTickFailover(now)
+	c.glTickMoveRoles(now)
 	c.glTickProposals(now)
 	c.glTickMoves(now)
 	c.glTickHot(now)
@@ -711,13 +764,8 @@ func (c *Engine) glTickMoves(now time.Time) {
 		if !ok || !k.gp.opts.AutoMigrate || !c.glActing(k.gp, k.key, now) || k.write != nil || k.recovery != nil {
 			continue
 		}
-		target := uint32(0)
-		for _, r := range k.gp.p.Replicas {
-			if c.Region[r] == mv.To && (target == 0 || r < target) {
-				target = r
-			}
-		}
-		if target == 0 {
+		target := c.glMoveTarget(k.gp, mv.To)
+		if target == 0 || target == c.Cfg.NodeID {
 			continue
 		}
 		gl.origins.Moved(now, mv.Key)
@@ -813,8 +861,18 @@ type Claim struct {
 	Homes     []uint32
 	Keys      []string
 	Excluded  []string
-	// HomeOf returns the home replica of a key (the same function on every node).
+	// HomeOf returns the home replica of a key under the claiming node's map (two nodes on
+	// either side of a replica move may compute different homes for the same key).
 	HomeOf func(key []byte) uint32
+	// Reps are one key of each stretch of the partition whose keys share a home region: a
+	// claim covers a stretch when its HomeOf names one of its Homes (gl_move.go).
+	Reps []string
+}
+
+// ClaimsStretch reports whether the claim covers, through its homes, the stretch of keys
+// starting at rep (all of it but finitely many keys: Excluded).
+func (g Claim) ClaimsStretch(rep string) bool {
+	return slices.Contains(g.Homes, g.HomeOf([]byte(rep)))
 }
 
 // Claims reports whether key is claimed by this node.
@@ -835,13 +893,20 @@ func (c *Engine) MasterClaims(now time.Time) []Claim {
 	}
 	var out []Claim
 	for _, gp := range c.gl.partList {
-		if !c.glMasterLeaseValid(gp, now) {
+		// A leaving replica that proposed its handover commits nothing more of the partition.
+		if gp.locked || !c.glMasterLeaseValid(gp, now) {
 			continue
 		}
 		g := gp
 		cl := Claim{Keyspace: gp.ks.Spec.Name, Partition: gp.p.ID, Node: c.Cfg.NodeID,
 			HomeOf: func(key []byte) uint32 { return g.home(key, c.Region) }}
+		for _, k := range gp.homeKeys() {
+			cl.Reps = append(cl.Reps, string(k))
+		}
 		for _, h := range gp.homes(c.Region) {
+			if r, ok := gp.returning[h]; ok && r.locked {
+				continue // proposed to go back to its home: this node commits nothing more of it
+			}
 			if gp.table.resolve(h) == c.Cfg.NodeID {
 				cl.Homes = append(cl.Homes, h)
 			}

@@ -53,12 +53,18 @@ const glMetaKeyspace = "_globlease"
 // the previous one instead of piling up versions.
 var glMetaVersion = hlc.Version{WallNanos: 1}
 
+// glBallot orders by the proposer's partition configuration first (gl_move.go: every ballot
+// of a later configuration is above those of earlier ones, as in Vertical Paxos).
 type glBallot struct {
-	round uint64
-	node  uint32
+	config uint64
+	round  uint64
+	node   uint32
 }
 
 func (b glBallot) less(o glBallot) bool {
+	if b.config != o.config {
+		return b.config < o.config
+	}
 	if b.round != o.round {
 		return b.round < o.round
 	}
@@ -67,9 +73,11 @@ func (b glBallot) less(o glBallot) bool {
 
 func (b glBallot) isZero() bool { return b == glBallot{} }
 
-func ballotToPB(b glBallot) *peerpb.GlBallot { return &peerpb.GlBallot{Round: b.round, Node: b.node} }
+func ballotToPB(b glBallot) *peerpb.GlBallot {
+	return &peerpb.GlBallot{Round: b.round, Node: b.node, Config: b.config}
+}
 func ballotFromPB(b *peerpb.GlBallot) glBallot {
-	return glBallot{round: b.GetRound(), node: b.GetNode()}
+	return glBallot{round: b.GetRound(), node: b.GetNode(), config: b.GetConfig()}
 }
 
 // glTable is one version of a partition's mastership table. Invariant: subst never maps a node
@@ -80,19 +88,37 @@ type glTable struct {
 	overrides map[string]uint32 // key → master (migration)
 	initiator uint32
 	hlc       hlc.Version
+	// config is the configuration of the ballot that chose this version (0: not chosen yet);
+	// handed are the homes a replica move gave to a substitute (gl_move.go).
+	config uint64
+	handed map[uint32]bool
+}
+
+func newTable() glTable {
+	return glTable{subst: map[uint32]uint32{}, overrides: map[string]uint32{}, handed: map[uint32]bool{}}
 }
 
 func (t *glTable) clone() glTable {
 	out := *t
-	out.subst = make(map[uint32]uint32, len(t.subst))
-	for k, v := range t.subst {
-		out.subst[k] = v
+	out.subst = maps.Clone(t.subst)
+	if out.subst == nil {
+		out.subst = map[uint32]uint32{}
 	}
-	out.overrides = make(map[string]uint32, len(t.overrides))
-	for k, v := range t.overrides {
-		out.overrides[k] = v
+	out.overrides = maps.Clone(t.overrides)
+	if out.overrides == nil {
+		out.overrides = map[string]uint32{}
+	}
+	out.handed = maps.Clone(t.handed)
+	if out.handed == nil {
+		out.handed = map[uint32]bool{}
 	}
 	return out
+}
+
+// sameMasters reports whether two tables assign masters identically (and mark the same
+// handed-over homes).
+func (t *glTable) sameMasters(o *glTable) bool {
+	return maps.Equal(t.subst, o.subst) && maps.Equal(t.overrides, o.overrides) && maps.Equal(t.handed, o.handed)
 }
 
 func (t *glTable) resolve(home uint32) uint32 {
@@ -114,7 +140,8 @@ func (t *glTable) masterOf(key []byte, home uint32) uint32 {
 // substPrefix + the home node ID: user keys never start with a zero byte followed by that
 // text in practice, and a table is only ever decoded by this function.
 func (t *glTable) toPB(ks string, part uint32) *peerpb.GlTable {
-	pb := &peerpb.GlTable{Keyspace: ks, Partition: part, Version: t.version, Initiator: t.initiator, Hlc: wire.VersionToPB(t.hlc)}
+	pb := &peerpb.GlTable{Keyspace: ks, Partition: part, Version: t.version, Initiator: t.initiator, Hlc: wire.VersionToPB(t.hlc),
+		Config: t.config, HandedOver: slices.Sorted(maps.Keys(t.handed))}
 	homes := slices.Sorted(maps.Keys(t.subst))
 	for _, h := range homes {
 		pb.Overrides = append(pb.Overrides, &peerpb.GlOverride{Key: substKey(h), Master: t.subst[h]})
@@ -133,8 +160,11 @@ func substKey(home uint32) []byte {
 }
 
 func glTableFromPB(pb *peerpb.GlTable) glTable {
-	t := glTable{version: pb.GetVersion(), initiator: pb.GetInitiator(), hlc: wire.VersionFromPB(pb.GetHlc()),
-		subst: map[uint32]uint32{}, overrides: map[string]uint32{}}
+	t := newTable()
+	t.version, t.initiator, t.hlc, t.config = pb.GetVersion(), pb.GetInitiator(), wire.VersionFromPB(pb.GetHlc()), pb.GetConfig()
+	for _, h := range pb.GetHandedOver() {
+		t.handed[h] = true
+	}
 	for _, o := range pb.GetOverrides() {
 		k := string(o.GetKey())
 		var home uint32
@@ -190,6 +220,21 @@ type glPart struct {
 	acceptedAt time.Time
 	// cons: conservative periods after taking keys over (gl_master.go).
 	cons []*glConservative
+
+	// Replica moves (gl_move.go). config: the partition's configuration number when this node
+	// last installed it. joining: this node is the move's new replica (it stores writes and
+	// votes, and masters, leases and serves nothing). leaving: it is the move's leaving replica
+	// and gives every key it masters away; locked: the handover is proposed and this node
+	// commits nothing more of the partition. returning: homes this node hands back once the
+	// replicas settle. wantSeal: the new replica wants a table chosen in the joint
+	// configuration.
+	config    uint64
+	joining   bool
+	leaving   bool
+	leaveAt   time.Time
+	locked    bool
+	returning map[uint32]*glReturn
+	wantSeal  bool
 }
 
 type glProposal struct {
@@ -202,8 +247,6 @@ type glProposal struct {
 	accepts  map[uint32]bool
 	deadline time.Time
 }
-
-func (gp *glPart) majority() int { return len(gp.p.Replicas)/2 + 1 }
 
 // home returns the replica of the partition in key's home region (the lowest node ID there).
 func (gp *glPart) home(key []byte, region map[uint32]string) uint32 {
@@ -258,21 +301,19 @@ func (c *Engine) glMasterLeaseValid(gp *glPart, now time.Time) bool {
 	if c.Cfg.Mutation == "master-ignores-lease" {
 		return true
 	}
+	if gp.joining {
+		return false // the new replica of a move masters nothing until it finishes
+	}
 	// This node counts for itself like any acceptor: not while it has accepted a table that
-	// is not committed yet (it may take keys from this very node).
-	n := 1
-	if gp.accepted != nil {
-		n = 0
-	}
-	for _, r := range gp.p.Replicas {
+	// is not committed yet (it may take keys from this very node). During a move the
+	// acknowledgements must be a majority of the old and of the new replica set.
+	return c.glQuorum(gp, func(r uint32) bool {
 		if r == c.Cfg.NodeID {
-			continue
+			return gp.accepted == nil
 		}
-		if t, ok := gp.ackedAt[r]; ok && now.Before(t.Add(gp.opts.MasterLease)) {
-			n++
-		}
-	}
-	return n >= gp.majority()
+		t, ok := gp.ackedAt[r]
+		return ok && now.Before(t.Add(gp.opts.MasterLease))
+	})
 }
 
 // glActing reports whether this node is the acting master of key now.
@@ -281,6 +322,12 @@ func (c *Engine) glActing(gp *glPart, key []byte, now time.Time) bool {
 		return false
 	}
 	if _, moving := gp.migrating[string(key)]; moving {
+		return false
+	}
+	if gp.leaving {
+		return false // handing every key over (gl_move.go)
+	}
+	if giving, _ := gp.glGivingBack(key, c.Region); giving {
 		return false
 	}
 	return c.glMasterLeaseValid(gp, now)
@@ -331,9 +378,18 @@ func (c *Engine) glAdopt(now time.Time, gp *glPart, pb *peerpb.GlTable) {
 		return
 	}
 	next := glTableFromPB(pb)
+	// Every master the table names is a member of the partition in this node's map. A
+	// table made under another map (a node on the other side of a move step) may name a
+	// node this one does not know as a member yet or any more: it is refused until this
+	// node's map catches up, and a later version comes with the next heartbeat.
 	for _, m := range next.overrides {
-		if !gp.p.HasReplica(m) {
-			return // a correct peer never sends this
+		if !gp.p.Holds(m) {
+			return
+		}
+	}
+	for _, m := range next.subst {
+		if !gp.p.Holds(m) {
+			return
 		}
 	}
 	old := gp.table
@@ -379,6 +435,9 @@ func (c *Engine) glAdopt(now time.Time, gp *glPart, pb *peerpb.GlTable) {
 			delete(gp.wantFailover, x)
 		}
 	}
+	if next.config == gp.config {
+		gp.wantSeal = false
+	}
 	c.glTableChanged(now, gp, &old)
 }
 
@@ -398,9 +457,9 @@ func (c *Engine) glTickHeartbeats(now time.Time) {
 		if !gp.mastersAny(c.Cfg.NodeID, c.Region) {
 			continue
 		}
-		for _, r := range gp.p.Replicas {
+		for _, r := range gp.p.Holders() {
 			if r != c.Cfg.NodeID {
-				perPeer[r] = append(perPeer[r], &peerpb.GlPartVersion{Keyspace: gp.ks.Spec.Name, Partition: gp.p.ID, Version: gp.table.version})
+				perPeer[r] = append(perPeer[r], &peerpb.GlPartVersion{Keyspace: gp.ks.Spec.Name, Partition: gp.p.ID, Version: gp.table.version, Config: gp.config})
 			}
 		}
 	}
@@ -417,13 +476,17 @@ func (c *Engine) glHandleHeartbeat(now time.Time, from uint32, m *peerpb.GlHeart
 	ack := &peerpb.GlHeartbeatAck{Seq: m.GetSeq()}
 	for _, pv := range m.GetParts() {
 		gp := c.glPartOf(pv.GetKeyspace(), pv.GetPartition())
-		if gp == nil || !gp.p.HasReplica(from) {
+		if gp == nil || !gp.p.Holds(from) {
 			continue
 		}
 		gp.lastHeard[from] = now
 		switch {
 		case gp.table.version > pv.GetVersion():
 			ack.Newer = append(ack.Newer, gp.table.toPB(gp.ks.Spec.Name, gp.p.ID))
+		case pv.GetConfig() != gp.config:
+			// Another configuration of the partition (one of us has not installed the last move
+			// step): no acknowledgement, which would count for a master lease under a
+			// majority this node may not belong to (gl_move.go).
 		case gp.table.version == pv.GetVersion() && gp.accepted == nil:
 			// No acknowledgement while a table this node accepted may be about to be chosen:
 			// it could take keys from the sender.
@@ -432,7 +495,7 @@ func (c *Engine) glHandleHeartbeat(now time.Time, from uint32, m *peerpb.GlHeart
 		case gp.table.version < pv.GetVersion():
 			// Behind: report our version so the master sends its table (a lower version is
 			// never counted as an acknowledgement).
-			ack.Acked = append(ack.Acked, &peerpb.GlPartVersion{Keyspace: pv.GetKeyspace(), Partition: pv.GetPartition(), Version: gp.table.version})
+			ack.Acked = append(ack.Acked, &peerpb.GlPartVersion{Keyspace: pv.GetKeyspace(), Partition: pv.GetPartition(), Version: gp.table.version, Config: gp.config})
 		default:
 			// Same version but a table accepted and not yet committed: no acknowledgement.
 		}
@@ -452,7 +515,7 @@ func (c *Engine) glHandleHeartbeatAck(now time.Time, from uint32, m *peerpb.GlHe
 	}
 	for _, pv := range m.GetAcked() {
 		gp := c.glPartOf(pv.GetKeyspace(), pv.GetPartition())
-		if gp == nil || !gp.p.HasReplica(from) {
+		if gp == nil || !gp.p.Holds(from) || pv.GetConfig() != gp.config {
 			continue
 		}
 		if pv.GetVersion() < gp.table.version {
@@ -476,7 +539,10 @@ func (c *Engine) glHandleHeartbeatAck(now time.Time, from uint32, m *peerpb.GlHe
 // a replica in the failed master's region first, then the lowest node ID).
 func (c *Engine) glTickFailover(now time.Time) {
 	for _, gp := range c.gl.partList {
-		for _, x := range gp.p.Replicas {
+		if gp.joining || gp.leaving {
+			continue // the replicas of a move that do not stay take no keys (gl_move.go)
+		}
+		for _, x := range c.glMasterCandidates(gp) {
 			if x == c.Cfg.NodeID || !gp.mastersAny(x, c.Region) || gp.wantFailover[x] {
 				continue
 			}
@@ -493,9 +559,27 @@ func (c *Engine) glTickFailover(now time.Time) {
 	}
 }
 
-// glSuccessorRank orders the replicas that may take over x's keys; this node's rank.
+// glMasterCandidates are the nodes that may master keys of gp: its members, and any other
+// node its table names (a table made under another map; its keys are failed over like a
+// silent master's).
+func (c *Engine) glMasterCandidates(gp *glPart) []uint32 {
+	set := map[uint32]bool{}
+	for _, r := range gp.p.Holders() {
+		set[r] = true
+	}
+	for _, m := range gp.table.subst {
+		set[m] = true
+	}
+	for _, m := range gp.table.overrides {
+		set[m] = true
+	}
+	return sortedKeys(set)
+}
+
+// glSuccessorRank orders the replicas that may take over x's keys (replicas that stay through
+// a move in progress); this node's rank.
 func (c *Engine) glSuccessorRank(gp *glPart, x uint32) time.Duration {
-	cands := slices.DeleteFunc(slices.Clone(gp.p.Replicas), func(r uint32) bool { return r == x })
+	cands := slices.DeleteFunc(slices.Clone(gp.p.Replicas), func(r uint32) bool { return r == x || !glStayer(gp.p, r) })
 	slices.SortFunc(cands, func(a, b uint32) int {
 		ra, rb := c.Region[a] == c.Region[x], c.Region[b] == c.Region[x]
 		if ra != rb {
@@ -523,7 +607,7 @@ func (c *Engine) glTickProposals(now time.Time) {
 			continue
 		}
 		stuck := gp.accepted != nil && now.After(gp.acceptedAt.Add(2*c.glRoundTimeout(gp)))
-		if len(gp.wantMoves) == 0 && len(gp.wantFailover) == 0 && !stuck {
+		if len(gp.wantMoves) == 0 && len(gp.wantFailover) == 0 && !stuck && !c.glWantsTable(gp) {
 			continue
 		}
 		if now.Before(gp.nextPropAt) {
@@ -561,8 +645,8 @@ func (c *Engine) glBuild(gp *glPart) *glTable {
 	keys := slices.Sorted(maps.Keys(gp.wantMoves))
 	for _, k := range keys {
 		to := gp.wantMoves[k]
-		if next.masterOf([]byte(k), gp.home([]byte(k), c.Region)) != c.Cfg.NodeID {
-			delete(gp.wantMoves, k) // not ours any more: nothing to give away
+		if next.masterOf([]byte(k), gp.home([]byte(k), c.Region)) != c.Cfg.NodeID || !glStayer(gp.p, to) {
+			delete(gp.wantMoves, k) // not ours any more (or the target is moving): nothing to give away
 			delete(gp.migrating, k)
 			continue
 		}
@@ -573,7 +657,8 @@ func (c *Engine) glBuild(gp *glPart) *glTable {
 		}
 		changed = true
 	}
-	if !changed {
+	c.glBuildMoves(gp, &next)
+	if !changed && next.sameMasters(&gp.table) && !gp.wantSeal {
 		return nil
 	}
 	return &next
@@ -591,16 +676,17 @@ func (c *Engine) glPropose(now time.Time, gp *glPart) {
 		return
 	}
 	value.hlc = c.Clock.Now(now)
+	value.config = 0 // set when chosen, to the choosing ballot's configuration
 	round := gp.promised.round
 	if gp.acceptedBallot.round > round {
 		round = gp.acceptedBallot.round
 	}
 	gp.prop = &glProposal{
-		version: value.version, ballot: glBallot{round: round + 1, node: c.Cfg.NodeID}, value: value, phase: 1,
+		version: value.version, ballot: glBallot{config: gp.config, round: round + 1, node: c.Cfg.NodeID}, value: value, phase: 1,
 		promises: map[uint32]*peerpb.GlPromise{}, accepts: map[uint32]bool{},
 		deadline: now.Add(c.glRoundTimeout(gp)),
 	}
-	for _, r := range gp.p.Replicas {
+	for _, r := range gp.p.Holders() {
 		msg := &peerpb.GlPrepare{Keyspace: gp.ks.Spec.Name, Partition: gp.p.ID, Version: value.version, Ballot: ballotToPB(gp.prop.ballot)}
 		if r == c.Cfg.NodeID {
 			c.glHandlePromise(now, r, c.glPrepare(now, gp, msg))
@@ -613,7 +699,7 @@ func (c *Engine) glPropose(now time.Time, gp *glPart) {
 // glRoundTimeout bounds one proposal: a few round trips to the farthest replica.
 func (c *Engine) glRoundTimeout(gp *glPart) time.Duration {
 	var far time.Duration
-	for _, r := range gp.p.Replicas {
+	for _, r := range gp.p.Holders() {
 		far = max(far, c.RTT(r))
 	}
 	return 4*far + 200*time.Millisecond
@@ -629,6 +715,9 @@ func (c *Engine) glPrepare(now time.Time, gp *glPart, m *peerpb.GlPrepare) *peer
 	case m.GetVersion() > gp.table.version+1:
 		// Behind: say nothing; the proposer sends its table when it sees our version.
 		resp.Committed = &peerpb.GlTable{Keyspace: m.GetKeyspace(), Partition: m.GetPartition(), Version: gp.table.version}
+	case b.config != gp.config:
+		// A ballot of another configuration of the partition (a move step one of us has not
+		// installed): no promise (gl_move.go).
 	case gp.promised.less(b):
 		gp.promised = b
 		c.glPersist(gp)
@@ -643,7 +732,7 @@ func (c *Engine) glPrepare(now time.Time, gp *glPart, m *peerpb.GlPrepare) *peer
 
 func (c *Engine) glHandlePrepare(now time.Time, from uint32, m *peerpb.GlPrepare) {
 	gp := c.glPartOf(m.GetKeyspace(), m.GetPartition())
-	if gp == nil || !gp.p.HasReplica(from) {
+	if gp == nil || !gp.p.Holds(from) {
 		return
 	}
 	c.Send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_GlPromise{GlPromise: c.glPrepare(now, gp, m)}})
@@ -666,7 +755,7 @@ func (c *Engine) glHandlePromise(now time.Time, from uint32, m *peerpb.GlPromise
 		return
 	}
 	pr.promises[from] = m
-	if len(pr.promises) < gp.majority() {
+	if !c.glQuorum(gp, func(r uint32) bool { return pr.promises[r] != nil }) {
 		return
 	}
 	// Phase 2: the value accepted at the highest ballot, if any, else ours (Paxos).
@@ -681,9 +770,10 @@ func (c *Engine) glHandlePromise(now time.Time, from uint32, m *peerpb.GlPromise
 		}
 	}
 	pr.chosen = chosen
+	pr.chosen.config = 0
 	pr.phase = 2
 	acc := &peerpb.GlAccept{Ballot: ballotToPB(pr.ballot), Table: chosen.toPB(gp.ks.Spec.Name, gp.p.ID)}
-	for _, r := range gp.p.Replicas {
+	for _, r := range gp.p.Holders() {
 		if r == c.Cfg.NodeID {
 			c.glHandleAccepted(now, r, c.glAccept(now, gp, acc))
 			continue
@@ -704,8 +794,16 @@ func (c *Engine) glAccept(now time.Time, gp *glPart, m *peerpb.GlAccept) *peerpb
 		resp.Reason = "version"
 		return resp
 	}
+	if b.config != gp.config {
+		resp.Reason = "configuration"
+		return resp
+	}
 	if b.less(gp.promised) {
 		resp.Reason = "ballot"
+		return resp
+	}
+	if why := c.glJointAdmits(gp, &t); why != "" {
+		resp.Reason = why
 		return resp
 	}
 	for _, x := range c.glLosers(gp, &t) {
@@ -760,7 +858,7 @@ func (c *Engine) glLosers(gp *glPart, next *glTable) []uint32 {
 
 func (c *Engine) glHandleAccept(now time.Time, from uint32, m *peerpb.GlAccept) {
 	gp := c.glPartOf(m.GetTable().GetKeyspace(), m.GetTable().GetPartition())
-	if gp == nil || !gp.p.HasReplica(from) {
+	if gp == nil || !gp.p.Holds(from) {
 		return
 	}
 	c.Send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_GlAccepted{GlAccepted: c.glAccept(now, gp, m)}})
@@ -779,12 +877,13 @@ func (c *Engine) glHandleAccepted(now time.Time, from uint32, m *peerpb.GlAccept
 		return
 	}
 	pr.accepts[from] = true
-	if len(pr.accepts) < gp.majority() {
+	if !c.glQuorum(gp, func(r uint32) bool { return pr.accepts[r] }) {
 		return
 	}
+	pr.chosen.config = pr.ballot.config
 	chosen := pr.chosen.toPB(gp.ks.Spec.Name, gp.p.ID)
 	gp.prop = nil
-	for _, r := range gp.p.Replicas {
+	for _, r := range gp.p.Holders() {
 		if r != c.Cfg.NodeID {
 			c.Send(r, &peerpb.Envelope{Msg: &peerpb.Envelope_GlCommitTable{GlCommitTable: &peerpb.GlCommitTable{Table: chosen}}})
 		}
@@ -796,7 +895,7 @@ func (c *Engine) glHandleAccepted(now time.Time, from uint32, m *peerpb.GlAccept
 
 func (c *Engine) glHandleCommitTable(now time.Time, from uint32, m *peerpb.GlCommitTable) {
 	gp := c.glPartOf(m.GetTable().GetKeyspace(), m.GetTable().GetPartition())
-	if gp == nil || !gp.p.HasReplica(from) {
+	if gp == nil || !gp.p.Holds(from) {
 		return
 	}
 	c.glAdopt(now, gp, m.GetTable())

@@ -1,6 +1,7 @@
 package globlease
 
 import (
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -68,10 +69,13 @@ type Counters struct {
 	// SuspectMarks: lease holders found leaving a write's update unacknowledged for longer
 	// than suspect_after; ShortGrants: leases granted at suspect_lease to such holders.
 	SuspectMarks, ShortGrants atomic.Int64
+	// ReportsHeld: a new replica's caught-up reports held back until the mastership table
+	// allowed the move to finish (gl_move.go).
+	ReportsHeld atomic.Int64
 }
 
 // Mutations are GlobLease's broken variants (DESIGN.md section 6: every checker is proven
-// by a variant it must catch).
+// by a variant it must catch); the replica move's are in MoveMutations (gl_move.go).
 var Mutations = map[string]string{
 	"lease-record-at-grant":    "the master's lease record starts when the grant is sent instead of when the replica's acknowledgement arrives, so it ends before the replica's lease",
 	"write-skips-lease-holder": "a write commits at a majority without updating (or outwaiting) a replica that still holds a valid lease",
@@ -86,7 +90,7 @@ func (g *Counters) Snapshot() map[string]int64 {
 		"lease_renewals": g.LeaseRenewals.Load(), "lease_updates": g.LeaseUpdates.Load(), "leases_granted": g.LeasesGranted.Load(),
 		"lease_messages": g.LeaseMessages.Load(), "master_moves": g.MasterMoves.Load(), "table_changes": g.TableChanges.Load(),
 		"recoveries": g.Recoveries.Load(), "revocations": g.Revocations.Load(), "secondary_grants": g.SecondaryGrants.Load(),
-		"suspect_marks": g.SuspectMarks.Load(), "short_grants": g.ShortGrants.Load(),
+		"suspect_marks": g.SuspectMarks.Load(), "short_grants": g.ShortGrants.Load(), "move_reports_held": g.ReportsHeld.Load(),
 	}
 }
 
@@ -277,7 +281,8 @@ type glWrite struct {
 	id         uint64
 	started    time.Time
 	rec        storage.Record
-	acks       map[uint32]bool
+	acks       map[uint32]bool // every node that acknowledged (lease holders included)
+	stored     map[uint32]bool // members that stored it (what majorities count)
 	leaseTo    map[uint32]bool // nodes offered a lease with this update
 	waiters    []*glOp
 	nextResend time.Time
@@ -330,6 +335,7 @@ type glHostWait struct {
 	waitFor       map[uint32]bool
 	leaseNanos    int64
 	until         time.Time
+	notStored     bool // the host is no member of the partition (it left by a move)
 }
 
 // glGrant is a secondary lease sent to an affiliated node, waiting for its acknowledgement.
@@ -359,6 +365,7 @@ type glFwd struct {
 
 type glLazy struct {
 	rec     storage.Record
+	gp      *glPart
 	pending map[uint32]bool
 	next    time.Time
 }
@@ -385,7 +392,9 @@ func (c *Engine) glSetup(now time.Time) {
 	}
 	gl := c.gl
 	gl.pmap = c.Pmap
-	for _, ks := range c.Pmap.Keyspaces {
+	held := map[glPartID]bool{}
+	for _, ksName := range slices.Sorted(maps.Keys(c.Pmap.Keyspaces)) {
+		ks := c.Pmap.Keyspaces[ksName]
 		if !isGL(ks) {
 			continue
 		}
@@ -408,21 +417,26 @@ func (c *Engine) glSetup(now time.Time) {
 		for i := range ks.Partitions {
 			p := &ks.Partitions[i]
 			id := glPartID{ks.Spec.Name, p.ID}
-			if !p.HasReplica(c.Cfg.NodeID) {
+			// A member: a replica, or the new replica of a move in progress (gl_move.go).
+			if !p.Holds(c.Cfg.NodeID) {
 				continue
 			}
+			held[id] = true
 			if old, ok := gl.parts[id]; ok {
 				old.ks, old.p = ks, p
+				c.glConfigure(now, old)
 				continue
 			}
 			o := opts
 			gp := &glPart{ks: ks, p: p, opts: &o, installedAt: now,
-				table:   glTable{subst: map[uint32]uint32{}, overrides: map[string]uint32{}},
+				table:   newTable(),
 				ackedAt: map[uint32]time.Time{}, lastAckTo: map[uint32]time.Time{}, lastHeard: map[uint32]time.Time{},
 				homeSince: map[uint32]time.Time{}, keySince: map[string]time.Time{},
 				migrating: map[string]uint32{}, wantMoves: map[string]uint32{}, wantFailover: map[uint32]bool{},
+				returning: map[uint32]*glReturn{},
 			}
 			c.glLoad(gp)
+			c.glConfigure(now, gp)
 			gl.parts[id] = gp
 			gl.partList = append(gl.partList, gp)
 			// After a (re)start this node may have granted leases in a previous life: until every
@@ -430,6 +444,12 @@ func (c *Engine) glSetup(now time.Time) {
 			if gp.mastersAny(c.Cfg.NodeID, c.Region) {
 				c.glStartConservative(now, gp, c.Cfg.NodeID, nil)
 			}
+		}
+	}
+	// Partitions this node no longer holds (it left by a move, or the keyspace is gone).
+	for _, gp := range slices.Clone(gl.partList) {
+		if !held[glPartID{gp.ks.Spec.Name, gp.p.ID}] {
+			c.glDropPart(now, gp)
 		}
 	}
 	slices.SortFunc(gl.partList, func(a, b *glPart) int {
@@ -689,6 +709,24 @@ func (c *Engine) glHandleForward(now time.Time, from uint32, m *peerpb.GlForward
 			}
 		}
 	}
+	deadline := time.Unix(0, m.GetDeadlineUnixNanos())
+	if m.GetDeadlineUnixNanos() == 0 || deadline.After(now.Add(c.Cfg.Limits.MaxRequestTimeout)) {
+		deadline = now.Add(c.Cfg.Limits.MaxRequestTimeout)
+	}
+	if op != OpGet {
+		// A duplicated message must not write twice: the master stamps the version, so a
+		// second execution would be a second, later write of the same value. Nor may a copy
+		// run after an earlier copy was redirected (this node's table changed in between, as
+		// around a replica move's handover): the coordinator acts on the first answer, and
+		// may report the write as not applied or send it elsewhere.
+		dk := glSeenKey{from: from, id: m.GetRequestId(), deadline: m.GetDeadlineUnixNanos()}
+		if _, dup := c.gl.seen[dk]; dup {
+			return
+		}
+		if len(c.gl.seen) < glMaxSeen {
+			c.gl.seen[dk] = deadline.Add(time.Second)
+		}
+	}
 	if gp == nil {
 		// Not a replica (a stale routing link): send it to a replica of the partition.
 		reply(&peerpb.GlForwardReply{Redirect: c.ByDistance(p.Replicas)[0]})
@@ -703,10 +741,6 @@ func (c *Engine) glHandleForward(now time.Time, from uint32, m *peerpb.GlForward
 		reply(r)
 		return
 	}
-	deadline := time.Unix(0, m.GetDeadlineUnixNanos())
-	if m.GetDeadlineUnixNanos() == 0 || deadline.After(now.Add(c.Cfg.Limits.MaxRequestTimeout)) {
-		deadline = now.Add(c.Cfg.Limits.MaxRequestTimeout)
-	}
 	// Give up a one-way delay (and ε) before the coordinator does, so that the explanation
 	// of a timeout here reaches it in time.
 	var oneWay time.Duration
@@ -717,17 +751,6 @@ func (c *Engine) glHandleForward(now time.Time, from uint32, m *peerpb.GlForward
 	if opDeadline.Before(now) {
 		opDeadline = now
 	}
-	if op != OpGet {
-		// A duplicated message must not write twice: the master stamps the version, so a
-		// second execution would be a second, later write of the same value.
-		dk := glSeenKey{from: from, id: m.GetRequestId(), deadline: m.GetDeadlineUnixNanos()}
-		if _, dup := c.gl.seen[dk]; dup {
-			return
-		}
-		if len(c.gl.seen) < glMaxSeen {
-			c.gl.seen[dk] = deadline.Add(time.Second)
-		}
-	}
 	c.glMasterOp(now, gp, &glOp{op: op, keyBytes: m.GetKey(), part: p.ID, req: Request{Op: op, Keyspace: ks.Spec.Name, Key: m.GetKey()}, from: from, fwdID: m.GetRequestId(), wantLease: m.GetWantLease() && p.HasReplica(from),
 		passive: m.GetPassive(), origin: m.GetOriginRegion(), region: string(m.GetValue()), value: m.GetValue(),
 		minVer: wire.VersionFromPB(m.GetMinVersion()), deadline: opDeadline})
@@ -737,7 +760,7 @@ func (c *Engine) glHandleForward(now time.Time, from uint32, m *peerpb.GlForward
 func (c *Engine) glLocalRecord(now time.Time, gp *glPart, id, ks string, part uint32, key []byte) (*peerpb.GlForwardReply, bool) {
 	if gp != nil {
 		l, ok := c.gl.leases[id]
-		if !ok || !now.Before(l.until) || !l.pending.IsZero() {
+		if gp.joining || !ok || !now.Before(l.until) || !l.pending.IsZero() {
 			return nil, false
 		}
 		r := &peerpb.GlForwardReply{Path: PathLease, Affiliates: c.glAffiliatesOf(now, id)}
@@ -772,7 +795,9 @@ func (c *Engine) glAffiliatesOf(now time.Time, id string) []uint32 {
 	} else if k, ok := c.gl.keys[id]; ok {
 		recs = map[uint32]*glRecord{}
 		for n, r := range k.leases {
-			if !k.gp.p.HasReplica(n) {
+			// Affiliated nodes: not members, and not replicas that left by a move (the master
+			// may still hold their record until it runs out; they serve nothing).
+			if !k.gp.p.Holds(n) && !k.gp.p.HasDeparted(n) {
 				recs[n] = r
 			}
 		}

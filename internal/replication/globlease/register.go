@@ -35,7 +35,8 @@ func init() {
 		NoPointLevels:  "reads go to the master or a lease holder, writes to the master (choose write_mode=active|passive)",
 		LowerBoundMs:   lowerBoundMs,
 		Metrics:        func(reg prometheus.Registerer, e engine.Engine) { registerMetrics(reg, e.(*Engine).Counters()) },
-		Mutations:      Mutations,
+		// The protocol's own broken variants and its replica moves' (gl_move.go).
+		Mutations: coord.WithMoveMutations(Mutations, MoveMutations),
 		Sim: engine.SimSupport{
 			DescribeMessage: describeMessage,
 			// Timings scaled to a simulated run of seconds: leases of a few hundred
@@ -49,6 +50,7 @@ func init() {
 			// Two nodes per region, so every region has an affiliated node for hot keys.
 			NodesPerRegion: 2,
 			Invariant:      invariant,
+			MutationHints:  MoveMutationHints,
 		},
 	})
 }
@@ -114,6 +116,7 @@ func registerMetrics(reg prometheus.Registerer, gl *Counters) {
 	counter("meridian_globlease_secondary_grants_total", "Secondary leases granted to affiliated nodes for hot keys.", &gl.SecondaryGrants)
 	counter("meridian_globlease_suspect_holders_total", "Lease holders put on probation for leaving a write's update unacknowledged longer than suspect_after.", &gl.SuspectMarks)
 	counter("meridian_globlease_short_grants_total", "Leases granted at suspect_lease to holders on probation (liu-thesis 4.1.3: per-node lease length).", &gl.ShortGrants)
+	counter("meridian_globlease_move_reports_held_total", "Caught-up reports of a new replica held back until the partition's mastership table let the move finish (a table chosen in the joint configuration, giving every key the same master under the old and the new replicas).", &gl.ReportsHeld)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_globlease_hot_keys",
 		Help: "Keys this node currently considers hot (replicated to affiliated nodes)."}, load(&gl.HotKeys)))
 }
@@ -164,7 +167,9 @@ func leaseInvariant(now []time.Time, gls []*Engine) string {
 
 // oneMasterInvariant: at no step may two nodes act as master of the same key (liu-thesis
 // 4.1.3: "either no master or only one correct master of a key exists"). Each node's claim is
-// evaluated at its own clock.
+// evaluated at its own clock and under its own map: across a replica move two nodes may
+// compute different home replicas for the same keys, so claims are compared per stretch of
+// keys sharing a home region as well as per home replica.
 func oneMasterInvariant(now []time.Time, gls []*Engine) string {
 	byPart := map[string][]Claim{}
 	for i, g := range gls {
@@ -189,6 +194,12 @@ func oneMasterInvariant(now []time.Time, gls []*Engine) string {
 				for _, h := range a.Homes {
 					if slices.Contains(b.Homes, h) {
 						return fmt.Sprintf("partition %s: nodes %d and %d both act as master of the keys homed at node %d", p, a.Node, b.Node, h)
+					}
+				}
+				for _, rep := range append(slices.Clone(a.Reps), b.Reps...) {
+					if a.ClaimsStretch(rep) && b.ClaimsStretch(rep) {
+						return fmt.Sprintf("partition %s: nodes %d and %d both act as master of the keys from %q (homed at node %d for the one, %d for the other)",
+							p, a.Node, b.Node, rep, a.HomeOf([]byte(rep)), b.HomeOf([]byte(rep)))
 					}
 				}
 				for _, k := range append(append([]string{}, a.Keys...), append(b.Keys, append(a.Excluded, b.Excluded...)...)...) {

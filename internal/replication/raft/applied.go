@@ -20,6 +20,7 @@ type heldReply struct {
 	index    uint64
 	res      engine.Result
 	deadline time.Time
+	since    time.Time // when it was held
 }
 
 // notifies reports whether g's state machine wants applied indexes shared.
@@ -33,7 +34,7 @@ func (e *Engine) hold(g *group, index uint64, res engine.Result, deadline time.T
 	if g.peerApplied == nil {
 		g.peerApplied = map[uint32]uint64{}
 	}
-	g.held = append(g.held, heldReply{index: index, res: res, deadline: deadline})
+	g.held = append(g.held, heldReply{index: index, res: res, deadline: deadline, since: e.lastNow})
 	e.releaseHeld(e.lastNow, g)
 }
 
@@ -52,9 +53,14 @@ func (e *Engine) releaseHeld(now time.Time, g *group) {
 				continue
 			}
 			reason := fmt.Sprintf("has applied the metadata up to %d, not yet %d", g.peerApplied[n.ID], h.index)
-			if !e.alive(n.ID) {
+			switch p := e.peers[n.ID]; {
+			case !e.alive(n.ID):
 				reason = "down (not heard from for an election timeout)"
-			} else {
+			case p != nil && !p.heardOnce && !p.created.Before(h.since):
+				// It became a member with this change or after (a joining node, which starts
+				// once its registration returns): it learns the change when it starts.
+				reason = "joined with this change and has not started yet"
+			default:
 				allLive = false
 			}
 			missing = append(missing, engine.Unacked{Node: n.ID, Reason: reason})

@@ -30,6 +30,15 @@ type Counters struct {
 	SnapshotsPrepared, SnapshotsSent, SnapshotsReceived     atomic.Int64
 	SnapshotsInstalled, SnapshotsResumed, SnapshotsDeferred atomic.Int64
 	SnapshotErrors                                          atomic.Int64
+	// Splits and merges (repartition.go): entries proposed, splits, freezes and merges
+	// applied, range entries refused alike by every replica (stale), merges a replica had to
+	// wait for (its right-hand replica behind the freeze), groups founded by splits here,
+	// groups merged away or superseded by a snapshot, requests sent to another group.
+	RangeProposals, Splits, Freezes, Merges, RangeRefused, MergesBlocked atomic.Int64
+	GroupsFounded, GroupsMerged, GroupsSuperseded, Rerouted              atomic.Int64
+	// SnapshotsRefused counts snapshots a replica did not take because another group of
+	// its node still held part of their range.
+	SnapshotsRefused atomic.Int64
 	// QuiescedGroups and Groups are gauges, set at each Tick.
 	QuiescedGroups, Groups atomic.Int64
 }
@@ -75,6 +84,8 @@ func (e *Engine) CounterSnapshot() map[string]int64 {
 		"raft_leader_transfers": c.LeaderTransfers.Load(), "raft_conf_changes": c.ConfChanges.Load(),
 		"raft_snapshots_sent": c.SnapshotsSent.Load(), "raft_snapshots_installed": c.SnapshotsInstalled.Load(),
 		"raft_snapshot_errors": c.SnapshotErrors.Load(), "raft_groups": c.Groups.Load(), "raft_groups_quiesced": c.QuiescedGroups.Load(),
+		"raft_splits": c.Splits.Load(), "raft_merges": c.Merges.Load(), "raft_freezes": c.Freezes.Load(),
+		"raft_merges_blocked": c.MergesBlocked.Load(), "raft_rerouted": c.Rerouted.Load(),
 	}
 }
 
@@ -110,6 +121,12 @@ func RegisterMetrics(reg prometheus.Registerer, protocol string, c *Counters) {
 	counter("snapshots_installed_total", "Snapshots installed by a follower.", load(&c.SnapshotsInstalled))
 	counter("snapshot_errors_total", "Snapshot transfers abandoned or failed.", load(&c.SnapshotErrors))
 	counter("replicas_removed_total", "Replicas this node deleted after leaving their group.", load(&c.ReplicasRemoved))
+	counter("splits_total", "Split entries applied: a group narrowed and founded its right-hand group here.", load(&c.Splits))
+	counter("freezes_total", "Freeze entries applied: a group whose partition a merge retired stopped taking writes.", load(&c.Freezes))
+	counter("merges_total", "Merge entries applied: a group widened over its frozen right-hand neighbour, whose Raft state went.", load(&c.Merges))
+	counter("merges_blocked_total", "Merge entries this replica had to wait for, its replica of the right-hand group not having applied the freeze.", load(&c.MergesBlocked))
+	counter("range_refused_total", "Split, freeze or merge entries every replica refused alike (stale: the range or configuration changed since the proposal).", load(&c.RangeRefused))
+	counter("rerouted_total", "Requests sent to another group because a split or merge took their key away.", load(&c.Rerouted))
 	gauge("groups", "Raft groups on this node.", load(&c.Groups))
 	gauge("groups_quiesced", "Raft groups on this node that are quiesced (not ticking).", load(&c.QuiescedGroups))
 }

@@ -25,14 +25,28 @@ func DescribeMessage(env *peerpb.Envelope, _ func(*peerpb.Version) string) (stri
 	case *peerpb.Envelope_RaftRemoved:
 		r := m.RaftRemoved
 		if r.GetConfIndex() == 0 {
-			return fmt.Sprintf("%d->%d raft_removed? %s/%d", env.From, env.To, r.GetKeyspace(), r.GetPartition()), true
+			return fmt.Sprintf("%d->%d raft_removed? %s", env.From, env.To, groupName(r.GetKeyspace(), r.GetPartition(), r.Group)), true
 		}
-		return fmt.Sprintf("%d->%d raft_removed %s/%d conf_index=%d", env.From, env.To, r.GetKeyspace(), r.GetPartition(), r.GetConfIndex()), true
+		return fmt.Sprintf("%d->%d raft_removed %s conf_index=%d", env.From, env.To, groupName(r.GetKeyspace(), r.GetPartition(), r.Group), r.GetConfIndex()), true
 	case *peerpb.Envelope_RaftSnapshotOffer:
 		o := m.RaftSnapshotOffer
-		return fmt.Sprintf("%d->%d raft_snapshot_offer %s/%d %s (%d bytes)", env.From, env.To, o.GetKeyspace(), o.GetPartition(), o.GetSnapshotId(), o.GetSize()), true
+		return fmt.Sprintf("%d->%d raft_snapshot_offer %s %s (%d bytes)", env.From, env.To, groupName(o.GetKeyspace(), o.GetPartition(), o.Group), o.GetSnapshotId(), o.GetSize()), true
+	case *peerpb.Envelope_RaftApplied:
+		a := m.RaftApplied
+		if a.GetFrozenAt() != 0 {
+			return fmt.Sprintf("%d->%d raft_frozen %s applied=%d frozen_at=%d", env.From, env.To, groupName(a.GetKeyspace(), a.GetPartition(), a.Group), a.GetIndex(), a.GetFrozenAt()), true
+		}
 	}
 	return "", false
+}
+
+// groupName renders a group a message names: keyspace/partition, or keyspace/group@anchor
+// when the message names the group's anchor (wire.go).
+func groupName(keyspace string, partition uint32, group *uint32) string {
+	if group == nil {
+		return fmt.Sprintf("%s/%d", keyspace, partition)
+	}
+	return fmt.Sprintf("%s/%d@%d", keyspace, *group, partition)
 }
 
 // describeRaft renders a Raft message briefly: its group, type, term, index and commit, or
@@ -40,9 +54,9 @@ func DescribeMessage(env *peerpb.Envelope, _ func(*peerpb.Version) string) (stri
 func describeRaft(r *peerpb.RaftMessage) string {
 	var m raftpb.Message
 	if err := proto.Unmarshal(r.GetMessage(), &m); err != nil {
-		return fmt.Sprintf("%s/%d undecodable: %v", r.GetKeyspace(), r.GetPartition(), err)
+		return fmt.Sprintf("%s undecodable: %v", groupName(r.GetKeyspace(), r.GetPartition(), r.Group), err)
 	}
-	s := fmt.Sprintf("%s/%d %s t%d", r.GetKeyspace(), r.GetPartition(), m.GetType(), m.GetTerm())
+	s := fmt.Sprintf("%s %s t%d", groupName(r.GetKeyspace(), r.GetPartition(), r.Group), m.GetType(), m.GetTerm())
 	if m.GetIndex() != 0 || m.GetLogTerm() != 0 {
 		s += fmt.Sprintf(" i%d/t%d", m.GetIndex(), m.GetLogTerm())
 	}
@@ -65,9 +79,10 @@ func (e *Engine) DebugState() string {
 	for _, g := range e.order {
 		st := g.rn.BasicStatus()
 		last, _ := g.log.Storage().LastIndex()
-		fmt.Fprintf(&b, "%s/%d: %v lead=%d term=%d commit=%d last=%d applied=%d voters=%v out=%v learners=%v desc=%v learners=%v inPlacement=%v removed=%v\n",
+		fmt.Fprintf(&b, "%s/%d: %v lead=%d term=%d commit=%d last=%d applied=%d voters=%v out=%v learners=%v desc=%v learners=%v inPlacement=%v removed=%v range=%s gen=%d frozen=%d retired=%v blocked=%d\n",
 			g.key.keyspace, g.key.partition, st.RaftState, st.Lead, st.HardState.GetTerm(), st.HardState.GetCommit(), last, g.applied,
-			g.conf.GetVoters(), g.conf.GetVotersOutgoing(), g.conf.GetLearners(), g.desc.Replicas, g.desc.Learners, g.inPlacement, g.removed)
+			g.conf.GetVoters(), g.conf.GetVotersOutgoing(), g.conf.GetLearners(), g.desc.Replicas, g.desc.Learners, g.inPlacement, g.removed,
+			g.rangeString(), g.gen, g.frozenAt, g.partRetired, g.blockedAt)
 	}
 	return b.String()
 }

@@ -1,6 +1,7 @@
 package raft
 
 import (
+	"bytes"
 	"fmt"
 	"hash/fnv"
 	"maps"
@@ -98,6 +99,22 @@ type Engine struct {
 	// incarnation tells this run of the engine from earlier ones (read contexts).
 	incarnation uint64
 
+	// Splits and merges (repartition.go): the groups with a range by keyspace and start
+	// (rebuilt when stale), whether the map's groups must be synced again, how many requests
+	// wait for their key's group, and the anchors of the map's partitions (wire.go).
+	ranges        map[string][]*group
+	rangesStale   bool
+	syncNeeded    bool
+	orphansLoaded bool
+	rangeWaits    int
+	anchors       anchorCache
+	// dropped are the groups whose state this engine deleted since the map last changed:
+	// the deletion is in a Ready not applied yet, so storage still shows their state.
+	dropped map[uint64]bool
+	// kick: splits, freezes or merges may be ready to propose (driveRepartitions runs at
+	// the end of the Ready).
+	kick bool
+
 	out     engine.Ready
 	batches map[uint32][]*peerpb.RaftMessage // this Ready's Raft messages, per destination
 	// installing are the groups whose snapshot data the current Ready installs.
@@ -116,6 +133,11 @@ type peerState struct {
 	lastHeard time.Time // anything received from it
 	lapsed    bool      // silent for an election timeout: its quiesced groups woke up
 	rtt       time.Duration
+	// created is when this node learnt of the peer; heardOnce, whether it ever heard from
+	// it. A node registered by a metadata change that is held for every live node cannot
+	// have applied it (it starts once the change returns): releaseHeld does not wait for it.
+	created   time.Time
+	heardOnce bool
 }
 
 // Options configures an Engine beyond engine.Config.
@@ -160,6 +182,8 @@ func New(cfg engine.Config, store engine.Reader, o Options) *Engine {
 		peers:    map[uint32]*peerState{},
 		batches:  map[uint32][]*peerpb.RaftMessage{},
 		rng:      rand.New(rand.NewPCG(cfg.RandSeed, uint64(cfg.NodeID))),
+		anchors:  anchorCache{},
+		dropped:  map[uint64]bool{},
 	}
 	e.incarnation = e.rng.Uint64() | 1
 	// IDs of forwarded requests and scan parts start at a random point, so that a message
@@ -182,69 +206,17 @@ func markerKey(group uint64) []byte  { return stateKey(group, 'm') }
 
 // SetPlacement creates the groups of the protocol's keyspaces' partitions this node is a
 // member of, hands every group its partition's new description (configuration changes are
-// driven from it, membership.go), and destroys the groups of keyspaces that were dropped.
+// driven from it, membership.go; splits and merges too, repartition.go), retires the groups
+// of partitions a merge removed and destroys the groups of keyspaces that were dropped
+// (syncGroups).
 func (e *Engine) SetPlacement(m *placement.Map) {
 	e.pmap = m
 	if m.Nodes != nil && !sameNodeIDs(m.Nodes, e.cfg.Nodes) {
 		e.cfg.Nodes = m.Nodes // members joined or left (names, regions)
 	}
-	seen := map[groupKey]bool{}
-	for _, name := range slices.Sorted(maps.Keys(m.Keyspaces)) {
-		ks := m.Keyspaces[name]
-		if ks.Spec.Protocol != e.protocol {
-			continue
-		}
-		opts, err := config.RaftOptionsOf(ks.Spec.Options)
-		if err != nil {
-			for _, p := range ks.Partitions {
-				e.broken[groupKey{name, p.ID}] = err.Error()
-			}
-			continue
-		}
-		region := opts.LeaderRegion
-		if region == "" && len(ks.Spec.Regions) > 0 {
-			region = ks.Spec.Regions[0]
-		}
-		for i := range ks.Partitions {
-			p := &ks.Partitions[i]
-			k := groupKey{name, p.ID}
-			seen[k] = true
-			g := e.groups[k]
-			if g == nil {
-				// A node a move dropped from the placement stays a member of the group until
-				// the change that removes it commits, and that change may need its vote: if
-				// it restarts before (its replica's state is still on disk), it loads the
-				// group again and stays until removed (the simulator found a joint
-				// configuration that could never leave when such a node did not: seed 373
-				// with moves and a crash of every node).
-				if !p.HasMember(e.cfg.NodeID) && !(p.HasDeparted(e.cfg.NodeID) && e.hasGroupState(groupID(k))) {
-					continue
-				}
-				if err := e.addGroup(k, p, opts, region); err != nil {
-					e.broken[k] = err.Error()
-					continue
-				}
-				g = e.groups[k]
-			}
-			g.desc = raftDesc(*p)
-			g.descGen++
-			g.opts = opts
-			g.inPlacement = p.HasMember(e.cfg.NodeID)
-			g.preferred = g.preferred[:0]
-			for _, r := range p.Replicas {
-				if e.regionOf(r) == region {
-					g.preferred = append(g.preferred, r)
-				}
-			}
-			e.markDirty(g)
-		}
-	}
-	for _, g := range slices.Clone(e.order) {
-		if !seen[g.key] {
-			e.destroy(g, "its keyspace was dropped")
-		}
-	}
-	e.refreshPeers()
+	e.anchors = anchorCache{}
+	clear(e.dropped)
+	e.syncGroups()
 }
 
 func sameNodeIDs(a, b []config.Node) bool {
@@ -276,7 +248,7 @@ func (e *Engine) refreshPeers() {
 	}
 	for id := range want {
 		if e.peers[id] == nil {
-			e.peers[id] = &peerState{rtt: e.rttTo(id)}
+			e.peers[id] = &peerState{rtt: e.rttTo(id), created: e.lastNow}
 		}
 	}
 	for id := range e.peers {
@@ -310,10 +282,6 @@ func (e *Engine) regionOf(node uint32) string {
 	return ""
 }
 
-// addGroup loads a group's durable state, or creates it: a founding member bootstraps from a
-// snapshot at index 1 whose configuration is the partition's founding members (every founder
-// the same way, so they agree without a round of configuration changes); any other member
-// starts empty and waits for its leader's snapshot.
 // hasGroupState reports whether this node's storage holds a group's Raft state (a replica
 // it has not deleted).
 func (e *Engine) hasGroupState(id uint64) bool {
@@ -321,7 +289,16 @@ func (e *Engine) hasGroupState(id uint64) bool {
 	return err == nil && found
 }
 
-func (e *Engine) addGroup(k groupKey, p *placement.Partition, opts config.RaftOptions, leaderRegion string) error {
+// addGroup loads a group's durable state, or creates it: a founding member bootstraps from a
+// snapshot at index 1 whose configuration is the partition's founding members (every founder
+// the same way, so they agree without a round of configuration changes); any other member
+// starts empty and waits for its leader's snapshot (or, for a partition a split made, for the
+// split that founds it, repartition.go).
+//
+// bootstrap says whether a founding member with no state may bootstrap (canBootstrap); the
+// group's range is its stored one, else (a state from before ranges were stored, or a
+// bootstrap) the partition's.
+func (e *Engine) addGroup(k groupKey, p *placement.Partition, opts config.RaftOptions, leaderRegion string, bootstrap bool) error {
 	id := groupID(k)
 	if other, dup := e.byID[id]; dup {
 		return fmt.Errorf("group id %x collides with keyspace %s partition %d", id, other.key.keyspace, other.key.partition)
@@ -339,6 +316,14 @@ func (e *Engine) addGroup(k groupKey, p *placement.Partition, opts config.RaftOp
 	if ok {
 		if err := g.restoreApplied(st); err != nil {
 			return err
+		}
+		if !g.ranged {
+			// Written before ranges were stored, when partitions never split: the
+			// placement's range is the group's (every replica takes it when it loads).
+			g.ranged, g.start, g.end, g.gen = true, bytes.Clone(p.Start), bytes.Clone(p.End), 1
+			if g.start == nil {
+				g.start = []byte{}
+			}
 		}
 	}
 	hs, _, err := ls.Storage().InitialState()
@@ -363,8 +348,12 @@ func (e *Engine) addGroup(k groupKey, p *placement.Partition, opts config.RaftOp
 	}
 	last, _ := ls.Storage().LastIndex()
 	switch {
-	case !hadState && last == 0 && (slices.Contains(p.FoundingVoters, e.cfg.NodeID) || slices.Contains(p.FoundingLearners, e.cfg.NodeID)):
+	case bootstrap && !hadState && last == 0 && (slices.Contains(p.FoundingVoters, e.cfg.NodeID) || slices.Contains(p.FoundingLearners, e.cfg.NodeID)):
 		g.conf = &raftpb.ConfState{Voters: u64s(p.FoundingVoters), Learners: u64s(p.FoundingLearners)}
+		g.ranged, g.start, g.end, g.gen = true, bytes.Clone(p.Start), bytes.Clone(p.End), 1
+		if g.start == nil {
+			g.start = []byte{}
+		}
 		snap := &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(1), Term: proto.Uint64(1), ConfState: proto.Clone(g.conf).(*raftpb.ConfState)}}
 		ops, err := ls.Save(&raftpb.HardState{Term: proto.Uint64(1), Commit: proto.Uint64(1)}, snap, nil)
 		if err != nil {
@@ -404,33 +393,14 @@ func (e *Engine) addGroup(k groupKey, p *placement.Partition, opts config.RaftOp
 	// wait out the promise (lease.go).
 	g.freezeVotes = hadState
 	e.freezeToStart = e.freezeToStart || hadState
-	rn, err := etcdraft.NewRawNode(&etcdraft.Config{
-		ID:                        uint64(e.cfg.NodeID),
-		ElectionTick:              opts.ElectionTicks(),
-		HeartbeatTick:             opts.HeartbeatTicks(),
-		Storage:                   &groupStorage{MemoryStorage: ls.mem, g: g, e: e},
-		Applied:                   min(g.applied, hs.GetCommit()),
-		MaxSizePerMsg:             maxSizePerMsg,
-		MaxInflightMsgs:           maxInflightMsgs,
-		MaxUncommittedEntriesSize: maxUncommittedBytes,
-		CheckQuorum:               true,
-		PreVote:                   true,
-		ReadOnlyOption:            etcdraft.ReadOnlySafe,
-		StepDownOnRemoval:         true,
-		Logger:                    e.log,
-	})
+	rn, err := etcdraft.NewRawNode(e.raftConfig(g, min(g.applied, hs.GetCommit())))
 	if err != nil {
 		return fmt.Errorf("raft node: %w", err)
 	}
 	g.rn = rn
 	g.idleSince = e.ticks
-	e.groups[k] = g
-	e.byID[id] = g
-	i, _ := slices.BinarySearchFunc(e.order, id, func(a *group, id uint64) int { return cmpU64(a.id, id) })
-	e.order = slices.Insert(e.order, i, g)
-	e.activeStale = true
-	e.markDirty(g)
-	delete(e.broken, k)
+	g.heardAt = e.ticks
+	e.link(g)
 	// The first preferred replica of a new group campaigns at once, so leaders start where
 	// they belong instead of after an election timeout somewhere else (with PreVote, a
 	// campaign cannot disturb a leader the others still hear from).
@@ -445,6 +415,25 @@ func (e *Engine) addGroup(k groupKey, p *placement.Partition, opts config.RaftOp
 		}
 	}
 	return nil
+}
+
+// raftConfig is the etcd raft configuration of g's RawNode, applied up to applied.
+func (e *Engine) raftConfig(g *group, applied uint64) *etcdraft.Config {
+	return &etcdraft.Config{
+		ID:                        uint64(e.cfg.NodeID),
+		ElectionTick:              g.opts.ElectionTicks(),
+		HeartbeatTick:             g.opts.HeartbeatTicks(),
+		Storage:                   &groupStorage{MemoryStorage: g.log.mem, g: g, e: e},
+		Applied:                   applied,
+		MaxSizePerMsg:             maxSizePerMsg,
+		MaxInflightMsgs:           maxInflightMsgs,
+		MaxUncommittedEntriesSize: maxUncommittedBytes,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            etcdraft.ReadOnlySafe,
+		StepDownOnRemoval:         true,
+		Logger:                    e.log,
+	}
 }
 
 func (e *Engine) loadApplied(id uint64) (*peerpb.RaftAppliedState, bool, error) {
@@ -508,9 +497,15 @@ func (e *Engine) destroy(g *group, why string) {
 	if g.removed {
 		return
 	}
+	e.dropped[g.id] = true
 	e.failGroup(g, why, false)
 	raw := append(g.log.Remove(), storage.RawOp{Key: appliedKey(g.id), Delete: true}, storage.RawOp{Key: markerKey(g.id), Delete: true})
-	e.out.Ingests = append(e.out.Ingests, engine.Ingest{Span: g.span(), After: raw})
+	if g.ranged {
+		e.out.Ingests = append(e.out.Ingests, engine.Ingest{Span: g.span(), After: raw})
+	} else {
+		// No state, hence no data of its own: the range may be another group's here.
+		e.out.Raw = append(e.out.Raw, raw...)
+	}
 	e.unlink(g)
 	e.stats.ReplicasRemoved.Add(1)
 }
@@ -522,6 +517,7 @@ func (e *Engine) unlink(g *group) {
 	delete(e.byID, g.id)
 	e.order = slices.DeleteFunc(e.order, func(x *group) bool { return x == g })
 	e.activeStale = true
+	e.rangeChanged()
 	e.dirty = slices.DeleteFunc(e.dirty, func(x *group) bool { return x == g })
 	e.refreshPeers()
 }
@@ -549,6 +545,12 @@ type GroupStatus struct {
 	Voters    []uint64
 	Learners  []uint64
 	Outgoing  []uint64
+	// The group's range (End nil: unbounded), its generation, and the index of the freeze it
+	// applied (0: not frozen); Ranged is false on an empty replica.
+	Start, End []byte
+	Ranged     bool
+	Generation uint64
+	FrozenAt   uint64
 }
 
 // Groups returns the status of every group on this node, by group ID.
@@ -559,7 +561,8 @@ func (e *Engine) Groups() []GroupStatus {
 		out = append(out, GroupStatus{Keyspace: g.key.keyspace, Partition: g.key.partition, State: st.RaftState.String(),
 			Leader: st.Lead, Term: st.HardState.GetTerm(), Commit: st.HardState.GetCommit(), Applied: g.applied,
 			Quiesced: g.quiesced, Voters: slices.Clone(g.conf.GetVoters()), Learners: slices.Clone(g.conf.GetLearners()),
-			Outgoing: slices.Clone(g.conf.GetVotersOutgoing())})
+			Outgoing: slices.Clone(g.conf.GetVotersOutgoing()), Start: bytes.Clone(g.start), End: bytes.Clone(g.end), Ranged: g.ranged,
+			Generation: g.gen, FrozenAt: g.frozenAt})
 	}
 	return out
 }
@@ -635,6 +638,21 @@ func (e *Engine) tickGroup(g *group) {
 	if g.electionDeadline == 0 {
 		g.electionDeadline = e.drawElectionTimeout(g)
 	}
+	if g.campaignAt != 0 && e.ticks >= g.campaignAt {
+		// Founded by a split whose left group this node leads (repartition.go): it
+		// campaigns a few heartbeats apart until a leader is known (the first attempts may
+		// reach followers that have not applied the split yet; with PreVote a failed
+		// attempt costs no term).
+		g.campaignAt = 0
+		if slices.Contains(g.conf.GetVoters(), uint64(e.cfg.NodeID)) && g.rn.BasicStatus().Lead == etcdraft.None {
+			if g.campaigns--; g.campaigns > 0 {
+				g.campaignAt = e.ticks + 2*uint64(max(g.opts.HeartbeatTicks(), 1))
+			}
+			g.electionElapsed = 0
+			_ = g.rn.Campaign()
+			return
+		}
+	}
 	if g.electionElapsed < g.electionDeadline || !slices.Contains(g.conf.GetVoters(), uint64(e.cfg.NodeID)) {
 		return
 	}
@@ -686,6 +704,19 @@ func (e *Engine) housekeep(now time.Time) {
 		if g.removed {
 			continue
 		}
+		e.tryUnblock(g)
+		if g.frozenAt != 0 {
+			e.reportFrozen(g)
+		}
+		if g.partRetired || g.unborn {
+			// A merge retired its partition (or a split here founded it before this node's
+			// map lists it): it is neither removed nor driven by its description.
+			if g.state == etcdraft.StateLeader && g.inPlacement {
+				e.steerLeader(g)
+			}
+			e.driveRetired(g)
+			continue
+		}
 		if !g.inPlacement {
 			// A leader the placement no longer lists (its replica moved away) hands the
 			// group to a member that stays: while it leads, no one else campaigns, and a
@@ -700,7 +731,10 @@ func (e *Engine) housekeep(now time.Time) {
 		if g.state != etcdraft.StateLeader {
 			continue
 		}
-		e.driveMembership(g)
+		if !e.driveRange(g) {
+			// Membership changes wait for a pending split or merge (repartition.go).
+			e.driveMembership(g)
+		}
 		e.steerLeader(g)
 	}
 }

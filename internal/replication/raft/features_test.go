@@ -353,8 +353,8 @@ func withReplicas(m *placement.Map, p uint32, replicas ...uint32) *placement.Map
 // (snapshot), is promoted with node 3's removal in one joint change, and node 3 deletes its
 // replica. Data written before and during the move is everywhere it should be.
 func TestMembershipChangeMovesAReplica(t *testing.T) {
-	h := replicationtest.New(t, "raft", 4, 1, map[string]string{"heartbeat_interval": "100ms", "election_timeout": "500ms", "log_retain": "10"})
-	h.SetPlacement(withReplicas(h.Placement(1), 0, 1, 2, 3))
+	h := replicationtest.NewWithPlacement(t, "raft", 4, 1, map[string]string{"heartbeat_interval": "100ms", "election_timeout": "500ms", "log_retain": "10"},
+		func(m *placement.Map) *placement.Map { return withReplicas(m, 0, 1, 2, 3) })
 	for range 200 {
 		h.Tick(50 * time.Millisecond)
 		h.Stabilize()

@@ -18,7 +18,8 @@ import (
 // sends the result back. A request is forwarded once (hops are not chained): a replica that
 // cannot serve a forwarded request answers with the error.
 
-// forward sends req to the nearest member of p's group, in the topology's RTT order.
+// forward sends req to the nearest member of p's group, in the topology's RTT order. The
+// message names p's anchor (wire.go); the receiver finds the group by the key.
 func (e *Engine) forward(now time.Time, p *placement.Partition, req engine.Request) {
 	target := e.nearest(p)
 	if target == 0 {
@@ -26,7 +27,11 @@ func (e *Engine) forward(now time.Time, p *placement.Partition, req engine.Reque
 			"keyspace %q partition %d has no replica this node can forward to (replicas: nodes %v)", req.Keyspace, p.ID, p.Replicas)})
 		return
 	}
-	f := &peerpb.RaftForward{RequestId: req.ID, Keyspace: req.Keyspace, Partition: p.ID, Op: uint32(req.Op), Key: req.Key, Value: req.Value,
+	wp := p.ID
+	if ks, ok := e.pmap.Keyspace(req.Keyspace); ok {
+		wp = e.anchorOf(ks, p.Start)
+	}
+	f := &peerpb.RaftForward{RequestId: req.ID, Keyspace: req.Keyspace, Partition: wp, Op: uint32(req.Op), Key: req.Key, Value: req.Value,
 		Level: string(req.Level), Start: req.Start, End: req.End, Limit: uint32(max(req.Limit, 0)), Command: req.Command, Region: req.Region}
 	if !req.Deadline.IsZero() {
 		f.DeadlineUnixNanos = req.Deadline.UnixNano()
@@ -104,14 +109,26 @@ func (e *Engine) stepForward(now time.Time, from uint32, f *peerpb.RaftForward) 
 		e.reply(engine.Result{ID: id, Op: req.Op, Err: errs.New(errs.Invalid, "forwarded request with unknown operation %d", f.GetOp())})
 		return
 	}
-	g := e.groups[groupKey{req.Keyspace, f.GetPartition()}]
-	if g == nil || !g.serving() {
-		e.reply(engine.Result{ID: id, Op: req.Op, Err: errs.New(errs.Unavailable,
-			"node %s, to which the request was forwarded, does not serve keyspace %q partition %d now; retry", e.nodeName(e.cfg.NodeID), req.Keyspace, f.GetPartition())})
-		return
-	}
 	if req.MinVersion.WallNanos > 0 {
 		e.clock.Observe(now, req.MinVersion)
+	}
+	// The group is the one of this node whose range holds the key (or the scan's range):
+	// the sender's map may name another partition for it while a split or merge applies.
+	key := req.Key
+	if req.Op == engine.OpScan {
+		key = req.Start
+	}
+	g := e.groupFor(req.Keyspace, key)
+	switch {
+	case g != nil && g.servable() && (req.Op != engine.OpScan || g.covers(req.Start, req.End)):
+	case g != nil && g.serving() && g.frozenAt != 0 && req.Op != engine.OpScan:
+		// Frozen for a merge: it waits for the merged group here.
+		e.holdForRange(now, req, 0, g.opts.ElectionTimeout)
+		return
+	default:
+		e.reply(engine.Result{ID: id, Op: req.Op, Err: errs.New(errs.Unavailable,
+			"node %s, to which the request was forwarded, does not serve key %q of keyspace %q now; retry", e.nodeName(e.cfg.NodeID), key, req.Keyspace)})
+		return
 	}
 	if req.Op == engine.OpScan {
 		e.scanLocal(now, g, req)

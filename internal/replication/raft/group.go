@@ -18,9 +18,18 @@ import (
 	"meridian/internal/wire/peerpb"
 )
 
+// span is the group's key range: what its replica holds in storage. It is the range the
+// group's log made (splits and merges change it when they apply, repartition.go), not the
+// placement's, which changes first; a replica that has none yet (waiting for its first
+// snapshot) holds nothing, and its span is the placement's.
+func (g *group) span() storage.Span {
+	if g.ranged {
+		return storage.Span{Keyspace: g.key.keyspace, Start: g.start, End: g.end}
+	}
+	return g.desc.Span(g.key.keyspace)
+}
+
 // group is one partition's Raft group on this node.
-// span is the group's key range: what its replica holds in storage.
-func (g *group) span() storage.Span { return g.desc.Span(g.key.keyspace) }
 
 type group struct {
 	key  groupKey
@@ -92,6 +101,9 @@ type group struct {
 	retired   []string // prepared snapshots replaced while a transfer still reads them
 	sending   map[uint32]*outTransfer
 	receiving *inTransfer
+	// declined: followers that declined this group's snapshot, until when none is offered
+	// to them (repartition.go).
+	declined map[uint32]time.Time
 
 	// confIndex is the index of the last configuration change applied (or of the snapshot
 	// the replica was restored from).
@@ -110,6 +122,45 @@ type group struct {
 	confProposedAt uint64
 	// removedAskedAt is the tick this group last asked whether it was removed.
 	removedAskedAt uint64
+
+	// Key range and repartitioning (repartition.go). start and end (nil: unbounded) are the
+	// range the group's applied state covers, gen the number of splits and merges that made
+	// it (CockroachDB's descriptor generation); ranged is false on a replica that has no
+	// state yet (it waits for a snapshot, or for the split that founds it). frozenAt is the
+	// index of the freeze entry the group applied (0: not frozen), rangeIndex the index of
+	// its last split, merge or freeze (older snapshots are not offered).
+	start, end []byte
+	ranged     bool
+	gen        uint64
+	frozenAt   uint64
+	rangeIndex uint64
+	// partRetired: the placement no longer has the group's partition (a merge retired it);
+	// unborn: it does not have it yet (a split this node applied before its map). Its desc is
+	// then the last one known, or the parent's.
+	partRetired bool
+	unborn      bool
+	// blockedAt is the index of a merge entry this replica cannot apply yet (its replica of
+	// the right-hand group has not applied the freeze): entries from it on apply once it
+	// can; handed is the last committed index etcd raft has handed out.
+	blockedAt, handed uint64
+	// frozenReports are the members' reports of how far their frozen replica of this group
+	// has applied (RaftApplied with frozen_at), kept while the group is frozen.
+	frozenReports map[uint32]frozenReport
+	// rangeProposedAt is the tick of the last split, merge or freeze this leader proposed
+	// (proposed again after confRetryTicks if it has not applied).
+	rangeProposedAt uint64
+	// campaignAt: a group founded by a split here campaigns at this tick (0: not), up to
+	// campaigns more times while it knows no leader.
+	campaignAt uint64
+	campaigns  int
+	// heardAt is the tick the group last heard a Raft message (a retired replica that
+	// never got state and hears nothing for long goes).
+	heardAt uint64
+}
+
+// frozenReport is one member's report on its frozen replica.
+type frozenReport struct {
+	frozenAt, applied uint64
 }
 
 type waitingRead struct {
@@ -130,6 +181,7 @@ const maxFresh = 8
 // restoreApplied installs a stored applied state.
 func (g *group) restoreApplied(st *peerpb.RaftAppliedState) error {
 	g.applied, g.appliedTerm = st.GetIndex(), st.GetTerm()
+	g.restoreRange(st)
 	g.last = wire.VersionFromPB(st.GetLastVersion())
 	g.origins = map[uint32]hlc.Version{}
 	for _, o := range st.GetOrigins() {
@@ -147,7 +199,8 @@ func (g *group) restoreApplied(st *peerpb.RaftAppliedState) error {
 // appliedState is what appliedOp stores.
 func (g *group) appliedState() *peerpb.RaftAppliedState {
 	cs, _ := proto.Marshal(g.conf)
-	st := &peerpb.RaftAppliedState{Index: g.applied, Term: g.appliedTerm, LastVersion: wire.VersionToPB(g.last), ConfState: cs}
+	st := &peerpb.RaftAppliedState{Index: g.applied, Term: g.appliedTerm, LastVersion: wire.VersionToPB(g.last), ConfState: cs,
+		Keyspace: g.key.keyspace, Partition: g.key.partition, Start: g.start, End: g.end, Generation: g.gen, FrozenAt: g.frozenAt}
 	for _, node := range slices.Sorted(maps.Keys(g.origins)) {
 		st.Origins = append(st.Origins, &peerpb.RaftOriginApplied{Node: node, Version: wire.VersionToPB(g.origins[node])})
 	}

@@ -75,14 +75,26 @@ func sameSet(a, b []uint64) bool {
 
 // driveMembership proposes g's next configuration step, if any (leader only).
 func (e *Engine) driveMembership(g *group) {
+	if e.membershipSettled(g) || len(g.desc.Replicas) == 0 {
+		return
+	}
+	voters, learners := targetMembers(g)
+	e.driveMembershipTo(g, voters, learners)
+}
+
+// driveMembershipTo proposes g's next configuration step towards voters and learners (the
+// placement's, or, before a merge, those of the right-hand group it absorbs).
+func (e *Engine) driveMembershipTo(g *group, voters, learners []uint64) {
 	if g.confProposedAt != 0 && e.ticks-g.confProposedAt < confRetryTicks {
 		return
 	}
 	g.confProposedAt = 0
-	if len(g.conf.GetVotersOutgoing()) > 0 || e.membershipSettled(g) || len(g.desc.Replicas) == 0 {
+	if len(g.conf.GetVotersOutgoing()) > 0 || len(voters) == 0 {
 		return // joint: etcd raft leaves it by itself
 	}
-	voters, learners := targetMembers(g)
+	if sameSet(g.conf.GetVoters(), voters) && sameSet(g.conf.GetLearners(), learners) {
+		return
+	}
 	cur := g.conf
 	var changes []*raftpb.ConfChangeSingle
 	add := func(t raftpb.ConfChangeType, id uint64) {
@@ -157,8 +169,9 @@ func (e *Engine) askRemoved(now time.Time, g *group) {
 		if id == e.cfg.NodeID {
 			continue
 		}
-		e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: id,
-			Msg: &peerpb.Envelope_RaftRemoved{RaftRemoved: &peerpb.RaftRemoved{Keyspace: g.key.keyspace, Partition: g.key.partition}}})
+		r := &peerpb.RaftRemoved{Keyspace: g.key.keyspace}
+		r.Partition, r.Group = e.wireRef(g)
+		e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: id, Msg: &peerpb.Envelope_RaftRemoved{RaftRemoved: r}})
 	}
 }
 
@@ -166,7 +179,7 @@ func (e *Engine) askRemoved(now time.Time, g *group) {
 // answer: a member of the group, as the placement lists it, has applied a configuration
 // without this node, so the change is committed and the replica may go.
 func (e *Engine) stepRemoved(now time.Time, from uint32, r *peerpb.RaftRemoved) {
-	g := e.groups[groupKey{r.GetKeyspace(), r.GetPartition()}]
+	g := e.groups[groupKey{r.GetKeyspace(), groupOf(r.GetPartition(), r.Group)}]
 	if g == nil {
 		return
 	}
@@ -176,11 +189,11 @@ func (e *Engine) stepRemoved(now time.Time, from uint32, r *peerpb.RaftRemoved) 
 		// applied configuration may predate the asker's joining, says nothing).
 		if g.inPlacement && len(g.conf.GetVoters()) > 0 && !g.isMember(from) && e.membershipSettled(g) {
 			e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: from,
-				Msg: &peerpb.Envelope_RaftRemoved{RaftRemoved: &peerpb.RaftRemoved{Keyspace: r.GetKeyspace(), Partition: r.GetPartition(), ConfIndex: max(g.confIndex, 1)}}})
+				Msg: &peerpb.Envelope_RaftRemoved{RaftRemoved: &peerpb.RaftRemoved{Keyspace: r.GetKeyspace(), Partition: r.GetPartition(), Group: r.Group, ConfIndex: max(g.confIndex, 1)}}})
 		}
 		return
 	}
 	if !g.inPlacement && g.desc.HasMember(from) {
-		e.destroy(g, "this node was removed from the group (confirmed by node "+e.nodeName(from)+")")
+		e.leave(g, "this node was removed from the group (confirmed by node "+e.nodeName(from)+")")
 	}
 }

@@ -66,7 +66,7 @@ func (e *Engine) queueRaw(g *group, m *raftpb.Message) {
 		return
 	}
 	to := uint32(m.GetTo())
-	e.batches[to] = append(e.batches[to], &peerpb.RaftMessage{Keyspace: g.key.keyspace, Partition: g.key.partition, Message: b})
+	e.batches[to] = append(e.batches[to], e.raftMessage(g, b))
 }
 
 // maybeQuiesceAll lets the idle groups this node leads quiesce.
@@ -155,7 +155,32 @@ func (e *Engine) quiesceFollower(g *group, from uint32, m *raftpb.Message) {
 func (e *Engine) heard(now time.Time, node uint32) {
 	if p := e.peers[node]; p != nil {
 		p.lastHeard = now
+		if p.lapsed {
+			e.revived(node)
+		}
 		p.lapsed = false
+		p.heardOnce = true
+	}
+}
+
+// revived wakes the quiesced groups this node leads in which node, silent for an election
+// timeout and heard again, is behind. A member that has the group wakes it itself (its
+// election timer), but one that lacks it — it got a snapshot of a neighbour taken after the
+// split that founded the group, repartition.go — has nothing that would speak, and the
+// group's leader must reach it.
+func (e *Engine) revived(node uint32) {
+	for _, g := range e.order {
+		if !g.quiesced || g.state != etcdraft.StateLeader || !g.isMember(node) {
+			continue
+		}
+		last, _ := g.log.Storage().LastIndex()
+		behind := false
+		g.rn.WithProgress(func(id uint64, _ etcdraft.ProgressType, pr tracker.Progress) {
+			behind = behind || (id == uint64(node) && pr.Match < last)
+		})
+		if behind {
+			e.unquiesce(g, false)
+		}
 	}
 }
 

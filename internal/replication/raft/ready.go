@@ -23,7 +23,7 @@ const maxBatchBytes = 4 << 20
 
 // HasReady reports whether Ready has output.
 func (e *Engine) HasReady() bool {
-	if !e.out.Empty() || len(e.batches) > 0 {
+	if !e.out.Empty() || len(e.batches) > 0 || e.syncNeeded || e.kick {
 		return true
 	}
 	kept := e.dirty[:0]
@@ -64,6 +64,15 @@ func (e *Engine) Ready() engine.Ready {
 		if !g.removed && g.rn.HasReady() {
 			e.markDirty(g)
 		}
+	}
+	if e.syncNeeded {
+		// A split, merge or snapshot changed the ranges of this node's groups: groups the
+		// map lists may be created now, and requests that waited for their key's group go
+		// (repartition.go).
+		e.syncGroups()
+	}
+	if e.kick {
+		e.driveRepartitions()
 	}
 	e.flushBatches()
 	rd := e.out
@@ -124,25 +133,19 @@ func (e *Engine) readyGroup(g *group) {
 	for _, m := range rd.Messages {
 		e.send(g, m)
 	}
-	before, confBefore := g.applied, len(g.conf.GetVoters())+len(g.conf.GetLearners())+len(g.conf.GetVotersOutgoing())
 	applyFrom := rd.CommittedEntries
+	if n := len(rd.CommittedEntries); n > 0 {
+		g.handed = max(g.handed, rd.CommittedEntries[n-1].GetIndex())
+	}
 	if e.cfg.Mutation == "apply-before-commit" {
 		applyFrom = append(slices.Clone(rd.CommittedEntries), rd.Entries...)
 	}
-	leaving := false
-	for _, ent := range applyFrom {
-		if e.apply(g, ent) {
-			leaving = true
-		}
-		if g.removed {
-			return
-		}
+	leaving := e.applyEntries(g, applyFrom)
+	if g.removed {
+		return
 	}
-	if restored || g.applied != before || confBefore != len(g.conf.GetVoters())+len(g.conf.GetLearners())+len(g.conf.GetVotersOutgoing()) {
+	if restored {
 		e.out.Raw = append(e.out.Raw, g.appliedOp())
-		if g.applied != before {
-			e.appliedNotice(g)
-		}
 	}
 	for _, rs := range rd.ReadStates {
 		if id, ok := e.readCtxID(rs.RequestCtx); ok {
@@ -155,7 +158,50 @@ func (e *Engine) readyGroup(g *group) {
 	if leaving {
 		// The configuration no longer includes this node: it leaves the group and deletes
 		// its replica (the change is committed, so the group does not need it).
-		e.destroy(g, "this node was removed from the group")
+		e.leave(g, "this node was removed from the group")
+	}
+}
+
+// applyEntries applies committed entries in order, and stores the applied state if it moved;
+// it reports whether a configuration change removed this node. A merge entry this replica
+// cannot apply yet stops it (blockedAt): that entry and the ones after apply later, read
+// back from the log (tryUnblock).
+func (e *Engine) applyEntries(g *group, ents []*raftpb.Entry) (leaving bool) {
+	confSize := func() int {
+		return len(g.conf.GetVoters()) + len(g.conf.GetLearners()) + len(g.conf.GetVotersOutgoing())
+	}
+	before, confBefore := g.applied, confSize()
+	for _, ent := range ents {
+		if g.blockedAt != 0 {
+			break
+		}
+		if e.apply(g, ent) {
+			leaving = true
+		}
+		if g.removed {
+			return false
+		}
+	}
+	if g.applied != before || confBefore != confSize() {
+		e.out.Raw = append(e.out.Raw, g.appliedOp())
+		if g.applied != before {
+			e.appliedNotice(g)
+		}
+	}
+	return leaving
+}
+
+// resumeApply applies entries of g after a blocked merge could apply (outside a Ready of g).
+func (e *Engine) resumeApply(g *group, ents []*raftpb.Entry) {
+	leaving := e.applyEntries(g, ents)
+	if g.removed {
+		return
+	}
+	e.serveWaiting(g)
+	e.maybeCompact(g)
+	e.markDirty(g)
+	if leaving {
+		e.leave(g, "this node was removed from the group")
 	}
 }
 
@@ -174,6 +220,12 @@ func (e *Engine) serveWaiting(g *group) {
 		p, ok := e.pending[w.id]
 		if !ok || (p.req.Op != engine.OpGet && p.req.Op != engine.OpScan) || p.group != g {
 			continue // expired meanwhile
+		}
+		if !e.stillServes(g, p.req) {
+			// A split or merge applied meanwhile took the key (repartition.go): the read is
+			// served where it is now.
+			e.reroute(w.id)
+			continue
 		}
 		e.untrack(w.id)
 		path, validUntil := PathReadIndex, time.Time{}
@@ -212,6 +264,23 @@ func (e *Engine) apply(g *group, ent *raftpb.Entry) (leaving bool) {
 	if ent.GetIndex() <= g.applied {
 		return false // replayed after a restart (or the mutation's early apply)
 	}
+	var cmd peerpb.RaftCommand
+	if ent.GetType() == raftpb.EntryType_EntryNormal && len(ent.GetData()) > 0 {
+		if err := proto.Unmarshal(ent.GetData(), &cmd); err != nil {
+			// Every replica stops at the same entry: better than diverging silently.
+			g.applied, g.appliedTerm = ent.GetIndex(), ent.GetTerm()
+			e.fail(g, fmt.Errorf("entry %d does not decode: %w", ent.GetIndex(), err))
+			return false
+		}
+		if cmd.GetSplit() != nil || cmd.GetFreeze() != nil || cmd.GetMerge() != nil {
+			if !e.applyRange(g, ent.GetIndex(), &cmd) {
+				return false // a merge this replica cannot apply yet: nothing of it applied
+			}
+			g.applied, g.appliedTerm = ent.GetIndex(), ent.GetTerm()
+			g.sinceCut++
+			return false
+		}
+	}
 	g.applied, g.appliedTerm = ent.GetIndex(), ent.GetTerm()
 	g.sinceCut++
 	switch ent.GetType() {
@@ -242,12 +311,6 @@ func (e *Engine) apply(g *group, ent *raftpb.Entry) (leaving bool) {
 	if len(ent.GetData()) == 0 {
 		return false // a new leader's empty entry
 	}
-	var cmd peerpb.RaftCommand
-	if err := proto.Unmarshal(ent.GetData(), &cmd); err != nil {
-		// Every replica stops at the same entry: better than diverging silently.
-		e.fail(g, fmt.Errorf("entry %d does not decode: %w", ent.GetIndex(), err))
-		return false
-	}
 	v := wire.VersionFromPB(cmd.GetVersion())
 	// At most once: a proposer's commands carry increasing versions (its hybrid logical
 	// clock), so a command whose version is not above its origin's last applied one is a
@@ -257,6 +320,18 @@ func (e *Engine) apply(g *group, ent *raftpb.Entry) (leaving bool) {
 	// re-proposes a command with an illegal lease index.
 	if last, ok := g.origins[cmd.GetOrigin()]; ok && !last.Less(v) {
 		e.overtaken(g, &cmd, ent.GetData(), last == v)
+		return false
+	}
+	if g.frozenAt != 0 || (len(cmd.GetCommand()) == 0 && !g.contains(cmd.GetKey())) {
+		// Refused alike on every replica: the group froze for a merge, or a split gave the
+		// key to another group, after the command was proposed (CockroachDB refuses a command
+		// evaluated against an older range descriptor at apply). A frozen group's state is
+		// final; a narrowed one records the version as its origin's, so that no copy of the
+		// command applies here later, should a merge widen the range again.
+		if g.frozenAt == 0 {
+			g.origins[cmd.GetOrigin()] = v
+		}
+		e.refused(g, &cmd, ent.GetData())
 		return false
 	}
 	g.origins[cmd.GetOrigin()] = v
@@ -280,6 +355,17 @@ func (e *Engine) apply(g *group, ent *raftpb.Entry) (leaving bool) {
 		e.reply(res)
 	}
 	return false
+}
+
+// refused sends this node's write that its group refused at apply (repartition.go) to the
+// group that has its key now: it has not applied anywhere, and no copy of it will.
+func (e *Engine) refused(g *group, cmd *peerpb.RaftCommand, data []byte) {
+	if cmd.GetOrigin() != e.cfg.NodeID {
+		return
+	}
+	if p, ok := e.pending[cmd.GetRequestId()]; ok && p.group == g && p.data != nil && bytes.Equal(p.data, data) {
+		e.reroute(cmd.GetRequestId())
+	}
 }
 
 // overtaken re-proposes this node's request whose command was skipped at apply because a
@@ -363,7 +449,7 @@ func (e *Engine) send(g *group, m *raftpb.Message) {
 		return
 	}
 	to := uint32(m.GetTo())
-	e.batches[to] = append(e.batches[to], &peerpb.RaftMessage{Keyspace: g.key.keyspace, Partition: g.key.partition, Message: b})
+	e.batches[to] = append(e.batches[to], e.raftMessage(g, b))
 }
 
 // flushBatches turns the Ready's Raft messages into envelopes: one per destination (a few
@@ -439,6 +525,10 @@ func (e *Engine) Step(now time.Time, env *peerpb.Envelope) {
 	case *peerpb.Envelope_RaftForwardReply:
 		e.stepForwardReply(now, from, m.RaftForwardReply)
 	case *peerpb.Envelope_RaftApplied:
+		if m.RaftApplied.GetFrozenAt() != 0 {
+			e.stepFrozenReport(from, m.RaftApplied)
+			break
+		}
 		e.stepApplied(from, m.RaftApplied)
 	case *peerpb.Envelope_RaftRemoved:
 		e.stepRemoved(now, from, m.RaftRemoved)
@@ -448,10 +538,13 @@ func (e *Engine) Step(now time.Time, env *peerpb.Envelope) {
 // stepRaft delivers one Raft message to its group. Messages for groups this node does not
 // have, or whose addressing disagrees with the envelope's, are dropped like lost messages.
 func (e *Engine) stepRaft(now time.Time, from uint32, rm *peerpb.RaftMessage) {
-	g := e.groups[groupKey{rm.GetKeyspace(), rm.GetPartition()}]
+	g := e.groups[groupKey{rm.GetKeyspace(), groupOf(rm.GetPartition(), rm.Group)}]
 	if g == nil {
-		return
+		if g = e.emptyForMessage(from, rm); g == nil {
+			return
+		}
 	}
+	g.heardAt = e.ticks
 	var m raftpb.Message
 	if err := proto.Unmarshal(rm.GetMessage(), &m); err != nil {
 		return

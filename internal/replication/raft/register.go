@@ -1,6 +1,7 @@
 package raft
 
 import (
+	"maps"
 	"strings"
 	"time"
 
@@ -25,6 +26,20 @@ var Mutations = map[string]string{
 	"lease-ignores-epsilon":      "the leader lease lasts a full election timeout less a tick, ignoring the clock bound ε (and the offset estimate): clocks that step within ε let a new leader commit while the old one still serves",
 }
 
+// RepartitionMutations are Raft's broken splits and merges (repartition.go); the raft
+// protocol registers them with Mutations (the metadata group, which never splits, does not).
+var RepartitionMutations = map[string]string{
+	"split-founds-fresh-group": "a split does not go through the group's log: each replica narrows the partition when it installs the new map, and the new partition's group is founded afresh (index 1, empty at-most-once origins) instead of from the left group's state at a split entry",
+	"merge-without-freeze":     "a merge does not freeze the right-hand group nor wait for its replicas: the left group's leader merges as soon as the map asks, and each replica absorbs whatever its right-hand replica holds (writes the right-hand group still takes, or a replica had not applied, are lost)",
+}
+
+// allMutations are the raft protocol's mutations: Mutations and RepartitionMutations.
+func allMutations() map[string]string {
+	out := maps.Clone(Mutations)
+	maps.Copy(out, RepartitionMutations)
+	return out
+}
+
 // UnitMutations are broken variants too narrow for random faults to find in a bounded number
 // of seeds; each has a scripted test that catches it (engine_test.go).
 var UnitMutations = map[string]string{
@@ -43,7 +58,7 @@ func init() {
 		// The applied state of the local replica.
 		ReplicaReadLevel: config.LevelStale,
 		LowerBoundMs:     lowerBoundMs,
-		Mutations:        Mutations,
+		Mutations:        allMutations(),
 		Metrics: func(reg prometheus.Registerer, e engine.Engine) {
 			RegisterMetrics(reg, config.ProtocolRaft, e.(*Engine).Counters())
 		},
@@ -123,6 +138,10 @@ func lowerBoundMs(t *topology.Topology, q engine.BoundQuery) (float64, bool) {
 // metadata group, built on the same engine, uses them too).
 func MutationHints() map[string]engine.SimHints {
 	return map[string]engine.SimHints{
+		// Splits and merges every 100 ms on average (the raft protocol's; the metadata
+		// group has no such mutations).
+		"split-founds-fresh-group": {RepartitionEvery: 100 * time.Millisecond},
+		"merge-without-freeze":     {RepartitionEvery: 100 * time.Millisecond},
 		// Ignoring ε shows when clocks move by as much as the lease leaves out: on a
 		// LAN, with ε as long as the election timeout and clocks stepped often within
 		// it, a partition's majority elects a leader and commits while the old

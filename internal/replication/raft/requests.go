@@ -43,6 +43,12 @@ type pendingReq struct {
 	forwardedTo uint32
 	// moveTo is the region an OpMoveMaster waits for the leader to reach.
 	moveTo string
+	// rangeWait: the request waits, on no group, for its key's group here to finish a merge
+	// (the group is frozen), for up to holdFor; reroutes counts the times a split or merge
+	// sent it to another group (repartition.go).
+	rangeWait bool
+	holdFor   time.Duration
+	reroutes  int
 }
 
 // forwardOrigin is where a forwarded request came from.
@@ -67,24 +73,47 @@ func (e *Engine) Propose(now time.Time, req engine.Request) {
 	if req.MinVersion.WallNanos > 0 {
 		e.clock.Observe(now, req.MinVersion)
 	}
+	e.dispatch(now, req, 0)
+}
+
+// dispatch runs req on the group of this node whose range holds its key — the range the
+// group's log made, which a split or merge in the placement changes only when its entry
+// applies (repartition.go) — holds it while that group is frozen (a merge is under way), or
+// forwards it to a replica of the key's partition. reroutes counts the groups it was sent
+// to before.
+func (e *Engine) dispatch(now time.Time, req engine.Request, reroutes int) {
+	ks, ok := e.pmap.Keyspace(req.Keyspace)
+	if !ok || ks.Spec.Protocol != e.protocol {
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.NotFound, "unknown keyspace %q", req.Keyspace)})
+		return
+	}
 	if req.Op == engine.OpScan {
 		e.startScan(now, ks, req)
 		return
 	}
 	p := ks.Lookup(req.Key)
-	k := groupKey{req.Keyspace, p.ID}
-	if why, ok := e.broken[k]; ok {
-		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Internal, "keyspace %q partition %d: this node's Raft group is out of service: %s", req.Keyspace, p.ID, why)})
-		return
-	}
-	g := e.groups[k]
-	if g == nil || !g.serving() {
+	g := e.groupFor(req.Keyspace, req.Key)
+	switch {
+	case g != nil && g.servable():
+		e.proposeAt(now, g, req)
+		if pr := e.pending[req.ID]; pr != nil {
+			pr.reroutes = reroutes
+		}
+	case g != nil && g.serving() && g.frozenAt != 0:
+		e.holdForRange(now, req, reroutes, g.opts.ElectionTimeout)
+	case req.ID&forwardedBit != 0:
+		// Run here for another node, which forwarded it: hops are not chained.
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Unavailable,
+			"node %s, to which the request was forwarded, no longer serves key %q of keyspace %q (its partition split or merged); retry", e.nodeName(e.cfg.NodeID), req.Key, req.Keyspace)})
+	default:
+		if why, ok := e.broken[groupKey{req.Keyspace, p.ID}]; ok && g == nil {
+			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Internal, "keyspace %q partition %d: this node's Raft group is out of service: %s", req.Keyspace, p.ID, why)})
+			return
+		}
 		// No replica here, or one that is still being caught up: a replica that has the
 		// data serves it.
 		e.forward(now, p, req)
-		return
 	}
-	e.proposeAt(now, g, req)
 }
 
 // serving reports whether the group can serve requests here: it has a configuration (an
@@ -180,6 +209,9 @@ func (e *Engine) untrack(id uint64) (*pendingReq, bool) {
 	delete(e.pending, id)
 	if pr.group != nil {
 		pr.group.pendingCount--
+	}
+	if pr.rangeWait {
+		e.rangeWaits--
 	}
 	return pr, true
 }
@@ -309,13 +341,19 @@ func (e *Engine) expire(now time.Time) {
 	var expired []uint64
 	for id, p := range e.pending {
 		if (!p.req.Deadline.IsZero() && now.After(p.req.Deadline)) ||
-			(!p.heldSince.IsZero() && p.group != nil && now.Sub(p.heldSince) > 2*p.group.opts.ElectionTimeout) {
+			(!p.heldSince.IsZero() && p.group != nil && now.Sub(p.heldSince) > 2*p.group.opts.ElectionTimeout) ||
+			(p.rangeWait && now.Sub(p.heldSince) > p.holdFor) {
 			expired = append(expired, id)
 		}
 	}
 	slices.Sort(expired)
 	for _, id := range expired {
 		p, _ := e.untrack(id)
+		if p.rangeWait {
+			e.reply(engine.Result{ID: id, Op: p.req.Op, Err: errs.New(errs.Unavailable,
+				"keyspace %q: key %q is being merged into another partition here for %v (not applied); retry", p.req.Keyspace, p.req.Key, now.Sub(p.heldSince).Round(time.Millisecond))})
+			continue
+		}
 		if p.group != nil && !p.heldSince.IsZero() {
 			kind, after := errs.Unavailable, "retry, or read at STALE"
 			if p.ambiguous() {
@@ -357,6 +395,10 @@ func (e *Engine) retryPending(g *group) {
 	for _, id := range e.pendingIDs(g) {
 		p := e.pending[id]
 		if p.moveTo != "" {
+			continue
+		}
+		if !p.proposed && !e.stillServes(g, p.req) {
+			e.reroute(id) // its key left the group's range meanwhile (repartition.go)
 			continue
 		}
 		p.heldSince = time.Time{}
@@ -404,13 +446,16 @@ func (e *Engine) fail(g *group, err error) {
 
 // --- scans ---
 
-// scanOp is a scan across the partitions of a range, read one partition after another (each
-// part linearizable, or stale at STALE; no snapshot across partitions), up to the limit.
+// scanOp is a scan across the partitions of a range, read one part after another (each
+// part linearizable, or stale at STALE; no snapshot across parts), up to the limit. A part is
+// the rest of the range within one partition of the map and, when this node serves it, within
+// the range of its group here (the two differ while a split or merge is applying).
 type scanOp struct {
-	req   engine.Request
-	parts []*placement.Partition
-	next  int // index of the part being read
-	items []storage.Record
+	req    engine.Request
+	cursor []byte // where the part in flight (or the next one) starts
+	// partEnd is where the part in flight ends (nil: the end of the keyspace).
+	partEnd []byte
+	items   []storage.Record
 	// partID is the ID of the part in flight (forwardedBit set).
 	partID uint64
 	// more: the range holds keys past the last item.
@@ -418,38 +463,47 @@ type scanOp struct {
 }
 
 func (e *Engine) startScan(now time.Time, ks *placement.Keyspace, req engine.Request) {
-	s := &scanOp{req: req, parts: ks.Overlapping(req.Start, req.End)}
 	if req.Limit <= 0 {
 		req.Limit = e.cfg.Limits.MaxScanLimit
 	}
-	s.req = req
+	s := &scanOp{req: req, cursor: bytes.Clone(req.Start)}
+	if s.cursor == nil {
+		s.cursor = []byte{}
+	}
 	e.scans[req.ID] = s
 	e.nextScanPart(now, s)
 }
 
-// nextScanPart reads the scan's next partition (locally if this node serves it, else at a
+// nextScanPart reads the scan's next part (locally if this node serves it, else at a
 // replica), or answers the scan when it is complete.
 func (e *Engine) nextScanPart(now time.Time, s *scanOp) {
-	if s.next >= len(s.parts) || len(s.items) >= s.req.Limit {
+	if len(s.items) >= s.req.Limit {
 		e.finishScan(s)
 		return
 	}
-	p := s.parts[s.next]
+	ks, ok := e.pmap.Keyspace(s.req.Keyspace)
+	if !ok {
+		e.failScan(s, errs.New(errs.NotFound, "unknown keyspace %q", s.req.Keyspace))
+		return
+	}
+	p := ks.Lookup(s.cursor)
+	end := p.End
+	if len(s.req.End) > 0 && (end == nil || bytes.Compare(s.req.End, end) < 0) {
+		end = s.req.End
+	}
+	g := e.groupFor(s.req.Keyspace, s.cursor)
+	local := g != nil && g.servable()
+	if local && g.end != nil && (end == nil || bytes.Compare(g.end, end) < 0) {
+		end = g.end
+	}
 	sub := s.req
 	e.nextID++
 	sub.ID = forwardedBit | e.nextID
-	sub.Start, sub.End = s.req.Start, s.req.End
-	if bytes.Compare(sub.Start, p.Start) < 0 {
-		sub.Start = p.Start
-	}
-	if p.End != nil && (len(sub.End) == 0 || bytes.Compare(p.End, sub.End) < 0) {
-		sub.End = p.End
-	}
+	sub.Start, sub.End = s.cursor, end
 	sub.Limit = s.req.Limit - len(s.items)
-	s.partID = sub.ID
+	s.partID, s.partEnd = sub.ID, end
 	e.scans[sub.ID] = s
-	g := e.groups[groupKey{s.req.Keyspace, p.ID}]
-	if g == nil || !g.serving() {
+	if !local {
 		e.forward(now, p, sub)
 		return
 	}
@@ -531,13 +585,18 @@ func (e *Engine) scanPartDone(now time.Time, id uint64, r *peerpb.RaftForwardRep
 		}
 		s.items = append(s.items, item)
 	}
+	atEnd := s.partEnd == nil || (len(s.req.End) > 0 && bytes.Compare(s.partEnd, s.req.End) >= 0)
 	if r.GetMore() || len(s.items) >= s.req.Limit {
-		// The partition holds more than the limit left: the scan is full.
-		s.more = r.GetMore() || s.next < len(s.parts)-1
+		// The part holds more than the limit left: the scan is full.
+		s.more = r.GetMore() || !atEnd
 		e.finishScan(s)
 		return
 	}
-	s.next++
+	if atEnd {
+		e.finishScan(s)
+		return
+	}
+	s.cursor = s.partEnd
 	e.nextScanPart(now, s)
 }
 
@@ -564,6 +623,6 @@ func (e *Engine) expireScans(now time.Time) {
 	slices.Sort(ids)
 	for _, id := range ids {
 		s := e.scans[id]
-		e.failScan(s, errs.New(errs.Timeout, "scan of keyspace %q: deadline passed after %d of %d partitions", s.req.Keyspace, s.next, len(s.parts)))
+		e.failScan(s, errs.New(errs.Timeout, "scan of keyspace %q: deadline passed at key %q after %d items", s.req.Keyspace, s.cursor, len(s.items)))
 	}
 }

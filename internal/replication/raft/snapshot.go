@@ -1,6 +1,7 @@
 package raft
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"slices"
@@ -96,7 +97,10 @@ type inTransfer struct {
 func (e *Engine) snapshotFor(g *group) (*raftpb.Snapshot, error) {
 	first, _ := g.log.Storage().FirstIndex()
 
-	if s := g.snap; s != nil && s.ready && s.state.GetIndex()+1 >= first && s.state.GetIndex() >= g.lastConfIndex() {
+	// Never one from before the group's last split, merge or freeze either: its range (or its
+	// frozen state) is not the group's any more, and a replica whose other groups have moved
+	// on would refuse it (snapshotFits).
+	if s := g.snap; s != nil && s.ready && s.state.GetIndex()+1 >= first && s.state.GetIndex() >= g.lastConfIndex() && s.state.GetIndex() >= g.rangeIndex {
 		var cs raftpb.ConfState
 		if err := proto.Unmarshal(s.state.GetConfState(), &cs); err != nil {
 			return nil, fmt.Errorf("raft: prepared snapshot's configuration: %w", err)
@@ -171,6 +175,10 @@ func (j exportJob) Run(store engine.Store, self uint32) ([]*peerpb.Envelope, err
 		var st peerpb.RaftAppliedState
 		if err := proto.Unmarshal(vals[0], &st); err != nil {
 			ready.Error = fmt.Sprintf("applied state: %v", err)
+		} else if st.GetGeneration() != 0 && (!bytes.Equal(st.GetStart(), j.span.Start) || !bytes.Equal(st.GetEnd(), j.span.End)) {
+			// A split or merge applied between the job's start and its read: the data
+			// exported is not the state's range. Raft asks again.
+			ready.Error = fmt.Sprintf("the group's range changed to [%q, %q) while the snapshot of %s was taken", st.GetStart(), st.GetEnd(), j.span)
 		} else {
 			ready.State, ready.Size = &st, stats.Bytes
 		}
@@ -215,6 +223,11 @@ func (e *Engine) startTransfer(g *group, m *raftpb.Message) {
 	if tr := g.sending[to]; tr != nil && tr.snapID == mk.GetFile() && tr.term == m.GetTerm() {
 		return // raft asked again; the transfer is under way
 	}
+	if until, ok := g.declined[to]; ok && e.lastNow.Before(until) {
+		// The follower declined a snapshot of this group moments ago (repartition.go).
+		g.rn.ReportSnapshot(uint64(to), etcdraft.SnapshotFailure)
+		return
+	}
 	if e.outTransfers() >= snapshotMaxOut {
 		g.rn.ReportSnapshot(uint64(to), etcdraft.SnapshotFailure)
 		e.stats.SnapshotsDeferred.Add(1)
@@ -228,8 +241,9 @@ func (e *Engine) startTransfer(g *group, m *raftpb.Message) {
 	if g.sending == nil {
 		g.sending = map[uint32]*outTransfer{}
 	}
-	offer := &peerpb.Envelope{From: e.cfg.NodeID, To: to, Msg: &peerpb.Envelope_RaftSnapshotOffer{RaftSnapshotOffer: &peerpb.RaftSnapshotOffer{
-		Keyspace: g.key.keyspace, Partition: g.key.partition, SnapshotId: mk.GetFile(), Size: g.snap.size, Message: b}}}
+	so := &peerpb.RaftSnapshotOffer{Keyspace: g.key.keyspace, SnapshotId: mk.GetFile(), Size: g.snap.size, Message: b}
+	so.Partition, so.Group = e.wireRef(g)
+	offer := &peerpb.Envelope{From: e.cfg.NodeID, To: to, Msg: &peerpb.Envelope_RaftSnapshotOffer{RaftSnapshotOffer: so}}
 	g.sending[to] = &outTransfer{snapID: mk.GetFile(), index: mk.GetState().GetIndex(), term: m.GetTerm(), offer: offer, lastActivity: e.lastNow, lastOffer: e.lastNow}
 	e.out.Messages = append(e.out.Messages, offer)
 	e.stats.SnapshotsSent.Add(1)
@@ -255,7 +269,7 @@ func (e *Engine) inTransfers() int {
 
 // stepOffer starts pulling an offered snapshot.
 func (e *Engine) stepOffer(now time.Time, from uint32, o *peerpb.RaftSnapshotOffer) {
-	g := e.groups[groupKey{o.GetKeyspace(), o.GetPartition()}]
+	g := e.groups[groupKey{o.GetKeyspace(), groupOf(o.GetPartition(), o.Group)}]
 	if g == nil {
 		return
 	}
@@ -296,6 +310,18 @@ func (e *Engine) stepOffer(now time.Time, from uint32, o *peerpb.RaftSnapshotOff
 		e.markDirty(g)
 		return
 	}
+	if _, ok := e.snapshotFits(g, mk.GetState()); !ok {
+		// Another group of this node is not done with the snapshot's range (it has yet to
+		// apply the split that founds this group, or is newer): the offer is declined, so
+		// that the leader's transfer slot goes to a snapshot that can be taken (the one
+		// that brings the other group up to date may well be next), and offered again
+		// later (repartition.go).
+		e.stats.SnapshotsRefused.Add(1)
+		r := &peerpb.RaftSnapshotRequest{Keyspace: g.key.keyspace, SnapshotId: o.GetSnapshotId(), Length: 1, Decline: true}
+		r.Partition, r.Group = e.wireRef(g)
+		e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: from, Msg: &peerpb.Envelope_RaftSnapshotRequest{RaftSnapshotRequest: r}})
+		return
+	}
 	if e.inTransfers() >= snapshotMaxIn {
 		e.stats.SnapshotsDeferred.Add(1)
 		return
@@ -334,8 +360,9 @@ func (e *Engine) pullChunks(g *group) {
 func (e *Engine) requestChunk(g *group, offset int64) {
 	rx := g.receiving
 	n := min(int64(snapshotChunkBytes), rx.size-offset)
-	e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: rx.from, Msg: &peerpb.Envelope_RaftSnapshotRequest{RaftSnapshotRequest: &peerpb.RaftSnapshotRequest{
-		Keyspace: g.key.keyspace, Partition: g.key.partition, SnapshotId: rx.id, Offset: offset, Length: int32(n)}}})
+	r := &peerpb.RaftSnapshotRequest{Keyspace: g.key.keyspace, SnapshotId: rx.id, Offset: offset, Length: int32(n)}
+	r.Partition, r.Group = e.wireRef(g)
+	e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: rx.from, Msg: &peerpb.Envelope_RaftSnapshotRequest{RaftSnapshotRequest: r}})
 }
 
 // resendRequests asks again for the chunks outstanding for longer than the group's
@@ -352,33 +379,49 @@ func (e *Engine) resendRequests(now time.Time, g *group, all bool) {
 
 // stepSnapshotRequest serves a chunk of a snapshot this node is sending.
 func (e *Engine) stepSnapshotRequest(now time.Time, from uint32, r *peerpb.RaftSnapshotRequest) {
-	g := e.groups[groupKey{r.GetKeyspace(), r.GetPartition()}]
+	g := e.groups[groupKey{r.GetKeyspace(), groupOf(r.GetPartition(), r.Group)}]
 	var tr *outTransfer
 	if g != nil {
 		tr = g.sending[from]
 	}
+	if r.GetDecline() {
+		if tr != nil && tr.snapID == r.GetSnapshotId() {
+			delete(g.sending, from)
+			g.rn.ReportSnapshot(uint64(from), etcdraft.SnapshotFailure)
+			if g.declined == nil {
+				g.declined = map[uint32]time.Time{}
+			}
+			g.declined[from] = now.Add(g.opts.ElectionTimeout)
+			e.markDirty(g)
+		}
+		return
+	}
 	if tr == nil || tr.snapID != r.GetSnapshotId() {
 		e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: from, Msg: &peerpb.Envelope_RaftSnapshotChunk{RaftSnapshotChunk: &peerpb.RaftSnapshotChunk{
-			Keyspace: r.GetKeyspace(), Partition: r.GetPartition(), SnapshotId: r.GetSnapshotId(), Offset: r.GetOffset(), Error: "no such snapshot transfer (ended or restarted)"}}})
+			Keyspace: r.GetKeyspace(), Partition: r.GetPartition(), Group: r.Group, SnapshotId: r.GetSnapshotId(), Offset: r.GetOffset(), Error: "no such snapshot transfer (ended or restarted)"}}})
 		return
 	}
 	tr.lastActivity = now
-	e.out.Jobs = append(e.out.Jobs, readChunkJob{key: g.key, to: from, file: tr.snapID, offset: r.GetOffset(), length: int(r.GetLength())})
+	wp, wg := e.wireRef(g)
+	e.out.Jobs = append(e.out.Jobs, readChunkJob{key: g.key, wirePartition: wp, wireGroup: wg, to: from, file: tr.snapID, offset: r.GetOffset(), length: int(r.GetLength())})
 }
 
 // readChunkJob reads a chunk of a staged snapshot and sends it.
 type readChunkJob struct {
-	key    groupKey
-	to     uint32
-	file   string
-	offset int64
-	length int
+	key groupKey
+	// wirePartition and wireGroup name the group in the chunk (wire.go).
+	wirePartition uint32
+	wireGroup     *uint32
+	to            uint32
+	file          string
+	offset        int64
+	length        int
 }
 
 func (readChunkJob) Unpaced() {}
 
 func (j readChunkJob) Run(store engine.Store, self uint32) ([]*peerpb.Envelope, error) {
-	c := &peerpb.RaftSnapshotChunk{Keyspace: j.key.keyspace, Partition: j.key.partition, SnapshotId: j.file, Offset: j.offset}
+	c := &peerpb.RaftSnapshotChunk{Keyspace: j.key.keyspace, Partition: j.wirePartition, Group: j.wireGroup, SnapshotId: j.file, Offset: j.offset}
 	if b, err := store.ReadStaged(j.file, j.offset, j.length); err != nil {
 		c.Error = err.Error()
 	} else {
@@ -389,7 +432,7 @@ func (j readChunkJob) Run(store engine.Store, self uint32) ([]*peerpb.Envelope, 
 
 // stepChunk writes a received chunk to the staged file.
 func (e *Engine) stepChunk(now time.Time, from uint32, c *peerpb.RaftSnapshotChunk) {
-	g := e.groups[groupKey{c.GetKeyspace(), c.GetPartition()}]
+	g := e.groups[groupKey{c.GetKeyspace(), groupOf(c.GetPartition(), c.Group)}]
 	if g == nil || g.receiving == nil || g.receiving.id != c.GetSnapshotId() || g.receiving.from != from {
 		return
 	}
@@ -503,6 +546,13 @@ func (e *Engine) stepStored(now time.Time, s *peerpb.RaftSnapshotStored) {
 		}
 	}
 	g.receiving = nil
+	drop, fits := e.snapshotFits(g, rx.state)
+	if !fits {
+		// The groups of this node changed while the file came (repartition.go).
+		e.stats.SnapshotsRefused.Add(1)
+		e.out.Jobs = append(e.out.Jobs, removeStagedJob{file: rx.file})
+		return
+	}
 	useful := rx.state.GetIndex() > g.applied && e.snapshotUseful(g, rx.msg, rx.state)
 	_ = g.rn.Step(rx.msg)
 	e.markDirty(g)
@@ -526,6 +576,11 @@ func (e *Engine) stepStored(now time.Time, s *peerpb.RaftSnapshotStored) {
 			return
 		}
 	}
+	// Groups of this node the snapshot supersedes (merged into this group since) go first,
+	// then the snapshot's range replaces what this node holds of it, and the group takes
+	// the snapshot's range.
+	e.supersede(drop, g)
+	e.takeSnapshotRange(g, rx.state)
 	e.out.Ingests = append(e.out.Ingests, e.installOp(g, rx.file, rx.state))
 	// The state machine's at-most-once record and version order continue from the
 	// snapshot's (its applied index, term and configuration are taken when raft's Ready
@@ -575,7 +630,7 @@ func (e *Engine) checkTransfer(g *group) {
 		e.abortReceive(g, "the offered snapshot is empty")
 		return
 	}
-	e.out.Jobs = append(e.out.Jobs, checkJob{key: g.key, span: g.span(), file: rx.file, id: rx.id, inMemory: g.sm.InMemory()})
+	e.out.Jobs = append(e.out.Jobs, checkJob{key: g.key, span: snapshotSpan(g, rx.state), file: rx.file, id: rx.id, inMemory: g.sm.InMemory()})
 }
 
 // installOp replaces g's partition with the staged file at state: a marker first (so a
@@ -583,9 +638,25 @@ func (e *Engine) checkTransfer(g *group) {
 func (e *Engine) installOp(g *group, file string, state *peerpb.RaftAppliedState) engine.Ingest {
 	mk, _ := proto.Marshal(&peerpb.RaftSnapshotMarker{File: file, State: state})
 	st, _ := proto.Marshal(state)
-	return engine.Ingest{Span: g.span(), File: file,
+	return engine.Ingest{Span: snapshotSpan(g, state), File: file,
 		Before: []storage.RawOp{{Key: markerKey(g.id), Value: mk}},
 		After:  []storage.RawOp{{Key: appliedKey(g.id), Value: st}, {Key: markerKey(g.id), Delete: true}}}
+}
+
+// snapshotSpan is the range a snapshot of g at state holds: the state's (a snapshot taken
+// before ranges were stored holds the group's partition's).
+func snapshotSpan(g *group, state *peerpb.RaftAppliedState) storage.Span {
+	if state.GetGeneration() == 0 {
+		return g.desc.Span(g.key.keyspace)
+	}
+	sp := storage.Span{Keyspace: g.key.keyspace, Start: state.GetStart()}
+	if sp.Start == nil {
+		sp.Start = []byte{}
+	}
+	if len(state.GetEnd()) > 0 {
+		sp.End = state.GetEnd()
+	}
+	return sp
 }
 
 func (e *Engine) abortReceive(g *group, why string) {

@@ -57,6 +57,14 @@ var testEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // per region with the given partitions and options.
 func New(t testing.TB, protocol string, regions, partitions int, options map[string]string) *Harness {
 	t.Helper()
+	return NewWithPlacement(t, protocol, regions, partitions, options, nil)
+}
+
+// NewWithPlacement is New with the built placement passed through adjust (when not nil)
+// before any node installs it: a test that needs nodes outside a partition from the start
+// (a Raft node removed from a group never joins it again, config.ProtocolSpec.NoRejoin).
+func NewWithPlacement(t testing.TB, protocol string, regions, partitions int, options map[string]string, adjust func(*placement.Map) *placement.Map) *Harness {
+	t.Helper()
 	var names []string
 	for i := range regions {
 		names = append(names, fmt.Sprintf("r%d", i+1))
@@ -76,6 +84,9 @@ func New(t testing.TB, protocol string, regions, partitions int, options map[str
 	pm, err := placement.Build(c)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if adjust != nil {
+		pm = adjust(pm)
 	}
 	if _, ok := engine.Lookup(protocol); !ok {
 		t.Fatalf("protocol %q is not registered (registered: %v)", protocol, engine.Names())

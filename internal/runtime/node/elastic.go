@@ -166,9 +166,70 @@ func (n *Node) noteStats(from uint32, st *peerpb.NodeStats, now time.Time) {
 	n.el.peers[from] = peerStats{msg: st, at: now}
 }
 
+// replicaMeasure is what collectStats reads from storage about one replica.
+type replicaMeasure struct {
+	bytes    int64
+	splitKey []byte
+}
+
+// cachedSplitKey is a partition's volume median, with the range and time it was found for.
+type cachedSplitKey struct {
+	start, end []byte
+	key        []byte
+	at         time.Time
+}
+
+// splitKeyMaxAge: a partition's median is looked for again after this long (it moves only
+// as data is written; finding it costs a few dozen index lookups, or a read of a small one).
+const splitKeyMaxAge = 10 * time.Second
+
+// measureReplicas reads the size (and, above Θmax, the volume median) of every replica this
+// node holds. It runs without n.el.mu: it reads the storage engine, and must not hold up the
+// peers' statistics the message path hands to noteStats.
+func (n *Node) measureReplicas(pm *placement.Map, now time.Time) map[elascass.PartKey]replicaMeasure {
+	out := map[elascass.PartKey]replicaMeasure{}
+	for _, name := range sortedKeyspaces(pm) {
+		ks := pm.Keyspaces[name]
+		if !movable(ks) {
+			continue
+		}
+		eo, _ := config.ElasticOptionsOf(ks.Spec.Options)
+		for i := range ks.Partitions {
+			p := &ks.Partitions[i]
+			if !p.Holds(n.self.ID) {
+				continue
+			}
+			pk := elascass.PartKey{Keyspace: name, Partition: p.ID}
+			var m replicaMeasure
+			if b, err := n.store.SpanBytes(p.Span(name), exactSpanBytes); err == nil {
+				m.bytes = int64(b)
+			}
+			if eo.SplitBytes > 0 && m.bytes > eo.SplitBytes && p.Move == nil {
+				c, ok := n.splitKeys[pk]
+				if !ok || !bytes.Equal(c.start, p.Start) || !bytes.Equal(c.end, p.End) || now.Sub(c.at) > splitKeyMaxAge {
+					c = cachedSplitKey{start: p.Start, end: p.End, at: now}
+					if k, err := n.store.MedianKey(p.Span(name)); err == nil {
+						c.key = k
+					}
+					n.splitKeys[pk] = c
+				}
+				m.splitKey = c.key
+			}
+			out[pk] = m
+		}
+	}
+	for pk := range n.splitKeys {
+		if _, ok := out[pk]; !ok {
+			delete(n.splitKeys, pk)
+		}
+	}
+	return out
+}
+
 // collectStats measures what this node holds and serves.
 func (n *Node) collectStats(now time.Time, interval time.Duration) *peerpb.NodeStats {
 	pm := n.pmap.Load()
+	measured := n.measureReplicas(pm, now)
 	n.el.mu.Lock()
 	defer n.el.mu.Unlock()
 	n.el.seq++
@@ -198,15 +259,8 @@ func (n *Node) collectStats(now time.Time, interval time.Duration) *peerpb.NodeS
 				continue
 			}
 			ps := &peerpb.PartitionStats{Keyspace: name, Partition: p.ID, Hits: n.el.hits[pk], Rate: rate, Version: ks.Version, Start: p.Start, End: p.End}
-			if p.Holds(n.self.ID) {
-				if b, err := n.store.SpanBytes(p.Span(name), exactSpanBytes); err == nil {
-					ps.Bytes = int64(b)
-				}
-				if eo.SplitBytes > 0 && ps.Bytes > eo.SplitBytes && p.Move == nil {
-					if k, err := n.store.MedianKey(p.Span(name)); err == nil {
-						ps.SplitKey = k
-					}
-				}
+			if m, ok := measured[pk]; ok {
+				ps.Bytes, ps.SplitKey = m.bytes, m.splitKey
 			}
 			if pl != nil && eo.SplitOps > 0 && rate > eo.SplitOps {
 				ps.LoadSplitKey = pl.loadMedian()
@@ -342,6 +396,7 @@ func (n *Node) elasticState(now time.Time) elascass.State {
 			agg.Known = true
 			agg.Bytes = max(agg.Bytes, p.Bytes)
 			agg.Rate += p.Rate
+			agg.Heat += p.Hits
 			if len(p.SplitKey) > 0 && agg.SplitKey == nil {
 				agg.SplitKey = p.SplitKey
 			}
@@ -368,7 +423,8 @@ func (n *Node) drive(now time.Time) {
 	if n.el.driver == nil {
 		e := n.opts.Cluster.Elasticity
 		d, err := elascass.New(elascass.Options{Strategy: elascass.Strategy(e.Strategy), DeadAfter: e.DeadAfter,
-			MaxMovesPerNode: e.MaxMovesPerNode, MaxMoves: e.MaxMoves})
+			MaxMovesPerNode: e.MaxMovesPerNode, MaxMoves: e.MaxMoves,
+			TargetByteImbalance: e.TargetByteImbalance, TargetLoadImbalance: e.TargetLoadImbalance, SettleFor: e.SettleFor})
 		if err != nil {
 			n.log.Error("placement driver: bad options", "err", err)
 			return

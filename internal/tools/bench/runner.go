@@ -53,6 +53,9 @@ type RunOptions struct {
 	Progress io.Writer
 	// ProgressTTY rewrites one line with \r instead of printing a line per update.
 	ProgressTTY bool
+	// OnMeasureStart, when set, is called once when the measured part begins (after
+	// Warmup), from its own goroutine, so a caller can sample the system over exactly it.
+	OnMeasureStart func()
 }
 
 func (o *RunOptions) ensureDefaults(regions []string) {
@@ -257,6 +260,19 @@ func Execute(ctx context.Context, sess Session, regions []string, cfg Config, o 
 					rand.New(rand.NewPCG(o.Seed, uint64(ri*10_000+ci))))
 			}()
 		}
+	}
+	if o.OnMeasureStart != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTimer(time.Until(measureFrom))
+			defer t.Stop()
+			select {
+			case <-runCtx.Done():
+			case <-t.C:
+				o.OnMeasureStart()
+			}
+		}()
 	}
 	var progressDone chan struct{}
 	if o.Progress != nil {

@@ -56,9 +56,13 @@ type ElasticOptions struct {
 	NodeCapacityOps float64
 	NodeBandwidth   float64
 	// BackgroundClients per region run the read-heavy hotspot workload during joins;
-	// SaturationClients per region measure the throughput at each size.
+	// SaturationClients per region (and node per region) measure the throughput at each
+	// size, after BalanceDuration of the same workload during which the driver splits hot
+	// partitions (SplitOps: the keyspace's split_ops, default a third of a node's capacity)
+	// and refines the placement.
 	BackgroundClients, SaturationClients int
-	MeasureDuration                      time.Duration
+	MeasureDuration, BalanceDuration     time.Duration
+	SplitOps                             float64
 	// ThetaSweep lists Θmax values of the partitioning experiment (Θmin = Θmax/2);
 	// PartitionBytes is its data size.
 	ThetaSweep     []int64
@@ -112,6 +116,12 @@ func (o *ElasticOptions) defaults() {
 	if o.MeasureDuration == 0 {
 		o.MeasureDuration = 6 * time.Second
 	}
+	if o.BalanceDuration == 0 {
+		o.BalanceDuration = 20 * time.Second
+	}
+	if o.SplitOps == 0 {
+		o.SplitOps = o.NodeCapacityOps / 3
+	}
 	if len(o.ThetaSweep) == 0 {
 		o.ThetaSweep = []int64{8 << 20, 16 << 20, 32 << 20, 64 << 20}
 	}
@@ -158,12 +168,16 @@ type JoinResult struct {
 // SizeResult is the cluster at one size (nodes per region), balanced.
 type SizeResult struct {
 	NodesPerRegion int `json:"nodes_per_region"`
-	// Imbalance indexes over the nodes of the region nodes joined last, and the mean
-	// utilisation (CPU) of the nodes, measured under the saturating load.
-	ReplicaImbalance float64 `json:"replica_imbalance"`
-	ByteImbalance    float64 `json:"byte_imbalance"`
-	CPUImbalance     float64 `json:"cpu_imbalance"`
-	MeanCPU          float64 `json:"mean_cpu"`
+	// Imbalance indexes (the worst region's) of replicas and bytes once the joins were over
+	// (after phase 2: the hotspot workload), and of replicas, bytes and utilisation (CPU,
+	// averaged over the measured run) under the saturating Zipfian load, after the load
+	// splits and refinement of BalanceDuration; the mean utilisation of the nodes then.
+	JoinedReplicaImbalance float64 `json:"joined_replica_imbalance"`
+	JoinedByteImbalance    float64 `json:"joined_byte_imbalance"`
+	ReplicaImbalance       float64 `json:"replica_imbalance"`
+	ByteImbalance          float64 `json:"byte_imbalance"`
+	CPUImbalance           float64 `json:"cpu_imbalance"`
+	MeanCPU                float64 `json:"mean_cpu"`
 	// ThroughputOps and the p99 of reads and writes per region at saturation.
 	ThroughputOps float64                       `json:"throughput_ops"`
 	Regions       map[string]bench.RegionStats  `json:"regions"`
@@ -218,13 +232,13 @@ type DataPoint struct {
 // ElasticCluster starts an emulated cluster for the experiments: nodes per region, keyspace
 // "bench" (quorum, QUORUM/QUORUM, Θmax/Θmin, YCSB split points for 16 initial partitions), the
 // placement driver with strategy.
-func ElasticCluster(o ElasticOptions, nodes int, strategy elascass.Strategy, thetaMax, thetaMin int64, driver bool) (*bench.Cluster, error) {
+func ElasticCluster(o ElasticOptions, nodes int, strategy elascass.Strategy, thetaMax, thetaMin int64, splitOps float64, driver bool) (*bench.Cluster, error) {
 	on := driver
 	return bench.StartCluster(bench.ClusterOptions{
 		Topology: o.Topology, NodesPerRegion: nodes, Seed: o.Seed,
 		Keyspace: config.Keyspace{Name: "bench", Protocol: config.ProtocolQuorum, ReplicasPerRegion: 1, Partitions: 16,
 			SplitPoints: ycsb.SplitPoints(16), Options: map[string]string{
-				"read_level": "QUORUM", "write_level": "QUORUM", "split_ops": "0", "min_partitions": "1",
+				"read_level": "QUORUM", "write_level": "QUORUM", "split_ops": fmt.Sprint(int(splitOps)), "min_partitions": "1",
 				"split_bytes": fmt.Sprint(thetaMax), "merge_bytes": fmt.Sprint(thetaMin)}},
 		NodeCapacityOps: o.NodeCapacityOps, NodeBandwidth: o.NodeBandwidth,
 		Elasticity: &config.Elasticity{Driver: &on, Strategy: string(strategy), Interval: o.Interval, MaxMovesPerNode: o.MaxMovesPerNode, MaxMoves: 64,
@@ -419,7 +433,7 @@ func (o ElasticOptions) strategyStops() bool { return o.currentStrategy == elasc
 func elasticBootstrap(ctx context.Context, o ElasticOptions, s elascass.Strategy) (StrategyResult, error) {
 	o.currentStrategy = s
 	res := StrategyResult{Strategy: string(s)}
-	c, err := ElasticCluster(o, o.StartNodes, s, o.ThetaMax, o.ThetaMin, true)
+	c, err := ElasticCluster(o, o.StartNodes, s, o.ThetaMax, o.ThetaMin, o.SplitOps, true)
 	if err != nil {
 		return res, err
 	}
@@ -462,30 +476,44 @@ func elasticBootstrap(ctx context.Context, o ElasticOptions, s elascass.Strategy
 			stop()
 			wg.Wait()
 		}
-		// Saturation: closed loop, many clients per region.
+		if _, err := settle(ctx, c, o.Interval, o.StepTimeout); err != nil {
+			return res, err
+		}
+		st := c.Nodes[0].ClusterStatus()
+		sr.JoinedReplicaImbalance, sr.JoinedByteImbalance = st.ReplicaImbalance, st.ByteImbalance
+		// Saturation: closed loop, many clients per region; the first BalanceDuration is
+		// not measured (load splits and refinement under the Zipfian load), the utilisation
+		// of every node is averaged over the measured part.
+		var cpu *cpuSampler
 		run, err := bench.Execute(ctx, bench.SessionOf(c, cfg), o.Topology.Regions, cfg, bench.RunOptions{Workload: zipfWorkload(records, o.RecordBytes),
-			SkipLoad: true, ClientsPerRegion: o.SaturationClients * size, Warmup: time.Second, Duration: o.MeasureDuration, Seed: o.Seed + uint64(size)})
+			SkipLoad: true, ClientsPerRegion: o.SaturationClients * size, Warmup: o.BalanceDuration, Duration: o.MeasureDuration, Seed: o.Seed + uint64(size),
+			OnMeasureStart: func() { cpu = startCPUSampler(c, o.Interval) }})
+		if cpu == nil {
+			return res, fmt.Errorf("repro: the saturation run at %d nodes per region never started measuring: %w", size, err)
+		}
+		avgCPU := cpu.stop()
 		if err != nil {
 			return res, err
 		}
 		sr.ThroughputOps, sr.Regions = run.ThroughputOps, run.Regions
-		st := c.Nodes[0].ClusterStatus()
+		st = c.Nodes[0].ClusterStatus()
 		sr.Partitions = st.Partitions
 		sr.ReplicaImbalance, sr.ByteImbalance = st.ReplicaImbalance, st.ByteImbalance
 		var cpus []float64
 		sr.Nodes = map[string]map[string]float64{}
 		byRegion := map[string][]float64{}
 		for _, nst := range st.Nodes {
-			cpus = append(cpus, nst.CPU)
-			byRegion[nst.Region] = append(byRegion[nst.Region], nst.CPU)
-			sr.Nodes[nst.Name] = map[string]float64{"replicas": float64(nst.Replicas), "bytes": float64(nst.Bytes), "cpu": nst.CPU, "ops": nst.LoadOps}
+			u := avgCPU[nst.Name]
+			cpus = append(cpus, u)
+			byRegion[nst.Region] = append(byRegion[nst.Region], u)
+			sr.Nodes[nst.Name] = map[string]float64{"replicas": float64(nst.Replicas), "bytes": float64(nst.Bytes), "cpu": u, "ops": nst.LoadOps}
 		}
 		for _, v := range byRegion {
 			sr.CPUImbalance = max(sr.CPUImbalance, elascass.Imbalance(v))
 		}
 		sr.MeanCPU = mean(cpus)
-		fmt.Fprintf(o.Log, "  %d node(s)/region: %.0f ops/s, mean cpu %.0f%%, imbalance replicas %.3f bytes %.3f cpu %.3f\n",
-			size, sr.ThroughputOps, 100*sr.MeanCPU, sr.ReplicaImbalance, sr.ByteImbalance, sr.CPUImbalance)
+		fmt.Fprintf(o.Log, "  %d node(s)/region: joined: imbalance replicas %.3f bytes %.3f; saturated: %.0f ops/s, %d partitions, mean cpu %.0f%%, imbalance replicas %.3f bytes %.3f cpu %.3f\n",
+			size, sr.JoinedReplicaImbalance, sr.JoinedByteImbalance, sr.ThroughputOps, sr.Partitions, 100*sr.MeanCPU, sr.ReplicaImbalance, sr.ByteImbalance, sr.CPUImbalance)
 		res.Sizes = append(res.Sizes, sr)
 	}
 	base := res.Sizes[0]
@@ -493,6 +521,50 @@ func elasticBootstrap(ctx context.Context, o ElasticOptions, s elascass.Strategy
 		res.ScalingEfficiency = append(res.ScalingEfficiency, sr.ThroughputOps/(base.ThroughputOps*float64(sr.NodesPerRegion)/float64(base.NodesPerRegion)))
 	}
 	return res, nil
+}
+
+// cpuSampler averages every node's utilisation (its statistics' CPU, as the driving node
+// hears them) over a run.
+type cpuSampler struct {
+	done chan struct{}
+	wg   sync.WaitGroup
+	sum  map[string]float64
+	n    map[string]int
+}
+
+func startCPUSampler(c *bench.Cluster, every time.Duration) *cpuSampler {
+	s := &cpuSampler{done: make(chan struct{}), sum: map[string]float64{}, n: map[string]int{}}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.done:
+				return
+			case <-t.C:
+			}
+			for _, nst := range c.Nodes[0].ClusterStatus().Nodes {
+				if nst.Alive {
+					s.sum[nst.Name] += nst.CPU
+					s.n[nst.Name]++
+				}
+			}
+		}
+	}()
+	return s
+}
+
+// stop ends the sampling and returns each node's mean utilisation.
+func (s *cpuSampler) stop() map[string]float64 {
+	close(s.done)
+	s.wg.Wait()
+	out := map[string]float64{}
+	for name, sum := range s.sum {
+		out[name] = sum / float64(s.n[name])
+	}
+	return out
 }
 
 func mean(v []float64) float64 {
@@ -533,7 +605,7 @@ func zipfWorkload(records, valueBytes int) ycsb.Workload {
 // measured.
 func elasticPartitioning(ctx context.Context, o ElasticOptions, thetaMax int64) (PartitionResult, error) {
 	pr := PartitionResult{ThetaMaxBytes: thetaMax}
-	c, err := ElasticCluster(o, 1, elascass.TwoPhase, 1<<50, 0, true)
+	c, err := ElasticCluster(o, 1, elascass.TwoPhase, 1<<50, 0, 0, true)
 	if err != nil {
 		return pr, err
 	}
@@ -628,7 +700,7 @@ func elasticDataSweep(ctx context.Context, o ElasticOptions, sizes []int64) ([]D
 	for _, s := range []elascass.Strategy{elascass.TwoPhase, elascass.OnePhase} {
 		for _, size := range sizes {
 			o.currentStrategy = s
-			c, err := ElasticCluster(o, 1, s, o.ThetaMax, o.ThetaMin, true)
+			c, err := ElasticCluster(o, 1, s, o.ThetaMax, o.ThetaMin, 0, true)
 			if err != nil {
 				return out, err
 			}
@@ -703,10 +775,12 @@ func (r *ElasticResults) Markdown() string {
 				}
 			}
 		}
-		fmt.Fprintf(&b, "\n| strategy | nodes/region | throughput ops/s | scaling efficiency | mean cpu | imbalance replicas | bytes | cpu | partitions |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(&b, "\nImbalance indexes (σ/mean, the worst region's): after the joins (hotspot load), and under the saturating Zipfian load after load splits and refinement.\n")
+		fmt.Fprintf(&b, "\n| strategy | nodes/region | joined: replicas | joined: bytes | throughput ops/s | scaling efficiency | mean cpu | replicas | bytes | cpu | partitions |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, s := range r.Strategies {
 			for i, sz := range s.Sizes {
-				fmt.Fprintf(&b, "| %s | %d | %.0f | %.2f | %.0f%% | %.3f | %.3f | %.3f | %d |\n", s.Strategy, sz.NodesPerRegion, sz.ThroughputOps,
+				fmt.Fprintf(&b, "| %s | %d | %.3f | %.3f | %.0f | %.2f | %.0f%% | %.3f | %.3f | %.3f | %d |\n", s.Strategy, sz.NodesPerRegion,
+					sz.JoinedReplicaImbalance, sz.JoinedByteImbalance, sz.ThroughputOps,
 					s.ScalingEfficiency[i], 100*sz.MeanCPU, sz.ReplicaImbalance, sz.ByteImbalance, sz.CPUImbalance, sz.Partitions)
 			}
 		}

@@ -98,10 +98,12 @@ func (s *simulator) randomSplit(ks *placement.Keyspace) (*placement.Keyspace, st
 func (s *simulator) randomMerge(ks *placement.Keyspace) (*placement.Keyspace, string) {
 	var ok, bad []int
 	for i := 0; i+1 < len(ks.Partitions); i++ {
-		if _, err := ks.Merge(ks.Partitions[i].ID); err == nil {
-			ok = append(ok, i)
-		} else {
+		if _, err := ks.Merge(ks.Partitions[i].ID); err != nil {
 			bad = append(bad, i)
+		} else if s.groupsNamedByNode() && !s.sameEverywhere(ks.Partitions[i].ID, ks.Partitions[i+1].ID) {
+			continue // see sameEverywhere
+		} else {
+			ok = append(ok, i)
 		}
 	}
 	if s.o.Mutation == "merge-different-replicas" && len(bad) > 0 {
@@ -118,6 +120,73 @@ func (s *simulator) randomMerge(ks *placement.Keyspace) (*placement.Keyspace, st
 	i := ok[s.rng.IntN(len(ok))]
 	out, _ := ks.Merge(ks.Partitions[i].ID)
 	return out, fmt.Sprintf("merge partitions %d and %d", ks.Partitions[i].ID, ks.Partitions[i+1].ID)
+}
+
+// groupsNamedByNode reports whether the protocol runs a consensus group per partition whose
+// members are named by node (config.ProtocolSpec.NoRejoin: Raft).
+func (s *simulator) groupsNamedByNode() bool {
+	spec, ok := config.Protocol(s.o.Protocol)
+	return ok && spec.NoRejoin
+}
+
+// sameEverywhere reports whether partitions a and b have the same members and departed nodes
+// in the newest map and in the map every node has installed — and, when replicas move (which
+// changes members from one map to the next), whether every live node has installed the newest
+// map. Raft names a group on the wire by the first partition of its run of neighbours with the
+// same members (raft/wire.go), which splits and merges inside the run never retire; a merge
+// of two neighbours that some node's map, installed or about to be, shows with different
+// members (a move finished moments ago) could retire a partition that node names (the
+// metadata, which answers a change once every live node has applied it, orders changes the
+// same way).
+func (s *simulator) sameEverywhere(a, b uint32) bool {
+	maps := []*placement.Map{s.pmap}
+	for _, n := range s.nodes {
+		if s.o.MoveEvery > 0 && n.up && n.pmap.Version != s.pmap.Version {
+			return false
+		}
+		maps = append(maps, n.pmap)
+	}
+	for _, m := range maps {
+		ks, ok := m.Keyspace("sim")
+		if !ok {
+			return false
+		}
+		pa, okA := ks.Partition(a)
+		pb, okB := ks.Partition(b)
+		if !okA || !okB || !sameSet(memberIDs(pa), memberIDs(pb)) || !sameSet(pa.Departed, pb.Departed) {
+			return false
+		}
+	}
+	return true
+}
+
+// everywhere reports whether partition id exists in the map every node has installed.
+func (s *simulator) everywhere(id uint32) bool {
+	for _, n := range s.nodes {
+		ks, ok := n.pmap.Keyspace("sim")
+		if !ok {
+			return false
+		}
+		if _, ok := ks.Partition(id); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func memberIDs(p *placement.Partition) []uint32 {
+	out := slices.Concat(p.Replicas, p.Learners)
+	if p.Move != nil {
+		out = append(out, p.Move.Add)
+	}
+	return out
+}
+
+func sameSet(a, b []uint32) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(slices.Compact(a), slices.Compact(b))
 }
 
 // Replica moves during a run (Options.MoveEvery). The simulator plays the cluster metadata
@@ -173,8 +242,15 @@ func (s *simulator) installNewest(next *placement.Keyspace, what string) {
 func (s *simulator) startMove() {
 	ks, _ := s.pmap.Keyspace("sim")
 	for range 16 {
-		p := &ks.Partitions[s.rng.IntN(len(ks.Partitions))]
+		i := s.rng.IntN(len(ks.Partitions))
+		p := &ks.Partitions[i]
 		if p.Move != nil {
+			continue
+		}
+		if s.groupsNamedByNode() && (!s.everywhere(p.ID) || (i+1 < len(ks.Partitions) && !s.everywhere(ks.Partitions[i+1].ID))) {
+			// A move changes the partition's members: it becomes the first of its run, and
+			// so does its right-hand neighbour, which Raft messages then name (see
+			// sameEverywhere); each must be in every node's map (not just made by a split).
 			continue
 		}
 		remove := p.Replicas[s.rng.IntN(len(p.Replicas))]

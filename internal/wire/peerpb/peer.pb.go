@@ -2054,7 +2054,14 @@ type GlTable struct {
 	Initiator uint32 `protobuf:"varint,6,opt,name=initiator,proto3" json:"initiator,omitempty"`
 	// The proposer's clock when it proposed: whoever adopts the table folds it into its HLC,
 	// so a new master stamps versions above everything the old master wrote.
-	Hlc           *Version `protobuf:"bytes,7,opt,name=hlc,proto3" json:"hlc,omitempty"`
+	Hlc *Version `protobuf:"bytes,7,opt,name=hlc,proto3" json:"hlc,omitempty"`
+	// The partition configuration (GlBallot.config) of the ballot that chose this version; 0
+	// on a value not chosen yet. A replica move finishes only once a version chosen under the
+	// move's joint configuration is known (globlease/gl_move.go).
+	Config uint64 `protobuf:"varint,8,opt,name=config,proto3" json:"config,omitempty"`
+	// Home replicas whose keys a replica move handed to a substitute: once the partition's
+	// replicas settle, the substitute hands them back to the home replica.
+	HandedOver    []uint32 `protobuf:"varint,9,rep,packed,name=handed_over,json=handedOver,proto3" json:"handed_over,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2138,6 +2145,20 @@ func (x *GlTable) GetHlc() *Version {
 	return nil
 }
 
+func (x *GlTable) GetConfig() uint64 {
+	if x != nil {
+		return x.Config
+	}
+	return 0
+}
+
+func (x *GlTable) GetHandedOver() []uint32 {
+	if x != nil {
+		return x.HandedOver
+	}
+	return nil
+}
+
 type GlOverride struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -2191,9 +2212,13 @@ func (x *GlOverride) GetMaster() uint32 {
 }
 
 type GlBallot struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Round         uint64                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
-	Node          uint32                 `protobuf:"varint,2,opt,name=node,proto3" json:"node,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Round uint64                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Node  uint32                 `protobuf:"varint,2,opt,name=node,proto3" json:"node,omitempty"`
+	// The proposer's configuration of the partition: 2·move epoch while a replica move is in
+	// progress, 2·move epoch + 1 otherwise. Ballots order by it first; an acceptor answers only
+	// ballots of its own configuration (globlease/gl_move.go).
+	Config        uint64 `protobuf:"varint,3,opt,name=config,proto3" json:"config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2238,6 +2263,13 @@ func (x *GlBallot) GetRound() uint64 {
 func (x *GlBallot) GetNode() uint32 {
 	if x != nil {
 		return x.Node
+	}
+	return 0
+}
+
+func (x *GlBallot) GetConfig() uint64 {
+	if x != nil {
+		return x.Config
 	}
 	return 0
 }
@@ -2635,7 +2667,10 @@ type GlUpdate struct {
 	TableVersion  uint64                 `protobuf:"varint,5,opt,name=table_version,json=tableVersion,proto3" json:"table_version,omitempty"`
 	// Serve the record at once (lazy updates of committed writes, secondary leases) instead
 	// of waiting for GlCommit.
-	Committed     bool `protobuf:"varint,6,opt,name=committed,proto3" json:"committed,omitempty"`
+	Committed bool `protobuf:"varint,6,opt,name=committed,proto3" json:"committed,omitempty"`
+	// The partition's move epoch in the master's placement map: a replica that has applied a
+	// later move refuses the update (the fence of the move protocol, docs/elasticity.md).
+	MoveEpoch     uint64 `protobuf:"varint,7,opt,name=move_epoch,json=moveEpoch,proto3" json:"move_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2712,12 +2747,23 @@ func (x *GlUpdate) GetCommitted() bool {
 	return false
 }
 
+func (x *GlUpdate) GetMoveEpoch() uint64 {
+	if x != nil {
+		return x.MoveEpoch
+	}
+	return 0
+}
+
 type GlUpdateAck struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	WriteId uint64                 `protobuf:"varint,1,opt,name=write_id,json=writeId,proto3" json:"write_id,omitempty"`
 	Ok      bool                   `protobuf:"varint,2,opt,name=ok,proto3" json:"ok,omitempty"`
 	// The lease the replica now holds (0: none).
-	LeaseNanos    int64 `protobuf:"varint,3,opt,name=lease_nanos,json=leaseNanos,proto3" json:"lease_nanos,omitempty"`
+	LeaseNanos int64 `protobuf:"varint,3,opt,name=lease_nanos,json=leaseNanos,proto3" json:"lease_nanos,omitempty"`
+	// The sender did not store the record as a member of the partition (an affiliated node, a
+	// replica that left by a move, a new replica that has not applied the move yet): the ack
+	// ends its lease but does not count towards the write's majority.
+	NotStored     bool `protobuf:"varint,4,opt,name=not_stored,json=notStored,proto3" json:"not_stored,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2771,6 +2817,13 @@ func (x *GlUpdateAck) GetLeaseNanos() int64 {
 		return x.LeaseNanos
 	}
 	return 0
+}
+
+func (x *GlUpdateAck) GetNotStored() bool {
+	if x != nil {
+		return x.NotStored
+	}
+	return false
 }
 
 // GlCommit: the write is committed; replicas holding it may serve it under their lease.
@@ -2843,10 +2896,13 @@ func (x *GlCommit) GetVersion() *Version {
 }
 
 type GlPartVersion struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
-	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
-	Version       uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace  string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Version   uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	// The sender's configuration of the partition (GlBallot.config): acknowledgements count
+	// for a master lease only between nodes of the same configuration.
+	Config        uint64 `protobuf:"varint,4,opt,name=config,proto3" json:"config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2898,6 +2954,13 @@ func (x *GlPartVersion) GetPartition() uint32 {
 func (x *GlPartVersion) GetVersion() uint64 {
 	if x != nil {
 		return x.Version
+	}
+	return 0
+}
+
+func (x *GlPartVersion) GetConfig() uint64 {
+	if x != nil {
+		return x.Config
 	}
 	return 0
 }
@@ -3713,10 +3776,16 @@ func (x *GlFetchReply) GetRecord() *Record {
 // RaftMessage carries one etcd raft message (raftpb.Message, encoded) of the Raft group of a
 // partition; the Raft node IDs are Meridian node IDs.
 type RaftMessage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
-	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
-	Message       []byte                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	// partition names the group for the receiver's peer check: the first partition of the run
+	// of neighbouring partitions that have the group's members (raft/wire.go). Splits and
+	// merges happen inside such runs and never retire that ID, so a receiver whose map is older
+	// or newer by splits and merges knows it.
+	Partition uint32 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Message   []byte `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// group is the partition whose Raft group the message is for, when it is not partition.
+	Group         *uint32 `protobuf:"varint,4,opt,name=group,proto3,oneof" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3772,6 +3841,13 @@ func (x *RaftMessage) GetMessage() []byte {
 	return nil
 }
 
+func (x *RaftMessage) GetGroup() uint32 {
+	if x != nil && x.Group != nil {
+		return *x.Group
+	}
+	return 0
+}
+
 // RaftCommand is the payload of a normal Raft log entry of a partition's group: one client
 // write, stamped by its proposer. origin and request_id let the proposing node answer its
 // client when the entry applies.
@@ -3785,7 +3861,13 @@ type RaftCommand struct {
 	Version   *Version               `protobuf:"bytes,6,opt,name=version,proto3" json:"version,omitempty"`
 	// command, when set, is a state machine command other than a key write (the cluster
 	// metadata group's commands); key, value and tombstone are then unused.
-	Command       []byte `protobuf:"bytes,7,opt,name=command,proto3" json:"command,omitempty"`
+	Command []byte `protobuf:"bytes,7,opt,name=command,proto3" json:"command,omitempty"`
+	// split, freeze and merge change the group's key range instead of writing a key (raft/
+	// repartition.go; CockroachDB's split trigger, subsume and merge trigger). At most one is
+	// set, and then the fields above are unused.
+	Split         *RaftSplit  `protobuf:"bytes,8,opt,name=split,proto3" json:"split,omitempty"`
+	Freeze        *RaftFreeze `protobuf:"bytes,9,opt,name=freeze,proto3" json:"freeze,omitempty"`
+	Merge         *RaftMerge  `protobuf:"bytes,10,opt,name=merge,proto3" json:"merge,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3869,6 +3951,236 @@ func (x *RaftCommand) GetCommand() []byte {
 	return nil
 }
 
+func (x *RaftCommand) GetSplit() *RaftSplit {
+	if x != nil {
+		return x.Split
+	}
+	return nil
+}
+
+func (x *RaftCommand) GetFreeze() *RaftFreeze {
+	if x != nil {
+		return x.Freeze
+	}
+	return nil
+}
+
+func (x *RaftCommand) GetMerge() *RaftMerge {
+	if x != nil {
+		return x.Merge
+	}
+	return nil
+}
+
+// RaftSplit narrows the group to [start, keys[0]) and founds the group of partition
+// rights[i] on [keys[i], keys[i+1]) (the last one up to the group's end) from the group's
+// state at this entry: same configuration, the at-most-once origins and last version copied,
+// the data already in storage. keys ascend strictly inside the group's range; several splits
+// of the placement that the group has not followed yet go in one entry.
+type RaftSplit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          [][]byte               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	Rights        []uint32               `protobuf:"varint,2,rep,packed,name=rights,proto3" json:"rights,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftSplit) Reset() {
+	*x = RaftSplit{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftSplit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftSplit) ProtoMessage() {}
+
+func (x *RaftSplit) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftSplit.ProtoReflect.Descriptor instead.
+func (*RaftSplit) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *RaftSplit) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *RaftSplit) GetRights() []uint32 {
+	if x != nil {
+		return x.Rights
+	}
+	return nil
+}
+
+// RaftFreeze freezes a group whose partition a merge retired: after it, the group applies no
+// write and no range change; its left neighbour merges it once every member has applied it.
+type RaftFreeze struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// into is the partition expected to absorb the group (its left neighbour; for traces).
+	Into          uint32 `protobuf:"varint,1,opt,name=into,proto3" json:"into,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftFreeze) Reset() {
+	*x = RaftFreeze{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftFreeze) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftFreeze) ProtoMessage() {}
+
+func (x *RaftFreeze) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftFreeze.ProtoReflect.Descriptor instead.
+func (*RaftFreeze) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *RaftFreeze) GetInto() uint32 {
+	if x != nil {
+		return x.Into
+	}
+	return 0
+}
+
+// RaftMerge widens the group over its right neighbour right, frozen at freeze_index: the
+// neighbour's final range end, generation, last version, origins and configuration travel in
+// the entry, so every replica computes the same merged state; a replica applies it only once
+// its own replica of right has applied freeze_index (its data is then complete).
+type RaftMerge struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Right            uint32                 `protobuf:"varint,1,opt,name=right,proto3" json:"right,omitempty"`
+	FreezeIndex      uint64                 `protobuf:"varint,2,opt,name=freeze_index,json=freezeIndex,proto3" json:"freeze_index,omitempty"`
+	RightEnd         []byte                 `protobuf:"bytes,3,opt,name=right_end,json=rightEnd,proto3" json:"right_end,omitempty"` // empty: to the end of the keyspace
+	RightGeneration  uint64                 `protobuf:"varint,4,opt,name=right_generation,json=rightGeneration,proto3" json:"right_generation,omitempty"`
+	RightLastVersion *Version               `protobuf:"bytes,5,opt,name=right_last_version,json=rightLastVersion,proto3" json:"right_last_version,omitempty"`
+	RightOrigins     []*RaftOriginApplied   `protobuf:"bytes,6,rep,name=right_origins,json=rightOrigins,proto3" json:"right_origins,omitempty"`
+	ConfState        []byte                 `protobuf:"bytes,7,opt,name=conf_state,json=confState,proto3" json:"conf_state,omitempty"` // raftpb.ConfState of right at freeze_index, encoded
+	// right_start is where right begins: the merge applies only while the group ends there.
+	RightStart    []byte `protobuf:"bytes,8,opt,name=right_start,json=rightStart,proto3" json:"right_start,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftMerge) Reset() {
+	*x = RaftMerge{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftMerge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftMerge) ProtoMessage() {}
+
+func (x *RaftMerge) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftMerge.ProtoReflect.Descriptor instead.
+func (*RaftMerge) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *RaftMerge) GetRight() uint32 {
+	if x != nil {
+		return x.Right
+	}
+	return 0
+}
+
+func (x *RaftMerge) GetFreezeIndex() uint64 {
+	if x != nil {
+		return x.FreezeIndex
+	}
+	return 0
+}
+
+func (x *RaftMerge) GetRightEnd() []byte {
+	if x != nil {
+		return x.RightEnd
+	}
+	return nil
+}
+
+func (x *RaftMerge) GetRightGeneration() uint64 {
+	if x != nil {
+		return x.RightGeneration
+	}
+	return 0
+}
+
+func (x *RaftMerge) GetRightLastVersion() *Version {
+	if x != nil {
+		return x.RightLastVersion
+	}
+	return nil
+}
+
+func (x *RaftMerge) GetRightOrigins() []*RaftOriginApplied {
+	if x != nil {
+		return x.RightOrigins
+	}
+	return nil
+}
+
+func (x *RaftMerge) GetConfState() []byte {
+	if x != nil {
+		return x.ConfState
+	}
+	return nil
+}
+
+func (x *RaftMerge) GetRightStart() []byte {
+	if x != nil {
+		return x.RightStart
+	}
+	return nil
+}
+
 // RaftBatch carries every Raft message one node has for another from one Ready, across
 // groups: messages (heartbeats above all) are coalesced per node pair, as CockroachDB
 // coalesces heartbeats, so thousands of groups cost one message per pair per Ready.
@@ -3881,7 +4193,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[51]
+	mi := &file_meridian_v1_peer_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3893,7 +4205,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[51]
+	mi := &file_meridian_v1_peer_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3906,7 +4218,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{51}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RaftBatch) GetMessages() []*RaftMessage {
@@ -3929,14 +4241,27 @@ type RaftAppliedState struct {
 	// origins holds, per proposing node, the version of its last applied command: a command
 	// whose version is not above it is a copy or an overtaken proposal, and is not applied
 	// (at most once, as CockroachDB's MaxLeaseIndex).
-	Origins       []*RaftOriginApplied `protobuf:"bytes,5,rep,name=origins,proto3" json:"origins,omitempty"`
+	Origins []*RaftOriginApplied `protobuf:"bytes,5,rep,name=origins,proto3" json:"origins,omitempty"`
+	// The group's partition and key range [start, end) (end empty: to the end of the
+	// keyspace) as its log made them: splits narrow it and merges widen it at their entries,
+	// not when the placement changes. generation counts those changes (CockroachDB's range
+	// descriptor generation): a snapshot covering another replica's start key with a higher
+	// generation supersedes that replica. 0: a state written before ranges were stored (the
+	// placement's range then).
+	Keyspace   string `protobuf:"bytes,6,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition  uint32 `protobuf:"varint,7,opt,name=partition,proto3" json:"partition,omitempty"`
+	Start      []byte `protobuf:"bytes,8,opt,name=start,proto3" json:"start,omitempty"`
+	End        []byte `protobuf:"bytes,9,opt,name=end,proto3" json:"end,omitempty"`
+	Generation uint64 `protobuf:"varint,10,opt,name=generation,proto3" json:"generation,omitempty"`
+	// frozen_at is the index of the RaftFreeze entry the group applied (0: not frozen).
+	FrozenAt      uint64 `protobuf:"varint,11,opt,name=frozen_at,json=frozenAt,proto3" json:"frozen_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RaftAppliedState) Reset() {
 	*x = RaftAppliedState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[52]
+	mi := &file_meridian_v1_peer_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3948,7 +4273,7 @@ func (x *RaftAppliedState) String() string {
 func (*RaftAppliedState) ProtoMessage() {}
 
 func (x *RaftAppliedState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[52]
+	mi := &file_meridian_v1_peer_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3961,7 +4286,7 @@ func (x *RaftAppliedState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAppliedState.ProtoReflect.Descriptor instead.
 func (*RaftAppliedState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{52}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RaftAppliedState) GetIndex() uint64 {
@@ -3999,6 +4324,48 @@ func (x *RaftAppliedState) GetOrigins() []*RaftOriginApplied {
 	return nil
 }
 
+func (x *RaftAppliedState) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *RaftAppliedState) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *RaftAppliedState) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *RaftAppliedState) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *RaftAppliedState) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *RaftAppliedState) GetFrozenAt() uint64 {
+	if x != nil {
+		return x.FrozenAt
+	}
+	return 0
+}
+
 type RaftOriginApplied struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          uint32                 `protobuf:"varint,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -4009,7 +4376,7 @@ type RaftOriginApplied struct {
 
 func (x *RaftOriginApplied) Reset() {
 	*x = RaftOriginApplied{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[53]
+	mi := &file_meridian_v1_peer_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4021,7 +4388,7 @@ func (x *RaftOriginApplied) String() string {
 func (*RaftOriginApplied) ProtoMessage() {}
 
 func (x *RaftOriginApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[53]
+	mi := &file_meridian_v1_peer_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4034,7 +4401,7 @@ func (x *RaftOriginApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftOriginApplied.ProtoReflect.Descriptor instead.
 func (*RaftOriginApplied) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{53}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RaftOriginApplied) GetNode() uint32 {
@@ -4063,7 +4430,7 @@ type RaftSnapshotMarker struct {
 
 func (x *RaftSnapshotMarker) Reset() {
 	*x = RaftSnapshotMarker{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[54]
+	mi := &file_meridian_v1_peer_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4075,7 +4442,7 @@ func (x *RaftSnapshotMarker) String() string {
 func (*RaftSnapshotMarker) ProtoMessage() {}
 
 func (x *RaftSnapshotMarker) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[54]
+	mi := &file_meridian_v1_peer_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4088,7 +4455,7 @@ func (x *RaftSnapshotMarker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotMarker.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotMarker) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{54}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RaftSnapshotMarker) GetFile() string {
@@ -4109,19 +4476,21 @@ func (x *RaftSnapshotMarker) GetState() *RaftAppliedState {
 // (etcd raft's MsgSnap, whose data is only the snapshot's id): the follower pulls the file
 // in chunks, installs it, and only then steps the MsgSnap into its group.
 type RaftSnapshotOffer struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
-	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
-	SnapshotId    string                 `protobuf:"bytes,3,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
-	Size          int64                  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
-	Message       []byte                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"` // raftpb.Message of type MsgSnap
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace   string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition  uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	SnapshotId string                 `protobuf:"bytes,3,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	Size       int64                  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	Message    []byte                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"` // raftpb.Message of type MsgSnap
+	// group: as RaftMessage.group.
+	Group         *uint32 `protobuf:"varint,6,opt,name=group,proto3,oneof" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RaftSnapshotOffer) Reset() {
 	*x = RaftSnapshotOffer{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[55]
+	mi := &file_meridian_v1_peer_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4133,7 +4502,7 @@ func (x *RaftSnapshotOffer) String() string {
 func (*RaftSnapshotOffer) ProtoMessage() {}
 
 func (x *RaftSnapshotOffer) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[55]
+	mi := &file_meridian_v1_peer_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4146,7 +4515,7 @@ func (x *RaftSnapshotOffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotOffer.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotOffer) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{55}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RaftSnapshotOffer) GetKeyspace() string {
@@ -4184,20 +4553,32 @@ func (x *RaftSnapshotOffer) GetMessage() []byte {
 	return nil
 }
 
+func (x *RaftSnapshotOffer) GetGroup() uint32 {
+	if x != nil && x.Group != nil {
+		return *x.Group
+	}
+	return 0
+}
+
 type RaftSnapshotRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
-	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
-	SnapshotId    string                 `protobuf:"bytes,3,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
-	Offset        int64                  `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
-	Length        int32                  `protobuf:"varint,5,opt,name=length,proto3" json:"length,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace   string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition  uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	SnapshotId string                 `protobuf:"bytes,3,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	Offset     int64                  `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length     int32                  `protobuf:"varint,5,opt,name=length,proto3" json:"length,omitempty"`
+	// group: as RaftMessage.group.
+	Group *uint32 `protobuf:"varint,6,opt,name=group,proto3,oneof" json:"group,omitempty"`
+	// decline: the follower will not take the offered snapshot now (another group of its node
+	// still holds part of its range, raft/repartition.go): the leader ends the transfer.
+	Decline       bool `protobuf:"varint,7,opt,name=decline,proto3" json:"decline,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RaftSnapshotRequest) Reset() {
 	*x = RaftSnapshotRequest{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[56]
+	mi := &file_meridian_v1_peer_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4209,7 +4590,7 @@ func (x *RaftSnapshotRequest) String() string {
 func (*RaftSnapshotRequest) ProtoMessage() {}
 
 func (x *RaftSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[56]
+	mi := &file_meridian_v1_peer_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4222,7 +4603,7 @@ func (x *RaftSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{56}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RaftSnapshotRequest) GetKeyspace() string {
@@ -4260,6 +4641,20 @@ func (x *RaftSnapshotRequest) GetLength() int32 {
 	return 0
 }
 
+func (x *RaftSnapshotRequest) GetGroup() uint32 {
+	if x != nil && x.Group != nil {
+		return *x.Group
+	}
+	return 0
+}
+
+func (x *RaftSnapshotRequest) GetDecline() bool {
+	if x != nil {
+		return x.Decline
+	}
+	return false
+}
+
 type RaftSnapshotChunk struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Keyspace   string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
@@ -4268,14 +4663,16 @@ type RaftSnapshotChunk struct {
 	Offset     int64                  `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
 	Data       []byte                 `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
 	// error, when set, says the sender cannot serve the snapshot (gone, unreadable).
-	Error         string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	// group: as RaftMessage.group.
+	Group         *uint32 `protobuf:"varint,7,opt,name=group,proto3,oneof" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RaftSnapshotChunk) Reset() {
 	*x = RaftSnapshotChunk{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[57]
+	mi := &file_meridian_v1_peer_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4287,7 +4684,7 @@ func (x *RaftSnapshotChunk) String() string {
 func (*RaftSnapshotChunk) ProtoMessage() {}
 
 func (x *RaftSnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[57]
+	mi := &file_meridian_v1_peer_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4300,7 +4697,7 @@ func (x *RaftSnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotChunk.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{57}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RaftSnapshotChunk) GetKeyspace() string {
@@ -4345,6 +4742,13 @@ func (x *RaftSnapshotChunk) GetError() string {
 	return ""
 }
 
+func (x *RaftSnapshotChunk) GetGroup() uint32 {
+	if x != nil && x.Group != nil {
+		return *x.Group
+	}
+	return 0
+}
+
 // RaftSnapshotStored is a node's own note (from its job worker to its engine) that a chunk
 // is on disk, or why it is not.
 type RaftSnapshotStored struct {
@@ -4365,7 +4769,7 @@ type RaftSnapshotStored struct {
 
 func (x *RaftSnapshotStored) Reset() {
 	*x = RaftSnapshotStored{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[58]
+	mi := &file_meridian_v1_peer_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4377,7 +4781,7 @@ func (x *RaftSnapshotStored) String() string {
 func (*RaftSnapshotStored) ProtoMessage() {}
 
 func (x *RaftSnapshotStored) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[58]
+	mi := &file_meridian_v1_peer_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4390,7 +4794,7 @@ func (x *RaftSnapshotStored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotStored.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotStored) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{58}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RaftSnapshotStored) GetKeyspace() string {
@@ -4464,7 +4868,7 @@ type RaftSnapshotReady struct {
 
 func (x *RaftSnapshotReady) Reset() {
 	*x = RaftSnapshotReady{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[59]
+	mi := &file_meridian_v1_peer_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4476,7 +4880,7 @@ func (x *RaftSnapshotReady) String() string {
 func (*RaftSnapshotReady) ProtoMessage() {}
 
 func (x *RaftSnapshotReady) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[59]
+	mi := &file_meridian_v1_peer_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4489,7 +4893,7 @@ func (x *RaftSnapshotReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotReady.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotReady) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{59}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RaftSnapshotReady) GetKeyspace() string {
@@ -4558,7 +4962,7 @@ type RaftForward struct {
 
 func (x *RaftForward) Reset() {
 	*x = RaftForward{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[60]
+	mi := &file_meridian_v1_peer_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4570,7 +4974,7 @@ func (x *RaftForward) String() string {
 func (*RaftForward) ProtoMessage() {}
 
 func (x *RaftForward) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[60]
+	mi := &file_meridian_v1_peer_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4583,7 +4987,7 @@ func (x *RaftForward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftForward.ProtoReflect.Descriptor instead.
 func (*RaftForward) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{60}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RaftForward) GetRequestId() uint64 {
@@ -4703,7 +5107,7 @@ type RaftForwardReply struct {
 
 func (x *RaftForwardReply) Reset() {
 	*x = RaftForwardReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[61]
+	mi := &file_meridian_v1_peer_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4715,7 +5119,7 @@ func (x *RaftForwardReply) String() string {
 func (*RaftForwardReply) ProtoMessage() {}
 
 func (x *RaftForwardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[61]
+	mi := &file_meridian_v1_peer_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4728,7 +5132,7 @@ func (x *RaftForwardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftForwardReply.ProtoReflect.Descriptor instead.
 func (*RaftForwardReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{61}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RaftForwardReply) GetRequestId() uint64 {
@@ -4811,17 +5215,23 @@ func (x *RaftForwardReply) GetResult() []byte {
 // RaftApplied tells every node how far this node has applied a group whose progress others
 // wait for (the cluster metadata group: a change returns once every live node has it).
 type RaftApplied struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
-	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
-	Index         uint64                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace  string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Index     uint64                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	Group     *uint32                `protobuf:"varint,4,opt,name=group,proto3,oneof" json:"group,omitempty"`
+	// frozen_at, when set, makes this a frozen replica's report (raft/repartition.go): its
+	// replica of group has applied index, and froze at frozen_at. The left neighbour's leader
+	// merges only once every member has reported (CockroachDB waits for every replica of the
+	// right-hand side to apply the subsume before the merge commits).
+	FrozenAt      uint64 `protobuf:"varint,5,opt,name=frozen_at,json=frozenAt,proto3" json:"frozen_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RaftApplied) Reset() {
 	*x = RaftApplied{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[62]
+	mi := &file_meridian_v1_peer_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4833,7 +5243,7 @@ func (x *RaftApplied) String() string {
 func (*RaftApplied) ProtoMessage() {}
 
 func (x *RaftApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[62]
+	mi := &file_meridian_v1_peer_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4846,7 +5256,7 @@ func (x *RaftApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftApplied.ProtoReflect.Descriptor instead.
 func (*RaftApplied) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{62}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RaftApplied) GetKeyspace() string {
@@ -4870,6 +5280,20 @@ func (x *RaftApplied) GetIndex() uint64 {
 	return 0
 }
 
+func (x *RaftApplied) GetGroup() uint32 {
+	if x != nil && x.Group != nil {
+		return *x.Group
+	}
+	return 0
+}
+
+func (x *RaftApplied) GetFrozenAt() uint64 {
+	if x != nil {
+		return x.FrozenAt
+	}
+	return 0
+}
+
 // RaftRemoved tells a node that it is no longer a member of a group (the configuration
 // change that removed it is committed): it may destroy its replica.
 type RaftRemoved struct {
@@ -4877,13 +5301,14 @@ type RaftRemoved struct {
 	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
 	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
 	ConfIndex     uint64                 `protobuf:"varint,3,opt,name=conf_index,json=confIndex,proto3" json:"conf_index,omitempty"`
+	Group         *uint32                `protobuf:"varint,4,opt,name=group,proto3,oneof" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RaftRemoved) Reset() {
 	*x = RaftRemoved{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[63]
+	mi := &file_meridian_v1_peer_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4895,7 +5320,7 @@ func (x *RaftRemoved) String() string {
 func (*RaftRemoved) ProtoMessage() {}
 
 func (x *RaftRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[63]
+	mi := &file_meridian_v1_peer_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4908,7 +5333,7 @@ func (x *RaftRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemoved.ProtoReflect.Descriptor instead.
 func (*RaftRemoved) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{63}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RaftRemoved) GetKeyspace() string {
@@ -4928,6 +5353,13 @@ func (x *RaftRemoved) GetPartition() uint32 {
 func (x *RaftRemoved) GetConfIndex() uint64 {
 	if x != nil {
 		return x.ConfIndex
+	}
+	return 0
+}
+
+func (x *RaftRemoved) GetGroup() uint32 {
+	if x != nil && x.Group != nil {
+		return *x.Group
 	}
 	return 0
 }
@@ -5002,7 +5434,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[64]
+	mi := &file_meridian_v1_peer_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5014,7 +5446,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[64]
+	mi := &file_meridian_v1_peer_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5027,7 +5459,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{64}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *Envelope) GetFrom() uint32 {
@@ -5812,7 +6244,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[65]
+	mi := &file_meridian_v1_peer_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5824,7 +6256,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[65]
+	mi := &file_meridian_v1_peer_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5837,7 +6269,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{65}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{68}
 }
 
 // EnvelopeBatch is messages from one sender to one receiver that leave together: one gRPC
@@ -5853,7 +6285,7 @@ type EnvelopeBatch struct {
 
 func (x *EnvelopeBatch) Reset() {
 	*x = EnvelopeBatch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[66]
+	mi := &file_meridian_v1_peer_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5865,7 +6297,7 @@ func (x *EnvelopeBatch) String() string {
 func (*EnvelopeBatch) ProtoMessage() {}
 
 func (x *EnvelopeBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[66]
+	mi := &file_meridian_v1_peer_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5878,7 +6310,7 @@ func (x *EnvelopeBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvelopeBatch.ProtoReflect.Descriptor instead.
 func (*EnvelopeBatch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{66}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *EnvelopeBatch) GetEnvelopes() []*Envelope {
@@ -6063,7 +6495,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\rt1_unix_nanos\x18\x01 \x01(\x03R\vt1UnixNanos\x12\"\n" +
 	"\rt2_unix_nanos\x18\x02 \x01(\x03R\vt2UnixNanos\"3\n" +
 	"\tHeartbeat\x12&\n" +
-	"\x0fsent_unix_nanos\x18\x01 \x01(\x03R\rsentUnixNanos\"\x8b\x02\n" +
+	"\x0fsent_unix_nanos\x18\x01 \x01(\x03R\rsentUnixNanos\"\xc4\x02\n" +
 	"\aGlTable\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x18\n" +
@@ -6071,14 +6503,18 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x0edefault_master\x18\x04 \x01(\rR\rdefaultMaster\x12:\n" +
 	"\toverrides\x18\x05 \x03(\v2\x1c.meridian.peer.v1.GlOverrideR\toverrides\x12\x1c\n" +
 	"\tinitiator\x18\x06 \x01(\rR\tinitiator\x12+\n" +
-	"\x03hlc\x18\a \x01(\v2\x19.meridian.peer.v1.VersionR\x03hlc\"6\n" +
+	"\x03hlc\x18\a \x01(\v2\x19.meridian.peer.v1.VersionR\x03hlc\x12\x16\n" +
+	"\x06config\x18\b \x01(\x04R\x06config\x12\x1f\n" +
+	"\vhanded_over\x18\t \x03(\rR\n" +
+	"handedOver\"6\n" +
 	"\n" +
 	"GlOverride\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x16\n" +
-	"\x06master\x18\x02 \x01(\rR\x06master\"4\n" +
+	"\x06master\x18\x02 \x01(\rR\x06master\"L\n" +
 	"\bGlBallot\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\x04R\x05round\x12\x12\n" +
-	"\x04node\x18\x02 \x01(\rR\x04node\"\x9f\x03\n" +
+	"\x04node\x18\x02 \x01(\rR\x04node\x12\x16\n" +
+	"\x06config\x18\x03 \x01(\x04R\x06config\"\x9f\x03\n" +
 	"\tGlForward\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1a\n" +
@@ -6124,7 +6560,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\fR\x03key\x12\x19\n" +
 	"\bgrant_id\x18\x04 \x01(\x04R\agrantId\x12\x1a\n" +
-	"\baccepted\x18\x05 \x01(\bR\baccepted\"\xe3\x01\n" +
+	"\baccepted\x18\x05 \x01(\bR\baccepted\"\x82\x02\n" +
 	"\bGlUpdate\x12\x19\n" +
 	"\bwrite_id\x18\x01 \x01(\x04R\awriteId\x120\n" +
 	"\x06record\x18\x02 \x01(\v2\x18.meridian.peer.v1.RecordR\x06record\x12\x1f\n" +
@@ -6132,21 +6568,26 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"leaseNanos\x12&\n" +
 	"\x0fsent_unix_nanos\x18\x04 \x01(\x03R\rsentUnixNanos\x12#\n" +
 	"\rtable_version\x18\x05 \x01(\x04R\ftableVersion\x12\x1c\n" +
-	"\tcommitted\x18\x06 \x01(\bR\tcommitted\"Y\n" +
+	"\tcommitted\x18\x06 \x01(\bR\tcommitted\x12\x1d\n" +
+	"\n" +
+	"move_epoch\x18\a \x01(\x04R\tmoveEpoch\"x\n" +
 	"\vGlUpdateAck\x12\x19\n" +
 	"\bwrite_id\x18\x01 \x01(\x04R\awriteId\x12\x0e\n" +
 	"\x02ok\x18\x02 \x01(\bR\x02ok\x12\x1f\n" +
 	"\vlease_nanos\x18\x03 \x01(\x03R\n" +
-	"leaseNanos\"\x8b\x01\n" +
+	"leaseNanos\x12\x1d\n" +
+	"\n" +
+	"not_stored\x18\x04 \x01(\bR\tnotStored\"\x8b\x01\n" +
 	"\bGlCommit\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\fR\x03key\x123\n" +
-	"\aversion\x18\x04 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\"c\n" +
+	"\aversion\x18\x04 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\"{\n" +
 	"\rGlPartVersion\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\x04R\aversion\"V\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x16\n" +
+	"\x06config\x18\x04 \x01(\x04R\x06config\"V\n" +
 	"\vGlHeartbeat\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x125\n" +
 	"\x05parts\x18\x02 \x03(\v2\x1f.meridian.peer.v1.GlPartVersionR\x05parts\"\x8a\x01\n" +
@@ -6207,11 +6648,13 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x14\n" +
 	"\x05found\x18\x02 \x01(\bR\x05found\x120\n" +
-	"\x06record\x18\x03 \x01(\v2\x18.meridian.peer.v1.RecordR\x06record\"a\n" +
+	"\x06record\x18\x03 \x01(\v2\x18.meridian.peer.v1.RecordR\x06record\"\x86\x01\n" +
 	"\vRaftMessage\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\fR\amessage\"\xd9\x01\n" +
+	"\amessage\x18\x03 \x01(\fR\amessage\x12\x19\n" +
+	"\x05group\x18\x04 \x01(\rH\x00R\x05group\x88\x01\x01B\b\n" +
+	"\x06_group\"\xf5\x02\n" +
 	"\vRaftCommand\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\rR\x06origin\x12\x1d\n" +
 	"\n" +
@@ -6220,36 +6663,71 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x03key\x18\x04 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x05 \x01(\fR\x05value\x123\n" +
 	"\aversion\x18\x06 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\x12\x18\n" +
-	"\acommand\x18\a \x01(\fR\acommand\"F\n" +
+	"\acommand\x18\a \x01(\fR\acommand\x121\n" +
+	"\x05split\x18\b \x01(\v2\x1b.meridian.peer.v1.RaftSplitR\x05split\x124\n" +
+	"\x06freeze\x18\t \x01(\v2\x1c.meridian.peer.v1.RaftFreezeR\x06freeze\x121\n" +
+	"\x05merge\x18\n" +
+	" \x01(\v2\x1b.meridian.peer.v1.RaftMergeR\x05merge\"7\n" +
+	"\tRaftSplit\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\fR\x04keys\x12\x16\n" +
+	"\x06rights\x18\x02 \x03(\rR\x06rights\" \n" +
+	"\n" +
+	"RaftFreeze\x12\x12\n" +
+	"\x04into\x18\x01 \x01(\rR\x04into\"\xdf\x02\n" +
+	"\tRaftMerge\x12\x14\n" +
+	"\x05right\x18\x01 \x01(\rR\x05right\x12!\n" +
+	"\ffreeze_index\x18\x02 \x01(\x04R\vfreezeIndex\x12\x1b\n" +
+	"\tright_end\x18\x03 \x01(\fR\brightEnd\x12)\n" +
+	"\x10right_generation\x18\x04 \x01(\x04R\x0frightGeneration\x12G\n" +
+	"\x12right_last_version\x18\x05 \x01(\v2\x19.meridian.peer.v1.VersionR\x10rightLastVersion\x12H\n" +
+	"\rright_origins\x18\x06 \x03(\v2#.meridian.peer.v1.RaftOriginAppliedR\frightOrigins\x12\x1d\n" +
+	"\n" +
+	"conf_state\x18\a \x01(\fR\tconfState\x12\x1f\n" +
+	"\vright_start\x18\b \x01(\fR\n" +
+	"rightStart\"F\n" +
 	"\tRaftBatch\x129\n" +
-	"\bmessages\x18\x01 \x03(\v2\x1d.meridian.peer.v1.RaftMessageR\bmessages\"\xd8\x01\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1d.meridian.peer.v1.RaftMessageR\bmessages\"\xf7\x02\n" +
 	"\x10RaftAppliedState\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12<\n" +
 	"\flast_version\x18\x03 \x01(\v2\x19.meridian.peer.v1.VersionR\vlastVersion\x12\x1d\n" +
 	"\n" +
 	"conf_state\x18\x04 \x01(\fR\tconfState\x12=\n" +
-	"\aorigins\x18\x05 \x03(\v2#.meridian.peer.v1.RaftOriginAppliedR\aorigins\"\\\n" +
+	"\aorigins\x18\x05 \x03(\v2#.meridian.peer.v1.RaftOriginAppliedR\aorigins\x12\x1a\n" +
+	"\bkeyspace\x18\x06 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\a \x01(\rR\tpartition\x12\x14\n" +
+	"\x05start\x18\b \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\t \x01(\fR\x03end\x12\x1e\n" +
+	"\n" +
+	"generation\x18\n" +
+	" \x01(\x04R\n" +
+	"generation\x12\x1b\n" +
+	"\tfrozen_at\x18\v \x01(\x04R\bfrozenAt\"\\\n" +
 	"\x11RaftOriginApplied\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\rR\x04node\x123\n" +
 	"\aversion\x18\x02 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\"b\n" +
 	"\x12RaftSnapshotMarker\x12\x12\n" +
 	"\x04file\x18\x01 \x01(\tR\x04file\x128\n" +
-	"\x05state\x18\x02 \x01(\v2\".meridian.peer.v1.RaftAppliedStateR\x05state\"\x9c\x01\n" +
+	"\x05state\x18\x02 \x01(\v2\".meridian.peer.v1.RaftAppliedStateR\x05state\"\xc1\x01\n" +
 	"\x11RaftSnapshotOffer\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1f\n" +
 	"\vsnapshot_id\x18\x03 \x01(\tR\n" +
 	"snapshotId\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\fR\amessage\"\xa0\x01\n" +
+	"\amessage\x18\x05 \x01(\fR\amessage\x12\x19\n" +
+	"\x05group\x18\x06 \x01(\rH\x00R\x05group\x88\x01\x01B\b\n" +
+	"\x06_group\"\xdf\x01\n" +
 	"\x13RaftSnapshotRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1f\n" +
 	"\vsnapshot_id\x18\x03 \x01(\tR\n" +
 	"snapshotId\x12\x16\n" +
 	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x16\n" +
-	"\x06length\x18\x05 \x01(\x05R\x06length\"\xb0\x01\n" +
+	"\x06length\x18\x05 \x01(\x05R\x06length\x12\x19\n" +
+	"\x05group\x18\x06 \x01(\rH\x00R\x05group\x88\x01\x01\x12\x18\n" +
+	"\adecline\x18\a \x01(\bR\adeclineB\b\n" +
+	"\x06_group\"\xd5\x01\n" +
 	"\x11RaftSnapshotChunk\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1f\n" +
@@ -6257,7 +6735,9 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"snapshotId\x12\x16\n" +
 	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\x05 \x01(\fR\x04data\x12\x14\n" +
-	"\x05error\x18\x06 \x01(\tR\x05error\"\x83\x02\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\x12\x19\n" +
+	"\x05group\x18\a \x01(\rH\x00R\x05group\x88\x01\x01B\b\n" +
+	"\x06_group\"\x83\x02\n" +
 	"\x12RaftSnapshotStored\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1f\n" +
@@ -6308,16 +6788,21 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\arecords\x18\t \x03(\v2\x18.meridian.peer.v1.RecordR\arecords\x12\x12\n" +
 	"\x04more\x18\n" +
 	" \x01(\bR\x04more\x12\x16\n" +
-	"\x06result\x18\v \x01(\fR\x06result\"]\n" +
+	"\x06result\x18\v \x01(\fR\x06result\"\x9f\x01\n" +
 	"\vRaftApplied\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x14\n" +
-	"\x05index\x18\x03 \x01(\x04R\x05index\"f\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x19\n" +
+	"\x05group\x18\x04 \x01(\rH\x00R\x05group\x88\x01\x01\x12\x1b\n" +
+	"\tfrozen_at\x18\x05 \x01(\x04R\bfrozenAtB\b\n" +
+	"\x06_group\"\x8b\x01\n" +
 	"\vRaftRemoved\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1d\n" +
 	"\n" +
-	"conf_index\x18\x03 \x01(\x04R\tconfIndex\"\xe2\x1a\n" +
+	"conf_index\x18\x03 \x01(\x04R\tconfIndex\x12\x19\n" +
+	"\x05group\x18\x04 \x01(\rH\x00R\x05group\x88\x01\x01B\b\n" +
+	"\x06_group\"\xe2\x1a\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\rR\x02to\x12\x16\n" +
@@ -6405,7 +6890,7 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Version)(nil),             // 0: meridian.peer.v1.Version
 	(*Record)(nil),              // 1: meridian.peer.v1.Record
@@ -6458,22 +6943,25 @@ var file_meridian_v1_peer_proto_goTypes = []any{
 	(*GlFetchReply)(nil),        // 48: meridian.peer.v1.GlFetchReply
 	(*RaftMessage)(nil),         // 49: meridian.peer.v1.RaftMessage
 	(*RaftCommand)(nil),         // 50: meridian.peer.v1.RaftCommand
-	(*RaftBatch)(nil),           // 51: meridian.peer.v1.RaftBatch
-	(*RaftAppliedState)(nil),    // 52: meridian.peer.v1.RaftAppliedState
-	(*RaftOriginApplied)(nil),   // 53: meridian.peer.v1.RaftOriginApplied
-	(*RaftSnapshotMarker)(nil),  // 54: meridian.peer.v1.RaftSnapshotMarker
-	(*RaftSnapshotOffer)(nil),   // 55: meridian.peer.v1.RaftSnapshotOffer
-	(*RaftSnapshotRequest)(nil), // 56: meridian.peer.v1.RaftSnapshotRequest
-	(*RaftSnapshotChunk)(nil),   // 57: meridian.peer.v1.RaftSnapshotChunk
-	(*RaftSnapshotStored)(nil),  // 58: meridian.peer.v1.RaftSnapshotStored
-	(*RaftSnapshotReady)(nil),   // 59: meridian.peer.v1.RaftSnapshotReady
-	(*RaftForward)(nil),         // 60: meridian.peer.v1.RaftForward
-	(*RaftForwardReply)(nil),    // 61: meridian.peer.v1.RaftForwardReply
-	(*RaftApplied)(nil),         // 62: meridian.peer.v1.RaftApplied
-	(*RaftRemoved)(nil),         // 63: meridian.peer.v1.RaftRemoved
-	(*Envelope)(nil),            // 64: meridian.peer.v1.Envelope
-	(*StreamAck)(nil),           // 65: meridian.peer.v1.StreamAck
-	(*EnvelopeBatch)(nil),       // 66: meridian.peer.v1.EnvelopeBatch
+	(*RaftSplit)(nil),           // 51: meridian.peer.v1.RaftSplit
+	(*RaftFreeze)(nil),          // 52: meridian.peer.v1.RaftFreeze
+	(*RaftMerge)(nil),           // 53: meridian.peer.v1.RaftMerge
+	(*RaftBatch)(nil),           // 54: meridian.peer.v1.RaftBatch
+	(*RaftAppliedState)(nil),    // 55: meridian.peer.v1.RaftAppliedState
+	(*RaftOriginApplied)(nil),   // 56: meridian.peer.v1.RaftOriginApplied
+	(*RaftSnapshotMarker)(nil),  // 57: meridian.peer.v1.RaftSnapshotMarker
+	(*RaftSnapshotOffer)(nil),   // 58: meridian.peer.v1.RaftSnapshotOffer
+	(*RaftSnapshotRequest)(nil), // 59: meridian.peer.v1.RaftSnapshotRequest
+	(*RaftSnapshotChunk)(nil),   // 60: meridian.peer.v1.RaftSnapshotChunk
+	(*RaftSnapshotStored)(nil),  // 61: meridian.peer.v1.RaftSnapshotStored
+	(*RaftSnapshotReady)(nil),   // 62: meridian.peer.v1.RaftSnapshotReady
+	(*RaftForward)(nil),         // 63: meridian.peer.v1.RaftForward
+	(*RaftForwardReply)(nil),    // 64: meridian.peer.v1.RaftForwardReply
+	(*RaftApplied)(nil),         // 65: meridian.peer.v1.RaftApplied
+	(*RaftRemoved)(nil),         // 66: meridian.peer.v1.RaftRemoved
+	(*Envelope)(nil),            // 67: meridian.peer.v1.Envelope
+	(*StreamAck)(nil),           // 68: meridian.peer.v1.StreamAck
+	(*EnvelopeBatch)(nil),       // 69: meridian.peer.v1.EnvelopeBatch
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,   // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -6519,75 +7007,80 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	27,  // 40: meridian.peer.v1.GlAcceptorState.accepted:type_name -> meridian.peer.v1.GlTable
 	1,   // 41: meridian.peer.v1.GlFetchReply.record:type_name -> meridian.peer.v1.Record
 	0,   // 42: meridian.peer.v1.RaftCommand.version:type_name -> meridian.peer.v1.Version
-	49,  // 43: meridian.peer.v1.RaftBatch.messages:type_name -> meridian.peer.v1.RaftMessage
-	0,   // 44: meridian.peer.v1.RaftAppliedState.last_version:type_name -> meridian.peer.v1.Version
-	53,  // 45: meridian.peer.v1.RaftAppliedState.origins:type_name -> meridian.peer.v1.RaftOriginApplied
-	0,   // 46: meridian.peer.v1.RaftOriginApplied.version:type_name -> meridian.peer.v1.Version
-	52,  // 47: meridian.peer.v1.RaftSnapshotMarker.state:type_name -> meridian.peer.v1.RaftAppliedState
-	1,   // 48: meridian.peer.v1.RaftSnapshotStored.records:type_name -> meridian.peer.v1.Record
-	52,  // 49: meridian.peer.v1.RaftSnapshotReady.state:type_name -> meridian.peer.v1.RaftAppliedState
-	0,   // 50: meridian.peer.v1.RaftForward.min_version:type_name -> meridian.peer.v1.Version
-	0,   // 51: meridian.peer.v1.RaftForwardReply.version:type_name -> meridian.peer.v1.Version
-	1,   // 52: meridian.peer.v1.RaftForwardReply.records:type_name -> meridian.peer.v1.Record
-	2,   // 53: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
-	3,   // 54: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
-	4,   // 55: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
-	5,   // 56: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
-	6,   // 57: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
-	7,   // 58: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
-	8,   // 59: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
-	10,  // 60: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
-	11,  // 61: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
-	17,  // 62: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
-	26,  // 63: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
-	20,  // 64: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
-	21,  // 65: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
-	22,  // 66: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
-	23,  // 67: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
-	24,  // 68: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
-	25,  // 69: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
-	30,  // 70: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
-	31,  // 71: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
-	32,  // 72: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
-	33,  // 73: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
-	34,  // 74: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
-	35,  // 75: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
-	37,  // 76: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
-	38,  // 77: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
-	39,  // 78: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
-	40,  // 79: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
-	41,  // 80: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
-	42,  // 81: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
-	43,  // 82: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
-	47,  // 83: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
-	48,  // 84: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
-	44,  // 85: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
-	45,  // 86: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
-	49,  // 87: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
-	51,  // 88: meridian.peer.v1.Envelope.raft_batch:type_name -> meridian.peer.v1.RaftBatch
-	55,  // 89: meridian.peer.v1.Envelope.raft_snapshot_offer:type_name -> meridian.peer.v1.RaftSnapshotOffer
-	56,  // 90: meridian.peer.v1.Envelope.raft_snapshot_request:type_name -> meridian.peer.v1.RaftSnapshotRequest
-	57,  // 91: meridian.peer.v1.Envelope.raft_snapshot_chunk:type_name -> meridian.peer.v1.RaftSnapshotChunk
-	58,  // 92: meridian.peer.v1.Envelope.raft_snapshot_stored:type_name -> meridian.peer.v1.RaftSnapshotStored
-	59,  // 93: meridian.peer.v1.Envelope.raft_snapshot_ready:type_name -> meridian.peer.v1.RaftSnapshotReady
-	60,  // 94: meridian.peer.v1.Envelope.raft_forward:type_name -> meridian.peer.v1.RaftForward
-	61,  // 95: meridian.peer.v1.Envelope.raft_forward_reply:type_name -> meridian.peer.v1.RaftForwardReply
-	62,  // 96: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
-	63,  // 97: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
-	12,  // 98: meridian.peer.v1.Envelope.move_snapshot_request:type_name -> meridian.peer.v1.MoveSnapshotRequest
-	13,  // 99: meridian.peer.v1.Envelope.move_snapshot_chunk:type_name -> meridian.peer.v1.MoveSnapshotChunk
-	16,  // 100: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
-	14,  // 101: meridian.peer.v1.Envelope.node_stats:type_name -> meridian.peer.v1.NodeStats
-	64,  // 102: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
-	64,  // 103: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	66,  // 104: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
-	65,  // 105: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	65,  // 106: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
-	105, // [105:107] is the sub-list for method output_type
-	103, // [103:105] is the sub-list for method input_type
-	103, // [103:103] is the sub-list for extension type_name
-	103, // [103:103] is the sub-list for extension extendee
-	0,   // [0:103] is the sub-list for field type_name
+	51,  // 43: meridian.peer.v1.RaftCommand.split:type_name -> meridian.peer.v1.RaftSplit
+	52,  // 44: meridian.peer.v1.RaftCommand.freeze:type_name -> meridian.peer.v1.RaftFreeze
+	53,  // 45: meridian.peer.v1.RaftCommand.merge:type_name -> meridian.peer.v1.RaftMerge
+	0,   // 46: meridian.peer.v1.RaftMerge.right_last_version:type_name -> meridian.peer.v1.Version
+	56,  // 47: meridian.peer.v1.RaftMerge.right_origins:type_name -> meridian.peer.v1.RaftOriginApplied
+	49,  // 48: meridian.peer.v1.RaftBatch.messages:type_name -> meridian.peer.v1.RaftMessage
+	0,   // 49: meridian.peer.v1.RaftAppliedState.last_version:type_name -> meridian.peer.v1.Version
+	56,  // 50: meridian.peer.v1.RaftAppliedState.origins:type_name -> meridian.peer.v1.RaftOriginApplied
+	0,   // 51: meridian.peer.v1.RaftOriginApplied.version:type_name -> meridian.peer.v1.Version
+	55,  // 52: meridian.peer.v1.RaftSnapshotMarker.state:type_name -> meridian.peer.v1.RaftAppliedState
+	1,   // 53: meridian.peer.v1.RaftSnapshotStored.records:type_name -> meridian.peer.v1.Record
+	55,  // 54: meridian.peer.v1.RaftSnapshotReady.state:type_name -> meridian.peer.v1.RaftAppliedState
+	0,   // 55: meridian.peer.v1.RaftForward.min_version:type_name -> meridian.peer.v1.Version
+	0,   // 56: meridian.peer.v1.RaftForwardReply.version:type_name -> meridian.peer.v1.Version
+	1,   // 57: meridian.peer.v1.RaftForwardReply.records:type_name -> meridian.peer.v1.Record
+	2,   // 58: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
+	3,   // 59: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
+	4,   // 60: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
+	5,   // 61: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
+	6,   // 62: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
+	7,   // 63: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
+	8,   // 64: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
+	10,  // 65: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
+	11,  // 66: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
+	17,  // 67: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
+	26,  // 68: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
+	20,  // 69: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
+	21,  // 70: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
+	22,  // 71: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
+	23,  // 72: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
+	24,  // 73: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
+	25,  // 74: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
+	30,  // 75: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
+	31,  // 76: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
+	32,  // 77: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
+	33,  // 78: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
+	34,  // 79: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
+	35,  // 80: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
+	37,  // 81: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
+	38,  // 82: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
+	39,  // 83: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
+	40,  // 84: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
+	41,  // 85: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
+	42,  // 86: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
+	43,  // 87: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
+	47,  // 88: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
+	48,  // 89: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
+	44,  // 90: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
+	45,  // 91: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
+	49,  // 92: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
+	54,  // 93: meridian.peer.v1.Envelope.raft_batch:type_name -> meridian.peer.v1.RaftBatch
+	58,  // 94: meridian.peer.v1.Envelope.raft_snapshot_offer:type_name -> meridian.peer.v1.RaftSnapshotOffer
+	59,  // 95: meridian.peer.v1.Envelope.raft_snapshot_request:type_name -> meridian.peer.v1.RaftSnapshotRequest
+	60,  // 96: meridian.peer.v1.Envelope.raft_snapshot_chunk:type_name -> meridian.peer.v1.RaftSnapshotChunk
+	61,  // 97: meridian.peer.v1.Envelope.raft_snapshot_stored:type_name -> meridian.peer.v1.RaftSnapshotStored
+	62,  // 98: meridian.peer.v1.Envelope.raft_snapshot_ready:type_name -> meridian.peer.v1.RaftSnapshotReady
+	63,  // 99: meridian.peer.v1.Envelope.raft_forward:type_name -> meridian.peer.v1.RaftForward
+	64,  // 100: meridian.peer.v1.Envelope.raft_forward_reply:type_name -> meridian.peer.v1.RaftForwardReply
+	65,  // 101: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
+	66,  // 102: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
+	12,  // 103: meridian.peer.v1.Envelope.move_snapshot_request:type_name -> meridian.peer.v1.MoveSnapshotRequest
+	13,  // 104: meridian.peer.v1.Envelope.move_snapshot_chunk:type_name -> meridian.peer.v1.MoveSnapshotChunk
+	16,  // 105: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
+	14,  // 106: meridian.peer.v1.Envelope.node_stats:type_name -> meridian.peer.v1.NodeStats
+	67,  // 107: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
+	67,  // 108: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	69,  // 109: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
+	68,  // 110: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	68,  // 111: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
+	110, // [110:112] is the sub-list for method output_type
+	108, // [108:110] is the sub-list for method input_type
+	108, // [108:108] is the sub-list for extension type_name
+	108, // [108:108] is the sub-list for extension extendee
+	0,   // [0:108] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -6595,7 +7088,13 @@ func file_meridian_v1_peer_proto_init() {
 	if File_meridian_v1_peer_proto != nil {
 		return
 	}
-	file_meridian_v1_peer_proto_msgTypes[64].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[49].OneofWrappers = []any{}
+	file_meridian_v1_peer_proto_msgTypes[58].OneofWrappers = []any{}
+	file_meridian_v1_peer_proto_msgTypes[59].OneofWrappers = []any{}
+	file_meridian_v1_peer_proto_msgTypes[60].OneofWrappers = []any{}
+	file_meridian_v1_peer_proto_msgTypes[65].OneofWrappers = []any{}
+	file_meridian_v1_peer_proto_msgTypes[66].OneofWrappers = []any{}
+	file_meridian_v1_peer_proto_msgTypes[67].OneofWrappers = []any{
 		(*Envelope_Write)(nil),
 		(*Envelope_WriteAck)(nil),
 		(*Envelope_Read)(nil),
@@ -6652,7 +7151,7 @@ func file_meridian_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   67,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
