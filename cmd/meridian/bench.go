@@ -109,20 +109,32 @@ func (f benchFlags) workloadSpec() (ycsb.Workload, error) {
 	return w, w.Validate()
 }
 
+// startProfile starts a CPU profile of the benchmark process into $MERIDIAN_CPUPROFILE when
+// it is set (the client's, and on the emulated WAN every node's: is the host the bottleneck?);
+// stop ends it.
+func startProfile() (stop func(), err error) {
+	path := os.Getenv("MERIDIAN_CPUPROFILE")
+	if path == "" {
+		return func() {}, nil
+	}
+	pf, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: MERIDIAN_CPUPROFILE: %w", err)
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		pf.Close()
+		return nil, fmt.Errorf("bench: MERIDIAN_CPUPROFILE: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); pf.Close() }, nil
+}
+
 func runBench(cmd *cobra.Command, f benchFlags) error {
 	ctx := cmd.Context()
-	if path := os.Getenv("MERIDIAN_CPUPROFILE"); path != "" {
-		// The benchmark client's own profile (is the client the bottleneck?).
-		pf, err := os.Create(path)
-		if err != nil {
-			return fmt.Errorf("bench: MERIDIAN_CPUPROFILE: %w", err)
-		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return fmt.Errorf("bench: MERIDIAN_CPUPROFILE: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := startProfile()
+	if err != nil {
+		return err
 	}
+	defer stop()
 	w, err := f.workloadSpec()
 	if err != nil {
 		return err

@@ -27,6 +27,11 @@ func benchElasticCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fl := cmd.Flags()
+			stop, err := startProfile()
+			if err != nil {
+				return err
+			}
+			defer stop()
 			if quick {
 				set := func(name, v string) {
 					if !fl.Changed(name) {

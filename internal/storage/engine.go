@@ -309,13 +309,21 @@ func (e *Engine) ScanAt(span Span, at hlc.Version, limit int, fn func(Record) bo
 	return nil
 }
 
-// scanAt visits each user key once: the first entry of a key tells its prefix, one seek to
-// prefix|^at lands on its newest version not newer than at (versions sort newest first), and
-// one seek past the prefix moves to the next key. The loop ends with the iterator (finite
-// bounds), after limit keys, or when fn returns false.
+// scanAt visits each user key once: the first entry of a key tells its prefix; a few Nexts,
+// then one seek to prefix|^at, pass its versions newer than at (versions sort newest first)
+// and land on its newest version not newer than at; a few Nexts, then one seek past the
+// prefix, move to the next key. Most keys have one or two versions, so most steps are Nexts,
+// which cost a fraction of a seek (a seek per key made the move catch-up digests, which scan
+// whole partitions, the largest CPU cost of a replica move; profile in docs/elasticity.md).
+// The loop ends with the iterator (finite bounds), after limit keys, or when fn returns
+// false. Every pass moves the iterator forward at least one entry.
 func scanAt(it *pebble.Iterator, at hlc.Version, limit int, fn func(Record) bool) error {
 	var prefix, seek []byte
 	emitted := 0
+	// versionOf reports whether key is a version of the user key prefix names.
+	versionOf := func(key []byte) bool {
+		return len(key) == len(prefix)+versionLen && bytes.HasPrefix(key, prefix)
+	}
 	valid := it.First()
 	for valid {
 		k := it.Key()
@@ -324,20 +332,31 @@ func scanAt(it *pebble.Iterator, at hlc.Version, limit int, fn func(Record) bool
 		}
 		prefix = append(prefix[:0], k[:len(k)-versionLen]...)
 		seek = appendInvertedVersion(append(seek[:0], prefix...), at)
-		if bytes.Compare(k, seek) < 0 {
-			valid = it.SeekGE(seek)
-		}
-		if valid && bytes.HasPrefix(it.Key(), prefix) && len(it.Key()) == len(prefix)+versionLen {
-			rec, err := decodeRecordAt(it)
-			if err != nil {
-				return err
+		// Versions newer than at.
+		for i := 0; valid && versionOf(it.Key()) && bytes.Compare(it.Key(), seek) < 0; i++ {
+			if i == nextsBeforeSeek {
+				valid = it.SeekGE(seek)
+				break
 			}
-			emitted++
-			if !fn(rec) || (limit > 0 && emitted >= limit) {
-				return nil
-			}
+			valid = it.Next()
 		}
-		if valid {
+		if !valid || !versionOf(it.Key()) {
+			continue // every version is newer than at: the next key (or the end)
+		}
+		rec, err := decodeRecordAt(it)
+		if err != nil {
+			return err
+		}
+		emitted++
+		if !fn(rec) || (limit > 0 && emitted >= limit) {
+			return nil
+		}
+		// The older versions of this key.
+		valid = it.Next()
+		for i := 0; valid && i < nextsBeforeSeek && versionOf(it.Key()); i++ {
+			valid = it.Next()
+		}
+		if valid && versionOf(it.Key()) {
 			valid = it.SeekGE(prefixEnd(prefix))
 		}
 	}

@@ -1,34 +1,44 @@
 package bench
 
 import (
-	"context"
+	"math"
 	"testing"
 	"time"
 )
 
-// A node's capacity queues work one slot after another and refuses a backlog beyond
-// maxQueue.
-func TestCapacityQueues(t *testing.T) {
-	c := &capacity{per: time.Second}
-	first, ok := c.reserve()
-	if !ok {
-		t.Fatal("first slot refused")
-	}
-	second, _ := c.reserve()
-	if d := second.Sub(first); d != time.Second {
-		t.Fatalf("slots %v apart, want 1s", d)
-	}
-	for range 10 {
+// A node whose queue stays long is busy all the time: every reading of its utilisation is 1,
+// however far ahead its work is booked. An idle stretch reads 0, half the work reads 0.5.
+func TestCapacityUtilisation(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := &capacity{per: 2500 * time.Microsecond, clock: func() time.Time { return now }}
+	c.utilisation() // the first reading starts the meter
+	for range 80 {  // a standing queue of 200 ms
 		c.reserve()
 	}
-	if _, ok := c.reserve(); ok {
-		t.Fatal("a backlog beyond maxQueue was accepted")
+	for step := range 8 {
+		// Keep 200 ms of work queued: book 250 ms of new work each 250 ms.
+		for range 100 {
+			if _, ok := c.reserve(); !ok {
+				t.Fatal("queue full")
+			}
+		}
+		now = now.Add(250 * time.Millisecond)
+		if u := c.utilisation(); math.Abs(u-1) > 0.01 {
+			t.Fatalf("step %d: saturated node reads %.3f", step, u)
+		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	c2 := &capacity{per: time.Hour}
-	c2.reserve()
-	if err := c2.wait(ctx); err == nil {
-		t.Fatal("wait ignored a cancelled context")
+	// Drain the queue, then idle.
+	now = now.Add(time.Second)
+	c.utilisation()
+	now = now.Add(time.Second)
+	if u := c.utilisation(); u != 0 {
+		t.Fatalf("idle node reads %.3f", u)
+	}
+	for range 200 { // 0.5 s of work in 1 s
+		c.reserve()
+	}
+	now = now.Add(time.Second)
+	if u := c.utilisation(); math.Abs(u-0.5) > 0.01 {
+		t.Fatalf("half-busy node reads %.3f", u)
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -13,6 +15,7 @@ import (
 	"meridian/api/meridianpb"
 	"meridian/internal/config"
 	"meridian/internal/hlc"
+	"meridian/internal/placement"
 	"meridian/internal/runtime/node"
 	"meridian/internal/runtime/server"
 	"meridian/internal/runtime/transport"
@@ -74,6 +77,11 @@ type capacity struct {
 	busy     time.Duration
 	lastBusy time.Duration
 	lastAt   time.Time
+	// clock is the time source (nil: time.Now); tests inject one.
+	clock func() time.Time
+	// clientSlots and peerSlots count the service slots booked by client requests at this
+	// node and by requests from peers (Cluster.Work).
+	clientSlots, peerSlots atomic.Int64
 }
 
 // utilisation is the share of the time since the last call the node spent serving: the
@@ -81,17 +89,27 @@ type capacity struct {
 func (c *capacity) utilisation() float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := time.Now()
-	defer func() { c.lastAt, c.lastBusy = now, c.busy }()
+	now := c.now()
+	// Work booked for the future counts when it is served: served is the work done by now,
+	// and the reading is the work served since the last one. (Remembering the booked total
+	// instead made a node with a long queue read as nearly idle: each reading lost the
+	// previous one's queue.)
+	served := c.busy
+	if ahead := c.next.Sub(now); ahead > 0 {
+		served -= ahead
+	}
+	defer func() { c.lastAt, c.lastBusy = now, served }()
 	if c.lastAt.IsZero() || !now.After(c.lastAt) {
 		return 0
 	}
-	// Work booked for the future counts when it is served.
-	busy := c.busy
-	if ahead := c.next.Sub(now); ahead > 0 {
-		busy -= ahead
+	return min(1, max(0, float64(served-c.lastBusy)/float64(now.Sub(c.lastAt))))
+}
+
+func (c *capacity) now() time.Time {
+	if c.clock != nil {
+		return c.clock()
 	}
-	return min(1, max(0, float64(busy-c.lastBusy)/float64(now.Sub(c.lastAt))))
+	return time.Now()
 }
 
 // maxQueue bounds a node's backlog: work that would wait longer is refused (overload then
@@ -103,7 +121,7 @@ const maxQueue = 5 * time.Second
 func (c *capacity) reserve() (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := time.Now()
+	now := c.now()
 	start := c.next
 	if start.Before(now) {
 		start = now
@@ -117,6 +135,7 @@ func (c *capacity) reserve() (time.Time, bool) {
 }
 
 func (c *capacity) wait(ctx context.Context) error {
+	c.clientSlots.Add(1)
 	at, ok := c.reserve()
 	if !ok {
 		return fmt.Errorf("bench: node overloaded (more than %v of queued work)", maxQueue)
@@ -213,6 +232,7 @@ func (c *Cluster) startNode(nd config.Node, self *config.Node, clockOffset time.
 					h(env)
 					return
 				}
+				cp.peerSlots.Add(1)
 				at, ok := cp.reserve()
 				if !ok {
 					return // overloaded: dropped, as a saturated machine's queue would
@@ -299,6 +319,56 @@ func (c *Cluster) ServiceIn(region string, i int) *server.Service {
 		return nil
 	}
 	return in[i%len(in)]
+}
+
+// replicaIn returns the i-th node of region (and its service queue) that holds a replica of
+// the bench keyspace's partition of key in the newest map of region's nodes, or fallback when
+// none does (the keyspace is not placed there, or a move is between its steps).
+func (c *Cluster) replicaIn(region string, i int, key []byte, fallback serviceAPI, fallbackCap *capacity) (serviceAPI, *capacity) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var newest *placement.Map
+	for _, n := range c.Nodes {
+		if m := n.Placement(); n.Region() == region && m != nil && (newest == nil || m.Version > newest.Version) {
+			newest = m
+		}
+	}
+	if newest == nil {
+		return fallback, fallbackCap
+	}
+	ks, ok := newest.Keyspace("bench")
+	if !ok {
+		return fallback, fallbackCap
+	}
+	p := ks.Lookup(key)
+	if p == nil {
+		return fallback, fallbackCap
+	}
+	var svcs []serviceAPI
+	var caps []*capacity
+	for j, n := range c.Nodes {
+		if n.Region() == region && slices.Contains(p.Replicas, n.ID()) {
+			svcs, caps = append(svcs, c.Services[j]), append(caps, c.caps[j])
+		}
+	}
+	if len(svcs) == 0 {
+		return fallback, fallbackCap
+	}
+	return svcs[i%len(svcs)], caps[i%len(caps)]
+}
+
+// Work returns, per node name, the service slots booked so far by client requests and by
+// peers' requests (nodes without a capacity are left out): where the work of a run went.
+func (c *Cluster) Work() map[string][2]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string][2]int64{}
+	for j, n := range c.Nodes {
+		if cp := c.caps[j]; cp != nil {
+			out[n.Name()] = [2]int64{cp.clientSlots.Load(), cp.peerSlots.Load()}
+		}
+	}
+	return out
 }
 
 // capacityIn returns the service queue of the node ServiceIn(region, i) returns.

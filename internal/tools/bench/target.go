@@ -117,10 +117,21 @@ func SessionOf(c *Cluster, cfg Config) Session {
 	return &emulatedSession{c: c, cfg: cfg, topo: c.Config.Topology}
 }
 
+// ReplicaAwareSessionOf is SessionOf with replica-aware routing: each request goes to a node
+// of the client's region that holds a replica of the key's partition (client i takes the
+// i-th of them), as Cassandra's drivers route by token by default (TokenAwarePolicy). With
+// more nodes in a region than replicas per region, a client of a fixed node would send most
+// requests to a node that only coordinates and forwards them, spending the service capacity
+// of two nodes on one request; the elasticity benchmarks scale nodes and use it.
+func ReplicaAwareSessionOf(c *Cluster, cfg Config) Session {
+	return &emulatedSession{c: c, cfg: cfg, topo: c.Config.Topology, replicaAware: true}
+}
+
 type emulatedSession struct {
-	c    *Cluster
-	cfg  Config
-	topo *topology.Topology
+	c            *Cluster
+	cfg          Config
+	topo         *topology.Topology
+	replicaAware bool
 }
 
 func (s *emulatedSession) Connect(region string, i int) (KV, error) {
@@ -128,7 +139,11 @@ func (s *emulatedSession) Connect(region string, i int) (KV, error) {
 	if svc == nil {
 		return nil, fmt.Errorf("bench: no node in region %q", region)
 	}
-	return &serviceKV{svc: svc, cap: s.c.capacityIn(region, i)}, nil
+	kv := &serviceKV{svc: svc, cap: s.c.capacityIn(region, i)}
+	if s.replicaAware {
+		kv.route = func(key []byte) (serviceAPI, *capacity) { return s.c.replicaIn(region, i, key, kv.svc, kv.cap) }
+	}
+	return kv, nil
 }
 
 func (s *emulatedSession) LowerBoundMs(region, op string) float64 {
@@ -168,32 +183,48 @@ func (s *emulatedSession) ProtocolCounters() map[string]int64 {
 // keyspace's default levels. The gateway keeps the request's byte slices (they travel in
 // replication messages and storage batches), so keys and values are copied here: the YCSB
 // generator reuses its buffers for the next operation.
+// serviceAPI is the part of a node's client service the benchmarks call.
+type serviceAPI interface {
+	Get(context.Context, *meridianpb.GetRequest) (*meridianpb.GetResponse, error)
+	Put(context.Context, *meridianpb.PutRequest) (*meridianpb.PutResponse, error)
+	Scan(context.Context, *meridianpb.ScanRequest) (*meridianpb.ScanResponse, error)
+}
+
 type serviceKV struct {
 	cap *capacity // the node's service queue; nil: unlimited
-	svc interface {
-		Get(context.Context, *meridianpb.GetRequest) (*meridianpb.GetResponse, error)
-		Put(context.Context, *meridianpb.PutRequest) (*meridianpb.PutResponse, error)
-		Scan(context.Context, *meridianpb.ScanRequest) (*meridianpb.ScanResponse, error)
+	svc serviceAPI
+	// route, when set, picks the node (and its queue) of each key's request
+	// (ReplicaAwareSessionOf); nil: always svc.
+	route func(key []byte) (serviceAPI, *capacity)
+}
+
+// target returns the node serving key's request and its service queue.
+func (k *serviceKV) target(key []byte) (serviceAPI, *capacity) {
+	if k.route != nil {
+		return k.route(key)
 	}
+	return k.svc, k.cap
 }
 
 func (k *serviceKV) Read(ctx context.Context, key []byte) error {
-	if k.cap != nil {
-		if err := k.cap.wait(ctx); err != nil {
+	svc, cp := k.target(key)
+	if cp != nil {
+		if err := cp.wait(ctx); err != nil {
 			return err
 		}
 	}
-	_, err := k.svc.Get(ctx, &meridianpb.GetRequest{Keyspace: "bench", Key: bytes.Clone(key)})
+	_, err := svc.Get(ctx, &meridianpb.GetRequest{Keyspace: "bench", Key: bytes.Clone(key)})
 	return err
 }
 
 func (k *serviceKV) Update(ctx context.Context, key, value []byte) error {
-	if k.cap != nil {
-		if err := k.cap.wait(ctx); err != nil {
+	svc, cp := k.target(key)
+	if cp != nil {
+		if err := cp.wait(ctx); err != nil {
 			return err
 		}
 	}
-	_, err := k.svc.Put(ctx, &meridianpb.PutRequest{Keyspace: "bench", Key: bytes.Clone(key), Value: bytes.Clone(value)})
+	_, err := svc.Put(ctx, &meridianpb.PutRequest{Keyspace: "bench", Key: bytes.Clone(key), Value: bytes.Clone(value)})
 	return err
 }
 

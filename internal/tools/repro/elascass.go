@@ -460,7 +460,7 @@ func elasticBootstrap(ctx context.Context, o ElasticOptions, s elascass.Strategy
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, _ = bench.Execute(bctx, bench.SessionOf(c, cfg), o.Topology.Regions, cfg, bench.RunOptions{Workload: bg, SkipLoad: true,
+				_, _ = bench.Execute(bctx, bench.ReplicaAwareSessionOf(c, cfg), o.Topology.Regions, cfg, bench.RunOptions{Workload: bg, SkipLoad: true,
 					ClientsPerRegion: o.BackgroundClients, Duration: time.Hour, Seed: o.Seed})
 			}()
 			for _, region := range o.Topology.Regions {
@@ -485,13 +485,16 @@ func elasticBootstrap(ctx context.Context, o ElasticOptions, s elascass.Strategy
 		// not measured (load splits and refinement under the Zipfian load), the utilisation
 		// of every node is averaged over the measured part.
 		var cpu *cpuSampler
-		run, err := bench.Execute(ctx, bench.SessionOf(c, cfg), o.Topology.Regions, cfg, bench.RunOptions{Workload: zipfWorkload(records, o.RecordBytes),
+		var workBefore map[string][2]int64
+		measureStart := time.Now()
+		run, err := bench.Execute(ctx, bench.ReplicaAwareSessionOf(c, cfg), o.Topology.Regions, cfg, bench.RunOptions{Workload: zipfWorkload(records, o.RecordBytes),
 			SkipLoad: true, ClientsPerRegion: o.SaturationClients * size, Warmup: o.BalanceDuration, Duration: o.MeasureDuration, Seed: o.Seed + uint64(size),
-			OnMeasureStart: func() { cpu = startCPUSampler(c, o.Interval) }})
+			OnMeasureStart: func() { cpu, workBefore, measureStart = startCPUSampler(c, o.Interval), c.Work(), time.Now() }})
 		if cpu == nil {
 			return res, fmt.Errorf("repro: the saturation run at %d nodes per region never started measuring: %w", size, err)
 		}
 		avgCPU := cpu.stop()
+		workAfter, measured := c.Work(), time.Since(measureStart).Seconds()
 		if err != nil {
 			return res, err
 		}
@@ -506,7 +509,13 @@ func elasticBootstrap(ctx context.Context, o ElasticOptions, s elascass.Strategy
 			u := avgCPU[nst.Name]
 			cpus = append(cpus, u)
 			byRegion[nst.Region] = append(byRegion[nst.Region], u)
-			sr.Nodes[nst.Name] = map[string]float64{"replicas": float64(nst.Replicas), "bytes": float64(nst.Bytes), "cpu": u, "ops": nst.LoadOps}
+			sr.Nodes[nst.Name] = map[string]float64{"replicas": float64(nst.Replicas), "bytes": float64(nst.Bytes), "cpu": u, "ops": nst.LoadOps,
+				// Service slots per second booked by clients and by peers while measured.
+				"client_slots_s": float64(workAfter[nst.Name][0]-workBefore[nst.Name][0]) / measured,
+				"peer_slots_s":   float64(workAfter[nst.Name][1]-workBefore[nst.Name][1]) / measured}
+			if _, heard := avgCPU[nst.Name]; !heard {
+				fmt.Fprintf(o.Log, "    (the driving node did not hear %s's statistics while measuring: its cpu is not known)\n", nst.Name)
+			}
 		}
 		for _, v := range byRegion {
 			sr.CPUImbalance = max(sr.CPUImbalance, elascass.Imbalance(v))
@@ -618,7 +627,7 @@ func elasticPartitioning(ctx context.Context, o ElasticOptions, thetaMax int64) 
 	writes := hotspotWorkload(records, o.RecordBytes)
 	writes.Name, writes.ReadProportion, writes.UpdateProportion, writes.RequestDistribution = "writes-uniform", 0, 1, ycsb.DistUniform
 	ro := bench.RunOptions{Workload: writes, SkipLoad: true, ClientsPerRegion: o.BackgroundClients, Warmup: time.Second, Duration: o.MeasureDuration, Seed: o.Seed}
-	ref, err := bench.Execute(ctx, bench.SessionOf(c, cfg), o.Topology.Regions, cfg, ro)
+	ref, err := bench.Execute(ctx, bench.ReplicaAwareSessionOf(c, cfg), o.Topology.Regions, cfg, ro)
 	if err != nil {
 		return pr, err
 	}
@@ -643,7 +652,7 @@ func elasticPartitioning(ctx context.Context, o ElasticOptions, thetaMax int64) 
 	if err := alter(thetaMax); err != nil {
 		return pr, err
 	}
-	during, err := bench.Execute(ctx, bench.SessionOf(c, cfg), o.Topology.Regions, cfg, ro)
+	during, err := bench.Execute(ctx, bench.ReplicaAwareSessionOf(c, cfg), o.Topology.Regions, cfg, ro)
 	if err != nil {
 		return pr, err
 	}
