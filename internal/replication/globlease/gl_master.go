@@ -851,14 +851,7 @@ func (c *Engine) glTableChanged(now time.Time, gp *glPart, old *glTable) {
 		}
 	}
 	// Key states: keys that came must be recovered; keys that left are handed over.
-	ids := make([]string, 0)
-	for id, k := range c.gl.keys {
-		if k.gp == gp {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range c.keyIDsOf(gp) {
 		k := c.gl.keys[id]
 		oldM := old.masterOf(k.key, gp.home(k.key, c.Region))
 		newM := gp.masterOf(k.key, c.Region)

@@ -422,14 +422,7 @@ func (c *Engine) glConfigure(now time.Time, gp *glPart) {
 // updates still pass through it to those affiliated nodes until they run out.
 func (c *Engine) glDropPart(now time.Time, gp *glPart) {
 	pid := glPartID{gp.ks.Spec.Name, gp.p.ID}
-	ids := make([]string, 0)
-	for id, k := range c.gl.keys {
-		if k.gp == gp {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range c.keyIDsOf(gp) {
 		k := c.gl.keys[id]
 		if w := k.write; w != nil {
 			delete(c.gl.writes, w.id)
@@ -671,4 +664,16 @@ func (c *Engine) MoveStateOf(now time.Time, ks string, part uint32) (MoveState, 
 		HandedOver: slices.Sorted(maps.Keys(gp.table.handed)), MasterOfPartStart: gp.masterOf(gp.p.Start, c.Region),
 		MasterLeaseIsValid: c.glMasterLeaseValid(gp, now),
 	}, true
+}
+
+// keyIDsOf lists, sorted (deterministic order), the IDs of the key states of partition gp.
+func (c *Engine) keyIDsOf(gp *glPart) []string {
+	ids := make([]string, 0)
+	for id, k := range c.gl.keys {
+		if k.gp == gp {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
