@@ -261,6 +261,10 @@ type Driver struct {
 	opts Options
 	// phaseOne is, per joining node, the moves its first phase asked for (by partition).
 	phaseOne map[uint32]map[PartKey]bool
+	// phaseOneRound is, per joining node, the plan (round) that asked for its first phase;
+	// round counts the plans.
+	phaseOneRound map[uint32]uint64
+	round         uint64
 	// busyAt is, per region, the last plan that saw it changing (a move in flight, a node
 	// joining or leaving) or changed it: refinement waits SettleFor after it.
 	busyAt map[string]time.Time
@@ -272,7 +276,7 @@ func New(opts Options) (*Driver, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	return &Driver{opts: opts, phaseOne: map[uint32]map[PartKey]bool{}, busyAt: map[string]time.Time{}}, nil
+	return &Driver{opts: opts, phaseOne: map[uint32]map[PartKey]bool{}, phaseOneRound: map[uint32]uint64{}, busyAt: map[string]time.Time{}}, nil
 }
 
 // Options returns the driver's options.
@@ -295,10 +299,19 @@ type plan struct {
 
 // Plan returns the actions to take now, in the order to take them.
 func (d *Driver) Plan(st State) []Action {
+	d.round++
 	p := &plan{d: d, st: st, members: map[uint32]*Member{}, held: map[uint32]int{}, bytes: map[uint32]int64{},
 		in: map[uint32]int{}, out: map[uint32]int{}, taken: map[PartKey]bool{}}
 	for i := range st.Members {
 		p.members[st.Members[i].ID] = &st.Members[i]
+	}
+	// A node's first phase is forgotten once it is no longer joining (kept until then, so a
+	// plan made before its activation applied does not ask for a first phase again).
+	for id := range d.phaseOne {
+		if m := p.members[id]; m == nil || m.State != StateJoining {
+			delete(d.phaseOne, id)
+			delete(d.phaseOneRound, id)
+		}
 	}
 	p.count()
 	p.abortDeadMoves()
@@ -448,7 +461,6 @@ func (p *plan) nodeStates() {
 		switch m.State {
 		case StateJoining:
 			if p.phaseOneDone(m) {
-				delete(p.d.phaseOne, m.ID)
 				p.add(Action{Kind: ActNodeState, Node: m.ID, State: StateActive, From: StateJoining, Why: "bootstrap phase 1 done"})
 			}
 		case StateDecommissioning:
@@ -459,12 +471,24 @@ func (p *plan) nodeStates() {
 	}
 }
 
-// phaseOneDone: every move phase 1 asked for has ended (finished, or aborted: its partition
-// is no longer moving into the node), and phase 1 was planned.
+// phaseOneDone: phase 1 was planned and the node may serve.
+//
+// Two-phase: once a later plan has seen the map that phase 1's moves are in (or were refused
+// or aborted). From move_start the new replica takes every write of its partition at the
+// write's consistency level, as a member of the new set, and it serves the partition's reads
+// once it has caught up (docs/elasticity.md, "Moving a replica"). So the node is in the
+// request path at once, and serving waits for no copy: ElasCass 3.2 serves after phase 1's
+// copies, which take time in proportion to the data; here that time is spent in the
+// background, per partition, as in phase 2. Split-move and one-phase: once every move phase
+// 1 asked for has ended (finished, or aborted: its partition is no longer moving into the
+// node), as Cassandra's bootstrap streams its range before the node joins the ring.
 func (p *plan) phaseOneDone(m *Member) bool {
 	asked, ok := p.d.phaseOne[m.ID]
 	if !ok {
 		return false
+	}
+	if p.d.opts.Strategy == TwoPhase {
+		return p.d.round > p.d.phaseOneRound[m.ID]
 	}
 	for _, ks := range p.st.Keyspaces {
 		for i := range ks.Partitions {
@@ -611,6 +635,9 @@ func (p *plan) bootstrap() {
 			}
 		case SplitMove:
 			p.splitMove(m, asked)
+		}
+		if !planned {
+			p.d.phaseOneRound[m.ID] = p.d.round
 		}
 		p.d.phaseOne[m.ID] = asked
 	}
