@@ -57,9 +57,9 @@ type ElasticOptions struct {
 	NodeBandwidth   float64
 	// BackgroundClients per region run the read-heavy hotspot workload during joins;
 	// SaturationClients per region (and node per region) measure the throughput at each
-	// size, after BalanceDuration of the same workload during which the driver splits hot
-	// partitions (SplitOps: the keyspace's split_ops, default a third of a node's capacity)
-	// and refines the placement.
+	// size, after at least BalanceDuration of the same workload during which the driver
+	// splits hot partitions (SplitOps: the keyspace's split_ops, default a third of a node's
+	// capacity) and refines the placement, until it is quiet (balanceUnderLoad).
 	BackgroundClients, SaturationClients int
 	MeasureDuration, BalanceDuration     time.Duration
 	SplitOps                             float64
@@ -171,6 +171,12 @@ type JoinResult struct {
 // SizeResult is the cluster at one size (nodes per region), balanced.
 type SizeResult struct {
 	NodesPerRegion int `json:"nodes_per_region"`
+	// BalanceS: how long the unmeasured Zipfian load ran before the measured run (until the
+	// driver had been quiet for a while); MovesDuringMeasure and SplitsDuringMeasure: the
+	// changes the driver started while measuring (as the driving node counts them).
+	BalanceS            float64 `json:"balance_s"`
+	MovesDuringMeasure  int64   `json:"moves_during_measure"`
+	SplitsDuringMeasure int64   `json:"splits_during_measure"`
 	// Imbalance indexes (the worst region's) of replicas and bytes once the joins were over
 	// (after phase 2: the hotspot workload), and of replicas, bytes and utilisation (CPU,
 	// averaged over the measured run) under the saturating Zipfian load, after the load
@@ -312,6 +318,41 @@ func LoadDirect(c *bench.Cluster, n int, valueBytes int, seed uint64) error {
 
 // settle waits until the cluster's partition count and moves have been stable for settleRounds
 // elasticity intervals, up to timeout; it returns the partition count.
+// balanceUnderLoad runs the saturating Zipfian load unmeasured while the driver splits hot
+// partitions and refines the placement: at least BalanceDuration, then until no move has been
+// in flight for balanceQuiet (longer than the driver's settle_for, so a refinement that was
+// going to act has acted), at most 4×BalanceDuration. It returns how long that took.
+func balanceUnderLoad(ctx context.Context, c *bench.Cluster, cfg bench.Config, o ElasticOptions, records, size int) (float64, error) {
+	const balanceQuiet = 7 * time.Second
+	bctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = bench.Execute(bctx, bench.ReplicaAwareSessionOf(c, cfg), o.Topology.Regions, cfg, bench.RunOptions{Workload: zipfWorkload(records, o.RecordBytes),
+			SkipLoad: true, ClientsPerRegion: o.SaturationClients * size, Duration: time.Hour, Seed: o.Seed + 100 + uint64(size)})
+	}()
+	defer func() { stop(); <-done }()
+	start := time.Now()
+	var quietSince time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(o.Interval):
+		}
+		now := time.Now()
+		if len(c.Nodes[0].ClusterStatus().Moves) > 0 {
+			quietSince = time.Time{}
+		} else if quietSince.IsZero() {
+			quietSince = now
+		}
+		el := now.Sub(start)
+		if (el >= o.BalanceDuration && !quietSince.IsZero() && now.Sub(quietSince) >= balanceQuiet) || el >= 4*o.BalanceDuration {
+			return el.Seconds(), nil
+		}
+	}
+}
+
 func settle(ctx context.Context, c *bench.Cluster, interval, timeout time.Duration) (int, error) {
 	// Stable for 3 s and a dozen driver rounds: the statistics of a change take a round or
 	// two to reach the driver, and the driver makes a few changes per round.
@@ -490,11 +531,17 @@ func elasticBootstrap(ctx context.Context, o ElasticOptions, s elascass.Strategy
 		// Saturation: closed loop, many clients per region; the first BalanceDuration is
 		// not measured (load splits and refinement under the Zipfian load), the utilisation
 		// of every node is averaged over the measured part.
+		balanceS, err := balanceUnderLoad(ctx, c, cfg, o, records, size)
+		if err != nil {
+			return res, err
+		}
+		sr.BalanceS = balanceS
+		before := c.Nodes[0].ClusterStatus()
 		var cpu *cpuSampler
 		var workBefore map[string][2]int64
 		measureStart := time.Now()
 		run, err := bench.Execute(ctx, bench.ReplicaAwareSessionOf(c, cfg), o.Topology.Regions, cfg, bench.RunOptions{Workload: zipfWorkload(records, o.RecordBytes),
-			SkipLoad: true, ClientsPerRegion: o.SaturationClients * size, Warmup: o.BalanceDuration, Duration: o.MeasureDuration, Seed: o.Seed + uint64(size),
+			SkipLoad: true, ClientsPerRegion: o.SaturationClients * size, Warmup: 3 * time.Second, Duration: o.MeasureDuration, Seed: o.Seed + uint64(size),
 			OnMeasureStart: func() { cpu, workBefore, measureStart = startCPUSampler(c, o.Interval), c.Work(), time.Now() }})
 		if cpu == nil {
 			return res, fmt.Errorf("repro: the saturation run at %d nodes per region never started measuring: %w", size, err)
@@ -506,6 +553,7 @@ func elasticBootstrap(ctx context.Context, o ElasticOptions, s elascass.Strategy
 		}
 		sr.ThroughputOps, sr.Regions = run.ThroughputOps, run.Regions
 		st = c.Nodes[0].ClusterStatus()
+		sr.MovesDuringMeasure, sr.SplitsDuringMeasure = st.MovesStarted-before.MovesStarted, st.Splits-before.Splits
 		sr.Partitions = st.Partitions
 		sr.ReplicaImbalance, sr.ByteImbalance = st.ReplicaImbalance, st.ByteImbalance
 		var cpus []float64
@@ -527,8 +575,9 @@ func elasticBootstrap(ctx context.Context, o ElasticOptions, s elascass.Strategy
 			sr.CPUImbalance = max(sr.CPUImbalance, elascass.Imbalance(v))
 		}
 		sr.MeanCPU = mean(cpus)
-		fmt.Fprintf(o.Log, "  %d node(s)/region: joined: imbalance replicas %.3f bytes %.3f; saturated: %.0f ops/s, %d partitions, mean cpu %.0f%%, imbalance replicas %.3f bytes %.3f cpu %.3f\n",
-			size, sr.JoinedReplicaImbalance, sr.JoinedByteImbalance, sr.ThroughputOps, sr.Partitions, 100*sr.MeanCPU, sr.ReplicaImbalance, sr.ByteImbalance, sr.CPUImbalance)
+		fmt.Fprintf(o.Log, "  %d node(s)/region: joined: imbalance replicas %.3f bytes %.3f; balanced under load for %.0fs; saturated: %.0f ops/s, %d partitions, mean cpu %.0f%%, imbalance replicas %.3f bytes %.3f cpu %.3f (%d moves, %d splits while measuring)\n",
+			size, sr.JoinedReplicaImbalance, sr.JoinedByteImbalance, sr.BalanceS, sr.ThroughputOps, sr.Partitions, 100*sr.MeanCPU, sr.ReplicaImbalance, sr.ByteImbalance, sr.CPUImbalance,
+			sr.MovesDuringMeasure, sr.SplitsDuringMeasure)
 		res.Sizes = append(res.Sizes, sr)
 	}
 	base := res.Sizes[0]
