@@ -90,7 +90,9 @@ type Engine struct {
 	ticks    uint64 // Raft ticks so far
 	lastNow  time.Time
 	nextID   uint64 // IDs of forwarded requests and scan parts (with forwardedBit)
-	snapSeq  uint64
+	// heldOffers are the groups holding a snapshot offer (repartition.go, holdOffer).
+	heldOffers []*group
+	snapSeq    uint64
 
 	// rng draws election timeouts (etcd raft's own come from crypto/rand, which would make
 	// simulations unrepeatable: groups' followers tick with TickQuiesced and campaign on the
@@ -614,6 +616,7 @@ func (e *Engine) Tick(now time.Time) {
 		e.maybeQuiesceAll()
 		e.expire(now)
 		e.expireTransfers(now)
+		e.retryHeldOffers(now)
 		for _, g := range e.order {
 			e.releaseHeld(now, g)
 		}
@@ -710,8 +713,20 @@ func (e *Engine) housekeep(now time.Time) {
 		}
 		if g.partRetired || g.unborn {
 			// A merge retired its partition (or a split here founded it before this node's
-			// map lists it): it is neither removed nor driven by its description.
-			if g.state == etcdraft.StateLeader && g.inPlacement {
+			// map lists it): it is neither removed nor driven by its description, but its
+			// leader still steers, whether or not the placement lists this node. A group
+			// must settle the membership its last description asks for before it freezes
+			// (driveRetired), and a leader never removes itself (driveMembershipTo waits
+			// for the hand-over), as CockroachDB transfers the lease away before it removes
+			// the leaseholder's replica, and aligns the replica sets of both sides before
+			// it subsumes the right one. A leader that a move dropped from the placement
+			// (the move was under way when its parent split, so the founded group has the
+			// old members) that kept its leadership here would keep the group from ever
+			// freezing and merging, and a member that never got the group's state would
+			// never get it (it takes a retired group's messages only from members of its
+			// placement): the simulator found the writes of such a group missing on that
+			// member for good (seed 136 with moves).
+			if g.state == etcdraft.StateLeader {
 				e.steerLeader(g)
 			}
 			e.driveRetired(g)

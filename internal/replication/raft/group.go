@@ -156,6 +156,11 @@ type group struct {
 	// heardAt is the tick the group last heard a Raft message (a retired replica that
 	// never got state and hears nothing for long goes).
 	heardAt uint64
+	// leftCheck is the read index asked for a snapshot of the group right of this one that
+	// would supersede groups of this node (repartition.go, leftSettled).
+	leftCheck *leftCheck
+	// heldOffer is a snapshot offer kept until leftCheck's answer (holdOffer).
+	heldOffer *heldOffer
 }
 
 // frozenReport is one member's report on its frozen replica.

@@ -149,6 +149,10 @@ func (e *Engine) readyGroup(g *group) {
 	}
 	for _, rs := range rd.ReadStates {
 		if id, ok := e.readCtxID(rs.RequestCtx); ok {
+			if c := g.leftCheck; c != nil && c.ctx == id {
+				c.index = max(rs.Index, 1) // repartition.go, leftSettled
+				continue
+			}
 			g.waiting = append(g.waiting, waitingRead{index: rs.Index, id: id})
 		}
 	}

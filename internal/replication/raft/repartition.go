@@ -61,7 +61,11 @@ import (
 //     (log, hard state, applied state — not the data, which is now P's). A replica whose Q
 //     has not applied the freeze yet does not apply the merge: its apply stops at that entry
 //     until it has (blockedAt); a replica that gets P's snapshot after the merge drops its Q
-//     (a snapshot of a higher generation covering Q's start key supersedes Q).
+//     (a snapshot of a higher generation covering Q's start key supersedes Q). If P split
+//     again before that snapshot, it no longer covers Q: Q is then superseded by the
+//     snapshot of the group that holds its start key now (its empty replica is created over
+//     the frozen Q), once the node's group that could still apply the merge is known to be
+//     past it (leftSettled; CockroachDB's replica GC of a merged-away range).
 //
 // Moves: the placement refuses to split or merge a moving partition. A leader does not change
 // its group's membership while a split or merge of it is pending (the split first, so both
@@ -401,11 +405,17 @@ func (e *Engine) createFromMap(ks *placement.Keyspace, p *placement.Partition, o
 		if e.tombstoned(k) {
 			return nil // gone from here for good; a map that still lists this node is older
 		}
-		if len(e.overlapping(k.keyspace, p.Start, p.End, nil)) > 0 {
-			// A group of this node still covers part of the range: it founds this one by a
+		if ov := e.overlapping(k.keyspace, p.Start, p.End, nil); len(ov) > 0 && !frozenInside(ov, p) {
+			// A group of this node still serves part of the range: it founds this one by a
 			// split, or absorbs what is left of the range by a merge. Creating an empty
 			// replica now would let a snapshot of the new group in over data the old one
-			// still serves.
+			// still serves. A frozen group serves nothing: its range is its left
+			// neighbour's once merged, and if the merge and the splits after it went by
+			// without this node (its left neighbour caught up by a snapshot taken after
+			// them), only the snapshot of the group that holds its start key now can
+			// supersede it (snapshotFits decides when). So frozen groups whose start keys
+			// the partition holds do not keep its replica out (others would only make its
+			// snapshots be declined until they go).
 			return nil
 		}
 		founder := slices.Contains(p.FoundingVoters, e.cfg.NodeID) || slices.Contains(p.FoundingLearners, e.cfg.NodeID)
@@ -421,6 +431,18 @@ func (e *Engine) createFromMap(ks *placement.Keyspace, p *placement.Partition, o
 		return nil
 	}
 	return e.groups[k]
+}
+
+// frozenInside reports whether every group of gs is frozen and one at least starts inside p.
+func frozenInside(gs []*group, p *placement.Partition) bool {
+	inside := false
+	for _, g := range gs {
+		if g.frozenAt == 0 {
+			return false
+		}
+		inside = inside || p.Contains(g.start)
+	}
+	return inside
 }
 
 // hasAppliedState reports whether this node's storage holds an applied state of the group
@@ -1115,24 +1137,170 @@ func (e *Engine) stepFrozenReport(from uint32, a *peerpb.RaftApplied) {
 // snapshot's group: while a group lives, only it holds its start key, and each split or merge
 // raises the generation of the group holding a key) — and those are returned, to be dropped
 // with the install. Otherwise (a group of this node is newer, or begins left of the range)
-// the snapshot is refused: the group of this node is not done with that range yet.
-func (e *Engine) snapshotFits(g *group, st *peerpb.RaftAppliedState) ([]*group, bool) {
+// the snapshot is refused: the group of this node is not done with that range yet. A
+// snapshot of a replica that has no range here yet supersedes groups only once no group of
+// this node can still need them for a merge (leftSettled); wait says that a read index
+// asked for that is on its way (the offer is held, not declined).
+func (e *Engine) snapshotFits(g *group, st *peerpb.RaftAppliedState) (drop []*group, fits, wait bool) {
 	if st.GetGeneration() == 0 {
-		return nil, true // a state without a range: a group that never repartitioned
+		return nil, true, false // a state without a range: a group that never repartitioned
 	}
 	var end []byte
 	if len(st.GetEnd()) > 0 {
 		end = st.GetEnd()
 	}
-	var drop []*group
 	for _, h := range e.overlapping(g.key.keyspace, st.GetStart(), end, g) {
 		inside := bytes.Compare(h.start, st.GetStart()) >= 0 && (end == nil || bytes.Compare(h.start, end) < 0)
 		if !inside || h.gen >= st.GetGeneration() {
-			return nil, false
+			return nil, false, false
 		}
 		drop = append(drop, h)
 	}
-	return drop, true
+	if len(drop) > 0 && !g.ranged {
+		if settled, asked := e.leftSettled(g, st, drop); !settled {
+			return nil, false, asked
+		}
+	}
+	return drop, true, false
+}
+
+// leftSettled reports whether a snapshot of g, a replica that has no range here yet, may
+// supersede the groups drop; asked: a read index it waits for is on its way.
+//
+// That they were merged away is certain (a newer group holds their start keys); that this
+// node no longer needs them is not. The group that absorbed one of them may be this node's
+// group left of the snapshot's range, still behind the merge in its log: were the merged
+// group gone, its merge would wait for it forever. And if this node keeps a merged group
+// whose absorbing group caught up by a snapshot taken after the merge and after a split
+// that gave the merged range to new groups (that snapshot no longer covers it, so it does
+// not supersede it), the merged group is kept, and keeps the new groups out of its range,
+// for good: the simulator found a node that never got the writes of that range again (seed
+// 721). CockroachDB's merge trigger subsumes the right-hand replica only on the replicas
+// that apply it (and a snapshot of the left-hand range subsumes the replicas it covers);
+// a replica of a merged-away range that neither covers is removed by the replica GC queue
+// only once its left neighbour on the store is up to date with its range descriptor in
+// meta, for only that neighbour could still apply the merge (docs/tech-notes/range-merges.md,
+// "Replica GC"). The same here, with the left neighbour L: the first group of this node left
+// of the snapshot's start that is not frozen (a frozen group merges nothing; the group that
+// absorbs it could absorb the ones right of it next). L is past any merge of them if its
+// generation is at least the snapshot's (every holder of a key since its merge has at least
+// the generation the merge gave; a group other than L could only absorb them by absorbing
+// L's keys first, which would raise its generation above L's before the merge), or else
+// once it has applied its leader's commit index as read after the snapshot was offered (a
+// read index, linearizable: the merge was committed before; if another group was to absorb
+// them, L would be frozen or narrowed by then). No group there (nothing holds the keys left
+// of them): none can absorb them through its log.
+func (e *Engine) leftSettled(g *group, st *peerpb.RaftAppliedState, drop []*group) (settled, asked bool) {
+	start := st.GetStart()
+	if len(start) == 0 {
+		return true, false
+	}
+	l := e.endingAt(g.key.keyspace, start)
+	for l != nil && l.frozenAt != 0 && len(l.start) > 0 {
+		// A frozen group merges nothing (applyMerge refuses): the group that absorbs it
+		// is the one that could absorb the snapshot's groups next.
+		l = e.endingAt(g.key.keyspace, l.start)
+	}
+	if l == nil || l.frozenAt != 0 {
+		return true, false
+	}
+	if l.blockedAt != 0 {
+		return false, false // it waits for a merge: later
+	}
+	if l.gen >= st.GetGeneration() {
+		// Every group that held the snapshot's keys since the merge has at least the
+		// generation the merge gave (each split and merge raises it along a key's holders),
+		// and the snapshot's group is one: so is l, if it absorbed them. Had another group
+		// absorbed them, it would have absorbed (or split off) l's keys first, with a
+		// generation above l's, before the merge: no read needed.
+		return true, false
+	}
+	ids := make([]uint64, 0, len(drop))
+	for _, h := range drop {
+		ids = append(ids, h.id)
+	}
+	slices.Sort(ids)
+	if c := l.leftCheck; c != nil && c.forGroup == g.id && slices.Equal(c.covers, ids) {
+		if c.index != 0 {
+			return l.applied >= c.index, false // behind: it catches up first
+		}
+		if e.ticks-c.asked < uint64(2*max(l.opts.ElectionTicks(), 1)) {
+			return false, true // asked: the answer comes
+		}
+	}
+	e.nextID++
+	l.leftCheck = &leftCheck{forGroup: g.id, covers: ids, ctx: forwardedBit | e.nextID, asked: e.ticks}
+	e.touch(l)
+	l.rn.ReadIndex(e.readCtx(l.leftCheck.ctx))
+	e.markDirty(l)
+	return false, true
+}
+
+// heldOffer is a snapshot offer this node neither takes nor declines yet: it would
+// supersede groups of this node once their left neighbour is known to be up to date, and
+// the read index that tells is on its way (leftSettled). It is taken up again every tick
+// (retryHeldOffers) rather than declined, which would cost an election timeout before the
+// leader offered again.
+type heldOffer struct {
+	from  uint32
+	offer *peerpb.RaftSnapshotOffer
+	since time.Time
+}
+
+// holdOffer keeps g's offer until leftSettled can answer, for up to two election timeouts
+// (the offer holds one of the leader's transfer slots); false: declined instead.
+func (e *Engine) holdOffer(now time.Time, g *group, from uint32, o *peerpb.RaftSnapshotOffer) bool {
+	since := now
+	if h := g.heldOffer; h != nil && h.from == from && h.offer.GetSnapshotId() == o.GetSnapshotId() {
+		since = h.since
+	}
+	if now.Sub(since) > 2*g.opts.ElectionTimeout {
+		return false
+	}
+	if !slices.Contains(e.heldOffers, g) {
+		e.heldOffers = append(e.heldOffers, g)
+	}
+	g.heldOffer = &heldOffer{from: from, offer: o, since: since}
+	return true
+}
+
+// retryHeldOffers takes up the held offers again.
+func (e *Engine) retryHeldOffers(now time.Time) {
+	held := e.heldOffers
+	e.heldOffers = nil
+	for _, g := range held {
+		h := g.heldOffer
+		if h == nil {
+			continue
+		}
+		if !g.removed && g.receiving == nil {
+			e.stepOffer(now, h.from, h.offer)
+		}
+		if g.heldOffer == h {
+			g.heldOffer = nil // taken, declined, or moot
+		}
+	}
+}
+
+// endingAt returns the group of this node whose range ends at key (nil: none).
+func (e *Engine) endingAt(keyspace string, key []byte) *group {
+	e.rebuildRanges()
+	for _, h := range e.ranges[keyspace] {
+		if h.end != nil && bytes.Equal(h.end, key) {
+			return h
+		}
+	}
+	return nil
+}
+
+// leftCheck is a read index of a group, asked for a snapshot of its right-hand neighbour
+// that would supersede groups of this node (leftSettled).
+type leftCheck struct {
+	forGroup uint64   // the snapshot's group
+	covers   []uint64 // the groups it would supersede, sorted
+	ctx      uint64   // the read's request ID
+	asked    uint64   // tick
+	index    uint64   // the read index (0: not answered yet)
 }
 
 // supersede drops groups a snapshot being installed supersedes: their Raft state and their

@@ -310,7 +310,10 @@ func (e *Engine) stepOffer(now time.Time, from uint32, o *peerpb.RaftSnapshotOff
 		e.markDirty(g)
 		return
 	}
-	if _, ok := e.snapshotFits(g, mk.GetState()); !ok {
+	if _, ok, wait := e.snapshotFits(g, mk.GetState()); !ok {
+		if wait && e.holdOffer(now, g, from, o) {
+			return // a read index decides in a moment (repartition.go, leftSettled)
+		}
 		// Another group of this node is not done with the snapshot's range (it has yet to
 		// apply the split that founds this group, or is newer): the offer is declined, so
 		// that the leader's transfer slot goes to a snapshot that can be taken (the one
@@ -546,7 +549,7 @@ func (e *Engine) stepStored(now time.Time, s *peerpb.RaftSnapshotStored) {
 		}
 	}
 	g.receiving = nil
-	drop, fits := e.snapshotFits(g, rx.state)
+	drop, fits, _ := e.snapshotFits(g, rx.state)
 	if !fits {
 		// The groups of this node changed while the file came (repartition.go).
 		e.stats.SnapshotsRefused.Add(1)
