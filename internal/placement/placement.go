@@ -561,6 +561,30 @@ func (k *Keyspace) Moving() bool {
 	return false
 }
 
+// SameRun reports whether neighbouring partitions a and b have the same members (replicas,
+// learners, a move's new replica) and the same departed nodes: splits and merges happen
+// inside such runs (Raft names its groups on the wire by a run's first partition).
+func SameRun(a, b *Partition) bool {
+	return SameNodes(a.MemberIDs(), b.MemberIDs()) && SameNodes(a.Departed, b.Departed)
+}
+
+// MemberIDs lists p's members: replicas, learners and a move's new replica.
+func (p *Partition) MemberIDs() []uint32 {
+	out := slices.Concat(p.Replicas, p.Learners)
+	if p.Move != nil {
+		out = append(out, p.Move.Add)
+	}
+	return out
+}
+
+// SameNodes reports whether a and b list the same nodes, in any order, repeats ignored.
+func SameNodes(a, b []uint32) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(slices.Compact(a), slices.Compact(b))
+}
+
 func sameMembers(a, b []uint32) bool {
 	a, b = slices.Clone(a), slices.Clone(b)
 	slices.Sort(a)

@@ -2,7 +2,6 @@ package raft
 
 import (
 	"bytes"
-	"slices"
 	"sort"
 
 	"google.golang.org/protobuf/proto"
@@ -38,7 +37,7 @@ func (e *Engine) anchorOf(ks *placement.Keyspace, key []byte) uint32 {
 	if !ok {
 		a = make([]uint32, len(ks.Partitions))
 		for i := range ks.Partitions {
-			if i > 0 && sameRun(&ks.Partitions[i-1], &ks.Partitions[i]) {
+			if i > 0 && placement.SameRun(&ks.Partitions[i-1], &ks.Partitions[i]) {
 				a[i] = a[i-1]
 			} else {
 				a[i] = ks.Partitions[i].ID
@@ -48,27 +47,6 @@ func (e *Engine) anchorOf(ks *placement.Keyspace, key []byte) uint32 {
 	}
 	i := sort.Search(len(ks.Partitions), func(i int) bool { return bytes.Compare(ks.Partitions[i].Start, key) > 0 }) - 1
 	return a[max(i, 0)]
-}
-
-// sameRun reports whether two neighbouring partitions have the same members (replicas,
-// learners, a move's new replica) and the same departed nodes.
-func sameRun(a, b *placement.Partition) bool {
-	return sameIDs(memberIDs(a), memberIDs(b)) && sameIDs(a.Departed, b.Departed)
-}
-
-func memberIDs(p *placement.Partition) []uint32 {
-	out := slices.Concat(p.Replicas, p.Learners)
-	if p.Move != nil {
-		out = append(out, p.Move.Add)
-	}
-	return out
-}
-
-func sameIDs(a, b []uint32) bool {
-	a, b = slices.Clone(a), slices.Clone(b)
-	slices.Sort(a)
-	slices.Sort(b)
-	return slices.Equal(slices.Compact(a), slices.Compact(b))
 }
 
 // wireRef returns how a message about g names it: the anchor, and the group when it is not

@@ -153,7 +153,7 @@ func (s *simulator) sameEverywhere(a, b uint32) bool {
 		}
 		pa, okA := ks.Partition(a)
 		pb, okB := ks.Partition(b)
-		if !okA || !okB || !sameSet(memberIDs(pa), memberIDs(pb)) || !sameSet(pa.Departed, pb.Departed) {
+		if !okA || !okB || !placement.SameRun(pa, pb) {
 			return false
 		}
 	}
@@ -172,21 +172,6 @@ func (s *simulator) everywhere(id uint32) bool {
 		}
 	}
 	return true
-}
-
-func memberIDs(p *placement.Partition) []uint32 {
-	out := slices.Concat(p.Replicas, p.Learners)
-	if p.Move != nil {
-		out = append(out, p.Move.Add)
-	}
-	return out
-}
-
-func sameSet(a, b []uint32) bool {
-	a, b = slices.Clone(a), slices.Clone(b)
-	slices.Sort(a)
-	slices.Sort(b)
-	return slices.Equal(slices.Compact(a), slices.Compact(b))
 }
 
 // Replica moves during a run (Options.MoveEvery). The simulator plays the cluster metadata
