@@ -268,6 +268,8 @@ type Driver struct {
 	// busyAt is, per region, the last plan that saw it changing (a move in flight, a node
 	// joining or leaving) or changed it: refinement waits SettleFor after it.
 	busyAt map[string]time.Time
+	// refinedAt is, per region, when its recent refinements were planned (refineWait).
+	refinedAt map[string][]time.Time
 }
 
 // New returns a driver.
@@ -276,7 +278,8 @@ func New(opts Options) (*Driver, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	return &Driver{opts: opts, phaseOne: map[uint32]map[PartKey]bool{}, phaseOneRound: map[uint32]uint64{}, busyAt: map[string]time.Time{}}, nil
+	return &Driver{opts: opts, phaseOne: map[uint32]map[PartKey]bool{}, phaseOneRound: map[uint32]uint64{}, busyAt: map[string]time.Time{},
+		refinedAt: map[string][]time.Time{}}, nil
 }
 
 // Options returns the driver's options.

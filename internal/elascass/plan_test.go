@@ -383,8 +383,16 @@ func refineUntilQuiet(t *testing.T, c *testCluster, d *Driver) int {
 	t.Helper()
 	rounds := 0
 	for i := 0; i < 50; i++ {
-		c.st.Now = c.st.Now.Add(d.Options().SettleFor + time.Second)
+		// The region has been quiet for SettleFor, and for every backoff doubling: a round
+		// with no action means refinement is done.
+		wait := d.Options().SettleFor
+		c.st.Now = c.st.Now.Add(wait + time.Second)
 		acts := d.Plan(c.st)
+		for k := 0; len(acts) == 0 && k < refineBackoffMax; k++ {
+			wait *= 2
+			c.st.Now = c.st.Now.Add(wait / 2)
+			acts = d.Plan(c.st)
+		}
 		if len(acts) == 0 {
 			return rounds
 		}
@@ -404,6 +412,26 @@ func refineUntilQuiet(t *testing.T, c *testCluster, d *Driver) int {
 	}
 	t.Fatal("refinement did not converge in 50 rounds")
 	return rounds
+}
+
+// Each refinement of a region doubles the quiet time the next one waits for (refineWait).
+func TestRefineBacksOff(t *testing.T) {
+	c := newCluster(t, []string{"r1"}, 2, 8, 10<<20)
+	d := mustDriver(t, Options{})
+	settle := d.Options().SettleFor
+	c.st.Now = time.Unix(1000, 0)
+	d.Plan(c.st) // the region is quiet from now
+	for n := range 3 {
+		p := &plan{d: d, st: c.st}
+		if got, want := p.refineWait("r1"), settle<<n; got != want {
+			t.Fatalf("after %d refinements: wait %v, want %v", n, got, want)
+		}
+		d.refinedAt["r1"] = append(d.refinedAt["r1"], c.st.Now)
+	}
+	c.st.Now = c.st.Now.Add(refineBackoffWindow + time.Second)
+	if got := (&plan{d: d, st: c.st}).refineWait("r1"); got != settle {
+		t.Fatalf("after the window: wait %v, want %v", got, settle)
+	}
 }
 
 func TestRefineBalancesBytesKeepingCounts(t *testing.T) {

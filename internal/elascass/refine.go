@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"time"
 
 	"meridian/internal/placement"
 )
@@ -44,13 +45,38 @@ func (p *plan) refine() {
 			p.d.busyAt[region] = p.st.Now
 			continue
 		}
-		if p.st.Now.Sub(p.d.busyAt[region]) < p.d.opts.SettleFor {
+		if p.st.Now.Sub(p.d.busyAt[region]) < p.refineWait(region) {
 			continue
 		}
 		if p.refineRegion(region) {
 			p.d.busyAt[region] = p.st.Now
+			p.d.refinedAt[region] = append(p.d.refinedAt[region], p.st.Now)
 		}
 	}
+}
+
+// refineBackoffWindow and refineBackoffMax: every refinement of a region in the last
+// refineBackoffWindow doubles the quiet time its next one waits for, up to
+// SettleFor·2^refineBackoffMax. Under a skewed load measured over short windows the imbalance
+// a refinement removes partly comes back as sampling noise, and a driver that chased it at
+// full rate would move replicas for ever (as CockroachDB's store rebalancer bounds how often
+// it acts); the backoff bounds refinement to a few moves per region per window while the
+// first, largest corrections still come at once.
+const (
+	refineBackoffWindow = 5 * time.Minute
+	refineBackoffMax    = 4
+)
+
+// refineWait is how long region must have been quiet before its next refinement.
+func (p *plan) refineWait(region string) time.Duration {
+	recent := p.d.refinedAt[region][:0]
+	for _, at := range p.d.refinedAt[region] {
+		if p.st.Now.Sub(at) < refineBackoffWindow {
+			recent = append(recent, at)
+		}
+	}
+	p.d.refinedAt[region] = recent
+	return p.d.opts.SettleFor << min(len(recent), refineBackoffMax)
 }
 
 // regionBusy: a node of region is joining, leaving or down, or moves in flight (or planned

@@ -463,7 +463,9 @@ func joinAndWatch(ctx context.Context, c *bench.Cluster, region string, o Elasti
 		for _, mv := range st.Moves {
 			movesIn = movesIn || mv.To == nn.Name() || mv.From == nn.Name()
 		}
-		if served && (jr.FullShareS > 0 || o.strategyStops()) && !movesIn && len(st.Moves) == 0 {
+		// Done once the node holds its share and no move into or out of it is in flight
+		// (refinement elsewhere may go on: it is not this join's work).
+		if served && (jr.FullShareS > 0 || o.strategyStops()) && !movesIn {
 			jr.FinalBytes, jr.FinalReplicas = nodeBytes(nn), held
 			return jr, nil
 		}
