@@ -62,6 +62,9 @@ type Elasticity struct {
 	TargetByteImbalance float64       `yaml:"target_byte_imbalance"`
 	TargetLoadImbalance float64       `yaml:"target_load_imbalance"`
 	SettleFor           time.Duration `yaml:"settle_for"` // default 5s
+	// StalledAfter: a replica move in flight this long is aborted, whatever held it up (its
+	// partition goes back to the old replicas, which kept serving).
+	StalledAfter time.Duration `yaml:"stalled_after"` // default 10m
 }
 
 // DriverOn reports whether the placement driver runs.

@@ -298,6 +298,12 @@ func (c *Cluster) validateElasticity() error {
 	if e.SettleFor < 0 || e.SettleFor > time.Hour {
 		return errorf("elasticity.settle_for", "must be between 0 and 1h, got %s", e.SettleFor)
 	}
+	if e.StalledAfter == 0 {
+		e.StalledAfter = 10 * time.Minute
+	}
+	if e.StalledAfter < time.Minute || e.StalledAfter > 24*time.Hour {
+		return errorf("elasticity.stalled_after", "must be between 1m and 24h, got %s", e.StalledAfter)
+	}
 	return nil
 }
 

@@ -132,6 +132,13 @@ type Options struct {
 	// DeadAfter: a node silent this long has its replicas re-created (Rule 2). AbortAfter:
 	// a move into a node silent this long is aborted.
 	DeadAfter, AbortAfter time.Duration
+	// StalledAfter: a move the driver has seen in flight this long is aborted, whatever the
+	// reason it has not finished (its partition goes back to the old set, which never
+	// stopped serving, and the driver may plan again): the bound on how long any move may hold
+	// a partition in its two-set state (default 10 minutes: at the default bandwidth a move of
+	// a Θmax partition takes seconds). CockroachDB's replicate queue likewise removes a learner
+	// whose snapshot never completed.
+	StalledAfter time.Duration
 	// TargetByteImbalance and TargetLoadImbalance are what refinement aims for within a
 	// region once Rule 4 has balanced its replica counts (defaults 0.05 and 0.10; the paper
 	// reports < 0.2). Negative: that metric is not refined.
@@ -170,6 +177,9 @@ func (o *Options) EnsureDefaults() {
 	if o.DeadAfter == 0 {
 		o.DeadAfter = 5 * time.Minute
 	}
+	if o.StalledAfter == 0 {
+		o.StalledAfter = 10 * time.Minute
+	}
 	if o.AbortAfter == 0 {
 		o.AbortAfter = 30 * time.Second
 	}
@@ -201,7 +211,7 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("elascass: imbalance targets %v/%v (at most 1, negative: off), settle for %v, min load %v out of range",
 			o.TargetByteImbalance, o.TargetLoadImbalance, o.SettleFor, o.MinLoadOps)
 	}
-	if o.MaxMovesPerNode < 1 || o.MaxMoves < 1 || o.MaxRepartitions < 0 || o.DeadAfter <= 0 || o.AbortAfter <= 0 {
+	if o.MaxMovesPerNode < 1 || o.MaxMoves < 1 || o.MaxRepartitions < 0 || o.DeadAfter <= 0 || o.AbortAfter <= 0 || o.StalledAfter <= 0 {
 		return fmt.Errorf("elascass: move bounds %d/%d, repartitions %d, dead after %v, abort after %v out of range",
 			o.MaxMovesPerNode, o.MaxMoves, o.MaxRepartitions, o.DeadAfter, o.AbortAfter)
 	}
@@ -268,6 +278,8 @@ type Driver struct {
 	// busyAt is, per region, the last plan that saw it changing (a move in flight, a node
 	// joining or leaving) or changed it: refinement waits SettleFor after it.
 	busyAt map[string]time.Time
+	// moveSeen is, per move in flight, when a plan first saw it (StalledAfter).
+	moveSeen map[uint64]time.Time
 	// refinedAt is, per region, when its recent refinements were planned (refineWait).
 	refinedAt map[string][]time.Time
 }
@@ -279,7 +291,7 @@ func New(opts Options) (*Driver, error) {
 		return nil, err
 	}
 	return &Driver{opts: opts, phaseOne: map[uint32]map[PartKey]bool{}, phaseOneRound: map[uint32]uint64{}, busyAt: map[string]time.Time{},
-		refinedAt: map[string][]time.Time{}}, nil
+		refinedAt: map[string][]time.Time{}, moveSeen: map[uint64]time.Time{}}, nil
 }
 
 // Options returns the driver's options.
@@ -369,6 +381,7 @@ func (p *plan) add(a Action) {
 // abortDeadMoves aborts moves into a node that has been silent for AbortAfter: its catch-up
 // cannot finish, and the partition cannot move again until the move is over.
 func (p *plan) abortDeadMoves() {
+	live := map[uint64]bool{}
 	for _, ks := range p.st.Keyspaces {
 		for i := range ks.Partitions {
 			part := &ks.Partitions[i]
@@ -377,10 +390,25 @@ func (p *plan) abortDeadMoves() {
 				continue
 			}
 			m := p.members[mv.Add]
-			if m == nil || (!m.Alive && m.DownFor >= p.d.opts.AbortAfter) {
+			seen, ok := p.d.moveSeen[mv.ID]
+			if !ok {
+				seen = p.st.Now
+				p.d.moveSeen[mv.ID] = seen
+			}
+			live[mv.ID] = true
+			switch {
+			case m == nil || (!m.Alive && m.DownFor >= p.d.opts.AbortAfter):
 				p.add(Action{Kind: ActAbortMove, Keyspace: ks.Spec.Name, Partition: part.ID, Move: *mv,
 					Why: "the new replica's node is down"})
+			case p.st.Now.Sub(seen) >= p.d.opts.StalledAfter:
+				p.add(Action{Kind: ActAbortMove, Keyspace: ks.Spec.Name, Partition: part.ID, Move: *mv,
+					Why: fmt.Sprintf("in flight for %v without finishing", p.st.Now.Sub(seen).Round(time.Second))})
 			}
+		}
+	}
+	for id := range p.d.moveSeen {
+		if !live[id] {
+			delete(p.d.moveSeen, id)
 		}
 	}
 }

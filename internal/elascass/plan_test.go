@@ -313,6 +313,34 @@ func TestAbortMoveIntoDeadNode(t *testing.T) {
 	}
 }
 
+// A move in flight for StalledAfter, whatever the reason, is aborted (not before).
+func TestAbortStalledMove(t *testing.T) {
+	c := newCluster(t, []string{"eu"}, 2, 2, 100)
+	c.apply(t, []Action{{Kind: ActStartMove, Keyspace: "ks", Partition: 0, Move: placement.Move{Add: 2, Remove: 1, Source: 1}}})
+	d := mustDriver(t, Options{})
+	c.st.Now = time.Unix(1000, 0)
+	aborts := func() int {
+		n := 0
+		for _, a := range d.Plan(c.st) {
+			if a.Kind == ActAbortMove {
+				n++
+			}
+		}
+		return n
+	}
+	if n := aborts(); n != 0 {
+		t.Fatalf("aborted a move just seen: %d", n)
+	}
+	c.st.Now = c.st.Now.Add(d.Options().StalledAfter - time.Second)
+	if n := aborts(); n != 0 {
+		t.Fatalf("aborted a move before StalledAfter: %d", n)
+	}
+	c.st.Now = c.st.Now.Add(2 * time.Second)
+	if n := aborts(); n != 1 {
+		t.Fatalf("a move in flight for StalledAfter: %d aborts, want 1", n)
+	}
+}
+
 func TestSplitMoveTakesHalfOfTheLargest(t *testing.T) {
 	c := newCluster(t, []string{"eu"}, 2, 8, 100) // n1, n2: 4 each
 	c.st.Partitions[PartKey{"ks", 0}] = PartitionStat{Known: true, Bytes: 1000}

@@ -189,7 +189,10 @@ func (p *plan) refineRegion(region string) bool {
 	}
 	movable := func(r refReplica, to int) bool {
 		m := nodes[to]
-		return !r.part.HasMember(m.ID) && !(r.ks.Options.NoRejoin && r.part.HasDeparted(m.ID)) && p.in[m.ID] < p.d.opts.MaxMovesPerNode
+		// Never back to a node the replica left: refinement would swing it to and fro, and
+		// a quorum-family replica that rejoins soon after leaving stalled its catch-up once
+		// in the benchmarks (the driver aborts such a move after StalledAfter).
+		return !r.part.HasMember(m.ID) && !r.part.HasDeparted(m.ID) && p.in[m.ID] < p.d.opts.MaxMovesPerNode
 	}
 	b2, l2 := slices.Clone(bytesOf), slices.Clone(loadOf)
 	eval := func(a, b int, ra, rb *refReplica) float64 {

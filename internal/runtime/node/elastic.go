@@ -424,7 +424,7 @@ func (n *Node) drive(now time.Time) {
 		e := n.opts.Cluster.Elasticity
 		d, err := elascass.New(elascass.Options{Strategy: elascass.Strategy(e.Strategy), DeadAfter: e.DeadAfter,
 			MaxMovesPerNode: e.MaxMovesPerNode, MaxMoves: e.MaxMoves,
-			TargetByteImbalance: e.TargetByteImbalance, TargetLoadImbalance: e.TargetLoadImbalance, SettleFor: e.SettleFor})
+			TargetByteImbalance: e.TargetByteImbalance, TargetLoadImbalance: e.TargetLoadImbalance, SettleFor: e.SettleFor, StalledAfter: e.StalledAfter})
 		if err != nil {
 			n.log.Error("placement driver: bad options", "err", err)
 			return
