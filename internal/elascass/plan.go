@@ -660,10 +660,9 @@ func (p *plan) bootstrap() {
 			p.phaseOneRuleTwo(m, asked)
 			p.phaseOneRuleThree(m, asked)
 		case OnePhase:
-			// Until the node holds its share (which grows while partitions split meanwhile).
-			if p.in[m.ID] < p.d.opts.MaxMovesPerNode*2 {
-				p.takeShare(m, p.floorShare(m.Region), asked, "one-phase bootstrap")
-			}
+			// Until the node holds its share (which grows while partitions split meanwhile),
+			// at most MaxMovesPerNode at a time, the throttle phase 2 has too.
+			p.takeShare(m, min(p.floorShare(m.Region), p.held[m.ID]+p.d.opts.MaxMovesPerNode-p.in[m.ID]), asked, "one-phase bootstrap")
 		case SplitMove:
 			p.splitMove(m, asked)
 		}

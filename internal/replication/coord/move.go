@@ -141,7 +141,10 @@ type moveState struct {
 	started   bool           // the first placement was checked for leftovers
 	seq       int
 	nextRound uint64
-	stats     MoveStats
+	// roundsAt: when this node started its catch-up rounds of the last moveRoundInterval
+	// (at most maxMovesIn: see tickMoves).
+	roundsAt []time.Time
+	stats    MoveStats
 }
 
 // MoveCounters exposes the move protocol's counters.
@@ -383,6 +386,7 @@ func (c *Core) tickMoves(now time.Time) {
 			if pulling >= maxMovesIn || now.Sub(in.asked) < moveAskInterval {
 				continue
 			}
+			pulling++ // an asked snapshot is pulled next: it counts against the bound
 			if in.snapID == "" {
 				c.mv.seq++
 				in.seq = c.mv.seq
@@ -411,11 +415,29 @@ func (c *Core) tickMoves(now time.Time) {
 			}
 		}
 	}
-	for _, k := range sortedMoveKeys(c.mv.out) {
+	// Catch-up rounds: each scans the partition (a digest at T0), so this node starts at most
+	// maxMovesIn of them per moveRoundInterval, the moves that waited longest first. Without
+	// the bound, a node that is the old replica of many moves at once (a one-phase or
+	// split-move bootstrap) queued a full scan per move every interval, more than it could run,
+	// and its snapshot exports starved behind them: no move finished (bench elastic).
+	recent := c.mv.roundsAt[:0]
+	for _, at := range c.mv.roundsAt {
+		if now.Sub(at) < moveRoundInterval {
+			recent = append(recent, at)
+		}
+	}
+	c.mv.roundsAt = recent
+	outKeys := sortedMoveKeys(c.mv.out)
+	slices.SortStableFunc(outKeys, func(a, b moveKey) int { return c.mv.out[a].lastRound.Compare(c.mv.out[b].lastRound) })
+	for _, k := range outKeys {
 		o := c.mv.out[k]
 		if o.done || !c.Alive(o.add) || now.Sub(o.lastRound) < moveRoundInterval {
 			continue
 		}
+		if len(c.mv.roundsAt) >= maxMovesIn {
+			break
+		}
+		c.mv.roundsAt = append(c.mv.roundsAt, now)
 		if o.at.IsZero() {
 			// T0: this node's hybrid clock, which has observed every version it applied, so
 			// every write it took before it applied the move is at or below it (writes of
