@@ -19,7 +19,7 @@ import (
 // benchElasticCmd reproduces ElasCass's evaluation (Figs. 5-8) on the emulated WAN.
 func benchElasticCmd() *cobra.Command {
 	var o repro.ElasticOptions
-	var topoName, experiments, strategies, data, thetaMax, partData, thetaSweep, dataSweep, bandwidth, jsonPath, mdPath, outDir string
+	var topoName, experiments, strategies, data, thetaMax, partData, thetaSweep, dataSweep, bandwidth, jsonPath, mdPath, outDir, fromJSON string
 	var quick bool
 	cmd := &cobra.Command{
 		Use:   "elastic [--experiments bootstrap,partitioning,data-sweep] [--strategies two-phase,one-phase,split-move] [--data 1GiB] [--theta-max 20MiB]",
@@ -93,7 +93,15 @@ func benchElasticCmd() *cobra.Command {
 				o.Strategies = append(o.Strategies, elascass.Strategy(strings.TrimSpace(s)))
 			}
 			o.Log = os.Stderr
-			res, runErr := repro.ElasticExperiments(cmd.Context(), o, strings.Split(experiments, ","), sizes)
+			var res *repro.ElasticResults
+			var runErr error
+			if fromJSON != "" {
+				// Render earlier runs (several merged: their strategies, sweeps and
+				// partitioning results side by side) instead of running.
+				res, runErr = repro.MergeElasticJSON(strings.Split(fromJSON, ","))
+			} else {
+				res, runErr = repro.ElasticExperiments(cmd.Context(), o, strings.Split(experiments, ","), sizes)
+			}
 			if res == nil {
 				return runErr
 			}
@@ -140,6 +148,7 @@ func benchElasticCmd() *cobra.Command {
 	fl.Uint64Var(&o.Seed, "seed", 1, "seed of the workloads and the emulated WAN")
 	fl.StringVar(&jsonPath, "json", "", "write the results as JSON")
 	fl.StringVar(&mdPath, "markdown", "", "write the tables as Markdown")
+	fl.StringVar(&fromJSON, "from-json", "", "render the results of earlier runs (comma-separated --json files, merged) instead of running")
 	fl.StringVar(&outDir, "out-dir", "docs/img", "directory of the charts elastic-{bootstrap,volume,throughput,imbalance,fullness,data-sweep}.png")
 	fl.BoolVar(&quick, "quick", false, "a smoke run: small data, two nodes per region, short runs (explicit flags win)")
 	return cmd

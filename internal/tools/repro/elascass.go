@@ -2,6 +2,7 @@ package repro
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -894,4 +895,28 @@ func regionsOf(r *ElasticResults) []string {
 		}
 	}
 	return nil
+}
+
+// MergeElasticJSON reads results written by bench elastic --json and merges them: the
+// strategies, data-sweep points and partitioning results of every file, the options of the
+// first.
+func MergeElasticJSON(paths []string) (*ElasticResults, error) {
+	out := &ElasticResults{}
+	for i, path := range paths {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("repro: read results: %w", err)
+		}
+		var r ElasticResults
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("repro: results %s: %w", path, err)
+		}
+		if i == 0 {
+			out.Options = r.Options
+		}
+		out.Strategies = append(out.Strategies, r.Strategies...)
+		out.DataSweep = append(out.DataSweep, r.DataSweep...)
+		out.Partitioning = append(out.Partitioning, r.Partitioning...)
+	}
+	return out, nil
 }
