@@ -278,6 +278,8 @@ type Driver struct {
 	// busyAt is, per region, the last plan that saw it changing (a move in flight, a node
 	// joining or leaving) or changed it: refinement waits SettleFor after it.
 	busyAt map[string]time.Time
+	// splitFrom is, per node joining by split-move, the node whose data it takes half of.
+	splitFrom map[uint32]uint32
 	// moveSeen is, per move in flight, when a plan first saw it (StalledAfter).
 	moveSeen map[uint64]time.Time
 	// refinedAt is, per region, when its recent refinements were planned (refineWait).
@@ -291,7 +293,7 @@ func New(opts Options) (*Driver, error) {
 		return nil, err
 	}
 	return &Driver{opts: opts, phaseOne: map[uint32]map[PartKey]bool{}, phaseOneRound: map[uint32]uint64{}, busyAt: map[string]time.Time{},
-		refinedAt: map[string][]time.Time{}, moveSeen: map[uint64]time.Time{}}, nil
+		refinedAt: map[string][]time.Time{}, moveSeen: map[uint64]time.Time{}, splitFrom: map[uint32]uint32{}}, nil
 }
 
 // Options returns the driver's options.
@@ -326,6 +328,7 @@ func (d *Driver) Plan(st State) []Action {
 		if m := p.members[id]; m == nil || m.State != StateJoining {
 			delete(d.phaseOne, id)
 			delete(d.phaseOneRound, id)
+			delete(d.splitFrom, id)
 		}
 	}
 	p.count()
@@ -527,6 +530,11 @@ func (p *plan) phaseOneDone(m *Member) bool {
 			if part.Move != nil && part.Move.Add == m.ID && asked[PartKey{ks.Spec.Name, part.ID}] {
 				return false
 			}
+			// Split-move: a planned partition it does not hold yet, and its source still
+			// does, is still to be moved.
+			if p.d.opts.Strategy == SplitMove && asked[PartKey{ks.Spec.Name, part.ID}] && !part.HasReplica(m.ID) && part.HasReplica(p.d.splitFrom[m.ID]) {
+				return false
+			}
 		}
 	}
 	if p.d.opts.Strategy == OnePhase {
@@ -649,6 +657,10 @@ func (p *plan) bootstrap() {
 			continue
 		}
 		asked, planned := p.d.phaseOne[m.ID]
+		if planned && p.d.opts.Strategy == SplitMove {
+			p.splitMoveIssue(m, asked)
+			continue
+		}
 		if planned && p.d.opts.Strategy != OnePhase {
 			continue
 		}
@@ -830,10 +842,31 @@ func (p *plan) splitMove(m *Member, asked map[PartKey]bool) {
 			if taken >= half || !part.HasReplica(big) || part.Move != nil || part.HasMember(m.ID) || (ks.Options.NoRejoin && part.HasDeparted(m.ID)) {
 				continue
 			}
-			p.add(Action{Kind: ActStartMove, Keyspace: ks.Spec.Name, Partition: part.ID,
-				Move: placement.Move{Add: m.ID, Remove: big, Source: big}, Why: fmt.Sprintf("split-move: half of n%d's data", big)})
 			asked[key] = true
 			taken += p.st.Partitions[key].Bytes
+		}
+	}
+	p.d.splitFrom[m.ID] = big
+	p.splitMoveIssue(m, asked)
+}
+
+// splitMoveIssue starts the moves of a split-move plan that have not started, at most
+// MaxMovesPerNode into the node at a time: the same throttle as the other strategies, so
+// they compare by what moves, not by how much moves at once.
+func (p *plan) splitMoveIssue(m *Member, asked map[PartKey]bool) {
+	big := p.d.splitFrom[m.ID]
+	for _, ks := range p.st.Keyspaces {
+		for i := range ks.Partitions {
+			part := &ks.Partitions[i]
+			key := PartKey{ks.Spec.Name, part.ID}
+			if !asked[key] || p.in[m.ID] >= p.d.opts.MaxMovesPerNode || p.moving >= p.d.opts.MaxMoves {
+				continue
+			}
+			if !part.HasReplica(big) || part.Move != nil || part.HasMember(m.ID) || p.taken[key] {
+				continue
+			}
+			p.add(Action{Kind: ActStartMove, Keyspace: ks.Spec.Name, Partition: part.ID,
+				Move: placement.Move{Add: m.ID, Remove: big, Source: big}, Why: fmt.Sprintf("split-move: half of n%d's data", big)})
 		}
 	}
 }

@@ -352,6 +352,32 @@ func TestSplitMoveTakesHalfOfTheLargest(t *testing.T) {
 	}
 }
 
+// Split-move plans half of the largest node's data once, moves it MaxMovesPerNode at a time,
+// and the node becomes active only once it holds all of it.
+func TestSplitMoveThrottled(t *testing.T) {
+	c := newCluster(t, []string{"eu"}, 2, 16, 100) // n1, n2: 8 partitions of 100 bytes each
+	c.st.Members = append(c.st.Members, Member{ID: 3, Region: "eu", State: StateJoining, Alive: true})
+	d := mustDriver(t, Options{Strategy: SplitMove, MaxMoves: 100}) // MaxMovesPerNode 2
+	moved := 0
+	for round := range 2 {
+		acts := d.Plan(c.st)
+		if len(acts) != 2 || acts[0].Kind != ActStartMove || acts[0].Move.Remove != acts[1].Move.Remove {
+			t.Fatalf("round %d: %v, want 2 moves from one node", round, acts)
+		}
+		moved += len(acts)
+		c.apply(t, acts)
+		if more := d.Plan(c.st); len(more) != 0 {
+			t.Fatalf("round %d: %v while 2 moves are in flight", round, more)
+		}
+		c.finishMoves(t)
+	}
+	// Half of 800 bytes: 4 partitions, all moved; the node is active and nothing else moves.
+	acts := d.Plan(c.st)
+	if moved != 4 || len(acts) != 1 || acts[0].State != StateActive {
+		t.Fatalf("after %d moves: %v, want n3 active", moved, acts)
+	}
+}
+
 func TestOnePhaseTakesWholeShareBeforeActive(t *testing.T) {
 	c := newCluster(t, []string{"eu"}, 2, 20, 100)
 	c.st.Members = append(c.st.Members, Member{ID: 3, Region: "eu", State: StateJoining, Alive: true})
