@@ -51,6 +51,8 @@ sim-ci: build
 	$(BIN) sim --protocol raft --seeds $(SIMSEEDS) --faults all
 	$(BIN) sim --protocol raft --seeds $(SIMSEEDS) --faults all --nodes-per-region 3 --move-every 300ms
 	$(BIN) sim --protocol raft --seeds $(SIMSEEDS) --faults all --nodes-per-region 3 --repartition-every 100ms
+	# Regression: a replica that left its group deleted its range before an earlier read ran.
+	$(BIN) sim --protocol raft --seeds 1 --seed-start 567 --faults all --nodes-per-region 3 --move-every 300ms
 	$(BIN) sim --protocol raft --mutations --mutation-seeds 200 --faults all
 	$(BIN) sim --protocol metadata --seeds $(SIMSEEDS) --faults all
 	$(BIN) sim --protocol metadata --mutations --mutation-seeds 200 --faults all

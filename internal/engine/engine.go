@@ -185,8 +185,9 @@ type Unpaced interface {
 // Ingest replaces a partition replica's data (Span) with a staged snapshot file, or with
 // nothing when File is "" (storage.Engine.ReplaceSpan): Before is synced first, then the data is replaced, then
 // After is synced. The runtime performs it after the writes of its own Ready and every
-// earlier one, and before those of any later Ready; a failure stops the node like a failed
-// write. Each step is idempotent, so an engine that finds its marker (Before) at start asks
+// earlier one, and before those of any later Ready, and after the Reads of every earlier
+// Ready have run (an Ingest may delete the range a read handed out earlier is about); a
+// failure stops the node like a failed write. Each step is idempotent, so an engine that finds its marker (Before) at start asks
 // for the same Ingest again.
 //
 // With Merge the file's records are added to what the span holds instead
@@ -252,7 +253,8 @@ type Ready struct {
 	// Reports are for the runtime (a move that may finish); they need nothing durable.
 	Reports []Report
 	// Reads are run against storage once this Ready's writes (and every earlier Ready's)
-	// are durable and visible, and their results are released as replies: a protocol that
+	// are durable and visible, and before any later Ready's Ingests (which may delete the
+	// range), and their results are released as replies: a protocol that
 	// applies writes in its Ready (Raft) reads what it has applied, never a storage state the
 	// runtime has not caught up with.
 	Reads []Read

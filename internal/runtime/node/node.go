@@ -472,6 +472,11 @@ func (n *Node) committer() {
 		// before such a Ready, and that Ready's own writes, are made durable first, then the
 		// partition is replaced, then the rest follows.
 		n.expireLeaving()
+		// readsRun: the Readies whose reads have run. An Ingest may delete or replace a range
+		// (a replica that left its group), so the reads of every earlier Ready run before it
+		// (their writes are durable by then): a read handed out before the deletion must not
+		// find the range empty.
+		readsRun := 0
 		for start := 0; start < len(batch) && n.failed.Load() == nil; {
 			end := start
 			for end < len(batch) && len(batch[end].Ingests) == 0 {
@@ -497,6 +502,10 @@ func (n *Node) committer() {
 				n.m.commit(len(writes)+len(raw), time.Since(began))
 				n.watchCatalog(writes)
 			}
+			if len(seg[len(seg)-1].Ingests) > 0 {
+				n.runReads(batch[readsRun : end-1])
+				readsRun = end - 1
+			}
 			for _, in := range seg[len(seg)-1].Ingests {
 				if err := in.Perform(n.store); err != nil {
 					n.storageFailed(batch, err)
@@ -517,7 +526,7 @@ func (n *Node) committer() {
 		if n.failed.Load() != nil {
 			continue
 		}
-		for _, rd := range batch {
+		for i, rd := range batch {
 			n.handleReports(rd.Reports)
 			for _, env := range rd.Messages {
 				n.m.sent(env)
@@ -528,13 +537,8 @@ func (n *Node) committer() {
 			for _, r := range rd.Replies {
 				n.complete(r)
 			}
-			for _, r := range rd.Reads {
-				res := engine.RunRead(r, n.store, n.clock.Now())
-				if res.Forward != nil {
-					n.release(res.Forward)
-					continue
-				}
-				n.complete(res)
+			if i >= readsRun {
+				n.runReads(batch[i : i+1])
 			}
 			for _, j := range rd.Jobs {
 				select {
@@ -543,6 +547,20 @@ func (n *Node) committer() {
 					n.m.dropped.WithLabelValues("ae_job_queue_full").Inc()
 				}
 			}
+		}
+	}
+}
+
+// runReads serves the reads of readies against storage (after their writes are durable).
+func (n *Node) runReads(readies []engine.Ready) {
+	for _, rd := range readies {
+		for _, r := range rd.Reads {
+			res := engine.RunRead(r, n.store, n.clock.Now())
+			if res.Forward != nil {
+				n.release(res.Forward)
+				continue
+			}
+			n.complete(res)
 		}
 	}
 }

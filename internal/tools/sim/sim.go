@@ -603,6 +603,15 @@ func (s *simulator) processReady(i int) error {
 				return fmt.Errorf("node %s: apply: %w", n.cfg.Name, err)
 			}
 		}
+		// An Ingest may delete or replace a range (a replica that left its group): the reads
+		// of the Readies still waiting for their sync run first, on their writes made
+		// durable now, as the runtime does (node.go) — a read handed out before the deletion
+		// must not find the range empty.
+		if len(rd.Ingests) > 0 {
+			if err := s.readsBeforeIngest(i); err != nil {
+				return err
+			}
+		}
 		// A snapshot install syncs as it goes (ReplacePartition), after this Ready's writes.
 		for _, in := range rd.Ingests {
 			if err := in.Perform(n.engine); err != nil {
@@ -657,6 +666,44 @@ func (s *simulator) completeSync(i, incarnation int) error {
 	return nil
 }
 
+// runReads serves reads at node i.
+func (s *simulator) runReads(i int, reads []engine.Read) {
+	n := s.nodes[i]
+	for _, r := range reads {
+		res := engine.RunRead(r, n.engine, s.localTime(i))
+		if res.Forward != nil {
+			if res.Forward.To == n.cfg.ID {
+				s.schedule(event{at: s.now + int64(50*time.Microsecond), kind: evLocal, node: i, env: res.Forward, cli: n.epoch})
+			} else {
+				s.send(res.Forward)
+			}
+			continue
+		}
+		s.reply(i, res)
+	}
+}
+
+// readsBeforeIngest makes node i's pending Readies durable and serves their reads (their
+// messages and replies still wait for their sync to complete).
+func (s *simulator) readsBeforeIngest(i int) error {
+	n := s.nodes[i]
+	has := false
+	for _, rd := range n.pending {
+		has = has || len(rd.Reads) > 0
+	}
+	if !has {
+		return nil
+	}
+	if err := n.engine.Apply(nil, true); err != nil {
+		return fmt.Errorf("node %s: sync: %w", n.cfg.Name, err)
+	}
+	for k := range n.pending {
+		s.runReads(i, n.pending[k].Reads)
+		n.pending[k].Reads = nil
+	}
+	return nil
+}
+
 // release sends a durable Ready's messages, answers its replies and runs its jobs.
 func (s *simulator) release(i int, rd engine.Ready) error {
 	n := s.nodes[i]
@@ -672,18 +719,7 @@ func (s *simulator) release(i int, rd engine.Ready) error {
 			s.schedule(event{at: s.now + s.rng.Int64N(int64(maxInstallDelay)+1), kind: evMoveFinish, cli: int(r.Partition), req: r.MoveID})
 		}
 	}
-	for _, r := range rd.Reads {
-		res := engine.RunRead(r, n.engine, s.localTime(i))
-		if res.Forward != nil {
-			if res.Forward.To == n.cfg.ID {
-				s.schedule(event{at: s.now + int64(50*time.Microsecond), kind: evLocal, node: i, env: res.Forward, cli: n.epoch})
-			} else {
-				s.send(res.Forward)
-			}
-			continue
-		}
-		s.reply(i, res)
-	}
+	s.runReads(i, rd.Reads)
 	for _, j := range rd.Jobs {
 		envs, err := j.Run(n.engine, n.cfg.ID)
 		if err != nil {
