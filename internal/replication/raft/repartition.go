@@ -572,13 +572,8 @@ func (e *Engine) confPending(g *group) bool {
 	if len(g.conf.GetVotersOutgoing()) > 0 || g.confProposedAt != 0 {
 		return true
 	}
-	last, _ := g.log.Storage().LastIndex()
-	if last <= g.applied {
-		return false
-	}
-	first, _ := g.log.Storage().FirstIndex()
-	ents, err := g.log.Storage().Entries(max(g.applied+1, first), last+1, maxSizePerMsg)
-	if err != nil || uint64(len(ents)) < last-max(g.applied+1, first)+1 {
+	ents, complete := unappliedEntries(g)
+	if !complete {
 		return true // not all in view: assume the worst
 	}
 	for _, ent := range ents {
@@ -589,17 +584,27 @@ func (e *Engine) confPending(g *group) bool {
 	return false
 }
 
-// rangeInFlight reports whether g's log holds a split, freeze or merge entry it has not
-// applied: a membership change proposed now would apply after it, and the groups it founds
-// or absorbs would not have it.
-func (e *Engine) rangeInFlight(g *group) bool {
+// unappliedEntries returns the entries of g's log past its applied index, and whether that is
+// all of them (false: some are not in view, a caller assumes the worst).
+func unappliedEntries(g *group) ([]*raftpb.Entry, bool) {
 	last, _ := g.log.Storage().LastIndex()
 	if last <= g.applied {
-		return false
+		return nil, true
 	}
 	first, _ := g.log.Storage().FirstIndex()
 	ents, err := g.log.Storage().Entries(max(g.applied+1, first), last+1, maxSizePerMsg)
 	if err != nil || uint64(len(ents)) < last-max(g.applied+1, first)+1 {
+		return nil, false
+	}
+	return ents, true
+}
+
+// rangeInFlight reports whether g's log holds a split, freeze or merge entry it has not
+// applied: a membership change proposed now would apply after it, and the groups it founds
+// or absorbs would not have it.
+func (e *Engine) rangeInFlight(g *group) bool {
+	ents, complete := unappliedEntries(g)
+	if !complete {
 		return true // not all in view: assume the worst
 	}
 	for _, ent := range ents {
