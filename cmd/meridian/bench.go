@@ -417,17 +417,8 @@ func globleaseFiguresCmd() *cobra.Command {
 			}
 			md := res.Markdown()
 			fmt.Print(md)
-			if mdPath != "" {
-				if err := os.WriteFile(mdPath, []byte(md), 0o644); err != nil {
-					return fmt.Errorf("bench globlease-figures: write %s: %w", mdPath, err)
-				}
-				fmt.Fprintf(os.Stderr, "wrote %s\n", mdPath)
-			}
-			if jsonPath != "" {
-				if err := bench.WriteJSON(jsonPath, res); err != nil {
-					return err
-				}
-				fmt.Fprintf(os.Stderr, "wrote %s\n", jsonPath)
+			if err := writeReproOutputs("bench globlease-figures", md, mdPath, jsonPath, res); err != nil {
+				return err
 			}
 			if runErr != nil {
 				return runErr
@@ -615,4 +606,22 @@ func globleaseSpikeCmd() *cobra.Command {
 type loopbackTarget interface {
 	bench.Target
 	Nodes() int
+}
+
+// writeReproOutputs writes a reproduction's Markdown tables and JSON results where the flags
+// ask (empty: not written), for the paper-reproduction commands.
+func writeReproOutputs(command, md, mdPath, jsonPath string, res any) error {
+	if mdPath != "" {
+		if err := os.WriteFile(mdPath, []byte(md), 0o644); err != nil {
+			return fmt.Errorf("%s: write %s: %w", command, mdPath, err)
+		}
+		fmt.Fprintf(os.Stderr, "wrote %s\n", mdPath)
+	}
+	if jsonPath != "" {
+		if err := bench.WriteJSON(jsonPath, res); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "wrote %s\n", jsonPath)
+	}
+	return nil
 }

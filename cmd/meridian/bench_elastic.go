@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"meridian/internal/elascass"
-	"meridian/internal/tools/bench"
 	"meridian/internal/tools/chart"
 	"meridian/internal/tools/repro"
 )
@@ -107,16 +106,8 @@ func benchElasticCmd() *cobra.Command {
 			}
 			md := res.Markdown()
 			fmt.Print(md)
-			if mdPath != "" {
-				if err := os.WriteFile(mdPath, []byte(md), 0o644); err != nil {
-					return fmt.Errorf("bench elastic: write %s: %w", mdPath, err)
-				}
-			}
-			if jsonPath != "" {
-				if err := bench.WriteJSON(jsonPath, res); err != nil {
-					return err
-				}
-				fmt.Fprintf(os.Stderr, "wrote %s\n", jsonPath)
+			if err := writeReproOutputs("bench elastic", md, mdPath, jsonPath, res); err != nil {
+				return err
 			}
 			if runErr != nil {
 				return runErr
