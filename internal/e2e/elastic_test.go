@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -240,33 +239,8 @@ func (c *cluster) addJoiner(spec nodeSpec) *proc {
 func (c *cluster) startJoin(name string) {
 	c.t.Helper()
 	p := c.node(name)
-	if p.running() {
-		c.t.Fatalf("start %s: already running", name)
-	}
-	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	fmt.Fprintf(logf, "=== e2e: starting %s (--join) at %s\n", name, time.Now().Format(time.RFC3339Nano))
-	args := []string{"server", "--config", c.cfgPath, "--node", name, "--join", "--region", p.region,
-		"--listen", p.listen, "--peer-listen", p.peerListen, "--metrics", p.metrics, "--data-dir", p.dataDir}
-	if p.diskReserve != "" {
-		args = append(args, "--disk-reserve", p.diskReserve)
-	}
-	cmd := exec.Command(binPath, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		c.t.Fatalf("start %s: %v", name, err)
-	}
-	done := make(chan struct{})
-	go func() {
-		err := cmd.Wait()
-		fmt.Fprintf(logf, "=== e2e: %s exited at %s: %v\n", name, time.Now().Format(time.RFC3339Nano), err)
-		logf.Close()
-		close(done)
-	}()
-	p.cmd, p.done = cmd, done
+	c.startWith(name, " (--join)", "--join", "--region", p.region, "--listen", p.listen, "--peer-listen", p.peerListen,
+		"--metrics", p.metrics, "--data-dir", p.dataDir)
 }
 
 // checkRunning fails the test if any of the named server processes has exited.

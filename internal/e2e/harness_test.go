@@ -210,6 +210,13 @@ func (c *cluster) names() []string {
 // time). Its output is appended to the node's log file.
 func (c *cluster) start(name string) {
 	c.t.Helper()
+	c.startWith(name, "", "--data-dir", c.node(name).dataDir)
+}
+
+// startWith starts node name's server process with `server --config FILE --node NAME` and
+// extra arguments; note goes into the log's start line.
+func (c *cluster) startWith(name, note string, extra ...string) {
+	c.t.Helper()
 	p := c.node(name)
 	if p.running() {
 		c.t.Fatalf("start %s: already running", name)
@@ -218,8 +225,8 @@ func (c *cluster) start(name string) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	fmt.Fprintf(logf, "=== e2e: starting %s at %s\n", name, time.Now().Format(time.RFC3339Nano))
-	args := []string{"server", "--config", c.cfgPath, "--node", name, "--data-dir", p.dataDir}
+	fmt.Fprintf(logf, "=== e2e: starting %s%s at %s\n", name, note, time.Now().Format(time.RFC3339Nano))
+	args := append([]string{"server", "--config", c.cfgPath, "--node", name}, extra...)
 	if p.diskReserve != "" {
 		args = append(args, "--disk-reserve", p.diskReserve)
 	}
