@@ -61,7 +61,8 @@ type ProtocolSpec struct {
 	// split entry founds the right-hand group from the left one's state, as CockroachDB's
 	// split trigger; a merge freezes the right-hand group and waits for every replica of it
 	// first, as CockroachDB's subsume and merge trigger; raft/repartition.go). GlobLease
-	// keeps a mastership table per partition and refuses until it has its own protocol.
+	// keeps a mastership table per partition: a split or merge starts a new generation of
+	// the table, fenced against the old masters' leases (globlease/gl_split.go).
 	Repartition bool
 	// Moves: a replica of a partition moves to another node of its region one at a time
 	// (metadata move_start / move_finish, docs/elasticity.md): the quorum family writes and
@@ -164,8 +165,9 @@ var protocols = []ProtocolSpec{
 		Name: ProtocolGlobLease,
 		Doc: "one master per key, read leases that let other replicas serve reads locally, active or passive " +
 			"writes, master migration and failover, hot-key replicas under secondary leases (liu-thesis 4.1)",
-		Moves: true,
-		Options: []OptionSpec{
+		Moves:       true,
+		Repartition: true,
+		Options: append([]OptionSpec{
 			{Name: "home_region", Default: "", Doc: "region whose replica masters keys by default (empty: the keyspace's first region); must be one of the keyspace's regions", Normalize: normalizeRegionName},
 			{Name: "home_ranges", Default: "", Doc: "per key range home regions: \"START=REGION,...\" (keys ≥ START, up to the next START, are mastered in REGION); keys below the first START use home_region", Normalize: normalizeRanges},
 			{Name: "lease", Default: "1m0s", Doc: "length of a read lease (liu-thesis Table 4.2: 60 s); 10ms..1h", Normalize: durationRange(10*time.Millisecond, time.Hour)},
@@ -184,7 +186,7 @@ var protocols = []ProtocolSpec{
 			{Name: "suspect_after", Default: "1s", Doc: "a lease holder that leaves a write's update unacknowledged this long (paused, overloaded, cut off) becomes suspect: the write still waits for its lease to run out, but its next leases are short; 10ms..1m", Normalize: durationRange(10*time.Millisecond, time.Minute)},
 			{Name: "suspect_lease", Default: "2s", Doc: "length of the leases granted to a suspect holder (liu-thesis 4.1.3: lease length per node), so its next stall delays writes this long at most instead of a whole lease; 0s: suspects get full leases; 0 or 10ms..1h", Normalize: zeroOrDurationRange(10*time.Millisecond, time.Hour)},
 			{Name: "suspect_probation", Default: "5m0s", Doc: "a suspect holder gets full leases again once it has left no update unacknowledged for this long; 1s..24h", Normalize: durationRange(time.Second, 24*time.Hour)},
-		},
+		}, elasticOptionSpecs...),
 	},
 }
 

@@ -411,9 +411,9 @@ func (c *Catalog) repartition(index uint64, cmd Command) ([]storage.Record, Outc
 	}
 	var pk *placement.Keyspace
 	if cmd.Op == OpSplit {
-		pk, err = old.Placement().Split(cmd.Partition, cmd.SplitKey)
+		pk, err = old.Placement().Split(cmd.Partition, cmd.SplitKey, index)
 	} else {
-		pk, err = old.Placement().Merge(cmd.Partition)
+		pk, err = old.Placement().Merge(cmd.Partition, index)
 	}
 	if err != nil {
 		return nil, Outcome{}, errs.New(errs.Invalid, "%s keyspace %q: %v", cmd.Op, cmd.Name, err)

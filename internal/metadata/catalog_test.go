@@ -79,16 +79,24 @@ func TestSplitAndMergeCommands(t *testing.T) {
 	if _, _, err = cat.Apply(13, Command{Op: OpMerge, Name: "kv", Partition: 0}); err == nil || !strings.Contains(err.Error(), "different replicas") {
 		t.Fatalf("merge across replica sets: %v", err)
 	}
-	// Raft splits in its groups' logs (raft/repartition.go); GlobLease keeps a mastership
-	// table per partition and refuses.
+	// Raft splits in its groups' logs (raft/repartition.go); GlobLease starts a new generation
+	// of each resulting partition's mastership table (globlease/gl_split.go): both halves of
+	// a split, and a merged partition, carry the command's index as their generation.
 	create(20, "ks_raft", "raft")
 	if _, _, err := cat.Apply(21, Command{Op: OpSplit, Name: "ks_raft", Partition: 0, SplitKey: []byte("m")}); err != nil {
 		t.Fatalf("split of a raft keyspace: %v", err)
 	}
 	create(22, "ks_globlease", "globlease")
-	_, _, err = cat.Apply(23, Command{Op: OpSplit, Name: "ks_globlease", Partition: 0, SplitKey: []byte("m")})
-	if errs.KindOf(err) != errs.Invalid || !strings.Contains(err.Error(), "does not split or merge") {
+	_, out, err = cat.Apply(23, Command{Op: OpSplit, Name: "ks_globlease", Partition: 0, SplitKey: []byte("m")})
+	if err != nil {
 		t.Fatalf("split of a globlease keyspace: %v", err)
+	}
+	if g0, g1 := out.Keyspace.Partitions[0].Generation, out.Keyspace.Partitions[1].Generation; g0 != 23 || g1 != 23 {
+		t.Fatalf("split halves have generations %d and %d, want the command's index 23", g0, g1)
+	}
+	_, out, err = cat.Apply(24, Command{Op: OpMerge, Name: "ks_globlease", Partition: 0})
+	if err != nil || out.Keyspace.Partitions[0].Generation != 24 {
+		t.Fatalf("merge of a globlease keyspace: %v (partitions %+v)", err, out.Keyspace)
 	}
 	if _, _, err = cat.Apply(30, Command{Op: OpSplit, Name: "kv", Partition: 0, SplitKey: []byte("")}); errs.KindOf(err) != errs.Invalid {
 		t.Fatalf("split at the empty key: %v", err)

@@ -55,6 +55,12 @@ type Partition struct {
 	// are named by node (config.ProtocolSpec.NoRejoin) never takes one back: etcd raft
 	// must never see a member return with an empty log under the same ID.
 	Departed []uint32 `json:"departed,omitempty"`
+	// Generation is the ID of the metadata command that last split or merged the range into
+	// this partition (0: never), from the same sequence as move IDs, so that it exceeds every
+	// move epoch before it. A protocol whose per-partition state cannot simply be cut or
+	// joined (GlobLease's mastership table) starts a new configuration of it at each
+	// generation; the others ignore it.
+	Generation uint64 `json:"generation,omitempty"`
 }
 
 // MoveStage is where a replica move stands.
@@ -404,8 +410,9 @@ func (k *Keyspace) nextID() uint32 {
 // replicas, learners and founders as the partition, so under every protocol that
 // repartitions in place (engine.Protocol.Repartition) every key keeps its replicas and no
 // data moves: records do not name partitions (ElasCass 3.1 splits rebuild replica files;
-// here only the map changes). Version is left to the caller.
-func (k *Keyspace) Split(id uint32, at []byte) (*Keyspace, error) {
+// here only the map changes). Both halves take generation gen, the split command's ID, which
+// must exceed the partition's generation and move epoch. Version is left to the caller.
+func (k *Keyspace) Split(id uint32, at []byte, gen uint64) (*Keyspace, error) {
 	i := k.indexOf(id)
 	if i < 0 {
 		return nil, fmt.Errorf("keyspace %q has no partition %d", k.Spec.Name, id)
@@ -420,8 +427,12 @@ func (k *Keyspace) Split(id uint32, at []byte) (*Keyspace, error) {
 	if len(k.Partitions) >= MaxPartitions {
 		return nil, fmt.Errorf("keyspace %q already has %d partitions, the most one keyspace may have", k.Spec.Name, MaxPartitions)
 	}
+	if err := checkGeneration(k.Spec.Name, gen, p); err != nil {
+		return nil, err
+	}
 	out := k.clone()
 	left := out.Partitions[i]
+	left.Generation = gen
 	right := clonePartition(left)
 	right.ID = out.nextID()
 	right.Start = bytes.Clone(at)
@@ -435,8 +446,9 @@ func (k *Keyspace) Split(id uint32, at []byte) (*Keyspace, error) {
 // Merge returns a copy of k with partition id and its right-hand neighbour joined into one
 // partition that keeps id. They must have the same replicas and learners (ElasCass 3.1: "if
 // two adjacent partitions are not stored on the same set of nodes, then they are not
-// merged"), so no data moves. The neighbour's ID is retired.
-func (k *Keyspace) Merge(id uint32) (*Keyspace, error) {
+// merged"), so no data moves. The neighbour's ID is retired. The merged partition takes
+// generation gen, the merge command's ID (above both partitions' generations and epochs).
+func (k *Keyspace) Merge(id uint32, gen uint64) (*Keyspace, error) {
 	i := k.indexOf(id)
 	if i < 0 {
 		return nil, fmt.Errorf("keyspace %q has no partition %d", k.Spec.Name, id)
@@ -451,15 +463,31 @@ func (k *Keyspace) Merge(id uint32) (*Keyspace, error) {
 	if !sameMembers(l.Replicas, r.Replicas) || !sameMembers(l.Learners, r.Learners) {
 		return nil, fmt.Errorf("partitions %d and %d of %q are on different replicas (%v and %v): merging them would move data; move a replica first", l.ID, r.ID, k.Spec.Name, l.Replicas, r.Replicas)
 	}
+	if err := checkGeneration(k.Spec.Name, gen, l); err != nil {
+		return nil, err
+	}
+	if err := checkGeneration(k.Spec.Name, gen, r); err != nil {
+		return nil, err
+	}
 	out := k.clone()
 	out.Partitions[i].End = out.Partitions[i+1].End
 	out.Partitions[i].MoveEpoch = max(l.MoveEpoch, r.MoveEpoch)
+	out.Partitions[i].Generation = gen
 	for _, d := range r.Departed {
 		out.Partitions[i].Departed = appendDeparted(out.Partitions[i].Departed, d)
 	}
 	out.Partitions = slices.Delete(out.Partitions, i+1, i+2)
 	out.NextPartitionID = k.nextID()
 	return out.Index(), nil
+}
+
+// checkGeneration: a split's or merge's generation orders after everything that happened to
+// the partition (its last split or merge, its last move).
+func checkGeneration(ks string, gen uint64, p *Partition) error {
+	if gen <= p.Generation || gen <= p.MoveEpoch {
+		return fmt.Errorf("generation %d for partition %d of %q is not newer than its generation %d and move epoch %d", gen, p.ID, ks, p.Generation, p.MoveEpoch)
+	}
+	return nil
 }
 
 // StartMove returns a copy of k in which partition id begins moving its replica on remove
@@ -475,6 +503,8 @@ func (k *Keyspace) StartMove(id uint32, mv Move) (*Keyspace, error) {
 	switch {
 	case p.Move != nil:
 		return nil, fmt.Errorf("partition %d of %q is already moving a replica (move %d, n%d to n%d); one move at a time", id, k.Spec.Name, p.Move.ID, p.Move.Remove, p.Move.Add)
+	case mv.ID <= p.Generation:
+		return nil, fmt.Errorf("move %d of partition %d of %q is not newer than its last split or merge %d", mv.ID, id, k.Spec.Name, p.Generation)
 	case mv.ID <= p.MoveEpoch:
 		return nil, fmt.Errorf("move %d of partition %d of %q is not newer than its last move %d", mv.ID, id, k.Spec.Name, p.MoveEpoch)
 	case !p.HasReplica(mv.Remove):

@@ -79,7 +79,7 @@ func TestSplitAndMergeKeepEveryKeysReplicas(t *testing.T) {
 		if rng.IntN(2) == 0 && len(ks.Partitions) < 64 {
 			key := []byte{byte(rng.IntN(256)), byte(rng.IntN(256))}
 			p := ks.Lookup(key)
-			next, err = ks.Split(p.ID, key)
+			next, err = ks.Split(p.ID, key, uint64(step+1))
 			if bytes.Equal(p.Start, key) {
 				if err == nil {
 					t.Fatalf("step %d: split at a partition's own start accepted", step)
@@ -98,7 +98,7 @@ func TestSplitAndMergeKeepEveryKeysReplicas(t *testing.T) {
 		} else if len(ks.Partitions) > 1 {
 			i := rng.IntN(len(ks.Partitions) - 1)
 			l, r := ks.Partitions[i], ks.Partitions[i+1]
-			next, err = ks.Merge(l.ID)
+			next, err = ks.Merge(l.ID, uint64(step+1))
 			if !sameMembers(l.Replicas, r.Replicas) {
 				if err == nil {
 					t.Fatalf("step %d: merge of %d %v and %d %v accepted", step, l.ID, l.Replicas, r.ID, r.Replicas)
@@ -137,19 +137,33 @@ func TestSplitAndMergeRefuseBadInput(t *testing.T) {
 		id  uint32
 		key string
 	}{{9, "x"}, {0, ""}, {1, "\x00"}, {0, string(ks.Partitions[1].Start)}} {
-		if _, err := ks.Split(c.id, []byte(c.key)); err == nil {
+		if _, err := ks.Split(c.id, []byte(c.key), 1); err == nil {
 			t.Errorf("split %d at %q accepted", c.id, c.key)
 		}
 	}
-	if _, err := ks.Merge(1); err == nil || !strings.Contains(err.Error(), "last one") {
+	if _, err := ks.Merge(1, 1); err == nil || !strings.Contains(err.Error(), "last one") {
 		t.Errorf("merge of the last partition: %v", err)
 	}
-	if _, err := ks.Merge(7); err == nil {
+	if _, err := ks.Merge(7, 1); err == nil {
 		t.Error("merge of an unknown partition accepted")
+	}
+	// A generation must order after the partition's last split, merge and move.
+	split, err := ks.Split(0, []byte{0x10}, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := split.Split(0, []byte{0x08}, 5); err == nil || !strings.Contains(err.Error(), "not newer") {
+		t.Errorf("split at a generation not above the partition's: %v", err)
+	}
+	if _, err := split.Merge(0, 4); err == nil || !strings.Contains(err.Error(), "not newer") {
+		t.Errorf("merge at a generation not above the partition's: %v", err)
+	}
+	if _, err := split.StartMove(0, Move{ID: 5, Add: 99, Remove: split.Partitions[0].Replicas[0], Source: split.Partitions[0].Replicas[0]}); err == nil || !strings.Contains(err.Error(), "split or merge") {
+		t.Errorf("move not newer than the split: %v", err)
 	}
 	// The original is untouched by a split (keyspaces are immutable once shared).
 	before := fmt.Sprint(ks.Partitions)
-	if _, err := ks.Split(0, []byte{0x10}); err != nil {
+	if _, err := ks.Split(0, []byte{0x10}, 1); err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(ks.Partitions) != before {

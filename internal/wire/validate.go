@@ -214,10 +214,10 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		return nil
 	case *peerpb.Envelope_GlPrepare:
 		p := m.GlPrepare
-		return pc.partition(p.Keyspace, p.Partition, senderReplica, from, true)
+		return pc.glPartition(p.Keyspace, p.Partition, senderReplica, from, true)
 	case *peerpb.Envelope_GlPromise:
 		p := m.GlPromise
-		if err := pc.partition(p.Keyspace, p.Partition, senderReplica, from, true); err != nil {
+		if err := pc.glPartition(p.Keyspace, p.Partition, senderReplica, from, true); err != nil {
 			return err
 		}
 		if err := pc.table(p.Accepted, from); err != nil {
@@ -228,7 +228,7 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		return pc.table(m.GlAccept.GetTable(), from)
 	case *peerpb.Envelope_GlAccepted:
 		a := m.GlAccepted
-		if err := pc.partition(a.Keyspace, a.Partition, senderReplica, from, true); err != nil {
+		if err := pc.glPartition(a.Keyspace, a.Partition, senderReplica, from, true); err != nil {
 			return err
 		}
 		return pc.table(a.Committed, from)
@@ -244,7 +244,7 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		return pc.record(m.GlFetchReply.Record, senderReplica, from, false)
 	case *peerpb.Envelope_GlRevoke:
 		r := m.GlRevoke
-		if err := pc.partition(r.Keyspace, r.Partition, senderReplica, from, false); err != nil {
+		if err := pc.glPartition(r.Keyspace, r.Partition, senderReplica, from, false); err != nil {
 			return err
 		}
 		if len(r.Keys) > maxListLen {
@@ -258,7 +258,7 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		return nil
 	case *peerpb.Envelope_GlRevokeAck:
 		r := m.GlRevokeAck
-		return pc.partition(r.Keyspace, r.Partition, noSenderCheck, from, false)
+		return pc.glPartition(r.Keyspace, r.Partition, noSenderCheck, from, false)
 	case *peerpb.Envelope_Raft:
 		return pc.raftMessage(m.Raft, from)
 	case *peerpb.Envelope_RaftBatch:
@@ -419,6 +419,21 @@ func (pc *PeerCheck) partition(keyspace string, id uint32, sender senderRule, fr
 		return reject(RejectBadPartition, "keyspace %q has no partition %d", keyspace, id)
 	}
 	return pc.members(p, keyspace, sender, from, receiverReplica)
+}
+
+// glPartition checks a GlobLease message's partition. A partition this node's map does not
+// have is not an error where partitions split and merge: the sender may be on an older map (a
+// merge retired the ID) or a newer one (a split made it), and the engine ignores what it does
+// not hold (globlease gl_split.go). Membership is checked for partitions the map has.
+func (pc *PeerCheck) glPartition(keyspace string, id uint32, sender senderRule, from uint32, receiverReplica bool) *Rejection {
+	if ks, ok := pc.Placement.Keyspace(keyspace); ok {
+		if _, known := ks.Partition(id); !known {
+			if spec, ok := config.Protocol(ks.Spec.Protocol); ok && spec.Repartition {
+				return nil
+			}
+		}
+	}
+	return pc.partition(keyspace, id, sender, from, receiverReplica)
 }
 
 // groupMember checks a consensus group's message: sender and receiver are members of the
@@ -605,7 +620,7 @@ func (pc *PeerCheck) partVersions(ps []*peerpb.GlPartVersion, from uint32) *Reje
 		return reject(RejectTooLarge, "%d partitions in one heartbeat", len(ps))
 	}
 	for _, p := range ps {
-		if err := pc.partition(p.Keyspace, p.Partition, noSenderCheck, from, false); err != nil {
+		if err := pc.glPartition(p.Keyspace, p.Partition, noSenderCheck, from, false); err != nil {
 			return err
 		}
 	}
@@ -622,7 +637,7 @@ func (pc *PeerCheck) table(t *peerpb.GlTable, from uint32) *Rejection {
 	if t == nil {
 		return nil
 	}
-	if err := pc.partition(t.Keyspace, t.Partition, noSenderCheck, from, false); err != nil {
+	if err := pc.glPartition(t.Keyspace, t.Partition, noSenderCheck, from, false); err != nil {
 		return err
 	}
 	if t.DefaultMaster != 0 && !pc.Members(t.DefaultMaster) {

@@ -71,7 +71,7 @@ func TestPeerCheckRejections(t *testing.T) {
 		{"from itself", write(1, rec(pc, "kv", "k", now)), RejectNotMember},
 		{"to another node", &peerpb.Envelope{From: 2, To: 3, Msg: &peerpb.Envelope_Heartbeat{Heartbeat: &peerpb.Heartbeat{}}}, RejectMalformed},
 		{"an unknown keyspace", write(2, &peerpb.Record{Keyspace: "nope", Key: []byte("k"), Version: &peerpb.Version{WallNanos: 1, NodeId: 2}}), RejectUnknown},
-		{"a partition out of range", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_GlPrepare{GlPrepare: &peerpb.GlPrepare{Keyspace: "kv", Partition: 99}}}, RejectBadPartition},
+		{"a partition out of range", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_RaftApplied{RaftApplied: &peerpb.RaftApplied{Keyspace: "kv", Partition: 99}}}, RejectBadPartition},
 		{"an empty anti-entropy range", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_AeDigest{AeDigest: &peerpb.AEDigest{Keyspace: "kv", Start: []byte("b"), End: []byte("a"), BucketHashes: []uint64{1}}}}, RejectMalformed},
 		{"a key over the limit", write(2, rec(pc, "kv", big, now)), RejectTooLarge},
 		{"an empty key", write(2, &peerpb.Record{Keyspace: "kv", Version: &peerpb.Version{WallNanos: 1, NodeId: 2}}), RejectMalformed},

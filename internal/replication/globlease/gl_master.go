@@ -61,7 +61,7 @@ func (c *Engine) glStartConservative(now time.Time, gp *glPart, grantor uint32, 
 
 func (c *Engine) glSendRevokes(now time.Time, gp *glPart, cons *glConservative) {
 	cons.next = now.Add(glResendEvery)
-	msg := &peerpb.GlRevoke{Keyspace: gp.ks.Spec.Name, Partition: gp.p.ID, Grantor: cons.grantor, Id: cons.id}
+	msg := &peerpb.GlRevoke{Keyspace: gp.ks.Spec.Name, Partition: gp.p.ID, Grantor: cons.grantor, Id: cons.id, Generation: gp.p.Generation}
 	if cons.keys != nil {
 		ks := slices.Sorted(maps.Keys(cons.keys))
 		for _, k := range ks {
@@ -266,6 +266,7 @@ func (c *Engine) glReplyRead(now time.Time, k *glKey, op *glOp, rec storage.Reco
 		r.LeaseNanos = int64(lease)
 		r.GrantSentUnixNanos = now.UnixNano()
 		r.GrantId = g
+		r.Generation = k.gp.p.Generation
 		c.glCounters.LeasesGranted.Add(1)
 		c.glCounters.LeaseMessages.Add(1)
 	}
@@ -500,7 +501,7 @@ func (c *Engine) glSendUpdates(now time.Time, k *glKey, w *glWrite, holders []ui
 		if w.acks[n] {
 			continue
 		}
-		u := &peerpb.GlUpdate{WriteId: w.id, Record: pb, SentUnixNanos: now.UnixNano(), TableVersion: gp.table.version, MoveEpoch: gp.p.MoveEpoch}
+		u := &peerpb.GlUpdate{WriteId: w.id, Record: pb, SentUnixNanos: now.UnixNano(), TableVersion: gp.table.version, MoveEpoch: gp.p.MoveEpoch, Generation: gp.p.Generation}
 		if w.leaseTo[n] {
 			if gp.p.HasReplica(n) {
 				u.LeaseNanos = int64(c.glGrantLength(now, k, n))
@@ -747,7 +748,7 @@ func (c *Engine) glSendLazy(now time.Time, id uint64, lz *glLazy) {
 	lz.next = now.Add(glResendEvery)
 	pb := wire.RecordToPB(lz.rec)
 	for _, n := range sortedKeys(lz.pending) {
-		c.Send(n, &peerpb.Envelope{Msg: &peerpb.Envelope_GlUpdate{GlUpdate: &peerpb.GlUpdate{WriteId: id, Record: pb, SentUnixNanos: now.UnixNano(), Committed: true, MoveEpoch: lz.gp.p.MoveEpoch}}})
+		c.Send(n, &peerpb.Envelope{Msg: &peerpb.Envelope_GlUpdate{GlUpdate: &peerpb.GlUpdate{WriteId: id, Record: pb, SentUnixNanos: now.UnixNano(), Committed: true, MoveEpoch: lz.gp.p.MoveEpoch, Generation: lz.gp.p.Generation}}})
 	}
 }
 

@@ -95,11 +95,15 @@ import (
 
 // glConfigOf is partition p's configuration number: 2·move ID while a move is in progress,
 // 2·MoveEpoch+1 once it is settled; it grows with every move step.
+//
+// A split or merge starts a new generation (gl_split.go) numbered like a move, by its metadata
+// command's ID, so its configuration 2·Generation+1 is above every configuration before it,
+// and a move after it (a later ID) above it again.
 func glConfigOf(p *placement.Partition) uint64 {
 	if p.Move != nil {
 		return 2 * p.Move.ID
 	}
-	return 2*p.MoveEpoch + 1
+	return 2*max(p.MoveEpoch, p.Generation) + 1
 }
 
 // MoveMutations are GlobLease's deliberately broken replica moves.
@@ -420,25 +424,28 @@ func (c *Engine) glConfigure(now time.Time, gp *glPart) {
 // replica (it stops serving them; masters still count it as a holder until it acknowledges an
 // update without a lease or the record runs out). Secondary leases it hosted stay in hostAff:
 // updates still pass through it to those affiliated nodes until they run out.
-func (c *Engine) glDropPart(now time.Time, gp *glPart) {
+//
+// why describes the departure, a format taking the partition ID and the keyspace name.
+// Operations that had not run yet are returned, to run again under the new map
+// (glRequeue): they were not applied, so nothing is lost by running them elsewhere.
+func (c *Engine) glDropPart(now time.Time, gp *glPart, why string) (notRun []*glOp) {
 	pid := glPartID{gp.ks.Spec.Name, gp.p.ID}
+	where := fmt.Sprintf(why, gp.p.ID, gp.ks.Spec.Name)
 	for _, id := range c.keyIDsOf(gp) {
 		k := c.gl.keys[id]
 		if w := k.write; w != nil {
 			delete(c.gl.writes, w.id)
 			for _, op := range w.waiters {
-				c.glFailOp(op, errs.New(errs.Timeout, "globlease: this node left partition %d of keyspace %q (a replica move) during the write of key %q; it may or may not have been applied", gp.p.ID, gp.ks.Spec.Name, k.key))
+				c.glFailOp(op, errs.New(errs.Timeout, "globlease: this node %s during the write of key %q; it may or may not have been applied", where, k.key))
 			}
 		}
 		if k.recovery != nil {
 			delete(c.gl.fetches, k.recovery.id)
 		}
-		for _, op := range k.moveWait {
-			c.glFailOp(op, errs.New(errs.Unavailable, "globlease: this node left partition %d of keyspace %q (a replica move); ask again", gp.p.ID, gp.ks.Spec.Name))
-		}
+		notRun = append(notRun, k.moveWait...)
 		for _, op := range k.queue {
 			if !op.done {
-				c.glFailOp(op, errs.New(errs.Unavailable, "globlease: this node left partition %d of keyspace %q (a replica move) before the operation on key %q ran; it was not applied", gp.p.ID, gp.ks.Spec.Name, k.key))
+				notRun = append(notRun, op)
 			}
 		}
 		delete(c.gl.waiting, id)
@@ -449,8 +456,35 @@ func (c *Engine) glDropPart(now time.Time, gp *glPart) {
 			delete(c.gl.leases, id)
 		}
 	}
-	delete(c.gl.parts, pid)
+	if c.gl.parts[pid] == gp {
+		delete(c.gl.parts, pid)
+	}
 	c.gl.partList = slices.DeleteFunc(c.gl.partList, func(p *glPart) bool { return p == gp })
+	return notRun
+}
+
+// glRequeue runs operations a dropped partition state had not run yet under the current map:
+// at this node if it masters the key now, otherwise at the key's master (or a replica that
+// knows it).
+func (c *Engine) glRequeue(now time.Time, ops []*glOp) {
+	for _, op := range ops {
+		ks, ok := c.Pmap.Keyspace(op.req.Keyspace)
+		if !ok || !isGL(ks) {
+			c.glFailOp(op, errs.New(errs.NotFound, "globlease: keyspace %q is gone", op.req.Keyspace))
+			continue
+		}
+		p := ks.Lookup(op.key())
+		op.part = p.ID
+		gp := c.glPartOf(ks.Spec.Name, p.ID)
+		switch {
+		case gp != nil && gp.masterOf(op.key(), c.Region) == c.Cfg.NodeID:
+			c.glMasterOp(now, gp, op)
+		case gp != nil:
+			c.glRedirectOp(now, op, gp.masterOf(op.key(), c.Region))
+		default:
+			c.glRedirectOp(now, op, c.ByDistance(p.Replicas)[0])
+		}
+	}
 }
 
 // glBusy reports whether this node, as master, has a write or a recovery of gp in flight on a

@@ -152,6 +152,9 @@ func (c *Engine) glInstallLease(now time.Time, fwd *glFwd, from uint32, m *peerp
 	}
 	ack := &peerpb.GlLeaseAck{Keyspace: fwd.req.Keyspace, Partition: fwd.gp.p.ID, Key: fwd.req.Key, GrantId: m.GetGrantId()}
 	pid := glPartID{fwd.req.Keyspace, fwd.gp.p.ID}
+	// The key's ID under the partition it is in now (a split may have renamed it since the
+	// read left).
+	id := coord.KeyID(fwd.req.Keyspace, fwd.gp.p.ID, fwd.req.Key)
 	grantVer := rec.Version
 	if !m.GetFound() {
 		grantVer = wire.VersionFromPB(m.GetVersion())
@@ -159,17 +162,18 @@ func (c *Engine) glInstallLease(now time.Time, fwd *glFwd, from uint32, m *peerp
 	// A grant that crossed an update of the key (links may reorder) would revive the older
 	// version the update has just suspended: refuse it.
 	newer := false
-	if seen, ok := c.gl.updated[fwd.id]; ok && grantVer.Less(seen.version) {
+	if seen, ok := c.gl.updated[id]; ok && grantVer.Less(seen.version) {
 		newer = true
 	}
-	if !fwd.gp.joining && !newer && c.glGrantFresh(now, pid, from, m.GetGrantSentUnixNanos()) && c.glCheckGrant(now, fwd.id, from, m.GetGrantId()) == glGrantNew {
+	if !fwd.gp.joining && !newer && c.glGrantFresh(now, pid, from, m.GetGrantSentUnixNanos()) &&
+		c.glGrantGenOK(fwd.req.Keyspace, fwd.req.Key, m.GetGeneration()) && c.glCheckGrant(now, id, from, m.GetGrantId()) == glGrantNew {
 		l := &glLease{until: now.Add(time.Duration(m.GetLeaseNanos())), found: m.GetFound(), grantor: from, part: pid}
 		if m.GetFound() {
 			l.version = rec.Version
 			c.Clock.Observe(now, rec.Version)
 			c.ApplyLocal(now, rec, false)
 		}
-		c.gl.leases[fwd.id] = l
+		c.gl.leases[id] = l
 		ack.Accepted = true
 	}
 	c.glCounters.LeaseMessages.Add(1)
@@ -186,8 +190,8 @@ func (c *Engine) glHandleUpdate(now time.Time, from uint32, m *peerpb.GlUpdate) 
 	if !ok || !isGL(ks) {
 		return
 	}
-	// GlobLease keeps mastership per partition, and its keyspaces are not repartitioned
-	// (engine.Protocol.Repartition is off), so the key's partition is the one the master used.
+	// The key's partition in this node's map: the master's may differ around a split or merge,
+	// and then the update brings no lease (gl_split.go).
 	part := ks.Lookup(rec.Key).ID
 	id := coord.KeyID(rec.Keyspace, part, rec.Key)
 	pid := glPartID{rec.Keyspace, part}
@@ -201,7 +205,8 @@ func (c *Engine) glHandleUpdate(now time.Time, from uint32, m *peerpb.GlUpdate) 
 	}
 	// The new replica of a move takes every write and no lease: it serves nothing before the
 	// move finishes.
-	leaseOK := m.GetLeaseNanos() > 0 && (gp == nil || !gp.joining) && c.glGrantFresh(now, pid, from, m.GetSentUnixNanos())
+	leaseOK := m.GetLeaseNanos() > 0 && (gp == nil || !gp.joining) && c.glGrantFresh(now, pid, from, m.GetSentUnixNanos()) &&
+		c.glGrantGenOK(rec.Keyspace, rec.Key, m.GetGeneration())
 	// A lease that comes with an older version than an update this node already has (a
 	// delayed grant overtaken by a write) would revive what that update suspended.
 	if u, ok := c.gl.updated[id]; ok && rec.Version.Less(u.version) {
@@ -309,7 +314,7 @@ func (c *Engine) glPassToAffiliates(now time.Time, from uint32, id string, m *pe
 	wid := c.glNewID()
 	c.gl.hostWait[wid] = hw
 	for _, n := range sortedKeys(hw.waitFor) {
-		u := &peerpb.GlUpdate{WriteId: wid, Record: m.GetRecord(), SentUnixNanos: now.UnixNano(), LeaseNanos: int64(sec)}
+		u := &peerpb.GlUpdate{WriteId: wid, Record: m.GetRecord(), SentUnixNanos: now.UnixNano(), LeaseNanos: int64(sec), Generation: m.GetGeneration()}
 		if sec > 0 {
 			hk.recs[n] = &glRecord{until: now.Add(glGrantMaxAge + c.Cfg.MaxClockOffset + stretch(sec))}
 		}
@@ -461,6 +466,12 @@ func (c *Engine) glMaybeAckHost(now time.Time, wid uint64, hw *glHostWait) {
 
 // glHandleRevoke drops the leases the grantor gave (see glConservative) and acknowledges.
 func (c *Engine) glHandleRevoke(now time.Time, from uint32, m *peerpb.GlRevoke) {
+	if !c.glGenInstalled(m.GetKeyspace(), m.GetGeneration()) {
+		// A new generation's master (gl_split.go): this node still holds, or may still take,
+		// leases of the partitions the generation replaces. It acknowledges once it has
+		// installed the generation (the master resends).
+		return
+	}
 	pid := glPartID{m.GetKeyspace(), m.GetPartition()}
 	if c.gl.revoked[pid] == nil {
 		c.gl.revoked[pid] = map[uint32]time.Time{}
@@ -513,8 +524,8 @@ func (c *Engine) glTickHot(now time.Time) {
 			continue
 		}
 		gp := c.glPartOf(ksName, part)
-		if gp == nil || !gp.opts.HotKeys || gp.joining {
-			continue
+		if gp == nil || !gp.opts.HotKeys || gp.joining || !gp.p.Contains(key) {
+			continue // (not contained: a key seen before a split that moved it to another ID)
 		}
 		var (
 			rec    storage.Record
@@ -664,7 +675,7 @@ func (c *Engine) glGrantSecondary(now time.Time, gp *glPart, id string, rec stor
 		}
 		c.glCounters.SecondaryGrants.Add(1)
 		c.Send(n, &peerpb.Envelope{Msg: &peerpb.Envelope_GlUpdate{GlUpdate: &peerpb.GlUpdate{
-			WriteId: wid, Record: pb, LeaseNanos: int64(lease), SentUnixNanos: now.UnixNano(), TableVersion: gp.table.version, Committed: true}}})
+			WriteId: wid, Record: pb, LeaseNanos: int64(lease), SentUnixNanos: now.UnixNano(), TableVersion: gp.table.version, Committed: true, Generation: gp.p.Generation}}})
 	}
 	for g, gr := range c.gl.grants {
 		if now.Sub(gr.sent) > 10*time.Second {
@@ -857,10 +868,13 @@ func (c *Engine) glExpireFwd(id uint64) {
 type Claim struct {
 	Keyspace  string
 	Partition uint32
-	Node      uint32
-	Homes     []uint32
-	Keys      []string
-	Excluded  []string
+	// Start and End bound the partition's range (End nil: unbounded): claims of partitions
+	// that a split or merge made are compared with those of the ones before by range.
+	Start, End []byte
+	Node       uint32
+	Homes      []uint32
+	Keys       []string
+	Excluded   []string
 	// HomeOf returns the home replica of a key under the claiming node's map (two nodes on
 	// either side of a replica move may compute different homes for the same key).
 	HomeOf func(key []byte) uint32
@@ -898,7 +912,7 @@ func (c *Engine) MasterClaims(now time.Time) []Claim {
 			continue
 		}
 		g := gp
-		cl := Claim{Keyspace: gp.ks.Spec.Name, Partition: gp.p.ID, Node: c.Cfg.NodeID,
+		cl := Claim{Keyspace: gp.ks.Spec.Name, Partition: gp.p.ID, Start: gp.p.Start, End: gp.p.End, Node: c.Cfg.NodeID,
 			HomeOf: func(key []byte) uint32 { return g.home(key, c.Region) }}
 		for _, k := range gp.homeKeys() {
 			cl.Reps = append(cl.Reps, string(k))

@@ -92,6 +92,8 @@ type glTable struct {
 	// handed are the homes a replica move gave to a substitute (gl_move.go).
 	config uint64
 	handed map[uint32]bool
+	// gen is the partition generation the table belongs to (gl_split.go).
+	gen uint64
 }
 
 func newTable() glTable {
@@ -141,7 +143,7 @@ func (t *glTable) masterOf(key []byte, home uint32) uint32 {
 // text in practice, and a table is only ever decoded by this function.
 func (t *glTable) toPB(ks string, part uint32) *peerpb.GlTable {
 	pb := &peerpb.GlTable{Keyspace: ks, Partition: part, Version: t.version, Initiator: t.initiator, Hlc: wire.VersionToPB(t.hlc),
-		Config: t.config, HandedOver: slices.Sorted(maps.Keys(t.handed))}
+		Config: t.config, HandedOver: slices.Sorted(maps.Keys(t.handed)), Generation: t.gen}
 	homes := slices.Sorted(maps.Keys(t.subst))
 	for _, h := range homes {
 		pb.Overrides = append(pb.Overrides, &peerpb.GlOverride{Key: substKey(h), Master: t.subst[h]})
@@ -161,7 +163,7 @@ func substKey(home uint32) []byte {
 
 func glTableFromPB(pb *peerpb.GlTable) glTable {
 	t := newTable()
-	t.version, t.initiator, t.hlc, t.config = pb.GetVersion(), pb.GetInitiator(), wire.VersionFromPB(pb.GetHlc()), pb.GetConfig()
+	t.version, t.initiator, t.hlc, t.config, t.gen = pb.GetVersion(), pb.GetInitiator(), wire.VersionFromPB(pb.GetHlc()), pb.GetConfig(), pb.GetGeneration()
 	for _, h := range pb.GetHandedOver() {
 		t.handed[h] = true
 	}
@@ -235,6 +237,13 @@ type glPart struct {
 	locked    bool
 	returning map[uint32]*glReturn
 	wantSeal  bool
+
+	// Generations (gl_split.go). fenced: this acceptor withholds its acknowledgements of the
+	// generation's masters (itself included) until ackFence. genPending: a master of the
+	// generation starts its conservative period when its master lease first holds.
+	fenced     bool
+	ackFence   time.Time
+	genPending bool
 }
 
 type glProposal struct {
@@ -309,7 +318,7 @@ func (c *Engine) glMasterLeaseValid(gp *glPart, now time.Time) bool {
 	// acknowledgements must be a majority of the old and of the new replica set.
 	return c.glQuorum(gp, func(r uint32) bool {
 		if r == c.Cfg.NodeID {
-			return gp.accepted == nil
+			return gp.accepted == nil && !now.Before(gp.ackFence)
 		}
 		t, ok := gp.ackedAt[r]
 		return ok && now.Before(t.Add(gp.opts.MasterLease))
@@ -330,7 +339,11 @@ func (c *Engine) glActing(gp *glPart, key []byte, now time.Time) bool {
 	if giving, _ := gp.glGivingBack(key, c.Region); giving {
 		return false
 	}
-	return c.glMasterLeaseValid(gp, now)
+	if !c.glMasterLeaseValid(gp, now) {
+		return false
+	}
+	c.glStartGeneration(now, gp)
+	return true
 }
 
 // glPersist queues the partition's acceptor state for storage.
@@ -338,6 +351,8 @@ func (c *Engine) glPersist(gp *glPart) {
 	st := &peerpb.GlAcceptorState{
 		Committed: gp.table.toPB(gp.ks.Spec.Name, gp.p.ID),
 		Promised:  ballotToPB(gp.promised),
+		Config:    gp.config,
+		Fenced:    gp.fenced,
 	}
 	if gp.accepted != nil {
 		st.AcceptedBallot = ballotToPB(gp.acceptedBallot)
@@ -352,16 +367,22 @@ func (c *Engine) glPersist(gp *glPart) {
 
 func glMetaKey(ks string, part uint32) []byte { return fmt.Appendf(nil, "acceptor/%s/%d", ks, part) }
 
-// glLoad restores a partition's acceptor state from storage (after a restart).
-func (c *Engine) glLoad(gp *glPart) {
+// glLoad restores a partition's acceptor state from storage (after a restart) and reports
+// whether it found one of the partition's current generation (gl_split.go: a state written
+// in an earlier generation belongs to a partition a split or merge superseded).
+func (c *Engine) glLoad(gp *glPart) bool {
 	rec, found, err := c.Store.Get(glMetaKeyspace, glMetaKey(gp.ks.Spec.Name, gp.p.ID))
 	if err != nil || !found || rec.Tombstone {
-		return
+		return false
 	}
 	var st peerpb.GlAcceptorState
 	if proto.Unmarshal(rec.Value, &st) != nil {
-		return
+		return false
 	}
+	if st.GetConfig() < glGenFloor(gp.p) || st.GetCommitted().GetGeneration() != gp.p.Generation {
+		return false
+	}
+	gp.fenced = st.GetFenced()
 	gp.table = glTableFromPB(st.GetCommitted())
 	gp.promised = ballotFromPB(st.GetPromised())
 	if st.GetAccepted() != nil {
@@ -370,6 +391,7 @@ func (c *Engine) glLoad(gp *glPart) {
 		gp.acceptedBallot = ballotFromPB(st.GetAcceptedBallot())
 	}
 	c.Clock.Observe(c.LastTick, gp.table.hlc)
+	return true
 }
 
 // glAdopt installs a committed table newer than ours.
@@ -378,6 +400,9 @@ func (c *Engine) glAdopt(now time.Time, gp *glPart, pb *peerpb.GlTable) {
 		return
 	}
 	next := glTableFromPB(pb)
+	if next.gen != gp.p.Generation {
+		return // a table of another generation of the range (gl_split.go)
+	}
 	// Every master the table names is a member of the partition in this node's map. A
 	// table made under another map (a node on the other side of a move step) may name a
 	// node this one does not know as a member yet or any more: it is refused until this
@@ -487,6 +512,9 @@ func (c *Engine) glHandleHeartbeat(now time.Time, from uint32, m *peerpb.GlHeart
 			// Another configuration of the partition (one of us has not installed the last move
 			// step): no acknowledgement, which would count for a master lease under a
 			// majority this node may not belong to (gl_move.go).
+		case now.Before(gp.ackFence):
+			// A new generation's fence (gl_split.go): this acceptor may have backed a master of
+			// the partition the generation superseded that the new table does not name.
 		case gp.table.version == pv.GetVersion() && gp.accepted == nil:
 			// No acknowledgement while a table this node accepted may be about to be chosen:
 			// it could take keys from the sender.

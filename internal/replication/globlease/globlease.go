@@ -391,8 +391,18 @@ func (c *Engine) glSetup(now time.Time) {
 		}
 	}
 	gl := c.gl
+	prevMap := gl.pmap
 	gl.pmap = c.Pmap
+	c.glDropSuperseded(prevMap, c.Pmap)
+	prev := slices.Clone(gl.partList)
 	held := map[glPartID]bool{}
+	type freshPart struct {
+		ks     *placement.Keyspace
+		p      *placement.Partition
+		opts   config.GlobLeaseOptions
+		fenced bool
+	}
+	var fresh []freshPart
 	for _, ksName := range slices.Sorted(maps.Keys(c.Pmap.Keyspaces)) {
 		ks := c.Pmap.Keyspaces[ksName]
 		if !isGL(ks) {
@@ -421,35 +431,65 @@ func (c *Engine) glSetup(now time.Time) {
 			if !p.Holds(c.Cfg.NodeID) {
 				continue
 			}
-			held[id] = true
-			if old, ok := gl.parts[id]; ok {
+			if old, ok := gl.parts[id]; ok && old.p.Generation == p.Generation {
+				held[id] = true
 				old.ks, old.p = ks, p
 				c.glConfigure(now, old)
 				continue
 			}
-			o := opts
-			gp := &glPart{ks: ks, p: p, opts: &o, installedAt: now,
-				table:   newTable(),
-				ackedAt: map[uint32]time.Time{}, lastAckTo: map[uint32]time.Time{}, lastHeard: map[uint32]time.Time{},
-				homeSince: map[uint32]time.Time{}, keySince: map[string]time.Time{},
-				migrating: map[string]uint32{}, wantMoves: map[string]uint32{}, wantFailover: map[uint32]bool{},
-				returning: map[uint32]*glReturn{},
-			}
-			c.glLoad(gp)
-			c.glConfigure(now, gp)
-			gl.parts[id] = gp
-			gl.partList = append(gl.partList, gp)
-			// After a (re)start this node may have granted leases in a previous life: until every
-			// node acknowledges a revocation, or the longest lease ran out, all may hold one.
-			if gp.mastersAny(c.Cfg.NodeID, c.Region) {
-				c.glStartConservative(now, gp, c.Cfg.NodeID, nil)
+			// New here, or a new generation of it (a split or merge: gl_split.go). Whether the
+			// acceptor fences is decided from the states the generation supersedes, before
+			// they are dropped.
+			fenced := p.Generation > 0 && c.glNeedsFence(glOverlapping(prev, ks.Spec.Name, p), p)
+			fresh = append(fresh, freshPart{ks: ks, p: p, opts: opts, fenced: fenced})
+		}
+	}
+	// Partitions this node no longer holds (it left by a move, or the keyspace is gone) and
+	// generations a split or merge superseded.
+	var requeue []*glOp
+	for _, gp := range prev {
+		if !held[glPartID{gp.ks.Spec.Name, gp.p.ID}] {
+			requeue = append(requeue, c.glDropPart(now, gp, "left partition %d of keyspace %q (a replica move, a split or a merge)")...)
+			if ks, ok := c.Pmap.Keyspace(gp.ks.Spec.Name); !ok || !hasPartition(ks, gp.p.ID) {
+				// A merge retired the ID (IDs are never reused): its acceptor state is garbage.
+				c.Persist(storage.Record{Keyspace: glMetaKeyspace, Key: glMetaKey(gp.ks.Spec.Name, gp.p.ID), Version: glMetaVersion, Tombstone: true})
 			}
 		}
 	}
-	// Partitions this node no longer holds (it left by a move, or the keyspace is gone).
-	for _, gp := range slices.Clone(gl.partList) {
-		if !held[glPartID{gp.ks.Spec.Name, gp.p.ID}] {
-			c.glDropPart(now, gp)
+	for _, f := range fresh {
+		id := glPartID{f.ks.Spec.Name, f.p.ID}
+		held[id] = true
+		o := f.opts
+		gp := &glPart{ks: f.ks, p: f.p, opts: &o, installedAt: now,
+			table:   newTable(),
+			ackedAt: map[uint32]time.Time{}, lastAckTo: map[uint32]time.Time{}, lastHeard: map[uint32]time.Time{},
+			homeSince: map[uint32]time.Time{}, keySince: map[string]time.Time{},
+			migrating: map[string]uint32{}, wantMoves: map[string]uint32{}, wantFailover: map[uint32]bool{},
+			returning: map[uint32]*glReturn{},
+		}
+		gp.table.gen = f.p.Generation
+		loaded := c.glLoad(gp)
+		c.glConfigure(now, gp)
+		gl.parts[id] = gp
+		gl.partList = append(gl.partList, gp)
+		if f.p.Generation > 0 {
+			// A split or merge made this generation (gl_split.go). The fence as decided above
+			// when the generation is new here (also after a restart that lost its state: no
+			// old state, so fenced); as written with the state when it was found.
+			if !loaded {
+				gp.fenced = f.fenced
+			}
+			if gp.fenced {
+				gp.ackFence = now.Add(gp.opts.ElectionTimeout)
+			}
+			c.glPersist(gp)
+			gp.genPending = true
+			continue
+		}
+		// After a (re)start this node may have granted leases in a previous life: until every
+		// node acknowledges a revocation, or the longest lease ran out, all may hold one.
+		if gp.mastersAny(c.Cfg.NodeID, c.Region) {
+			c.glStartConservative(now, gp, c.Cfg.NodeID, nil)
 		}
 	}
 	slices.SortFunc(gl.partList, func(a, b *glPart) int {
@@ -461,6 +501,7 @@ func (c *Engine) glSetup(now time.Time) {
 		}
 		return int(a.p.ID) - int(b.p.ID)
 	})
+	c.glRequeue(now, requeue)
 }
 
 func (c *Engine) glPartOf(ks string, part uint32) *glPart {
@@ -668,13 +709,12 @@ func (c *Engine) glObserveRead(now time.Time, id string, p *placement.Partition)
 func (c *Engine) glHandleForward(now time.Time, from uint32, m *peerpb.GlForward) {
 	c.glSetup(now)
 	ks, ok := c.Pmap.Keyspace(m.GetKeyspace())
-	if !ok || !isGL(ks) || int(m.GetPartition()) >= len(ks.Partitions) {
+	if !ok || !isGL(ks) {
 		return
 	}
-	p := &ks.Partitions[m.GetPartition()]
-	if !p.Contains(m.GetKey()) {
-		return
-	}
+	// The key's partition in this node's map (the sender's may be older or newer around a
+	// split or merge: this node's map decides, its table names the master).
+	p := ks.Lookup(m.GetKey())
 	id := coord.KeyID(ks.Spec.Name, p.ID, m.GetKey())
 	gp := c.glPartOf(ks.Spec.Name, p.ID)
 	reply := func(r *peerpb.GlForwardReply) {

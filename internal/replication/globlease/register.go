@@ -1,10 +1,10 @@
 package globlease
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -35,8 +35,9 @@ func init() {
 		NoPointLevels:  "reads go to the master or a lease holder, writes to the master (choose write_mode=active|passive)",
 		LowerBoundMs:   lowerBoundMs,
 		Metrics:        func(reg prometheus.Registerer, e engine.Engine) { registerMetrics(reg, e.(*Engine).Counters()) },
-		// The protocol's own broken variants and its replica moves' (gl_move.go).
-		Mutations: coord.WithMoveMutations(Mutations, MoveMutations),
+		// The protocol's own broken variants, its replica moves' (gl_move.go) and its splits'
+		// and merges' (gl_split.go).
+		Mutations: coord.WithMoveMutations(coord.WithMoveMutations(Mutations, MoveMutations), SplitMutations),
 		Sim: engine.SimSupport{
 			DescribeMessage: describeMessage,
 			// Timings scaled to a simulated run of seconds: leases of a few hundred
@@ -50,7 +51,7 @@ func init() {
 			// Two nodes per region, so every region has an affiliated node for hot keys.
 			NodesPerRegion: 2,
 			Invariant:      invariant,
-			MutationHints:  MoveMutationHints,
+			MutationHints:  coord.WithMoveMutations(MoveMutationHints, SplitMutationHints),
 		},
 	})
 }
@@ -146,6 +147,7 @@ func leaseInvariant(now []time.Time, gls []*Engine) string {
 			continue
 		}
 		for id, v := range g.Committed() {
+			id = keyOnly(id)
 			if committed[id].Less(v) {
 				committed[id] = v
 			}
@@ -156,7 +158,7 @@ func leaseInvariant(now []time.Time, gls []*Engine) string {
 			continue
 		}
 		for _, l := range g.ServingLeases(now[i]) {
-			if cv, ok := committed[l.KeyID]; ok && l.Version.Less(cv) {
+			if cv, ok := committed[keyOnly(l.KeyID)]; ok && l.Version.Less(cv) {
 				_, _, key, _ := coord.ParseKeyID(l.KeyID)
 				return fmt.Sprintf("node %d serves version %s of key %q under a valid lease, but version %s has committed", l.Node, l.Version, key, cv)
 			}
@@ -169,46 +171,78 @@ func leaseInvariant(now []time.Time, gls []*Engine) string {
 // 4.1.3: "either no master or only one correct master of a key exists"). Each node's claim is
 // evaluated at its own clock and under its own map: across a replica move two nodes may
 // compute different home replicas for the same keys, so claims are compared per stretch of
-// keys sharing a home region as well as per home replica.
+// keys sharing a home region as well as per home replica; across a split or merge two nodes
+// may hold different partitions of the same keys, so claims are compared wherever their
+// ranges overlap.
 func oneMasterInvariant(now []time.Time, gls []*Engine) string {
-	byPart := map[string][]Claim{}
+	byKs := map[string][]Claim{}
 	for i, g := range gls {
 		if g == nil {
 			continue
 		}
 		for _, cl := range g.MasterClaims(now[i]) {
-			id := fmt.Sprintf("%s/%d", cl.Keyspace, cl.Partition)
-			byPart[id] = append(byPart[id], cl)
+			byKs[cl.Keyspace] = append(byKs[cl.Keyspace], cl)
 		}
 	}
-	parts := make([]string, 0, len(byPart))
-	for p := range byPart {
-		parts = append(parts, p)
-	}
-	sort.Strings(parts)
-	for _, p := range parts {
-		cls := byPart[p]
+	for _, ks := range slices.Sorted(maps.Keys(byKs)) {
+		cls := byKs[ks]
 		for i := range cls {
 			for j := i + 1; j < len(cls); j++ {
-				a, b := cls[i], cls[j]
-				for _, h := range a.Homes {
-					if slices.Contains(b.Homes, h) {
-						return fmt.Sprintf("partition %s: nodes %d and %d both act as master of the keys homed at node %d", p, a.Node, b.Node, h)
-					}
-				}
-				for _, rep := range append(slices.Clone(a.Reps), b.Reps...) {
-					if a.ClaimsStretch(rep) && b.ClaimsStretch(rep) {
-						return fmt.Sprintf("partition %s: nodes %d and %d both act as master of the keys from %q (homed at node %d for the one, %d for the other)",
-							p, a.Node, b.Node, rep, a.HomeOf([]byte(rep)), b.HomeOf([]byte(rep)))
-					}
-				}
-				for _, k := range append(append([]string{}, a.Keys...), append(b.Keys, append(a.Excluded, b.Excluded...)...)...) {
-					if a.Claims(k) && b.Claims(k) {
-						return fmt.Sprintf("partition %s: nodes %d and %d both act as master of key %q", p, a.Node, b.Node, k)
-					}
+				if msg := claimsConflict(ks, cls[i], cls[j]); msg != "" {
+					return msg
 				}
 			}
 		}
 	}
 	return ""
+}
+
+// claimsConflict reports a key that claims a and b (of one keyspace) both cover.
+func claimsConflict(ks string, a, b Claim) string {
+	lo := a.Start
+	if bytes.Compare(b.Start, lo) > 0 {
+		lo = b.Start
+	}
+	hi := a.End
+	if hi == nil || (b.End != nil && bytes.Compare(b.End, hi) < 0) {
+		hi = b.End
+	}
+	if hi != nil && bytes.Compare(lo, hi) >= 0 {
+		return "" // disjoint ranges
+	}
+	in := func(k string) bool {
+		return bytes.Compare([]byte(k), lo) >= 0 && (hi == nil || bytes.Compare([]byte(k), hi) < 0)
+	}
+	where := fmt.Sprintf("keyspace %s, partitions %d [%q, %q) and %d [%q, %q)", ks, a.Partition, a.Start, a.End, b.Partition, b.Start, b.End)
+	if bytes.Equal(a.Start, b.Start) && bytes.Equal(a.End, b.End) && (a.End == nil) == (b.End == nil) {
+		for _, h := range a.Homes {
+			if slices.Contains(b.Homes, h) {
+				return fmt.Sprintf("%s: nodes %d and %d both act as master of the keys homed at node %d", where, a.Node, b.Node, h)
+			}
+		}
+	}
+	// Every stretch of keys sharing a home region that meets the overlap starts at one of the
+	// claims' representatives or at the overlap's start.
+	for _, rep := range append(append(slices.Clone(a.Reps), b.Reps...), string(lo)) {
+		if in(rep) && a.ClaimsStretch(rep) && b.ClaimsStretch(rep) {
+			return fmt.Sprintf("%s: nodes %d and %d both act as master of the keys from %q (homed at node %d for the one, %d for the other)",
+				where, a.Node, b.Node, rep, a.HomeOf([]byte(rep)), b.HomeOf([]byte(rep)))
+		}
+	}
+	for _, k := range append(append([]string{}, a.Keys...), append(b.Keys, append(a.Excluded, b.Excluded...)...)...) {
+		if in(k) && a.Claims(k) && b.Claims(k) {
+			return fmt.Sprintf("%s: nodes %d and %d both act as master of key %q", where, a.Node, b.Node, k)
+		}
+	}
+	return ""
+}
+
+// keyOnly names a key by keyspace and key alone: its partition, part of a key ID, changes when
+// a split or merge moves the key to another partition.
+func keyOnly(id string) string {
+	ks, _, key, ok := coord.ParseKeyID(id)
+	if !ok {
+		return id
+	}
+	return coord.KeyID(ks, 0, key)
 }

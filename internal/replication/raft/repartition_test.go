@@ -16,11 +16,11 @@ import (
 )
 
 // repartitioned installs at every node the map with keyspace "ks" changed by change.
-func repartitioned(t *testing.T, h *replicationtest.Harness, change func(*placement.Keyspace) (*placement.Keyspace, error)) {
+func repartitioned(t *testing.T, h *replicationtest.Harness, change func(ks *placement.Keyspace, gen uint64) (*placement.Keyspace, error)) {
 	t.Helper()
 	m := h.Placement(1)
 	ks, _ := m.Keyspace("ks")
-	nk, err := change(ks)
+	nk, err := change(ks, m.Version+1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,9 @@ func TestSplitAndMergeGroups(t *testing.T) {
 		put(t, h, uint32(i%3)+1, k, "v1")
 		want[k] = "v1"
 	}
-	repartitioned(t, h, func(ks *placement.Keyspace) (*placement.Keyspace, error) { return ks.Split(0, []byte("k20")) })
+	repartitioned(t, h, func(ks *placement.Keyspace, gen uint64) (*placement.Keyspace, error) {
+		return ks.Split(0, []byte("k20"), gen)
+	})
 	for i := range 40 { // writes on both sides while the nodes apply the split
 		k := fmt.Sprintf("k%02d", i)
 		put(t, h, uint32(i%3)+1, k, "v2")
@@ -74,7 +76,7 @@ func TestSplitAndMergeGroups(t *testing.T) {
 	}
 	readAll(t, h, want)
 
-	repartitioned(t, h, func(ks *placement.Keyspace) (*placement.Keyspace, error) { return ks.Merge(0) })
+	repartitioned(t, h, func(ks *placement.Keyspace, gen uint64) (*placement.Keyspace, error) { return ks.Merge(0, gen) })
 	for i := range 40 {
 		k := fmt.Sprintf("k%02d", i)
 		put(t, h, uint32(i%3)+1, k, "v3")
@@ -113,7 +115,9 @@ func TestSplitAndMergeWhileAFollowerIsCutOff(t *testing.T) {
 			h.Cut[[2]uint32{id, lagging}], h.Cut[[2]uint32{lagging, id}] = true, true
 		}
 	}
-	repartitioned(t, h, func(ks *placement.Keyspace) (*placement.Keyspace, error) { return ks.Split(0, []byte("k10")) })
+	repartitioned(t, h, func(ks *placement.Keyspace, gen uint64) (*placement.Keyspace, error) {
+		return ks.Split(0, []byte("k10"), gen)
+	})
 	settle(h, 2*time.Second)
 	leader := leaderOfPart(h, 0)
 	for i := range 20 {
@@ -121,7 +125,7 @@ func TestSplitAndMergeWhileAFollowerIsCutOff(t *testing.T) {
 		put(t, h, leader, k, "b")
 		want[k] = "b"
 	}
-	repartitioned(t, h, func(ks *placement.Keyspace) (*placement.Keyspace, error) { return ks.Merge(0) })
+	repartitioned(t, h, func(ks *placement.Keyspace, gen uint64) (*placement.Keyspace, error) { return ks.Merge(0, gen) })
 	settle(h, 2*time.Second)
 	h.Cut = map[[2]uint32]bool{}
 	settle(h, 5*time.Second)
@@ -162,7 +166,9 @@ func mergeSplitWhileBlind(t *testing.T, writes int) {
 		put(t, h, uint32(i%3)+1, k, "a")
 		want[k] = "a"
 	}
-	repartitioned(t, h, func(ks *placement.Keyspace) (*placement.Keyspace, error) { return ks.Split(0, []byte("k10")) })
+	repartitioned(t, h, func(ks *placement.Keyspace, gen uint64) (*placement.Keyspace, error) {
+		return ks.Split(0, []byte("k10"), gen)
+	})
 	settle(h, 2*time.Second)
 	lagging := uint32(0)
 	for _, id := range h.IDs {
@@ -227,7 +233,7 @@ func mergeSplitWhileBlind(t *testing.T, writes int) {
 		}
 		t.Fatalf("put %s not acknowledged", k)
 	}
-	repartitioned(t, h, func(ks *placement.Keyspace) (*placement.Keyspace, error) { return ks.Merge(0) })
+	repartitioned(t, h, func(ks *placement.Keyspace, gen uint64) (*placement.Keyspace, error) { return ks.Merge(0, gen) })
 	pumpFor(3 * time.Second)
 	for _, id := range h.IDs {
 		for _, g := range raftEngine(h, id).Groups() {
@@ -236,7 +242,9 @@ func mergeSplitWhileBlind(t *testing.T, writes int) {
 			}
 		}
 	}
-	repartitioned(t, h, func(ks *placement.Keyspace) (*placement.Keyspace, error) { return ks.Split(0, []byte("k10")) })
+	repartitioned(t, h, func(ks *placement.Keyspace, gen uint64) (*placement.Keyspace, error) {
+		return ks.Split(0, []byte("k10"), gen)
+	})
 	pumpFor(2 * time.Second)
 	for i := range writes { // more than log_retain entries in group 0: the lagging node needs a snapshot
 		k := fmt.Sprintf("k%02d", i)
@@ -294,7 +302,9 @@ func TestRetiredGroupLedByADroppedNodeMerges(t *testing.T) {
 		put(t, h, 1, k, "a")
 		want[k] = "a"
 	}
-	repartitioned(t, h, func(ks *placement.Keyspace) (*placement.Keyspace, error) { return ks.Split(0, []byte("k10")) })
+	repartitioned(t, h, func(ks *placement.Keyspace, gen uint64) (*placement.Keyspace, error) {
+		return ks.Split(0, []byte("k10"), gen)
+	})
 	settle(h, 2*time.Second)
 	dropped := leaderOfPart(h, 1)
 	if dropped == 0 {
@@ -308,14 +318,14 @@ func TestRetiredGroupLedByADroppedNodeMerges(t *testing.T) {
 	}
 	// Both partitions move off the node leading partition 1's group, and, before the group
 	// has done anything about it, merge.
-	repartitioned(t, h, func(ks *placement.Keyspace) (*placement.Keyspace, error) {
+	repartitioned(t, h, func(ks *placement.Keyspace, _ uint64) (*placement.Keyspace, error) {
 		nk := &placement.Keyspace{Spec: ks.Spec, NextPartitionID: ks.NextPartitionID, Partitions: slices.Clone(ks.Partitions)}
 		for i := range nk.Partitions {
 			nk.Partitions[i].Replicas = slices.Clone(stay)
 		}
 		return nk, nil
 	})
-	repartitioned(t, h, func(ks *placement.Keyspace) (*placement.Keyspace, error) { return ks.Merge(0) })
+	repartitioned(t, h, func(ks *placement.Keyspace, gen uint64) (*placement.Keyspace, error) { return ks.Merge(0, gen) })
 	for i := range 20 {
 		k := fmt.Sprintf("k%02d", i)
 		put(t, h, stay[0], k, "b")

@@ -83,7 +83,8 @@ func (s *simulator) randomSplit(ks *placement.Keyspace) (*placement.Keyspace, st
 		if bytes.Equal(p.Start, key) {
 			continue
 		}
-		out, err := ks.Split(p.ID, key)
+		s.moveSeq++ // splits, merges and moves share one sequence of IDs, as metadata commands do
+		out, err := ks.Split(p.ID, key, s.moveSeq)
 		if err != nil {
 			continue
 		}
@@ -98,7 +99,7 @@ func (s *simulator) randomSplit(ks *placement.Keyspace) (*placement.Keyspace, st
 func (s *simulator) randomMerge(ks *placement.Keyspace) (*placement.Keyspace, string) {
 	var ok, bad []int
 	for i := 0; i+1 < len(ks.Partitions); i++ {
-		if _, err := ks.Merge(ks.Partitions[i].ID); err != nil {
+		if _, err := ks.Merge(ks.Partitions[i].ID, s.moveSeq+1); err != nil {
 			bad = append(bad, i)
 		} else if s.groupsNamedByNode() && !s.sameEverywhere(ks.Partitions[i].ID, ks.Partitions[i+1].ID) {
 			continue // see sameEverywhere
@@ -118,7 +119,8 @@ func (s *simulator) randomMerge(ks *placement.Keyspace) (*placement.Keyspace, st
 		return nil, ""
 	}
 	i := ok[s.rng.IntN(len(ok))]
-	out, _ := ks.Merge(ks.Partitions[i].ID)
+	s.moveSeq++
+	out, _ := ks.Merge(ks.Partitions[i].ID, s.moveSeq)
 	return out, fmt.Sprintf("merge partitions %d and %d", ks.Partitions[i].ID, ks.Partitions[i+1].ID)
 }
 

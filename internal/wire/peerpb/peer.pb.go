@@ -2061,7 +2061,10 @@ type GlTable struct {
 	Config uint64 `protobuf:"varint,8,opt,name=config,proto3" json:"config,omitempty"`
 	// Home replicas whose keys a replica move handed to a substitute: once the partition's
 	// replicas settle, the substitute hands them back to the home replica.
-	HandedOver    []uint32 `protobuf:"varint,9,rep,packed,name=handed_over,json=handedOver,proto3" json:"handed_over,omitempty"`
+	HandedOver []uint32 `protobuf:"varint,9,rep,packed,name=handed_over,json=handedOver,proto3" json:"handed_over,omitempty"`
+	// generation: the partition generation (placement.Partition.Generation) the table belongs to;
+	// a table of another generation is never adopted (gl_split.go).
+	Generation    uint64 `protobuf:"varint,10,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2157,6 +2160,13 @@ func (x *GlTable) GetHandedOver() []uint32 {
 		return x.HandedOver
 	}
 	return nil
+}
+
+func (x *GlTable) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
 }
 
 type GlOverride struct {
@@ -2438,8 +2448,10 @@ type GlForwardReply struct {
 	// Hot keys: affiliated nodes that hold the key under a secondary lease.
 	Affiliates []uint32 `protobuf:"varint,13,rep,packed,name=affiliates,proto3" json:"affiliates,omitempty"`
 	// Master moves: the key's master after the move, and the table version.
-	Master        uint32 `protobuf:"varint,14,opt,name=master,proto3" json:"master,omitempty"`
-	TableVersion  uint64 `protobuf:"varint,15,opt,name=table_version,json=tableVersion,proto3" json:"table_version,omitempty"`
+	Master       uint32 `protobuf:"varint,14,opt,name=master,proto3" json:"master,omitempty"`
+	TableVersion uint64 `protobuf:"varint,15,opt,name=table_version,json=tableVersion,proto3" json:"table_version,omitempty"`
+	// generation: as GlUpdate.generation, for a lease granted with a read.
+	Generation    uint64 `protobuf:"varint,16,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2579,6 +2591,13 @@ func (x *GlForwardReply) GetTableVersion() uint64 {
 	return 0
 }
 
+func (x *GlForwardReply) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 // GlLeaseAck: the lease is in force at the replica; the master's record starts now.
 type GlLeaseAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2670,7 +2689,10 @@ type GlUpdate struct {
 	Committed bool `protobuf:"varint,6,opt,name=committed,proto3" json:"committed,omitempty"`
 	// The partition's move epoch in the master's placement map: a replica that has applied a
 	// later move refuses the update (the fence of the move protocol, docs/elasticity.md).
-	MoveEpoch     uint64 `protobuf:"varint,7,opt,name=move_epoch,json=moveEpoch,proto3" json:"move_epoch,omitempty"`
+	MoveEpoch uint64 `protobuf:"varint,7,opt,name=move_epoch,json=moveEpoch,proto3" json:"move_epoch,omitempty"`
+	// generation: the sender's generation of the key's partition; a lease comes only with an
+	// update of the receiver's generation (gl_split.go).
+	Generation    uint64 `protobuf:"varint,8,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2750,6 +2772,13 @@ func (x *GlUpdate) GetCommitted() bool {
 func (x *GlUpdate) GetMoveEpoch() uint64 {
 	if x != nil {
 		return x.MoveEpoch
+	}
+	return 0
+}
+
+func (x *GlUpdate) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
 	}
 	return 0
 }
@@ -3438,12 +3467,15 @@ func (x *GlCommitTable) GetTable() *GlTable {
 // GlRevoke: a new (or restarted) master asks every node to drop the leases the grantor gave
 // on the partition (only on keys, when listed), so it need not wait for them to run out.
 type GlRevoke struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
-	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
-	Grantor       uint32                 `protobuf:"varint,3,opt,name=grantor,proto3" json:"grantor,omitempty"`
-	Keys          [][]byte               `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
-	Id            uint64                 `protobuf:"varint,5,opt,name=id,proto3" json:"id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace  string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Grantor   uint32                 `protobuf:"varint,3,opt,name=grantor,proto3" json:"grantor,omitempty"`
+	Keys      [][]byte               `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
+	Id        uint64                 `protobuf:"varint,5,opt,name=id,proto3" json:"id,omitempty"`
+	// generation > 0: a new master of a split or merged partition asks whether the receiver has
+	// installed this generation (and so dropped every lease of the ranges before it).
+	Generation    uint64 `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3509,6 +3541,13 @@ func (x *GlRevoke) GetKeys() [][]byte {
 func (x *GlRevoke) GetId() uint64 {
 	if x != nil {
 		return x.Id
+	}
+	return 0
+}
+
+func (x *GlRevoke) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
 	}
 	return 0
 }
@@ -3581,8 +3620,13 @@ type GlAcceptorState struct {
 	Promised       *GlBallot              `protobuf:"bytes,2,opt,name=promised,proto3" json:"promised,omitempty"`
 	AcceptedBallot *GlBallot              `protobuf:"bytes,3,opt,name=accepted_ballot,json=acceptedBallot,proto3" json:"accepted_ballot,omitempty"`
 	Accepted       *GlTable               `protobuf:"bytes,4,opt,name=accepted,proto3" json:"accepted,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// config: the partition configuration the state was written in (gl_split.go: a state of an
+	// earlier generation is not loaded); fenced: the generation began with an acknowledgement
+	// fence (gl_split.go).
+	Config        uint64 `protobuf:"varint,5,opt,name=config,proto3" json:"config,omitempty"`
+	Fenced        bool   `protobuf:"varint,6,opt,name=fenced,proto3" json:"fenced,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GlAcceptorState) Reset() {
@@ -3641,6 +3685,20 @@ func (x *GlAcceptorState) GetAccepted() *GlTable {
 		return x.Accepted
 	}
 	return nil
+}
+
+func (x *GlAcceptorState) GetConfig() uint64 {
+	if x != nil {
+		return x.Config
+	}
+	return 0
+}
+
+func (x *GlAcceptorState) GetFenced() bool {
+	if x != nil {
+		return x.Fenced
+	}
+	return false
 }
 
 // GlFetch reads a replica's newest record (recovery of a key's committed value by a new or
@@ -6495,7 +6553,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\rt1_unix_nanos\x18\x01 \x01(\x03R\vt1UnixNanos\x12\"\n" +
 	"\rt2_unix_nanos\x18\x02 \x01(\x03R\vt2UnixNanos\"3\n" +
 	"\tHeartbeat\x12&\n" +
-	"\x0fsent_unix_nanos\x18\x01 \x01(\x03R\rsentUnixNanos\"\xc4\x02\n" +
+	"\x0fsent_unix_nanos\x18\x01 \x01(\x03R\rsentUnixNanos\"\xe4\x02\n" +
 	"\aGlTable\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x18\n" +
@@ -6506,7 +6564,11 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x03hlc\x18\a \x01(\v2\x19.meridian.peer.v1.VersionR\x03hlc\x12\x16\n" +
 	"\x06config\x18\b \x01(\x04R\x06config\x12\x1f\n" +
 	"\vhanded_over\x18\t \x03(\rR\n" +
-	"handedOver\"6\n" +
+	"handedOver\x12\x1e\n" +
+	"\n" +
+	"generation\x18\n" +
+	" \x01(\x04R\n" +
+	"generation\"6\n" +
 	"\n" +
 	"GlOverride\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x16\n" +
@@ -6532,7 +6594,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	" \x01(\tR\foriginRegion\x12#\n" +
 	"\rtable_version\x18\v \x01(\x04R\ftableVersion\x12.\n" +
 	"\x13deadline_unix_nanos\x18\f \x01(\x03R\x11deadlineUnixNanos\x12\x12\n" +
-	"\x04hops\x18\r \x01(\rR\x04hops\"\x8d\x04\n" +
+	"\x04hops\x18\r \x01(\rR\x04hops\"\xad\x04\n" +
 	"\x0eGlForwardReply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x14\n" +
@@ -6553,14 +6615,17 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"affiliates\x18\r \x03(\rR\n" +
 	"affiliates\x12\x16\n" +
 	"\x06master\x18\x0e \x01(\rR\x06master\x12#\n" +
-	"\rtable_version\x18\x0f \x01(\x04R\ftableVersion\"\x8f\x01\n" +
+	"\rtable_version\x18\x0f \x01(\x04R\ftableVersion\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x10 \x01(\x04R\n" +
+	"generation\"\x8f\x01\n" +
 	"\n" +
 	"GlLeaseAck\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\fR\x03key\x12\x19\n" +
 	"\bgrant_id\x18\x04 \x01(\x04R\agrantId\x12\x1a\n" +
-	"\baccepted\x18\x05 \x01(\bR\baccepted\"\x82\x02\n" +
+	"\baccepted\x18\x05 \x01(\bR\baccepted\"\xa2\x02\n" +
 	"\bGlUpdate\x12\x19\n" +
 	"\bwrite_id\x18\x01 \x01(\x04R\awriteId\x120\n" +
 	"\x06record\x18\x02 \x01(\v2\x18.meridian.peer.v1.RecordR\x06record\x12\x1f\n" +
@@ -6570,7 +6635,10 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\rtable_version\x18\x05 \x01(\x04R\ftableVersion\x12\x1c\n" +
 	"\tcommitted\x18\x06 \x01(\bR\tcommitted\x12\x1d\n" +
 	"\n" +
-	"move_epoch\x18\a \x01(\x04R\tmoveEpoch\"x\n" +
+	"move_epoch\x18\a \x01(\x04R\tmoveEpoch\x12\x1e\n" +
+	"\n" +
+	"generation\x18\b \x01(\x04R\n" +
+	"generation\"x\n" +
 	"\vGlUpdateAck\x12\x19\n" +
 	"\bwrite_id\x18\x01 \x01(\x04R\awriteId\x12\x0e\n" +
 	"\x02ok\x18\x02 \x01(\bR\x02ok\x12\x1f\n" +
@@ -6622,22 +6690,27 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x127\n" +
 	"\tcommitted\x18\a \x01(\v2\x19.meridian.peer.v1.GlTableR\tcommitted\"@\n" +
 	"\rGlCommitTable\x12/\n" +
-	"\x05table\x18\x01 \x01(\v2\x19.meridian.peer.v1.GlTableR\x05table\"\x82\x01\n" +
+	"\x05table\x18\x01 \x01(\v2\x19.meridian.peer.v1.GlTableR\x05table\"\xa2\x01\n" +
 	"\bGlRevoke\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x18\n" +
 	"\agrantor\x18\x03 \x01(\rR\agrantor\x12\x12\n" +
 	"\x04keys\x18\x04 \x03(\fR\x04keys\x12\x0e\n" +
-	"\x02id\x18\x05 \x01(\x04R\x02id\"W\n" +
+	"\x02id\x18\x05 \x01(\x04R\x02id\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x06 \x01(\x04R\n" +
+	"generation\"W\n" +
 	"\vGlRevokeAck\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x0e\n" +
-	"\x02id\x18\x03 \x01(\x04R\x02id\"\xfe\x01\n" +
+	"\x02id\x18\x03 \x01(\x04R\x02id\"\xae\x02\n" +
 	"\x0fGlAcceptorState\x127\n" +
 	"\tcommitted\x18\x01 \x01(\v2\x19.meridian.peer.v1.GlTableR\tcommitted\x126\n" +
 	"\bpromised\x18\x02 \x01(\v2\x1a.meridian.peer.v1.GlBallotR\bpromised\x12C\n" +
 	"\x0faccepted_ballot\x18\x03 \x01(\v2\x1a.meridian.peer.v1.GlBallotR\x0eacceptedBallot\x125\n" +
-	"\baccepted\x18\x04 \x01(\v2\x19.meridian.peer.v1.GlTableR\baccepted\"t\n" +
+	"\baccepted\x18\x04 \x01(\v2\x19.meridian.peer.v1.GlTableR\baccepted\x12\x16\n" +
+	"\x06config\x18\x05 \x01(\x04R\x06config\x12\x16\n" +
+	"\x06fenced\x18\x06 \x01(\bR\x06fenced\"t\n" +
 	"\aGlFetch\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1a\n" +
