@@ -47,6 +47,8 @@ sim-ci: build
 	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS) --faults all
 	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS) --faults all --nodes-per-region 1
 	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS) --faults all --nodes-per-region 3 --move-every 300ms
+	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS) --faults all --repartition-every 200ms --linearizability
+	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS) --faults all --nodes-per-region 3 --move-every 300ms --repartition-every 200ms
 	$(BIN) sim --protocol globlease --mutations --mutation-seeds 200 --faults all
 	$(BIN) sim --protocol raft --seeds $(SIMSEEDS) --faults all
 	$(BIN) sim --protocol raft --seeds $(SIMSEEDS) --faults all --nodes-per-region 3 --move-every 300ms

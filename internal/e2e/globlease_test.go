@@ -28,7 +28,8 @@ func TestGlobLeaseCLI(t *testing.T) {
 	}
 
 	r := kv(n1, "create-keyspace", "gl", "--protocol", "globlease", "--partitions", "4",
-		"--option", "lease=2s", "--option", "master_lease=500ms", "--option", "election_timeout=1s").mustSucceed(t)
+		"--option", "lease=2s", "--option", "master_lease=500ms", "--option", "election_timeout=1s",
+		"--option", "merge_bytes=0").mustSucceed(t) // (splits stay: the placement driver merges nothing)
 	if !strings.Contains(r.stdout, "created keyspace gl: protocol globlease") {
 		t.Fatalf("%v: want a confirmation on stdout", r)
 	}
@@ -100,6 +101,23 @@ func TestGlobLeaseCLI(t *testing.T) {
 	kv(n1, "move-master", "demo", "k", "us").mustFailOneLine(t, "has no masters to move")
 	// The rejected writes changed nothing.
 	try("get after rejected writes", func() cliResult { return kv(n2, "get", "gl", "k") }, wantValue("v3"))
+
+	// A split and a merge (globlease/gl_split.go): each starts a new generation of the
+	// mastership table of the range; the data stays, reads and writes go on at every node.
+	kv(n1, "split", "gl", "k").mustSucceed(t)
+	for _, ep := range []string{n1, n2, n3} {
+		try("get after the split", func() cliResult { return kv(ep, "get", "gl", "k") }, wantValue("v3"))
+	}
+	try("put after the split", func() cliResult { return kv(n3, "put", "gl", "k", "v5") }, nil)
+	try("put into the left half", func() cliResult { return kv(n2, "put", "gl", "j", "w1") }, nil)
+	r = kv(n1, "merge", "gl", "1").mustSucceed(t)
+	if !strings.Contains(r.stdout, "merged partition 1 of gl with its right-hand neighbour: 4 partitions") {
+		t.Fatalf("%v: want the merge confirmed with 4 partitions", r)
+	}
+	for _, ep := range []string{n1, n2, n3} {
+		try("get after the merge", func() cliResult { return kv(ep, "get", "gl", "k") }, wantValue("v5"))
+		try("get the left half's key after the merge", func() cliResult { return kv(ep, "get", "gl", "j") }, wantValue("w1"))
+	}
 
 	// The gets above were counted under their read paths.
 	reads := 0.0
