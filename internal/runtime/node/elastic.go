@@ -47,7 +47,22 @@ const (
 	// exactSpanBytes: a partition replica estimated below this size is measured exactly (a
 	// scan of at most a few memtables' worth), so unflushed data counts.
 	exactSpanBytes = 8 << 20
+	// exactScanBudget bounds the bytes one statistics round reads for exact sizes, and
+	// exactSpanMaxAge is how long an exact size is used (with the fresh estimate as a floor)
+	// before it is measured again. Without the budget a keyspace of many small partitions was
+	// read whole every interval (Θmax 4 MiB, 512 MiB: each node scanned its 512 MiB every
+	// 250 ms, the host's CPU went to it and the write p99 rose by a WAN round trip's worth
+	// while splits made partitions small; docs/benchmarks.md, Fig. 8).
+	exactScanBudget = 4 << 20
+	exactSpanMaxAge = 10 * time.Second
 )
+
+// exactSize is a partition replica's last exact size (measureReplicas).
+type exactSize struct {
+	start, end []byte
+	bytes      int64
+	at         time.Time
+}
 
 // partLoad counts the requests this node coordinated on one partition.
 type partLoad struct {
@@ -188,6 +203,7 @@ const splitKeyMaxAge = 10 * time.Second
 // peers' statistics the message path hands to noteStats.
 func (n *Node) measureReplicas(pm *placement.Map, now time.Time) map[elascass.PartKey]replicaMeasure {
 	out := map[elascass.PartKey]replicaMeasure{}
+	budget := int64(exactScanBudget)
 	for _, name := range sortedKeyspaces(pm) {
 		ks := pm.Keyspaces[name]
 		if !movable(ks) {
@@ -201,9 +217,7 @@ func (n *Node) measureReplicas(pm *placement.Map, now time.Time) map[elascass.Pa
 			}
 			pk := elascass.PartKey{Keyspace: name, Partition: p.ID}
 			var m replicaMeasure
-			if b, err := n.store.SpanBytes(p.Span(name), exactSpanBytes); err == nil {
-				m.bytes = int64(b)
-			}
+			m.bytes = n.replicaBytes(pk, p, name, now, &budget)
 			if eo.SplitBytes > 0 && m.bytes > eo.SplitBytes && p.Move == nil {
 				c, ok := n.splitKeys[pk]
 				if !ok || !bytes.Equal(c.start, p.Start) || !bytes.Equal(c.end, p.End) || now.Sub(c.at) > splitKeyMaxAge {
@@ -223,7 +237,38 @@ func (n *Node) measureReplicas(pm *placement.Map, now time.Time) map[elascass.Pa
 			delete(n.splitKeys, pk)
 		}
 	}
+	for pk := range n.exactSizes {
+		if _, ok := out[pk]; !ok {
+			delete(n.exactSizes, pk)
+		}
+	}
 	return out
+}
+
+// replicaBytes is the size of this node's replica of partition p: the storage engine's
+// estimate, and for a replica estimated below exactSpanBytes (its data may sit in a memtable
+// the estimate does not see) the larger of that and an exact size, measured again once it is
+// exactSpanMaxAge old while budget (bytes left to read this round) lasts.
+func (n *Node) replicaBytes(pk elascass.PartKey, p *placement.Partition, ks string, now time.Time, budget *int64) int64 {
+	est, err := n.store.EstimateSpanBytes(p.Span(ks))
+	if err != nil || est >= exactSpanBytes {
+		return int64(est)
+	}
+	c, ok := n.exactSizes[pk]
+	if ok && (!bytes.Equal(c.start, p.Start) || !bytes.Equal(c.end, p.End)) {
+		ok = false // a split or merge changed the range
+	}
+	if (!ok || now.Sub(c.at) > exactSpanMaxAge) && *budget > 0 {
+		if b, err := n.store.SpanBytes(p.Span(ks), exactSpanBytes); err == nil {
+			c, ok = exactSize{start: p.Start, end: p.End, bytes: int64(b), at: now}, true
+			n.exactSizes[pk] = c
+			*budget -= int64(b)
+		}
+	}
+	if !ok {
+		return int64(est)
+	}
+	return max(int64(est), c.bytes)
 }
 
 // collectStats measures what this node holds and serves.

@@ -125,6 +125,8 @@ type Node struct {
 	// splitKeys caches the volume medians of this node's large replicas (measureReplicas,
 	// on the elasticity loop's goroutine only).
 	splitKeys map[elascass.PartKey]cachedSplitKey
+	// exactSizes caches exact sizes of small replicas (replicaBytes; same goroutine).
+	exactSizes map[elascass.PartKey]exactSize
 }
 
 // Start opens the node's storage, builds its core and starts its goroutines.
@@ -186,6 +188,7 @@ func Start(opts Options) (*Node, error) {
 	n.memb.Store(newMembership(opts.Cluster.Nodes, nil))
 	n.el.peers, n.el.hits, n.el.lastCount, n.el.started = map[uint32]peerStats{}, map[elascass.PartKey]float64{}, map[elascass.PartKey]int64{}, opts.Clock.Now()
 	n.splitKeys = map[elascass.PartKey]cachedSplitKey{}
+	n.exactSizes = map[elascass.PartKey]exactSize{}
 	// Request IDs start from the time, so this run's IDs are above any an earlier run of
 	// the node used: a late message about an earlier run's request (a peer's reply) cannot
 	// match one of this run's. Below 2^62: the engines keep the top bits for their own IDs.
