@@ -129,6 +129,8 @@ func benchElasticCmd() *cobra.Command {
 	fl.IntVar(&o.BackgroundClients, "background-clients", 4, "closed-loop clients per region during the joins (read-heavy hotspot)")
 	fl.IntVar(&o.SaturationClients, "saturation-clients", 48, "closed-loop clients per region and node per region for the throughput runs")
 	fl.DurationVar(&o.MeasureDuration, "measure", 6*time.Second, "measured time of each throughput and write run")
+	fl.Float64Var(&o.P99BoundMs, "p99-bound-ms", 0, "also search, at each size of the bootstrap experiment, the highest open-loop rate whose every p99 stays under this bound (0: no search)")
+	fl.DurationVar(&o.ProbeDuration, "probe", 5*time.Second, "measured time of each probe of the rate search (plus 1s warm-up)")
 	fl.DurationVar(&o.BalanceDuration, "balance", 20*time.Second, "least unmeasured time of the saturating Zipfian load before each throughput measurement (load splits and refinement; it goes on until no move has been in flight for 7s, at most 4× this)")
 	fl.Float64Var(&o.SplitOps, "split-ops", 0, "the bench keyspace's split_ops in the bootstrap experiment (0: a third of --capacity)")
 	fl.StringVar(&partData, "partition-data", "512MiB", "data of the partitioning experiment")

@@ -33,7 +33,9 @@ type Probe struct {
 	Achieved      float64 `json:"achieved_ops"`
 	WorstP99Ms    float64 `json:"worst_p99_ms"`
 	Errors        int64   `json:"errors"`
-	CPUCores      float64 `json:"cpu_cores"`
+	// Dropped: arrivals the open loop could not offer (every client busy, queue full).
+	Dropped  int64   `json:"dropped,omitempty"`
+	CPUCores float64 `json:"cpu_cores"`
 	// WorstP50Ms is the highest p50 of any operation in any region.
 	WorstP50Ms float64 `json:"worst_p50_ms"`
 	// ServerCPUCores is the servers' CPU (sessions that are ServerProcesses), 0 otherwise.
@@ -132,6 +134,25 @@ func FindMax(ctx context.Context, t Target, cfg Config, nodes int, o RunOptions,
 			return nil, fmt.Errorf("bench: settling before the search: %w", err)
 		}
 	}
+	return SearchMax(ctx, sess, regions, cfg, nodes, o, mo, log)
+}
+
+// SearchMax is FindMax's search on a session whose data is loaded (it does not close it):
+// the open-loop rate doubles from mo.StartRatePerRegion until a probe breaks the p99 bound,
+// then bisects.
+func SearchMax(ctx context.Context, sess Session, regions []string, cfg Config, nodes int, o RunOptions, mo MaxOptions, log io.Writer) (*MaxResult, error) {
+	if mo.P99BoundMs <= 0 {
+		return nil, fmt.Errorf("bench: a rate search needs a positive p99 bound")
+	}
+	if mo.StartRatePerRegion <= 0 {
+		mo.StartRatePerRegion = 200
+	}
+	if mo.Probe <= 0 {
+		mo.Probe = 5 * time.Second
+	}
+	if mo.Bisections <= 0 {
+		mo.Bisections = 4
+	}
 	res := &MaxResult{Config: cfg.Label(), Workload: o.Workload.Name, Nodes: nodes, P99BoundMs: mo.P99BoundMs,
 		CPUNote: fmt.Sprintf("CPU of this process (nodes and clients together) on a %d-core machine", runtime.NumCPU())}
 	cpuSeconds := processCPUSeconds
@@ -172,8 +193,14 @@ func FindMax(ctx context.Context, t Target, cfg Config, nodes int, o RunOptions,
 				}
 			}
 		}
+		// Latency counts from each operation's intended (Poisson) arrival, so a system that
+		// falls behind shows it in the p99. The achieved rate is only a sanity floor: Poisson
+		// counts and the operations still in flight when the window closes (a WAN round trip
+		// of a short probe) make it fall a few percent below the rate by chance, which a
+		// tighter test took for overload (a probe of 40 operations could miss by a third).
 		want := rate * float64(len(regions))
-		p.OK = p.Errors == 0 && p.WorstP99Ms < mo.P99BoundMs && p.Achieved >= 0.95*want
+		p.Dropped = run.DroppedArrivals
+		p.OK = p.Errors == 0 && p.Dropped == 0 && p.WorstP99Ms < mo.P99BoundMs && (p.Achieved >= 0.8*want || want*mo.Probe.Seconds() < 200)
 		if log != nil {
 			servers := ""
 			if len(pids) > 0 {

@@ -57,6 +57,9 @@ type Run struct {
 	Workload      string                 `json:"workload,omitempty"`
 	Regions       map[string]RegionStats `json:"regions"`
 	ThroughputOps float64                `json:"throughput_ops"`
+	// DroppedArrivals counts open-loop arrivals dropped because every client was busy and
+	// the arrival queue was full (the offered load was not offered; RatePerRegion runs only).
+	DroppedArrivals int64 `json:"dropped_arrivals,omitempty"`
 	// StatusBytesPerNodePerS is the status traffic per node during the run (protocols that
 	// count status_bytes_sent).
 	StatusBytesPerNodePerS float64     `json:"status_bytes_per_node_per_s,omitempty"`

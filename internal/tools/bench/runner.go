@@ -225,7 +225,7 @@ func Execute(ctx context.Context, sess Session, regions []string, cfg Config, o 
 	defer cancel()
 	nsec := int(math.Ceil((o.Warmup + o.Duration).Seconds())) + 2
 	secs := make([]second, nsec)
-	var measured atomic.Int64
+	var measured, dropped atomic.Int64
 	type regionClients struct {
 		stats []*clientStats
 	}
@@ -242,7 +242,7 @@ func Execute(ctx context.Context, sess Session, regions []string, cfg Config, o 
 			go func(seed uint64) {
 				defer wg.Done()
 				defer close(arrivals)
-				poisson(runCtx, arrivals, rateAt(o.RatePerRegion, o.RateSteps, start), seed)
+				poisson(runCtx, arrivals, rateAt(o.RatePerRegion, o.RateSteps, start), seed, &dropped)
 			}(o.Seed*7919 + uint64(ri))
 		}
 		for ci := range o.ClientsPerRegion {
@@ -335,6 +335,7 @@ func Execute(ctx context.Context, sess Session, regions []string, cfg Config, o 
 	}
 	if elapsed > 0 {
 		run.ThroughputOps = float64(total) / elapsed.Seconds()
+		run.DroppedArrivals = dropped.Load()
 	}
 	first := int(o.Warmup / time.Second)
 	for s := first; s < len(secs); s++ {
@@ -370,7 +371,7 @@ func rateAt(base float64, steps []RateStep, start time.Time) func(time.Time) flo
 	}
 }
 
-func poisson(ctx context.Context, out chan<- time.Time, rate func(time.Time) float64, seed uint64) {
+func poisson(ctx context.Context, out chan<- time.Time, rate func(time.Time) float64, seed uint64, dropped *atomic.Int64) {
 	rng := rand.New(rand.NewPCG(seed, 0x9e37))
 	next := time.Now()
 	for ctx.Err() == nil {
@@ -388,8 +389,9 @@ func poisson(ctx context.Context, out chan<- time.Time, rate func(time.Time) flo
 		case out <- next:
 		default:
 			// Workers are saturated and the queue is full: the system is past its capacity.
-			// Drop the arrival rather than block the schedule (and count nothing: the
-			// latency of what does run already shows the overload).
+			// Drop the arrival rather than block the schedule (the latency of what does run
+			// shows the overload; the count tells a rate search the load was not offered).
+			dropped.Add(1)
 		}
 	}
 }

@@ -64,6 +64,12 @@ type ElasticOptions struct {
 	BackgroundClients, SaturationClients int
 	MeasureDuration, BalanceDuration     time.Duration
 	SplitOps                             float64
+	// P99BoundMs, when positive, adds to each size of the bootstrap experiment a search for the
+	// highest open-loop rate of the same Zipfian workload whose every region's p99 of every
+	// operation stays under it (bench.SearchMax; probes of ProbeDuration): the throughput at
+	// a p99 bound, whose scaling efficiency the issue asks for.
+	P99BoundMs    float64
+	ProbeDuration time.Duration
 	// ThetaSweep lists Θmax values of the partitioning experiment (Θmin = Θmax/2);
 	// PartitionBytes is its data size.
 	ThetaSweep     []int64
@@ -190,6 +196,8 @@ type SizeResult struct {
 	MeanCPU                float64 `json:"mean_cpu"`
 	// ThroughputOps and the p99 of reads and writes per region at saturation.
 	ThroughputOps float64                       `json:"throughput_ops"`
+	// AtBound is the rate search under ElasticOptions.P99BoundMs (nil: not run).
+	AtBound *bench.MaxResult `json:"at_bound,omitempty"`
 	Regions       map[string]bench.RegionStats  `json:"regions"`
 	Partitions    int                           `json:"partitions"`
 	Joins         []JoinResult                  `json:"joins"`
@@ -203,6 +211,8 @@ type StrategyResult struct {
 	Sizes    []SizeResult `json:"sizes"`
 	// ScalingEfficiency[i] = throughput(size i) / (throughput(first size) · nodes_i/nodes_0).
 	ScalingEfficiency []float64 `json:"scaling_efficiency"`
+	// EfficiencyAtBound is the same ratio of the throughputs at the p99 bound.
+	EfficiencyAtBound []float64 `json:"efficiency_at_bound,omitempty"`
 }
 
 // PartitionResult is one Θmax of the partitioning experiment.
@@ -581,11 +591,28 @@ func elasticBootstrap(ctx context.Context, o ElasticOptions, s elascass.Strategy
 		fmt.Fprintf(o.Log, "  %d node(s)/region: joined: imbalance replicas %.3f bytes %.3f; balanced under load for %.0fs; saturated: %.0f ops/s, %d partitions, mean cpu %.0f%%, imbalance replicas %.3f bytes %.3f cpu %.3f (%d moves, %d splits while measuring)\n",
 			size, sr.JoinedReplicaImbalance, sr.JoinedByteImbalance, sr.BalanceS, sr.ThroughputOps, sr.Partitions, 100*sr.MeanCPU, sr.ReplicaImbalance, sr.ByteImbalance, sr.CPUImbalance,
 			sr.MovesDuringMeasure, sr.SplitsDuringMeasure)
+		if o.P99BoundMs > 0 {
+			// Open loop from a quarter of the closed-loop saturation upward (doubling, then
+			// four bisections: the answer is within about 3% of the highest rate that holds).
+			start := max(1, sr.ThroughputOps/float64(len(o.Topology.Regions))/4)
+			mr, err := bench.SearchMax(ctx, bench.ReplicaAwareSessionOf(c, cfg), o.Topology.Regions, cfg, size*len(o.Topology.Regions),
+				bench.RunOptions{Workload: zipfWorkload(records, o.RecordBytes), SkipLoad: true, ClientsPerRegion: o.SaturationClients * size, Seed: o.Seed + 100 + uint64(size)},
+				bench.MaxOptions{P99BoundMs: o.P99BoundMs, StartRatePerRegion: start, Probe: o.ProbeDuration}, o.Log)
+			if err != nil {
+				return res, fmt.Errorf("repro: rate search at %d nodes per region: %w", size, err)
+			}
+			sr.AtBound = mr
+			fmt.Fprintf(o.Log, "  %d node(s)/region: %.0f ops/s with every p99 under %.0f ms (p99 %.0f ms)\n", size, mr.BestOps, o.P99BoundMs, mr.BestP99Ms)
+		}
 		res.Sizes = append(res.Sizes, sr)
 	}
 	base := res.Sizes[0]
 	for _, sr := range res.Sizes {
-		res.ScalingEfficiency = append(res.ScalingEfficiency, sr.ThroughputOps/(base.ThroughputOps*float64(sr.NodesPerRegion)/float64(base.NodesPerRegion)))
+		scale := float64(sr.NodesPerRegion) / float64(base.NodesPerRegion)
+		res.ScalingEfficiency = append(res.ScalingEfficiency, sr.ThroughputOps/(base.ThroughputOps*scale))
+		if sr.AtBound != nil && base.AtBound != nil && base.AtBound.BestOps > 0 {
+			res.EfficiencyAtBound = append(res.EfficiencyAtBound, sr.AtBound.BestOps/(base.AtBound.BestOps*scale))
+		}
 	}
 	return res, nil
 }
@@ -860,6 +887,22 @@ func (r *ElasticResults) Markdown() string {
 					cells = append(cells, fmt.Sprintf("%.1f / %.1f", rs.Read.P99Ms, rs.Write.P99Ms))
 				}
 				fmt.Fprintf(&b, "| %s | %d | %s |\n", s.Strategy, sz.NodesPerRegion, strings.Join(cells, " | "))
+			}
+		}
+		atBound := false
+		for _, s := range r.Strategies {
+			atBound = atBound || len(s.EfficiencyAtBound) > 0
+		}
+		if atBound {
+			fmt.Fprintf(&b, "\nThroughput at a p99 bound (open-loop rate search of the same Zipfian workload: every region's p99 of every operation under the bound, no errors, at least 95%% of the offered rate):\n\n| strategy | nodes/region | p99 bound ms | ops/s | worst p99 ms | worst p50 ms | probes | scaling efficiency at the bound |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+			for _, s := range r.Strategies {
+				for i, sz := range s.Sizes {
+					if sz.AtBound == nil || i >= len(s.EfficiencyAtBound) {
+						continue
+					}
+					fmt.Fprintf(&b, "| %s | %d | %.0f | %.0f | %.0f | %.0f | %d | %.2f |\n", s.Strategy, sz.NodesPerRegion, sz.AtBound.P99BoundMs, sz.AtBound.BestOps,
+						sz.AtBound.BestP99Ms, sz.AtBound.BestP50Ms, len(sz.AtBound.Probes), s.EfficiencyAtBound[i])
+				}
 			}
 		}
 	}
