@@ -48,8 +48,12 @@ import (
 // set's stale coordinators are fenced by the epoch.
 
 const (
-	// moveRoundInterval spaces an old replica's catch-up rounds with the new one.
-	moveRoundInterval = 250 * time.Millisecond
+	// moveRoundInterval spaces an old replica's catch-up rounds with the new one, and
+	// moveRoundMaxInterval bounds the backoff after rounds the new replica left unanswered:
+	// it answers none before its snapshot is in, and each round is a scan of the partition
+	// (bench elastic: a bootstrap's host CPU went mostly to rounds nobody answered).
+	moveRoundInterval    = 250 * time.Millisecond
+	moveRoundMaxInterval = 2 * time.Second
 	// moveAskInterval: the new replica asks its source for the snapshot again this often
 	// until the source answers (it may not have applied the move yet).
 	moveAskInterval = time.Second
@@ -115,6 +119,10 @@ type outMove struct {
 	done      bool
 	lastRound time.Time
 	round     uint64
+	// answered: the new replica answered round (catchUpKeys); every = the wait before the
+	// next round, doubled (up to moveRoundMaxInterval) after each round left unanswered.
+	answered bool
+	every    time.Duration
 }
 
 // srcExport is a snapshot this node exported for a new replica.
@@ -431,7 +439,10 @@ func (c *Core) tickMoves(now time.Time) {
 	slices.SortStableFunc(outKeys, func(a, b moveKey) int { return c.mv.out[a].lastRound.Compare(c.mv.out[b].lastRound) })
 	for _, k := range outKeys {
 		o := c.mv.out[k]
-		if o.done || !c.Alive(o.add) || now.Sub(o.lastRound) < moveRoundInterval {
+		if o.every == 0 {
+			o.every = moveRoundInterval
+		}
+		if o.done || !c.Alive(o.add) || now.Sub(o.lastRound) < o.every {
 			continue
 		}
 		if len(c.mv.roundsAt) >= maxMovesIn {
@@ -445,6 +456,13 @@ func (c *Core) tickMoves(now time.Time) {
 			o.at = c.Clock.Now(now)
 			o.at.Logical, o.at.NodeID = math.MaxUint32, math.MaxUint32
 		}
+		switch {
+		case o.round != 0 && !o.answered:
+			o.every = min(2*o.every, moveRoundMaxInterval)
+		default:
+			o.every = moveRoundInterval
+		}
+		o.answered = false
 		o.lastRound = now
 		c.mv.nextRound++
 		o.round = c.mv.nextRound
@@ -679,6 +697,7 @@ func (c *Core) catchUpKeys(from uint32, k *peerpb.AEKeys, span storage.Span) {
 	if o == nil || o.done || k.RoundId != o.round {
 		return
 	}
+	o.answered, o.every = true, moveRoundInterval
 	if k.Equal {
 		o.done = true
 		return

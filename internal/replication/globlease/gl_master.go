@@ -198,6 +198,9 @@ func (c *Engine) glTry(now time.Time, k *glKey, op *glOp) bool {
 	if !c.glActing(gp, k.key, now) {
 		return false
 	}
+	if c.glRetiringWrite(gp, k.key) {
+		return false // the superseded generation's write of the key finishes first (gl_split.go)
+	}
 	switch op.op {
 	case OpGet:
 		if !k.known {
@@ -894,6 +897,7 @@ func (c *Engine) glTableChanged(now time.Time, gp *glPart, old *glTable) {
 // glTickMaster: deadlines, resends, expiring leases, waiting operations, moves that stall.
 func (c *Engine) glTickMaster(now time.Time) {
 	gl := c.gl
+	c.glTickRetiring(now)
 	ids := slices.Sorted(maps.Keys(gl.writes))
 	for _, id := range ids {
 		k := gl.writes[id]

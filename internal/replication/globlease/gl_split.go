@@ -2,10 +2,14 @@ package globlease
 
 import (
 	"bytes"
+	"maps"
+	"slices"
 	"time"
 
 	"meridian/internal/engine"
+	"meridian/internal/errs"
 	"meridian/internal/placement"
+	"meridian/internal/replication/coord"
 )
 
 // Splits and merges of GlobLease partitions (ElasCass 3.1 on GlobLease's per-partition state;
@@ -47,9 +51,14 @@ import (
 // until each node has acknowledged a revocation of the generation, which a node does only
 // once it has installed it, or the longest lease has run out, every node may hold a lease.
 //
-// Committed data. Old masters fail their writes in flight as ambiguous when they install;
-// a new master recovers each key (a majority read and an active rewrite of the newest
-// version) before it serves it, as after any change of master.
+// Committed data. A master's writes in flight when it installs a generation finish under the
+// old one (glRetire): they commit only under the old master lease, which ends within
+// masterLease as acceptors stop acknowledging the old generation, so before any other node
+// masters the keys under the new one; and this node serves a key under the new generation
+// only once its old write is over (committed, or failed as ambiguous at the deadline). Its
+// operations that had not run, run again under the new map. A new master recovers each key (a
+// majority read and an active rewrite of the newest version) before it serves it, as after any
+// change of master.
 
 // SplitMutations are GlobLease's deliberately broken splits and merges.
 var SplitMutations = map[string]string{
@@ -211,4 +220,95 @@ func (c *Engine) glStartGeneration(now time.Time, gp *glPart) {
 func hasPartition(k *placement.Keyspace, id uint32) bool {
 	_, ok := k.Partition(id)
 	return ok
+}
+
+// glStillHolds reports whether this node holds, in the installed map, a partition overlapping
+// gp's range (gp was superseded by a split or merge rather than left by a move).
+func (c *Engine) glStillHolds(gp *glPart) bool {
+	ks, ok := c.Pmap.Keyspace(gp.ks.Spec.Name)
+	if !ok || !isGL(ks) {
+		return false
+	}
+	for i := range ks.Partitions {
+		p := &ks.Partitions[i]
+		if p.Holds(c.Cfg.NodeID) && len(glOverlapping([]*glPart{gp}, ks.Spec.Name, p)) > 0 && p.Generation != gp.p.Generation {
+			return true
+		}
+	}
+	return false
+}
+
+// glRetiredKey names a key by keyspace and key alone (its partition changes with the
+// generation).
+func glRetiredKey(ks string, key []byte) string { return coord.KeyID(ks, 0, key) }
+
+// glRetire moves gp's keys with a write in flight out of the key table, to finish under the
+// generation gp belongs to (see "Committed data" above); glDropPart then drops the rest. The
+// writes commit under gp's master lease only, so at most masterLease after this node's last
+// acknowledged old heartbeat; after retireBy they fail as ambiguous.
+func (c *Engine) glRetire(now time.Time, gp *glPart) (notRun []*glOp) {
+	kept := 0
+	for _, id := range c.keyIDsOf(gp) {
+		k := c.gl.keys[id]
+		if k.write == nil {
+			continue
+		}
+		rk := glRetiredKey(gp.ks.Spec.Name, k.key)
+		if _, dup := c.gl.retiring[rk]; dup {
+			continue // (cannot be: one write per key; dropped with the part as before)
+		}
+		for _, op := range k.queue {
+			if !op.done {
+				notRun = append(notRun, op)
+			}
+		}
+		notRun = append(notRun, k.moveWait...)
+		k.queue, k.moveWait = nil, nil
+		if k.recovery != nil {
+			delete(c.gl.fetches, k.recovery.id)
+			k.recovery = nil
+		}
+		delete(c.gl.keys, id)
+		delete(c.gl.waiting, id)
+		c.gl.retiring[rk] = k
+		kept++
+	}
+	if kept > 0 {
+		c.gl.retireBy[gp] = now.Add(gp.opts.MasterLease + 2*c.glRoundTimeout(gp))
+	}
+	return notRun
+}
+
+// glRetiringWrite reports whether a superseded generation still has a write of key in flight
+// at this node (gp is the key's partition in the current one).
+func (c *Engine) glRetiringWrite(gp *glPart, key []byte) bool {
+	k, ok := c.gl.retiring[glRetiredKey(gp.ks.Spec.Name, key)]
+	return ok && k.write != nil
+}
+
+// glTickRetiring forgets retired writes that are over and fails, as ambiguous, those still in
+// flight at their generation's deadline.
+func (c *Engine) glTickRetiring(now time.Time) {
+	if len(c.gl.retiring) == 0 {
+		return
+	}
+	for _, rk := range slices.Sorted(maps.Keys(c.gl.retiring)) {
+		k := c.gl.retiring[rk]
+		if w := k.write; w != nil && now.After(c.gl.retireBy[k.gp]) {
+			delete(c.gl.writes, w.id)
+			for _, op := range w.waiters {
+				c.glFailOp(op, errs.New(errs.Timeout, "globlease: partition %d of keyspace %q split or merged during the write of key %q, which did not commit under the old partition's master lease; it may or may not have been applied",
+					k.gp.p.ID, k.gp.ks.Spec.Name, k.key))
+			}
+			k.write = nil
+		}
+		if k.write == nil {
+			delete(c.gl.retiring, rk)
+		}
+	}
+	for gp, by := range c.gl.retireBy {
+		if now.After(by) {
+			delete(c.gl.retireBy, gp)
+		}
+	}
 }

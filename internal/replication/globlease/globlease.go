@@ -186,6 +186,10 @@ type glState struct {
 	partList []*glPart
 
 	keys     map[string]*glKey      // master side, by key ID
+	// retiring: writes a superseded generation of a partition still has in flight at this
+	// node, by keyspace and key (gl_split.go: glRetire), until they commit or retireBy.
+	retiring map[string]*glKey
+	retireBy map[*glPart]time.Time
 	waiting  map[string]bool        // keys with queued ops
 	leases   map[string]*glLease    // replica side
 	renewing map[string]*glRenewal  // reads waiting for a renewal at this replica
@@ -383,6 +387,7 @@ func (c *Engine) glSetup(now time.Time) {
 		hbInterval := time.Duration(0)
 		c.gl = &glState{
 			parts: map[glPartID]*glPart{}, keys: map[string]*glKey{}, waiting: map[string]bool{},
+			retiring: map[string]*glKey{}, retireBy: map[*glPart]time.Time{},
 			leases: map[string]*glLease{}, renewing: map[string]*glRenewal{}, aff: map[string]*glAff{},
 			hostAff: map[string]*glHostKey{}, routes: map[string]*glRoute{}, fwd: map[uint64]*glFwd{}, local: map[uint64]bool{}, fetches: map[uint64]*glKey{}, grants: map[uint64]glGrant{}, seen: map[glSeenKey]time.Time{}, updated: map[string]glUpdated{}, grantSeen: map[string]glGrantSeen{},
 			writes: map[uint64]*glKey{}, hostWait: map[uint64]*glHostWait{}, lazy: map[uint64]*glLazy{},
@@ -449,6 +454,11 @@ func (c *Engine) glSetup(now time.Time) {
 	var requeue []*glOp
 	for _, gp := range prev {
 		if !held[glPartID{gp.ks.Spec.Name, gp.p.ID}] {
+			if c.glStillHolds(gp) {
+				// A split or merge: the writes in flight finish under the old generation
+				// (gl_split.go), the rest runs under the new one.
+				requeue = append(requeue, c.glRetire(now, gp)...)
+			}
 			requeue = append(requeue, c.glDropPart(now, gp, "left partition %d of keyspace %q (a replica move, a split or a merge)")...)
 			if ks, ok := c.Pmap.Keyspace(gp.ks.Spec.Name); !ok || !hasPartition(ks, gp.p.ID) {
 				// A merge retired the ID (IDs are never reused): its acceptor state is garbage.

@@ -22,6 +22,11 @@ type MaxOptions struct {
 	Probe time.Duration
 	// Bisections after the first failing rate (default 4).
 	Bisections int
+	// Cooldown is the pause after a probe that broke the bound, before the next one (default:
+	// the probe's length). A system that fell behind still works off its backlog for a while
+	// (an emulated node's queue, a server's), and a probe started then measures the backlog:
+	// every later probe of a search failed after one overload (bench elastic, 2026-11-26).
+	Cooldown time.Duration
 	// MachineCPU samples the whole machine's CPU (/proc/stat) instead of this process's:
 	// in the lab the servers are other processes.
 	MachineCPU bool
@@ -153,6 +158,9 @@ func SearchMax(ctx context.Context, sess Session, regions []string, cfg Config, 
 	if mo.Bisections <= 0 {
 		mo.Bisections = 4
 	}
+	if mo.Cooldown <= 0 {
+		mo.Cooldown = mo.Probe
+	}
 	res := &MaxResult{Config: cfg.Label(), Workload: o.Workload.Name, Nodes: nodes, P99BoundMs: mo.P99BoundMs,
 		CPUNote: fmt.Sprintf("CPU of this process (nodes and clients together) on a %d-core machine", runtime.NumCPU())}
 	cpuSeconds := processCPUSeconds
@@ -210,6 +218,12 @@ func SearchMax(ctx context.Context, sess Session, regions []string, cfg Config, 
 				rate, p.Achieved, p.WorstP50Ms, p.WorstP99Ms, p.Errors, p.CPUCores, servers, map[bool]string{true: "ok", false: "over"}[p.OK])
 		}
 		res.Probes = append(res.Probes, p)
+		if !p.OK {
+			select {
+			case <-ctx.Done():
+			case <-time.After(mo.Cooldown):
+			}
+		}
 		if p.OK && p.Achieved > res.BestOps {
 			res.BestOps, res.BestP99Ms, res.BestP50Ms, res.CPUCores, res.ServerCPUCores = p.Achieved, p.WorstP99Ms, p.WorstP50Ms, p.CPUCores, p.ServerCPUCores
 		}

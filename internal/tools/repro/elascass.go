@@ -595,9 +595,17 @@ func elasticBootstrap(ctx context.Context, o ElasticOptions, s elascass.Strategy
 			// Open loop from a quarter of the closed-loop saturation upward (doubling, then
 			// four bisections: the answer is within about 3% of the highest rate that holds).
 			start := max(1, sr.ThroughputOps/float64(len(o.Topology.Regions))/4)
+			// The saturating run left every node a backlog (its queued requests): let it
+			// drain first, and after each probe over the bound (bench.MaxOptions.Cooldown).
+			cool := 2 * max(o.ProbeDuration, time.Second)
+			select {
+			case <-ctx.Done():
+				return res, ctx.Err()
+			case <-time.After(cool):
+			}
 			mr, err := bench.SearchMax(ctx, bench.ReplicaAwareSessionOf(c, cfg), o.Topology.Regions, cfg, size*len(o.Topology.Regions),
 				bench.RunOptions{Workload: zipfWorkload(records, o.RecordBytes), SkipLoad: true, ClientsPerRegion: o.SaturationClients * size, Seed: o.Seed + 100 + uint64(size)},
-				bench.MaxOptions{P99BoundMs: o.P99BoundMs, StartRatePerRegion: start, Probe: o.ProbeDuration}, o.Log)
+				bench.MaxOptions{P99BoundMs: o.P99BoundMs, StartRatePerRegion: start, Probe: o.ProbeDuration, Cooldown: cool}, o.Log)
 			if err != nil {
 				return res, fmt.Errorf("repro: rate search at %d nodes per region: %w", size, err)
 			}
