@@ -71,8 +71,8 @@ var SplitMutations = map[string]string{
 // with long leases, mostly reads and nodes cut off (so that a lease the new master ignores
 // is still in force when it commits a write the holder did not get).
 var SplitMutationHints = map[string]engine.SimHints{
-	"split-without-fence": {RepartitionEvery: 200 * time.Millisecond, Faults: []string{"partition", "crash"},
-		PartitionEvery: 700 * time.Millisecond, Linearizability: true},
+	"split-without-fence": {NodesPerRegion: 1, RepartitionEvery: 100 * time.Millisecond, Faults: []string{"partition", "crash"},
+		PartitionEvery: 400 * time.Millisecond, Linearizability: true},
 	"split-skips-revocation": {RepartitionEvery: 200 * time.Millisecond, ReadFraction: 0.8, Faults: []string{"partition"},
 		PartitionEvery: 700 * time.Millisecond, KeyspaceOptions: map[string]string{"lease": "3s"}, Linearizability: true},
 }
