@@ -287,14 +287,16 @@ func (c *Engine) glRetiringWrite(gp *glPart, key []byte) bool {
 }
 
 // glTickRetiring forgets retired writes that are over and fails, as ambiguous, those still in
-// flight at their generation's deadline.
+// flight when their generation's master lease has run out (or at its deadline).
 func (c *Engine) glTickRetiring(now time.Time) {
 	if len(c.gl.retiring) == 0 {
 		return
 	}
 	for _, rk := range slices.Sorted(maps.Keys(c.gl.retiring)) {
 		k := c.gl.retiring[rk]
-		if w := k.write; w != nil && now.After(c.gl.retireBy[k.gp]) {
+		// The old master lease is not renewed any more (no heartbeats of the old generation):
+		// once it has run out the write can never commit, so it fails at once.
+		if w := k.write; w != nil && (now.After(c.gl.retireBy[k.gp]) || !c.glMasterLeaseValid(k.gp, now)) {
 			delete(c.gl.writes, w.id)
 			for _, op := range w.waiters {
 				c.glFailOp(op, errs.New(errs.Timeout, "globlease: partition %d of keyspace %q split or merged during the write of key %q, which did not commit under the old partition's master lease; it may or may not have been applied",
