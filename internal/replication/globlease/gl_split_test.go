@@ -36,6 +36,28 @@ func (mc *moveCluster) merge(id uint32) *placement.Map {
 	return mc.newest
 }
 
+// failOver cuts master m off (it stays cut) until another replica masters the partition's
+// first keys under a valid master lease, and returns that substitute.
+func (mc *moveCluster) failOver(m uint32) uint32 {
+	mc.t.Helper()
+	for _, id := range mc.ids {
+		if id != m {
+			mc.cut[[2]uint32{id, m}], mc.cut[[2]uint32{m, id}] = true, true
+		}
+	}
+	var sub uint32
+	mc.runUntil(10*time.Second, "a failover", func() bool {
+		for _, id := range mc.replicas {
+			if st, ok := mc.state(id); ok && id != m && st.MasterOfPartStart == id && st.MasterLeaseIsValid {
+				sub = id
+				return true
+			}
+		}
+		return false
+	})
+	return sub
+}
+
 // A split and a merge while clients read and write: nodes install each map at different
 // moments, every write acknowledged before is read after, no key ever has two masters and no
 // lease serves a stale version (checked at every step), and — the tables being the default —
@@ -102,25 +124,7 @@ func TestSplitAfterFailoverFences(t *testing.T) {
 	mc.runUntil(5*time.Second, "a master", func() bool { return mc.master() != 0 })
 	m := mc.master()
 	mc.put(m, "b", "v1")
-	// Cut the master off: the others fail its keys over to a substitute.
-	for _, id := range mc.ids {
-		if id != m {
-			mc.cut[[2]uint32{id, m}], mc.cut[[2]uint32{m, id}] = true, true
-		}
-	}
-	var sub uint32
-	mc.runUntil(10*time.Second, "a failover", func() bool {
-		for _, id := range mc.replicas {
-			if id == m {
-				continue
-			}
-			if st, ok := mc.state(id); ok && st.MasterOfPartStart != m && st.MasterOfPartStart != 0 && st.MasterLeaseIsValid {
-				sub = id
-				return true
-			}
-		}
-		return false
-	})
+	sub := mc.failOver(m)
 	mc.put(sub, "b", "v2")
 	clear(mc.cut)
 	split := mc.split("m")
@@ -223,21 +227,7 @@ func TestSplitWithoutFenceIsCaught(t *testing.T) {
 			mc.runUntil(5*time.Second, "a master", func() bool { return mc.master() != 0 })
 			home := mc.master()
 			mc.put(home, "b", "v1")
-			for _, id := range mc.ids {
-				if id != home {
-					mc.cut[[2]uint32{id, home}], mc.cut[[2]uint32{home, id}] = true, true
-				}
-			}
-			var sub uint32
-			mc.runUntil(10*time.Second, "a failover", func() bool {
-				for _, id := range mc.replicas {
-					if st, ok := mc.state(id); ok && id != home && st.MasterOfPartStart == id && st.MasterLeaseIsValid {
-						sub = id
-						return true
-					}
-				}
-				return false
-			})
+			sub := mc.failOver(home)
 			clear(mc.cut)
 			// The home replica learns the substitution, then all but the substitute split.
 			mc.runUntil(5*time.Second, "the home replica on the new table", func() bool {

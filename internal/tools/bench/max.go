@@ -99,12 +99,10 @@ type MaxResult struct {
 	CPUNote          string  `json:"cpu_note"`
 }
 
-// FindMax doubles the open-loop rate until a probe breaks the p99 bound twice in a row (or
-// errs, or drops arrivals), then bisects. CPU is sampled from /proc/self/stat: for the
-// emulated target that is the whole process — nodes and clients.
-func FindMax(ctx context.Context, t Target, cfg Config, nodes int, o RunOptions, mo MaxOptions, log io.Writer) (*MaxResult, error) {
+// ensureDefaults fills the options' documented defaults and checks the bound.
+func (mo *MaxOptions) ensureDefaults() error {
 	if mo.P99BoundMs <= 0 {
-		return nil, fmt.Errorf("bench: --max needs a positive p99 bound")
+		return fmt.Errorf("bench: a rate search (--max) needs a positive p99 bound")
 	}
 	if mo.StartRatePerRegion <= 0 {
 		mo.StartRatePerRegion = 200
@@ -114,6 +112,19 @@ func FindMax(ctx context.Context, t Target, cfg Config, nodes int, o RunOptions,
 	}
 	if mo.Bisections <= 0 {
 		mo.Bisections = 4
+	}
+	if mo.Cooldown <= 0 {
+		mo.Cooldown = mo.Probe
+	}
+	return nil
+}
+
+// FindMax doubles the open-loop rate until a probe breaks the p99 bound twice in a row (or
+// errs, or drops arrivals), then bisects. CPU is sampled from /proc/self/stat: for the
+// emulated target that is the whole process — nodes and clients.
+func FindMax(ctx context.Context, t Target, cfg Config, nodes int, o RunOptions, mo MaxOptions, log io.Writer) (*MaxResult, error) {
+	if err := mo.ensureDefaults(); err != nil {
+		return nil, err
 	}
 	sess, err := t.Prepare(ctx, cfg)
 	if err != nil {
@@ -146,20 +157,8 @@ func FindMax(ctx context.Context, t Target, cfg Config, nodes int, o RunOptions,
 // the open-loop rate doubles from mo.StartRatePerRegion until a probe breaks the p99 bound,
 // then bisects.
 func SearchMax(ctx context.Context, sess Session, regions []string, cfg Config, nodes int, o RunOptions, mo MaxOptions, log io.Writer) (*MaxResult, error) {
-	if mo.P99BoundMs <= 0 {
-		return nil, fmt.Errorf("bench: a rate search needs a positive p99 bound")
-	}
-	if mo.StartRatePerRegion <= 0 {
-		mo.StartRatePerRegion = 200
-	}
-	if mo.Probe <= 0 {
-		mo.Probe = 5 * time.Second
-	}
-	if mo.Bisections <= 0 {
-		mo.Bisections = 4
-	}
-	if mo.Cooldown <= 0 {
-		mo.Cooldown = mo.Probe
+	if err := mo.ensureDefaults(); err != nil {
+		return nil, err
 	}
 	res := &MaxResult{Config: cfg.Label(), Workload: o.Workload.Name, Nodes: nodes, P99BoundMs: mo.P99BoundMs,
 		CPUNote: fmt.Sprintf("CPU of this process (nodes and clients together) on a %d-core machine", runtime.NumCPU())}
