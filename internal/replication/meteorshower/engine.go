@@ -82,8 +82,19 @@ func (c *Engine) PlacementChanged(now time.Time, old, m *placement.Map) {
 				continue
 			}
 			if op, ok := oks.Partition(p.ID); ok {
+				newHere := !op.HasReplica(c.Cfg.NodeID) && p.HasReplica(c.Cfg.NodeID)
 				for _, r := range p.Replicas {
-					if !op.HasReplica(r) && r != c.Cfg.NodeID {
+					if r == c.Cfg.NodeID {
+						continue
+					}
+					// A replica new to the partition (by a move) is not vouched for until its
+					// full status arrives; and a node that has just become a replica itself
+					// does not count the others' statuses until it has theirs in full: while
+					// it was the move's new replica they sent it no status of the writes
+					// they applied (peersOf), so its view of them misses those (sim seed 115
+					// with early catch-up answers: it served a version older than a write
+					// acknowledged in both sets without it, right after the move).
+					if !op.HasReplica(r) || newHere {
 						c.ms.tracker.Forget(r)
 					}
 				}
