@@ -185,7 +185,7 @@ type glState struct {
 	parts    map[glPartID]*glPart
 	partList []*glPart
 
-	keys     map[string]*glKey      // master side, by key ID
+	keys map[string]*glKey // master side, by key ID
 	// retiring: writes a superseded generation of a partition still has in flight at this
 	// node, by keyspace and key (gl_split.go: glRetire), until they commit or retireBy.
 	retiring map[string]*glKey

@@ -195,14 +195,14 @@ type SizeResult struct {
 	CPUImbalance           float64 `json:"cpu_imbalance"`
 	MeanCPU                float64 `json:"mean_cpu"`
 	// ThroughputOps and the p99 of reads and writes per region at saturation.
-	ThroughputOps float64                       `json:"throughput_ops"`
+	ThroughputOps float64 `json:"throughput_ops"`
 	// AtBound is the rate search under ElasticOptions.P99BoundMs (nil: not run).
-	AtBound *bench.MaxResult `json:"at_bound,omitempty"`
-	Regions       map[string]bench.RegionStats  `json:"regions"`
-	Partitions    int                           `json:"partitions"`
-	Joins         []JoinResult                  `json:"joins"`
-	Extra         map[string]float64            `json:"extra,omitempty"`
-	Nodes         map[string]map[string]float64 `json:"nodes"`
+	AtBound    *bench.MaxResult              `json:"at_bound,omitempty"`
+	Regions    map[string]bench.RegionStats  `json:"regions"`
+	Partitions int                           `json:"partitions"`
+	Joins      []JoinResult                  `json:"joins"`
+	Extra      map[string]float64            `json:"extra,omitempty"`
+	Nodes      map[string]map[string]float64 `json:"nodes"`
 }
 
 // StrategyResult is the bootstrap experiment for one strategy.
