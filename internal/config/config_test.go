@@ -256,6 +256,7 @@ func TestInvalid(t *testing.T) {
 		{name: "keyspace empty regions", old: "    protocol: quorum\n", new: "    protocol: quorum\n    regions: []\n", path: "keyspaces[0].regions", msg: "at least one region"},
 		{name: "unknown option", old: "{read_level: one}", new: "{read_level: one, colour: red}", path: "keyspaces[0].options.colour", msg: "unknown option for protocol quorum (known: merge_bytes, min_partitions, read_level, speculative_retry, split_bytes, split_ops, write_level)"},
 		{name: "split below twice merge", old: "{read_level: one}", new: "{split_bytes: 100MiB, merge_bytes: 60MiB}", path: "keyspaces[0].options.split_bytes", msg: "split_bytes (104857600) must be at least twice merge_bytes (62914560)"},
+		{name: "globlease split below twice merge", old: "    protocol: quorum\n    options: {read_level: one}", new: "    protocol: globlease\n    options: {split_bytes: 100MiB, merge_bytes: 60MiB}", path: "keyspaces[0].options.split_bytes", msg: "split_bytes (104857600) must be at least twice merge_bytes (62914560)"},
 		{name: "bad size", old: "{read_level: one}", new: "{split_bytes: lots}", path: "keyspaces[0].options.split_bytes", msg: "invalid size \"lots\""},
 		{name: "bad read level", old: "{read_level: one}", new: "{read_level: most}", path: "keyspaces[0].options.read_level", msg: "valid: ONE, QUORUM, ALL, LOCAL_ONE, LOCAL_QUORUM"},
 		{name: "bad write level", old: "{read_level: one}", new: "{write_level: TWO}", path: "keyspaces[0].options.write_level", msg: `unknown consistency level "TWO"`},

@@ -167,6 +167,7 @@ var protocols = []ProtocolSpec{
 			"writes, master migration and failover, hot-key replicas under secondary leases (liu-thesis 4.1)",
 		Moves:       true,
 		Repartition: true,
+		Check:       checkElastic,
 		Options: append([]OptionSpec{
 			{Name: "home_region", Default: "", Doc: "region whose replica masters keys by default (empty: the keyspace's first region); must be one of the keyspace's regions", Normalize: normalizeRegionName},
 			{Name: "home_ranges", Default: "", Doc: "per key range home regions: \"START=REGION,...\" (keys ≥ START, up to the next START, are mastered in REGION); keys below the first START use home_region", Normalize: normalizeRanges},

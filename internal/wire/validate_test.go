@@ -71,6 +71,10 @@ func TestPeerCheckRejections(t *testing.T) {
 		{"from itself", write(1, rec(pc, "kv", "k", now)), RejectNotMember},
 		{"to another node", &peerpb.Envelope{From: 2, To: 3, Msg: &peerpb.Envelope_Heartbeat{Heartbeat: &peerpb.Heartbeat{}}}, RejectMalformed},
 		{"an unknown keyspace", write(2, &peerpb.Record{Keyspace: "nope", Key: []byte("k"), Version: &peerpb.Version{WallNanos: 1, NodeId: 2}}), RejectUnknown},
+		// A GlobLease message may name a partition of a neighbouring map in a keyspace whose
+		// partitions split and merge (a split made it, a merge retired it): accepted, the
+		// engine ignores what it does not hold; a Raft group message still may not.
+		{"a globlease message naming a partition of another map", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_GlPrepare{GlPrepare: &peerpb.GlPrepare{Keyspace: "kv", Partition: 99}}}, ""},
 		{"a partition out of range", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_RaftApplied{RaftApplied: &peerpb.RaftApplied{Keyspace: "kv", Partition: 99}}}, RejectBadPartition},
 		{"an empty anti-entropy range", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_AeDigest{AeDigest: &peerpb.AEDigest{Keyspace: "kv", Start: []byte("b"), End: []byte("a"), BucketHashes: []uint64{1}}}}, RejectMalformed},
 		{"a key over the limit", write(2, rec(pc, "kv", big, now)), RejectTooLarge},
