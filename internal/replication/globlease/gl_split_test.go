@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"meridian/internal/config"
+	"meridian/internal/engine"
 	"meridian/internal/placement"
 )
 
@@ -246,4 +247,33 @@ func TestSplitWithoutFenceIsCaught(t *testing.T) {
 			t.Logf("home n%d, substitute n%d: %q", home, sub, mc.broken)
 		})
 	}
+}
+
+// A write in flight at its master when the master installs a split commits under the old
+// generation's master lease (it is not failed as ambiguous), and the key is served under the
+// new generation only after it: the next read anywhere returns it.
+func TestWriteInFlightFinishesAcrossASplit(t *testing.T) {
+	mc := newMoveCluster(t, "")
+	mc.runUntil(5*time.Second, "a master", func() bool { return mc.master() != 0 })
+	m := mc.master()
+	mc.put(m, "b", "v1")
+	mc.nextReq++
+	id := mc.nextReq
+	mc.engines[m].Propose(mc.now, engine.Request{ID: id, Keyspace: "ks", Op: engine.OpPut, Key: []byte("b"), Value: []byte("v2"), Deadline: mc.now.Add(5 * time.Second)})
+	mc.flush(m)
+	// The updates are queued, not delivered: every node installs the split first.
+	mc.installAll(mc.split("m"))
+	if !mc.engines[m].glRetiringWrite(mc.engines[m].glPartOf("ks", 0), []byte("b")) {
+		t.Fatal("the master's write in flight was not kept to finish under the old generation")
+	}
+	mc.runUntil(5*time.Second, "the write's answer", func() bool { _, ok := mc.replies[id]; return ok })
+	if err := mc.replies[id].Err; err != nil {
+		t.Fatalf("the write in flight across the split: %v (want it committed under the old master lease)", err)
+	}
+	for _, n := range mc.ids {
+		if got := mc.get(n, "b"); got != "v2" {
+			t.Fatalf("n%d read %q after the split, want v2", n, got)
+		}
+	}
+	mc.checkInvariants()
 }
