@@ -1,0 +1,97 @@
+package txnsim
+
+import (
+	"slices"
+	"sort"
+
+	"meridian/internal/sdur"
+)
+
+// mode is a transaction protocol on the simulated cluster. The modes register in modes; the
+// rest of the simulator names none.
+type mode interface {
+	// newReplica returns a replica of partition p for the log to feed.
+	newReplica(s *cluster, p *partition) (replica, error)
+	// start begins the mode's background work (ticks, snapshot sequencer).
+	start(s *cluster)
+	// submit commits a transaction's parts from node n (its submitter) and calls done with
+	// the outcome there.
+	submit(s *cluster, n *node, id sdur.TxnID, parts []*txnPart)
+	// readOnly runs a read-only transaction for client c.
+	readOnly(c *client, class string, body func(read func(keys []string, cb func(map[string][]int64))), done func())
+	mutations() map[string]string
+}
+
+// replica is a mode's state machine of one partition replica.
+type replica interface {
+	// deliver hands it the entry at index of its partition's log.
+	deliver(s *cluster, n *node, g *group, index uint64, payload any)
+	tick(s *cluster, n *node, g *group)
+	// drain carries out its output.
+	drain(s *cluster, n *node, g *group)
+	setLeader(leader bool)
+	// setReplay: a restarted replica will be delivered its log again up to index.
+	setReplay(index uint64)
+	// readVersion is the counter a read at "now" uses (versions of the store are at or
+	// below it).
+	readVersion() uint64
+	pendingCount() int
+}
+
+// txnPart is a transaction's part for one partition, as the client built it.
+type txnPart struct {
+	partition  uint32
+	partitions []uint32
+	snapshot   uint64
+	reads      []string
+	// readVersions are the versions the reads returned (2PC validates them).
+	readVersions []uint64
+	writes       []sdur.Write
+}
+
+var modes = map[string]mode{}
+
+func modeNames() []string {
+	out := make([]string, 0, len(modes))
+	for n := range modes {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Modes lists the transaction modes the simulator runs.
+func Modes() []string { return modeNames() }
+
+// Mutations returns a mode's deliberately broken variants.
+func Mutations(mode string) map[string]string {
+	if m, ok := modes[mode]; ok {
+		return m.mutations()
+	}
+	return nil
+}
+
+// track registers a transaction its submitter n waits on: resend broadcasts it again (after
+// SubmitRetry without an outcome), done gets the first outcome.
+func (s *cluster) track(n *node, id sdur.TxnID, global bool, resend func(), done func(txnResult)) {
+	sub := &submission{id: id, done: done, since: s.now, global: global, resend: resend}
+	n.submitted[id] = sub
+	s.retry(n, sub, n.epoch)
+}
+
+// txnResult is a transaction's outcome as its submitter learns it.
+type txnResult struct {
+	id        sdur.TxnID
+	committed bool
+	reason    string
+	key       string
+}
+
+func sortedU32(m map[uint32]bool) []uint32 {
+	out := make([]uint32, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
