@@ -58,6 +58,11 @@ sim-ci: build
 	$(BIN) sim --protocol raft --mutations --mutation-seeds 200 --faults all
 	$(BIN) sim --protocol metadata --seeds $(SIMSEEDS) --faults all
 	$(BIN) sim --protocol metadata --mutations --mutation-seeds 200 --faults all
+	# Transactions (docs/transactions.md): serializability and convergence under every fault.
+	$(BIN) sim txn --mode sdur --seeds $(SIMSEEDS)
+	$(BIN) sim txn --mode sdur --mutations --mutation-seeds 300
+	$(BIN) sim txn --mode 2pc --seeds $(SIMSEEDS)
+	$(BIN) sim txn --mode 2pc --mutations --mutation-seeds 300
 
 # The README's first command: an in-process cluster on the emulated WAN, latency per region.
 demo:

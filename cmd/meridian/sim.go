@@ -177,6 +177,7 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 	f.DurationVar(&clockStep, "clock-step-every", 0, "with clock faults, step every node's clock this often on average (0: a few times a run)")
 	f.DurationVar(&quiesce, "quiesce", 5*time.Second, "fault-free virtual time after the workload, for convergence")
 	f.DurationVar(&maxOffset, "max-clock-offset", 2*time.Millisecond, "ε, the bound on clock offset between nodes (clock faults stay within it, clock-beyond does not)")
+	cmd.AddCommand(simTxnCmd())
 	return cmd
 }
 

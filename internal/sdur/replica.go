@@ -20,7 +20,8 @@ type pending struct {
 	votes map[uint32]Vote
 	// reordered: a local inserted before at least one global.
 	reordered bool
-	// headSince is when it became the head (recovery timers; not part of any decision).
+	// headSince is when a tick first saw it pending (recovery timers; not part of any
+	// decision).
 	headSince   time.Time
 	lastAsk     time.Time
 	lastRecover time.Time
@@ -367,9 +368,6 @@ func (r *Replica) advance(now time.Time) {
 	for range 1 << 30 { // bounded: every round completes one transaction or processes one entry
 		if len(r.pl) > 0 {
 			h := r.pl[0]
-			if h.headSince.IsZero() {
-				h.headSince = now
-			}
 			if !h.global {
 				r.completeLocal(h)
 				continue
@@ -511,30 +509,38 @@ func (r *Replica) VoteFor(id TxnID) (Vote, bool) {
 	return s.vote, true
 }
 
-// Tick asks again for votes a global at the head has waited for, and after RecoveryTimeout
-// asks the silent partitions' logs to abort it (IV-F). Nothing it does changes a decision.
+// Tick asks again for the votes pending globals have waited VoteRetry for, and asks the logs
+// of partitions silent for RecoveryTimeout to abort the transaction (IV-F). Every pending
+// global, not only the head: a replica that restarts and delivers its log again holds many
+// globals whose votes were sent long ago, and asking for them one head at a time would take a
+// retry interval each. Nothing it does changes a decision.
 func (r *Replica) Tick(now time.Time) {
-	if len(r.pl) == 0 {
-		return
-	}
-	h := r.pl[0]
-	if !h.global || h.headSince.IsZero() {
-		return
-	}
-	waited := now.Sub(h.headSince)
-	if waited >= r.opts.VoteRetry && now.Sub(h.lastAsk) >= r.opts.VoteRetry {
-		h.lastAsk = now
-		for _, pid := range h.part.Partitions {
-			if _, ok := h.votes[pid]; !ok {
-				r.out.VoteRequests = append(r.out.VoteRequests, VoteRequest{Txn: h.part.ID, Partition: pid, From: r.partition})
+	for _, h := range r.pl {
+		if !h.global {
+			continue
+		}
+		if h.headSince.IsZero() {
+			h.headSince = now // the wait is measured from the first tick that sees it pending
+			continue
+		}
+		if len(h.votes) == len(h.part.Partitions) {
+			continue
+		}
+		waited := now.Sub(h.headSince)
+		if waited >= r.opts.VoteRetry && now.Sub(h.lastAsk) >= r.opts.VoteRetry {
+			h.lastAsk = now
+			for _, pid := range h.part.Partitions {
+				if _, ok := h.votes[pid]; !ok {
+					r.out.VoteRequests = append(r.out.VoteRequests, VoteRequest{Txn: h.part.ID, Partition: pid, From: r.partition})
+				}
 			}
 		}
-	}
-	if waited >= r.opts.RecoveryTimeout && now.Sub(h.lastRecover) >= r.opts.RecoveryTimeout {
-		h.lastRecover = now
-		for _, pid := range h.part.Partitions {
-			if _, ok := h.votes[pid]; !ok {
-				r.out.AbortRequests = append(r.out.AbortRequests, AbortRequest{Txn: h.part.ID, Partitions: h.part.Partitions, Partition: pid})
+		if waited >= r.opts.RecoveryTimeout && now.Sub(h.lastRecover) >= r.opts.RecoveryTimeout {
+			h.lastRecover = now
+			for _, pid := range h.part.Partitions {
+				if _, ok := h.votes[pid]; !ok {
+					r.out.AbortRequests = append(r.out.AbortRequests, AbortRequest{Txn: h.part.ID, Partitions: h.part.Partitions, Partition: pid})
+				}
 			}
 		}
 	}

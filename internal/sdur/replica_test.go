@@ -313,13 +313,14 @@ func TestRecoveryAbortRequestFirst(t *testing.T) {
 	}
 }
 
-// TestRecoveryTimers: a global at the head asks for missing votes after VoteRetry and asks the
+// TestRecoveryTimers: a pending global asks for missing votes after VoteRetry and asks the
 // silent partition's log to abort it after RecoveryTimeout.
 func TestRecoveryTimers(t *testing.T) {
 	rc := newRecorder(t, Options{VoteRetry: 100 * time.Millisecond, RecoveryTimeout: time.Second})
 	id := TxnID{1, 1}
 	rc.r.Deliver(t0, Entry{Kind: EntryTxn, Txn: &Part{ID: id, Partition: 0, Partitions: []uint32{0, 3}, Writes: []Write{{Key: "x"}}}})
 	rc.r.Ready()
+	rc.r.Tick(t0) // the first tick that sees it pending starts its wait
 	rc.r.Tick(t0.Add(50 * time.Millisecond))
 	if rd := rc.r.Ready(); len(rd.VoteRequests)+len(rd.AbortRequests) != 0 {
 		t.Fatalf("asked too early: %+v", rd)
@@ -363,5 +364,22 @@ func TestSnapshotFloor(t *testing.T) {
 	rd := rc.r.Ready()
 	if len(rd.Outcomes) != 1 || rd.Outcomes[0].Reason != ReasonSnapshotTooOld {
 		t.Fatalf("outcomes %+v: want snapshot too old", rd.Outcomes)
+	}
+}
+
+// TestRestartAsksForEveryVote: a replica that delivers its log again after a restart holds many
+// globals whose votes were sent long ago; one tick interval later it asks for all of them, not
+// one head at a time (sim seed 6 of sdur's global-test-one-way mutation spent its whole
+// quiescence asking one by one).
+func TestRestartAsksForEveryVote(t *testing.T) {
+	rc := newRecorder(t, Options{VoteRetry: 100 * time.Millisecond})
+	for i := range 50 {
+		rc.r.Deliver(t0, Entry{Kind: EntryTxn, Txn: &Part{ID: TxnID{1, uint64(i + 1)}, Partition: 0, Partitions: []uint32{0, 1}, Writes: []Write{{Key: fmt.Sprint("k", i)}}}})
+	}
+	rc.r.Ready()
+	rc.r.Tick(t0)
+	rc.r.Tick(t0.Add(150 * time.Millisecond))
+	if n := len(rc.r.Ready().VoteRequests); n != 50 {
+		t.Fatalf("%d vote requests, want one for each of the 50 pending globals", n)
 	}
 }

@@ -386,6 +386,11 @@ func (r *Replica) coordFor(now time.Time, id TxnID, parts []uint32, submitter ui
 		c = &coordinating{parts: parts, submitter: submitter, votes: map[uint32]Vote{}, since: now}
 		r.coord[id] = c
 	}
+	if c.parts == nil && parts != nil {
+		// Votes came before this replica delivered its own prepare: now it knows the
+		// transaction.
+		c.parts, c.submitter, c.since = parts, submitter, now
+	}
 	return c
 }
 
@@ -513,7 +518,8 @@ func (r *Replica) Tick(now time.Time) {
 			r.out.StatusRequests = append(r.out.StatusRequests, StatusRequest{Txn: id, Coordinator: p.part.Coordinator, Partitions: p.part.Partitions, Submitter: p.part.Submitter})
 		}
 	}
-	for id, c := range r.coord {
+	for _, id := range r.sortedCoord() {
+		c := r.coord[id]
 		if now.Sub(c.since) < r.opts.DecisionTimeout {
 			continue
 		}
@@ -570,4 +576,10 @@ func (r *Replica) Describe() string {
 		s += fmt.Sprintf("; coordinating %s parts %v votes %d", id, c.parts, len(c.votes))
 	}
 	return s
+}
+
+// DecidedFor reports a remembered decision (diagnostics, tests).
+func (r *Replica) DecidedFor(id TxnID) (commit, ok bool) {
+	commit, ok = r.decided[id]
+	return
 }

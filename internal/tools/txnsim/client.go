@@ -102,6 +102,7 @@ func (s *cluster) outcome(n *node, r txnResult) {
 	}
 	sub.finished = true
 	delete(n.submitted, r.id)
+	s.delay.finish(n, r.id)
 	sub.done(r)
 }
 

@@ -77,6 +77,11 @@ type group struct {
 	// readWait are reads waiting for the replica's snapshot counter to reach theirs.
 	readWait    []*readReq
 	leaderSince time.Duration
+	// electionAt: a follower that has heard nothing from a leader until then campaigns. The
+	// simulator draws election timeouts from its seeded source (etcd raft's own come from
+	// crypto/rand: followers tick with TickQuiesced so that raft never draws one), as the
+	// raft engine does.
+	electionAt time.Duration
 }
 
 // completedGlobal is a global's completion at a replica.
@@ -317,10 +322,20 @@ func (s *cluster) handleReady(n *node, g *group) {
 	g.rn.Advance(rd)
 }
 
+// resetElection draws the next election deadline of a follower.
+func (s *cluster) resetElection(g *group) {
+	et := time.Duration(s.opts.ElectionTicks) * s.opts.RaftTick
+	g.electionAt = s.now + et + time.Duration(s.rng.Int64N(int64(et)))
+}
+
 func (s *cluster) stepRaft(n *node, msg raftMsg) {
 	g := n.groups[msg.part]
 	if g == nil {
 		return
+	}
+	switch msg.m.GetType() {
+	case raftpb.MessageType_MsgApp, raftpb.MessageType_MsgHeartbeat, raftpb.MessageType_MsgSnap:
+		s.resetElection(g)
 	}
 	_ = g.rn.Step(msg.m) // a message for an older term or a removed peer is refused; Raft retries
 }
@@ -384,8 +399,16 @@ func (s *cluster) tick() {
 		}
 		for _, pid := range s.partIDs(n) {
 			g := n.groups[pid]
-			g.rn.Tick()
 			st := g.rn.Status()
+			if st.RaftState == etcdraft.StateLeader {
+				g.rn.Tick()
+			} else {
+				g.rn.TickQuiesced()
+				if s.now >= g.electionAt {
+					_ = g.rn.Campaign()
+					s.resetElection(g)
+				}
+			}
 			g.rep.setLeader(st.RaftState == etcdraft.StateLeader)
 			g.rep.tick(s, n, g)
 			if st.RaftState == etcdraft.StateLeader {
@@ -413,6 +436,7 @@ func (s *cluster) crash(i int) {
 	}
 	n.up = false
 	n.epoch++
+
 	for _, sub := range n.submitted {
 		s.stats.submitterLost(sub)
 	}
@@ -436,6 +460,7 @@ func (s *cluster) restart(i int) {
 			return
 		}
 		g.leaderSince = -1
+		s.resetElection(g)
 		n.groups[pid] = g
 	}
 	n.up = true

@@ -28,7 +28,8 @@ type delayEstimator struct {
 type delayTrack struct {
 	start   time.Duration
 	applied map[uint32]time.Duration
-	seen    map[uint32]bool
+	// best is the earliest delivery seen per partition.
+	best map[uint32]time.Duration
 }
 
 const delayEWMAWeight = 0.1
@@ -72,7 +73,7 @@ func (d *delayEstimator) submitted(n *node, sub *submission, now time.Duration, 
 	if !d.auto || !sub.global {
 		return
 	}
-	t := &delayTrack{start: now, applied: map[uint32]time.Duration{}, seen: map[uint32]bool{}}
+	t := &delayTrack{start: now, applied: map[uint32]time.Duration{}, best: map[uint32]time.Duration{}}
 	for i, p := range sub.parts {
 		t.applied[p.Partition] = delays[i]
 	}
@@ -85,22 +86,36 @@ func (d *delayEstimator) submitted(n *node, sub *submission, now time.Duration, 
 	}
 }
 
-// observeVote: node n learnt that partition v.Partition delivered v.Txn (oneWay is the delay
-// the news took to come back).
+// observe: node n learnt that partition delivered txn, oneWay after the fact (the delay the
+// news took to come back: 0 for the submitter's own replica, the sender's one-way delay for a
+// vote). The earliest delivery per partition counts (a replica behind delivers late).
 func (d *delayEstimator) observe(n *node, txn sdur.TxnID, partition uint32, now, oneWay time.Duration) {
 	if !d.auto {
 		return
 	}
 	t := d.track[txn]
-	if t == nil || t.seen[partition] {
+	if t == nil {
 		return
 	}
-	t.seen[partition] = true
 	lat := now - t.start - oneWay - t.applied[partition]
-	k := [2]int{n.idx, int(partition)}
-	if e, ok := d.est[k]; ok {
-		d.est[k] = e + time.Duration(delayEWMAWeight*float64(lat-e))
-	} else {
-		d.est[k] = lat
+	if best, ok := t.best[partition]; !ok || lat < best {
+		t.best[partition] = lat
+	}
+}
+
+// finish folds a transaction's delivery latencies into the estimates once its outcome is in.
+func (d *delayEstimator) finish(n *node, txn sdur.TxnID) {
+	t := d.track[txn]
+	if t == nil {
+		return
+	}
+	delete(d.track, txn)
+	for p, lat := range t.best {
+		k := [2]int{n.idx, int(p)}
+		if e, ok := d.est[k]; ok {
+			d.est[k] = e + time.Duration(delayEWMAWeight*float64(lat-e))
+		} else {
+			d.est[k] = lat
+		}
 	}
 }

@@ -72,13 +72,21 @@ type Options struct {
 	ThinkTime time.Duration
 	Duration  time.Duration // measured (after Warmup). Default 30s.
 	Warmup    time.Duration // default 3s
-	// Threshold is the reordering threshold (0: no reordering).
-	Threshold sdur.Threshold
+	// Threshold is the reordering threshold (0: no reordering). AutoThreshold (beyond the
+	// paper) has each partition's leader set it, in ticks, to the measured time its globals
+	// wait for their votes.
+	Threshold     sdur.Threshold
+	AutoThreshold bool
+	// ThresholdMargin: the automatic threshold covers the mean wait for votes plus this many
+	// mean deviations. Default 0.5 (measured: locals keep their 0%-globals p99 down to it,
+	// and each deviation more costs globals a few ms).
+	ThresholdMargin float64
 	// Delay: fixed delaying Δ of the own partition's broadcast (IV-D); AutoDelay estimates it
 	// per partition from measured delivery times instead.
 	Delay     time.Duration
 	AutoDelay bool
-	// TickEntryInterval: how often a leader appends a tick entry when one is needed.
+	// TickEntryInterval: how often a leader appends a tick entry when one is needed (the
+	// granularity of a threshold in ticks). Default 2ms.
 	TickEntryInterval time.Duration
 	// RaftTick and ElectionTicks: Raft's clock.
 	RaftTick      time.Duration
@@ -151,7 +159,7 @@ func (o Options) ensureDefaults() Options {
 		o.Threshold.Unit = sdur.Entries
 	}
 	if o.TickEntryInterval == 0 {
-		o.TickEntryInterval = 5 * time.Millisecond
+		o.TickEntryInterval = 2 * time.Millisecond
 	}
 	if o.RaftTick == 0 {
 		o.RaftTick = 50 * time.Millisecond
@@ -179,6 +187,9 @@ func (o Options) ensureDefaults() Options {
 	}
 	if o.ClientTimeout == 0 {
 		o.ClientTimeout = 20 * time.Second
+	}
+	if o.ThresholdMargin == 0 {
+		o.ThresholdMargin = 0.5
 	}
 	if o.SnapshotInterval == 0 {
 		o.SnapshotInterval = 20 * time.Millisecond

@@ -138,9 +138,11 @@ func (s *cluster) sequencerStatus(round int, servers []int, sc []uint64, cands [
 	epoch := home.epoch
 	nparts := len(s.parts)
 	var ids []sdur.TxnID
+	seen := map[sdur.TxnID]bool{}
 	for _, l := range cands {
 		for _, c := range l {
-			if !slices.Contains(ids, c.id) {
+			if !seen[c.id] {
+				seen[c.id] = true
 				ids = append(ids, c.id)
 			}
 		}

@@ -142,6 +142,7 @@ func (s *cluster) build() error {
 				return err
 			}
 			g.leaderSince = -1
+			s.resetElection(g)
 			s.nodes[r].groups[p.id] = g
 		}
 	}

@@ -21,6 +21,7 @@ type sdurReplica struct {
 	rep              *sdur.Replica
 	completedGlobals map[sdur.TxnID]completedGlobal
 	globalOrder      []sdur.TxnID
+	lag              lagEstimator
 }
 
 func (sdurMode) newReplica(s *cluster, p *partition) (replica, error) {
@@ -154,11 +155,15 @@ func (r *sdurReplica) drain(s *cluster, n *node, g *group) {
 					continue
 				}
 				for _, rr := range s.parts[pid].replicas {
-					s.send(n.idx, rr, func(dst *node) { sdurVote(s, dst, pid, v) })
+					from := n.idx
+					s.send(n.idx, rr, func(dst *node) { sdurVote(s, from, dst, pid, v) })
 				}
 			}
 			if v.Txn.Node == n.id {
 				s.delay.observe(n, v.Txn, g.part.id, s.now, 0) // delivered by the submitter's own replica
+			}
+			if v.Partition == g.part.id && v.Commit {
+				r.lag.delivered(v, s.now)
 			}
 			s.stats.VotesSent++
 		}
@@ -172,7 +177,7 @@ func (r *sdurReplica) drain(s *cluster, n *node, g *group) {
 				s.send(n.idx, rr, func(dst *node) {
 					if dg := dst.groups[vr.Partition]; dg != nil {
 						if v, ok := dg.rep.(*sdurReplica).rep.VoteFor(vr.Txn); ok {
-							s.send(dst.idx, from, func(back *node) { sdurVote(s, back, asking, v) })
+							s.send(dst.idx, from, func(back *node) { sdurVote(s, dst.idx, back, asking, v) })
 						}
 					}
 				})
@@ -186,16 +191,17 @@ func (r *sdurReplica) drain(s *cluster, n *node, g *group) {
 	}
 }
 
-// sdurVote hands a vote to n's replica of partition pid.
-func sdurVote(s *cluster, n *node, pid uint32, v sdur.Vote) {
+// sdurVote hands a vote from node `from` to n's replica of partition pid.
+func sdurVote(s *cluster, from int, n *node, pid uint32, v sdur.Vote) {
 	g := n.groups[pid]
 	if g == nil {
 		return
 	}
-	g.rep.(*sdurReplica).rep.Vote(s.clock(), v)
+	sr := g.rep.(*sdurReplica)
+	sr.rep.Vote(s.clock(), v)
+	sr.lag.vote(v, s.now)
 	if v.Txn.Node == n.id {
-		back := s.topo.OneWay(s.nodes[s.nearestReplica(n, s.parts[v.Partition])].region, n.region)
-		s.delay.observe(n, v.Txn, v.Partition, s.now, back)
+		s.delay.observe(n, v.Txn, v.Partition, s.now, s.topo.OneWay(s.nodes[from].region, n.region))
 	}
 }
 
@@ -216,6 +222,9 @@ func (s *cluster) thresholdTicks() {
 			if sc := rep.SnapshotCounter(); sc > s.opts.SnapshotWindow {
 				floor = sc - s.opts.SnapshotWindow
 			}
+			if s.opts.AutoThreshold {
+				g.rep.(*sdurReplica).retune(s, n, pid)
+			}
 			if rep.NeedsTicks() || floor > rep.Floor()+s.opts.SnapshotWindow/4 {
 				s.propose(n, pid, sdur.Entry{Kind: sdur.EntryTick, Floor: floor})
 			}
@@ -225,3 +234,109 @@ func (s *cluster) thresholdTicks() {
 }
 
 var _ = time.Second
+
+// lagEstimator measures, at a replica, how long after it delivers a global the last vote of the
+// transaction's other partitions arrives: the time a global stays pending here for its votes.
+// The automatic reordering threshold (beyond the paper: no k to tune) is that time, in ticks.
+type lagEstimator struct {
+	tracked map[sdur.TxnID]*lagTrack
+	early   map[sdur.TxnID]map[uint32]bool
+	order   []sdur.TxnID
+	ewma    time.Duration
+	dev     time.Duration
+	samples int
+	// lastProposal: when this replica last proposed a threshold.
+	lastProposal time.Duration
+}
+
+type lagTrack struct {
+	at   time.Duration
+	need int
+	got  map[uint32]bool
+}
+
+const lagRetained = 1 << 14
+
+func (l *lagEstimator) delivered(v sdur.Vote, now time.Duration) {
+	if l.tracked == nil {
+		l.tracked, l.early = map[sdur.TxnID]*lagTrack{}, map[sdur.TxnID]map[uint32]bool{}
+	}
+	t := &lagTrack{at: now, need: len(v.Partitions) - 1, got: l.early[v.Txn]}
+	delete(l.early, v.Txn)
+	if t.got == nil {
+		t.got = map[uint32]bool{}
+	}
+	if len(t.got) >= t.need {
+		l.sample(0)
+		return
+	}
+	l.tracked[v.Txn] = t
+	l.order = append(l.order, v.Txn)
+	for len(l.order) > lagRetained {
+		delete(l.tracked, l.order[0])
+		l.order = l.order[1:]
+	}
+}
+
+func (l *lagEstimator) vote(v sdur.Vote, now time.Duration) {
+	if l.tracked == nil {
+		l.tracked, l.early = map[sdur.TxnID]*lagTrack{}, map[sdur.TxnID]map[uint32]bool{}
+	}
+	t := l.tracked[v.Txn]
+	if t == nil {
+		if len(l.early) < lagRetained {
+			if l.early[v.Txn] == nil {
+				l.early[v.Txn] = map[uint32]bool{}
+			}
+			l.early[v.Txn][v.Partition] = true
+		}
+		return
+	}
+	t.got[v.Partition] = true
+	if len(t.got) >= t.need {
+		l.sample(now - t.at)
+		delete(l.tracked, v.Txn)
+	}
+}
+
+// sample folds one lag into an EWMA of the lag and of its absolute deviation (as TCP's RTO
+// estimator, RFC 6298).
+func (l *lagEstimator) sample(lag time.Duration) {
+	if l.samples == 0 {
+		l.ewma, l.dev = lag, lag/2
+	} else {
+		diff := lag - l.ewma
+		if diff < 0 {
+			diff = -diff
+		}
+		l.dev += (diff - l.dev) / 4
+		l.ewma += (lag - l.ewma) / 8
+	}
+	l.samples++
+}
+
+// window is how long a global should stay leapable: its expected wait for votes plus margin
+// deviations, plus one tick interval for the tick entries' own commit.
+func (l *lagEstimator) window(tick time.Duration, margin float64) time.Duration {
+	return l.ewma + time.Duration(margin*float64(l.dev)) + tick
+}
+
+// retune proposes a new threshold in ticks when the measured window moved by more than a
+// sixth (at most twice a second): the threshold is then a configuration entry of the log, the
+// same at every replica.
+func (r *sdurReplica) retune(s *cluster, n *node, pid uint32) {
+	l := &r.lag
+	if l.samples < 20 || s.now-l.lastProposal < 500*time.Millisecond {
+		return
+	}
+	tick := s.opts.TickEntryInterval
+	k := uint64((l.window(tick, s.opts.ThresholdMargin) + tick - 1) / tick)
+	cur := r.rep.Threshold()
+	if cur.Unit == sdur.Ticks && k*6 >= cur.K*5 && k*6 <= cur.K*7 {
+		return
+	}
+	l.lastProposal = s.now
+	th := sdur.Threshold{Unit: sdur.Ticks, K: k}
+	s.stats.Retunes++
+	s.propose(n, pid, sdur.Entry{Kind: sdur.EntryConfig, Threshold: &th})
+}

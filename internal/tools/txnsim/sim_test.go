@@ -3,64 +3,21 @@ package txnsim
 import (
 	"flag"
 	"testing"
-	"time"
-
-	"meridian/internal/sdur"
-	"meridian/internal/tools/check"
 )
 
 var simSeeds = flag.Int("txnsim.seeds", 40, "seeds per configuration in TestSimSerializable")
 
-// simOptions is the simulation's configuration for a seed: the check workload with every fault,
-// delaying and reordering on, alternating deployments and threshold units.
-func simOptions(mode string, seed uint64) Options {
-	o := Options{
-		Mode: mode, Seed: seed, Workload: Check, GlobalPct: 40, ReadOnlyPct: 15, ItemsPerPartition: 10,
-		ClientsPerRegion: 3, Duration: 6 * time.Second, Warmup: time.Millisecond, Quiesce: 40 * time.Second,
-		KeepHistory: true, AutoDelay: true,
-		Faults:    Faults{Loss: 0.02, Dup: 0.02, SpikeProb: 0.02, Spike: 300 * time.Millisecond, Crashes: 2, CrashFor: 3 * time.Second, Cuts: 1, CutFor: 2 * time.Second},
-		VoteRetry: 300 * time.Millisecond, RecoveryTimeout: 2 * time.Second, SubmitRetry: time.Second, ClientTimeout: 3 * time.Second,
-	}
-	if seed%2 == 1 {
-		o.Deployment = WAN2
-	}
-	switch seed % 3 {
-	case 0:
-		o.Threshold = sdur.Threshold{Unit: sdur.Entries, K: 8}
-	case 1:
-		o.Threshold = sdur.Threshold{Unit: sdur.Ticks, K: 20}
-	}
-	return o
-}
+func simOptions(mode string, seed uint64) Options { return SimOptions(mode, seed) }
 
-// checkRun fails unless the run converged and its history is serializable.
+// checkRun fails the test on an error or an inconclusive seed; otherwise it reports whether the
+// seed passed.
 func checkRun(t *testing.T, o Options) (ok bool, why string) {
 	t.Helper()
-	res, err := Run(o)
+	ok, why, err := CheckSeed(o)
 	if err != nil {
 		t.Fatalf("seed %d: %v", o.Seed, err)
 	}
-	if !res.Converged {
-		return false, "diverged: " + res.Divergence
-	}
-	verdict, anomalies := res.CheckSerializable(time.Minute)
-	switch verdict {
-	case check.Illegal:
-		return false, anomalies[0].String()
-	case check.Unknown:
-		t.Fatalf("seed %d: the checker ran out of time", o.Seed)
-	}
-	if res.Stuck > 0 {
-		return false, "stuck transactions after quiescence"
-	}
-	commits := 0
-	for _, n := range res.Stats.Commits {
-		commits += n
-	}
-	if commits == 0 {
-		t.Fatalf("seed %d: nothing committed (the check proves nothing)", o.Seed)
-	}
-	return true, ""
+	return ok, why
 }
 
 func TestSimSerializable(t *testing.T) {
@@ -99,6 +56,30 @@ func catchMutation(t *testing.T, mode, m string) {
 				}
 			}
 			t.Fatalf("mutation %s not caught in %d seeds", m, *mutationSeeds)
+		}
+	}
+}
+
+// TestSimDeterministic: a seed replays exactly (the replay commands the failures print rely on
+// it): same events, same history.
+func TestSimDeterministic(t *testing.T) {
+	for _, mode := range Modes() {
+		a, err := Run(simOptions(mode, 7))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Run(simOptions(mode, 7))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Events != b.Events || len(a.Stats.History) != len(b.Stats.History) {
+			t.Fatalf("%s: seed 7 ran twice: %d and %d events, %d and %d transactions", mode, a.Events, b.Events, len(a.Stats.History), len(b.Stats.History))
+		}
+		for i := range a.Stats.History {
+			x, y := a.Stats.History[i], b.Stats.History[i]
+			if x.Outcome != y.Outcome || x.Return != y.Return {
+				t.Fatalf("%s: transaction %d differs between two runs of one seed: %+v vs %+v", mode, i, *x, *y)
+			}
 		}
 	}
 }

@@ -27,8 +27,9 @@ type Stats struct {
 	AbortReasons                   map[string]int
 
 	VotesSent, AbortRequests, Resubmits, Crashes, Reordered int
-	// Vectors is the number of snapshot vectors published.
-	Vectors int
+	// Vectors is the number of snapshot vectors published; Retunes the automatic
+	// threshold's configuration entries.
+	Vectors, Retunes int
 }
 
 func newStats(from, to time.Duration, keep bool) *Stats {

@@ -170,6 +170,15 @@ func (c *client) one(done func()) {
 			return
 		}
 		global := c.rng.Float64()*100 < s.opts.GlobalPct
+		if global && c.rng.IntN(2) == 0 {
+			// The shape of the paper's footnote 2 (write skew across partitions): read a key
+			// of each partition, write one of them. Only the global test's both directions
+			// keep two such transactions, delivered in opposite orders, from both committing.
+			ops := []op{{key: c.itemKey(c.home)}, {key: c.itemKey(c.other())}}
+			ops[c.rng.IntN(2)].write = true
+			c.update("global", ops, done)
+			return
+		}
 		n := 2 + c.rng.IntN(2)
 		ops := make([]op, 0, n)
 		for len(ops) < n {
