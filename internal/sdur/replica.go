@@ -74,8 +74,8 @@ type Replica struct {
 }
 
 type touch struct {
-	index uint64
-	key   string
+	Index uint64
+	Key   string
 }
 
 type seenTxn struct {
@@ -446,8 +446,8 @@ func (r *Replica) complete(h *pending, commit bool, reason Reason, key string) {
 // transaction may have is at or above the floor, so such a key can conflict with none.
 func (r *Replica) prune() {
 	n := 0
-	for n < len(r.touched) && r.touched[n].index <= r.floor {
-		k := r.touched[n].key
+	for n < len(r.touched) && r.touched[n].Index <= r.floor {
+		k := r.touched[n].Key
 		if ks := r.keys[k]; ks != nil && ks.pendingReaders == 0 && ks.pendingWriters == 0 &&
 			ks.lastRead <= r.floor && ks.lastWrite <= r.floor {
 			delete(r.keys, k)

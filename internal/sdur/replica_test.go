@@ -383,3 +383,84 @@ func TestRestartAsksForEveryVote(t *testing.T) {
 		t.Fatalf("%d vote requests, want one for each of the 50 pending globals", n)
 	}
 }
+
+// TestSnapshotRestoreDecidesAlike: a replica restored from another's snapshot, fed the same
+// entries and votes afterwards, decides exactly as the one that never stopped.
+func TestSnapshotRestoreDecidesAlike(t *testing.T) {
+	for seed := range uint64(100) {
+		rng := rand.New(rand.NewPCG(seed, 9))
+		opts := Options{Threshold: Threshold{Unit: Ticks, K: uint64(rng.IntN(5))}}
+		sc := genScenario(t, rng, opts, 150)
+		a := newRecorder(t, opts)
+		var pending []Vote
+		for _, vs := range sc.votes {
+			pending = append(pending, vs...)
+		}
+		slices.SortFunc(pending, func(x, y Vote) int { return int(x.Txn.Seq) - int(y.Txn.Seq) })
+		cut := len(sc.log) / 2
+		var b *recorder
+		for i, e := range sc.log {
+			if i == cut {
+				data, err := a.r.Snapshot()
+				if err != nil {
+					t.Fatal(err)
+				}
+				r, err := Restore(data, opts, t0)
+				if err != nil {
+					t.Fatalf("seed %d: %v", seed, err)
+				}
+				b = &recorder{r: r, votes: map[TxnID]bool{}}
+				a.completions = nil
+			}
+			for _, rc := range []*recorder{a, b} {
+				if rc != nil {
+					rc.r.Deliver(t0, e)
+					rc.drain()
+				}
+			}
+			if len(pending) > 0 && rng.IntN(2) == 0 {
+				v := pending[0]
+				pending = pending[1:]
+				for _, rc := range []*recorder{a, b} {
+					if rc != nil {
+						rc.r.Vote(t0, v)
+						rc.drain()
+					}
+				}
+			}
+		}
+		for _, rc := range []*recorder{a, b} {
+			for _, v := range pending {
+				rc.r.Vote(t0, v)
+			}
+			for range 100 {
+				rc.r.Deliver(t0, Entry{Kind: EntryTick})
+			}
+			rc.drain()
+		}
+		if !slices.Equal(a.completions, b.completions) {
+			t.Fatalf("seed %d: the restored replica completed differently:\n%v\n%v", seed, a.completions, b.completions)
+		}
+		if a.r.SnapshotCounter() != b.r.SnapshotCounter() || a.r.Delivered() != b.r.Delivered() {
+			t.Fatalf("seed %d: counters differ after the same inputs", seed)
+		}
+	}
+}
+
+// TestRestoreRefusesGarbage: a state that does not decode, or whose counts disagree with its
+// pending list, is refused.
+func TestRestoreRefusesGarbage(t *testing.T) {
+	if _, err := Restore([]byte("not a state"), Options{}, t0); err == nil {
+		t.Fatal("garbage restored")
+	}
+	rc := newRecorder(t, Options{Threshold: Threshold{Unit: Entries, K: 3}})
+	rc.r.Deliver(t0, Entry{Kind: EntryTxn, Txn: &Part{ID: TxnID{1, 1}, Partition: 0, Partitions: []uint32{0, 1}, Writes: []Write{{Key: "x"}}}})
+	rc.r.keys["x"].pendingWriters = 7
+	data, err := rc.r.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Restore(data, Options{}, t0); err == nil {
+		t.Fatal("a state with inconsistent pending counts restored")
+	}
+}

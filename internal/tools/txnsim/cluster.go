@@ -77,6 +77,11 @@ type group struct {
 	// readWait are reads waiting for the replica's snapshot counter to reach theirs.
 	readWait    []*readReq
 	leaderSince time.Duration
+	// appliedIndex is the last log index delivered to rep; durable the last saved state; conf
+	// the Raft configuration.
+	appliedIndex uint64
+	durable      *durableState
+	conf         *raftpb.ConfState
 	// electionAt: a follower that has heard nothing from a leader until then campaigns. The
 	// simulator draws election timeouts from its seeded source (etcd raft's own come from
 	// crypto/rand: followers tick with TickQuiesced so that raft never draws one), as the
@@ -128,8 +133,14 @@ type cluster struct {
 }
 
 // newGroup creates (or, after a crash, recreates from its durable log) the replica of part on n.
-func (s *cluster) newGroup(n *node, p *partition, storage *etcdraft.MemoryStorage) (*group, error) {
-	rep, err := s.mode.newReplica(s, p)
+func (s *cluster) newGroup(n *node, p *partition, storage *etcdraft.MemoryStorage, d *durableState) (*group, error) {
+	var rep replica
+	var err error
+	if d != nil {
+		rep, err = s.mode.restore(s, p, d.rep)
+	} else {
+		rep, err = s.mode.newReplica(s, p)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -147,8 +158,12 @@ func (s *cluster) newGroup(n *node, p *partition, storage *etcdraft.MemoryStorag
 		CheckQuorum:     true,
 		PreVote:         true,
 		Logger:          discardLogger{},
-		// Applied 0: a restarted replica delivers its whole log again to a fresh SDUR replica
-		// (deterministic replay rebuilds the pending list, the counters and the store).
+		// A restarted replica with a saved state is delivered the entries after it; without
+		// one (Applied 0), its whole log again, to a fresh replica (deterministic replay
+		// rebuilds the pending list, the counters and the store).
+	}
+	if d != nil {
+		cfg.Applied = d.index
 	}
 	rn, err := etcdraft.NewRawNode(cfg)
 	if err != nil {
@@ -170,7 +185,62 @@ func (s *cluster) newGroup(n *node, p *partition, storage *etcdraft.MemoryStorag
 		}
 		rep.setReplay(hs.GetCommit())
 	}
-	return &group{part: p, storage: storage, rn: rn, rep: rep, store: map[string][]version{}}, nil
+	g := &group{part: p, storage: storage, rn: rn, rep: rep, store: map[string][]version{}}
+	if d != nil {
+		g.appliedIndex, g.durable, g.conf = d.index, d, d.conf
+		for k, vs := range d.store {
+			g.store[k] = slices.Clone(vs)
+		}
+		g.applied = slices.Clone(d.applied)
+	}
+	return g, nil
+}
+
+// saveAll saves every up replica's state (every SaveEvery).
+func (s *cluster) saveAll() {
+	for _, n := range s.nodes {
+		if !n.up {
+			continue
+		}
+		for _, pid := range s.partIDs(n) {
+			s.save(n.groups[pid])
+		}
+	}
+	s.after(s.opts.SaveEvery, s.saveAll)
+}
+
+// durableState is a replica's saved state (what the product keeps on disk beside the Raft log):
+// the mode's replica state at a log index, the store and the commit sequence then, and the
+// Raft configuration.
+type durableState struct {
+	index   uint64
+	rep     any
+	store   map[string][]version
+	applied []sdur.TxnID
+	conf    *raftpb.ConfState
+}
+
+// save records g's durable state at its applied index (modes that can save their state), and
+// the configuration into the Raft storage's snapshot metadata, so that a restart can begin
+// after it.
+func (s *cluster) save(g *group) {
+	if g.conf == nil || (g.durable != nil && g.durable.index == g.appliedIndex) || g.appliedIndex == 0 {
+		return
+	}
+	st, ok := g.rep.save()
+	if !ok {
+		return
+	}
+	d := &durableState{index: g.appliedIndex, rep: st, store: make(map[string][]version, len(g.store)), applied: slices.Clone(g.applied), conf: g.conf}
+	for k, vs := range g.store {
+		d.store[k] = slices.Clone(vs)
+	}
+	if _, err := g.storage.CreateSnapshot(g.appliedIndex, g.conf, nil); err != nil {
+		s.fail(fmt.Errorf("partition %d: save at %d: %w", g.part.id, g.appliedIndex, err))
+		return
+	}
+	g.durable = d
+	s.stats.Saves++
 }
 
 // raftMsg is a Raft message of one partition's group.
@@ -304,9 +374,10 @@ func (s *cluster) handleReady(n *node, g *group) {
 			if ent.GetType() == raftpb.EntryType_EntryConfChange {
 				var cc raftpb.ConfChange
 				if err := proto.Unmarshal(ent.GetData(), &cc); err == nil {
-					g.rn.ApplyConfChange(&cc)
+					g.conf = g.rn.ApplyConfChange(&cc)
 				}
 			}
+			g.appliedIndex = ent.GetIndex()
 			continue
 		}
 		idx := decodeRef(ent.GetData())
@@ -315,6 +386,7 @@ func (s *cluster) handleReady(n *node, g *group) {
 			continue
 		}
 		g.rep.deliver(s, n, g, ent.GetIndex(), s.entries[idx])
+		g.appliedIndex = ent.GetIndex()
 	}
 	if rd.SoftState != nil && rd.SoftState.RaftState == etcdraft.StateLeader && g.leaderSince < 0 {
 		g.leaderSince = s.now
@@ -453,11 +525,15 @@ func (s *cluster) restart(i int) {
 	}
 	for _, pid := range s.partIDs(n) {
 		old := n.groups[pid]
-		// Only what was appended (durable) survives: the MemoryStorage is the disk.
-		g, err := s.newGroup(n, old.part, old.storage)
+		// Only what was appended (durable) survives: the MemoryStorage is the disk, with the
+		// last saved state.
+		g, err := s.newGroup(n, old.part, old.storage, old.durable)
 		if err != nil {
 			s.fail(err)
 			return
+		}
+		if old.durable != nil {
+			s.stats.Restores++
 		}
 		g.leaderSince = -1
 		s.resetElection(g)

@@ -12,6 +12,8 @@ import (
 type mode interface {
 	// newReplica returns a replica of partition p for the log to feed.
 	newReplica(s *cluster, p *partition) (replica, error)
+	// restore returns a replica at a state its save returned.
+	restore(s *cluster, p *partition, saved any) (replica, error)
 	// start begins the mode's background work (ticks, snapshot sequencer).
 	start(s *cluster)
 	// submit commits a transaction's parts from node n (its submitter) and calls done with
@@ -36,6 +38,9 @@ type replica interface {
 	// below it).
 	readVersion() uint64
 	pendingCount() int
+	// save returns the replica's state for a restart to begin from (false: the mode restarts
+	// by delivering its whole log again).
+	save() (any, bool)
 }
 
 // txnPart is a transaction's part for one partition, as the client built it.

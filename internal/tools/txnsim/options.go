@@ -110,6 +110,9 @@ type Options struct {
 	// SnapshotWindow: completions a leader keeps above the snapshot floor. Default 100,000.
 	SnapshotWindow uint64
 	Faults         Faults
+	// SaveEvery: replicas save their state this often (modes that can), and a restart begins
+	// after the last save instead of at the start of the log. 0: never.
+	SaveEvery time.Duration
 	// Quiesce: after the clients stop and faults heal, time for everything to complete
 	// before the convergence check. Default 30s.
 	Quiesce  time.Duration

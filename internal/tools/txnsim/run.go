@@ -73,6 +73,9 @@ func run(o Options) (*cluster, *Result, error) {
 	}
 	s.after(o.RaftTick, s.tick)
 	s.mode.start(s)
+	if o.SaveEvery > 0 {
+		s.after(o.SaveEvery, s.saveAll)
+	}
 	for _, c := range s.clients() {
 		c := c
 		s.at(startAt, func() { c.start(end) })
@@ -137,7 +140,7 @@ func (s *cluster) build() error {
 	}
 	for _, p := range s.parts {
 		for _, r := range p.replicas {
-			g, err := s.newGroup(s.nodes[r], p, nil)
+			g, err := s.newGroup(s.nodes[r], p, nil, nil)
 			if err != nil {
 				return err
 			}

@@ -1,6 +1,9 @@
 package txnsim
 
 import (
+	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
@@ -35,6 +38,40 @@ func (sdurMode) newReplica(s *cluster, p *partition) (replica, error) {
 		return nil, err
 	}
 	return &sdurReplica{rep: rep, completedGlobals: map[sdur.TxnID]completedGlobal{}}, nil
+}
+
+// sdurSaved is an SDUR replica's saved state: the core's snapshot and the completed globals
+// the snapshot sequencer asks about (node state that must survive a restart too: a vector that
+// misses a global completed before the restart could hold it in one partition only).
+type sdurSaved struct {
+	core        []byte
+	completed   map[sdur.TxnID]completedGlobal
+	globalOrder []sdur.TxnID
+}
+
+func (r *sdurReplica) save() (any, bool) {
+	data, err := r.rep.Snapshot()
+	if err != nil {
+		return nil, false
+	}
+	return &sdurSaved{core: data, completed: maps.Clone(r.completedGlobals), globalOrder: slices.Clone(r.globalOrder)}, true
+}
+
+func (sdurMode) restore(s *cluster, p *partition, saved any) (replica, error) {
+	st, ok := saved.(*sdurSaved)
+	if !ok {
+		return nil, fmt.Errorf("partition %d: saved state of type %T is not SDUR's", p.id, saved)
+	}
+	rep, err := sdur.Restore(st.core, sdur.Options{
+		Threshold:       s.opts.Threshold,
+		VoteRetry:       s.opts.VoteRetry,
+		RecoveryTimeout: s.opts.RecoveryTimeout,
+		Mutation:        s.opts.Mutation,
+	}, s.clock())
+	if err != nil {
+		return nil, err
+	}
+	return &sdurReplica{rep: rep, completedGlobals: maps.Clone(st.completed), globalOrder: slices.Clone(st.globalOrder)}, nil
 }
 
 func (sdurMode) start(s *cluster) {

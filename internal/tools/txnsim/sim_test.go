@@ -83,3 +83,19 @@ func TestSimDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestSimRestartsFromSavedState: the simulation's restarts do begin from saved states (so that
+// the seeds check Snapshot and Restore under faults), in some seeds.
+func TestSimRestartsFromSavedState(t *testing.T) {
+	restores := 0
+	for seed := uint64(1); seed <= 6; seed++ {
+		res, err := Run(simOptions("sdur", seed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		restores += res.Stats.Restores
+	}
+	if restores == 0 {
+		t.Fatal("no restart began from a saved state in 6 seeds")
+	}
+}

@@ -30,6 +30,8 @@ type Stats struct {
 	// Vectors is the number of snapshot vectors published; Retunes the automatic
 	// threshold's configuration entries.
 	Vectors, Retunes int
+	// Saves counts replica states saved; Restores the restarts that began from one.
+	Saves, Restores int
 }
 
 func newStats(from, to time.Duration, keep bool) *Stats {

@@ -26,6 +26,13 @@ func (twopcMode) newReplica(s *cluster, p *partition) (replica, error) {
 
 func (twopcMode) start(*cluster) {}
 
+// restore: 2PC replicas restart by delivering their whole log again (save returns false).
+func (twopcMode) restore(*cluster, *partition, any) (replica, error) {
+	return nil, fmt.Errorf("2pc replicas restart from their log")
+}
+
+func (r *twopcReplica) save() (any, bool) { return nil, false }
+
 func (r *twopcReplica) deliver(s *cluster, n *node, g *group, index uint64, payload any) {
 	e, ok := payload.(twopc.Entry)
 	if !ok {
