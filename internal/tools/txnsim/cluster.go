@@ -125,7 +125,9 @@ type cluster struct {
 	entries []any
 	mode    mode
 	// cut[a][b]: messages from region a to region b are dropped.
-	cut   map[[2]string]bool
+	cut map[[2]string]bool
+	// fifo is the last delivery time per (from, to) link.
+	fifo  map[[2]int]time.Duration
 	stats *Stats
 	delay *delayEstimator
 	seqr  *sequencer
@@ -276,10 +278,20 @@ func (s *cluster) send(from, to int, fn func(n *node)) {
 	if from != to && f.Dup > 0 && s.rng.Float64() < f.Dup {
 		copies = 2
 	}
+	// Links are FIFO, as the product's gRPC streams over TCP are (the lab's router keeps order
+	// too): jitter and spikes delay a message and everything behind it, never reorder. (With
+	// reordering, Raft followers reject appends that arrive out of order and their leader
+	// falls back to one append per round trip.)
+	link := [2]int{from, to}
+	at := s.now + d
+	if last := s.fifo[link]; at < last {
+		at = last
+	}
+	s.fifo[link] = at
 	epoch := b.epoch
 	for c := range copies {
 		extra := time.Duration(c) * time.Millisecond
-		s.after(d+extra, func() {
+		s.at(at+extra, func() {
 			if !b.up || b.epoch != epoch {
 				return
 			}

@@ -48,7 +48,7 @@ func run(o Options) (*cluster, *Result, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("topology: %w", err)
 	}
-	s := &cluster{opts: o, topo: topo, rng: rand.New(rand.NewPCG(o.Seed, 0x5d0e)), cut: map[[2]string]bool{}}
+	s := &cluster{opts: o, topo: topo, rng: rand.New(rand.NewPCG(o.Seed, 0x5d0e)), cut: map[[2]string]bool{}, fifo: map[[2]int]time.Duration{}}
 	from := startAt + o.Warmup
 	end := from + o.Duration
 	s.stats = newStats(from, end, o.KeepHistory)
@@ -99,6 +99,7 @@ func run(o Options) (*cluster, *Result, error) {
 	if s.err != nil {
 		return nil, nil, fmt.Errorf("seed %d: %w", o.Seed, s.err)
 	}
+	s.stats.bound = s.lowerBoundMs
 	res := &Result{Options: o, Stats: s.stats, Events: events}
 	res.Converged, res.Divergence, res.Stuck = s.converged()
 	return s, res, nil
@@ -232,3 +233,50 @@ func (s *cluster) converged() (bool, string, int) {
 }
 
 var _ = etcdraft.StateLeader
+
+// lowerBoundMs is the physical lower bound of a class's commit latency for a client in region:
+// a transaction's entry must reach a majority of each of its partitions' replicas and the news
+// must come back, so for each partition it is the majority-th smallest RTT from the region to
+// the partition's replicas (the intra-region RTT for a replica in the region itself), and the
+// transaction's bound is the largest over its partitions (they run in parallel). Locals
+// involve the client's home partition; globals the home and the farthest other; read-only
+// transactions only a read at the nearest replica of each partition.
+func (s *cluster) lowerBoundMs(class, region string) float64 {
+	rtt := func(p *partition) []float64 {
+		out := make([]float64, 0, len(p.replicas))
+		for _, r := range p.replicas {
+			out = append(out, float64(s.topo.RTT(region, s.nodes[r].region))/float64(time.Millisecond))
+		}
+		slices.Sort(out)
+		return out
+	}
+	majority := func(p *partition) float64 { return rtt(p)[len(p.replicas)/2] }
+	nearest := func(p *partition) float64 { return rtt(p)[0] }
+	var home *partition
+	for _, p := range s.parts {
+		if s.nodes[p.preferred].region == region {
+			home = p
+			break
+		}
+	}
+	if home == nil {
+		return 0
+	}
+	switch class {
+	case "local", "post", "follow-local":
+		return majority(home)
+	case "global", "follow-global":
+		b := majority(home)
+		for _, p := range s.parts {
+			b = max(b, majority(p))
+		}
+		return b
+	case "readonly", "timeline":
+		b := 0.0
+		for _, p := range s.parts {
+			b = max(b, nearest(p))
+		}
+		return b
+	}
+	return 0
+}

@@ -22,6 +22,8 @@ type Stats struct {
 	History []*txnRecord
 	// latency (committed transactions in the measured window) per class and region, µs.
 	latency map[string]map[string]*hdrhistogram.Histogram
+	// bound returns the lower bound of a class in a region (set by Run).
+	bound func(class, region string) float64
 	// Commits and Aborts per class (measured window); AbortReasons per reason.
 	Commits, Aborts, Indeterminate map[string]int
 	AbortReasons                   map[string]int
@@ -101,6 +103,9 @@ type ClassStats struct {
 	ThroughputTPS   float64
 	P50Ms, P99Ms    float64
 	MeanMs          float64
+	// LowerBoundMs is the physical lower bound of the class's commit latency from the region
+	// (0: not computed, "all" rows).
+	LowerBoundMs float64
 }
 
 // Summary returns per class and region, then per class over all regions.
@@ -127,7 +132,11 @@ func (st *Stats) Summary() []ClassStats {
 		for _, r := range regions {
 			h := st.latency[c][r]
 			all.Merge(h)
-			out = append(out, ClassStats{Class: c, Region: r, Commits: int(h.TotalCount()),
+			lb := 0.0
+			if st.bound != nil {
+				lb = st.bound(c, r)
+			}
+			out = append(out, ClassStats{Class: c, Region: r, Commits: int(h.TotalCount()), LowerBoundMs: lb,
 				ThroughputTPS: float64(h.TotalCount()) / secs,
 				P50Ms:         float64(h.ValueAtQuantile(50)) / 1000, P99Ms: float64(h.ValueAtQuantile(99)) / 1000, MeanMs: h.Mean() / 1000})
 		}
