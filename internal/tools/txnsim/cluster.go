@@ -325,12 +325,14 @@ func (s *cluster) drainReplica(n *node, g *group) {
 	s.serveWaitingReads(n, g)
 }
 
-// applyWrites applies a committed transaction's writes to g's store at version index.
-func (s *cluster) applyWrites(g *group, index uint64, txn sdur.TxnID, keys []string, values [][]byte, deletes []bool) {
-	for i, k := range keys {
+// applyWrites applies a committed transaction's n writes (write(i): key, value, deletion) to
+// g's store at version index.
+func (s *cluster) applyWrites(g *group, index uint64, txn sdur.TxnID, n int, write func(i int) (string, []byte, bool)) {
+	for i := range n {
+		k, value, deleted := write(i)
 		var list []int64
-		if !deletes[i] {
-			list = decodeList(values[i])
+		if !deleted {
+			list = decodeList(value)
 		}
 		g.store[k] = append(g.store[k], version{index: index, value: list, txn: txn})
 	}

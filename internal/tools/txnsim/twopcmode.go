@@ -93,11 +93,9 @@ func (r *twopcReplica) drain(s *cluster, n *node, g *group) {
 		}
 		rd := r.rep.Ready()
 		for _, a := range rd.Applies {
-			keys, values, deletes := make([]string, len(a.Writes)), make([][]byte, len(a.Writes)), make([]bool, len(a.Writes))
-			for i, w := range a.Writes {
-				keys[i], values[i], deletes[i] = w.Key, w.Value, w.Delete
-			}
-			s.applyWrites(g, a.Version, sdur.TxnID(a.Txn), keys, values, deletes)
+			s.applyWrites(g, a.Version, sdur.TxnID(a.Txn), len(a.Writes), func(i int) (string, []byte, bool) {
+				return a.Writes[i].Key, a.Writes[i].Value, a.Writes[i].Delete
+			})
 		}
 		for _, o := range rd.Outcomes {
 			res := txnResult{id: sdur.TxnID(o.Txn), committed: o.Committed, reason: o.Reason, key: o.Key}
