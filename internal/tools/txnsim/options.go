@@ -90,6 +90,9 @@ type Options struct {
 	// granularity of a threshold in ticks). Default 1ms (a tick entry per millisecond while a
 	// global waits: cheap in WAN 1, where a partition's log commits within its region).
 	TickEntryInterval time.Duration
+	// TickLinger: a leader keeps appending ticks this long after a global last waited, so
+	// that ticks are in flight when the next global is delivered. Default 1s.
+	TickLinger time.Duration
 	// RaftTick and ElectionTicks: Raft's clock.
 	RaftTick      time.Duration
 	ElectionTicks int
@@ -192,6 +195,9 @@ func (o Options) ensureDefaults() Options {
 	}
 	if o.ClientTimeout == 0 {
 		o.ClientTimeout = 20 * time.Second
+	}
+	if o.TickLinger == 0 {
+		o.TickLinger = time.Second
 	}
 	if o.ThresholdMargin == 0 {
 		o.ThresholdMargin = 0.75

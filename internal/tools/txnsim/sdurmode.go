@@ -25,6 +25,8 @@ type sdurReplica struct {
 	completedGlobals map[sdur.TxnID]completedGlobal
 	globalOrder      []sdur.TxnID
 	lag              lagEstimator
+	// lastNeed: when a global last waited for its threshold here (ticks linger after it).
+	lastNeed time.Duration
 }
 
 func (sdurMode) newReplica(s *cluster, p *partition) (replica, error) {
@@ -260,7 +262,15 @@ func (s *cluster) thresholdTicks() {
 			if s.opts.AutoThreshold {
 				g.rep.(*sdurReplica).retune(s, n, pid)
 			}
-			if rep.NeedsTicks() || floor > rep.Floor()+s.opts.SnapshotWindow/4 {
+			// Ticks keep flowing for TickLinger after the last time a global waited: a tick
+			// takes a commit latency to be delivered (a WAN round trip in WAN 2), so ticks
+			// started only once a global is delivered would reach its threshold that much
+			// later; ticks already in flight reach it on time.
+			sr := g.rep.(*sdurReplica)
+			if rep.NeedsTicks() {
+				sr.lastNeed = s.now
+			}
+			if rep.NeedsTicks() || (sr.lastNeed > 0 && s.now-sr.lastNeed < s.opts.TickLinger) || floor > rep.Floor()+s.opts.SnapshotWindow/4 {
 				s.propose(n, pid, sdur.Entry{Kind: sdur.EntryTick, Floor: floor})
 			}
 		}
