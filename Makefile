@@ -32,6 +32,7 @@ fuzz:
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzControlAPI$$' -fuzztime $(FUZZTIME) ./internal/tools/lab/wan/
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzPeerEnvelope$$' -fuzztime $(FUZZTIME) ./internal/wire/
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime $(FUZZTIME) ./internal/sdur/
+	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME) ./internal/sdur/
 
 # Deterministic simulation: SIMSEEDS seeds of every protocol with every fault on, then the
 # mutation suite (every broken variant must be caught). Exits non-zero on any violation.

@@ -1,11 +1,13 @@
 package sdur
 
 import (
-	"bytes"
-	"encoding/gob"
 	"fmt"
 	"slices"
 	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"meridian/internal/wire/peerpb"
 )
 
 // A replica's state can be saved with the log index it reflects and restored, so that a
@@ -18,56 +20,15 @@ import (
 // snapshotVersion is the encoding's version; Restore refuses others.
 const snapshotVersion = 1
 
-type snapPending struct {
-	Part      Part
-	Global    bool
-	RT        uint64
-	Unit      ThresholdUnit
-	Votes     []Vote
-	Reordered bool
-}
-
-type snapKey struct {
-	Key                                     string
-	LastCommittedWrite, LastWrite, LastRead uint64
-	PendingWriters, PendingReaders          int32
-}
-
-type snapSeen struct {
-	ID        TxnID
-	Vote      Vote
-	Global    bool
-	AbortedBy bool
-}
-
-type snapEarly struct {
-	ID    TxnID
-	Votes []Vote
-}
-
-type snapState struct {
-	Version   int
-	Partition uint32
-	Threshold Threshold
-	DC, TC    uint64
-	SC, Floor uint64
-	Pending   []snapPending
-	Keys      []snapKey
-	Touched   []touch
-	Waiting   []Entry
-	Seen      []snapSeen
-	Early     []snapEarly
-}
-
-// Snapshot encodes the replica's state.
+// Snapshot encodes the replica's state (peerpb.SdurState).
 func (r *Replica) Snapshot() ([]byte, error) {
-	st := snapState{Version: snapshotVersion, Partition: r.partition, Threshold: r.threshold, DC: r.dc, TC: r.tc, SC: r.sc, Floor: r.floor,
-		Touched: r.touched, Waiting: r.waiting}
+	st := &peerpb.SdurState{Version: snapshotVersion, Partition: r.partition, Threshold: thresholdToPB(r.threshold),
+		Dc: r.dc, Tc: r.tc, Sc: r.sc, Floor: r.floor}
 	for _, p := range r.pl {
-		sp := snapPending{Part: *p.part, Global: p.global, RT: p.rt, Unit: p.unit, Reordered: p.reordered}
+		sp := &peerpb.SdurPending{Part: partToPB(p.part), Global: p.global, Rt: p.rt, Unit: uint32(p.unit), Reordered: p.reordered}
 		for _, pid := range p.part.Partitions {
 			if v, ok := p.votes[pid]; ok {
-				sp.Votes = append(sp.Votes, v)
+				sp.Votes = append(sp.Votes, voteToPB(v))
 			}
 		}
 		st.Pending = append(st.Pending, sp)
@@ -79,45 +40,82 @@ func (r *Replica) Snapshot() ([]byte, error) {
 	slices.Sort(keys)
 	for _, k := range keys {
 		ks := r.keys[k]
-		st.Keys = append(st.Keys, snapKey{Key: k, LastCommittedWrite: ks.lastCommittedWrite, LastWrite: ks.lastWrite, LastRead: ks.lastRead,
-			PendingWriters: ks.pendingWriters, PendingReaders: ks.pendingReaders})
+		st.Keys = append(st.Keys, &peerpb.SdurKeyState{Key: []byte(k), LastCommittedWrite: ks.lastCommittedWrite, LastWrite: ks.lastWrite,
+			LastRead: ks.lastRead, PendingWriters: ks.pendingWriters, PendingReaders: ks.pendingReaders})
+	}
+	for _, t := range r.touched {
+		st.Touched = append(st.Touched, &peerpb.SdurTouch{Index: t.Index, Key: []byte(t.Key)})
+	}
+	for _, e := range r.waiting {
+		st.Waiting = append(st.Waiting, entryToPB(e))
 	}
 	for _, id := range r.seenOrder {
 		if s, ok := r.seen[id]; ok {
-			st.Seen = append(st.Seen, snapSeen{ID: id, Vote: s.vote, Global: s.global, AbortedBy: s.abortedBy})
+			st.Seen = append(st.Seen, &peerpb.SdurSeen{Id: idToPB(id), Vote: voteToPB(s.vote), Global: s.global, AbortedBy: s.abortedBy})
 		}
 	}
 	for _, id := range r.earlyOrder {
 		if vs, ok := r.early[id]; ok {
-			st.Early = append(st.Early, snapEarly{ID: id, Votes: vs})
+			e := &peerpb.SdurEarly{Id: idToPB(id)}
+			for _, v := range vs {
+				e.Votes = append(e.Votes, voteToPB(v))
+			}
+			st.Early = append(st.Early, e)
 		}
 	}
-	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(&st); err != nil {
+	b, err := proto.Marshal(st)
+	if err != nil {
 		return nil, fmt.Errorf("sdur: encode the state of partition %d: %w", r.partition, err)
 	}
-	return buf.Bytes(), nil
+	return b, nil
 }
 
 // Restore returns a replica at the state data encodes, with opts (which are not saved: they
-// are the node's configuration). now starts the vote-retry timers of the pending globals.
+// are the node's configuration). Everything is checked as a decoded entry is, and the per-key
+// counts against the pending list: an inconsistent state is refused, never certified against.
 func Restore(data []byte, opts Options, now time.Time) (*Replica, error) {
-	var st snapState
-	if err := gob.NewDecoder(bytes.NewReader(data)).Decode(&st); err != nil {
+	var st peerpb.SdurState
+	if err := proto.Unmarshal(data, &st); err != nil {
 		return nil, fmt.Errorf("sdur: decode a replica state: %w", err)
 	}
-	if st.Version != snapshotVersion {
-		return nil, fmt.Errorf("sdur: replica state version %d, this build reads %d", st.Version, snapshotVersion)
+	if st.GetVersion() != snapshotVersion {
+		return nil, fmt.Errorf("sdur: replica state version %d, this build reads %d", st.GetVersion(), snapshotVersion)
 	}
-	r, err := NewReplica(st.Partition, opts)
+	lim := DefaultWireLimits
+	r, err := NewReplica(st.GetPartition(), opts)
 	if err != nil {
 		return nil, err
 	}
-	r.threshold, r.dc, r.tc, r.sc, r.floor = st.Threshold, st.DC, st.TC, st.SC, st.Floor
-	r.touched, r.waiting = st.Touched, st.Waiting
-	for _, sp := range st.Pending {
-		part := sp.Part
-		p := &pending{part: &part, global: sp.Global, rt: sp.RT, unit: sp.Unit, reordered: sp.Reordered,
+	bad := func(format string, args ...any) (*Replica, error) {
+		return nil, fmt.Errorf("sdur: restored state of partition %d: "+format, append([]any{st.GetPartition()}, args...)...)
+	}
+	if r.threshold, err = thresholdFromPB(st.GetThreshold()); err != nil {
+		return bad("%v", err)
+	}
+	r.dc, r.tc, r.sc, r.floor = st.GetDc(), st.GetTc(), st.GetSc(), st.GetFloor()
+	for _, t := range st.GetTouched() {
+		r.touched = append(r.touched, touch{Index: t.GetIndex(), Key: string(t.GetKey())})
+	}
+	for _, e := range st.GetWaiting() {
+		entry, err := entryFromPB(e, lim)
+		if err != nil {
+			return bad("waiting entry: %v", err)
+		}
+		r.waiting = append(r.waiting, entry)
+	}
+	for _, sp := range st.GetPending() {
+		part, err := partFromPB(sp.GetPart(), lim)
+		if err != nil {
+			return bad("pending: %v", err)
+		}
+		if part.Partition != r.partition || sp.GetGlobal() != part.Global() {
+			return bad("pending %s is not this partition's or not what it claims", part.ID)
+		}
+		unit := ThresholdUnit(sp.GetUnit())
+		if sp.GetGlobal() && unit != Entries && unit != Ticks {
+			return bad("pending %s has threshold unit %d", part.ID, unit)
+		}
+		p := &pending{part: part, global: sp.GetGlobal(), rt: sp.GetRt(), unit: unit, reordered: sp.GetReordered(),
 			reads: map[string]struct{}{}, writes: map[string]struct{}{}}
 		for _, k := range part.Reads {
 			p.reads[k] = struct{}{}
@@ -126,29 +124,57 @@ func Restore(data []byte, opts Options, now time.Time) (*Replica, error) {
 			p.writes[w.Key] = struct{}{}
 			p.reads[w.Key] = struct{}{}
 		}
-		if sp.Global {
+		if p.global {
 			p.votes = map[uint32]Vote{}
-			for _, v := range sp.Votes {
+			for _, vpb := range sp.GetVotes() {
+				v, err := voteFromPB(vpb, lim)
+				if err != nil {
+					return bad("pending %s: %v", part.ID, err)
+				}
 				p.votes[v.Partition] = v
 			}
 		}
 		r.pl = append(r.pl, p)
 	}
-	for _, k := range st.Keys {
-		r.keys[k.Key] = &keyState{lastCommittedWrite: k.LastCommittedWrite, lastWrite: k.LastWrite, lastRead: k.LastRead,
-			pendingWriters: k.PendingWriters, pendingReaders: k.PendingReaders}
+	for _, k := range st.GetKeys() {
+		if k.GetPendingReaders() < 0 || k.GetPendingWriters() < 0 {
+			return bad("key %q has negative pending counts", k.GetKey())
+		}
+		r.keys[string(k.GetKey())] = &keyState{lastCommittedWrite: k.GetLastCommittedWrite(), lastWrite: k.GetLastWrite(), lastRead: k.GetLastRead(),
+			pendingWriters: k.GetPendingWriters(), pendingReaders: k.GetPendingReaders()}
 	}
-	for _, s := range st.Seen {
-		r.seen[s.ID] = seenTxn{vote: s.Vote, global: s.Global, abortedBy: s.AbortedBy}
-		r.seenOrder = append(r.seenOrder, s.ID)
+	for _, s := range st.GetSeen() {
+		id, err := idFromPB(s.GetId())
+		if err != nil {
+			return bad("seen: %v", err)
+		}
+		var v Vote
+		if s.GetVote() != nil && s.GetGlobal() {
+			if v, err = voteFromPB(s.GetVote(), lim); err != nil {
+				return bad("seen %s: %v", id, err)
+			}
+		}
+		r.seen[id] = seenTxn{vote: v, global: s.GetGlobal(), abortedBy: s.GetAbortedBy()}
+		r.seenOrder = append(r.seenOrder, id)
 	}
-	for _, e := range st.Early {
-		r.early[e.ID] = e.Votes
-		r.earlyOrder = append(r.earlyOrder, e.ID)
+	for _, e := range st.GetEarly() {
+		id, err := idFromPB(e.GetId())
+		if err != nil {
+			return bad("early votes: %v", err)
+		}
+		for _, vpb := range e.GetVotes() {
+			v, err := voteFromPB(vpb, lim)
+			if err != nil {
+				return bad("early vote on %s: %v", id, err)
+			}
+			r.early[id] = append(r.early[id], v)
+		}
+		r.earlyOrder = append(r.earlyOrder, id)
 	}
 	if err := r.checkCounts(); err != nil {
 		return nil, err
 	}
+	_ = now
 	return r, nil
 }
 

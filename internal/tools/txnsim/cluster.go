@@ -394,12 +394,12 @@ func (s *cluster) handleReady(n *node, g *group) {
 			g.appliedIndex = ent.GetIndex()
 			continue
 		}
-		idx := decodeRef(ent.GetData())
-		if idx < 0 || idx >= len(s.entries) {
-			s.fail(fmt.Errorf("node %d partition %d: entry %d refers to unknown payload %d", n.id, g.part.id, ent.GetIndex(), idx))
+		payload, err := s.decodePayload(ent.GetData())
+		if err != nil {
+			s.fail(fmt.Errorf("node %d partition %d: entry %d: %w", n.id, g.part.id, ent.GetIndex(), err))
 			continue
 		}
-		g.rep.deliver(s, n, g, ent.GetIndex(), s.entries[idx])
+		g.rep.deliver(s, n, g, ent.GetIndex(), payload)
 		g.appliedIndex = ent.GetIndex()
 	}
 	if rd.SoftState != nil && rd.SoftState.RaftState == etcdraft.StateLeader && g.leaderSince < 0 {
@@ -445,9 +445,11 @@ func (s *cluster) fail(err error) {
 // propose appends an entry to partition pid's log from node n: through its own replica if it
 // has one (Raft forwards to the leader), else through the nearest replica.
 func (s *cluster) propose(n *node, pid uint32, e any) {
-	ref := len(s.entries)
-	s.entries = append(s.entries, e)
-	data := encodeRef(ref)
+	data, err := s.encodePayload(e)
+	if err != nil {
+		s.fail(err)
+		return
+	}
 	if g := n.groups[pid]; g != nil {
 		_ = g.rn.Propose(data) // dropped without a leader: the submitter's retry covers it
 		s.flush(n)
@@ -459,6 +461,44 @@ func (s *cluster) propose(n *node, pid uint32, e any) {
 			_ = g.rn.Propose(data)
 		}
 	})
+}
+
+// Log payloads: SDUR entries travel in their wire form (sdur.EncodeEntry, what the product's
+// logs hold), so that every seed also checks the encoding; other modes' entries are kept in a
+// table the log refers to.
+const (
+	payloadWire  = 'W'
+	payloadTable = 'T'
+)
+
+func (s *cluster) encodePayload(e any) ([]byte, error) {
+	if se, ok := e.(sdur.Entry); ok {
+		b, err := sdur.EncodeEntry(se)
+		if err != nil {
+			return nil, err
+		}
+		return append([]byte{payloadWire}, b...), nil
+	}
+	ref := len(s.entries)
+	s.entries = append(s.entries, e)
+	return append([]byte{payloadTable}, encodeRef(ref)...), nil
+}
+
+func (s *cluster) decodePayload(data []byte) (any, error) {
+	if len(data) == 0 {
+		return nil, fmt.Errorf("empty payload")
+	}
+	switch data[0] {
+	case payloadWire:
+		return sdur.DecodeEntry(data[1:], sdur.DefaultWireLimits)
+	case payloadTable:
+		idx := decodeRef(data[1:])
+		if idx < 0 || idx >= len(s.entries) {
+			return nil, fmt.Errorf("refers to unknown payload %d", idx)
+		}
+		return s.entries[idx], nil
+	}
+	return nil, fmt.Errorf("payload tag %q", data[0])
 }
 
 // nearestReplica returns the replica of p nearest to n (up or not: the sender cannot know),

@@ -6378,6 +6378,967 @@ func (x *EnvelopeBatch) GetEnvelopes() []*Envelope {
 	return nil
 }
 
+// Geo-SDUR (internal/sdur). SdurEntry is the payload of a partition's log entry in a
+// transactional keyspace (the atomic broadcast of the paper); SdurVote travels between the
+// replicas of a global transaction's partitions; SdurState is a replica's saved state.
+type SdurTxnId struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          uint32                 `protobuf:"varint,1,opt,name=node,proto3" json:"node,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SdurTxnId) Reset() {
+	*x = SdurTxnId{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SdurTxnId) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SdurTxnId) ProtoMessage() {}
+
+func (x *SdurTxnId) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SdurTxnId.ProtoReflect.Descriptor instead.
+func (*SdurTxnId) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *SdurTxnId) GetNode() uint32 {
+	if x != nil {
+		return x.Node
+	}
+	return 0
+}
+
+func (x *SdurTxnId) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+type SdurWrite struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Delete        bool                   `protobuf:"varint,3,opt,name=delete,proto3" json:"delete,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SdurWrite) Reset() {
+	*x = SdurWrite{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SdurWrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SdurWrite) ProtoMessage() {}
+
+func (x *SdurWrite) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SdurWrite.ProtoReflect.Descriptor instead.
+func (*SdurWrite) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *SdurWrite) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *SdurWrite) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *SdurWrite) GetDelete() bool {
+	if x != nil {
+		return x.Delete
+	}
+	return false
+}
+
+type SdurPart struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            *SdurTxnId             `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Partitions    []uint32               `protobuf:"varint,3,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	Snapshot      uint64                 `protobuf:"varint,4,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Reads         [][]byte               `protobuf:"bytes,5,rep,name=reads,proto3" json:"reads,omitempty"`
+	Writes        []*SdurWrite           `protobuf:"bytes,6,rep,name=writes,proto3" json:"writes,omitempty"`
+	Submitter     uint32                 `protobuf:"varint,7,opt,name=submitter,proto3" json:"submitter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SdurPart) Reset() {
+	*x = SdurPart{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SdurPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SdurPart) ProtoMessage() {}
+
+func (x *SdurPart) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SdurPart.ProtoReflect.Descriptor instead.
+func (*SdurPart) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *SdurPart) GetId() *SdurTxnId {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *SdurPart) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *SdurPart) GetPartitions() []uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *SdurPart) GetSnapshot() uint64 {
+	if x != nil {
+		return x.Snapshot
+	}
+	return 0
+}
+
+func (x *SdurPart) GetReads() [][]byte {
+	if x != nil {
+		return x.Reads
+	}
+	return nil
+}
+
+func (x *SdurPart) GetWrites() []*SdurWrite {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
+func (x *SdurPart) GetSubmitter() uint32 {
+	if x != nil {
+		return x.Submitter
+	}
+	return 0
+}
+
+type SdurThreshold struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1: entries, 2: ticks.
+	Unit          uint32 `protobuf:"varint,1,opt,name=unit,proto3" json:"unit,omitempty"`
+	K             uint64 `protobuf:"varint,2,opt,name=k,proto3" json:"k,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SdurThreshold) Reset() {
+	*x = SdurThreshold{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SdurThreshold) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SdurThreshold) ProtoMessage() {}
+
+func (x *SdurThreshold) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SdurThreshold.ProtoReflect.Descriptor instead.
+func (*SdurThreshold) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *SdurThreshold) GetUnit() uint32 {
+	if x != nil {
+		return x.Unit
+	}
+	return 0
+}
+
+func (x *SdurThreshold) GetK() uint64 {
+	if x != nil {
+		return x.K
+	}
+	return 0
+}
+
+type SdurAbortRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txn           *SdurTxnId             `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	Partitions    []uint32               `protobuf:"varint,2,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	Partition     uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SdurAbortRequest) Reset() {
+	*x = SdurAbortRequest{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SdurAbortRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SdurAbortRequest) ProtoMessage() {}
+
+func (x *SdurAbortRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SdurAbortRequest.ProtoReflect.Descriptor instead.
+func (*SdurAbortRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *SdurAbortRequest) GetTxn() *SdurTxnId {
+	if x != nil {
+		return x.Txn
+	}
+	return nil
+}
+
+func (x *SdurAbortRequest) GetPartitions() []uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *SdurAbortRequest) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+type SdurEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1: transaction, 2: abort request, 3: tick, 4: configuration.
+	Kind          uint32            `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Txn           *SdurPart         `protobuf:"bytes,2,opt,name=txn,proto3" json:"txn,omitempty"`
+	Abort         *SdurAbortRequest `protobuf:"bytes,3,opt,name=abort,proto3" json:"abort,omitempty"`
+	Floor         uint64            `protobuf:"varint,4,opt,name=floor,proto3" json:"floor,omitempty"`
+	Threshold     *SdurThreshold    `protobuf:"bytes,5,opt,name=threshold,proto3" json:"threshold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SdurEntry) Reset() {
+	*x = SdurEntry{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SdurEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SdurEntry) ProtoMessage() {}
+
+func (x *SdurEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SdurEntry.ProtoReflect.Descriptor instead.
+func (*SdurEntry) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *SdurEntry) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *SdurEntry) GetTxn() *SdurPart {
+	if x != nil {
+		return x.Txn
+	}
+	return nil
+}
+
+func (x *SdurEntry) GetAbort() *SdurAbortRequest {
+	if x != nil {
+		return x.Abort
+	}
+	return nil
+}
+
+func (x *SdurEntry) GetFloor() uint64 {
+	if x != nil {
+		return x.Floor
+	}
+	return 0
+}
+
+func (x *SdurEntry) GetThreshold() *SdurThreshold {
+	if x != nil {
+		return x.Threshold
+	}
+	return nil
+}
+
+type SdurVote struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txn           *SdurTxnId             `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Commit        bool                   `protobuf:"varint,3,opt,name=commit,proto3" json:"commit,omitempty"`
+	Partitions    []uint32               `protobuf:"varint,4,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Key           []byte                 `protobuf:"bytes,6,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SdurVote) Reset() {
+	*x = SdurVote{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SdurVote) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SdurVote) ProtoMessage() {}
+
+func (x *SdurVote) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SdurVote.ProtoReflect.Descriptor instead.
+func (*SdurVote) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *SdurVote) GetTxn() *SdurTxnId {
+	if x != nil {
+		return x.Txn
+	}
+	return nil
+}
+
+func (x *SdurVote) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *SdurVote) GetCommit() bool {
+	if x != nil {
+		return x.Commit
+	}
+	return false
+}
+
+func (x *SdurVote) GetPartitions() []uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *SdurVote) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SdurVote) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+type SdurPending struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Part          *SdurPart              `protobuf:"bytes,1,opt,name=part,proto3" json:"part,omitempty"`
+	Global        bool                   `protobuf:"varint,2,opt,name=global,proto3" json:"global,omitempty"`
+	Rt            uint64                 `protobuf:"varint,3,opt,name=rt,proto3" json:"rt,omitempty"`
+	Unit          uint32                 `protobuf:"varint,4,opt,name=unit,proto3" json:"unit,omitempty"`
+	Votes         []*SdurVote            `protobuf:"bytes,5,rep,name=votes,proto3" json:"votes,omitempty"`
+	Reordered     bool                   `protobuf:"varint,6,opt,name=reordered,proto3" json:"reordered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SdurPending) Reset() {
+	*x = SdurPending{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SdurPending) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SdurPending) ProtoMessage() {}
+
+func (x *SdurPending) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SdurPending.ProtoReflect.Descriptor instead.
+func (*SdurPending) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *SdurPending) GetPart() *SdurPart {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *SdurPending) GetGlobal() bool {
+	if x != nil {
+		return x.Global
+	}
+	return false
+}
+
+func (x *SdurPending) GetRt() uint64 {
+	if x != nil {
+		return x.Rt
+	}
+	return 0
+}
+
+func (x *SdurPending) GetUnit() uint32 {
+	if x != nil {
+		return x.Unit
+	}
+	return 0
+}
+
+func (x *SdurPending) GetVotes() []*SdurVote {
+	if x != nil {
+		return x.Votes
+	}
+	return nil
+}
+
+func (x *SdurPending) GetReordered() bool {
+	if x != nil {
+		return x.Reordered
+	}
+	return false
+}
+
+type SdurKeyState struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Key                []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	LastCommittedWrite uint64                 `protobuf:"varint,2,opt,name=last_committed_write,json=lastCommittedWrite,proto3" json:"last_committed_write,omitempty"`
+	LastWrite          uint64                 `protobuf:"varint,3,opt,name=last_write,json=lastWrite,proto3" json:"last_write,omitempty"`
+	LastRead           uint64                 `protobuf:"varint,4,opt,name=last_read,json=lastRead,proto3" json:"last_read,omitempty"`
+	PendingWriters     int32                  `protobuf:"varint,5,opt,name=pending_writers,json=pendingWriters,proto3" json:"pending_writers,omitempty"`
+	PendingReaders     int32                  `protobuf:"varint,6,opt,name=pending_readers,json=pendingReaders,proto3" json:"pending_readers,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *SdurKeyState) Reset() {
+	*x = SdurKeyState{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SdurKeyState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SdurKeyState) ProtoMessage() {}
+
+func (x *SdurKeyState) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SdurKeyState.ProtoReflect.Descriptor instead.
+func (*SdurKeyState) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *SdurKeyState) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *SdurKeyState) GetLastCommittedWrite() uint64 {
+	if x != nil {
+		return x.LastCommittedWrite
+	}
+	return 0
+}
+
+func (x *SdurKeyState) GetLastWrite() uint64 {
+	if x != nil {
+		return x.LastWrite
+	}
+	return 0
+}
+
+func (x *SdurKeyState) GetLastRead() uint64 {
+	if x != nil {
+		return x.LastRead
+	}
+	return 0
+}
+
+func (x *SdurKeyState) GetPendingWriters() int32 {
+	if x != nil {
+		return x.PendingWriters
+	}
+	return 0
+}
+
+func (x *SdurKeyState) GetPendingReaders() int32 {
+	if x != nil {
+		return x.PendingReaders
+	}
+	return 0
+}
+
+type SdurTouch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SdurTouch) Reset() {
+	*x = SdurTouch{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SdurTouch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SdurTouch) ProtoMessage() {}
+
+func (x *SdurTouch) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SdurTouch.ProtoReflect.Descriptor instead.
+func (*SdurTouch) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *SdurTouch) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SdurTouch) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+type SdurSeen struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            *SdurTxnId             `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Vote          *SdurVote              `protobuf:"bytes,2,opt,name=vote,proto3" json:"vote,omitempty"`
+	Global        bool                   `protobuf:"varint,3,opt,name=global,proto3" json:"global,omitempty"`
+	AbortedBy     bool                   `protobuf:"varint,4,opt,name=aborted_by,json=abortedBy,proto3" json:"aborted_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SdurSeen) Reset() {
+	*x = SdurSeen{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SdurSeen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SdurSeen) ProtoMessage() {}
+
+func (x *SdurSeen) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SdurSeen.ProtoReflect.Descriptor instead.
+func (*SdurSeen) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *SdurSeen) GetId() *SdurTxnId {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *SdurSeen) GetVote() *SdurVote {
+	if x != nil {
+		return x.Vote
+	}
+	return nil
+}
+
+func (x *SdurSeen) GetGlobal() bool {
+	if x != nil {
+		return x.Global
+	}
+	return false
+}
+
+func (x *SdurSeen) GetAbortedBy() bool {
+	if x != nil {
+		return x.AbortedBy
+	}
+	return false
+}
+
+type SdurEarly struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            *SdurTxnId             `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Votes         []*SdurVote            `protobuf:"bytes,2,rep,name=votes,proto3" json:"votes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SdurEarly) Reset() {
+	*x = SdurEarly{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SdurEarly) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SdurEarly) ProtoMessage() {}
+
+func (x *SdurEarly) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SdurEarly.ProtoReflect.Descriptor instead.
+func (*SdurEarly) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *SdurEarly) GetId() *SdurTxnId {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *SdurEarly) GetVotes() []*SdurVote {
+	if x != nil {
+		return x.Votes
+	}
+	return nil
+}
+
+type SdurState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Threshold     *SdurThreshold         `protobuf:"bytes,3,opt,name=threshold,proto3" json:"threshold,omitempty"`
+	Dc            uint64                 `protobuf:"varint,4,opt,name=dc,proto3" json:"dc,omitempty"`
+	Tc            uint64                 `protobuf:"varint,5,opt,name=tc,proto3" json:"tc,omitempty"`
+	Sc            uint64                 `protobuf:"varint,6,opt,name=sc,proto3" json:"sc,omitempty"`
+	Floor         uint64                 `protobuf:"varint,7,opt,name=floor,proto3" json:"floor,omitempty"`
+	Pending       []*SdurPending         `protobuf:"bytes,8,rep,name=pending,proto3" json:"pending,omitempty"`
+	Keys          []*SdurKeyState        `protobuf:"bytes,9,rep,name=keys,proto3" json:"keys,omitempty"`
+	Touched       []*SdurTouch           `protobuf:"bytes,10,rep,name=touched,proto3" json:"touched,omitempty"`
+	Waiting       []*SdurEntry           `protobuf:"bytes,11,rep,name=waiting,proto3" json:"waiting,omitempty"`
+	Seen          []*SdurSeen            `protobuf:"bytes,12,rep,name=seen,proto3" json:"seen,omitempty"`
+	Early         []*SdurEarly           `protobuf:"bytes,13,rep,name=early,proto3" json:"early,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SdurState) Reset() {
+	*x = SdurState{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SdurState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SdurState) ProtoMessage() {}
+
+func (x *SdurState) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SdurState.ProtoReflect.Descriptor instead.
+func (*SdurState) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *SdurState) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *SdurState) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *SdurState) GetThreshold() *SdurThreshold {
+	if x != nil {
+		return x.Threshold
+	}
+	return nil
+}
+
+func (x *SdurState) GetDc() uint64 {
+	if x != nil {
+		return x.Dc
+	}
+	return 0
+}
+
+func (x *SdurState) GetTc() uint64 {
+	if x != nil {
+		return x.Tc
+	}
+	return 0
+}
+
+func (x *SdurState) GetSc() uint64 {
+	if x != nil {
+		return x.Sc
+	}
+	return 0
+}
+
+func (x *SdurState) GetFloor() uint64 {
+	if x != nil {
+		return x.Floor
+	}
+	return 0
+}
+
+func (x *SdurState) GetPending() []*SdurPending {
+	if x != nil {
+		return x.Pending
+	}
+	return nil
+}
+
+func (x *SdurState) GetKeys() []*SdurKeyState {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *SdurState) GetTouched() []*SdurTouch {
+	if x != nil {
+		return x.Touched
+	}
+	return nil
+}
+
+func (x *SdurState) GetWaiting() []*SdurEntry {
+	if x != nil {
+		return x.Waiting
+	}
+	return nil
+}
+
+func (x *SdurState) GetSeen() []*SdurSeen {
+	if x != nil {
+		return x.Seen
+	}
+	return nil
+}
+
+func (x *SdurState) GetEarly() []*SdurEarly {
+	if x != nil {
+		return x.Early
+	}
+	return nil
+}
+
 var File_meridian_v1_peer_proto protoreflect.FileDescriptor
 
 const file_meridian_v1_peer_proto_rawDesc = "" +
@@ -6946,7 +7907,90 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x03msg\"\v\n" +
 	"\tStreamAck\"I\n" +
 	"\rEnvelopeBatch\x128\n" +
-	"\tenvelopes\x18\x01 \x03(\v2\x1a.meridian.peer.v1.EnvelopeR\tenvelopes2\x9c\x01\n" +
+	"\tenvelopes\x18\x01 \x03(\v2\x1a.meridian.peer.v1.EnvelopeR\tenvelopes\"1\n" +
+	"\tSdurTxnId\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\rR\x04node\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"K\n" +
+	"\tSdurWrite\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x16\n" +
+	"\x06delete\x18\x03 \x01(\bR\x06delete\"\xfa\x01\n" +
+	"\bSdurPart\x12+\n" +
+	"\x02id\x18\x01 \x01(\v2\x1b.meridian.peer.v1.SdurTxnIdR\x02id\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x03 \x03(\rR\n" +
+	"partitions\x12\x1a\n" +
+	"\bsnapshot\x18\x04 \x01(\x04R\bsnapshot\x12\x14\n" +
+	"\x05reads\x18\x05 \x03(\fR\x05reads\x123\n" +
+	"\x06writes\x18\x06 \x03(\v2\x1b.meridian.peer.v1.SdurWriteR\x06writes\x12\x1c\n" +
+	"\tsubmitter\x18\a \x01(\rR\tsubmitter\"1\n" +
+	"\rSdurThreshold\x12\x12\n" +
+	"\x04unit\x18\x01 \x01(\rR\x04unit\x12\f\n" +
+	"\x01k\x18\x02 \x01(\x04R\x01k\"\x7f\n" +
+	"\x10SdurAbortRequest\x12-\n" +
+	"\x03txn\x18\x01 \x01(\v2\x1b.meridian.peer.v1.SdurTxnIdR\x03txn\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\rR\n" +
+	"partitions\x12\x1c\n" +
+	"\tpartition\x18\x03 \x01(\rR\tpartition\"\xdc\x01\n" +
+	"\tSdurEntry\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\rR\x04kind\x12,\n" +
+	"\x03txn\x18\x02 \x01(\v2\x1a.meridian.peer.v1.SdurPartR\x03txn\x128\n" +
+	"\x05abort\x18\x03 \x01(\v2\".meridian.peer.v1.SdurAbortRequestR\x05abort\x12\x14\n" +
+	"\x05floor\x18\x04 \x01(\x04R\x05floor\x12=\n" +
+	"\tthreshold\x18\x05 \x01(\v2\x1f.meridian.peer.v1.SdurThresholdR\tthreshold\"\xb9\x01\n" +
+	"\bSdurVote\x12-\n" +
+	"\x03txn\x18\x01 \x01(\v2\x1b.meridian.peer.v1.SdurTxnIdR\x03txn\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x16\n" +
+	"\x06commit\x18\x03 \x01(\bR\x06commit\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x04 \x03(\rR\n" +
+	"partitions\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x10\n" +
+	"\x03key\x18\x06 \x01(\fR\x03key\"\xc9\x01\n" +
+	"\vSdurPending\x12.\n" +
+	"\x04part\x18\x01 \x01(\v2\x1a.meridian.peer.v1.SdurPartR\x04part\x12\x16\n" +
+	"\x06global\x18\x02 \x01(\bR\x06global\x12\x0e\n" +
+	"\x02rt\x18\x03 \x01(\x04R\x02rt\x12\x12\n" +
+	"\x04unit\x18\x04 \x01(\rR\x04unit\x120\n" +
+	"\x05votes\x18\x05 \x03(\v2\x1a.meridian.peer.v1.SdurVoteR\x05votes\x12\x1c\n" +
+	"\treordered\x18\x06 \x01(\bR\treordered\"\xe0\x01\n" +
+	"\fSdurKeyState\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x120\n" +
+	"\x14last_committed_write\x18\x02 \x01(\x04R\x12lastCommittedWrite\x12\x1d\n" +
+	"\n" +
+	"last_write\x18\x03 \x01(\x04R\tlastWrite\x12\x1b\n" +
+	"\tlast_read\x18\x04 \x01(\x04R\blastRead\x12'\n" +
+	"\x0fpending_writers\x18\x05 \x01(\x05R\x0ependingWriters\x12'\n" +
+	"\x0fpending_readers\x18\x06 \x01(\x05R\x0ependingReaders\"3\n" +
+	"\tSdurTouch\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\"\x9e\x01\n" +
+	"\bSdurSeen\x12+\n" +
+	"\x02id\x18\x01 \x01(\v2\x1b.meridian.peer.v1.SdurTxnIdR\x02id\x12.\n" +
+	"\x04vote\x18\x02 \x01(\v2\x1a.meridian.peer.v1.SdurVoteR\x04vote\x12\x16\n" +
+	"\x06global\x18\x03 \x01(\bR\x06global\x12\x1d\n" +
+	"\n" +
+	"aborted_by\x18\x04 \x01(\bR\tabortedBy\"j\n" +
+	"\tSdurEarly\x12+\n" +
+	"\x02id\x18\x01 \x01(\v2\x1b.meridian.peer.v1.SdurTxnIdR\x02id\x120\n" +
+	"\x05votes\x18\x02 \x03(\v2\x1a.meridian.peer.v1.SdurVoteR\x05votes\"\x86\x04\n" +
+	"\tSdurState\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12=\n" +
+	"\tthreshold\x18\x03 \x01(\v2\x1f.meridian.peer.v1.SdurThresholdR\tthreshold\x12\x0e\n" +
+	"\x02dc\x18\x04 \x01(\x04R\x02dc\x12\x0e\n" +
+	"\x02tc\x18\x05 \x01(\x04R\x02tc\x12\x0e\n" +
+	"\x02sc\x18\x06 \x01(\x04R\x02sc\x12\x14\n" +
+	"\x05floor\x18\a \x01(\x04R\x05floor\x127\n" +
+	"\apending\x18\b \x03(\v2\x1d.meridian.peer.v1.SdurPendingR\apending\x122\n" +
+	"\x04keys\x18\t \x03(\v2\x1e.meridian.peer.v1.SdurKeyStateR\x04keys\x125\n" +
+	"\atouched\x18\n" +
+	" \x03(\v2\x1b.meridian.peer.v1.SdurTouchR\atouched\x125\n" +
+	"\awaiting\x18\v \x03(\v2\x1b.meridian.peer.v1.SdurEntryR\awaiting\x12.\n" +
+	"\x04seen\x18\f \x03(\v2\x1a.meridian.peer.v1.SdurSeenR\x04seen\x121\n" +
+	"\x05early\x18\r \x03(\v2\x1b.meridian.peer.v1.SdurEarlyR\x05early2\x9c\x01\n" +
 	"\x04Peer\x12C\n" +
 	"\x06Stream\x12\x1a.meridian.peer.v1.Envelope\x1a\x1b.meridian.peer.v1.StreamAck(\x01\x12O\n" +
 	"\rStreamBatches\x12\x1f.meridian.peer.v1.EnvelopeBatch\x1a\x1b.meridian.peer.v1.StreamAck(\x01B\x1fZ\x1dmeridian/internal/wire/peerpbb\x06proto3"
@@ -6963,7 +8007,7 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
 var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Version)(nil),             // 0: meridian.peer.v1.Version
 	(*Record)(nil),              // 1: meridian.peer.v1.Record
@@ -7035,6 +8079,19 @@ var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Envelope)(nil),            // 67: meridian.peer.v1.Envelope
 	(*StreamAck)(nil),           // 68: meridian.peer.v1.StreamAck
 	(*EnvelopeBatch)(nil),       // 69: meridian.peer.v1.EnvelopeBatch
+	(*SdurTxnId)(nil),           // 70: meridian.peer.v1.SdurTxnId
+	(*SdurWrite)(nil),           // 71: meridian.peer.v1.SdurWrite
+	(*SdurPart)(nil),            // 72: meridian.peer.v1.SdurPart
+	(*SdurThreshold)(nil),       // 73: meridian.peer.v1.SdurThreshold
+	(*SdurAbortRequest)(nil),    // 74: meridian.peer.v1.SdurAbortRequest
+	(*SdurEntry)(nil),           // 75: meridian.peer.v1.SdurEntry
+	(*SdurVote)(nil),            // 76: meridian.peer.v1.SdurVote
+	(*SdurPending)(nil),         // 77: meridian.peer.v1.SdurPending
+	(*SdurKeyState)(nil),        // 78: meridian.peer.v1.SdurKeyState
+	(*SdurTouch)(nil),           // 79: meridian.peer.v1.SdurTouch
+	(*SdurSeen)(nil),            // 80: meridian.peer.v1.SdurSeen
+	(*SdurEarly)(nil),           // 81: meridian.peer.v1.SdurEarly
+	(*SdurState)(nil),           // 82: meridian.peer.v1.SdurState
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,   // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -7145,15 +8202,35 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	16,  // 105: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
 	14,  // 106: meridian.peer.v1.Envelope.node_stats:type_name -> meridian.peer.v1.NodeStats
 	67,  // 107: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
-	67,  // 108: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	69,  // 109: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
-	68,  // 110: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	68,  // 111: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
-	110, // [110:112] is the sub-list for method output_type
-	108, // [108:110] is the sub-list for method input_type
-	108, // [108:108] is the sub-list for extension type_name
-	108, // [108:108] is the sub-list for extension extendee
-	0,   // [0:108] is the sub-list for field type_name
+	70,  // 108: meridian.peer.v1.SdurPart.id:type_name -> meridian.peer.v1.SdurTxnId
+	71,  // 109: meridian.peer.v1.SdurPart.writes:type_name -> meridian.peer.v1.SdurWrite
+	70,  // 110: meridian.peer.v1.SdurAbortRequest.txn:type_name -> meridian.peer.v1.SdurTxnId
+	72,  // 111: meridian.peer.v1.SdurEntry.txn:type_name -> meridian.peer.v1.SdurPart
+	74,  // 112: meridian.peer.v1.SdurEntry.abort:type_name -> meridian.peer.v1.SdurAbortRequest
+	73,  // 113: meridian.peer.v1.SdurEntry.threshold:type_name -> meridian.peer.v1.SdurThreshold
+	70,  // 114: meridian.peer.v1.SdurVote.txn:type_name -> meridian.peer.v1.SdurTxnId
+	72,  // 115: meridian.peer.v1.SdurPending.part:type_name -> meridian.peer.v1.SdurPart
+	76,  // 116: meridian.peer.v1.SdurPending.votes:type_name -> meridian.peer.v1.SdurVote
+	70,  // 117: meridian.peer.v1.SdurSeen.id:type_name -> meridian.peer.v1.SdurTxnId
+	76,  // 118: meridian.peer.v1.SdurSeen.vote:type_name -> meridian.peer.v1.SdurVote
+	70,  // 119: meridian.peer.v1.SdurEarly.id:type_name -> meridian.peer.v1.SdurTxnId
+	76,  // 120: meridian.peer.v1.SdurEarly.votes:type_name -> meridian.peer.v1.SdurVote
+	73,  // 121: meridian.peer.v1.SdurState.threshold:type_name -> meridian.peer.v1.SdurThreshold
+	77,  // 122: meridian.peer.v1.SdurState.pending:type_name -> meridian.peer.v1.SdurPending
+	78,  // 123: meridian.peer.v1.SdurState.keys:type_name -> meridian.peer.v1.SdurKeyState
+	79,  // 124: meridian.peer.v1.SdurState.touched:type_name -> meridian.peer.v1.SdurTouch
+	75,  // 125: meridian.peer.v1.SdurState.waiting:type_name -> meridian.peer.v1.SdurEntry
+	80,  // 126: meridian.peer.v1.SdurState.seen:type_name -> meridian.peer.v1.SdurSeen
+	81,  // 127: meridian.peer.v1.SdurState.early:type_name -> meridian.peer.v1.SdurEarly
+	67,  // 128: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	69,  // 129: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
+	68,  // 130: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	68,  // 131: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
+	130, // [130:132] is the sub-list for method output_type
+	128, // [128:130] is the sub-list for method input_type
+	128, // [128:128] is the sub-list for extension type_name
+	128, // [128:128] is the sub-list for extension extendee
+	0,   // [0:128] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -7224,7 +8301,7 @@ func file_meridian_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   70,
+			NumMessages:   83,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
