@@ -72,3 +72,5 @@ func TestFirstDecisionWins(t *testing.T) {
 		t.Fatal("a later commit decision applied after an abort decision")
 	}
 }
+
+func timeMs(ms uint64) time.Duration { return time.Duration(ms) * time.Millisecond }
