@@ -32,6 +32,7 @@ type pending struct {
 // either outcome — and that read it, and how many pending transactions write and read it.
 type keyState struct {
 	lastCommittedWrite uint64
+	lastCommittedRead  uint64 // (the paper-certification mutation)
 	lastWrite          uint64 // committed or aborted
 	lastRead           uint64 // committed or aborted
 	pendingWriters     int32
@@ -146,7 +147,7 @@ func (r *Replica) Deliver(now time.Time, e Entry) {
 // process handles one entry (lines 15-22), or queues it behind a global waiting for the
 // replica to complete up to its snapshot.
 func (r *Replica) process(now time.Time, e Entry) {
-	if e.Kind == EntryTxn && e.Txn != nil && e.Txn.Global() && e.Txn.Snapshot > r.sc {
+	if e.Kind == EntryTxn && e.Txn != nil && e.Txn.Global() && e.Txn.Snapshot > r.sc && r.opts.Mutation != "paper-certification" {
 		// Its certification needs to know which transactions its snapshot holds: every one
 		// up to Snapshot has completed at the replica that served its reads, and will here
 		// once the votes of those before it arrive (their thresholds are behind this entry).
@@ -228,6 +229,10 @@ func (r *Replica) deliverTxn(now time.Time, t *Part) {
 	for _, w := range t.Writes {
 		p.writes[w.Key] = struct{}{}
 		p.reads[w.Key] = struct{}{} // writeset ⊆ readset: a blind write is an implicit read
+	}
+	if r.opts.Mutation == "paper-certification" {
+		r.paperCertify(t, p, global, abort)
+		return
 	}
 	if global {
 		// Lines 49-52, deterministic: every transaction delivered before t and not in its
@@ -391,7 +396,7 @@ func (r *Replica) advance(now time.Time) {
 			return
 		}
 		e := r.waiting[0]
-		if e.Kind == EntryTxn && e.Txn != nil && e.Txn.Global() && e.Txn.Snapshot > r.sc {
+		if e.Kind == EntryTxn && e.Txn != nil && e.Txn.Global() && e.Txn.Snapshot > r.sc && r.opts.Mutation != "paper-certification" {
 			return
 		}
 		r.waiting = r.waiting[1:]
@@ -402,6 +407,10 @@ func (r *Replica) advance(now time.Time) {
 // completeLocal certifies a local at the head: nothing committed after its snapshot wrote a
 // key it read (lines 49 and 56, with the range corrected to DB[st+1 … SC]).
 func (r *Replica) completeLocal(h *pending) {
+	if r.opts.Mutation == "paper-certification" {
+		r.complete(h, true, "", "") // the paper certified it at delivery
+		return
+	}
 	for _, k := range readOrder(h.part) {
 		if ks := r.keys[k]; ks != nil && ks.lastCommittedWrite > h.part.Snapshot {
 			r.complete(h, false, ReasonConflict, k)
@@ -424,6 +433,9 @@ func (r *Replica) complete(h *pending, commit bool, reason Reason, key string) {
 		ks := r.keys[k]
 		ks.pendingReaders--
 		ks.lastRead = idx
+		if commit {
+			ks.lastCommittedRead = idx
+		}
 		r.touched = append(r.touched, touch{idx, k})
 	}
 	for k := range h.writes {
@@ -609,4 +621,69 @@ func (r *Replica) Describe() string {
 		s += fmt.Sprintf("; first waiting %s snapshot %d", r.waiting[0].Txn.ID, r.waiting[0].Txn.Snapshot)
 	}
 	return s
+}
+
+// paperCertify is Algorithm 2's certification as printed (lines 48-64, with lines 29, 37-39 and
+// 58 corrected so that only the determinism defect is left): against the committed database and
+// the pending list as they are at this replica when the transaction is delivered. Both depend on
+// when this replica received the votes of earlier globals, so replicas decide differently (the
+// "paper-certification" mutation; TestPaperCertificationDiverges).
+func (r *Replica) paperCertify(t *Part, p *pending, global bool, abort func(Reason, string)) {
+	st := t.Snapshot
+	// Line 49: DB[st+1 … SC] (committed after the snapshot).
+	for _, k := range readOrder(t) {
+		if ks := r.keys[k]; ks != nil && ks.lastCommittedWrite > st {
+			abort(ReasonConflict, k)
+			return
+		}
+	}
+	if global {
+		for _, w := range t.Writes {
+			if ks := r.keys[w.Key]; ks != nil && ks.lastCommittedRead > st {
+				abort(ReasonConflict, w.Key)
+				return
+			}
+		}
+		// Line 52: every pending transaction, both directions.
+		for _, q := range r.pl {
+			if intersects(p.reads, q.writes) || intersects(p.writes, q.reads) {
+				abort(ReasonPendingConflict, "")
+				return
+			}
+		}
+		p.unit = r.threshold.Unit
+		p.rt = r.position() + r.threshold.K
+		p.votes = map[uint32]Vote{}
+		v := Vote{Txn: t.ID, Partition: r.partition, Commit: true, Partitions: t.Partitions}
+		p.votes[r.partition] = v
+		for _, ev := range r.early[t.ID] {
+			if _, ok := p.votes[ev.Partition]; !ok && ev.Partition != r.partition {
+				p.votes[ev.Partition] = ev
+			}
+		}
+		delete(r.early, t.ID)
+		r.remember(t.ID, seenTxn{vote: v, global: true})
+		r.insert(len(r.pl), p)
+		r.out.Votes = append(r.out.Votes, v)
+		return
+	}
+	// Lines 55-61: the leftmost position i with no stale read before it (56) and only leapable,
+	// unaffected globals from it on (57-60).
+	for i := 0; i <= len(r.pl); i++ {
+		ok := true
+		for k := 0; k < i && ok; k++ {
+			ok = !intersects(r.pl[k].writes, p.reads)
+		}
+		for k := i; k < len(r.pl) && ok; k++ {
+			q := r.pl[k]
+			ok = q.global && r.leapable(q) && !intersects(p.writes, q.reads) && !intersects(p.reads, q.writes)
+		}
+		if ok {
+			r.remember(t.ID, seenTxn{global: false})
+			p.reordered = i < len(r.pl)
+			r.insert(i, p)
+			return
+		}
+	}
+	abort(ReasonConflict, "")
 }

@@ -464,3 +464,27 @@ func TestRestoreRefusesGarbage(t *testing.T) {
 		t.Fatal("a state with inconsistent pending counts restored")
 	}
 }
+
+// TestPaperCertificationDiverges: Algorithm 2's certification as printed (the
+// paper-certification mutation) fails TestReplicasDecideAlike's check — replicas that receive
+// votes at different times decide differently — while the corrected one passes it above.
+func TestPaperCertificationDiverges(t *testing.T) {
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		opts := Options{Threshold: Threshold{Unit: Entries, K: uint64(rng.IntN(6))}, Mutation: "paper-certification"}
+		sc := genScenario(t, rng, opts, 120)
+		a := replay(t, rand.New(rand.NewPCG(seed, 1)), opts, sc)
+		b := replay(t, rand.New(rand.NewPCG(seed, 2)), opts, sc)
+		if !slices.Equal(a.completions, b.completions) {
+			t.Logf("caught at seed %d", seed)
+			return
+		}
+		for id, v := range a.votes {
+			if bv, ok := b.votes[id]; ok && bv != v {
+				t.Logf("caught at seed %d (votes)", seed)
+				return
+			}
+		}
+	}
+	t.Fatal("the paper's certification decided alike at every replica in 300 scenarios: the check cannot tell")
+}

@@ -287,4 +287,5 @@ var Mutations = map[string]string{
 	"global-test-one-way":       "the certification of a global checks only that it read nothing a concurrent transaction wrote, not that it wrote nothing one read (drops the write→read half of ctest, Algorithm 2 line 47)",
 	"leap-ignores-conflicts":    "a local leaps pending globals without checking it invalidates nothing they read or wrote (drops lines 59-60)",
 	"complete-before-threshold": "a global completes as soon as its votes are in, before its reordering threshold (replicas reorder differently and diverge)",
+	"paper-certification":       "Algorithm 2's certification as printed: against the committed database and the pending list as they are when a transaction is delivered, which depend on when each replica received earlier globals' votes (replicas of a partition decide differently)",
 }
