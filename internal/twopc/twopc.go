@@ -25,7 +25,6 @@ package twopc
 
 import (
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -324,22 +323,27 @@ func (r *Replica) prepare(now time.Time, index uint64, p *Part) {
 		}
 	} else {
 		r.prepared[p.ID] = &prepared{part: p, since: now}
-		for _, rd := range p.Reads {
-			l := r.lockFor(rd.Key)
-			if l.readers == nil {
-				l.readers = map[TxnID]struct{}{}
-			}
-			l.readers[p.ID] = struct{}{}
-		}
-		for _, w := range p.Writes {
-			l := r.lockFor(w.Key)
-			l.writer, l.written = p.ID, true
-		}
+		r.lock(p)
 	}
 	if r.partition != p.Coordinator {
 		r.out.Votes = append(r.out.Votes, v)
 	} else {
 		r.maybeDecide(now, p.ID)
+	}
+}
+
+// lock takes p's read and write locks.
+func (r *Replica) lock(p *Part) {
+	for _, rd := range p.Reads {
+		l := r.lockFor(rd.Key)
+		if l.readers == nil {
+			l.readers = map[TxnID]struct{}{}
+		}
+		l.readers[p.ID] = struct{}{}
+	}
+	for _, w := range p.Writes {
+		l := r.lockFor(w.Key)
+		l.writer, l.written = p.ID, true
 	}
 }
 
@@ -501,17 +505,7 @@ func (r *Replica) Status(now time.Time, s StatusRequest) {
 // Tick: participants ask for decisions they have waited long for; the coordinator's leader
 // aborts transactions whose votes do not come.
 func (r *Replica) Tick(now time.Time) {
-	ids := make([]TxnID, 0, len(r.prepared))
-	for id := range r.prepared {
-		ids = append(ids, id)
-	}
-	slices.SortFunc(ids, func(a, b TxnID) int {
-		if a.Node != b.Node {
-			return int(a.Node) - int(b.Node)
-		}
-		return int(a.Seq - b.Seq)
-	})
-	for _, id := range ids {
+	for _, id := range sortIDs(r.prepared) {
 		p := r.prepared[id]
 		if now.Sub(p.since) >= r.opts.DecisionTimeout && now.Sub(p.asked) >= r.opts.DecisionTimeout/2 {
 			p.asked = now
@@ -539,19 +533,7 @@ func (r *Replica) Tick(now time.Time) {
 	}
 }
 
-func (r *Replica) sortedCoord() []TxnID {
-	ids := make([]TxnID, 0, len(r.coord))
-	for id := range r.coord {
-		ids = append(ids, id)
-	}
-	slices.SortFunc(ids, func(a, b TxnID) int {
-		if a.Node != b.Node {
-			return int(a.Node) - int(b.Node)
-		}
-		return int(a.Seq - b.Seq)
-	})
-	return ids
-}
+func (r *Replica) sortedCoord() []TxnID { return sortIDs(r.coord) }
 
 // HasReady reports whether Ready has something.
 func (r *Replica) HasReady() bool {

@@ -22,6 +22,7 @@ import (
 
 	"meridian/internal/sdur"
 	"meridian/internal/topology"
+	"meridian/internal/twopc"
 )
 
 // event is one scheduled action of the simulation.
@@ -463,11 +464,12 @@ func (s *cluster) propose(n *node, pid uint32, e any) {
 	})
 }
 
-// Log payloads: SDUR entries travel in their wire form (sdur.EncodeEntry, what the product's
-// logs hold), so that every seed also checks the encoding; other modes' entries are kept in a
-// table the log refers to.
+// Log payloads: entries travel in their wire form (sdur.EncodeEntry, twopc.EncodeEntry: what the
+// product's logs hold), so that every seed also checks the encodings; anything else would be
+// kept in a table the log refers to.
 const (
 	payloadWire  = 'W'
+	payloadTwopc = 'P'
 	payloadTable = 'T'
 )
 
@@ -478,6 +480,13 @@ func (s *cluster) encodePayload(e any) ([]byte, error) {
 			return nil, err
 		}
 		return append([]byte{payloadWire}, b...), nil
+	}
+	if te, ok := e.(twopc.Entry); ok {
+		b, err := twopc.EncodeEntry(te)
+		if err != nil {
+			return nil, err
+		}
+		return append([]byte{payloadTwopc}, b...), nil
 	}
 	ref := len(s.entries)
 	s.entries = append(s.entries, e)
@@ -491,6 +500,8 @@ func (s *cluster) decodePayload(data []byte) (any, error) {
 	switch data[0] {
 	case payloadWire:
 		return sdur.DecodeEntry(data[1:], sdur.DefaultWireLimits)
+	case payloadTwopc:
+		return twopc.DecodeEntry(data[1:], twopc.DefaultLimits)
 	case payloadTable:
 		idx := decodeRef(data[1:])
 		if idx < 0 || idx >= len(s.entries) {

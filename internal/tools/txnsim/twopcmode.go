@@ -26,12 +26,22 @@ func (twopcMode) newReplica(s *cluster, p *partition) (replica, error) {
 
 func (twopcMode) start(*cluster) {}
 
-// restore: 2PC replicas restart by delivering their whole log again (save returns false).
-func (twopcMode) restore(*cluster, *partition, any) (replica, error) {
-	return nil, fmt.Errorf("2pc replicas restart from their log")
+func (twopcMode) restore(s *cluster, p *partition, saved any) (replica, error) {
+	data, ok := saved.([]byte)
+	if !ok {
+		return nil, fmt.Errorf("partition %d: saved state of type %T is not 2PC's", p.id, saved)
+	}
+	rep, err := twopc.Restore(data, twopc.Options{DecisionTimeout: s.opts.RecoveryTimeout, Mutation: s.opts.Mutation}, s.clock())
+	if err != nil {
+		return nil, err
+	}
+	return &twopcReplica{rep: rep}, nil
 }
 
-func (r *twopcReplica) save() (any, bool) { return nil, false }
+func (r *twopcReplica) save() (any, bool) {
+	data, err := r.rep.Snapshot()
+	return data, err == nil
+}
 
 func (r *twopcReplica) deliver(s *cluster, n *node, g *group, index uint64, payload any) {
 	e, ok := payload.(twopc.Entry)

@@ -7339,6 +7339,584 @@ func (x *SdurState) GetEarly() []*SdurEarly {
 	return nil
 }
 
+// Two-phase commit (internal/twopc): log entries, messages and a replica's saved state.
+type TwopcRead struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TwopcRead) Reset() {
+	*x = TwopcRead{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TwopcRead) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TwopcRead) ProtoMessage() {}
+
+func (x *TwopcRead) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TwopcRead.ProtoReflect.Descriptor instead.
+func (*TwopcRead) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *TwopcRead) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *TwopcRead) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type TwopcPart struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            *SdurTxnId             `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Partitions    []uint32               `protobuf:"varint,3,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	Coordinator   uint32                 `protobuf:"varint,4,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	Reads         []*TwopcRead           `protobuf:"bytes,5,rep,name=reads,proto3" json:"reads,omitempty"`
+	Writes        []*SdurWrite           `protobuf:"bytes,6,rep,name=writes,proto3" json:"writes,omitempty"`
+	Submitter     uint32                 `protobuf:"varint,7,opt,name=submitter,proto3" json:"submitter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TwopcPart) Reset() {
+	*x = TwopcPart{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TwopcPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TwopcPart) ProtoMessage() {}
+
+func (x *TwopcPart) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TwopcPart.ProtoReflect.Descriptor instead.
+func (*TwopcPart) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *TwopcPart) GetId() *SdurTxnId {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *TwopcPart) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *TwopcPart) GetPartitions() []uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *TwopcPart) GetCoordinator() uint32 {
+	if x != nil {
+		return x.Coordinator
+	}
+	return 0
+}
+
+func (x *TwopcPart) GetReads() []*TwopcRead {
+	if x != nil {
+		return x.Reads
+	}
+	return nil
+}
+
+func (x *TwopcPart) GetWrites() []*SdurWrite {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
+func (x *TwopcPart) GetSubmitter() uint32 {
+	if x != nil {
+		return x.Submitter
+	}
+	return 0
+}
+
+type TwopcEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1: prepare, 2: decision.
+	Kind          uint32     `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Part          *TwopcPart `protobuf:"bytes,2,opt,name=part,proto3" json:"part,omitempty"`
+	Txn           *SdurTxnId `protobuf:"bytes,3,opt,name=txn,proto3" json:"txn,omitempty"`
+	Commit        bool       `protobuf:"varint,4,opt,name=commit,proto3" json:"commit,omitempty"`
+	Partitions    []uint32   `protobuf:"varint,5,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	Submitter     uint32     `protobuf:"varint,6,opt,name=submitter,proto3" json:"submitter,omitempty"`
+	Coordinator   uint32     `protobuf:"varint,7,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TwopcEntry) Reset() {
+	*x = TwopcEntry{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TwopcEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TwopcEntry) ProtoMessage() {}
+
+func (x *TwopcEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TwopcEntry.ProtoReflect.Descriptor instead.
+func (*TwopcEntry) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *TwopcEntry) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *TwopcEntry) GetPart() *TwopcPart {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *TwopcEntry) GetTxn() *SdurTxnId {
+	if x != nil {
+		return x.Txn
+	}
+	return nil
+}
+
+func (x *TwopcEntry) GetCommit() bool {
+	if x != nil {
+		return x.Commit
+	}
+	return false
+}
+
+func (x *TwopcEntry) GetPartitions() []uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *TwopcEntry) GetSubmitter() uint32 {
+	if x != nil {
+		return x.Submitter
+	}
+	return 0
+}
+
+func (x *TwopcEntry) GetCoordinator() uint32 {
+	if x != nil {
+		return x.Coordinator
+	}
+	return 0
+}
+
+type TwopcVote struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txn           *SdurTxnId             `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Coordinator   uint32                 `protobuf:"varint,3,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	Commit        bool                   `protobuf:"varint,4,opt,name=commit,proto3" json:"commit,omitempty"`
+	Key           []byte                 `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TwopcVote) Reset() {
+	*x = TwopcVote{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TwopcVote) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TwopcVote) ProtoMessage() {}
+
+func (x *TwopcVote) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TwopcVote.ProtoReflect.Descriptor instead.
+func (*TwopcVote) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *TwopcVote) GetTxn() *SdurTxnId {
+	if x != nil {
+		return x.Txn
+	}
+	return nil
+}
+
+func (x *TwopcVote) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *TwopcVote) GetCoordinator() uint32 {
+	if x != nil {
+		return x.Coordinator
+	}
+	return 0
+}
+
+func (x *TwopcVote) GetCommit() bool {
+	if x != nil {
+		return x.Commit
+	}
+	return false
+}
+
+func (x *TwopcVote) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+type TwopcDecided struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txn           *SdurTxnId             `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	Commit        bool                   `protobuf:"varint,2,opt,name=commit,proto3" json:"commit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TwopcDecided) Reset() {
+	*x = TwopcDecided{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TwopcDecided) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TwopcDecided) ProtoMessage() {}
+
+func (x *TwopcDecided) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TwopcDecided.ProtoReflect.Descriptor instead.
+func (*TwopcDecided) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *TwopcDecided) GetTxn() *SdurTxnId {
+	if x != nil {
+		return x.Txn
+	}
+	return nil
+}
+
+func (x *TwopcDecided) GetCommit() bool {
+	if x != nil {
+		return x.Commit
+	}
+	return false
+}
+
+type TwopcLastWrite struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TwopcLastWrite) Reset() {
+	*x = TwopcLastWrite{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TwopcLastWrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TwopcLastWrite) ProtoMessage() {}
+
+func (x *TwopcLastWrite) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TwopcLastWrite.ProtoReflect.Descriptor instead.
+func (*TwopcLastWrite) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *TwopcLastWrite) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *TwopcLastWrite) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type TwopcCoordinating struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txn           *SdurTxnId             `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	Partitions    []uint32               `protobuf:"varint,2,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	Submitter     uint32                 `protobuf:"varint,3,opt,name=submitter,proto3" json:"submitter,omitempty"`
+	Votes         []*TwopcVote           `protobuf:"bytes,4,rep,name=votes,proto3" json:"votes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TwopcCoordinating) Reset() {
+	*x = TwopcCoordinating{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TwopcCoordinating) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TwopcCoordinating) ProtoMessage() {}
+
+func (x *TwopcCoordinating) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TwopcCoordinating.ProtoReflect.Descriptor instead.
+func (*TwopcCoordinating) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{89}
+}
+
+func (x *TwopcCoordinating) GetTxn() *SdurTxnId {
+	if x != nil {
+		return x.Txn
+	}
+	return nil
+}
+
+func (x *TwopcCoordinating) GetPartitions() []uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *TwopcCoordinating) GetSubmitter() uint32 {
+	if x != nil {
+		return x.Submitter
+	}
+	return 0
+}
+
+func (x *TwopcCoordinating) GetVotes() []*TwopcVote {
+	if x != nil {
+		return x.Votes
+	}
+	return nil
+}
+
+type TwopcState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	CommitVersion uint64                 `protobuf:"varint,3,opt,name=commit_version,json=commitVersion,proto3" json:"commit_version,omitempty"`
+	LastWrites    []*TwopcLastWrite      `protobuf:"bytes,4,rep,name=last_writes,json=lastWrites,proto3" json:"last_writes,omitempty"`
+	Prepared      []*TwopcPart           `protobuf:"bytes,5,rep,name=prepared,proto3" json:"prepared,omitempty"`
+	Decided       []*TwopcDecided        `protobuf:"bytes,6,rep,name=decided,proto3" json:"decided,omitempty"`
+	Coordinating  []*TwopcCoordinating   `protobuf:"bytes,7,rep,name=coordinating,proto3" json:"coordinating,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TwopcState) Reset() {
+	*x = TwopcState{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TwopcState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TwopcState) ProtoMessage() {}
+
+func (x *TwopcState) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TwopcState.ProtoReflect.Descriptor instead.
+func (*TwopcState) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{90}
+}
+
+func (x *TwopcState) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *TwopcState) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *TwopcState) GetCommitVersion() uint64 {
+	if x != nil {
+		return x.CommitVersion
+	}
+	return 0
+}
+
+func (x *TwopcState) GetLastWrites() []*TwopcLastWrite {
+	if x != nil {
+		return x.LastWrites
+	}
+	return nil
+}
+
+func (x *TwopcState) GetPrepared() []*TwopcPart {
+	if x != nil {
+		return x.Prepared
+	}
+	return nil
+}
+
+func (x *TwopcState) GetDecided() []*TwopcDecided {
+	if x != nil {
+		return x.Decided
+	}
+	return nil
+}
+
+func (x *TwopcState) GetCoordinating() []*TwopcCoordinating {
+	if x != nil {
+		return x.Coordinating
+	}
+	return nil
+}
+
 var File_meridian_v1_peer_proto protoreflect.FileDescriptor
 
 const file_meridian_v1_peer_proto_rawDesc = "" +
@@ -7990,7 +8568,60 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	" \x03(\v2\x1b.meridian.peer.v1.SdurTouchR\atouched\x125\n" +
 	"\awaiting\x18\v \x03(\v2\x1b.meridian.peer.v1.SdurEntryR\awaiting\x12.\n" +
 	"\x04seen\x18\f \x03(\v2\x1a.meridian.peer.v1.SdurSeenR\x04seen\x121\n" +
-	"\x05early\x18\r \x03(\v2\x1b.meridian.peer.v1.SdurEarlyR\x05early2\x9c\x01\n" +
+	"\x05early\x18\r \x03(\v2\x1b.meridian.peer.v1.SdurEarlyR\x05early\"7\n" +
+	"\tTwopcRead\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\x9e\x02\n" +
+	"\tTwopcPart\x12+\n" +
+	"\x02id\x18\x01 \x01(\v2\x1b.meridian.peer.v1.SdurTxnIdR\x02id\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x03 \x03(\rR\n" +
+	"partitions\x12 \n" +
+	"\vcoordinator\x18\x04 \x01(\rR\vcoordinator\x121\n" +
+	"\x05reads\x18\x05 \x03(\v2\x1b.meridian.peer.v1.TwopcReadR\x05reads\x123\n" +
+	"\x06writes\x18\x06 \x03(\v2\x1b.meridian.peer.v1.SdurWriteR\x06writes\x12\x1c\n" +
+	"\tsubmitter\x18\a \x01(\rR\tsubmitter\"\xf8\x01\n" +
+	"\n" +
+	"TwopcEntry\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\rR\x04kind\x12/\n" +
+	"\x04part\x18\x02 \x01(\v2\x1b.meridian.peer.v1.TwopcPartR\x04part\x12-\n" +
+	"\x03txn\x18\x03 \x01(\v2\x1b.meridian.peer.v1.SdurTxnIdR\x03txn\x12\x16\n" +
+	"\x06commit\x18\x04 \x01(\bR\x06commit\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x05 \x03(\rR\n" +
+	"partitions\x12\x1c\n" +
+	"\tsubmitter\x18\x06 \x01(\rR\tsubmitter\x12 \n" +
+	"\vcoordinator\x18\a \x01(\rR\vcoordinator\"\xa4\x01\n" +
+	"\tTwopcVote\x12-\n" +
+	"\x03txn\x18\x01 \x01(\v2\x1b.meridian.peer.v1.SdurTxnIdR\x03txn\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12 \n" +
+	"\vcoordinator\x18\x03 \x01(\rR\vcoordinator\x12\x16\n" +
+	"\x06commit\x18\x04 \x01(\bR\x06commit\x12\x10\n" +
+	"\x03key\x18\x05 \x01(\fR\x03key\"U\n" +
+	"\fTwopcDecided\x12-\n" +
+	"\x03txn\x18\x01 \x01(\v2\x1b.meridian.peer.v1.SdurTxnIdR\x03txn\x12\x16\n" +
+	"\x06commit\x18\x02 \x01(\bR\x06commit\"<\n" +
+	"\x0eTwopcLastWrite\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\xb3\x01\n" +
+	"\x11TwopcCoordinating\x12-\n" +
+	"\x03txn\x18\x01 \x01(\v2\x1b.meridian.peer.v1.SdurTxnIdR\x03txn\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\rR\n" +
+	"partitions\x12\x1c\n" +
+	"\tsubmitter\x18\x03 \x01(\rR\tsubmitter\x121\n" +
+	"\x05votes\x18\x04 \x03(\v2\x1b.meridian.peer.v1.TwopcVoteR\x05votes\"\xea\x02\n" +
+	"\n" +
+	"TwopcState\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12%\n" +
+	"\x0ecommit_version\x18\x03 \x01(\x04R\rcommitVersion\x12A\n" +
+	"\vlast_writes\x18\x04 \x03(\v2 .meridian.peer.v1.TwopcLastWriteR\n" +
+	"lastWrites\x127\n" +
+	"\bprepared\x18\x05 \x03(\v2\x1b.meridian.peer.v1.TwopcPartR\bprepared\x128\n" +
+	"\adecided\x18\x06 \x03(\v2\x1e.meridian.peer.v1.TwopcDecidedR\adecided\x12G\n" +
+	"\fcoordinating\x18\a \x03(\v2#.meridian.peer.v1.TwopcCoordinatingR\fcoordinating2\x9c\x01\n" +
 	"\x04Peer\x12C\n" +
 	"\x06Stream\x12\x1a.meridian.peer.v1.Envelope\x1a\x1b.meridian.peer.v1.StreamAck(\x01\x12O\n" +
 	"\rStreamBatches\x12\x1f.meridian.peer.v1.EnvelopeBatch\x1a\x1b.meridian.peer.v1.StreamAck(\x01B\x1fZ\x1dmeridian/internal/wire/peerpbb\x06proto3"
@@ -8007,7 +8638,7 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
 var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Version)(nil),             // 0: meridian.peer.v1.Version
 	(*Record)(nil),              // 1: meridian.peer.v1.Record
@@ -8092,6 +8723,14 @@ var file_meridian_v1_peer_proto_goTypes = []any{
 	(*SdurSeen)(nil),            // 80: meridian.peer.v1.SdurSeen
 	(*SdurEarly)(nil),           // 81: meridian.peer.v1.SdurEarly
 	(*SdurState)(nil),           // 82: meridian.peer.v1.SdurState
+	(*TwopcRead)(nil),           // 83: meridian.peer.v1.TwopcRead
+	(*TwopcPart)(nil),           // 84: meridian.peer.v1.TwopcPart
+	(*TwopcEntry)(nil),          // 85: meridian.peer.v1.TwopcEntry
+	(*TwopcVote)(nil),           // 86: meridian.peer.v1.TwopcVote
+	(*TwopcDecided)(nil),        // 87: meridian.peer.v1.TwopcDecided
+	(*TwopcLastWrite)(nil),      // 88: meridian.peer.v1.TwopcLastWrite
+	(*TwopcCoordinating)(nil),   // 89: meridian.peer.v1.TwopcCoordinating
+	(*TwopcState)(nil),          // 90: meridian.peer.v1.TwopcState
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,   // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -8222,15 +8861,28 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	75,  // 125: meridian.peer.v1.SdurState.waiting:type_name -> meridian.peer.v1.SdurEntry
 	80,  // 126: meridian.peer.v1.SdurState.seen:type_name -> meridian.peer.v1.SdurSeen
 	81,  // 127: meridian.peer.v1.SdurState.early:type_name -> meridian.peer.v1.SdurEarly
-	67,  // 128: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	69,  // 129: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
-	68,  // 130: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	68,  // 131: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
-	130, // [130:132] is the sub-list for method output_type
-	128, // [128:130] is the sub-list for method input_type
-	128, // [128:128] is the sub-list for extension type_name
-	128, // [128:128] is the sub-list for extension extendee
-	0,   // [0:128] is the sub-list for field type_name
+	70,  // 128: meridian.peer.v1.TwopcPart.id:type_name -> meridian.peer.v1.SdurTxnId
+	83,  // 129: meridian.peer.v1.TwopcPart.reads:type_name -> meridian.peer.v1.TwopcRead
+	71,  // 130: meridian.peer.v1.TwopcPart.writes:type_name -> meridian.peer.v1.SdurWrite
+	84,  // 131: meridian.peer.v1.TwopcEntry.part:type_name -> meridian.peer.v1.TwopcPart
+	70,  // 132: meridian.peer.v1.TwopcEntry.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 133: meridian.peer.v1.TwopcVote.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 134: meridian.peer.v1.TwopcDecided.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 135: meridian.peer.v1.TwopcCoordinating.txn:type_name -> meridian.peer.v1.SdurTxnId
+	86,  // 136: meridian.peer.v1.TwopcCoordinating.votes:type_name -> meridian.peer.v1.TwopcVote
+	88,  // 137: meridian.peer.v1.TwopcState.last_writes:type_name -> meridian.peer.v1.TwopcLastWrite
+	84,  // 138: meridian.peer.v1.TwopcState.prepared:type_name -> meridian.peer.v1.TwopcPart
+	87,  // 139: meridian.peer.v1.TwopcState.decided:type_name -> meridian.peer.v1.TwopcDecided
+	89,  // 140: meridian.peer.v1.TwopcState.coordinating:type_name -> meridian.peer.v1.TwopcCoordinating
+	67,  // 141: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	69,  // 142: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
+	68,  // 143: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	68,  // 144: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
+	143, // [143:145] is the sub-list for method output_type
+	141, // [141:143] is the sub-list for method input_type
+	141, // [141:141] is the sub-list for extension type_name
+	141, // [141:141] is the sub-list for extension extendee
+	0,   // [0:141] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -8301,7 +8953,7 @@ func file_meridian_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   83,
+			NumMessages:   91,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
