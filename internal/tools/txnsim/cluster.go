@@ -130,7 +130,7 @@ type cluster struct {
 	// fifo is the last delivery time per (from, to) link.
 	fifo  map[[2]int]time.Duration
 	stats *Stats
-	delay *delayEstimator
+	delay *delayer
 	seqr  *sequencer
 	err   error
 }

@@ -24,7 +24,7 @@ type sdurReplica struct {
 	rep              *sdur.Replica
 	completedGlobals map[sdur.TxnID]completedGlobal
 	globalOrder      []sdur.TxnID
-	lag              lagEstimator
+	lag              sdur.LagEstimator
 	// lastNeed: when a global last waited for its threshold here (ticks linger after it).
 	lastNeed time.Duration
 }
@@ -140,7 +140,7 @@ func (sdurMode) submit(s *cluster, n *node, id sdur.TxnID, tparts []*txnPart) {
 		}
 		s.propose(n, p.Partition, e)
 	}
-	s.delay.submitted(n, sub, s.now, delays)
+	s.delay.submitted(n, sub, s.clock(), delays)
 	// A proposal may be lost (no leader, a dropped message): broadcast again. A second
 	// delivery is ignored by the replicas; the abort request of recovery (IV-F) settles the
 	// rest.
@@ -197,10 +197,10 @@ func (r *sdurReplica) drain(s *cluster, n *node, g *group) {
 				}
 			}
 			if v.Txn.Node == n.id {
-				s.delay.observe(n, v.Txn, g.part.id, s.now, 0) // delivered by the submitter's own replica
+				s.delay.observe(n, v.Txn, g.part.id, s.clock(), 0) // delivered by the submitter's own replica
 			}
 			if v.Partition == g.part.id && v.Commit {
-				r.lag.delivered(v, s.now)
+				r.lag.Delivered(v, s.clock())
 			}
 			s.stats.VotesSent++
 		}
@@ -236,9 +236,9 @@ func sdurVote(s *cluster, from int, n *node, pid uint32, v sdur.Vote) {
 	}
 	sr := g.rep.(*sdurReplica)
 	sr.rep.Vote(s.clock(), v)
-	sr.lag.vote(v, s.now)
+	sr.lag.Vote(v, s.clock())
 	if v.Txn.Node == n.id {
-		s.delay.observe(n, v.Txn, v.Partition, s.now, s.topo.OneWay(s.nodes[from].region, n.region))
+		s.delay.observe(n, v.Txn, v.Partition, s.clock(), s.topo.OneWay(s.nodes[from].region, n.region))
 	}
 }
 
@@ -280,108 +280,12 @@ func (s *cluster) thresholdTicks() {
 
 var _ = time.Second
 
-// lagEstimator measures, at a replica, how long after it delivers a global the last vote of the
-// transaction's other partitions arrives: the time a global stays pending here for its votes.
-// The automatic reordering threshold (beyond the paper: no k to tune) is that time, in ticks.
-type lagEstimator struct {
-	tracked map[sdur.TxnID]*lagTrack
-	early   map[sdur.TxnID]map[uint32]bool
-	order   []sdur.TxnID
-	ewma    time.Duration
-	dev     time.Duration
-	samples int
-	// lastProposal: when this replica last proposed a threshold.
-	lastProposal time.Duration
-}
-
-type lagTrack struct {
-	at   time.Duration
-	need int
-	got  map[uint32]bool
-}
-
-const lagRetained = 1 << 14
-
-func (l *lagEstimator) delivered(v sdur.Vote, now time.Duration) {
-	if l.tracked == nil {
-		l.tracked, l.early = map[sdur.TxnID]*lagTrack{}, map[sdur.TxnID]map[uint32]bool{}
-	}
-	t := &lagTrack{at: now, need: len(v.Partitions) - 1, got: l.early[v.Txn]}
-	delete(l.early, v.Txn)
-	if t.got == nil {
-		t.got = map[uint32]bool{}
-	}
-	if len(t.got) >= t.need {
-		l.sample(0)
-		return
-	}
-	l.tracked[v.Txn] = t
-	l.order = append(l.order, v.Txn)
-	for len(l.order) > lagRetained {
-		delete(l.tracked, l.order[0])
-		l.order = l.order[1:]
-	}
-}
-
-func (l *lagEstimator) vote(v sdur.Vote, now time.Duration) {
-	if l.tracked == nil {
-		l.tracked, l.early = map[sdur.TxnID]*lagTrack{}, map[sdur.TxnID]map[uint32]bool{}
-	}
-	t := l.tracked[v.Txn]
-	if t == nil {
-		if len(l.early) < lagRetained {
-			if l.early[v.Txn] == nil {
-				l.early[v.Txn] = map[uint32]bool{}
-			}
-			l.early[v.Txn][v.Partition] = true
-		}
-		return
-	}
-	t.got[v.Partition] = true
-	if len(t.got) >= t.need {
-		l.sample(now - t.at)
-		delete(l.tracked, v.Txn)
-	}
-}
-
-// sample folds one lag into an EWMA of the lag and of its absolute deviation (as TCP's RTO
-// estimator, RFC 6298).
-func (l *lagEstimator) sample(lag time.Duration) {
-	if l.samples == 0 {
-		l.ewma, l.dev = lag, lag/2
-	} else {
-		diff := lag - l.ewma
-		if diff < 0 {
-			diff = -diff
-		}
-		l.dev += (diff - l.dev) / 4
-		l.ewma += (lag - l.ewma) / 8
-	}
-	l.samples++
-}
-
-// window is how long a global should stay leapable: its expected wait for votes plus margin
-// deviations, plus one tick interval for the tick entries' own commit.
-func (l *lagEstimator) window(tick time.Duration, margin float64) time.Duration {
-	return l.ewma + time.Duration(margin*float64(l.dev)) + tick
-}
-
-// retune proposes a new threshold in ticks when the measured window moved by more than a
-// sixth (at most twice a second): the threshold is then a configuration entry of the log, the
-// same at every replica.
+// retune proposes the automatic threshold (sdur.LagEstimator) as a configuration entry.
 func (r *sdurReplica) retune(s *cluster, n *node, pid uint32) {
-	l := &r.lag
-	if l.samples < 20 || s.now-l.lastProposal < 500*time.Millisecond {
+	th, ok := r.lag.Retune(r.rep.Threshold(), s.opts.TickEntryInterval, s.opts.ThresholdMargin, s.clock())
+	if !ok {
 		return
 	}
-	tick := s.opts.TickEntryInterval
-	k := uint64((l.window(tick, s.opts.ThresholdMargin) + tick - 1) / tick)
-	cur := r.rep.Threshold()
-	if cur.Unit == sdur.Ticks && k*6 >= cur.K*5 && k*6 <= cur.K*7 {
-		return
-	}
-	l.lastProposal = s.now
-	th := sdur.Threshold{Unit: sdur.Ticks, K: k}
 	s.stats.Retunes++
 	s.propose(n, pid, sdur.Entry{Kind: sdur.EntryConfig, Threshold: &th})
 }
