@@ -242,20 +242,7 @@ func (r *Replica) deliverTxn(now time.Time, t *Part) {
 			abort(reason, key)
 			return
 		}
-		p.unit = r.threshold.Unit
-		p.rt = r.position() + r.threshold.K // line 17
-		p.votes = map[uint32]Vote{}
-		v := Vote{Txn: t.ID, Partition: r.partition, Commit: true, Partitions: t.Partitions}
-		p.votes[r.partition] = v
-		for _, ev := range r.early[t.ID] {
-			if _, ok := p.votes[ev.Partition]; !ok && ev.Partition != r.partition {
-				p.votes[ev.Partition] = ev
-			}
-		}
-		delete(r.early, t.ID)
-		r.remember(t.ID, seenTxn{vote: v, global: true})
-		r.insert(len(r.pl), p) // line 53
-		r.out.Votes = append(r.out.Votes, v)
+		r.admitGlobal(t, p)
 		return
 	}
 	r.remember(t.ID, seenTxn{global: false})
@@ -277,6 +264,25 @@ func (r *Replica) deliverTxn(now time.Time, t *Part) {
 	}
 	p.reordered = i < len(r.pl)
 	r.insert(i, p)
+}
+
+// admitGlobal appends a certified global to the pending list with its threshold (line 17),
+// takes the votes that came before it, and votes commit (lines 22, 53).
+func (r *Replica) admitGlobal(t *Part, p *pending) {
+	p.unit = r.threshold.Unit
+	p.rt = r.position() + r.threshold.K
+	p.votes = map[uint32]Vote{}
+	v := Vote{Txn: t.ID, Partition: r.partition, Commit: true, Partitions: t.Partitions}
+	p.votes[r.partition] = v
+	for _, ev := range r.early[t.ID] {
+		if _, ok := p.votes[ev.Partition]; !ok && ev.Partition != r.partition {
+			p.votes[ev.Partition] = ev
+		}
+	}
+	delete(r.early, t.ID)
+	r.remember(t.ID, seenTxn{vote: v, global: true})
+	r.insert(len(r.pl), p)
+	r.out.Votes = append(r.out.Votes, v)
 }
 
 // position returns the counter a threshold of the current unit counts.
@@ -651,20 +657,7 @@ func (r *Replica) paperCertify(t *Part, p *pending, global bool, abort func(Reas
 				return
 			}
 		}
-		p.unit = r.threshold.Unit
-		p.rt = r.position() + r.threshold.K
-		p.votes = map[uint32]Vote{}
-		v := Vote{Txn: t.ID, Partition: r.partition, Commit: true, Partitions: t.Partitions}
-		p.votes[r.partition] = v
-		for _, ev := range r.early[t.ID] {
-			if _, ok := p.votes[ev.Partition]; !ok && ev.Partition != r.partition {
-				p.votes[ev.Partition] = ev
-			}
-		}
-		delete(r.early, t.ID)
-		r.remember(t.ID, seenTxn{vote: v, global: true})
-		r.insert(len(r.pl), p)
-		r.out.Votes = append(r.out.Votes, v)
+		r.admitGlobal(t, p)
 		return
 	}
 	// Lines 55-61: the leftmost position i with no stale read before it (56) and only leapable,
