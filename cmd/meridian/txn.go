@@ -2,8 +2,9 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,12 +37,12 @@ with the command that replays it. --mutations runs every broken variant of the m
 the seed that caught each (exit 1 if one is not caught).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !contains(txnsim.Modes(), mode) {
+			if !slices.Contains(txnsim.Modes(), mode) {
 				return fmt.Errorf("sim txn: mode %q: want one of %s", mode, strings.Join(txnsim.Modes(), ", "))
 			}
 			if listMutations {
 				ms := txnsim.Mutations(mode)
-				for _, m := range sortedNames(ms) {
+				for _, m := range slices.Sorted(maps.Keys(ms)) {
 					fmt.Printf("%-28s %s\n", m, ms[m])
 				}
 				return nil
@@ -76,7 +77,7 @@ the seed that caught each (exit 1 if one is not caught).`,
 			if mutations || mutate != "" {
 				names := []string{mutate}
 				if mutations {
-					names = sortedNames(txnsim.Mutations(mode))
+					names = slices.Sorted(maps.Keys(txnsim.Mutations(mode)))
 				}
 				missed := 0
 				for _, m := range names {
@@ -123,24 +124,6 @@ the seed that caught each (exit 1 if one is not caught).`,
 	f.IntVar(&mutationSeeds, "mutation-seeds", 300, "seeds a mutation may take to be caught")
 	f.DurationVar(&duration, "duration", 0, "virtual duration of the client load per seed (default 6s)")
 	return cmd
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
-
-func sortedNames(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func firstLine(s string) string {

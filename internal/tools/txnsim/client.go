@@ -3,6 +3,7 @@ package txnsim
 import (
 	"encoding/binary"
 	"fmt"
+	"sort"
 	"time"
 
 	"meridian/internal/sdur"
@@ -51,24 +52,11 @@ func (s *cluster) serveWaitingReads(n *node, g *group) {
 // readAt returns the newest value at or below st and its version (versions are appended in
 // index order; 0: none).
 func readAt(vs []version, st uint64) ([]int64, uint64) {
-	i := sort_search(len(vs), func(i int) bool { return vs[i].index > st })
+	i := sort.Search(len(vs), func(i int) bool { return vs[i].index > st })
 	if i == 0 {
 		return nil, 0
 	}
 	return vs[i-1].value, vs[i-1].index
-}
-
-func sort_search(n int, f func(int) bool) int {
-	lo, hi := 0, n
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if !f(m) {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return lo
 }
 
 // submission is a transaction its submitter has broadcast and waits on.
@@ -104,20 +92,6 @@ func (s *cluster) outcome(n *node, r txnResult) {
 	delete(n.submitted, r.id)
 	s.delay.finish(n, r.id)
 	sub.done(r)
-}
-
-// encodeRef and decodeRef carry a payload index in a Raft entry.
-func encodeRef(i int) []byte {
-	b := make([]byte, 8)
-	binary.BigEndian.PutUint64(b, uint64(i))
-	return b
-}
-
-func decodeRef(b []byte) int {
-	if len(b) != 8 {
-		return -1
-	}
-	return int(binary.BigEndian.Uint64(b))
 }
 
 // encodeList and decodeList are a list value (list-append keys).

@@ -123,8 +123,7 @@ type cluster struct {
 	parts []*partition
 	// entries are the broadcast payloads; a Raft entry carries the index of one (the
 	// simulator's encoding; the product encodes them as protobuf).
-	entries []any
-	mode    mode
+	mode mode
 	// cut[a][b]: messages from region a to region b are dropped.
 	cut map[[2]string]bool
 	// fifo is the last delivery time per (from, to) link.
@@ -465,12 +464,10 @@ func (s *cluster) propose(n *node, pid uint32, e any) {
 }
 
 // Log payloads: entries travel in their wire form (sdur.EncodeEntry, twopc.EncodeEntry: what the
-// product's logs hold), so that every seed also checks the encodings; anything else would be
-// kept in a table the log refers to.
+// product's logs hold), so that every seed also checks the encodings; a tag byte says whose.
 const (
 	payloadWire  = 'W'
 	payloadTwopc = 'P'
-	payloadTable = 'T'
 )
 
 func (s *cluster) encodePayload(e any) ([]byte, error) {
@@ -488,9 +485,7 @@ func (s *cluster) encodePayload(e any) ([]byte, error) {
 		}
 		return append([]byte{payloadTwopc}, b...), nil
 	}
-	ref := len(s.entries)
-	s.entries = append(s.entries, e)
-	return append([]byte{payloadTable}, encodeRef(ref)...), nil
+	return nil, fmt.Errorf("log payload of type %T has no wire form", e)
 }
 
 func (s *cluster) decodePayload(data []byte) (any, error) {
@@ -502,12 +497,6 @@ func (s *cluster) decodePayload(data []byte) (any, error) {
 		return sdur.DecodeEntry(data[1:], sdur.DefaultWireLimits)
 	case payloadTwopc:
 		return twopc.DecodeEntry(data[1:], twopc.DefaultLimits)
-	case payloadTable:
-		idx := decodeRef(data[1:])
-		if idx < 0 || idx >= len(s.entries) {
-			return nil, fmt.Errorf("refers to unknown payload %d", idx)
-		}
-		return s.entries[idx], nil
 	}
 	return nil, fmt.Errorf("payload tag %q", data[0])
 }
@@ -574,9 +563,6 @@ func (s *cluster) crash(i int) {
 	n.up = false
 	n.epoch++
 
-	for _, sub := range n.submitted {
-		s.stats.submitterLost(sub)
-	}
 	n.submitted = map[sdur.TxnID]*submission{}
 	s.stats.Crashes++
 }

@@ -1,7 +1,6 @@
 package txnsim
 
 import (
-	"slices"
 	"sort"
 
 	"meridian/internal/sdur"
@@ -90,13 +89,4 @@ type txnResult struct {
 	committed bool
 	reason    string
 	key       string
-}
-
-func sortedU32(m map[uint32]bool) []uint32 {
-	out := make([]uint32, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }

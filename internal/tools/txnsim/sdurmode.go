@@ -251,7 +251,7 @@ func (s *cluster) thresholdTicks() {
 		}
 		for _, pid := range s.partIDs(n) {
 			g := n.groups[pid]
-			if g.rn.Status().RaftState != etcdraft.StateLeader {
+			if g.rn.BasicStatus().RaftState != etcdraft.StateLeader { // every tick interval: no progress map
 				continue
 			}
 			rep := g.rep.(*sdurReplica).rep

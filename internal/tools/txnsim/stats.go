@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
-
-	"meridian/internal/sdur"
 )
 
 // Stats are what a run measured.
@@ -85,14 +83,6 @@ func (st *Stats) record(rec *txnRecord) {
 		st.Indeterminate[rec.Class]++
 	}
 }
-
-func (st *Stats) outcomeAt(n *node, g *group, o sdur.Outcome) {
-	if n.idx == g.part.preferred && o.Reordered && o.Committed {
-		st.Reordered++
-	}
-}
-
-func (st *Stats) submitterLost(*submission) {}
 
 // ClassStats summarise one class in one region (or "all").
 type ClassStats struct {
