@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"meridian/internal/txnwire"
 	"meridian/internal/wire/peerpb"
 )
 
@@ -12,16 +13,11 @@ import (
 // decoder checks everything a replica relies on and refuses the rest with an error naming the
 // field: bytes from the network or a disk never reach the state machine unchecked.
 
-// WireLimits bound what a decoded entry may hold.
-type WireLimits struct {
-	MaxKeys       int // reads + writes of one part
-	MaxKeyBytes   int
-	MaxValueBytes int
-	MaxPartitions int
-}
+// WireLimits bound what a decoded entry may hold (shared with 2PC: txnwire).
+type WireLimits = txnwire.Limits
 
 // DefaultWireLimits are the decoders' limits unless the runtime gives others.
-var DefaultWireLimits = WireLimits{MaxKeys: 1024, MaxKeyBytes: 4096, MaxValueBytes: 1 << 20, MaxPartitions: 256}
+var DefaultWireLimits = txnwire.DefaultLimits
 
 func idToPB(id TxnID) *peerpb.SdurTxnId { return &peerpb.SdurTxnId{Node: id.Node, Seq: id.Seq} }
 
@@ -51,25 +47,25 @@ func partFromPB(pb *peerpb.SdurPart, lim WireLimits) (*Part, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n := len(pb.GetReads()) + len(pb.GetWrites()); n > lim.MaxKeys {
-		return nil, fmt.Errorf("transaction %s: %d keys, above the limit of %d", id, n, lim.MaxKeys)
+	if err := lim.CheckKeys(len(pb.GetReads()) + len(pb.GetWrites())); err != nil {
+		return nil, fmt.Errorf("transaction %s: %w", id, err)
 	}
-	if err := checkPartitions(pb.GetPartitions(), lim); err != nil {
+	if err := lim.CheckPartitions(pb.GetPartitions()); err != nil {
 		return nil, fmt.Errorf("transaction %s: %w", id, err)
 	}
 	p := &Part{ID: id, Partition: pb.GetPartition(), Partitions: pb.GetPartitions(), Snapshot: pb.GetSnapshot(), Submitter: pb.GetSubmitter()}
 	for _, k := range pb.GetReads() {
-		if len(k) == 0 || len(k) > lim.MaxKeyBytes {
-			return nil, fmt.Errorf("transaction %s: a read key of %d bytes (1 to %d allowed)", id, len(k), lim.MaxKeyBytes)
+		if err := lim.CheckKey("read", k); err != nil {
+			return nil, fmt.Errorf("transaction %s: %w", id, err)
 		}
 		p.Reads = append(p.Reads, string(k))
 	}
 	for _, w := range pb.GetWrites() {
-		if len(w.GetKey()) == 0 || len(w.GetKey()) > lim.MaxKeyBytes {
-			return nil, fmt.Errorf("transaction %s: a written key of %d bytes (1 to %d allowed)", id, len(w.GetKey()), lim.MaxKeyBytes)
+		if err := lim.CheckKey("written", w.GetKey()); err != nil {
+			return nil, fmt.Errorf("transaction %s: %w", id, err)
 		}
-		if len(w.GetValue()) > lim.MaxValueBytes {
-			return nil, fmt.Errorf("transaction %s: a value of %d bytes, above the limit of %d", id, len(w.GetValue()), lim.MaxValueBytes)
+		if err := lim.CheckValue(w.GetValue()); err != nil {
+			return nil, fmt.Errorf("transaction %s: %w", id, err)
 		}
 		p.Writes = append(p.Writes, Write{Key: string(w.GetKey()), Value: w.GetValue(), Delete: w.GetDelete()})
 	}
@@ -77,18 +73,6 @@ func partFromPB(pb *peerpb.SdurPart, lim WireLimits) (*Part, error) {
 		return nil, err
 	}
 	return p, nil
-}
-
-func checkPartitions(ps []uint32, lim WireLimits) error {
-	if len(ps) == 0 || len(ps) > lim.MaxPartitions {
-		return fmt.Errorf("%d partitions (1 to %d allowed)", len(ps), lim.MaxPartitions)
-	}
-	for i := 1; i < len(ps); i++ {
-		if ps[i] <= ps[i-1] {
-			return fmt.Errorf("partitions %v are not strictly ascending", ps)
-		}
-	}
-	return nil
 }
 
 func thresholdToPB(t Threshold) *peerpb.SdurThreshold {
@@ -138,7 +122,7 @@ func entryFromPB(pb *peerpb.SdurEntry, lim WireLimits) (Entry, error) {
 		if err != nil {
 			return Entry{}, fmt.Errorf("abort request: %w", err)
 		}
-		if err := checkPartitions(a.GetPartitions(), lim); err != nil {
+		if err := lim.CheckPartitions(a.GetPartitions()); err != nil {
 			return Entry{}, fmt.Errorf("abort request for %s: %w", id, err)
 		}
 		e.Abort = &AbortRequest{Txn: id, Partitions: a.GetPartitions(), Partition: a.GetPartition()}
@@ -186,7 +170,7 @@ func voteFromPB(pb *peerpb.SdurVote, lim WireLimits) (Vote, error) {
 	if err != nil {
 		return Vote{}, fmt.Errorf("vote: %w", err)
 	}
-	if err := checkPartitions(pb.GetPartitions(), lim); err != nil {
+	if err := lim.CheckPartitions(pb.GetPartitions()); err != nil {
 		return Vote{}, fmt.Errorf("vote on %s: %w", id, err)
 	}
 	if len(pb.GetKey()) > lim.MaxKeyBytes || len(pb.GetReason()) > 1024 {

@@ -7,22 +7,18 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"meridian/internal/txnwire"
 	"meridian/internal/wire/peerpb"
 )
 
 // The wire form of entries and a replica's saved state (proto/meridian/v1/peer.proto, Twopc*).
 // Decoders check what a replica relies on and refuse the rest with an error naming the field.
 
-// Limits bound what a decoded entry may hold.
-type Limits struct {
-	MaxKeys       int
-	MaxKeyBytes   int
-	MaxValueBytes int
-	MaxPartitions int
-}
+// Limits bound what a decoded entry may hold (shared with SDUR: txnwire).
+type Limits = txnwire.Limits
 
 // DefaultLimits are the decoders' limits unless the runtime gives others.
-var DefaultLimits = Limits{MaxKeys: 1024, MaxKeyBytes: 4096, MaxValueBytes: 1 << 20, MaxPartitions: 256}
+var DefaultLimits = txnwire.DefaultLimits
 
 func idPB(id TxnID) *peerpb.SdurTxnId { return &peerpb.SdurTxnId{Node: id.Node, Seq: id.Seq} }
 
@@ -31,18 +27,6 @@ func idOf(pb *peerpb.SdurTxnId) (TxnID, error) {
 		return TxnID{}, fmt.Errorf("transaction id missing")
 	}
 	return TxnID{Node: pb.GetNode(), Seq: pb.GetSeq()}, nil
-}
-
-func checkParts(ps []uint32, lim Limits) error {
-	if len(ps) == 0 || len(ps) > lim.MaxPartitions {
-		return fmt.Errorf("%d partitions (1 to %d allowed)", len(ps), lim.MaxPartitions)
-	}
-	for i := 1; i < len(ps); i++ {
-		if ps[i] <= ps[i-1] {
-			return fmt.Errorf("partitions %v are not strictly ascending", ps)
-		}
-	}
-	return nil
 }
 
 func partPB(p *Part) *peerpb.TwopcPart {
@@ -64,10 +48,10 @@ func partOf(pb *peerpb.TwopcPart, lim Limits) (*Part, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n := len(pb.GetReads()) + len(pb.GetWrites()); n > lim.MaxKeys {
-		return nil, fmt.Errorf("transaction %s: %d keys, above the limit of %d", id, n, lim.MaxKeys)
+	if err := lim.CheckKeys(len(pb.GetReads()) + len(pb.GetWrites())); err != nil {
+		return nil, fmt.Errorf("transaction %s: %w", id, err)
 	}
-	if err := checkParts(pb.GetPartitions(), lim); err != nil {
+	if err := lim.CheckPartitions(pb.GetPartitions()); err != nil {
 		return nil, fmt.Errorf("transaction %s: %w", id, err)
 	}
 	if !slices.Contains(pb.GetPartitions(), pb.GetPartition()) || !slices.Contains(pb.GetPartitions(), pb.GetCoordinator()) {
@@ -75,17 +59,17 @@ func partOf(pb *peerpb.TwopcPart, lim Limits) (*Part, error) {
 	}
 	p := &Part{ID: id, Partition: pb.GetPartition(), Partitions: pb.GetPartitions(), Coordinator: pb.GetCoordinator(), Submitter: pb.GetSubmitter()}
 	for _, r := range pb.GetReads() {
-		if len(r.GetKey()) == 0 || len(r.GetKey()) > lim.MaxKeyBytes {
-			return nil, fmt.Errorf("transaction %s: a read key of %d bytes (1 to %d allowed)", id, len(r.GetKey()), lim.MaxKeyBytes)
+		if err := lim.CheckKey("read", r.GetKey()); err != nil {
+			return nil, fmt.Errorf("transaction %s: %w", id, err)
 		}
 		p.Reads = append(p.Reads, Read{Key: string(r.GetKey()), Version: r.GetVersion()})
 	}
 	for _, w := range pb.GetWrites() {
-		if len(w.GetKey()) == 0 || len(w.GetKey()) > lim.MaxKeyBytes {
-			return nil, fmt.Errorf("transaction %s: a written key of %d bytes (1 to %d allowed)", id, len(w.GetKey()), lim.MaxKeyBytes)
+		if err := lim.CheckKey("written", w.GetKey()); err != nil {
+			return nil, fmt.Errorf("transaction %s: %w", id, err)
 		}
-		if len(w.GetValue()) > lim.MaxValueBytes {
-			return nil, fmt.Errorf("transaction %s: a value of %d bytes, above the limit of %d", id, len(w.GetValue()), lim.MaxValueBytes)
+		if err := lim.CheckValue(w.GetValue()); err != nil {
+			return nil, fmt.Errorf("transaction %s: %w", id, err)
 		}
 		p.Writes = append(p.Writes, Write{Key: string(w.GetKey()), Value: w.GetValue(), Delete: w.GetDelete()})
 	}
@@ -123,7 +107,7 @@ func DecodeEntry(data []byte, lim Limits) (Entry, error) {
 		if err != nil {
 			return Entry{}, fmt.Errorf("twopc: decision entry: %w", err)
 		}
-		if err := checkParts(pb.GetPartitions(), lim); err != nil {
+		if err := lim.CheckPartitions(pb.GetPartitions()); err != nil {
 			return Entry{}, fmt.Errorf("twopc: decision on %s: %w", id, err)
 		}
 		return Entry{Kind: EntryDecision, Txn: id, Commit: pb.GetCommit(), Partitions: pb.GetPartitions(), Submitter: pb.GetSubmitter(), Coordinator: pb.GetCoordinator()}, nil
