@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"github.com/dustin/go-humanize"
 	"math"
@@ -150,8 +151,8 @@ var protocols = []ProtocolSpec{
 		Moves:           true,
 		NoRejoin:        true,
 		Repartition:     true,
-		Check:           checkElastic,
-		Options:         append(append([]OptionSpec{}, raftOptionSpecs...), elasticOptionSpecs...),
+		Check:           checkRaft,
+		Options:         append(append(append([]OptionSpec{}, raftOptionSpecs...), txnOptionSpecs...), elasticOptionSpecs...),
 	},
 	{
 		Name:               ProtocolMetadata,
@@ -420,7 +421,12 @@ func normalizeOptions(p ProtocolSpec, opts map[string]string) (map[string]string
 	}
 	if p.Check != nil {
 		if err := p.Check(out); err != nil {
-			return nil, &optionError{key: "split_bytes", msg: err.Error()}
+			key := "split_bytes"
+			var ke *keyedError
+			if errors.As(err, &ke) {
+				key = ke.key
+			}
+			return nil, &optionError{key: key, msg: err.Error()}
 		}
 	}
 	return out, nil
@@ -433,6 +439,83 @@ var elasticOptionSpecs = []OptionSpec{
 	{Name: "merge_bytes", Default: "128MiB", Doc: "Θmin: two adjacent partitions on the same replicas holding together less merge (0: never); at most half of split_bytes", Normalize: byteSize},
 	{Name: "split_ops", Default: "2500", Doc: "a partition serving more requests per second splits at the middle of its recent requests (0: never by load), as CockroachDB's load-based splitting", Normalize: floatRange(0, 1e9, true)},
 	{Name: "min_partitions", Default: "0", Doc: "N: merges stop at this many partitions (0: as many as the keyspace was created with)", Normalize: intRange(0, MaxPartitions)},
+}
+
+// keyedError is a Check error about one option (normalizeOptions reports it under that key).
+type keyedError struct {
+	key string
+	err error
+}
+
+func (e *keyedError) Error() string { return e.err.Error() }
+func (e *keyedError) Unwrap() error { return e.err }
+
+// Transaction modes of raft keyspaces (txn_mode).
+const (
+	TxnNone = "none"
+	TxnSDUR = "sdur"
+)
+
+// txnOptionSpecs are the transaction options of raft keyspaces (docs/transactions.md). Not
+// the metadata protocol's: its group is not transactional.
+var txnOptionSpecs = []OptionSpec{
+	{Name: "txn_mode", Default: TxnNone, Doc: "none (plain keys: Put, Delete) or sdur (multi-key serializable transactions by Geo-SDUR, geo-sdur IV: TxnRead and TxnCommit; plain writes are refused); fixed when the keyspace is created", Normalize: normalizeTxnMode},
+	{Name: "reorder_threshold", Default: "entries:0", Doc: "sdur only: how far a local transaction may be reordered before a global one that waits for its votes (geo-sdur IV-E): entries:K (K log entries; 0: no reordering, plain SDUR), ticks:K (K tick entries of txn_tick_interval: a threshold in time), or auto (ticks retuned from the measured vote lag)", Normalize: normalizeReorderThreshold},
+	{Name: "txn_tick_interval", Default: "10ms", Doc: "sdur only: how often a partition's leader appends a tick entry while a global transaction waits for its threshold (ticks:K and auto); 1ms..1s", Normalize: durationRange(time.Millisecond, time.Second)},
+}
+
+func normalizeTxnMode(v string) (string, error) {
+	switch m := strings.ToLower(strings.TrimSpace(v)); m {
+	case TxnNone, TxnSDUR:
+		return m, nil
+	case "2pc":
+		return "", fmt.Errorf("txn_mode 2pc is the baseline of the simulator and the benchmarks (meridian sim txn --mode 2pc, meridian bench sdur), not a keyspace mode: use none or sdur")
+	}
+	return "", fmt.Errorf("invalid txn_mode %q (want none or sdur)", v)
+}
+
+// maxReorderThreshold bounds reorder_threshold's K (sdur.Options.Validate).
+const maxReorderThreshold = 1 << 20
+
+func normalizeReorderThreshold(v string) (string, error) {
+	v = strings.ToLower(strings.TrimSpace(v))
+	if v == "auto" {
+		return v, nil
+	}
+	unit, k, ok := strings.Cut(v, ":")
+	if !ok || (unit != "entries" && unit != "ticks") {
+		return "", fmt.Errorf("invalid reorder_threshold %q (want entries:K, ticks:K or auto)", v)
+	}
+	n, err := strconv.ParseUint(k, 10, 64)
+	if err != nil || n > maxReorderThreshold {
+		return "", fmt.Errorf("invalid reorder_threshold %q: K must be an integer 0..%d", v, maxReorderThreshold)
+	}
+	return fmt.Sprintf("%s:%d", unit, n), nil
+}
+
+// checkRaft checks a raft keyspace's options together: the elastic ones, and the
+// transaction options only with a transaction mode.
+func checkRaft(opts map[string]string) error {
+	if err := checkElastic(opts); err != nil {
+		return err
+	}
+	if TxnModeOf(opts) != TxnSDUR {
+		for _, o := range txnOptionSpecs[1:] {
+			if v, ok := opts[o.Name]; ok && v != o.Default {
+				return &keyedError{key: o.Name, err: fmt.Errorf("%s applies to txn_mode sdur only (txn_mode is %s)", o.Name, TxnModeOf(opts))}
+			}
+		}
+	}
+	return nil
+}
+
+// TxnModeOf returns a keyspace's transaction mode from its options (absent: none, as for
+// keyspaces created before the option existed).
+func TxnModeOf(opts map[string]string) string {
+	if m := opts["txn_mode"]; m != "" {
+		return m
+	}
+	return TxnNone
 }
 
 // checkElastic: Θmax ≥ 2·Θmin, so that a merged partition does not split again and the
@@ -664,6 +747,15 @@ type RaftOptions struct {
 	ElectionTimeout   time.Duration
 	// LogRetain is how many applied entries a replica keeps (log compaction).
 	LogRetain uint64
+	// TxnMode is the keyspace's transaction mode (TxnNone or TxnSDUR).
+	TxnMode string
+	// Threshold is sdur's reordering threshold: its unit ("entries" or "ticks") and K, or
+	// AutoThreshold (ticks, retuned from the measured vote lag).
+	ThresholdUnit string
+	ThresholdK    uint64
+	AutoThreshold bool
+	// TxnTickInterval is how often a leader appends tick entries while globals wait.
+	TxnTickInterval time.Duration
 }
 
 // HeartbeatTicks and ElectionTicks are the timings in RaftTick units.
@@ -692,6 +784,23 @@ func RaftOptionsOf(opts map[string]string) (RaftOptions, error) {
 			return o, fmt.Errorf("log_retain %q: want an integer of at least 10", v)
 		}
 		o.LogRetain = n
+	}
+	o.TxnMode = TxnModeOf(opts)
+	o.ThresholdUnit, o.TxnTickInterval = "entries", 10*time.Millisecond
+	if v := opts["reorder_threshold"]; v == "auto" {
+		o.ThresholdUnit, o.AutoThreshold = "ticks", true
+	} else if v != "" {
+		unit, k, _ := strings.Cut(v, ":")
+		n, err := strconv.ParseUint(k, 10, 64)
+		if err != nil || (unit != "entries" && unit != "ticks") {
+			return o, fmt.Errorf("reorder_threshold %q: want entries:K, ticks:K or auto", v)
+		}
+		o.ThresholdUnit, o.ThresholdK = unit, n
+	}
+	if v := opts["txn_tick_interval"]; v != "" {
+		if o.TxnTickInterval, err = time.ParseDuration(v); err != nil || o.TxnTickInterval <= 0 {
+			return o, fmt.Errorf("txn_tick_interval %q: want a positive duration", v)
+		}
 	}
 	if o.HeartbeatInterval%RaftTick != 0 {
 		return o, fmt.Errorf("heartbeat_interval %s is not a multiple of the Raft tick %s", o.HeartbeatInterval, RaftTick)

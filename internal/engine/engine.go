@@ -44,6 +44,14 @@ const (
 	// OpCommand runs a state machine command (Request.Command) on a keyspace whose protocol
 	// takes commands (the cluster metadata group); its result is Result.Output.
 	OpCommand
+	// OpTxnRead reads one key of a transactional keyspace (txn_mode other than none) at the
+	// transaction's snapshot of the key's partition (Request.Txn.Snapshots; none yet: the
+	// serving replica's latest) and returns it with that snapshot (Result.Txn.Snapshot).
+	OpTxnRead
+	// OpTxnCommit submits a transaction on a transactional keyspace (Request.Txn): it is
+	// certified by the keyspace's transaction protocol and commits or aborts
+	// (Result.Txn.Committed; an abort is a result, not an error).
+	OpTxnCommit
 )
 
 func (o Op) String() string {
@@ -60,6 +68,10 @@ func (o Op) String() string {
 		return "move-master"
 	case OpCommand:
 		return "command"
+	case OpTxnRead:
+		return "txn-read"
+	case OpTxnCommit:
+		return "txn-commit"
 	}
 	return fmt.Sprintf("op(%d)", int(o))
 }
@@ -96,6 +108,51 @@ type Request struct {
 	// acknowledge (Unacked). Cluster metadata uses it so that a change returns once every
 	// node has it, or says which have not.
 	WaitAll bool
+	// Txn is a transaction's read (OpTxnRead) or the transaction to commit (OpTxnCommit).
+	Txn *TxnRequest
+}
+
+// TxnRequest is what a transaction operation carries beyond Request's fields.
+type TxnRequest struct {
+	// Reads are the keys the transaction read and did not write (OpTxnCommit).
+	Reads [][]byte
+	// Writes are its buffered writes (OpTxnCommit), one per key.
+	Writes []TxnWrite
+	// Snapshots are the snapshots its reads were served at so far, one per partition: every
+	// later read of a partition is served at the same snapshot, and certification checks the
+	// reads against the writes committed after it (Geo-SDUR Algorithm 1).
+	Snapshots []TxnSnapshot
+}
+
+// TxnWrite is one buffered write of a transaction: a value, or a deletion.
+type TxnWrite struct {
+	Key    []byte
+	Value  []byte
+	Delete bool
+}
+
+// TxnSnapshot is the snapshot of one partition a transaction read at: the partition's
+// snapshot counter then (its number of completed transactions).
+type TxnSnapshot struct {
+	Partition uint32
+	Counter   uint64
+}
+
+// TxnResult answers a transaction operation.
+type TxnResult struct {
+	// Committed, Reason and Key (OpTxnCommit): the outcome; an abort says why and, when a
+	// key's conflict caused it, which key.
+	Committed bool
+	Reason    string
+	Key       []byte
+	// ID names the transaction (OpTxnCommit), for logs and operators.
+	ID string
+	// Version is the snapshot counter a committed transaction's writes were applied at in
+	// the first of its partitions (OpTxnCommit), or the version of the key read (OpTxnRead:
+	// 0 when never written).
+	Version uint64
+	// Snapshot is the partition and snapshot an OpTxnRead was served at.
+	Snapshot TxnSnapshot
 }
 
 // Result is the reply to one Request.
@@ -123,6 +180,8 @@ type Result struct {
 	Staleness time.Duration
 	// Output is a state machine command's result (OpCommand), encoded by its protocol.
 	Output []byte
+	// Txn answers OpTxnRead and OpTxnCommit.
+	Txn *TxnResult
 	// Forward, when set, is released instead of an answer to a client: a message to the
 	// node that forwarded the request, or back to the engine itself (To == the node) with
 	// a partial result it continues from (a scan's part).
