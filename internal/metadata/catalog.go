@@ -373,6 +373,11 @@ func (c *Catalog) alter(index uint64, cmd Command) ([]storage.Record, Outcome, e
 	if err := config.ValidateKeyspace(&spec, c.cluster); err != nil {
 		return nil, Outcome{}, errs.New(errs.Invalid, "alter keyspace %q: %v", old.Spec.Name, err)
 	}
+	if was, is := config.TxnModeOf(old.Spec.Options), config.TxnModeOf(spec.Options); was != is {
+		// Records of a transactional keyspace are versioned by snapshot counters, a plain
+		// keyspace's by hybrid clocks: the two cannot share a partition's history.
+		return nil, Outcome{}, errs.New(errs.Invalid, "alter keyspace %q: txn_mode cannot change from %s to %s once created (drop and re-create the keyspace)", old.Spec.Name, was, is)
+	}
 	if p, _ := config.Protocol(spec.Protocol); moved && !p.MovableReplicas {
 		return nil, Outcome{}, errs.New(errs.Invalid,
 			"alter keyspace %q: protocol %s cannot move replicas between nodes yet (data movement for it comes with elastic partitions); regions and replicas_per_region stay as they are", old.Spec.Name, spec.Protocol)
@@ -408,6 +413,10 @@ func (c *Catalog) repartition(index uint64, cmd Command) ([]storage.Record, Outc
 	if p, _ := config.Protocol(old.Spec.Protocol); !p.Repartition {
 		return nil, Outcome{}, errs.New(errs.Invalid,
 			"%s keyspace %q: protocol %s does not split or merge partitions yet (its per-partition state, a Raft group or a GlobLease mastership table, needs its own split protocol)", cmd.Op, cmd.Name, old.Spec.Protocol)
+	}
+	if m := config.TxnModeOf(old.Spec.Options); m != config.TxnNone {
+		return nil, Outcome{}, errs.New(errs.Invalid,
+			"%s keyspace %q: the partitions of a transactional keyspace (txn_mode %s) do not split or merge yet (the pending transactions and per-key certification state of a partition would have to be cut at the split entry); its replicas still move", cmd.Op, cmd.Name, m)
 	}
 	var pk *placement.Keyspace
 	if cmd.Op == OpSplit {

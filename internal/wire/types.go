@@ -97,6 +97,8 @@ func MessageType(env *peerpb.Envelope) string {
 		return "raft_applied"
 	case *peerpb.Envelope_RaftRemoved:
 		return "raft_removed"
+	case *peerpb.Envelope_Txn:
+		return "txn"
 	}
 	return "unknown"
 }
@@ -140,6 +142,8 @@ func KeyspaceOf(env *peerpb.Envelope) (string, bool) {
 		return m.RaftSnapshotChunk.GetKeyspace(), true
 	case *peerpb.Envelope_RaftForward:
 		return m.RaftForward.GetKeyspace(), true
+	case *peerpb.Envelope_Txn:
+		return m.Txn.GetKeyspace(), true
 	}
 	return "", false
 }

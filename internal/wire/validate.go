@@ -370,8 +370,42 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		// the placement: any node of the cluster may ask and answer.
 		r := m.RaftRemoved
 		return pc.partition(r.Keyspace, r.Partition, noSenderCheck, from, false)
+	case *peerpb.Envelope_Txn:
+		return pc.txnMessage(m.Txn, from)
 	}
 	return reject(RejectUnknownType, "message type %T has no validation rule", env.Msg)
+}
+
+// txnMessage checks a message between transactional groups: votes and vote requests come
+// from a replica of the partition they speak for, to a replica of the receiving partition; an
+// outcome comes from a replica of a partition of the transaction to its submitter, any node.
+// The engine decodes the body with its own bounded decoders.
+func (pc *PeerCheck) txnMessage(t *peerpb.TxnMessage, from uint32) *Rejection {
+	if t == nil || t.Body == nil {
+		return reject(RejectMalformed, "empty transaction message")
+	}
+	if err := pc.partition(t.Keyspace, t.FromPartition, senderReplica, from, false); err != nil {
+		return err
+	}
+	switch b := t.Body.(type) {
+	case *peerpb.TxnMessage_SdurVote:
+		if len(b.SdurVote) > MaxRaftMessageBytes(pc.Limits) {
+			return reject(RejectTooLarge, "vote of %d bytes", len(b.SdurVote))
+		}
+	case *peerpb.TxnMessage_VoteRequest:
+		if b.VoteRequest == nil {
+			return reject(RejectMalformed, "vote request without a transaction")
+		}
+	case *peerpb.TxnMessage_Outcome:
+		if b.Outcome.GetTxn() == nil || b.Outcome.GetTxn().GetNode() != pc.Self {
+			return reject(RejectMalformed, "outcome of a transaction not submitted by node %d", pc.Self)
+		}
+		if len(b.Outcome.GetKey()) > pc.Limits.MaxKeyBytes || len(b.Outcome.GetReason()) > 1024 {
+			return reject(RejectTooLarge, "transaction outcome over the limits")
+		}
+		return nil
+	}
+	return pc.partition(t.Keyspace, t.Partition, noSenderCheck, from, true)
 }
 
 // raftMessage checks one Raft message: between members (voters or learners) of the

@@ -39,6 +39,12 @@ type Counters struct {
 	// SnapshotsRefused counts snapshots a replica did not take because another group of
 	// its node still held part of their range.
 	SnapshotsRefused atomic.Int64
+	// Transactions (txn.go): submitted here, decided (outcome reached this submitter),
+	// parts proposed again, votes sent, abort requests (recovery, geo-sdur IV-F), leaders'
+	// tick and threshold entries, transactional reads served, entries replayed into a core at
+	// start, transaction messages refused after decoding.
+	TxnSubmitted, TxnCommitted, TxnAborted, TxnResent, TxnVotesSent atomic.Int64
+	TxnAbortRequests, TxnTicks, TxnReads, TxnReplayed, TxnBadMessages atomic.Int64
 	// QuiescedGroups and Groups are gauges, set at each Tick.
 	QuiescedGroups, Groups atomic.Int64
 }
@@ -86,6 +92,9 @@ func (e *Engine) CounterSnapshot() map[string]int64 {
 		"raft_snapshot_errors": c.SnapshotErrors.Load(), "raft_groups": c.Groups.Load(), "raft_groups_quiesced": c.QuiescedGroups.Load(),
 		"raft_splits": c.Splits.Load(), "raft_merges": c.Merges.Load(), "raft_freezes": c.Freezes.Load(),
 		"raft_merges_blocked": c.MergesBlocked.Load(), "raft_rerouted": c.Rerouted.Load(),
+		"txn_submitted": c.TxnSubmitted.Load(), "txn_committed": c.TxnCommitted.Load(), "txn_aborted": c.TxnAborted.Load(),
+		"txn_resent": c.TxnResent.Load(), "txn_votes_sent": c.TxnVotesSent.Load(), "txn_abort_requests": c.TxnAbortRequests.Load(),
+		"txn_ticks": c.TxnTicks.Load(), "txn_reads": c.TxnReads.Load(),
 	}
 }
 
@@ -127,6 +136,14 @@ func RegisterMetrics(reg prometheus.Registerer, protocol string, c *Counters) {
 	counter("merges_blocked_total", "Merge entries this replica had to wait for, its replica of the right-hand group not having applied the freeze.", load(&c.MergesBlocked))
 	counter("range_refused_total", "Split, freeze or merge entries every replica refused alike (stale: the range or configuration changed since the proposal).", load(&c.RangeRefused))
 	counter("rerouted_total", "Requests sent to another group because a split or merge took their key away.", load(&c.Rerouted))
+	counter("txn_submitted_total", "Transactions submitted through this node.", load(&c.TxnSubmitted))
+	counter("txn_committed_total", "Transactions submitted here that committed.", load(&c.TxnCommitted))
+	counter("txn_aborted_total", "Transactions submitted here that aborted (certification, recovery, limits).", load(&c.TxnAborted))
+	counter("txn_resent_total", "Transaction parts proposed again for want of an outcome.", load(&c.TxnResent))
+	counter("txn_votes_sent_total", "Certification votes of global transactions this node's replicas sent.", load(&c.TxnVotesSent))
+	counter("txn_abort_requests_total", "Abort requests appended for globals whose votes did not come (geo-sdur IV-F).", load(&c.TxnAbortRequests))
+	counter("txn_tick_entries_total", "Tick and threshold entries leaders appended to transactional groups.", load(&c.TxnTicks))
+	counter("txn_reads_total", "Transactional reads served at a snapshot.", load(&c.TxnReads))
 	gauge("groups", "Raft groups on this node.", load(&c.Groups))
 	gauge("groups_quiesced", "Raft groups on this node that are quiesced (not ticking).", load(&c.QuiescedGroups))
 }

@@ -18,6 +18,7 @@ import (
 	"meridian/internal/engine"
 	"meridian/internal/hlc"
 	"meridian/internal/placement"
+	"meridian/internal/sdur"
 	"meridian/internal/storage"
 	"meridian/internal/wire/peerpb"
 )
@@ -117,6 +118,14 @@ type Engine struct {
 	// the end of the Ready).
 	kick bool
 
+	// Transactions (txn.go): this node's submitted transactions waiting for their outcome,
+	// the sequence of its transaction IDs (random start: IDs of an earlier run are not
+	// reused), and messages between its own groups.
+	txnWaits    map[sdur.TxnID]*txnWait
+	txnSeq      uint64
+	localTxn    []localTxnMessage
+	flushingTxn bool
+
 	out     engine.Ready
 	batches map[uint32][]*peerpb.RaftMessage // this Ready's Raft messages, per destination
 	// installing are the groups whose snapshot data the current Ready installs.
@@ -186,11 +195,13 @@ func New(cfg engine.Config, store engine.Reader, o Options) *Engine {
 		rng:      rand.New(rand.NewPCG(cfg.RandSeed, uint64(cfg.NodeID))),
 		anchors:  anchorCache{},
 		dropped:  map[uint64]bool{},
+		txnWaits: map[sdur.TxnID]*txnWait{},
 	}
 	e.incarnation = e.rng.Uint64() | 1
 	// IDs of forwarded requests and scan parts start at a random point, so that a message
 	// about an earlier run's request (a late reply) does not match this run's.
 	e.nextID = e.rng.Uint64() >> 2
+	e.txnSeq = e.rng.Uint64() >> 2
 	return e
 }
 
@@ -309,7 +320,10 @@ func (e *Engine) addGroup(k groupKey, p *placement.Partition, opts config.RaftOp
 	if err != nil {
 		return err
 	}
-	g := &group{key: k, id: id, opts: opts, log: ls, sm: e.newSM(k.keyspace), origins: map[uint32]hlc.Version{}, desc: *p, conf: &raftpb.ConfState{}}
+	g := &group{key: k, id: id, opts: opts, log: ls, origins: map[uint32]hlc.Version{}, desc: *p, conf: &raftpb.ConfState{}}
+	if g.sm, err = e.stateMachineFor(g); err != nil {
+		return err
+	}
 	g.lease.acks = map[uint32]int64{}
 	st, ok, err := e.loadApplied(id)
 	if err != nil {
@@ -389,6 +403,20 @@ func (e *Engine) addGroup(k groupKey, p *placement.Partition, opts config.RaftOp
 			return fmt.Errorf("load state machine: %w", err)
 		}
 	}
+	if g.txn != nil {
+		if err := e.loadTxn(g); err != nil {
+			return fmt.Errorf("keyspace %q partition %d: %w", k.keyspace, k.partition, err)
+		}
+		if g.applied > 0 && g.txn.savedAt == 0 {
+			// A founding member that bootstrapped just now: its state at index 1 is the base
+			// later restarts replay from.
+			op, err := e.saveTxnOp(g)
+			if err != nil {
+				return err
+			}
+			e.out.Raw = append(e.out.Raw, op)
+		}
+	}
 	// A member that had state may have acknowledged a leader's heartbeat just before it
 	// stopped, promising that leader not to vote for another before an election timeout
 	// had passed; a restarted RawNode knows no leader and would vote at once, so its votes
@@ -403,6 +431,7 @@ func (e *Engine) addGroup(k groupKey, p *placement.Partition, opts config.RaftOp
 	g.idleSince = e.ticks
 	g.heardAt = e.ticks
 	e.link(g)
+	e.drainTxn(g) // what replaying the log asked (records again, votes, outcomes)
 	// The first preferred replica of a new group campaigns at once, so leaders start where
 	// they belong instead of after an election timeout somewhere else (with PreVote, a
 	// campaign cannot disturb a leader the others still hear from).
@@ -605,6 +634,7 @@ func (e *Engine) Tick(now time.Time) {
 		}
 		ticked = true
 	}
+	e.tickTxns(now, ticked)
 	if now.After(e.nextTick.Add(config.RaftTick)) {
 		e.nextTick = now.Add(config.RaftTick) // a long pause: do not replay it tick by tick
 	}
@@ -615,6 +645,7 @@ func (e *Engine) Tick(now time.Time) {
 		e.checkLiveness(now)
 		e.maybeQuiesceAll()
 		e.expire(now)
+		e.expireTxns(now)
 		e.expireTransfers(now)
 		e.retryHeldOffers(now)
 		for _, g := range e.order {

@@ -18,3 +18,12 @@ func QuiesceBlockers(e *Engine, keyspace string, partition uint32) string {
 		e.ticks-g.idleSince, g.quiesceAfterTicks(), g.pendingCount, len(g.waiting), len(g.sending), g.receiving != nil, g.confProposedAt, len(g.conf.GetVotersOutgoing()), g.inPlacement,
 		st.RaftState, st.LeadTransferee, st.HardState.GetCommit(), last, g.applied, g.appliedTerm, st.HardState.GetTerm(), e.membershipSettled(g), g.quiesced)
 }
+
+// BrokenOf returns the groups e could not set up, with why.
+func BrokenOf(e *Engine) map[string]string {
+	out := map[string]string{}
+	for k, why := range e.broken {
+		out[fmt.Sprintf("%s/%d", k.keyspace, k.partition)] = why
+	}
+	return out
+}

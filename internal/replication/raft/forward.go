@@ -33,6 +33,9 @@ func (e *Engine) forward(now time.Time, p *placement.Partition, req engine.Reque
 	}
 	f := &peerpb.RaftForward{RequestId: req.ID, Keyspace: req.Keyspace, Partition: wp, Op: uint32(req.Op), Key: req.Key, Value: req.Value,
 		Level: string(req.Level), Start: req.Start, End: req.End, Limit: uint32(max(req.Limit, 0)), Command: req.Command, Region: req.Region}
+	if req.Op == engine.OpTxnRead {
+		f.Command = encodeTxnReadArgs(req.Txn)
+	}
 	if !req.Deadline.IsZero() {
 		f.DeadlineUnixNanos = req.Deadline.UnixNano()
 	}
@@ -105,6 +108,13 @@ func (e *Engine) stepForward(now time.Time, from uint32, f *peerpb.RaftForward) 
 	}
 	switch req.Op {
 	case engine.OpGet, engine.OpPut, engine.OpDelete, engine.OpCommand, engine.OpMoveMaster, engine.OpScan:
+	case engine.OpTxnRead:
+		t, err := decodeTxnReadArgs(req.Command)
+		if err != nil {
+			e.reply(engine.Result{ID: id, Op: req.Op, Err: errs.New(errs.Invalid, "forwarded transactional read: %v", err)})
+			return
+		}
+		req.Txn, req.Command = t, nil
 	default:
 		e.reply(engine.Result{ID: id, Op: req.Op, Err: errs.New(errs.Invalid, "forwarded request with unknown operation %d", f.GetOp())})
 		return
@@ -145,6 +155,9 @@ func forwardReply(self uint32, origin *forwardOrigin, r engine.Result) *peerpb.E
 	}
 	rep := &peerpb.RaftForwardReply{RequestId: origin.id, Found: r.Found, Value: r.Value, Path: r.Path,
 		StalenessNanos: int64(r.Staleness), More: r.More, Result: r.Output}
+	if r.Op == engine.OpTxnRead && r.Err == nil {
+		rep.Result = encodeTxnReadDone(r.Txn)
+	}
 	if !r.Version.IsZero() {
 		rep.Version = wire.VersionToPB(r.Version)
 	}
@@ -199,6 +212,13 @@ func (e *Engine) stepForwardReply(now time.Time, from uint32, r *peerpb.RaftForw
 		// A forwarded write's version is newer than everything this node's client saw:
 		// fold it into the clock so a session's next write is newer still.
 		e.clock.Observe(now, res.Version)
+	}
+	if p.req.Op == engine.OpTxnRead && res.Err == nil {
+		t, err := decodeTxnReadDone(r.GetResult())
+		if err != nil {
+			res.Err = errs.New(errs.Internal, "forwarded transactional read's reply: %v", err)
+		}
+		res.Txn, res.Output = t, nil
 	}
 	if name, region, ok := cutLeader(r.GetPath()); ok {
 		res.Path, res.Master, res.MasterRegion = "", name, region

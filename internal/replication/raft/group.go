@@ -79,6 +79,10 @@ type group struct {
 	idleSince uint64
 	// pendingCount is how many requests of this node wait on the group.
 	pendingCount int
+	// txn is the transaction state machine of a transactional keyspace's group (nil
+	// otherwise; the same object as sm); txnReads are its reads waiting for the counter.
+	txn      *txnMachine
+	txnReads []txnRead
 
 	// waiting are linearizable reads whose read index is known but not applied yet.
 	waiting []waitingRead

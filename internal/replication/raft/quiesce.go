@@ -83,7 +83,7 @@ func (e *Engine) maybeQuiesceAll() {
 
 func (e *Engine) maybeQuiesce(g *group) {
 	if e.ticks-g.idleSince < g.quiesceAfterTicks() || g.pendingCount > 0 || len(g.waiting) > 0 || len(g.sending) > 0 ||
-		g.receiving != nil || g.confProposedAt != 0 || len(g.conf.GetVotersOutgoing()) > 0 || !g.inPlacement {
+		g.receiving != nil || g.confProposedAt != 0 || len(g.conf.GetVotersOutgoing()) > 0 || !g.inPlacement || (g.txn != nil && g.txn.busy()) {
 		return
 	}
 	st := g.rn.BasicStatus()

@@ -186,6 +186,15 @@ func (e *Engine) applyEntries(g *group, ents []*raftpb.Entry) (leaving bool) {
 			return false
 		}
 	}
+	if g.txn != nil {
+		// The core's records go in this Ready, with the applied index; its state is saved
+		// after them (maybeSaveTxn).
+		e.drainTxn(g)
+		e.maybeSaveTxn(g)
+		if g.removed {
+			return false
+		}
+	}
 	if g.applied != before || confBefore != confSize() {
 		e.out.Raw = append(e.out.Raw, g.appliedOp())
 		if g.applied != before {
@@ -322,7 +331,10 @@ func (e *Engine) apply(g *group, ent *raftpb.Entry) (leaving bool) {
 	// same origin. Every replica skips it alike; if it was this node's, its request is
 	// proposed again with a new version (it cannot have applied), as CockroachDB
 	// re-proposes a command with an illegal lease index.
-	if last, ok := g.origins[cmd.GetOrigin()]; ok && !last.Less(v) {
+	// A transactional group skips nothing here: its core delivers each transaction once by
+	// its ID, and what it is delivered must be a function of the log alone, for replay
+	// from a saved state (txn.go).
+	if last, ok := g.origins[cmd.GetOrigin()]; ok && !last.Less(v) && g.txn == nil {
 		e.overtaken(g, &cmd, ent.GetData(), last == v)
 		return false
 	}
@@ -418,6 +430,10 @@ func (e *Engine) maybeCompact(g *group) {
 	// CockroachDB keeps the log behind in-flight snapshots).
 	for _, tr := range g.sending {
 		upto = min(upto, tr.index+retain)
+	}
+	if g.txn != nil {
+		// Nor past the transaction state last saved: a restart replays the log from it.
+		upto = min(upto, g.txn.savedAt+retain)
 	}
 	if g.sinceCut < max(retain/5, 1) || upto <= retain {
 		return
@@ -536,6 +552,9 @@ func (e *Engine) Step(now time.Time, env *peerpb.Envelope) {
 		e.stepApplied(from, m.RaftApplied)
 	case *peerpb.Envelope_RaftRemoved:
 		e.stepRemoved(now, from, m.RaftRemoved)
+	case *peerpb.Envelope_Txn:
+		e.stepTxn(now, from, m.Txn)
+		e.flushLocalTxn()
 	}
 }
 

@@ -546,8 +546,8 @@ func (e *Engine) orphanDesc(ks *placement.Keyspace, id uint32, start, end []byte
 // its partition ends before g's range does (split), or after it, or the group right of it is
 // retired (merge).
 func (e *Engine) rangePending(g *group) (split, merge bool) {
-	if !g.ranged || g.partRetired || g.unborn || g.frozenAt != 0 {
-		return false, false
+	if !g.ranged || g.partRetired || g.unborn || g.frozenAt != 0 || g.txn != nil {
+		return false, false // a transactional group never splits or merges (metadata refuses it)
 	}
 	mapEnd := g.desc.End
 	switch {

@@ -66,8 +66,8 @@ func (e *Engine) Propose(now time.Time, req engine.Request) {
 		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.NotFound, "unknown keyspace %q", req.Keyspace)})
 		return
 	}
-	if len(e.pending)+len(e.scans) >= maxPending {
-		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Overloaded, "node %d has %d raft requests in flight (limit %d)", e.cfg.NodeID, len(e.pending)+len(e.scans), maxPending)})
+	if n := len(e.pending) + len(e.scans) + len(e.txnWaits); n >= maxPending {
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Overloaded, "node %d has %d raft requests in flight (limit %d)", e.cfg.NodeID, n, maxPending)})
 		return
 	}
 	if req.MinVersion.WallNanos > 0 {
@@ -89,6 +89,10 @@ func (e *Engine) dispatch(now time.Time, req engine.Request, reroutes int) {
 	}
 	if req.Op == engine.OpScan {
 		e.startScan(now, ks, req)
+		return
+	}
+	if req.Op == engine.OpTxnCommit {
+		e.submitTxn(now, ks, req)
 		return
 	}
 	p := ks.Lookup(req.Key)
@@ -174,6 +178,8 @@ func (e *Engine) proposeAt(now time.Time, g *group, req engine.Request) {
 		e.track(req, pr)
 	case engine.OpMoveMaster:
 		e.moveLeader(now, g, req)
+	case engine.OpTxnRead:
+		e.txnReadAt(now, g, req)
 	default:
 		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Invalid, "keyspace %q uses protocol %s, which has no %s operation", req.Keyspace, e.protocol, req.Op)})
 	}
@@ -372,6 +378,8 @@ func (e *Engine) expire(now time.Time) {
 			what = "the leader to move to region " + p.moveTo
 		case p.req.Op == engine.OpGet:
 			what = "the read index"
+		case p.req.Op == engine.OpTxnRead:
+			what = "this replica to reach the transaction's snapshot"
 		default:
 			what = "the write to commit (it may still apply)"
 		}

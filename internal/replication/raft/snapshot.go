@@ -58,9 +58,11 @@ const (
 type outSnapshot struct {
 	id    string
 	ready bool
-	// state is the applied state the data was exported at.
-	state *peerpb.RaftAppliedState
-	size  int64
+	// state is the applied state the data was exported at; txnState the transaction state
+	// saved at the same index (transactional groups).
+	state    *peerpb.RaftAppliedState
+	txnState []byte
+	size     int64
 	// doneTick is when the last transfer of it ended (or it became ready).
 	doneTick uint64
 }
@@ -83,6 +85,8 @@ type inTransfer struct {
 	size  int64
 	msg   *raftpb.Message // the MsgSnap, stepped once the data is installed
 	state *peerpb.RaftAppliedState
+	// txnState is the snapshot's transaction state (transactional groups).
+	txnState []byte
 	next  int64 // next offset to request
 	// outstanding are the chunks requested and not yet on disk, by offset, with when they
 	// were (last) asked for: lost requests or chunks are asked for again.
@@ -105,7 +109,7 @@ func (e *Engine) snapshotFor(g *group) (*raftpb.Snapshot, error) {
 		if err := proto.Unmarshal(s.state.GetConfState(), &cs); err != nil {
 			return nil, fmt.Errorf("raft: prepared snapshot's configuration: %w", err)
 		}
-		data, _ := proto.Marshal(&peerpb.RaftSnapshotMarker{File: s.id, State: s.state})
+		data, _ := proto.Marshal(&peerpb.RaftSnapshotMarker{File: s.id, State: s.state, TxnState: s.txnState})
 		return &raftpb.Snapshot{Data: data, Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(s.state.GetIndex()), Term: proto.Uint64(s.state.GetTerm()), ConfState: &cs}}, nil
 	}
 	if s := g.snap; s == nil || s.ready {
@@ -115,7 +119,16 @@ func (e *Engine) snapshotFor(g *group) (*raftpb.Snapshot, error) {
 		e.snapSeq++
 		id := fmt.Sprintf("out-%016x-%d-%d", g.id, e.cfg.NodeID, e.snapSeq)
 		g.snap = &outSnapshot{id: id}
-		e.out.Jobs = append(e.out.Jobs, exportJob{key: g.key, span: g.span(), group: g.id, file: id})
+		if g.txn != nil {
+			// The export reads the transaction state with the data: save it at the applied
+			// index now (and at every index applied until the export is ready, maybeSaveTxn).
+			op, err := e.saveTxnOp(g)
+			if err != nil {
+				return nil, err
+			}
+			e.out.Raw = append(e.out.Raw, op)
+		}
+		e.out.Jobs = append(e.out.Jobs, exportJob{key: g.key, span: g.span(), group: g.id, file: id, txn: g.txn != nil, maxTxnBytes: e.maxTxnStateBytes()})
 		e.stats.SnapshotsPrepared.Add(1)
 	}
 	return nil, etcdraft.ErrSnapshotTemporarilyUnavailable
@@ -159,18 +172,30 @@ type exportJob struct {
 	span  storage.Span
 	group uint64
 	file  string
+	// txn: the group is transactional; its saved state (at the same index as the data) goes
+	// with the snapshot, up to maxTxnBytes (it travels in the offer).
+	txn         bool
+	maxTxnBytes int
 }
 
 func (exportJob) Unpaced() {}
 
 func (j exportJob) Run(store engine.Store, self uint32) ([]*peerpb.Envelope, error) {
 	ready := &peerpb.RaftSnapshotReady{Keyspace: j.key.keyspace, Partition: j.key.partition, SnapshotId: j.file}
-	stats, vals, err := store.ExportSpanState(j.span, j.file, [][]byte{appliedKey(j.group)})
+	raw := [][]byte{appliedKey(j.group)}
+	if j.txn {
+		raw = append(raw, txnStateKey(j.group))
+	}
+	stats, vals, err := store.ExportSpanState(j.span, j.file, raw)
 	switch {
 	case err != nil:
 		ready.Error = err.Error()
 	case vals[0] == nil:
 		ready.Error = "the group has no applied state yet"
+	case j.txn && vals[1] == nil:
+		ready.Error = "the group has no transaction state yet"
+	case j.txn && len(vals[1]) > j.maxTxnBytes:
+		ready.Error = fmt.Sprintf("the group's transaction state is %d bytes, above the %d a snapshot offer carries", len(vals[1]), j.maxTxnBytes)
 	default:
 		var st peerpb.RaftAppliedState
 		if err := proto.Unmarshal(vals[0], &st); err != nil {
@@ -179,11 +204,36 @@ func (j exportJob) Run(store engine.Store, self uint32) ([]*peerpb.Envelope, err
 			// A split or merge applied between the job's start and its read: the data
 			// exported is not the state's range. Raft asks again.
 			ready.Error = fmt.Sprintf("the group's range changed to [%q, %q) while the snapshot of %s was taken", st.GetStart(), st.GetEnd(), j.span)
+		} else if txnAt, ok := txnStateIndex(vals, j.txn); j.txn && (!ok || txnAt != st.GetIndex()) {
+			// Saved at another index than the data's (an apply between the save and the
+			// export's read): raft asks again.
+			ready.Error = fmt.Sprintf("the transaction state (index %d) and the data (index %d) differ", txnAt, st.GetIndex())
 		} else {
 			ready.State, ready.Size = &st, stats.Bytes
+			if j.txn {
+				ready.TxnState = vals[1]
+			}
 		}
 	}
 	return []*peerpb.Envelope{{From: self, To: self, Msg: &peerpb.Envelope_RaftSnapshotReady{RaftSnapshotReady: ready}}}, nil
+}
+
+// txnStateIndex is the index of the transaction state among an export's raw values.
+func txnStateIndex(vals [][]byte, txn bool) (uint64, bool) {
+	if !txn {
+		return 0, true
+	}
+	var st peerpb.TxnSavedState
+	if err := proto.Unmarshal(vals[1], &st); err != nil {
+		return 0, false
+	}
+	return st.GetIndex(), true
+}
+
+// maxTxnStateBytes bounds a transaction state sent with a snapshot: it rides in the offer's
+// Raft message, with the marker's other fields.
+func (e *Engine) maxTxnStateBytes() int {
+	return wire.MaxRaftMessageBytes(e.cfg.Limits) - 64<<10
 }
 
 // stepSnapshotReady takes the export job's result.
@@ -199,6 +249,7 @@ func (e *Engine) stepSnapshotReady(now time.Time, r *peerpb.RaftSnapshotReady) {
 		return
 	}
 	g.snap.ready, g.snap.state, g.snap.size, g.snap.doneTick = true, r.GetState(), r.GetSize(), e.ticks
+	g.snap.txnState = r.GetTxnState()
 	e.markDirty(g)
 }
 
@@ -329,7 +380,10 @@ func (e *Engine) stepOffer(now time.Time, from uint32, o *peerpb.RaftSnapshotOff
 		e.stats.SnapshotsDeferred.Add(1)
 		return
 	}
-	g.receiving = &inTransfer{from: from, id: o.GetSnapshotId(), file: "in-" + o.GetSnapshotId(), size: o.GetSize(), msg: &m, state: mk.GetState(),
+	if g.txn != nil && len(mk.GetTxnState()) == 0 {
+		return // a transactional group's snapshot without its transaction state: useless
+	}
+	g.receiving = &inTransfer{from: from, id: o.GetSnapshotId(), file: "in-" + o.GetSnapshotId(), size: o.GetSize(), msg: &m, state: mk.GetState(), txnState: mk.GetTxnState(),
 		outstanding: map[int64]time.Time{}, last: now}
 	e.unquiesce(g, false)
 	e.stats.SnapshotsReceived.Add(1)
@@ -579,12 +633,26 @@ func (e *Engine) stepStored(now time.Time, s *peerpb.RaftSnapshotStored) {
 			return
 		}
 	}
+	if g.txn != nil {
+		// The core is the snapshot's from now on (what the old one had not asked for yet is
+		// dropped with it: the snapshot's state covers it).
+		if _, err := g.txn.restore(rx.txnState, now); err != nil {
+			e.fail(g, fmt.Errorf("restore the transaction state from a snapshot: %w", err))
+			return
+		}
+	}
 	// Groups of this node the snapshot supersedes (merged into this group since) go first,
 	// then the snapshot's range replaces what this node holds of it, and the group takes
 	// the snapshot's range.
 	e.supersede(drop, g)
 	e.takeSnapshotRange(g, rx.state)
-	e.out.Ingests = append(e.out.Ingests, e.installOp(g, rx.file, rx.state))
+	ing := e.installOp(g, rx.file, rx.state)
+	if g.txn != nil {
+		// Saved with the marker, before the data is replaced: a restart that redoes the
+		// install restores the snapshot's core.
+		ing.Before = append(ing.Before, storage.RawOp{Key: txnStateKey(g.id), Value: rx.txnState})
+	}
+	e.out.Ingests = append(e.out.Ingests, ing)
 	// The state machine's at-most-once record and version order continue from the
 	// snapshot's (its applied index, term and configuration are taken when raft's Ready
 	// installs it).

@@ -409,7 +409,9 @@ func (n *Node) elasticState(now time.Time) elascass.State {
 		}
 		spec, _ := config.Protocol(ks.Spec.Protocol)
 		eo, _ := config.ElasticOptionsOf(ks.Spec.Options)
-		ko := elascass.KeyspaceOptions{Repartition: spec.Repartition, NoRejoin: spec.NoRejoin}
+		// A transactional keyspace's partitions do not split or merge (metadata refuses it):
+		// its replicas move, its ranges stay.
+		ko := elascass.KeyspaceOptions{Repartition: spec.Repartition && config.TxnModeOf(ks.Spec.Options) == config.TxnNone, NoRejoin: spec.NoRejoin}
 		if spec.Repartition {
 			ko.MaxBytes, ko.MinBytes, ko.SplitOps, ko.MinPartitions = eo.SplitBytes, eo.MergeBytes, eo.SplitOps, eo.MinPartitions
 			if ko.MinPartitions == 0 {

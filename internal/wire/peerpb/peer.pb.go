@@ -4479,9 +4479,12 @@ func (x *RaftOriginApplied) GetVersion() *Version {
 // RaftSnapshotMarker is stored while a snapshot replaces a replica's data: if the node
 // stops in between, it finishes the install from the staged file when it starts again.
 type RaftSnapshotMarker struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	File          string                 `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
-	State         *RaftAppliedState      `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	File  string                 `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	State *RaftAppliedState      `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// txn_state is a transactional group's saved TxnSavedState at state.index (empty for other
+	// groups): the transaction protocol's state travels with the data it describes.
+	TxnState      []byte `protobuf:"bytes,3,opt,name=txn_state,json=txnState,proto3" json:"txn_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4526,6 +4529,13 @@ func (x *RaftSnapshotMarker) GetFile() string {
 func (x *RaftSnapshotMarker) GetState() *RaftAppliedState {
 	if x != nil {
 		return x.State
+	}
+	return nil
+}
+
+func (x *RaftSnapshotMarker) GetTxnState() []byte {
+	if x != nil {
+		return x.TxnState
 	}
 	return nil
 }
@@ -4920,6 +4930,7 @@ type RaftSnapshotReady struct {
 	Size          int64                  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
 	State         *RaftAppliedState      `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
 	Error         string                 `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	TxnState      []byte                 `protobuf:"bytes,7,opt,name=txn_state,json=txnState,proto3" json:"txn_state,omitempty"` // as RaftSnapshotMarker.txn_state
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4994,6 +5005,13 @@ func (x *RaftSnapshotReady) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *RaftSnapshotReady) GetTxnState() []byte {
+	if x != nil {
+		return x.TxnState
+	}
+	return nil
 }
 
 // RaftForward carries a client request from a node that holds no replica of the partition
@@ -5481,6 +5499,7 @@ type Envelope struct {
 	//	*Envelope_RaftForwardReply
 	//	*Envelope_RaftApplied
 	//	*Envelope_RaftRemoved
+	//	*Envelope_Txn
 	//	*Envelope_MoveSnapshotRequest
 	//	*Envelope_MoveSnapshotChunk
 	//	*Envelope_MoveNote
@@ -5960,6 +5979,15 @@ func (x *Envelope) GetRaftRemoved() *RaftRemoved {
 	return nil
 }
 
+func (x *Envelope) GetTxn() *TxnMessage {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_Txn); ok {
+			return x.Txn
+		}
+	}
+	return nil
+}
+
 func (x *Envelope) GetMoveSnapshotRequest() *MoveSnapshotRequest {
 	if x != nil {
 		if x, ok := x.Msg.(*Envelope_MoveSnapshotRequest); ok {
@@ -6180,6 +6208,10 @@ type Envelope_RaftRemoved struct {
 	RaftRemoved *RaftRemoved `protobuf:"bytes,80,opt,name=raft_removed,json=raftRemoved,proto3,oneof"`
 }
 
+type Envelope_Txn struct {
+	Txn *TxnMessage `protobuf:"bytes,81,opt,name=txn,proto3,oneof"`
+}
+
 type Envelope_MoveSnapshotRequest struct {
 	MoveSnapshotRequest *MoveSnapshotRequest `protobuf:"bytes,90,opt,name=move_snapshot_request,json=moveSnapshotRequest,proto3,oneof"`
 }
@@ -6285,6 +6317,8 @@ func (*Envelope_RaftForwardReply) isEnvelope_Msg() {}
 func (*Envelope_RaftApplied) isEnvelope_Msg() {}
 
 func (*Envelope_RaftRemoved) isEnvelope_Msg() {}
+
+func (*Envelope_Txn) isEnvelope_Msg() {}
 
 func (*Envelope_MoveSnapshotRequest) isEnvelope_Msg() {}
 
@@ -7917,6 +7951,425 @@ func (x *TwopcState) GetCoordinating() []*TwopcCoordinating {
 	return nil
 }
 
+// TxnMessage is a message between the transaction state machines of a keyspace's groups,
+// or an outcome for the node that submitted a transaction.
+type TxnMessage struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	// partition is the receiving group's partition (an outcome: 0, for the submitter node).
+	Partition uint32 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// from_partition is the partition whose replica sends it.
+	FromPartition uint32 `protobuf:"varint,3,opt,name=from_partition,json=fromPartition,proto3" json:"from_partition,omitempty"`
+	// Types that are valid to be assigned to Body:
+	//
+	//	*TxnMessage_SdurVote
+	//	*TxnMessage_VoteRequest
+	//	*TxnMessage_Outcome
+	Body          isTxnMessage_Body `protobuf_oneof:"body"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnMessage) Reset() {
+	*x = TxnMessage{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnMessage) ProtoMessage() {}
+
+func (x *TxnMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnMessage.ProtoReflect.Descriptor instead.
+func (*TxnMessage) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *TxnMessage) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *TxnMessage) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *TxnMessage) GetFromPartition() uint32 {
+	if x != nil {
+		return x.FromPartition
+	}
+	return 0
+}
+
+func (x *TxnMessage) GetBody() isTxnMessage_Body {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *TxnMessage) GetSdurVote() []byte {
+	if x != nil {
+		if x, ok := x.Body.(*TxnMessage_SdurVote); ok {
+			return x.SdurVote
+		}
+	}
+	return nil
+}
+
+func (x *TxnMessage) GetVoteRequest() *SdurTxnId {
+	if x != nil {
+		if x, ok := x.Body.(*TxnMessage_VoteRequest); ok {
+			return x.VoteRequest
+		}
+	}
+	return nil
+}
+
+func (x *TxnMessage) GetOutcome() *TxnOutcome {
+	if x != nil {
+		if x, ok := x.Body.(*TxnMessage_Outcome); ok {
+			return x.Outcome
+		}
+	}
+	return nil
+}
+
+type isTxnMessage_Body interface {
+	isTxnMessage_Body()
+}
+
+type TxnMessage_SdurVote struct {
+	// sdur_vote is a partition's certification vote for a global transaction (sdur.EncodeVote).
+	SdurVote []byte `protobuf:"bytes,10,opt,name=sdur_vote,json=sdurVote,proto3,oneof"`
+}
+
+type TxnMessage_VoteRequest struct {
+	// vote_request asks for the receiving partition's vote for a transaction it delivered.
+	VoteRequest *SdurTxnId `protobuf:"bytes,11,opt,name=vote_request,json=voteRequest,proto3,oneof"`
+}
+
+type TxnMessage_Outcome struct {
+	Outcome *TxnOutcome `protobuf:"bytes,12,opt,name=outcome,proto3,oneof"`
+}
+
+func (*TxnMessage_SdurVote) isTxnMessage_Body() {}
+
+func (*TxnMessage_VoteRequest) isTxnMessage_Body() {}
+
+func (*TxnMessage_Outcome) isTxnMessage_Body() {}
+
+// TxnOutcome tells the submitter of a transaction how it ended.
+type TxnOutcome struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txn           *SdurTxnId             `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	Committed     bool                   `protobuf:"varint,2,opt,name=committed,proto3" json:"committed,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Key           []byte                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	Version       uint64                 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnOutcome) Reset() {
+	*x = TxnOutcome{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnOutcome) ProtoMessage() {}
+
+func (x *TxnOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnOutcome.ProtoReflect.Descriptor instead.
+func (*TxnOutcome) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *TxnOutcome) GetTxn() *SdurTxnId {
+	if x != nil {
+		return x.Txn
+	}
+	return nil
+}
+
+func (x *TxnOutcome) GetCommitted() bool {
+	if x != nil {
+		return x.Committed
+	}
+	return false
+}
+
+func (x *TxnOutcome) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *TxnOutcome) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *TxnOutcome) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// TxnSnapshotRef is the snapshot of one partition a transaction read at.
+type TxnSnapshotRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partition     uint32                 `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	Counter       uint64                 `protobuf:"varint,2,opt,name=counter,proto3" json:"counter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnSnapshotRef) Reset() {
+	*x = TxnSnapshotRef{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[93]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnSnapshotRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnSnapshotRef) ProtoMessage() {}
+
+func (x *TxnSnapshotRef) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[93]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnSnapshotRef.ProtoReflect.Descriptor instead.
+func (*TxnSnapshotRef) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{93}
+}
+
+func (x *TxnSnapshotRef) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *TxnSnapshotRef) GetCounter() uint64 {
+	if x != nil {
+		return x.Counter
+	}
+	return 0
+}
+
+// TxnReadArgs are a forwarded transactional read's snapshots (RaftForward.command).
+type TxnReadArgs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshots     []*TxnSnapshotRef      `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnReadArgs) Reset() {
+	*x = TxnReadArgs{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[94]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnReadArgs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnReadArgs) ProtoMessage() {}
+
+func (x *TxnReadArgs) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[94]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnReadArgs.ProtoReflect.Descriptor instead.
+func (*TxnReadArgs) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{94}
+}
+
+func (x *TxnReadArgs) GetSnapshots() []*TxnSnapshotRef {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
+// TxnReadDone is a forwarded transactional read's result (RaftForwardReply.result).
+type TxnReadDone struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      *TxnSnapshotRef        `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnReadDone) Reset() {
+	*x = TxnReadDone{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[95]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnReadDone) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnReadDone) ProtoMessage() {}
+
+func (x *TxnReadDone) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[95]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnReadDone.ProtoReflect.Descriptor instead.
+func (*TxnReadDone) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{95}
+}
+
+func (x *TxnReadDone) GetSnapshot() *TxnSnapshotRef {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *TxnReadDone) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// TxnSavedState is a transactional group's state machine saved at an applied index (a
+// raw key next to the group's applied state): at start the group restores it and replays
+// the log after index.
+type TxnSavedState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Mode          string                 `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	Core          []byte                 `protobuf:"bytes,3,opt,name=core,proto3" json:"core,omitempty"` // sdur.Replica.Snapshot
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnSavedState) Reset() {
+	*x = TxnSavedState{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[96]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnSavedState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnSavedState) ProtoMessage() {}
+
+func (x *TxnSavedState) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[96]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnSavedState.ProtoReflect.Descriptor instead.
+func (*TxnSavedState) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{96}
+}
+
+func (x *TxnSavedState) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *TxnSavedState) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *TxnSavedState) GetCore() []byte {
+	if x != nil {
+		return x.Core
+	}
+	return nil
+}
+
 var File_meridian_v1_peer_proto protoreflect.FileDescriptor
 
 const file_meridian_v1_peer_proto_rawDesc = "" +
@@ -8317,10 +8770,11 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\tfrozen_at\x18\v \x01(\x04R\bfrozenAt\"\\\n" +
 	"\x11RaftOriginApplied\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\rR\x04node\x123\n" +
-	"\aversion\x18\x02 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\"b\n" +
+	"\aversion\x18\x02 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\"\x7f\n" +
 	"\x12RaftSnapshotMarker\x12\x12\n" +
 	"\x04file\x18\x01 \x01(\tR\x04file\x128\n" +
-	"\x05state\x18\x02 \x01(\v2\".meridian.peer.v1.RaftAppliedStateR\x05state\"\xc1\x01\n" +
+	"\x05state\x18\x02 \x01(\v2\".meridian.peer.v1.RaftAppliedStateR\x05state\x12\x1b\n" +
+	"\ttxn_state\x18\x03 \x01(\fR\btxnState\"\xc1\x01\n" +
 	"\x11RaftSnapshotOffer\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1f\n" +
@@ -8359,7 +8813,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x06length\x18\x05 \x01(\x05R\x06length\x12\x14\n" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x12\x18\n" +
 	"\achecked\x18\a \x01(\bR\achecked\x122\n" +
-	"\arecords\x18\b \x03(\v2\x18.meridian.peer.v1.RecordR\arecords\"\xd2\x01\n" +
+	"\arecords\x18\b \x03(\v2\x18.meridian.peer.v1.RecordR\arecords\"\xef\x01\n" +
 	"\x11RaftSnapshotReady\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1f\n" +
@@ -8367,7 +8821,8 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"snapshotId\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\x03R\x04size\x128\n" +
 	"\x05state\x18\x05 \x01(\v2\".meridian.peer.v1.RaftAppliedStateR\x05state\x12\x14\n" +
-	"\x05error\x18\x06 \x01(\tR\x05error\"\x90\x03\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\x12\x1b\n" +
+	"\ttxn_state\x18\a \x01(\fR\btxnState\"\x90\x03\n" +
 	"\vRaftForward\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1a\n" +
@@ -8414,7 +8869,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"conf_index\x18\x03 \x01(\x04R\tconfIndex\x12\x19\n" +
 	"\x05group\x18\x04 \x01(\rH\x00R\x05group\x88\x01\x01B\b\n" +
-	"\x06_group\"\xe2\x1a\n" +
+	"\x06_group\"\x94\x1b\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\rR\x02to\x12\x16\n" +
@@ -8476,7 +8931,8 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\fraft_forward\x18M \x01(\v2\x1d.meridian.peer.v1.RaftForwardH\x00R\vraftForward\x12R\n" +
 	"\x12raft_forward_reply\x18N \x01(\v2\".meridian.peer.v1.RaftForwardReplyH\x00R\x10raftForwardReply\x12B\n" +
 	"\fraft_applied\x18O \x01(\v2\x1d.meridian.peer.v1.RaftAppliedH\x00R\vraftApplied\x12B\n" +
-	"\fraft_removed\x18P \x01(\v2\x1d.meridian.peer.v1.RaftRemovedH\x00R\vraftRemoved\x12[\n" +
+	"\fraft_removed\x18P \x01(\v2\x1d.meridian.peer.v1.RaftRemovedH\x00R\vraftRemoved\x120\n" +
+	"\x03txn\x18Q \x01(\v2\x1c.meridian.peer.v1.TxnMessageH\x00R\x03txn\x12[\n" +
 	"\x15move_snapshot_request\x18Z \x01(\v2%.meridian.peer.v1.MoveSnapshotRequestH\x00R\x13moveSnapshotRequest\x12U\n" +
 	"\x13move_snapshot_chunk\x18[ \x01(\v2#.meridian.peer.v1.MoveSnapshotChunkH\x00R\x11moveSnapshotChunk\x129\n" +
 	"\tmove_note\x18\\ \x01(\v2\x1a.meridian.peer.v1.MoveNoteH\x00R\bmoveNote\x12<\n" +
@@ -8621,7 +9077,36 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"lastWrites\x127\n" +
 	"\bprepared\x18\x05 \x03(\v2\x1b.meridian.peer.v1.TwopcPartR\bprepared\x128\n" +
 	"\adecided\x18\x06 \x03(\v2\x1e.meridian.peer.v1.TwopcDecidedR\adecided\x12G\n" +
-	"\fcoordinating\x18\a \x03(\v2#.meridian.peer.v1.TwopcCoordinatingR\fcoordinating2\x9c\x01\n" +
+	"\fcoordinating\x18\a \x03(\v2#.meridian.peer.v1.TwopcCoordinatingR\fcoordinating\"\x90\x02\n" +
+	"\n" +
+	"TxnMessage\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12%\n" +
+	"\x0efrom_partition\x18\x03 \x01(\rR\rfromPartition\x12\x1d\n" +
+	"\tsdur_vote\x18\n" +
+	" \x01(\fH\x00R\bsdurVote\x12@\n" +
+	"\fvote_request\x18\v \x01(\v2\x1b.meridian.peer.v1.SdurTxnIdH\x00R\vvoteRequest\x128\n" +
+	"\aoutcome\x18\f \x01(\v2\x1c.meridian.peer.v1.TxnOutcomeH\x00R\aoutcomeB\x06\n" +
+	"\x04body\"\x9d\x01\n" +
+	"\n" +
+	"TxnOutcome\x12-\n" +
+	"\x03txn\x18\x01 \x01(\v2\x1b.meridian.peer.v1.SdurTxnIdR\x03txn\x12\x1c\n" +
+	"\tcommitted\x18\x02 \x01(\bR\tcommitted\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\fR\x03key\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\"H\n" +
+	"\x0eTxnSnapshotRef\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\rR\tpartition\x12\x18\n" +
+	"\acounter\x18\x02 \x01(\x04R\acounter\"M\n" +
+	"\vTxnReadArgs\x12>\n" +
+	"\tsnapshots\x18\x01 \x03(\v2 .meridian.peer.v1.TxnSnapshotRefR\tsnapshots\"e\n" +
+	"\vTxnReadDone\x12<\n" +
+	"\bsnapshot\x18\x01 \x01(\v2 .meridian.peer.v1.TxnSnapshotRefR\bsnapshot\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"M\n" +
+	"\rTxnSavedState\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x12\n" +
+	"\x04core\x18\x03 \x01(\fR\x04core2\x9c\x01\n" +
 	"\x04Peer\x12C\n" +
 	"\x06Stream\x12\x1a.meridian.peer.v1.Envelope\x1a\x1b.meridian.peer.v1.StreamAck(\x01\x12O\n" +
 	"\rStreamBatches\x12\x1f.meridian.peer.v1.EnvelopeBatch\x1a\x1b.meridian.peer.v1.StreamAck(\x01B\x1fZ\x1dmeridian/internal/wire/peerpbb\x06proto3"
@@ -8638,7 +9123,7 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 97)
 var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Version)(nil),             // 0: meridian.peer.v1.Version
 	(*Record)(nil),              // 1: meridian.peer.v1.Record
@@ -8731,6 +9216,12 @@ var file_meridian_v1_peer_proto_goTypes = []any{
 	(*TwopcLastWrite)(nil),      // 88: meridian.peer.v1.TwopcLastWrite
 	(*TwopcCoordinating)(nil),   // 89: meridian.peer.v1.TwopcCoordinating
 	(*TwopcState)(nil),          // 90: meridian.peer.v1.TwopcState
+	(*TxnMessage)(nil),          // 91: meridian.peer.v1.TxnMessage
+	(*TxnOutcome)(nil),          // 92: meridian.peer.v1.TxnOutcome
+	(*TxnSnapshotRef)(nil),      // 93: meridian.peer.v1.TxnSnapshotRef
+	(*TxnReadArgs)(nil),         // 94: meridian.peer.v1.TxnReadArgs
+	(*TxnReadDone)(nil),         // 95: meridian.peer.v1.TxnReadDone
+	(*TxnSavedState)(nil),       // 96: meridian.peer.v1.TxnSavedState
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,   // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -8836,53 +9327,59 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	64,  // 100: meridian.peer.v1.Envelope.raft_forward_reply:type_name -> meridian.peer.v1.RaftForwardReply
 	65,  // 101: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
 	66,  // 102: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
-	12,  // 103: meridian.peer.v1.Envelope.move_snapshot_request:type_name -> meridian.peer.v1.MoveSnapshotRequest
-	13,  // 104: meridian.peer.v1.Envelope.move_snapshot_chunk:type_name -> meridian.peer.v1.MoveSnapshotChunk
-	16,  // 105: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
-	14,  // 106: meridian.peer.v1.Envelope.node_stats:type_name -> meridian.peer.v1.NodeStats
-	67,  // 107: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
-	70,  // 108: meridian.peer.v1.SdurPart.id:type_name -> meridian.peer.v1.SdurTxnId
-	71,  // 109: meridian.peer.v1.SdurPart.writes:type_name -> meridian.peer.v1.SdurWrite
-	70,  // 110: meridian.peer.v1.SdurAbortRequest.txn:type_name -> meridian.peer.v1.SdurTxnId
-	72,  // 111: meridian.peer.v1.SdurEntry.txn:type_name -> meridian.peer.v1.SdurPart
-	74,  // 112: meridian.peer.v1.SdurEntry.abort:type_name -> meridian.peer.v1.SdurAbortRequest
-	73,  // 113: meridian.peer.v1.SdurEntry.threshold:type_name -> meridian.peer.v1.SdurThreshold
-	70,  // 114: meridian.peer.v1.SdurVote.txn:type_name -> meridian.peer.v1.SdurTxnId
-	72,  // 115: meridian.peer.v1.SdurPending.part:type_name -> meridian.peer.v1.SdurPart
-	76,  // 116: meridian.peer.v1.SdurPending.votes:type_name -> meridian.peer.v1.SdurVote
-	70,  // 117: meridian.peer.v1.SdurSeen.id:type_name -> meridian.peer.v1.SdurTxnId
-	76,  // 118: meridian.peer.v1.SdurSeen.vote:type_name -> meridian.peer.v1.SdurVote
-	70,  // 119: meridian.peer.v1.SdurEarly.id:type_name -> meridian.peer.v1.SdurTxnId
-	76,  // 120: meridian.peer.v1.SdurEarly.votes:type_name -> meridian.peer.v1.SdurVote
-	73,  // 121: meridian.peer.v1.SdurState.threshold:type_name -> meridian.peer.v1.SdurThreshold
-	77,  // 122: meridian.peer.v1.SdurState.pending:type_name -> meridian.peer.v1.SdurPending
-	78,  // 123: meridian.peer.v1.SdurState.keys:type_name -> meridian.peer.v1.SdurKeyState
-	79,  // 124: meridian.peer.v1.SdurState.touched:type_name -> meridian.peer.v1.SdurTouch
-	75,  // 125: meridian.peer.v1.SdurState.waiting:type_name -> meridian.peer.v1.SdurEntry
-	80,  // 126: meridian.peer.v1.SdurState.seen:type_name -> meridian.peer.v1.SdurSeen
-	81,  // 127: meridian.peer.v1.SdurState.early:type_name -> meridian.peer.v1.SdurEarly
-	70,  // 128: meridian.peer.v1.TwopcPart.id:type_name -> meridian.peer.v1.SdurTxnId
-	83,  // 129: meridian.peer.v1.TwopcPart.reads:type_name -> meridian.peer.v1.TwopcRead
-	71,  // 130: meridian.peer.v1.TwopcPart.writes:type_name -> meridian.peer.v1.SdurWrite
-	84,  // 131: meridian.peer.v1.TwopcEntry.part:type_name -> meridian.peer.v1.TwopcPart
-	70,  // 132: meridian.peer.v1.TwopcEntry.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 133: meridian.peer.v1.TwopcVote.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 134: meridian.peer.v1.TwopcDecided.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 135: meridian.peer.v1.TwopcCoordinating.txn:type_name -> meridian.peer.v1.SdurTxnId
-	86,  // 136: meridian.peer.v1.TwopcCoordinating.votes:type_name -> meridian.peer.v1.TwopcVote
-	88,  // 137: meridian.peer.v1.TwopcState.last_writes:type_name -> meridian.peer.v1.TwopcLastWrite
-	84,  // 138: meridian.peer.v1.TwopcState.prepared:type_name -> meridian.peer.v1.TwopcPart
-	87,  // 139: meridian.peer.v1.TwopcState.decided:type_name -> meridian.peer.v1.TwopcDecided
-	89,  // 140: meridian.peer.v1.TwopcState.coordinating:type_name -> meridian.peer.v1.TwopcCoordinating
-	67,  // 141: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	69,  // 142: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
-	68,  // 143: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	68,  // 144: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
-	143, // [143:145] is the sub-list for method output_type
-	141, // [141:143] is the sub-list for method input_type
-	141, // [141:141] is the sub-list for extension type_name
-	141, // [141:141] is the sub-list for extension extendee
-	0,   // [0:141] is the sub-list for field type_name
+	91,  // 103: meridian.peer.v1.Envelope.txn:type_name -> meridian.peer.v1.TxnMessage
+	12,  // 104: meridian.peer.v1.Envelope.move_snapshot_request:type_name -> meridian.peer.v1.MoveSnapshotRequest
+	13,  // 105: meridian.peer.v1.Envelope.move_snapshot_chunk:type_name -> meridian.peer.v1.MoveSnapshotChunk
+	16,  // 106: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
+	14,  // 107: meridian.peer.v1.Envelope.node_stats:type_name -> meridian.peer.v1.NodeStats
+	67,  // 108: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
+	70,  // 109: meridian.peer.v1.SdurPart.id:type_name -> meridian.peer.v1.SdurTxnId
+	71,  // 110: meridian.peer.v1.SdurPart.writes:type_name -> meridian.peer.v1.SdurWrite
+	70,  // 111: meridian.peer.v1.SdurAbortRequest.txn:type_name -> meridian.peer.v1.SdurTxnId
+	72,  // 112: meridian.peer.v1.SdurEntry.txn:type_name -> meridian.peer.v1.SdurPart
+	74,  // 113: meridian.peer.v1.SdurEntry.abort:type_name -> meridian.peer.v1.SdurAbortRequest
+	73,  // 114: meridian.peer.v1.SdurEntry.threshold:type_name -> meridian.peer.v1.SdurThreshold
+	70,  // 115: meridian.peer.v1.SdurVote.txn:type_name -> meridian.peer.v1.SdurTxnId
+	72,  // 116: meridian.peer.v1.SdurPending.part:type_name -> meridian.peer.v1.SdurPart
+	76,  // 117: meridian.peer.v1.SdurPending.votes:type_name -> meridian.peer.v1.SdurVote
+	70,  // 118: meridian.peer.v1.SdurSeen.id:type_name -> meridian.peer.v1.SdurTxnId
+	76,  // 119: meridian.peer.v1.SdurSeen.vote:type_name -> meridian.peer.v1.SdurVote
+	70,  // 120: meridian.peer.v1.SdurEarly.id:type_name -> meridian.peer.v1.SdurTxnId
+	76,  // 121: meridian.peer.v1.SdurEarly.votes:type_name -> meridian.peer.v1.SdurVote
+	73,  // 122: meridian.peer.v1.SdurState.threshold:type_name -> meridian.peer.v1.SdurThreshold
+	77,  // 123: meridian.peer.v1.SdurState.pending:type_name -> meridian.peer.v1.SdurPending
+	78,  // 124: meridian.peer.v1.SdurState.keys:type_name -> meridian.peer.v1.SdurKeyState
+	79,  // 125: meridian.peer.v1.SdurState.touched:type_name -> meridian.peer.v1.SdurTouch
+	75,  // 126: meridian.peer.v1.SdurState.waiting:type_name -> meridian.peer.v1.SdurEntry
+	80,  // 127: meridian.peer.v1.SdurState.seen:type_name -> meridian.peer.v1.SdurSeen
+	81,  // 128: meridian.peer.v1.SdurState.early:type_name -> meridian.peer.v1.SdurEarly
+	70,  // 129: meridian.peer.v1.TwopcPart.id:type_name -> meridian.peer.v1.SdurTxnId
+	83,  // 130: meridian.peer.v1.TwopcPart.reads:type_name -> meridian.peer.v1.TwopcRead
+	71,  // 131: meridian.peer.v1.TwopcPart.writes:type_name -> meridian.peer.v1.SdurWrite
+	84,  // 132: meridian.peer.v1.TwopcEntry.part:type_name -> meridian.peer.v1.TwopcPart
+	70,  // 133: meridian.peer.v1.TwopcEntry.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 134: meridian.peer.v1.TwopcVote.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 135: meridian.peer.v1.TwopcDecided.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 136: meridian.peer.v1.TwopcCoordinating.txn:type_name -> meridian.peer.v1.SdurTxnId
+	86,  // 137: meridian.peer.v1.TwopcCoordinating.votes:type_name -> meridian.peer.v1.TwopcVote
+	88,  // 138: meridian.peer.v1.TwopcState.last_writes:type_name -> meridian.peer.v1.TwopcLastWrite
+	84,  // 139: meridian.peer.v1.TwopcState.prepared:type_name -> meridian.peer.v1.TwopcPart
+	87,  // 140: meridian.peer.v1.TwopcState.decided:type_name -> meridian.peer.v1.TwopcDecided
+	89,  // 141: meridian.peer.v1.TwopcState.coordinating:type_name -> meridian.peer.v1.TwopcCoordinating
+	70,  // 142: meridian.peer.v1.TxnMessage.vote_request:type_name -> meridian.peer.v1.SdurTxnId
+	92,  // 143: meridian.peer.v1.TxnMessage.outcome:type_name -> meridian.peer.v1.TxnOutcome
+	70,  // 144: meridian.peer.v1.TxnOutcome.txn:type_name -> meridian.peer.v1.SdurTxnId
+	93,  // 145: meridian.peer.v1.TxnReadArgs.snapshots:type_name -> meridian.peer.v1.TxnSnapshotRef
+	93,  // 146: meridian.peer.v1.TxnReadDone.snapshot:type_name -> meridian.peer.v1.TxnSnapshotRef
+	67,  // 147: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	69,  // 148: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
+	68,  // 149: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	68,  // 150: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
+	149, // [149:151] is the sub-list for method output_type
+	147, // [147:149] is the sub-list for method input_type
+	147, // [147:147] is the sub-list for extension type_name
+	147, // [147:147] is the sub-list for extension extendee
+	0,   // [0:147] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -8942,10 +9439,16 @@ func file_meridian_v1_peer_proto_init() {
 		(*Envelope_RaftForwardReply)(nil),
 		(*Envelope_RaftApplied)(nil),
 		(*Envelope_RaftRemoved)(nil),
+		(*Envelope_Txn)(nil),
 		(*Envelope_MoveSnapshotRequest)(nil),
 		(*Envelope_MoveSnapshotChunk)(nil),
 		(*Envelope_MoveNote)(nil),
 		(*Envelope_NodeStats)(nil),
+	}
+	file_meridian_v1_peer_proto_msgTypes[91].OneofWrappers = []any{
+		(*TxnMessage_SdurVote)(nil),
+		(*TxnMessage_VoteRequest)(nil),
+		(*TxnMessage_Outcome)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -8953,7 +9456,7 @@ func file_meridian_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   91,
+			NumMessages:   97,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

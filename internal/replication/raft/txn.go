@@ -1,0 +1,654 @@
+package raft
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"meridian/internal/config"
+	"meridian/internal/engine"
+	"meridian/internal/errs"
+	"meridian/internal/hlc"
+	"meridian/internal/placement"
+	"meridian/internal/sdur"
+	"meridian/internal/storage"
+	"meridian/internal/wire"
+	"meridian/internal/wire/peerpb"
+)
+
+// The engine's side of transactions (txnsm.go has the state machine): submitting a
+// transaction's parts to its partitions' logs (geo-sdur Algorithm 2, submit), carrying the
+// cores' votes, vote requests, abort requests and outcomes between nodes, tick entries,
+// transactional reads at a snapshot (Algorithm 1), and saving and restoring the cores.
+
+// maxTxnDrain bounds the Readies one drain takes from a core (each is finite; the bound
+// guards against a core that keeps producing).
+const maxTxnDrain = 1000
+
+// maxLocalTxnMessages bounds the messages between co-located groups handled in one go.
+const maxLocalTxnMessages = 100_000
+
+// txnWait is a transaction this node submitted, waiting for its outcome.
+type txnWait struct {
+	req      engine.Request // the client's OpTxnCommit
+	keyspace string
+	parts    []txnPartEntry
+	sentAt   time.Time
+}
+
+type txnPartEntry struct {
+	partition uint32
+	key       []byte // the part's first key (routing, forward checks)
+	entry     []byte // sdur.EncodeEntry
+}
+
+// txnRead is a transactional read waiting for its replica to reach its snapshot.
+type txnRead struct {
+	id       uint64
+	snapshot uint64
+}
+
+// stateMachineFor builds group g's state machine: the transaction core for a raft keyspace
+// with a transaction mode, else the engine's (key-value, or the metadata catalog).
+func (e *Engine) stateMachineFor(g *group) (StateMachine, error) {
+	if e.protocol == config.ProtocolRaft && g.opts.TxnMode == config.TxnSDUR {
+		m, err := newTxnMachine(e, g)
+		if err != nil {
+			return nil, fmt.Errorf("keyspace %q partition %d: %w", g.key.keyspace, g.key.partition, err)
+		}
+		g.txn = m
+		return m, nil
+	}
+	return e.newSM(g.key.keyspace), nil
+}
+
+// loadTxn restores g's core from its saved state and replays the log after it up to the
+// applied index (the core's state is a function of the log: replay delivers the same
+// entries in the same order). Output of the replay is carried out like any other: records
+// are written again (the same keys, values and versions), votes and outcomes sent again
+// (receivers take the first).
+func (e *Engine) loadTxn(g *group) error {
+	m := g.txn
+	b, found, err := e.store.GetRaw(txnStateKey(g.id))
+	if err != nil {
+		return fmt.Errorf("read transaction state: %w", err)
+	}
+	from := uint64(0)
+	if found {
+		if from, err = m.restore(b, e.lastNow); err != nil {
+			return err
+		}
+	}
+	if g.applied <= from {
+		return nil
+	}
+	first, _ := g.log.Storage().FirstIndex()
+	if from+1 < first && !(from == 0 && first <= 2) {
+		return fmt.Errorf("transaction state saved at %d, but the log starts at %d: entries between are gone (%w)", from, first, storage.ErrCorrupt)
+	}
+	lo := max(from+1, first)
+	if lo > g.applied {
+		return nil // nothing after the bootstrap snapshot
+	}
+	ents, err := g.log.Storage().Entries(lo, g.applied+1, math.MaxUint64)
+	if err != nil {
+		return fmt.Errorf("replay entries %d..%d: %w", lo, g.applied, err)
+	}
+	for _, ent := range ents {
+		if ent.GetType() != raftpb.EntryType_EntryNormal || len(ent.GetData()) == 0 {
+			continue
+		}
+		var cmd peerpb.RaftCommand
+		if err := proto.Unmarshal(ent.GetData(), &cmd); err != nil || len(cmd.GetCommand()) == 0 {
+			continue // applied as nothing the first time too
+		}
+		m.Apply(g.key.ref(), ent.GetIndex(), &cmd, hlc.Version{})
+	}
+	e.stats.TxnReplayed.Add(int64(len(ents)))
+	return nil
+}
+
+// saveTxnOp is the raw op that saves g's core at its applied index.
+func (e *Engine) saveTxnOp(g *group) (storage.RawOp, error) {
+	b, err := g.txn.save(g.applied)
+	if err != nil {
+		return storage.RawOp{}, err
+	}
+	g.txn.savedAt = g.applied
+	return storage.RawOp{Key: txnStateKey(g.id), Value: b}, nil
+}
+
+// maybeSaveTxn saves g's core after entries applied: every txnSaveEvery entries (or half
+// log_retain), and at
+// every applied index while a snapshot of the group is being exported (the export reads the
+// saved state and the data from one storage snapshot, and needs both at one index).
+func (e *Engine) maybeSaveTxn(g *group) {
+	if g.txn == nil || g.applied == g.txn.savedAt {
+		return
+	}
+	// Often enough that the log behind the saved index stays within log_retain.
+	every := min(txnSaveEvery, max(g.opts.LogRetain/2, 1))
+	if g.applied-g.txn.savedAt < every && (g.snap == nil || g.snap.ready) {
+		return
+	}
+	op, err := e.saveTxnOp(g)
+	if err != nil {
+		e.fail(g, err)
+		return
+	}
+	e.out.Raw = append(e.out.Raw, op)
+}
+
+// --- submitting ---
+
+// submitTxn starts a client's OpTxnCommit: its parts go to the logs of their partitions.
+func (e *Engine) submitTxn(now time.Time, ks *placement.Keyspace, req engine.Request) {
+	if config.TxnModeOf(ks.Spec.Options) != config.TxnSDUR || req.Txn == nil {
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Invalid, "keyspace %q is not transactional (txn_mode %s)", req.Keyspace, config.TxnModeOf(ks.Spec.Options))})
+		return
+	}
+	snaps := map[uint32]uint64{}
+	for _, s := range req.Txn.Snapshots {
+		snaps[s.Partition] = s.Counter
+	}
+	byPart := map[uint32]*sdur.Part{}
+	partOf := func(key []byte) *sdur.Part {
+		pid := ks.Lookup(key).ID
+		p := byPart[pid]
+		if p == nil {
+			p = &sdur.Part{Partition: pid, Snapshot: unsetSnapshot, Submitter: e.cfg.NodeID}
+			if s, ok := snaps[pid]; ok {
+				p.Snapshot = s
+			}
+			byPart[pid] = p
+		}
+		return p
+	}
+	for _, k := range req.Txn.Reads {
+		p := partOf(k)
+		p.Reads = append(p.Reads, string(k))
+	}
+	for _, w := range req.Txn.Writes {
+		p := partOf(w.Key)
+		p.Writes = append(p.Writes, sdur.Write{Key: string(w.Key), Value: w.Value, Delete: w.Delete})
+	}
+	if len(byPart) == 0 {
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Txn: &engine.TxnResult{Committed: true}})
+		return
+	}
+	e.txnSeq++
+	id := sdur.TxnID{Node: e.cfg.NodeID, Seq: e.txnSeq}
+	pids := make([]uint32, 0, len(byPart))
+	for pid := range byPart {
+		pids = append(pids, pid)
+	}
+	slices.Sort(pids)
+	w := &txnWait{req: req, keyspace: req.Keyspace, sentAt: now}
+	for _, pid := range pids {
+		p := byPart[pid]
+		p.ID, p.Partitions = id, pids
+		b, err := sdur.EncodeEntry(sdur.Entry{Kind: sdur.EntryTxn, Txn: p})
+		if err != nil {
+			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Internal, "encode transaction %s: %v", id, err)})
+			return
+		}
+		key := []byte(nil)
+		if len(p.Reads) > 0 {
+			key = []byte(p.Reads[0])
+		} else {
+			key = []byte(p.Writes[0].Key)
+		}
+		w.parts = append(w.parts, txnPartEntry{partition: pid, key: key, entry: b})
+	}
+	e.txnWaits[id] = w
+	e.stats.TxnSubmitted.Add(1)
+	for _, p := range w.parts {
+		e.proposeTxnEntry(now, req.Keyspace, p.partition, p.key, p.entry, req.Deadline)
+	}
+}
+
+// proposeTxnEntry appends a transaction entry to a partition's log: through this node's
+// replica of it, else forwarded to the nearest replica. Its own reply is dropped (the
+// transaction's outcome answers the client).
+func (e *Engine) proposeTxnEntry(now time.Time, keyspace string, partition uint32, key, entry []byte, deadline time.Time) {
+	ks, ok := e.pmap.Keyspace(keyspace)
+	if !ok {
+		return
+	}
+	p, ok := ks.Partition(partition)
+	if !ok {
+		return
+	}
+	e.nextID++
+	sub := engine.Request{ID: forwardedBit | e.nextID, Op: engine.OpCommand, Keyspace: keyspace, Key: key, Command: entry, Deadline: deadline}
+	if g := e.groups[groupKey{keyspace, partition}]; g != nil && g.servable() && g.txn != nil {
+		e.proposeAt(now, g, sub)
+		return
+	}
+	e.forward(now, p, sub)
+}
+
+// finishTxn answers the submitter's wait with a transaction's outcome (the first to arrive:
+// every replica of every partition reports it, alike).
+func (e *Engine) finishTxn(id sdur.TxnID, committed bool, reason string, key []byte, version uint64) {
+	w, ok := e.txnWaits[id]
+	if !ok {
+		return
+	}
+	delete(e.txnWaits, id)
+	if committed {
+		e.stats.TxnCommitted.Add(1)
+	} else {
+		e.stats.TxnAborted.Add(1)
+	}
+	e.reply(engine.Result{ID: w.req.ID, Op: engine.OpTxnCommit, Txn: &engine.TxnResult{Committed: committed, Reason: reason, Key: bytes.Clone(key), ID: id.String(), Version: version}})
+}
+
+// expireTxns fails the submitted transactions whose deadline passed (their outcome is
+// unknown) and proposes again the parts of those that waited txnResendEvery.
+func (e *Engine) expireTxns(now time.Time) {
+	var ids []sdur.TxnID
+	for id := range e.txnWaits {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b sdur.TxnID) int { return cmpU64(a.Seq, b.Seq) })
+	for _, id := range ids {
+		w := e.txnWaits[id]
+		if !w.req.Deadline.IsZero() && now.After(w.req.Deadline) {
+			delete(e.txnWaits, id)
+			e.reply(engine.Result{ID: w.req.ID, Op: engine.OpTxnCommit, Err: errs.New(errs.Timeout,
+				"keyspace %q: deadline passed before transaction %s was decided; it may still commit (read its keys to see)", w.keyspace, id)})
+			continue
+		}
+		if now.Sub(w.sentAt) >= txnResendEvery {
+			w.sentAt = now
+			e.stats.TxnResent.Add(1)
+			for _, p := range w.parts {
+				e.proposeTxnEntry(now, w.keyspace, p.partition, p.key, p.entry, w.req.Deadline)
+			}
+		}
+	}
+}
+
+// --- the cores' output ---
+
+// localTxnMessage is a message between groups of this node (delivered without the network).
+type localTxnMessage struct {
+	from uint32
+	msg  *peerpb.TxnMessage
+}
+
+// drainTxn carries out what g's core asks: records to write (in this Ready: durable before
+// its messages and replies leave, as the core requires), outcomes, votes, vote requests and
+// abort requests; then serves the reads that waited for the counter to move.
+func (e *Engine) drainTxn(g *group) {
+	if g.txn == nil || g.removed {
+		return
+	}
+	rep := g.txn.rep
+	now := e.lastNow
+	for range maxTxnDrain {
+		if !rep.HasReady() {
+			break
+		}
+		rd := rep.Ready()
+		for _, a := range rd.Applies {
+			for _, w := range a.Writes {
+				rec := storage.Record{Keyspace: g.key.keyspace, Key: []byte(w.Key), Value: w.Value, Tombstone: w.Delete, Version: txnVersion(a.Index)}
+				if rec.Value == nil && !rec.Tombstone {
+					rec.Value = []byte{}
+				}
+				e.out.Writes = append(e.out.Writes, rec)
+			}
+		}
+		for _, o := range rd.Outcomes {
+			if o.Submitter == e.cfg.NodeID {
+				e.finishTxn(o.Txn, o.Committed, string(o.Reason), []byte(o.Key), o.Index)
+				continue
+			}
+			e.sendTxn(o.Submitter, &peerpb.TxnMessage{Keyspace: g.key.keyspace, FromPartition: g.key.partition,
+				Body: &peerpb.TxnMessage_Outcome{Outcome: &peerpb.TxnOutcome{Txn: &peerpb.SdurTxnId{Node: o.Txn.Node, Seq: o.Txn.Seq},
+					Committed: o.Committed, Reason: string(o.Reason), Key: []byte(o.Key), Version: o.Index}}})
+		}
+		for _, v := range rd.Votes {
+			if v.Partition == g.key.partition && v.Commit {
+				g.txn.lag.Delivered(v, now)
+			}
+			b, err := sdur.EncodeVote(v)
+			if err != nil {
+				continue
+			}
+			for _, pid := range v.Partitions {
+				if pid != g.key.partition {
+					e.sendToPartition(g.key.keyspace, pid, &peerpb.TxnMessage{Keyspace: g.key.keyspace, Partition: pid, FromPartition: g.key.partition,
+						Body: &peerpb.TxnMessage_SdurVote{SdurVote: b}})
+				}
+			}
+			e.stats.TxnVotesSent.Add(1)
+		}
+		for _, vr := range rd.VoteRequests {
+			e.sendToPartition(g.key.keyspace, vr.Partition, &peerpb.TxnMessage{Keyspace: g.key.keyspace, Partition: vr.Partition, FromPartition: g.key.partition,
+				Body: &peerpb.TxnMessage_VoteRequest{VoteRequest: &peerpb.SdurTxnId{Node: vr.Txn.Node, Seq: vr.Txn.Seq}}})
+		}
+		for _, ar := range rd.AbortRequests {
+			b, err := sdur.EncodeEntry(sdur.Entry{Kind: sdur.EntryAbortRequest, Abort: &ar})
+			if err != nil {
+				continue
+			}
+			e.stats.TxnAbortRequests.Add(1)
+			e.proposeTxnEntry(now, g.key.keyspace, ar.Partition, e.anyKeyOf(g.key.keyspace, ar.Partition), b, now.Add(txnResendEvery))
+		}
+	}
+	e.serveTxnReads(g)
+	e.flushLocalTxn()
+}
+
+// anyKeyOf is a key of a partition (its start) to route an entry that names no key by.
+func (e *Engine) anyKeyOf(keyspace string, partition uint32) []byte {
+	if ks, ok := e.pmap.Keyspace(keyspace); ok {
+		if p, ok := ks.Partition(partition); ok {
+			if len(p.Start) == 0 {
+				return []byte{0}
+			}
+			return bytes.Clone(p.Start)
+		}
+	}
+	return []byte{0}
+}
+
+// txnVersion is the storage version of a transaction's writes: its completion's snapshot
+// counter (a read at snapshot S sees the versions up to S).
+func txnVersion(counter uint64) hlc.Version { return hlc.Version{WallNanos: int64(counter)} }
+
+// txnSnapshotVersion is the highest storage version a read at snapshot s may see.
+func txnSnapshotVersion(s uint64) hlc.Version {
+	return hlc.Version{WallNanos: int64(s), Logical: math.MaxUint32, NodeID: math.MaxUint32}
+}
+
+// sendToPartition sends m to every replica of a partition (this node's own replica
+// directly).
+func (e *Engine) sendToPartition(keyspace string, partition uint32, m *peerpb.TxnMessage) {
+	ks, ok := e.pmap.Keyspace(keyspace)
+	if !ok {
+		return
+	}
+	p, ok := ks.Partition(partition)
+	if !ok {
+		return
+	}
+	for _, r := range p.Replicas {
+		e.sendTxn(r, m)
+	}
+}
+
+func (e *Engine) sendTxn(to uint32, m *peerpb.TxnMessage) {
+	if to == e.cfg.NodeID {
+		if len(e.localTxn) < maxLocalTxnMessages {
+			e.localTxn = append(e.localTxn, localTxnMessage{from: to, msg: m})
+		}
+		return
+	}
+	e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: to, Msg: &peerpb.Envelope_Txn{Txn: m}})
+}
+
+// flushLocalTxn delivers the messages between this node's own groups (iteratively: a vote
+// may complete a transaction whose outcome is for this node, and so on).
+func (e *Engine) flushLocalTxn() {
+	if e.flushingTxn {
+		return
+	}
+	e.flushingTxn = true
+	defer func() { e.flushingTxn = false }()
+	for n := 0; len(e.localTxn) > 0 && n < maxLocalTxnMessages; n++ {
+		m := e.localTxn[0]
+		e.localTxn = e.localTxn[1:]
+		e.stepTxn(e.lastNow, m.from, m.msg)
+	}
+	e.localTxn = nil
+}
+
+// stepTxn takes a transaction message from a peer (checked by wire.PeerCheck) or from this
+// node's own groups.
+func (e *Engine) stepTxn(now time.Time, from uint32, m *peerpb.TxnMessage) {
+	if o := m.GetOutcome(); o != nil {
+		if o.GetTxn().GetNode() == e.cfg.NodeID {
+			e.finishTxn(sdur.TxnID{Node: o.GetTxn().GetNode(), Seq: o.GetTxn().GetSeq()}, o.GetCommitted(), o.GetReason(), o.GetKey(), o.GetVersion())
+		}
+		return
+	}
+	g := e.groups[groupKey{m.GetKeyspace(), m.GetPartition()}]
+	if g == nil || g.txn == nil || g.removed {
+		return // not a replica here (any more): like a lost message
+	}
+	switch b := m.Body.(type) {
+	case *peerpb.TxnMessage_SdurVote:
+		v, err := sdur.DecodeVote(b.SdurVote, g.txn.limits)
+		if err != nil || v.Partition != m.GetFromPartition() || !slices.Contains(v.Partitions, g.key.partition) {
+			e.stats.TxnBadMessages.Add(1)
+			return
+		}
+		g.txn.rep.Vote(now, v)
+		g.txn.lag.Vote(v, now)
+		e.drainTxn(g)
+		e.markDirty(g)
+	case *peerpb.TxnMessage_VoteRequest:
+		v, ok := g.txn.rep.VoteFor(sdur.TxnID{Node: b.VoteRequest.GetNode(), Seq: b.VoteRequest.GetSeq()})
+		if !ok {
+			return
+		}
+		vb, err := sdur.EncodeVote(v)
+		if err != nil {
+			return
+		}
+		e.sendTxn(from, &peerpb.TxnMessage{Keyspace: g.key.keyspace, Partition: m.GetFromPartition(), FromPartition: g.key.partition,
+			Body: &peerpb.TxnMessage_SdurVote{SdurVote: vb}})
+	}
+}
+
+// --- time ---
+
+// tickTxns runs the cores' timers (vote retries, recovery) and, on leaders, appends tick
+// entries while globals wait for a threshold counted in ticks, moves the snapshot floor, and
+// changes the threshold when the keyspace's options (or the automatic estimate) ask.
+func (e *Engine) tickTxns(now time.Time, raftTicked bool) {
+	for _, g := range e.txnGroups() {
+		m := g.txn
+		if raftTicked {
+			m.rep.Tick(now)
+			e.drainTxn(g)
+		}
+		if g.state != etcdraft.StateLeader || !g.servable() {
+			continue
+		}
+		if now.Sub(m.lastTick) < g.opts.TxnTickInterval {
+			continue
+		}
+		m.lastTick = now
+		if th, ok := desiredThreshold(g.opts); ok && th != m.rep.Threshold() {
+			e.proposeOwn(now, g, sdur.Entry{Kind: sdur.EntryConfig, Threshold: &th})
+		} else if !ok {
+			if th, changed := m.lag.Retune(m.rep.Threshold(), g.opts.TxnTickInterval, thresholdMargin, now); changed {
+				e.proposeOwn(now, g, sdur.Entry{Kind: sdur.EntryConfig, Threshold: &th})
+			}
+		}
+		floor := uint64(0)
+		if sc := m.rep.SnapshotCounter(); sc > txnSnapshotWindow {
+			floor = sc - txnSnapshotWindow
+		}
+		if m.rep.NeedsTicks() {
+			m.lastNeed = now
+		}
+		lingering := !m.lastNeed.IsZero() && now.Sub(m.lastNeed) < txnTickLinger && m.rep.Threshold().Unit == sdur.Ticks
+		if m.rep.NeedsTicks() || lingering || floor > m.rep.Floor()+txnSnapshotWindow/4 {
+			e.proposeOwn(now, g, sdur.Entry{Kind: sdur.EntryTick, Floor: floor})
+		}
+	}
+}
+
+// txnGroups are the transactional groups, by group ID.
+func (e *Engine) txnGroups() []*group {
+	var out []*group
+	for _, g := range e.order {
+		if g.txn != nil && !g.removed {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// proposeOwn appends a leader's own entry (a tick or a threshold) to g's log; a lost one is
+// replaced by the next.
+func (e *Engine) proposeOwn(now time.Time, g *group, ent sdur.Entry) {
+	b, err := sdur.EncodeEntry(ent)
+	if err != nil {
+		return
+	}
+	data, err := proto.Marshal(&peerpb.RaftCommand{Origin: e.cfg.NodeID, Version: wire.VersionToPB(e.clock.Now(now)), Command: b})
+	if err != nil {
+		return
+	}
+	e.touch(g)
+	if g.rn.Propose(data) == nil {
+		e.stats.TxnTicks.Add(1)
+	}
+	e.markDirty(g)
+}
+
+// --- reads ---
+
+// txnReadAt serves a transactional read on this node's replica of g: at the transaction's
+// snapshot of the partition (or the replica's counter, fixing it), once the replica's
+// counter has reached it.
+func (e *Engine) txnReadAt(now time.Time, g *group, req engine.Request) {
+	if g.txn == nil {
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Invalid, "keyspace %q is not transactional (txn_mode none)", req.Keyspace)})
+		return
+	}
+	s, fixed := g.txn.rep.SnapshotCounter(), false
+	if req.Txn != nil {
+		for _, sn := range req.Txn.Snapshots {
+			if sn.Partition == g.key.partition {
+				s, fixed = sn.Counter, true
+			}
+		}
+	}
+	if fixed && s < g.txn.rep.Floor() {
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Conflict,
+			"keyspace %q partition %d: the transaction's snapshot %d is older than the partition keeps (%d): restart the transaction", req.Keyspace, g.key.partition, s, g.txn.rep.Floor())})
+		return
+	}
+	if s > g.txn.rep.SnapshotCounter() {
+		e.track(req, &pendingReq{req: req, group: g})
+		g.txnReads = append(g.txnReads, txnRead{id: req.ID, snapshot: s})
+		return
+	}
+	e.out.Reads = append(e.out.Reads, e.txnReadOf(g, req, s))
+}
+
+// serveTxnReads serves the reads of g whose snapshot the replica has reached.
+func (e *Engine) serveTxnReads(g *group) {
+	if len(g.txnReads) == 0 {
+		return
+	}
+	sc := g.txn.rep.SnapshotCounter()
+	kept := g.txnReads[:0]
+	for _, r := range g.txnReads {
+		p, ok := e.pending[r.id]
+		if !ok || p.group != g {
+			continue // expired
+		}
+		if r.snapshot > sc {
+			kept = append(kept, r)
+			continue
+		}
+		e.untrack(r.id)
+		e.out.Reads = append(e.out.Reads, e.txnReadOf(g, p.req, r.snapshot))
+	}
+	g.txnReads = kept
+}
+
+// txnReadOf is the storage read of key at snapshot s (run after the Ready's writes, which
+// hold every completion up to the counter).
+func (e *Engine) txnReadOf(g *group, req engine.Request, s uint64) engine.Read {
+	k := g.key
+	fwd := e.forwards[req.ID]
+	e.stats.TxnReads.Add(1)
+	return engine.Read{ID: req.ID, Op: req.Op, Wrap: e.wrapForward(fwd), Run: func(store engine.Reader) engine.Result {
+		rec, found, err := store.GetAt(k.keyspace, req.Key, txnSnapshotVersion(s))
+		res := engine.Result{ID: req.ID, Op: req.Op, Path: PathTxnSnapshot, Txn: &engine.TxnResult{Snapshot: engine.TxnSnapshot{Partition: k.partition, Counter: s}}}
+		switch {
+		case err != nil:
+			res.Err = errs.New(errs.Internal, "read: %v", err)
+		case !found:
+		case rec.Tombstone:
+			res.Txn.Version = uint64(rec.Version.WallNanos)
+		default:
+			res.Found, res.Value, res.Txn.Version = true, rec.Value, uint64(rec.Version.WallNanos)
+		}
+		return res
+	}}
+}
+
+// PathTxnSnapshot is the read path of a transactional read: the replica's state at the
+// transaction's snapshot of the partition.
+const PathTxnSnapshot = "txn-snapshot"
+
+// encodeTxnReadArgs and decodeTxnReadArgs carry a forwarded read's snapshots
+// (RaftForward.command); encodeTxnReadDone and decodeTxnReadDone its result.
+func encodeTxnReadArgs(t *engine.TxnRequest) []byte {
+	if t == nil || len(t.Snapshots) == 0 {
+		return nil
+	}
+	a := &peerpb.TxnReadArgs{}
+	for _, s := range t.Snapshots {
+		a.Snapshots = append(a.Snapshots, &peerpb.TxnSnapshotRef{Partition: s.Partition, Counter: s.Counter})
+	}
+	b, _ := proto.Marshal(a)
+	return b
+}
+
+func decodeTxnReadArgs(b []byte) (*engine.TxnRequest, error) {
+	t := &engine.TxnRequest{}
+	if len(b) == 0 {
+		return t, nil
+	}
+	var a peerpb.TxnReadArgs
+	if err := proto.Unmarshal(b, &a); err != nil {
+		return nil, err
+	}
+	if len(a.GetSnapshots()) > txnMaxSnapshots {
+		return nil, fmt.Errorf("%d snapshots (limit %d)", len(a.GetSnapshots()), txnMaxSnapshots)
+	}
+	for _, s := range a.GetSnapshots() {
+		t.Snapshots = append(t.Snapshots, engine.TxnSnapshot{Partition: s.GetPartition(), Counter: s.GetCounter()})
+	}
+	return t, nil
+}
+
+// txnMaxSnapshots bounds a forwarded read's snapshots (one per partition).
+const txnMaxSnapshots = config.MaxPartitions
+
+func encodeTxnReadDone(t *engine.TxnResult) []byte {
+	if t == nil {
+		return nil
+	}
+	b, _ := proto.Marshal(&peerpb.TxnReadDone{Snapshot: &peerpb.TxnSnapshotRef{Partition: t.Snapshot.Partition, Counter: t.Snapshot.Counter}, Version: t.Version})
+	return b
+}
+
+func decodeTxnReadDone(b []byte) (*engine.TxnResult, error) {
+	var d peerpb.TxnReadDone
+	if err := proto.Unmarshal(b, &d); err != nil {
+		return nil, err
+	}
+	if d.GetSnapshot() == nil {
+		return nil, fmt.Errorf("no snapshot")
+	}
+	return &engine.TxnResult{Version: d.GetVersion(), Snapshot: engine.TxnSnapshot{Partition: d.GetSnapshot().GetPartition(), Counter: d.GetSnapshot().GetCounter()}}, nil
+}
