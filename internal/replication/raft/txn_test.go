@@ -234,3 +234,65 @@ func TestTxnKeyspaceRefusesPlainWrites(t *testing.T) {
 }
 
 var _ = peerpb.Envelope{}
+
+func isVote(env *peerpb.Envelope) bool {
+	m, ok := env.Msg.(*peerpb.Envelope_Txn)
+	return ok && m.Txn.GetSdurVote() != nil
+}
+
+// Every node here replicates both partitions, so a global's votes go between a node's own
+// groups; a vote request from a peer (a replica elsewhere that lost the vote) is answered
+// with the partition's vote.
+func TestTxnVoteRequestAnswered(t *testing.T) {
+	h := newTxnCluster(t, nil)
+	a, b := keysOf(t, h, 0, 1)[0], keysOf(t, h, 1, 1)[0]
+	res := commit(t, h, 1, txnOp{writes: map[string]string{a: "x", b: "y"}})
+	if !res.Committed {
+		t.Fatalf("global aborted: %s", res.Reason)
+	}
+	settleTxns(h)
+	var node uint32
+	var seq uint64
+	if _, err := fmt.Sscanf(res.ID, "t%d.%d", &node, &seq); err != nil {
+		t.Fatalf("transaction id %q: %v", res.ID, err)
+	}
+	p := partitionIDs(h)
+	proto, _ := engine.Lookup("raft")
+	h.Queue = append(h.Queue, &peerpb.Envelope{From: 3, To: 2, Engine: proto.ID, Msg: &peerpb.Envelope_Txn{Txn: &peerpb.TxnMessage{Keyspace: "ks", Partition: p[0], FromPartition: p[1],
+		Body: &peerpb.TxnMessage_VoteRequest{VoteRequest: &peerpb.SdurTxnId{Node: node, Seq: seq}}}}})
+	h.Deliver(func(env *peerpb.Envelope) bool { return env.To == 2 })
+	var votes []*peerpb.Envelope
+	for _, env := range h.Queue {
+		if isVote(env) && env.From == 2 && env.To == 3 {
+			votes = append(votes, env)
+		}
+	}
+	if len(votes) != 1 {
+		t.Fatalf("%d votes answered the request, want 1", len(votes))
+	}
+	m := votes[0].GetTxn()
+	if m.GetPartition() != p[1] || m.GetFromPartition() != p[0] {
+		t.Errorf("vote addressed to partition %d from %d, want %d from %d", m.GetPartition(), m.GetFromPartition(), p[1], p[0])
+	}
+}
+
+// Transactional reads of one partition are served at the snapshot the first read fixed,
+// however many transactions commit after it; a later commit based on them aborts.
+func TestTxnReadsAtTheirSnapshot(t *testing.T) {
+	h := newTxnCluster(t, nil)
+	a := keysOf(t, h, 0, 2)
+	commit(t, h, 1, txnOp{writes: map[string]string{a[0]: "v1", a[1]: "w1"}})
+	settleTxns(h)
+	r := txnRead(t, h, 2, a[0], nil)
+	snaps := []engine.TxnSnapshot{r.Txn.Snapshot}
+	commit(t, h, 3, txnOp{writes: map[string]string{a[0]: "v2", a[1]: "w2"}})
+	settleTxns(h)
+	r2 := txnRead(t, h, 2, a[1], snaps)
+	if string(r2.Value) != "w1" || r2.Txn.Snapshot != snaps[0] {
+		t.Fatalf("read at snapshot %v: %q at %v, want w1 at the same snapshot", snaps[0], r2.Value, r2.Txn.Snapshot)
+	}
+	res := commit(t, h, 2, txnOp{reads: []string{a[1]}, writes: map[string]string{a[0]: "v3"}, snaps: snaps})
+	if res.Committed {
+		t.Fatal("a transaction that read an overwritten value committed")
+	}
+}
