@@ -137,6 +137,7 @@ type Limits struct {
 	MaxKeyBytes           int           `yaml:"max_key_bytes"`           // default 1024; 1..65536
 	MaxValueBytes         int           `yaml:"max_value_bytes"`         // default 1 MiB; 1..64 MiB
 	MaxScanLimit          int           `yaml:"max_scan_limit"`          // default 10000; 1..1000000
+	MaxTxnKeys            int           `yaml:"max_txn_keys"`            // default 1024; 1..65536 (keys one transaction request names)
 	DefaultRequestTimeout time.Duration `yaml:"default_request_timeout"` // default 5s; > 0 and ≤ MaxRequestTimeout
 	MaxRequestTimeout     time.Duration `yaml:"max_request_timeout"`     // default 60s; > 0 and ≤ 10m
 }
@@ -166,6 +167,8 @@ const (
 	MaxMaxValueBytes             = 64 << 20
 	DefaultMaxScanLimit          = 10000
 	MaxMaxScanLimit              = 1_000_000
+	DefaultMaxTxnKeys            = 1024
+	MaxMaxTxnKeys                = 65536
 	DefaultDefaultRequestTimeout = 5 * time.Second
 	DefaultMaxRequestTimeout     = 60 * time.Second
 	MaxMaxRequestTimeout         = 10 * time.Minute
@@ -185,6 +188,7 @@ func DefaultLimits() Limits {
 		MaxKeyBytes:           DefaultMaxKeyBytes,
 		MaxValueBytes:         DefaultMaxValueBytes,
 		MaxScanLimit:          DefaultMaxScanLimit,
+		MaxTxnKeys:            DefaultMaxTxnKeys,
 		DefaultRequestTimeout: DefaultDefaultRequestTimeout,
 		MaxRequestTimeout:     DefaultMaxRequestTimeout,
 	}

@@ -267,6 +267,8 @@ func TestInvalid(t *testing.T) {
 		{name: "zero max_key_bytes", new: "limits: {max_key_bytes: 0}\n", path: "limits.max_key_bytes", msg: "between 1 and 65536, got 0"},
 		{name: "max_value_bytes too large", new: "limits: {max_value_bytes: 67108865}\n", path: "limits.max_value_bytes", msg: "between 1 and 67108864"},
 		{name: "negative max_scan_limit", new: "limits: {max_scan_limit: -1}\n", path: "limits.max_scan_limit", msg: "between 1 and 1000000"},
+		{name: "zero max_txn_keys", new: "limits: {max_txn_keys: 0}\n", path: "limits.max_txn_keys", msg: "between 1 and 65536, got 0"},
+		{name: "max_txn_keys too large", new: "limits: {max_txn_keys: 65537}\n", path: "limits.max_txn_keys", msg: "between 1 and 65536, got 65537"},
 		{name: "max_request_timeout too large", new: "limits: {max_request_timeout: 11m}\n", path: "limits.max_request_timeout", msg: "≤ 10m0s"},
 		{name: "default above max timeout", new: "limits: {default_request_timeout: 30s, max_request_timeout: 10s}\n", path: "limits.default_request_timeout", msg: "≤ limits.max_request_timeout"},
 		{name: "default above default max timeout", new: "limits: {default_request_timeout: 2m}\n", path: "limits.default_request_timeout", msg: "≤ limits.max_request_timeout (1m0s)"},

@@ -195,6 +195,7 @@ func (c *Cluster) validateLimits(explicit explicitFn) error {
 		{"max_key_bytes", &l.MaxKeyBytes, DefaultMaxKeyBytes, MaxMaxKeyBytes},
 		{"max_value_bytes", &l.MaxValueBytes, DefaultMaxValueBytes, MaxMaxValueBytes},
 		{"max_scan_limit", &l.MaxScanLimit, DefaultMaxScanLimit, MaxMaxScanLimit},
+		{"max_txn_keys", &l.MaxTxnKeys, DefaultMaxTxnKeys, MaxMaxTxnKeys},
 	}
 	for _, f := range ints {
 		path := "limits." + f.field
