@@ -27,6 +27,7 @@ vet:
 
 fuzz:
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzRequestDecodeValidate$$' -fuzztime $(FUZZTIME) ./internal/runtime/server/
+	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzTxnCommitRequest$$' -fuzztime $(FUZZTIME) ./internal/runtime/server/
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzDecodeDataKey$$' -fuzztime $(FUZZTIME) ./internal/storage/
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./internal/config/
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzControlAPI$$' -fuzztime $(FUZZTIME) ./internal/tools/lab/wan/

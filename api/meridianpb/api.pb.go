@@ -950,6 +950,537 @@ func (x *ScanResponse) GetPlacementVersion() uint64 {
 	return 0
 }
 
+// TxnSnapshot is the snapshot of one partition a transaction reads at: the partition's
+// snapshot counter (its number of completed transactions).
+type TxnSnapshot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partition     uint32                 `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	Counter       uint64                 `protobuf:"varint,2,opt,name=counter,proto3" json:"counter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnSnapshot) Reset() {
+	*x = TxnSnapshot{}
+	mi := &file_meridian_v1_api_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnSnapshot) ProtoMessage() {}
+
+func (x *TxnSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnSnapshot.ProtoReflect.Descriptor instead.
+func (*TxnSnapshot) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *TxnSnapshot) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *TxnSnapshot) GetCounter() uint64 {
+	if x != nil {
+		return x.Counter
+	}
+	return 0
+}
+
+// TxnValue is one key read by TxnRead.
+type TxnValue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Found bool                   `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"`
+	Value []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// The key's version: the snapshot counter its last write was applied at (0: never written).
+	Version uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	// The partition the key belongs to (its snapshot is in TxnReadResponse.snapshots).
+	Partition     uint32 `protobuf:"varint,5,opt,name=partition,proto3" json:"partition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnValue) Reset() {
+	*x = TxnValue{}
+	mi := &file_meridian_v1_api_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnValue) ProtoMessage() {}
+
+func (x *TxnValue) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnValue.ProtoReflect.Descriptor instead.
+func (*TxnValue) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *TxnValue) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *TxnValue) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *TxnValue) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *TxnValue) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *TxnValue) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+// TxnReadRequest reads keys at the transaction's snapshots: a key of a partition named in
+// snapshots is read at that snapshot; the first read of another partition fixes its snapshot
+// (the serving replica's latest), and later keys of this request in that partition are read at
+// it too. At most limits.max_txn_keys keys, no duplicates.
+type TxnReadRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Keys     [][]byte               `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	// The snapshots the transaction has read at so far (one per partition).
+	Snapshots        []*TxnSnapshot `protobuf:"bytes,3,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	TimeoutMs        uint32         `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	PlacementVersion uint64         `protobuf:"varint,5,opt,name=placement_version,json=placementVersion,proto3" json:"placement_version,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *TxnReadRequest) Reset() {
+	*x = TxnReadRequest{}
+	mi := &file_meridian_v1_api_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnReadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnReadRequest) ProtoMessage() {}
+
+func (x *TxnReadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnReadRequest.ProtoReflect.Descriptor instead.
+func (*TxnReadRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *TxnReadRequest) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *TxnReadRequest) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *TxnReadRequest) GetSnapshots() []*TxnSnapshot {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
+func (x *TxnReadRequest) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *TxnReadRequest) GetPlacementVersion() uint64 {
+	if x != nil {
+		return x.PlacementVersion
+	}
+	return 0
+}
+
+type TxnReadResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per key, in the order of the request's keys.
+	Values []*TxnValue `protobuf:"bytes,1,rep,name=values,proto3" json:"values,omitempty"`
+	// The request's snapshots plus those its reads fixed, one per partition, by partition.
+	Snapshots        []*TxnSnapshot `protobuf:"bytes,2,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	Coordinator      string         `protobuf:"bytes,3,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	PlacementVersion uint64         `protobuf:"varint,4,opt,name=placement_version,json=placementVersion,proto3" json:"placement_version,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *TxnReadResponse) Reset() {
+	*x = TxnReadResponse{}
+	mi := &file_meridian_v1_api_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnReadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnReadResponse) ProtoMessage() {}
+
+func (x *TxnReadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnReadResponse.ProtoReflect.Descriptor instead.
+func (*TxnReadResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *TxnReadResponse) GetValues() []*TxnValue {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *TxnReadResponse) GetSnapshots() []*TxnSnapshot {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
+func (x *TxnReadResponse) GetCoordinator() string {
+	if x != nil {
+		return x.Coordinator
+	}
+	return ""
+}
+
+func (x *TxnReadResponse) GetPlacementVersion() uint64 {
+	if x != nil {
+		return x.PlacementVersion
+	}
+	return 0
+}
+
+// TxnWrite is one buffered write: a value, or (delete) the key's deletion.
+type TxnWrite struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Delete        bool                   `protobuf:"varint,3,opt,name=delete,proto3" json:"delete,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnWrite) Reset() {
+	*x = TxnWrite{}
+	mi := &file_meridian_v1_api_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnWrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnWrite) ProtoMessage() {}
+
+func (x *TxnWrite) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnWrite.ProtoReflect.Descriptor instead.
+func (*TxnWrite) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *TxnWrite) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *TxnWrite) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *TxnWrite) GetDelete() bool {
+	if x != nil {
+		return x.Delete
+	}
+	return false
+}
+
+// TxnCommitRequest submits a transaction: the keys it read and did not write (a written key
+// is certified as read), its writes (one per key), and the snapshots it read at. Keys of reads
+// and writes together: at most limits.max_txn_keys; the writes' keys and values together at
+// most limits.max_value_bytes.
+type TxnCommitRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace         string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Reads            [][]byte               `protobuf:"bytes,2,rep,name=reads,proto3" json:"reads,omitempty"`
+	Writes           []*TxnWrite            `protobuf:"bytes,3,rep,name=writes,proto3" json:"writes,omitempty"`
+	Snapshots        []*TxnSnapshot         `protobuf:"bytes,4,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	TimeoutMs        uint32                 `protobuf:"varint,5,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	PlacementVersion uint64                 `protobuf:"varint,6,opt,name=placement_version,json=placementVersion,proto3" json:"placement_version,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *TxnCommitRequest) Reset() {
+	*x = TxnCommitRequest{}
+	mi := &file_meridian_v1_api_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnCommitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnCommitRequest) ProtoMessage() {}
+
+func (x *TxnCommitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnCommitRequest.ProtoReflect.Descriptor instead.
+func (*TxnCommitRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *TxnCommitRequest) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *TxnCommitRequest) GetReads() [][]byte {
+	if x != nil {
+		return x.Reads
+	}
+	return nil
+}
+
+func (x *TxnCommitRequest) GetWrites() []*TxnWrite {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
+func (x *TxnCommitRequest) GetSnapshots() []*TxnSnapshot {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
+func (x *TxnCommitRequest) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *TxnCommitRequest) GetPlacementVersion() uint64 {
+	if x != nil {
+		return x.PlacementVersion
+	}
+	return 0
+}
+
+// TxnCommitResponse is the outcome. An abort is a response (committed false, with the reason
+// and, when a key's conflict caused it, the key), not an error. A DeadlineExceeded error
+// means the outcome is unknown: the transaction may have committed.
+type TxnCommitResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Committed bool                   `protobuf:"varint,1,opt,name=committed,proto3" json:"committed,omitempty"`
+	Reason    string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Key       []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	// The snapshot counter the writes were applied at in the first of the transaction's
+	// partitions (committed only).
+	Version uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	// The transaction's ID, for logs and operators.
+	Txn              string `protobuf:"bytes,5,opt,name=txn,proto3" json:"txn,omitempty"`
+	Coordinator      string `protobuf:"bytes,6,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
+	PlacementVersion uint64 `protobuf:"varint,7,opt,name=placement_version,json=placementVersion,proto3" json:"placement_version,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *TxnCommitResponse) Reset() {
+	*x = TxnCommitResponse{}
+	mi := &file_meridian_v1_api_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnCommitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnCommitResponse) ProtoMessage() {}
+
+func (x *TxnCommitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_api_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnCommitResponse.ProtoReflect.Descriptor instead.
+func (*TxnCommitResponse) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *TxnCommitResponse) GetCommitted() bool {
+	if x != nil {
+		return x.Committed
+	}
+	return false
+}
+
+func (x *TxnCommitResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *TxnCommitResponse) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *TxnCommitResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *TxnCommitResponse) GetTxn() string {
+	if x != nil {
+		return x.Txn
+	}
+	return ""
+}
+
+func (x *TxnCommitResponse) GetCoordinator() string {
+	if x != nil {
+		return x.Coordinator
+	}
+	return ""
+}
+
+func (x *TxnCommitResponse) GetPlacementVersion() uint64 {
+	if x != nil {
+		return x.PlacementVersion
+	}
+	return 0
+}
+
 type KeyspaceSpec struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	Name              string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -967,7 +1498,7 @@ type KeyspaceSpec struct {
 
 func (x *KeyspaceSpec) Reset() {
 	*x = KeyspaceSpec{}
-	mi := &file_meridian_v1_api_proto_msgTypes[12]
+	mi := &file_meridian_v1_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1510,7 @@ func (x *KeyspaceSpec) String() string {
 func (*KeyspaceSpec) ProtoMessage() {}
 
 func (x *KeyspaceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[12]
+	mi := &file_meridian_v1_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1523,7 @@ func (x *KeyspaceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyspaceSpec.ProtoReflect.Descriptor instead.
 func (*KeyspaceSpec) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{12}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *KeyspaceSpec) GetName() string {
@@ -1054,7 +1585,7 @@ type CreateKeyspaceRequest struct {
 
 func (x *CreateKeyspaceRequest) Reset() {
 	*x = CreateKeyspaceRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[13]
+	mi := &file_meridian_v1_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1597,7 @@ func (x *CreateKeyspaceRequest) String() string {
 func (*CreateKeyspaceRequest) ProtoMessage() {}
 
 func (x *CreateKeyspaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[13]
+	mi := &file_meridian_v1_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1610,7 @@ func (x *CreateKeyspaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyspaceRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyspaceRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{13}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateKeyspaceRequest) GetSpec() *KeyspaceSpec {
@@ -1111,7 +1642,7 @@ type CreateKeyspaceResponse struct {
 
 func (x *CreateKeyspaceResponse) Reset() {
 	*x = CreateKeyspaceResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[14]
+	mi := &file_meridian_v1_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1654,7 @@ func (x *CreateKeyspaceResponse) String() string {
 func (*CreateKeyspaceResponse) ProtoMessage() {}
 
 func (x *CreateKeyspaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[14]
+	mi := &file_meridian_v1_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1667,7 @@ func (x *CreateKeyspaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyspaceResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyspaceResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{14}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateKeyspaceResponse) GetSpec() *KeyspaceSpec {
@@ -1178,7 +1709,7 @@ type AlterKeyspaceRequest struct {
 
 func (x *AlterKeyspaceRequest) Reset() {
 	*x = AlterKeyspaceRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[15]
+	mi := &file_meridian_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1721,7 @@ func (x *AlterKeyspaceRequest) String() string {
 func (*AlterKeyspaceRequest) ProtoMessage() {}
 
 func (x *AlterKeyspaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[15]
+	mi := &file_meridian_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1734,7 @@ func (x *AlterKeyspaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterKeyspaceRequest.ProtoReflect.Descriptor instead.
 func (*AlterKeyspaceRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AlterKeyspaceRequest) GetName() string {
@@ -1261,7 +1792,7 @@ type AlterKeyspaceResponse struct {
 
 func (x *AlterKeyspaceResponse) Reset() {
 	*x = AlterKeyspaceResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[16]
+	mi := &file_meridian_v1_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1804,7 @@ func (x *AlterKeyspaceResponse) String() string {
 func (*AlterKeyspaceResponse) ProtoMessage() {}
 
 func (x *AlterKeyspaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[16]
+	mi := &file_meridian_v1_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1817,7 @@ func (x *AlterKeyspaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterKeyspaceResponse.ProtoReflect.Descriptor instead.
 func (*AlterKeyspaceResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AlterKeyspaceResponse) GetSpec() *KeyspaceSpec {
@@ -1332,7 +1863,7 @@ type SplitPartitionRequest struct {
 
 func (x *SplitPartitionRequest) Reset() {
 	*x = SplitPartitionRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[17]
+	mi := &file_meridian_v1_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1875,7 @@ func (x *SplitPartitionRequest) String() string {
 func (*SplitPartitionRequest) ProtoMessage() {}
 
 func (x *SplitPartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[17]
+	mi := &file_meridian_v1_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1888,7 @@ func (x *SplitPartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitPartitionRequest.ProtoReflect.Descriptor instead.
 func (*SplitPartitionRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SplitPartitionRequest) GetKeyspace() string {
@@ -1402,7 +1933,7 @@ type MergePartitionsRequest struct {
 
 func (x *MergePartitionsRequest) Reset() {
 	*x = MergePartitionsRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[18]
+	mi := &file_meridian_v1_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1945,7 @@ func (x *MergePartitionsRequest) String() string {
 func (*MergePartitionsRequest) ProtoMessage() {}
 
 func (x *MergePartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[18]
+	mi := &file_meridian_v1_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1958,7 @@ func (x *MergePartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MergePartitionsRequest.ProtoReflect.Descriptor instead.
 func (*MergePartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{18}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MergePartitionsRequest) GetKeyspace() string {
@@ -1470,7 +2001,7 @@ type RepartitionResponse struct {
 
 func (x *RepartitionResponse) Reset() {
 	*x = RepartitionResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[19]
+	mi := &file_meridian_v1_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +2013,7 @@ func (x *RepartitionResponse) String() string {
 func (*RepartitionResponse) ProtoMessage() {}
 
 func (x *RepartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[19]
+	mi := &file_meridian_v1_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +2026,7 @@ func (x *RepartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepartitionResponse.ProtoReflect.Descriptor instead.
 func (*RepartitionResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RepartitionResponse) GetVersion() uint64 {
@@ -1536,7 +2067,7 @@ type JoinClusterRequest struct {
 
 func (x *JoinClusterRequest) Reset() {
 	*x = JoinClusterRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[20]
+	mi := &file_meridian_v1_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +2079,7 @@ func (x *JoinClusterRequest) String() string {
 func (*JoinClusterRequest) ProtoMessage() {}
 
 func (x *JoinClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[20]
+	mi := &file_meridian_v1_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +2092,7 @@ func (x *JoinClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinClusterRequest.ProtoReflect.Descriptor instead.
 func (*JoinClusterRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *JoinClusterRequest) GetCluster() string {
@@ -1623,7 +2154,7 @@ type JoinClusterResponse struct {
 
 func (x *JoinClusterResponse) Reset() {
 	*x = JoinClusterResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[21]
+	mi := &file_meridian_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +2166,7 @@ func (x *JoinClusterResponse) String() string {
 func (*JoinClusterResponse) ProtoMessage() {}
 
 func (x *JoinClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[21]
+	mi := &file_meridian_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +2179,7 @@ func (x *JoinClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinClusterResponse.ProtoReflect.Descriptor instead.
 func (*JoinClusterResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{21}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *JoinClusterResponse) GetId() uint32 {
@@ -1678,7 +2209,7 @@ type SetNodeStateRequest struct {
 
 func (x *SetNodeStateRequest) Reset() {
 	*x = SetNodeStateRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[22]
+	mi := &file_meridian_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +2221,7 @@ func (x *SetNodeStateRequest) String() string {
 func (*SetNodeStateRequest) ProtoMessage() {}
 
 func (x *SetNodeStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[22]
+	mi := &file_meridian_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +2234,7 @@ func (x *SetNodeStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeStateRequest.ProtoReflect.Descriptor instead.
 func (*SetNodeStateRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{22}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetNodeStateRequest) GetNode() string {
@@ -1737,7 +2268,7 @@ type SetNodeStateResponse struct {
 
 func (x *SetNodeStateResponse) Reset() {
 	*x = SetNodeStateResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[23]
+	mi := &file_meridian_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +2280,7 @@ func (x *SetNodeStateResponse) String() string {
 func (*SetNodeStateResponse) ProtoMessage() {}
 
 func (x *SetNodeStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[23]
+	mi := &file_meridian_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +2293,7 @@ func (x *SetNodeStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeStateResponse.ProtoReflect.Descriptor instead.
 func (*SetNodeStateResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{23}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetNodeStateResponse) GetState() string {
@@ -1795,7 +2326,7 @@ type MoveReplicaRequest struct {
 
 func (x *MoveReplicaRequest) Reset() {
 	*x = MoveReplicaRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[24]
+	mi := &file_meridian_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1807,7 +2338,7 @@ func (x *MoveReplicaRequest) String() string {
 func (*MoveReplicaRequest) ProtoMessage() {}
 
 func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[24]
+	mi := &file_meridian_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1820,7 +2351,7 @@ func (x *MoveReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicaRequest.ProtoReflect.Descriptor instead.
 func (*MoveReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{24}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MoveReplicaRequest) GetKeyspace() string {
@@ -1874,7 +2405,7 @@ type MoveReplicaResponse struct {
 
 func (x *MoveReplicaResponse) Reset() {
 	*x = MoveReplicaResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[25]
+	mi := &file_meridian_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +2417,7 @@ func (x *MoveReplicaResponse) String() string {
 func (*MoveReplicaResponse) ProtoMessage() {}
 
 func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[25]
+	mi := &file_meridian_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2430,7 @@ func (x *MoveReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicaResponse.ProtoReflect.Descriptor instead.
 func (*MoveReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *MoveReplicaResponse) GetMoveId() uint64 {
@@ -1917,7 +2448,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[26]
+	mi := &file_meridian_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2460,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[26]
+	mi := &file_meridian_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2473,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 // NodeStatus is one member as the cluster sees it: its state, whether it answers, what it
@@ -1967,7 +2498,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_meridian_v1_api_proto_msgTypes[27]
+	mi := &file_meridian_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2510,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[27]
+	mi := &file_meridian_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2523,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *NodeStatus) GetId() uint32 {
@@ -2086,7 +2617,7 @@ type MoveStatus struct {
 
 func (x *MoveStatus) Reset() {
 	*x = MoveStatus{}
-	mi := &file_meridian_v1_api_proto_msgTypes[28]
+	mi := &file_meridian_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2098,7 +2629,7 @@ func (x *MoveStatus) String() string {
 func (*MoveStatus) ProtoMessage() {}
 
 func (x *MoveStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[28]
+	mi := &file_meridian_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2111,7 +2642,7 @@ func (x *MoveStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveStatus.ProtoReflect.Descriptor instead.
 func (*MoveStatus) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *MoveStatus) GetKeyspace() string {
@@ -2177,7 +2708,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[29]
+	mi := &file_meridian_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2720,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[29]
+	mi := &file_meridian_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2733,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ClusterStatusResponse) GetNodes() []*NodeStatus {
@@ -2287,7 +2818,7 @@ type DropKeyspaceRequest struct {
 
 func (x *DropKeyspaceRequest) Reset() {
 	*x = DropKeyspaceRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[30]
+	mi := &file_meridian_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2830,7 @@ func (x *DropKeyspaceRequest) String() string {
 func (*DropKeyspaceRequest) ProtoMessage() {}
 
 func (x *DropKeyspaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[30]
+	mi := &file_meridian_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2843,7 @@ func (x *DropKeyspaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropKeyspaceRequest.ProtoReflect.Descriptor instead.
 func (*DropKeyspaceRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DropKeyspaceRequest) GetName() string {
@@ -2347,7 +2878,7 @@ type DropKeyspaceResponse struct {
 
 func (x *DropKeyspaceResponse) Reset() {
 	*x = DropKeyspaceResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[31]
+	mi := &file_meridian_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2359,7 +2890,7 @@ func (x *DropKeyspaceResponse) String() string {
 func (*DropKeyspaceResponse) ProtoMessage() {}
 
 func (x *DropKeyspaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[31]
+	mi := &file_meridian_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2372,7 +2903,7 @@ func (x *DropKeyspaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropKeyspaceResponse.ProtoReflect.Descriptor instead.
 func (*DropKeyspaceResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DropKeyspaceResponse) GetVersion() uint64 {
@@ -2401,7 +2932,7 @@ type DescribeKeyspaceRequest struct {
 
 func (x *DescribeKeyspaceRequest) Reset() {
 	*x = DescribeKeyspaceRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[32]
+	mi := &file_meridian_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2944,7 @@ func (x *DescribeKeyspaceRequest) String() string {
 func (*DescribeKeyspaceRequest) ProtoMessage() {}
 
 func (x *DescribeKeyspaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[32]
+	mi := &file_meridian_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2957,7 @@ func (x *DescribeKeyspaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeKeyspaceRequest.ProtoReflect.Descriptor instead.
 func (*DescribeKeyspaceRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DescribeKeyspaceRequest) GetName() string {
@@ -2458,7 +2989,7 @@ type PartitionPlacement struct {
 
 func (x *PartitionPlacement) Reset() {
 	*x = PartitionPlacement{}
-	mi := &file_meridian_v1_api_proto_msgTypes[33]
+	mi := &file_meridian_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +3001,7 @@ func (x *PartitionPlacement) String() string {
 func (*PartitionPlacement) ProtoMessage() {}
 
 func (x *PartitionPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[33]
+	mi := &file_meridian_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +3014,7 @@ func (x *PartitionPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionPlacement.ProtoReflect.Descriptor instead.
 func (*PartitionPlacement) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PartitionPlacement) GetPartition() uint32 {
@@ -2529,7 +3060,7 @@ type DescribeKeyspaceResponse struct {
 
 func (x *DescribeKeyspaceResponse) Reset() {
 	*x = DescribeKeyspaceResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[34]
+	mi := &file_meridian_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2541,7 +3072,7 @@ func (x *DescribeKeyspaceResponse) String() string {
 func (*DescribeKeyspaceResponse) ProtoMessage() {}
 
 func (x *DescribeKeyspaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[34]
+	mi := &file_meridian_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2554,7 +3085,7 @@ func (x *DescribeKeyspaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeKeyspaceResponse.ProtoReflect.Descriptor instead.
 func (*DescribeKeyspaceResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DescribeKeyspaceResponse) GetSpec() *KeyspaceSpec {
@@ -2593,7 +3124,7 @@ type ListKeyspacesRequest struct {
 
 func (x *ListKeyspacesRequest) Reset() {
 	*x = ListKeyspacesRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[35]
+	mi := &file_meridian_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +3136,7 @@ func (x *ListKeyspacesRequest) String() string {
 func (*ListKeyspacesRequest) ProtoMessage() {}
 
 func (x *ListKeyspacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[35]
+	mi := &file_meridian_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +3149,7 @@ func (x *ListKeyspacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeyspacesRequest.ProtoReflect.Descriptor instead.
 func (*ListKeyspacesRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 type ListKeyspacesResponse struct {
@@ -2630,7 +3161,7 @@ type ListKeyspacesResponse struct {
 
 func (x *ListKeyspacesResponse) Reset() {
 	*x = ListKeyspacesResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[36]
+	mi := &file_meridian_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2642,7 +3173,7 @@ func (x *ListKeyspacesResponse) String() string {
 func (*ListKeyspacesResponse) ProtoMessage() {}
 
 func (x *ListKeyspacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[36]
+	mi := &file_meridian_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2655,7 +3186,7 @@ func (x *ListKeyspacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeyspacesResponse.ProtoReflect.Descriptor instead.
 func (*ListKeyspacesResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListKeyspacesResponse) GetKeyspaces() []*KeyspaceSpec {
@@ -2673,7 +3204,7 @@ type ServerInfoRequest struct {
 
 func (x *ServerInfoRequest) Reset() {
 	*x = ServerInfoRequest{}
-	mi := &file_meridian_v1_api_proto_msgTypes[37]
+	mi := &file_meridian_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +3216,7 @@ func (x *ServerInfoRequest) String() string {
 func (*ServerInfoRequest) ProtoMessage() {}
 
 func (x *ServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[37]
+	mi := &file_meridian_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +3229,7 @@ func (x *ServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*ServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 // ServerInfoResponse describes the node answering and the limits it enforces, so a client can
@@ -2717,13 +3248,15 @@ type ServerInfoResponse struct {
 	// a value and the request's framing. Larger messages are cut off by the transport before
 	// any validation.
 	MaxRequestMessageBytes uint32 `protobuf:"varint,9,opt,name=max_request_message_bytes,json=maxRequestMessageBytes,proto3" json:"max_request_message_bytes,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// The most keys one transaction request may name (limits.max_txn_keys).
+	MaxTxnKeys    uint32 `protobuf:"varint,10,opt,name=max_txn_keys,json=maxTxnKeys,proto3" json:"max_txn_keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ServerInfoResponse) Reset() {
 	*x = ServerInfoResponse{}
-	mi := &file_meridian_v1_api_proto_msgTypes[38]
+	mi := &file_meridian_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2735,7 +3268,7 @@ func (x *ServerInfoResponse) String() string {
 func (*ServerInfoResponse) ProtoMessage() {}
 
 func (x *ServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_api_proto_msgTypes[38]
+	mi := &file_meridian_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2748,7 +3281,7 @@ func (x *ServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*ServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_meridian_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ServerInfoResponse) GetCluster() string {
@@ -2810,6 +3343,13 @@ func (x *ServerInfoResponse) GetMaxRequestTimeoutMs() uint32 {
 func (x *ServerInfoResponse) GetMaxRequestMessageBytes() uint32 {
 	if x != nil {
 		return x.MaxRequestMessageBytes
+	}
+	return 0
+}
+
+func (x *ServerInfoResponse) GetMaxTxnKeys() uint32 {
+	if x != nil {
+		return x.MaxTxnKeys
 	}
 	return 0
 }
@@ -2898,7 +3438,48 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x05items\x18\x01 \x03(\v2\x15.meridian.v1.KeyValueR\x05items\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\x12 \n" +
 	"\vcoordinator\x18\x03 \x01(\tR\vcoordinator\x12+\n" +
-	"\x11placement_version\x18\x04 \x01(\x04R\x10placementVersion\"\xc9\x02\n" +
+	"\x11placement_version\x18\x04 \x01(\x04R\x10placementVersion\"E\n" +
+	"\vTxnSnapshot\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\rR\tpartition\x12\x18\n" +
+	"\acounter\x18\x02 \x01(\x04R\acounter\"\x80\x01\n" +
+	"\bTxnValue\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
+	"\x05found\x18\x02 \x01(\bR\x05found\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\x12\x1c\n" +
+	"\tpartition\x18\x05 \x01(\rR\tpartition\"\xc4\x01\n" +
+	"\x0eTxnReadRequest\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x12\n" +
+	"\x04keys\x18\x02 \x03(\fR\x04keys\x126\n" +
+	"\tsnapshots\x18\x03 \x03(\v2\x18.meridian.v1.TxnSnapshotR\tsnapshots\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x04 \x01(\rR\ttimeoutMs\x12+\n" +
+	"\x11placement_version\x18\x05 \x01(\x04R\x10placementVersion\"\xc7\x01\n" +
+	"\x0fTxnReadResponse\x12-\n" +
+	"\x06values\x18\x01 \x03(\v2\x15.meridian.v1.TxnValueR\x06values\x126\n" +
+	"\tsnapshots\x18\x02 \x03(\v2\x18.meridian.v1.TxnSnapshotR\tsnapshots\x12 \n" +
+	"\vcoordinator\x18\x03 \x01(\tR\vcoordinator\x12+\n" +
+	"\x11placement_version\x18\x04 \x01(\x04R\x10placementVersion\"J\n" +
+	"\bTxnWrite\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x16\n" +
+	"\x06delete\x18\x03 \x01(\bR\x06delete\"\xf7\x01\n" +
+	"\x10TxnCommitRequest\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x14\n" +
+	"\x05reads\x18\x02 \x03(\fR\x05reads\x12-\n" +
+	"\x06writes\x18\x03 \x03(\v2\x15.meridian.v1.TxnWriteR\x06writes\x126\n" +
+	"\tsnapshots\x18\x04 \x03(\v2\x18.meridian.v1.TxnSnapshotR\tsnapshots\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x05 \x01(\rR\ttimeoutMs\x12+\n" +
+	"\x11placement_version\x18\x06 \x01(\x04R\x10placementVersion\"\xd6\x01\n" +
+	"\x11TxnCommitResponse\x12\x1c\n" +
+	"\tcommitted\x18\x01 \x01(\bR\tcommitted\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\fR\x03key\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\x12\x10\n" +
+	"\x03txn\x18\x05 \x01(\tR\x03txn\x12 \n" +
+	"\vcoordinator\x18\x06 \x01(\tR\vcoordinator\x12+\n" +
+	"\x11placement_version\x18\a \x01(\x04R\x10placementVersion\"\xc9\x02\n" +
 	"\fKeyspaceSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12\x18\n" +
@@ -3049,7 +3630,7 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x14ListKeyspacesRequest\"P\n" +
 	"\x15ListKeyspacesResponse\x127\n" +
 	"\tkeyspaces\x18\x01 \x03(\v2\x19.meridian.v1.KeyspaceSpecR\tkeyspaces\"\x13\n" +
-	"\x11ServerInfoRequest\"\xf9\x02\n" +
+	"\x11ServerInfoRequest\"\x9b\x03\n" +
 	"\x12ServerInfoResponse\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x16\n" +
@@ -3059,13 +3640,17 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x0emax_scan_limit\x18\x06 \x01(\rR\fmaxScanLimit\x12;\n" +
 	"\x1adefault_request_timeout_ms\x18\a \x01(\rR\x17defaultRequestTimeoutMs\x123\n" +
 	"\x16max_request_timeout_ms\x18\b \x01(\rR\x13maxRequestTimeoutMs\x129\n" +
-	"\x19max_request_message_bytes\x18\t \x01(\rR\x16maxRequestMessageBytes2\xe0\n" +
-	"\n" +
+	"\x19max_request_message_bytes\x18\t \x01(\rR\x16maxRequestMessageBytes\x12 \n" +
+	"\fmax_txn_keys\x18\n" +
+	" \x01(\rR\n" +
+	"maxTxnKeys2\xf2\v\n" +
 	"\bMeridian\x128\n" +
 	"\x03Get\x12\x17.meridian.v1.GetRequest\x1a\x18.meridian.v1.GetResponse\x128\n" +
 	"\x03Put\x12\x17.meridian.v1.PutRequest\x1a\x18.meridian.v1.PutResponse\x12A\n" +
 	"\x06Delete\x12\x1a.meridian.v1.DeleteRequest\x1a\x1b.meridian.v1.DeleteResponse\x12;\n" +
-	"\x04Scan\x12\x18.meridian.v1.ScanRequest\x1a\x19.meridian.v1.ScanResponse\x12Y\n" +
+	"\x04Scan\x12\x18.meridian.v1.ScanRequest\x1a\x19.meridian.v1.ScanResponse\x12D\n" +
+	"\aTxnRead\x12\x1b.meridian.v1.TxnReadRequest\x1a\x1c.meridian.v1.TxnReadResponse\x12J\n" +
+	"\tTxnCommit\x12\x1d.meridian.v1.TxnCommitRequest\x1a\x1e.meridian.v1.TxnCommitResponse\x12Y\n" +
 	"\x0eCreateKeyspace\x12\".meridian.v1.CreateKeyspaceRequest\x1a#.meridian.v1.CreateKeyspaceResponse\x12V\n" +
 	"\rAlterKeyspace\x12!.meridian.v1.AlterKeyspaceRequest\x1a\".meridian.v1.AlterKeyspaceResponse\x12S\n" +
 	"\fDropKeyspace\x12 .meridian.v1.DropKeyspaceRequest\x1a!.meridian.v1.DropKeyspaceResponse\x12_\n" +
@@ -3094,7 +3679,7 @@ func file_meridian_v1_api_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_api_proto_rawDescData
 }
 
-var file_meridian_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_meridian_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_meridian_v1_api_proto_goTypes = []any{
 	(*Version)(nil),                  // 0: meridian.v1.Version
 	(*GetRequest)(nil),               // 1: meridian.v1.GetRequest
@@ -3108,35 +3693,42 @@ var file_meridian_v1_api_proto_goTypes = []any{
 	(*ScanRequest)(nil),              // 9: meridian.v1.ScanRequest
 	(*KeyValue)(nil),                 // 10: meridian.v1.KeyValue
 	(*ScanResponse)(nil),             // 11: meridian.v1.ScanResponse
-	(*KeyspaceSpec)(nil),             // 12: meridian.v1.KeyspaceSpec
-	(*CreateKeyspaceRequest)(nil),    // 13: meridian.v1.CreateKeyspaceRequest
-	(*CreateKeyspaceResponse)(nil),   // 14: meridian.v1.CreateKeyspaceResponse
-	(*AlterKeyspaceRequest)(nil),     // 15: meridian.v1.AlterKeyspaceRequest
-	(*AlterKeyspaceResponse)(nil),    // 16: meridian.v1.AlterKeyspaceResponse
-	(*SplitPartitionRequest)(nil),    // 17: meridian.v1.SplitPartitionRequest
-	(*MergePartitionsRequest)(nil),   // 18: meridian.v1.MergePartitionsRequest
-	(*RepartitionResponse)(nil),      // 19: meridian.v1.RepartitionResponse
-	(*JoinClusterRequest)(nil),       // 20: meridian.v1.JoinClusterRequest
-	(*JoinClusterResponse)(nil),      // 21: meridian.v1.JoinClusterResponse
-	(*SetNodeStateRequest)(nil),      // 22: meridian.v1.SetNodeStateRequest
-	(*SetNodeStateResponse)(nil),     // 23: meridian.v1.SetNodeStateResponse
-	(*MoveReplicaRequest)(nil),       // 24: meridian.v1.MoveReplicaRequest
-	(*MoveReplicaResponse)(nil),      // 25: meridian.v1.MoveReplicaResponse
-	(*ClusterStatusRequest)(nil),     // 26: meridian.v1.ClusterStatusRequest
-	(*NodeStatus)(nil),               // 27: meridian.v1.NodeStatus
-	(*MoveStatus)(nil),               // 28: meridian.v1.MoveStatus
-	(*ClusterStatusResponse)(nil),    // 29: meridian.v1.ClusterStatusResponse
-	(*DropKeyspaceRequest)(nil),      // 30: meridian.v1.DropKeyspaceRequest
-	(*DropKeyspaceResponse)(nil),     // 31: meridian.v1.DropKeyspaceResponse
-	(*DescribeKeyspaceRequest)(nil),  // 32: meridian.v1.DescribeKeyspaceRequest
-	(*PartitionPlacement)(nil),       // 33: meridian.v1.PartitionPlacement
-	(*DescribeKeyspaceResponse)(nil), // 34: meridian.v1.DescribeKeyspaceResponse
-	(*ListKeyspacesRequest)(nil),     // 35: meridian.v1.ListKeyspacesRequest
-	(*ListKeyspacesResponse)(nil),    // 36: meridian.v1.ListKeyspacesResponse
-	(*ServerInfoRequest)(nil),        // 37: meridian.v1.ServerInfoRequest
-	(*ServerInfoResponse)(nil),       // 38: meridian.v1.ServerInfoResponse
-	nil,                              // 39: meridian.v1.KeyspaceSpec.OptionsEntry
-	nil,                              // 40: meridian.v1.AlterKeyspaceRequest.SetOptionsEntry
+	(*TxnSnapshot)(nil),              // 12: meridian.v1.TxnSnapshot
+	(*TxnValue)(nil),                 // 13: meridian.v1.TxnValue
+	(*TxnReadRequest)(nil),           // 14: meridian.v1.TxnReadRequest
+	(*TxnReadResponse)(nil),          // 15: meridian.v1.TxnReadResponse
+	(*TxnWrite)(nil),                 // 16: meridian.v1.TxnWrite
+	(*TxnCommitRequest)(nil),         // 17: meridian.v1.TxnCommitRequest
+	(*TxnCommitResponse)(nil),        // 18: meridian.v1.TxnCommitResponse
+	(*KeyspaceSpec)(nil),             // 19: meridian.v1.KeyspaceSpec
+	(*CreateKeyspaceRequest)(nil),    // 20: meridian.v1.CreateKeyspaceRequest
+	(*CreateKeyspaceResponse)(nil),   // 21: meridian.v1.CreateKeyspaceResponse
+	(*AlterKeyspaceRequest)(nil),     // 22: meridian.v1.AlterKeyspaceRequest
+	(*AlterKeyspaceResponse)(nil),    // 23: meridian.v1.AlterKeyspaceResponse
+	(*SplitPartitionRequest)(nil),    // 24: meridian.v1.SplitPartitionRequest
+	(*MergePartitionsRequest)(nil),   // 25: meridian.v1.MergePartitionsRequest
+	(*RepartitionResponse)(nil),      // 26: meridian.v1.RepartitionResponse
+	(*JoinClusterRequest)(nil),       // 27: meridian.v1.JoinClusterRequest
+	(*JoinClusterResponse)(nil),      // 28: meridian.v1.JoinClusterResponse
+	(*SetNodeStateRequest)(nil),      // 29: meridian.v1.SetNodeStateRequest
+	(*SetNodeStateResponse)(nil),     // 30: meridian.v1.SetNodeStateResponse
+	(*MoveReplicaRequest)(nil),       // 31: meridian.v1.MoveReplicaRequest
+	(*MoveReplicaResponse)(nil),      // 32: meridian.v1.MoveReplicaResponse
+	(*ClusterStatusRequest)(nil),     // 33: meridian.v1.ClusterStatusRequest
+	(*NodeStatus)(nil),               // 34: meridian.v1.NodeStatus
+	(*MoveStatus)(nil),               // 35: meridian.v1.MoveStatus
+	(*ClusterStatusResponse)(nil),    // 36: meridian.v1.ClusterStatusResponse
+	(*DropKeyspaceRequest)(nil),      // 37: meridian.v1.DropKeyspaceRequest
+	(*DropKeyspaceResponse)(nil),     // 38: meridian.v1.DropKeyspaceResponse
+	(*DescribeKeyspaceRequest)(nil),  // 39: meridian.v1.DescribeKeyspaceRequest
+	(*PartitionPlacement)(nil),       // 40: meridian.v1.PartitionPlacement
+	(*DescribeKeyspaceResponse)(nil), // 41: meridian.v1.DescribeKeyspaceResponse
+	(*ListKeyspacesRequest)(nil),     // 42: meridian.v1.ListKeyspacesRequest
+	(*ListKeyspacesResponse)(nil),    // 43: meridian.v1.ListKeyspacesResponse
+	(*ServerInfoRequest)(nil),        // 44: meridian.v1.ServerInfoRequest
+	(*ServerInfoResponse)(nil),       // 45: meridian.v1.ServerInfoResponse
+	nil,                              // 46: meridian.v1.KeyspaceSpec.OptionsEntry
+	nil,                              // 47: meridian.v1.AlterKeyspaceRequest.SetOptionsEntry
 }
 var file_meridian_v1_api_proto_depIdxs = []int32{
 	0,  // 0: meridian.v1.GetRequest.session_version:type_name -> meridian.v1.Version
@@ -3147,56 +3739,65 @@ var file_meridian_v1_api_proto_depIdxs = []int32{
 	0,  // 5: meridian.v1.DeleteResponse.version:type_name -> meridian.v1.Version
 	0,  // 6: meridian.v1.KeyValue.version:type_name -> meridian.v1.Version
 	10, // 7: meridian.v1.ScanResponse.items:type_name -> meridian.v1.KeyValue
-	39, // 8: meridian.v1.KeyspaceSpec.options:type_name -> meridian.v1.KeyspaceSpec.OptionsEntry
-	12, // 9: meridian.v1.CreateKeyspaceRequest.spec:type_name -> meridian.v1.KeyspaceSpec
-	12, // 10: meridian.v1.CreateKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
-	40, // 11: meridian.v1.AlterKeyspaceRequest.set_options:type_name -> meridian.v1.AlterKeyspaceRequest.SetOptionsEntry
-	12, // 12: meridian.v1.AlterKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
-	33, // 13: meridian.v1.RepartitionResponse.partitions:type_name -> meridian.v1.PartitionPlacement
-	27, // 14: meridian.v1.ClusterStatusResponse.nodes:type_name -> meridian.v1.NodeStatus
-	28, // 15: meridian.v1.ClusterStatusResponse.moves:type_name -> meridian.v1.MoveStatus
-	12, // 16: meridian.v1.DescribeKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
-	33, // 17: meridian.v1.DescribeKeyspaceResponse.partitions:type_name -> meridian.v1.PartitionPlacement
-	12, // 18: meridian.v1.ListKeyspacesResponse.keyspaces:type_name -> meridian.v1.KeyspaceSpec
-	1,  // 19: meridian.v1.Meridian.Get:input_type -> meridian.v1.GetRequest
-	3,  // 20: meridian.v1.Meridian.Put:input_type -> meridian.v1.PutRequest
-	5,  // 21: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
-	9,  // 22: meridian.v1.Meridian.Scan:input_type -> meridian.v1.ScanRequest
-	13, // 23: meridian.v1.Meridian.CreateKeyspace:input_type -> meridian.v1.CreateKeyspaceRequest
-	15, // 24: meridian.v1.Meridian.AlterKeyspace:input_type -> meridian.v1.AlterKeyspaceRequest
-	30, // 25: meridian.v1.Meridian.DropKeyspace:input_type -> meridian.v1.DropKeyspaceRequest
-	32, // 26: meridian.v1.Meridian.DescribeKeyspace:input_type -> meridian.v1.DescribeKeyspaceRequest
-	35, // 27: meridian.v1.Meridian.ListKeyspaces:input_type -> meridian.v1.ListKeyspacesRequest
-	6,  // 28: meridian.v1.Meridian.MoveMaster:input_type -> meridian.v1.MoveMasterRequest
-	17, // 29: meridian.v1.Meridian.SplitPartition:input_type -> meridian.v1.SplitPartitionRequest
-	18, // 30: meridian.v1.Meridian.MergePartitions:input_type -> meridian.v1.MergePartitionsRequest
-	37, // 31: meridian.v1.Meridian.ServerInfo:input_type -> meridian.v1.ServerInfoRequest
-	20, // 32: meridian.v1.Meridian.JoinCluster:input_type -> meridian.v1.JoinClusterRequest
-	22, // 33: meridian.v1.Meridian.SetNodeState:input_type -> meridian.v1.SetNodeStateRequest
-	24, // 34: meridian.v1.Meridian.MoveReplica:input_type -> meridian.v1.MoveReplicaRequest
-	26, // 35: meridian.v1.Meridian.ClusterStatus:input_type -> meridian.v1.ClusterStatusRequest
-	2,  // 36: meridian.v1.Meridian.Get:output_type -> meridian.v1.GetResponse
-	4,  // 37: meridian.v1.Meridian.Put:output_type -> meridian.v1.PutResponse
-	8,  // 38: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
-	11, // 39: meridian.v1.Meridian.Scan:output_type -> meridian.v1.ScanResponse
-	14, // 40: meridian.v1.Meridian.CreateKeyspace:output_type -> meridian.v1.CreateKeyspaceResponse
-	16, // 41: meridian.v1.Meridian.AlterKeyspace:output_type -> meridian.v1.AlterKeyspaceResponse
-	31, // 42: meridian.v1.Meridian.DropKeyspace:output_type -> meridian.v1.DropKeyspaceResponse
-	34, // 43: meridian.v1.Meridian.DescribeKeyspace:output_type -> meridian.v1.DescribeKeyspaceResponse
-	36, // 44: meridian.v1.Meridian.ListKeyspaces:output_type -> meridian.v1.ListKeyspacesResponse
-	7,  // 45: meridian.v1.Meridian.MoveMaster:output_type -> meridian.v1.MoveMasterResponse
-	19, // 46: meridian.v1.Meridian.SplitPartition:output_type -> meridian.v1.RepartitionResponse
-	19, // 47: meridian.v1.Meridian.MergePartitions:output_type -> meridian.v1.RepartitionResponse
-	38, // 48: meridian.v1.Meridian.ServerInfo:output_type -> meridian.v1.ServerInfoResponse
-	21, // 49: meridian.v1.Meridian.JoinCluster:output_type -> meridian.v1.JoinClusterResponse
-	23, // 50: meridian.v1.Meridian.SetNodeState:output_type -> meridian.v1.SetNodeStateResponse
-	25, // 51: meridian.v1.Meridian.MoveReplica:output_type -> meridian.v1.MoveReplicaResponse
-	29, // 52: meridian.v1.Meridian.ClusterStatus:output_type -> meridian.v1.ClusterStatusResponse
-	36, // [36:53] is the sub-list for method output_type
-	19, // [19:36] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	12, // 8: meridian.v1.TxnReadRequest.snapshots:type_name -> meridian.v1.TxnSnapshot
+	13, // 9: meridian.v1.TxnReadResponse.values:type_name -> meridian.v1.TxnValue
+	12, // 10: meridian.v1.TxnReadResponse.snapshots:type_name -> meridian.v1.TxnSnapshot
+	16, // 11: meridian.v1.TxnCommitRequest.writes:type_name -> meridian.v1.TxnWrite
+	12, // 12: meridian.v1.TxnCommitRequest.snapshots:type_name -> meridian.v1.TxnSnapshot
+	46, // 13: meridian.v1.KeyspaceSpec.options:type_name -> meridian.v1.KeyspaceSpec.OptionsEntry
+	19, // 14: meridian.v1.CreateKeyspaceRequest.spec:type_name -> meridian.v1.KeyspaceSpec
+	19, // 15: meridian.v1.CreateKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
+	47, // 16: meridian.v1.AlterKeyspaceRequest.set_options:type_name -> meridian.v1.AlterKeyspaceRequest.SetOptionsEntry
+	19, // 17: meridian.v1.AlterKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
+	40, // 18: meridian.v1.RepartitionResponse.partitions:type_name -> meridian.v1.PartitionPlacement
+	34, // 19: meridian.v1.ClusterStatusResponse.nodes:type_name -> meridian.v1.NodeStatus
+	35, // 20: meridian.v1.ClusterStatusResponse.moves:type_name -> meridian.v1.MoveStatus
+	19, // 21: meridian.v1.DescribeKeyspaceResponse.spec:type_name -> meridian.v1.KeyspaceSpec
+	40, // 22: meridian.v1.DescribeKeyspaceResponse.partitions:type_name -> meridian.v1.PartitionPlacement
+	19, // 23: meridian.v1.ListKeyspacesResponse.keyspaces:type_name -> meridian.v1.KeyspaceSpec
+	1,  // 24: meridian.v1.Meridian.Get:input_type -> meridian.v1.GetRequest
+	3,  // 25: meridian.v1.Meridian.Put:input_type -> meridian.v1.PutRequest
+	5,  // 26: meridian.v1.Meridian.Delete:input_type -> meridian.v1.DeleteRequest
+	9,  // 27: meridian.v1.Meridian.Scan:input_type -> meridian.v1.ScanRequest
+	14, // 28: meridian.v1.Meridian.TxnRead:input_type -> meridian.v1.TxnReadRequest
+	17, // 29: meridian.v1.Meridian.TxnCommit:input_type -> meridian.v1.TxnCommitRequest
+	20, // 30: meridian.v1.Meridian.CreateKeyspace:input_type -> meridian.v1.CreateKeyspaceRequest
+	22, // 31: meridian.v1.Meridian.AlterKeyspace:input_type -> meridian.v1.AlterKeyspaceRequest
+	37, // 32: meridian.v1.Meridian.DropKeyspace:input_type -> meridian.v1.DropKeyspaceRequest
+	39, // 33: meridian.v1.Meridian.DescribeKeyspace:input_type -> meridian.v1.DescribeKeyspaceRequest
+	42, // 34: meridian.v1.Meridian.ListKeyspaces:input_type -> meridian.v1.ListKeyspacesRequest
+	6,  // 35: meridian.v1.Meridian.MoveMaster:input_type -> meridian.v1.MoveMasterRequest
+	24, // 36: meridian.v1.Meridian.SplitPartition:input_type -> meridian.v1.SplitPartitionRequest
+	25, // 37: meridian.v1.Meridian.MergePartitions:input_type -> meridian.v1.MergePartitionsRequest
+	44, // 38: meridian.v1.Meridian.ServerInfo:input_type -> meridian.v1.ServerInfoRequest
+	27, // 39: meridian.v1.Meridian.JoinCluster:input_type -> meridian.v1.JoinClusterRequest
+	29, // 40: meridian.v1.Meridian.SetNodeState:input_type -> meridian.v1.SetNodeStateRequest
+	31, // 41: meridian.v1.Meridian.MoveReplica:input_type -> meridian.v1.MoveReplicaRequest
+	33, // 42: meridian.v1.Meridian.ClusterStatus:input_type -> meridian.v1.ClusterStatusRequest
+	2,  // 43: meridian.v1.Meridian.Get:output_type -> meridian.v1.GetResponse
+	4,  // 44: meridian.v1.Meridian.Put:output_type -> meridian.v1.PutResponse
+	8,  // 45: meridian.v1.Meridian.Delete:output_type -> meridian.v1.DeleteResponse
+	11, // 46: meridian.v1.Meridian.Scan:output_type -> meridian.v1.ScanResponse
+	15, // 47: meridian.v1.Meridian.TxnRead:output_type -> meridian.v1.TxnReadResponse
+	18, // 48: meridian.v1.Meridian.TxnCommit:output_type -> meridian.v1.TxnCommitResponse
+	21, // 49: meridian.v1.Meridian.CreateKeyspace:output_type -> meridian.v1.CreateKeyspaceResponse
+	23, // 50: meridian.v1.Meridian.AlterKeyspace:output_type -> meridian.v1.AlterKeyspaceResponse
+	38, // 51: meridian.v1.Meridian.DropKeyspace:output_type -> meridian.v1.DropKeyspaceResponse
+	41, // 52: meridian.v1.Meridian.DescribeKeyspace:output_type -> meridian.v1.DescribeKeyspaceResponse
+	43, // 53: meridian.v1.Meridian.ListKeyspaces:output_type -> meridian.v1.ListKeyspacesResponse
+	7,  // 54: meridian.v1.Meridian.MoveMaster:output_type -> meridian.v1.MoveMasterResponse
+	26, // 55: meridian.v1.Meridian.SplitPartition:output_type -> meridian.v1.RepartitionResponse
+	26, // 56: meridian.v1.Meridian.MergePartitions:output_type -> meridian.v1.RepartitionResponse
+	45, // 57: meridian.v1.Meridian.ServerInfo:output_type -> meridian.v1.ServerInfoResponse
+	28, // 58: meridian.v1.Meridian.JoinCluster:output_type -> meridian.v1.JoinClusterResponse
+	30, // 59: meridian.v1.Meridian.SetNodeState:output_type -> meridian.v1.SetNodeStateResponse
+	32, // 60: meridian.v1.Meridian.MoveReplica:output_type -> meridian.v1.MoveReplicaResponse
+	36, // 61: meridian.v1.Meridian.ClusterStatus:output_type -> meridian.v1.ClusterStatusResponse
+	43, // [43:62] is the sub-list for method output_type
+	24, // [24:43] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_api_proto_init() }
@@ -3210,7 +3811,7 @@ func file_meridian_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_api_proto_rawDesc), len(file_meridian_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,8 @@ const (
 	Meridian_Put_FullMethodName              = "/meridian.v1.Meridian/Put"
 	Meridian_Delete_FullMethodName           = "/meridian.v1.Meridian/Delete"
 	Meridian_Scan_FullMethodName             = "/meridian.v1.Meridian/Scan"
+	Meridian_TxnRead_FullMethodName          = "/meridian.v1.Meridian/TxnRead"
+	Meridian_TxnCommit_FullMethodName        = "/meridian.v1.Meridian/TxnCommit"
 	Meridian_CreateKeyspace_FullMethodName   = "/meridian.v1.Meridian/CreateKeyspace"
 	Meridian_AlterKeyspace_FullMethodName    = "/meridian.v1.Meridian/AlterKeyspace"
 	Meridian_DropKeyspace_FullMethodName     = "/meridian.v1.Meridian/DropKeyspace"
@@ -50,6 +52,8 @@ type MeridianClient interface {
 	Put(ctx context.Context, in *PutRequest, opts ...grpc.CallOption) (*PutResponse, error)
 	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
 	Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (*ScanResponse, error)
+	TxnRead(ctx context.Context, in *TxnReadRequest, opts ...grpc.CallOption) (*TxnReadResponse, error)
+	TxnCommit(ctx context.Context, in *TxnCommitRequest, opts ...grpc.CallOption) (*TxnCommitResponse, error)
 	CreateKeyspace(ctx context.Context, in *CreateKeyspaceRequest, opts ...grpc.CallOption) (*CreateKeyspaceResponse, error)
 	AlterKeyspace(ctx context.Context, in *AlterKeyspaceRequest, opts ...grpc.CallOption) (*AlterKeyspaceResponse, error)
 	DropKeyspace(ctx context.Context, in *DropKeyspaceRequest, opts ...grpc.CallOption) (*DropKeyspaceResponse, error)
@@ -107,6 +111,26 @@ func (c *meridianClient) Scan(ctx context.Context, in *ScanRequest, opts ...grpc
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ScanResponse)
 	err := c.cc.Invoke(ctx, Meridian_Scan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) TxnRead(ctx context.Context, in *TxnReadRequest, opts ...grpc.CallOption) (*TxnReadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TxnReadResponse)
+	err := c.cc.Invoke(ctx, Meridian_TxnRead_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meridianClient) TxnCommit(ctx context.Context, in *TxnCommitRequest, opts ...grpc.CallOption) (*TxnCommitResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TxnCommitResponse)
+	err := c.cc.Invoke(ctx, Meridian_TxnCommit_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -251,6 +275,8 @@ type MeridianServer interface {
 	Put(context.Context, *PutRequest) (*PutResponse, error)
 	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)
 	Scan(context.Context, *ScanRequest) (*ScanResponse, error)
+	TxnRead(context.Context, *TxnReadRequest) (*TxnReadResponse, error)
+	TxnCommit(context.Context, *TxnCommitRequest) (*TxnCommitResponse, error)
 	CreateKeyspace(context.Context, *CreateKeyspaceRequest) (*CreateKeyspaceResponse, error)
 	AlterKeyspace(context.Context, *AlterKeyspaceRequest) (*AlterKeyspaceResponse, error)
 	DropKeyspace(context.Context, *DropKeyspaceRequest) (*DropKeyspaceResponse, error)
@@ -285,6 +311,12 @@ func (UnimplementedMeridianServer) Delete(context.Context, *DeleteRequest) (*Del
 }
 func (UnimplementedMeridianServer) Scan(context.Context, *ScanRequest) (*ScanResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Scan not implemented")
+}
+func (UnimplementedMeridianServer) TxnRead(context.Context, *TxnReadRequest) (*TxnReadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TxnRead not implemented")
+}
+func (UnimplementedMeridianServer) TxnCommit(context.Context, *TxnCommitRequest) (*TxnCommitResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TxnCommit not implemented")
 }
 func (UnimplementedMeridianServer) CreateKeyspace(context.Context, *CreateKeyspaceRequest) (*CreateKeyspaceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateKeyspace not implemented")
@@ -414,6 +446,42 @@ func _Meridian_Scan_Handler(srv interface{}, ctx context.Context, dec func(inter
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(MeridianServer).Scan(ctx, req.(*ScanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_TxnRead_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TxnReadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).TxnRead(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_TxnRead_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).TxnRead(ctx, req.(*TxnReadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meridian_TxnCommit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TxnCommitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeridianServer).TxnCommit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meridian_TxnCommit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeridianServer).TxnCommit(ctx, req.(*TxnCommitRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -674,6 +742,14 @@ var Meridian_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Scan",
 			Handler:    _Meridian_Scan_Handler,
+		},
+		{
+			MethodName: "TxnRead",
+			Handler:    _Meridian_TxnRead_Handler,
+		},
+		{
+			MethodName: "TxnCommit",
+			Handler:    _Meridian_TxnCommit_Handler,
 		},
 		{
 			MethodName: "CreateKeyspace",

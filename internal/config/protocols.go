@@ -454,24 +454,23 @@ func (e *keyedError) Unwrap() error { return e.err }
 const (
 	TxnNone = "none"
 	TxnSDUR = "sdur"
+	Txn2PC  = "2pc"
 )
 
 // txnOptionSpecs are the transaction options of raft keyspaces (docs/transactions.md). Not
 // the metadata protocol's: its group is not transactional.
 var txnOptionSpecs = []OptionSpec{
-	{Name: "txn_mode", Default: TxnNone, Doc: "none (plain keys: Put, Delete) or sdur (multi-key serializable transactions by Geo-SDUR, geo-sdur IV: TxnRead and TxnCommit; plain writes are refused); fixed when the keyspace is created", Normalize: normalizeTxnMode},
+	{Name: "txn_mode", Default: TxnNone, Doc: "none (plain keys: Put, Delete), sdur (multi-key serializable transactions by Geo-SDUR, geo-sdur IV) or 2pc (the two-phase commit baseline: optimistic reads validated at prepare, no-wait locks, the decision in the coordinator partition's log); transactional keyspaces take TxnRead and TxnCommit and refuse plain writes; fixed when the keyspace is created", Normalize: normalizeTxnMode},
 	{Name: "reorder_threshold", Default: "entries:0", Doc: "sdur only: how far a local transaction may be reordered before a global one that waits for its votes (geo-sdur IV-E): entries:K (K log entries; 0: no reordering, plain SDUR), ticks:K (K tick entries of txn_tick_interval: a threshold in time), or auto (ticks retuned from the measured vote lag)", Normalize: normalizeReorderThreshold},
 	{Name: "txn_tick_interval", Default: "10ms", Doc: "sdur only: how often a partition's leader appends a tick entry while a global transaction waits for its threshold (ticks:K and auto); 1ms..1s", Normalize: durationRange(time.Millisecond, time.Second)},
 }
 
 func normalizeTxnMode(v string) (string, error) {
 	switch m := strings.ToLower(strings.TrimSpace(v)); m {
-	case TxnNone, TxnSDUR:
+	case TxnNone, TxnSDUR, Txn2PC:
 		return m, nil
-	case "2pc":
-		return "", fmt.Errorf("txn_mode 2pc is the baseline of the simulator and the benchmarks (meridian sim txn --mode 2pc, meridian bench sdur), not a keyspace mode: use none or sdur")
 	}
-	return "", fmt.Errorf("invalid txn_mode %q (want none or sdur)", v)
+	return "", fmt.Errorf("invalid txn_mode %q (want none, sdur or 2pc)", v)
 }
 
 // maxReorderThreshold bounds reorder_threshold's K (sdur.Options.Validate).

@@ -116,6 +116,9 @@ type Request struct {
 type TxnRequest struct {
 	// Reads are the keys the transaction read and did not write (OpTxnCommit).
 	Reads [][]byte
+	// ReadVersions are the versions its reads returned (TxnResult.Version), one per read,
+	// or none: 2PC validates them at prepare; SDUR certifies against the snapshots instead.
+	ReadVersions []uint64
 	// Writes are its buffered writes (OpTxnCommit), one per key.
 	Writes []TxnWrite
 	// Snapshots are the snapshots its reads were served at so far, one per partition: every

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"meridian/internal/config"
 	"meridian/internal/hlc"
 	"meridian/internal/placement"
@@ -391,6 +393,10 @@ func (pc *PeerCheck) txnMessage(t *peerpb.TxnMessage, from uint32) *Rejection {
 	case *peerpb.TxnMessage_SdurVote:
 		if len(b.SdurVote) > MaxRaftMessageBytes(pc.Limits) {
 			return reject(RejectTooLarge, "vote of %d bytes", len(b.SdurVote))
+		}
+	case *peerpb.TxnMessage_TwopcVote, *peerpb.TxnMessage_TwopcDecide, *peerpb.TxnMessage_TwopcStatus:
+		if proto.Size(t) > MaxRaftMessageBytes(pc.Limits) {
+			return reject(RejectTooLarge, "2PC message of %d bytes", proto.Size(t))
 		}
 	case *peerpb.TxnMessage_VoteRequest:
 		if b.VoteRequest == nil {

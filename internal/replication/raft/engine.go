@@ -407,7 +407,7 @@ func (e *Engine) addGroup(k groupKey, p *placement.Partition, opts config.RaftOp
 		if err := e.loadTxn(g); err != nil {
 			return fmt.Errorf("keyspace %q partition %d: %w", k.keyspace, k.partition, err)
 		}
-		if g.applied > 0 && g.txn.savedAt == 0 {
+		if g.applied > 0 && g.txnSavedAt == 0 {
 			// A founding member that bootstrapped just now: its state at index 1 is the base
 			// later restarts replay from.
 			op, err := e.saveTxnOp(g)

@@ -81,8 +81,11 @@ type group struct {
 	pendingCount int
 	// txn is the transaction state machine of a transactional keyspace's group (nil
 	// otherwise; the same object as sm); txnReads are its reads waiting for the counter.
-	txn      *txnMachine
+	txn      txnCore
 	txnReads []txnRead
+	// txnSavedAt is the applied index of txn's state last saved (txnStateKey): the log is
+	// kept from it (a restart replays it).
+	txnSavedAt uint64
 
 	// waiting are linearizable reads whose read index is known but not applied yet.
 	waiting []waitingRead

@@ -433,7 +433,7 @@ func (e *Engine) maybeCompact(g *group) {
 	}
 	if g.txn != nil {
 		// Nor past the transaction state last saved: a restart replays the log from it.
-		upto = min(upto, g.txn.savedAt+retain)
+		upto = min(upto, g.txnSavedAt+retain)
 	}
 	if g.sinceCut < max(retain/5, 1) || upto <= retain {
 		return

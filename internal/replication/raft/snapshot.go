@@ -636,7 +636,7 @@ func (e *Engine) stepStored(now time.Time, s *peerpb.RaftSnapshotStored) {
 	if g.txn != nil {
 		// The core is the snapshot's from now on (what the old one had not asked for yet is
 		// dropped with it: the snapshot's state covers it).
-		if _, err := g.txn.restore(rx.txnState, now); err != nil {
+		if _, err := e.restoreTxn(g, rx.txnState, now); err != nil {
 			e.fail(g, fmt.Errorf("restore the transaction state from a snapshot: %w", err))
 			return
 		}

@@ -3,11 +3,11 @@ package raft
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
 
-	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
@@ -54,18 +54,110 @@ type txnRead struct {
 	snapshot uint64
 }
 
+// txnCore is one transaction mode's state machine on a group (txnsdur.go: Geo-SDUR,
+// txn2pc.go: two-phase commit). Apply delivers the log to the mode's sans-IO core; the rest
+// is what the engine calls for everything beyond the log.
+type txnCore interface {
+	StateMachine
+	mode() string
+	// entries builds the log entries of a transaction submitted on this node, one per
+	// partition in parts order (the transaction's partitions, sorted).
+	entries(id sdur.TxnID, parts []uint32, keys map[uint32]*txnKeys, submitter uint32, home func(uint32) bool) ([][]byte, error)
+	// drain carries out the core's output (records, outcomes, messages, entries).
+	drain(e *Engine, g *group)
+	// step takes a message from another group's core.
+	step(e *Engine, g *group, now time.Time, from uint32, m *peerpb.TxnMessage)
+	// tick runs the core's timers (raftTicked: once per Raft tick) and, on the leader, its
+	// own entries.
+	tick(e *Engine, g *group, now time.Time, raftTicked bool)
+	setLeader(leader bool)
+	// busy: the core waits for messages or time (its group must not quiesce).
+	busy() bool
+	// snapshot and restore are the core's saved state (TxnSavedState.core).
+	snapshot() ([]byte, error)
+	restore(core []byte, now time.Time) error
+	// replayFrom marks the entries up to index as a replay after a restart.
+	replayFrom(index uint64)
+	// counter is the version reads are served at (the newest completion); floor, the oldest
+	// snapshot a read may ask for; snapshots, whether reads are held at the snapshot their
+	// transaction fixed (sdur) or served at the newest version (2pc).
+	counter() uint64
+	floor() uint64
+	snapshots() bool
+}
+
+// txnKeys are a transaction's keys of one partition.
+type txnKeys struct {
+	reads        [][]byte
+	readVersions []uint64 // the version each read saw (0: absent)
+	writes       []engine.TxnWrite
+	snapshot     uint64
+	hasSnapshot  bool
+}
+
+func txnStateKey(group uint64) []byte { return stateKey(group, 't') }
+
+// txnLimits bound decoded transaction entries and votes: the cluster's request limits.
+func (e *Engine) txnLimits() sdur.WireLimits {
+	l := sdur.DefaultWireLimits
+	if e.cfg.Limits.MaxKeyBytes > 0 {
+		l.MaxKeyBytes = e.cfg.Limits.MaxKeyBytes
+	}
+	if e.cfg.Limits.MaxValueBytes > 0 {
+		l.MaxValueBytes = e.cfg.Limits.MaxValueBytes
+	}
+	if e.cfg.Limits.MaxTxnKeys > 0 {
+		l.MaxKeys = e.cfg.Limits.MaxTxnKeys
+	}
+	return l
+}
+
 // stateMachineFor builds group g's state machine: the transaction core for a raft keyspace
 // with a transaction mode, else the engine's (key-value, or the metadata catalog).
 func (e *Engine) stateMachineFor(g *group) (StateMachine, error) {
-	if e.protocol == config.ProtocolRaft && g.opts.TxnMode == config.TxnSDUR {
-		m, err := newTxnMachine(e, g)
-		if err != nil {
-			return nil, fmt.Errorf("keyspace %q partition %d: %w", g.key.keyspace, g.key.partition, err)
-		}
-		g.txn = m
-		return m, nil
+	if e.protocol != config.ProtocolRaft {
+		return e.newSM(g.key.keyspace), nil
 	}
-	return e.newSM(g.key.keyspace), nil
+	var core txnCore
+	var err error
+	switch g.opts.TxnMode {
+	case config.TxnSDUR:
+		core, err = newSdurCore(e, g)
+	case config.Txn2PC:
+		core, err = newTwopcCore(e, g)
+	default:
+		return e.newSM(g.key.keyspace), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("keyspace %q partition %d: %w", g.key.keyspace, g.key.partition, err)
+	}
+	g.txn = core
+	return core, nil
+}
+
+// saveTxn encodes g's core saved at its applied index.
+func (e *Engine) saveTxn(g *group) ([]byte, error) {
+	core, err := g.txn.snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("save the transaction state of keyspace %q partition %d: %w", g.key.keyspace, g.key.partition, err)
+	}
+	return proto.Marshal(&peerpb.TxnSavedState{Index: g.applied, Mode: g.txn.mode(), Core: core})
+}
+
+// restoreTxn replaces g's core with a saved state and returns its index.
+func (e *Engine) restoreTxn(g *group, data []byte, now time.Time) (uint64, error) {
+	var st peerpb.TxnSavedState
+	if err := proto.Unmarshal(data, &st); err != nil {
+		return 0, fmt.Errorf("transaction state of partition %d: %w (%w)", g.key.partition, err, storage.ErrCorrupt)
+	}
+	if st.GetMode() != g.txn.mode() {
+		return 0, fmt.Errorf("transaction state of partition %d is of mode %q, not %s (%w)", g.key.partition, st.GetMode(), g.txn.mode(), storage.ErrCorrupt)
+	}
+	if err := g.txn.restore(st.GetCore(), now); err != nil {
+		return 0, fmt.Errorf("transaction state of partition %d: %w (%w)", g.key.partition, err, storage.ErrCorrupt)
+	}
+	g.txnSavedAt = st.GetIndex()
+	return st.GetIndex(), nil
 }
 
 // loadTxn restores g's core from its saved state and replays the log after it up to the
@@ -81,10 +173,11 @@ func (e *Engine) loadTxn(g *group) error {
 	}
 	from := uint64(0)
 	if found {
-		if from, err = m.restore(b, e.lastNow); err != nil {
+		if from, err = e.restoreTxn(g, b, e.lastNow); err != nil {
 			return err
 		}
 	}
+	m.replayFrom(g.applied)
 	if g.applied <= from {
 		return nil
 	}
@@ -116,11 +209,11 @@ func (e *Engine) loadTxn(g *group) error {
 
 // saveTxnOp is the raw op that saves g's core at its applied index.
 func (e *Engine) saveTxnOp(g *group) (storage.RawOp, error) {
-	b, err := g.txn.save(g.applied)
+	b, err := e.saveTxn(g)
 	if err != nil {
 		return storage.RawOp{}, err
 	}
-	g.txn.savedAt = g.applied
+	g.txnSavedAt = g.applied
 	return storage.RawOp{Key: txnStateKey(g.id), Value: b}, nil
 }
 
@@ -129,12 +222,12 @@ func (e *Engine) saveTxnOp(g *group) (storage.RawOp, error) {
 // every applied index while a snapshot of the group is being exported (the export reads the
 // saved state and the data from one storage snapshot, and needs both at one index).
 func (e *Engine) maybeSaveTxn(g *group) {
-	if g.txn == nil || g.applied == g.txn.savedAt {
+	if g.txn == nil || g.applied == g.txnSavedAt {
 		return
 	}
 	// Often enough that the log behind the saved index stays within log_retain.
 	every := min(txnSaveEvery, max(g.opts.LogRetain/2, 1))
-	if g.applied-g.txn.savedAt < every && (g.snap == nil || g.snap.ready) {
+	if g.applied-g.txnSavedAt < every && (g.snap == nil || g.snap.ready) {
 		return
 	}
 	op, err := e.saveTxnOp(g)
@@ -147,70 +240,101 @@ func (e *Engine) maybeSaveTxn(g *group) {
 
 // --- submitting ---
 
-// submitTxn starts a client's OpTxnCommit: its parts go to the logs of their partitions.
+// submitTxn starts a client's OpTxnCommit: its parts go to the logs of their partitions
+// (geo-sdur Algorithm 2, submit; 2PC's prepares).
 func (e *Engine) submitTxn(now time.Time, ks *placement.Keyspace, req engine.Request) {
-	if config.TxnModeOf(ks.Spec.Options) != config.TxnSDUR || req.Txn == nil {
-		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Invalid, "keyspace %q is not transactional (txn_mode %s)", req.Keyspace, config.TxnModeOf(ks.Spec.Options))})
+	mode := config.TxnModeOf(ks.Spec.Options)
+	if mode == config.TxnNone || req.Txn == nil {
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Invalid, "keyspace %q is not transactional (txn_mode %s)", req.Keyspace, mode)})
+		return
+	}
+	if len(req.Txn.ReadVersions) != 0 && len(req.Txn.ReadVersions) != len(req.Txn.Reads) {
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Invalid, "%d read versions for %d reads", len(req.Txn.ReadVersions), len(req.Txn.Reads))})
 		return
 	}
 	snaps := map[uint32]uint64{}
 	for _, s := range req.Txn.Snapshots {
 		snaps[s.Partition] = s.Counter
 	}
-	byPart := map[uint32]*sdur.Part{}
-	partOf := func(key []byte) *sdur.Part {
+	byPart := map[uint32]*txnKeys{}
+	partOf := func(key []byte) *txnKeys {
 		pid := ks.Lookup(key).ID
 		p := byPart[pid]
 		if p == nil {
-			p = &sdur.Part{Partition: pid, Snapshot: unsetSnapshot, Submitter: e.cfg.NodeID}
-			if s, ok := snaps[pid]; ok {
-				p.Snapshot = s
-			}
+			p = &txnKeys{}
+			p.snapshot, p.hasSnapshot = snaps[pid]
 			byPart[pid] = p
 		}
 		return p
 	}
-	for _, k := range req.Txn.Reads {
+	for i, k := range req.Txn.Reads {
 		p := partOf(k)
-		p.Reads = append(p.Reads, string(k))
+		p.reads = append(p.reads, k)
+		v := uint64(0)
+		if len(req.Txn.ReadVersions) > 0 {
+			v = req.Txn.ReadVersions[i]
+		}
+		p.readVersions = append(p.readVersions, v)
 	}
 	for _, w := range req.Txn.Writes {
 		p := partOf(w.Key)
-		p.Writes = append(p.Writes, sdur.Write{Key: string(w.Key), Value: w.Value, Delete: w.Delete})
+		p.writes = append(p.writes, w)
 	}
 	if len(byPart) == 0 {
 		e.reply(engine.Result{ID: req.ID, Op: req.Op, Txn: &engine.TxnResult{Committed: true}})
 		return
 	}
+	pids := slices.Sorted(maps.Keys(byPart))
+	// Any group of the keyspace here says which core builds the entries; without one, a
+	// core of the mode built for the purpose (entries depend on the mode only).
+	builder, err := e.txnBuilder(ks, mode)
+	if err != nil {
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: err})
+		return
+	}
 	e.txnSeq++
 	id := sdur.TxnID{Node: e.cfg.NodeID, Seq: e.txnSeq}
-	pids := make([]uint32, 0, len(byPart))
-	for pid := range byPart {
-		pids = append(pids, pid)
+	home := func(pid uint32) bool {
+		g := e.groups[groupKey{req.Keyspace, pid}]
+		return g != nil && g.servable()
 	}
-	slices.Sort(pids)
+	ents, err := builder.entries(id, pids, byPart, e.cfg.NodeID, home)
+	if err != nil {
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Internal, "encode transaction %s: %v", id, err)})
+		return
+	}
 	w := &txnWait{req: req, keyspace: req.Keyspace, sentAt: now}
-	for _, pid := range pids {
-		p := byPart[pid]
-		p.ID, p.Partitions = id, pids
-		b, err := sdur.EncodeEntry(sdur.Entry{Kind: sdur.EntryTxn, Txn: p})
-		if err != nil {
-			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Internal, "encode transaction %s: %v", id, err)})
-			return
-		}
+	for i, pid := range pids {
+		k := byPart[pid]
 		key := []byte(nil)
-		if len(p.Reads) > 0 {
-			key = []byte(p.Reads[0])
+		if len(k.reads) > 0 {
+			key = k.reads[0]
 		} else {
-			key = []byte(p.Writes[0].Key)
+			key = k.writes[0].Key
 		}
-		w.parts = append(w.parts, txnPartEntry{partition: pid, key: key, entry: b})
+		w.parts = append(w.parts, txnPartEntry{partition: pid, key: key, entry: ents[i]})
 	}
 	e.txnWaits[id] = w
 	e.stats.TxnSubmitted.Add(1)
 	for _, p := range w.parts {
 		e.proposeTxnEntry(now, req.Keyspace, p.partition, p.key, p.entry, req.Deadline)
 	}
+}
+
+// txnBuilder is a core of the keyspace's mode to build a transaction's entries with.
+func (e *Engine) txnBuilder(ks *placement.Keyspace, mode string) (txnCore, error) {
+	for _, p := range ks.Partitions {
+		if g := e.groups[groupKey{ks.Spec.Name, p.ID}]; g != nil && g.txn != nil {
+			return g.txn, nil
+		}
+	}
+	switch mode {
+	case config.TxnSDUR:
+		return &sdurCore{limits: e.txnLimits()}, nil
+	case config.Txn2PC:
+		return &twopcCore{limits: e.txnLimits()}, nil
+	}
+	return nil, errs.New(errs.Invalid, "keyspace %q has an unknown txn_mode %q", ks.Spec.Name, mode)
 }
 
 // proposeTxnEntry appends a transaction entry to a partition's log: through this node's
@@ -284,69 +408,39 @@ type localTxnMessage struct {
 	msg  *peerpb.TxnMessage
 }
 
-// drainTxn carries out what g's core asks: records to write (in this Ready: durable before
-// its messages and replies leave, as the core requires), outcomes, votes, vote requests and
-// abort requests; then serves the reads that waited for the counter to move.
+// drainTxn carries out what g's core asks (records in this Ready: durable before its
+// messages and replies leave, as the cores require), then serves the reads that waited for
+// the counter to move and the messages between this node's own groups.
 func (e *Engine) drainTxn(g *group) {
 	if g.txn == nil || g.removed {
 		return
 	}
-	rep := g.txn.rep
-	now := e.lastNow
-	for range maxTxnDrain {
-		if !rep.HasReady() {
-			break
-		}
-		rd := rep.Ready()
-		for _, a := range rd.Applies {
-			for _, w := range a.Writes {
-				rec := storage.Record{Keyspace: g.key.keyspace, Key: []byte(w.Key), Value: w.Value, Tombstone: w.Delete, Version: txnVersion(a.Index)}
-				if rec.Value == nil && !rec.Tombstone {
-					rec.Value = []byte{}
-				}
-				e.out.Writes = append(e.out.Writes, rec)
-			}
-		}
-		for _, o := range rd.Outcomes {
-			if o.Submitter == e.cfg.NodeID {
-				e.finishTxn(o.Txn, o.Committed, string(o.Reason), []byte(o.Key), o.Index)
-				continue
-			}
-			e.sendTxn(o.Submitter, &peerpb.TxnMessage{Keyspace: g.key.keyspace, FromPartition: g.key.partition,
-				Body: &peerpb.TxnMessage_Outcome{Outcome: &peerpb.TxnOutcome{Txn: &peerpb.SdurTxnId{Node: o.Txn.Node, Seq: o.Txn.Seq},
-					Committed: o.Committed, Reason: string(o.Reason), Key: []byte(o.Key), Version: o.Index}}})
-		}
-		for _, v := range rd.Votes {
-			if v.Partition == g.key.partition && v.Commit {
-				g.txn.lag.Delivered(v, now)
-			}
-			b, err := sdur.EncodeVote(v)
-			if err != nil {
-				continue
-			}
-			for _, pid := range v.Partitions {
-				if pid != g.key.partition {
-					e.sendToPartition(g.key.keyspace, pid, &peerpb.TxnMessage{Keyspace: g.key.keyspace, Partition: pid, FromPartition: g.key.partition,
-						Body: &peerpb.TxnMessage_SdurVote{SdurVote: b}})
-				}
-			}
-			e.stats.TxnVotesSent.Add(1)
-		}
-		for _, vr := range rd.VoteRequests {
-			e.sendToPartition(g.key.keyspace, vr.Partition, &peerpb.TxnMessage{Keyspace: g.key.keyspace, Partition: vr.Partition, FromPartition: g.key.partition,
-				Body: &peerpb.TxnMessage_VoteRequest{VoteRequest: &peerpb.SdurTxnId{Node: vr.Txn.Node, Seq: vr.Txn.Seq}}})
-		}
-		for _, ar := range rd.AbortRequests {
-			b, err := sdur.EncodeEntry(sdur.Entry{Kind: sdur.EntryAbortRequest, Abort: &ar})
-			if err != nil {
-				continue
-			}
-			e.stats.TxnAbortRequests.Add(1)
-			e.proposeTxnEntry(now, g.key.keyspace, ar.Partition, e.anyKeyOf(g.key.keyspace, ar.Partition), b, now.Add(txnResendEvery))
-		}
-	}
+	g.txn.drain(e, g)
 	e.serveTxnReads(g)
 	e.flushLocalTxn()
+}
+
+// txnRecords appends a completed transaction's writes at a version to the Ready.
+func (e *Engine) txnRecords(g *group, version uint64, n int, write func(i int) (key string, value []byte, del bool)) {
+	for i := range n {
+		k, v, del := write(i)
+		rec := storage.Record{Keyspace: g.key.keyspace, Key: []byte(k), Value: v, Tombstone: del, Version: txnVersion(version)}
+		if rec.Value == nil && !rec.Tombstone {
+			rec.Value = []byte{}
+		}
+		e.out.Writes = append(e.out.Writes, rec)
+	}
+}
+
+// txnOutcome reports an outcome to the submitter (this node: at once).
+func (e *Engine) txnOutcome(g *group, id sdur.TxnID, submitter uint32, committed bool, reason, key string, version uint64) {
+	if submitter == e.cfg.NodeID {
+		e.finishTxn(id, committed, reason, []byte(key), version)
+		return
+	}
+	e.sendTxn(submitter, &peerpb.TxnMessage{Keyspace: g.key.keyspace, FromPartition: g.key.partition,
+		Body: &peerpb.TxnMessage_Outcome{Outcome: &peerpb.TxnOutcome{Txn: &peerpb.SdurTxnId{Node: id.Node, Seq: id.Seq},
+			Committed: committed, Reason: reason, Key: []byte(key), Version: version}}})
 }
 
 // anyKeyOf is a key of a partition (its start) to route an entry that names no key by.
@@ -426,68 +520,15 @@ func (e *Engine) stepTxn(now time.Time, from uint32, m *peerpb.TxnMessage) {
 	if g == nil || g.txn == nil || g.removed {
 		return // not a replica here (any more): like a lost message
 	}
-	switch b := m.Body.(type) {
-	case *peerpb.TxnMessage_SdurVote:
-		v, err := sdur.DecodeVote(b.SdurVote, g.txn.limits)
-		if err != nil || v.Partition != m.GetFromPartition() || !slices.Contains(v.Partitions, g.key.partition) {
-			e.stats.TxnBadMessages.Add(1)
-			return
-		}
-		g.txn.rep.Vote(now, v)
-		g.txn.lag.Vote(v, now)
-		e.drainTxn(g)
-		e.markDirty(g)
-	case *peerpb.TxnMessage_VoteRequest:
-		v, ok := g.txn.rep.VoteFor(sdur.TxnID{Node: b.VoteRequest.GetNode(), Seq: b.VoteRequest.GetSeq()})
-		if !ok {
-			return
-		}
-		vb, err := sdur.EncodeVote(v)
-		if err != nil {
-			return
-		}
-		e.sendTxn(from, &peerpb.TxnMessage{Keyspace: g.key.keyspace, Partition: m.GetFromPartition(), FromPartition: g.key.partition,
-			Body: &peerpb.TxnMessage_SdurVote{SdurVote: vb}})
-	}
+	g.txn.step(e, g, now, from, m)
 }
 
 // --- time ---
 
-// tickTxns runs the cores' timers (vote retries, recovery) and, on leaders, appends tick
-// entries while globals wait for a threshold counted in ticks, moves the snapshot floor, and
-// changes the threshold when the keyspace's options (or the automatic estimate) ask.
+// tickTxns runs the cores' timers and their leaders' own entries.
 func (e *Engine) tickTxns(now time.Time, raftTicked bool) {
 	for _, g := range e.txnGroups() {
-		m := g.txn
-		if raftTicked {
-			m.rep.Tick(now)
-			e.drainTxn(g)
-		}
-		if g.state != etcdraft.StateLeader || !g.servable() {
-			continue
-		}
-		if now.Sub(m.lastTick) < g.opts.TxnTickInterval {
-			continue
-		}
-		m.lastTick = now
-		if th, ok := desiredThreshold(g.opts); ok && th != m.rep.Threshold() {
-			e.proposeOwn(now, g, sdur.Entry{Kind: sdur.EntryConfig, Threshold: &th})
-		} else if !ok {
-			if th, changed := m.lag.Retune(m.rep.Threshold(), g.opts.TxnTickInterval, thresholdMargin, now); changed {
-				e.proposeOwn(now, g, sdur.Entry{Kind: sdur.EntryConfig, Threshold: &th})
-			}
-		}
-		floor := uint64(0)
-		if sc := m.rep.SnapshotCounter(); sc > txnSnapshotWindow {
-			floor = sc - txnSnapshotWindow
-		}
-		if m.rep.NeedsTicks() {
-			m.lastNeed = now
-		}
-		lingering := !m.lastNeed.IsZero() && now.Sub(m.lastNeed) < txnTickLinger && m.rep.Threshold().Unit == sdur.Ticks
-		if m.rep.NeedsTicks() || lingering || floor > m.rep.Floor()+txnSnapshotWindow/4 {
-			e.proposeOwn(now, g, sdur.Entry{Kind: sdur.EntryTick, Floor: floor})
-		}
+		g.txn.tick(e, g, now, raftTicked)
 	}
 }
 
@@ -502,13 +543,9 @@ func (e *Engine) txnGroups() []*group {
 	return out
 }
 
-// proposeOwn appends a leader's own entry (a tick or a threshold) to g's log; a lost one is
-// replaced by the next.
-func (e *Engine) proposeOwn(now time.Time, g *group, ent sdur.Entry) {
-	b, err := sdur.EncodeEntry(ent)
-	if err != nil {
-		return
-	}
+// proposeOwn appends a leader's own entry (a tick, a threshold, a decision) to g's log; a
+// lost one is replaced by the core's retry.
+func (e *Engine) proposeOwn(now time.Time, g *group, b []byte) {
 	data, err := proto.Marshal(&peerpb.RaftCommand{Origin: e.cfg.NodeID, Version: wire.VersionToPB(e.clock.Now(now)), Command: b})
 	if err != nil {
 		return
@@ -530,20 +567,20 @@ func (e *Engine) txnReadAt(now time.Time, g *group, req engine.Request) {
 		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Invalid, "keyspace %q is not transactional (txn_mode none)", req.Keyspace)})
 		return
 	}
-	s, fixed := g.txn.rep.SnapshotCounter(), false
-	if req.Txn != nil {
+	s, fixed := g.txn.counter(), false
+	if req.Txn != nil && g.txn.snapshots() {
 		for _, sn := range req.Txn.Snapshots {
 			if sn.Partition == g.key.partition {
 				s, fixed = sn.Counter, true
 			}
 		}
 	}
-	if fixed && s < g.txn.rep.Floor() {
+	if fixed && s < g.txn.floor() {
 		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Conflict,
-			"keyspace %q partition %d: the transaction's snapshot %d is older than the partition keeps (%d): restart the transaction", req.Keyspace, g.key.partition, s, g.txn.rep.Floor())})
+			"keyspace %q partition %d: the transaction's snapshot %d is older than the partition keeps (%d): restart the transaction", req.Keyspace, g.key.partition, s, g.txn.floor())})
 		return
 	}
-	if s > g.txn.rep.SnapshotCounter() {
+	if s > g.txn.counter() {
 		e.track(req, &pendingReq{req: req, group: g})
 		g.txnReads = append(g.txnReads, txnRead{id: req.ID, snapshot: s})
 		return
@@ -556,7 +593,7 @@ func (e *Engine) serveTxnReads(g *group) {
 	if len(g.txnReads) == 0 {
 		return
 	}
-	sc := g.txn.rep.SnapshotCounter()
+	sc := g.txn.counter()
 	kept := g.txnReads[:0]
 	for _, r := range g.txnReads {
 		p, ok := e.pending[r.id]

@@ -16,6 +16,9 @@ import (
 func newTxnCluster(t *testing.T, extra map[string]string) *replicationtest.Harness {
 	t.Helper()
 	opts := map[string]string{"heartbeat_interval": "100ms", "election_timeout": "500ms", "txn_mode": "sdur"}
+	if m := txnModeOf(t); m != "" {
+		opts["txn_mode"] = m
+	}
 	for k, v := range extra {
 		opts[k] = v
 	}
@@ -59,14 +62,31 @@ func keysOf(t *testing.T, h *replicationtest.Harness, i, n int) []string {
 	return out
 }
 
+// txnModes runs a test in both transaction modes (subtests named after them).
+func txnModes(t *testing.T, f func(t *testing.T)) {
+	for _, m := range []string{"sdur", "2pc"} {
+		t.Run(m, f)
+	}
+}
+
+func txnModeOf(t *testing.T) string {
+	for _, m := range []string{"sdur", "2pc"} {
+		if len(t.Name()) > len(m) && t.Name()[len(t.Name())-len(m)-1:] == "/"+m {
+			return m
+		}
+	}
+	return ""
+}
+
 type txnOp struct {
-	reads  []string
-	writes map[string]string
-	snaps  []engine.TxnSnapshot
+	reads    []string
+	versions []uint64
+	writes   map[string]string
+	snaps    []engine.TxnSnapshot
 }
 
 func commitReq(op txnOp) engine.Request {
-	t := &engine.TxnRequest{Snapshots: op.snaps}
+	t := &engine.TxnRequest{Snapshots: op.snaps, ReadVersions: op.versions}
 	for _, k := range op.reads {
 		t.Reads = append(t.Reads, []byte(k))
 	}
@@ -111,7 +131,9 @@ func settleTxns(h *replicationtest.Harness) {
 // A local and a global transaction commit; every replica then reads their writes, at
 // versions that are the partitions' snapshot counters, through its own replica or a
 // forward.
-func TestTxnCommitLocalAndGlobal(t *testing.T) {
+func TestTxnCommitLocalAndGlobal(t *testing.T) { txnModes(t, testTxnCommitLocalAndGlobal) }
+
+func testTxnCommitLocalAndGlobal(t *testing.T) {
 	h := newTxnCluster(t, nil)
 	a, b := keysOf(t, h, 0, 2), keysOf(t, h, 1, 2)
 	if r := commit(t, h, 1, txnOp{writes: map[string]string{a[0]: "local"}}); !r.Committed {
@@ -139,7 +161,9 @@ func TestTxnCommitLocalAndGlobal(t *testing.T) {
 
 // Two transactions read the same key at the same snapshot and both write it: certification
 // commits exactly one (the second read a value the first overwrote: lost update).
-func TestTxnWriteWriteConflict(t *testing.T) {
+func TestTxnWriteWriteConflict(t *testing.T) { txnModes(t, testTxnWriteWriteConflict) }
+
+func testTxnWriteWriteConflict(t *testing.T) {
 	h := newTxnCluster(t, nil)
 	a := keysOf(t, h, 0, 1)[0]
 	commit(t, h, 1, txnOp{writes: map[string]string{a: "0"}})
@@ -148,8 +172,10 @@ func TestTxnWriteWriteConflict(t *testing.T) {
 	r2 := txnRead(t, h, 2, a, nil)
 	snaps1 := []engine.TxnSnapshot{r1.Txn.Snapshot}
 	snaps2 := []engine.TxnSnapshot{r2.Txn.Snapshot}
-	id1 := h.Propose(1, commitReq(txnOp{reads: nil, writes: map[string]string{a: "from-1"}, snaps: snaps1}))
-	id2 := h.Propose(2, commitReq(txnOp{reads: nil, writes: map[string]string{a: "from-2"}, snaps: snaps2}))
+	// Read-modify-writes: 2PC validates the version read, SDUR certifies the read at the
+	// snapshot.
+	id1 := h.Propose(1, commitReq(txnOp{reads: []string{a}, versions: []uint64{r1.Txn.Version}, writes: map[string]string{a: "from-1"}, snaps: snaps1}))
+	id2 := h.Propose(2, commitReq(txnOp{reads: []string{a}, versions: []uint64{r2.Txn.Version}, writes: map[string]string{a: "from-2"}, snaps: snaps2}))
 	var res [2]engine.Result
 	for range 400 {
 		h.Stabilize()
@@ -184,7 +210,9 @@ func TestTxnWriteWriteConflict(t *testing.T) {
 // A node restarts (its core restored from the saved state and the log replayed after it);
 // a follower that misses more than the retained log is caught up by a snapshot carrying the
 // transaction state. Both then certify new transactions as the others do.
-func TestTxnRestartAndSnapshot(t *testing.T) {
+func TestTxnRestartAndSnapshot(t *testing.T) { txnModes(t, testTxnRestartAndSnapshot) }
+
+func testTxnRestartAndSnapshot(t *testing.T) {
 	h := newTxnCluster(t, map[string]string{"log_retain": "10"})
 	a, b := keysOf(t, h, 0, 30), keysOf(t, h, 1, 30)
 	// Node 3 hears nothing for a while.
@@ -219,13 +247,15 @@ func TestTxnRestartAndSnapshot(t *testing.T) {
 	}
 	// Everyone certifies alike after: a read-modify-write at node 3 on what it caught up.
 	r := txnRead(t, h, 3, a[0], nil)
-	if res := commit(t, h, 3, txnOp{reads: []string{a[0]}, writes: map[string]string{b[0]: "after"}, snaps: []engine.TxnSnapshot{r.Txn.Snapshot}}); !res.Committed {
+	if res := commit(t, h, 3, txnOp{reads: []string{a[0]}, versions: []uint64{r.Txn.Version}, writes: map[string]string{b[0]: "after"}, snaps: []engine.TxnSnapshot{r.Txn.Snapshot}}); !res.Committed {
 		t.Fatalf("transaction after catch-up aborted: %s (%s)", res.Reason, res.Key)
 	}
 }
 
 // A plain write on a transactional keyspace is refused with a clear error.
-func TestTxnKeyspaceRefusesPlainWrites(t *testing.T) {
+func TestTxnKeyspaceRefusesPlainWrites(t *testing.T) { txnModes(t, testTxnKeyspaceRefusesPlainWrites) }
+
+func testTxnKeyspaceRefusesPlainWrites(t *testing.T) {
 	h := newTxnCluster(t, nil)
 	r := run(t, h, 1, engine.Request{Op: engine.OpPut, Keyspace: "ks", Key: []byte("k"), Value: []byte("v")})
 	if r.Err == nil {
@@ -291,7 +321,7 @@ func TestTxnReadsAtTheirSnapshot(t *testing.T) {
 	if string(r2.Value) != "w1" || r2.Txn.Snapshot != snaps[0] {
 		t.Fatalf("read at snapshot %v: %q at %v, want w1 at the same snapshot", snaps[0], r2.Value, r2.Txn.Snapshot)
 	}
-	res := commit(t, h, 2, txnOp{reads: []string{a[1]}, writes: map[string]string{a[0]: "v3"}, snaps: snaps})
+	res := commit(t, h, 2, txnOp{reads: []string{a[1]}, versions: []uint64{r2.Txn.Version}, writes: map[string]string{a[0]: "v3"}, snaps: snaps})
 	if res.Committed {
 		t.Fatal("a transaction that read an overwritten value committed")
 	}

@@ -46,6 +46,9 @@ func FuzzRequestDecodeValidate(f *testing.F) {
 	add(1, &meridianpb.PutRequest{Keyspace: "gl", Key: []byte("k"), Value: []byte("v"), WriteMode: "passive"})
 	add(2, &meridianpb.DeleteRequest{Keyspace: "gl", Key: []byte("k"), WriteMode: "ACTIVE"})
 	add(3, &meridianpb.ScanRequest{Keyspace: "gl", Consistency: "ONE"})
+	add(0, &meridianpb.GetRequest{Keyspace: "tx", Key: []byte("k"), Consistency: "STALE"})
+	add(3, &meridianpb.ScanRequest{Keyspace: "tx", Consistency: "linearizable"})
+	add(1, &meridianpb.PutRequest{Keyspace: "rk", Key: []byte("k"), Value: []byte("v")})
 	// Invalid requests.
 	add(0, &meridianpb.GetRequest{})
 	add(0, &meridianpb.GetRequest{Keyspace: "_system", Key: []byte("k")})
@@ -61,6 +64,9 @@ func FuzzRequestDecodeValidate(f *testing.F) {
 	add(3, &meridianpb.ScanRequest{Keyspace: "kv", Start: []byte("b"), End: []byte("a")})
 	add(3, &meridianpb.ScanRequest{Keyspace: "kv", Limit: 10001})
 	add(3, &meridianpb.ScanRequest{Keyspace: "kv", Start: long})
+	add(1, &meridianpb.PutRequest{Keyspace: "tx", Key: []byte("k"), Value: []byte("v")})
+	add(2, &meridianpb.DeleteRequest{Keyspace: "tx", Key: []byte("k")})
+	add(1, &meridianpb.PutRequest{Keyspace: "rk", Key: []byte("k"), Consistency: "ONE"})
 	// A request of another kind, and bytes that are not protobuf.
 	add(3, &meridianpb.PutRequest{Keyspace: "kv", Key: []byte("k"), Value: []byte("v")})
 	f.Add(byte(0), []byte{0xff, 0xff, 0xff})
@@ -121,10 +127,17 @@ func checkFuzzRequest(t *testing.T, v validator, in proto.Message, r engine.Requ
 	if _, ok := v.pmap.Keyspace(r.Keyspace); !ok || strings.HasPrefix(r.Keyspace, "_") {
 		fail("keyspace %q is unknown or reserved", r.Keyspace)
 	}
-	if r.Level != "" && !slices.Contains(config.Levels(), r.Level) {
-		fail("level %q is not a level", r.Level)
-	}
 	ks, _ := v.pmap.Keyspace(r.Keyspace)
+	levels := config.Levels()
+	if ks != nil && ks.Spec.Protocol == config.ProtocolRaft {
+		levels = []config.Level{config.LevelLinearizable, config.LevelStale}
+	}
+	if r.Level != "" && !slices.Contains(levels, r.Level) {
+		fail("level %q is not a level of the keyspace's protocol", r.Level)
+	}
+	if ks != nil && r.Op.IsWrite() && config.TxnModeOf(ks.Spec.Options) != config.TxnNone {
+		fail("a plain write on a transactional keyspace")
+	}
 	gl := ks != nil && ks.Spec.Protocol == config.ProtocolGlobLease
 	if gl && r.Op != engine.OpScan && r.Level != "" {
 		fail("level %q on a single-key operation of a globlease keyspace", r.Level)
@@ -175,6 +188,136 @@ func checkFuzzRequest(t *testing.T, v validator, in proto.Message, r engine.Requ
 		}
 		if m.Limit != 0 && r.Limit != int(m.Limit) {
 			fail("limit %d, asked for %d", r.Limit, m.Limit)
+		}
+	}
+}
+
+// FuzzTxnCommitRequest decodes arbitrary bytes as a TxnCommitRequest and validates it, under
+// the default limits and under small ones. Validation must never panic; a request it accepts
+// must be a transaction on a transactional keyspace within the limits, with no key twice and
+// every snapshot of one of the keyspace's partitions, handed to the engine as given; a request
+// it rejects must get an Invalid or NotFound error with a one-line message.
+func FuzzTxnCommitRequest(f *testing.F) {
+	add := func(m *meridianpb.TxnCommitRequest) {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	w := func(k, v string, del bool) *meridianpb.TxnWrite {
+		return &meridianpb.TxnWrite{Key: []byte(k), Value: []byte(v), Delete: del}
+	}
+	sn := func(p uint32, c uint64) *meridianpb.TxnSnapshot {
+		return &meridianpb.TxnSnapshot{Partition: p, Counter: c}
+	}
+	// Valid requests.
+	add(&meridianpb.TxnCommitRequest{Keyspace: "tx", Reads: [][]byte{[]byte("a")}, Writes: []*meridianpb.TxnWrite{w("b", "v", false)}, Snapshots: []*meridianpb.TxnSnapshot{sn(0, 3)}})
+	add(&meridianpb.TxnCommitRequest{Keyspace: "tx", Writes: []*meridianpb.TxnWrite{w("b", "", true), w("c", "", false)}, TimeoutMs: 1000})
+	add(&meridianpb.TxnCommitRequest{Keyspace: "tx", Reads: [][]byte{[]byte("a"), []byte("b")}, Snapshots: []*meridianpb.TxnSnapshot{sn(3, 1), sn(1, 1<<40)}, PlacementVersion: 7})
+	// Invalid requests.
+	add(&meridianpb.TxnCommitRequest{})
+	add(&meridianpb.TxnCommitRequest{Keyspace: "tx"})
+	add(&meridianpb.TxnCommitRequest{Keyspace: "kv", Reads: [][]byte{[]byte("a")}})
+	add(&meridianpb.TxnCommitRequest{Keyspace: "nope", Reads: [][]byte{[]byte("a")}})
+	add(&meridianpb.TxnCommitRequest{Keyspace: "tx", Reads: [][]byte{[]byte("a"), []byte("a")}})
+	add(&meridianpb.TxnCommitRequest{Keyspace: "tx", Reads: [][]byte{[]byte("a")}, Writes: []*meridianpb.TxnWrite{w("a", "v", false)}})
+	add(&meridianpb.TxnCommitRequest{Keyspace: "tx", Writes: []*meridianpb.TxnWrite{w("a", "v", false), w("a", "", true)}})
+	add(&meridianpb.TxnCommitRequest{Keyspace: "tx", Writes: []*meridianpb.TxnWrite{w("a", "v", true)}})
+	add(&meridianpb.TxnCommitRequest{Keyspace: "tx", Writes: []*meridianpb.TxnWrite{w("a", "0123456789abcdef", false)}})
+	add(&meridianpb.TxnCommitRequest{Keyspace: "tx", Writes: []*meridianpb.TxnWrite{w("", "v", false)}})
+	add(&meridianpb.TxnCommitRequest{Keyspace: "tx", Reads: [][]byte{[]byte("a")}, Snapshots: []*meridianpb.TxnSnapshot{sn(9, 1)}})
+	add(&meridianpb.TxnCommitRequest{Keyspace: "tx", Reads: [][]byte{[]byte("a")}, Snapshots: []*meridianpb.TxnSnapshot{sn(1, 1), sn(1, 2)}})
+	add(&meridianpb.TxnCommitRequest{Keyspace: "tx", Reads: [][]byte{[]byte("a")}, TimeoutMs: 1<<32 - 1})
+	f.Add([]byte{0xff, 0xff, 0xff})
+	f.Add([]byte{})
+
+	pm := testPlacement(f)
+	small := fuzzLimits
+	small.MaxTxnKeys = 3
+	validators := []validator{
+		{limits: config.DefaultLimits(), pmap: pm, now: testNow},
+		{limits: small, pmap: pm, now: testNow},
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		msg := &meridianpb.TxnCommitRequest{}
+		if err := proto.Unmarshal(data, msg); err != nil {
+			return
+		}
+		for _, v := range validators {
+			got, err := v.txnCommit(msg)
+			if err != nil {
+				checkFuzzError(t, msg, err)
+				continue
+			}
+			checkFuzzTxnCommit(t, v, msg, got)
+		}
+	})
+}
+
+func checkFuzzTxnCommit(t *testing.T, v validator, in *meridianpb.TxnCommitRequest, r engine.Request) {
+	t.Helper()
+	lim := v.limits
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf("accepted %v (limits %+v) as %+v: "+format, append([]any{in, lim, r}, args...)...)
+	}
+	ks, ok := v.pmap.Keyspace(r.Keyspace)
+	if !ok || strings.HasPrefix(r.Keyspace, "_") || r.Keyspace != in.Keyspace {
+		fail("keyspace %q is unknown, reserved or not the one given", r.Keyspace)
+	}
+	if config.TxnModeOf(ks.Spec.Options) == config.TxnNone {
+		fail("keyspace %q is not transactional", r.Keyspace)
+	}
+	if r.Op != engine.OpTxnCommit || r.Txn == nil || r.Level != "" || r.WriteMode != "" || len(r.Key) != 0 {
+		fail("not a plain txn-commit")
+	}
+	if !r.Deadline.After(v.now) || r.Deadline.After(v.now.Add(lim.MaxRequestTimeout)) {
+		fail("deadline %v is not in (now, now+%v]", r.Deadline, lim.MaxRequestTimeout)
+	}
+	tx := r.Txn
+	if n := len(tx.Reads) + len(tx.Writes); n == 0 || n > lim.MaxTxnKeys {
+		fail("%d keys, want 1..%d", n, lim.MaxTxnKeys)
+	}
+	if len(tx.Reads) != len(in.Reads) || len(tx.Writes) != len(in.Writes) || len(tx.Snapshots) != len(in.Snapshots) {
+		fail("not the reads, writes and snapshots given")
+	}
+	seen := map[string]bool{}
+	total := 0
+	for i, w := range tx.Writes {
+		if len(w.Key) < 1 || len(w.Key) > lim.MaxKeyBytes || seen[string(w.Key)] {
+			fail("write key %q: empty, over %d bytes or twice", w.Key, lim.MaxKeyBytes)
+		}
+		seen[string(w.Key)] = true
+		if !bytes.Equal(w.Key, in.Writes[i].Key) || !bytes.Equal(w.Value, in.Writes[i].Value) || w.Delete != in.Writes[i].Delete {
+			fail("write %d is not the one given", i)
+		}
+		if w.Delete && len(w.Value) > 0 || !w.Delete && w.Value == nil {
+			fail("write %d: delete %v with value %#v", i, w.Delete, w.Value)
+		}
+		total += len(w.Key) + len(w.Value)
+	}
+	for i, k := range tx.Reads {
+		if len(k) < 1 || len(k) > lim.MaxKeyBytes || seen[string(k)] {
+			fail("read key %q: empty, over %d bytes, twice or also written", k, lim.MaxKeyBytes)
+		}
+		seen[string(k)] = true
+		if !bytes.Equal(k, in.Reads[i]) {
+			fail("read %d is not the one given", i)
+		}
+		total += len(k)
+	}
+	if total > lim.MaxValueBytes {
+		fail("%d bytes of keys and values, over %d", total, lim.MaxValueBytes)
+	}
+	parts := map[uint32]bool{}
+	for i, s := range tx.Snapshots {
+		if _, ok := ks.Partition(s.Partition); !ok || parts[s.Partition] {
+			fail("snapshot of partition %d: not in the keyspace, or twice", s.Partition)
+		}
+		parts[s.Partition] = true
+		if s.Partition != in.Snapshots[i].GetPartition() || s.Counter != in.Snapshots[i].GetCounter() {
+			fail("snapshot %d is not the one given", i)
 		}
 	}
 }

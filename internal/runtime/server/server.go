@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -152,6 +154,81 @@ func (s *Service) Scan(ctx context.Context, r *meridianpb.ScanRequest) (*meridia
 		out.Items = append(out.Items, &meridianpb.KeyValue{Key: it.Key, Value: it.Value, Version: versionPB(it.Version)})
 	}
 	return out, nil
+}
+
+// TxnRead reads keys of a transactional keyspace at the transaction's snapshots.
+func (s *Service) TxnRead(ctx context.Context, r *meridianpb.TxnReadRequest) (*meridianpb.TxnReadResponse, error) {
+	reqs, err := s.validator().txnRead(r)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	pv, err := s.placed(ctx, r.GetKeyspace(), r.GetPlacementVersion())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	values, snaps, err := readTxnKeys(ctx, reqs, s.do)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &meridianpb.TxnReadResponse{Values: values, Snapshots: txnSnapshotsPB(snaps), Coordinator: s.node.Name(), PlacementVersion: pv}, nil
+}
+
+// readTxnKeys runs a TxnRead's requests (one OpTxnRead per key) in order, each with the
+// snapshots the earlier ones fixed, so that every key of one partition is read at one
+// snapshot. It returns the values in the order of the keys and the snapshots (the request's
+// and those the reads fixed) by partition.
+func readTxnKeys(ctx context.Context, reqs []engine.Request, do func(context.Context, engine.Request) engine.Result) ([]*meridianpb.TxnValue, []engine.TxnSnapshot, error) {
+	var snaps []engine.TxnSnapshot
+	if len(reqs) > 0 && reqs[0].Txn != nil {
+		snaps = slices.Clone(reqs[0].Txn.Snapshots)
+	}
+	values := make([]*meridianpb.TxnValue, 0, len(reqs))
+	for _, req := range reqs {
+		// Each request gets its own copy: the engine may keep a request's slices.
+		req.Txn = &engine.TxnRequest{Snapshots: slices.Clone(snaps)}
+		res := do(ctx, req)
+		if res.Err != nil {
+			return nil, nil, res.Err
+		}
+		if res.Txn == nil {
+			return nil, nil, errs.New(errs.Internal, "transaction read of key %q in keyspace %q returned no snapshot", req.Key, req.Keyspace)
+		}
+		got := res.Txn.Snapshot
+		i := slices.IndexFunc(snaps, func(sn engine.TxnSnapshot) bool { return sn.Partition == got.Partition })
+		switch {
+		case i < 0:
+			snaps = append(snaps, got)
+		case snaps[i].Counter != got.Counter:
+			return nil, nil, errs.New(errs.Internal, "key %q was read at snapshot %d of partition %d, but the transaction reads that partition at snapshot %d",
+				req.Key, got.Counter, got.Partition, snaps[i].Counter)
+		}
+		values = append(values, &meridianpb.TxnValue{Key: req.Key, Found: res.Found, Value: res.Value, Version: res.Txn.Version, Partition: got.Partition})
+	}
+	slices.SortFunc(snaps, func(a, b engine.TxnSnapshot) int { return cmp.Compare(a.Partition, b.Partition) })
+	return values, snaps, nil
+}
+
+// TxnCommit submits a transaction. An abort is a response (Committed false), not an error.
+func (s *Service) TxnCommit(ctx context.Context, r *meridianpb.TxnCommitRequest) (*meridianpb.TxnCommitResponse, error) {
+	req, err := s.validator().txnCommit(r)
+	res, pv, err := s.serve(ctx, req, err, r.GetKeyspace(), r.GetPlacementVersion())
+	if err != nil {
+		return nil, err
+	}
+	if res.Txn == nil {
+		return nil, ToStatus(errs.New(errs.Internal, "transaction commit in keyspace %q returned no outcome", req.Keyspace))
+	}
+	t := res.Txn
+	return &meridianpb.TxnCommitResponse{Committed: t.Committed, Reason: t.Reason, Key: t.Key, Version: t.Version, Txn: t.ID,
+		Coordinator: s.node.Name(), PlacementVersion: pv}, nil
+}
+
+func txnSnapshotsPB(in []engine.TxnSnapshot) []*meridianpb.TxnSnapshot {
+	out := make([]*meridianpb.TxnSnapshot, len(in))
+	for i, sn := range in {
+		out[i] = &meridianpb.TxnSnapshot{Partition: sn.Partition, Counter: sn.Counter}
+	}
+	return out
 }
 
 // MoveMaster moves the master of one key (protocols with masters) to a replica in a region.
@@ -330,14 +407,17 @@ func (s *Service) ServerInfo(ctx context.Context, r *meridianpb.ServerInfoReques
 		MaxKeyBytes: uint32(l.MaxKeyBytes), MaxValueBytes: uint32(l.MaxValueBytes), MaxScanLimit: uint32(l.MaxScanLimit),
 		DefaultRequestTimeoutMs: uint32(l.DefaultRequestTimeout.Milliseconds()), MaxRequestTimeoutMs: uint32(l.MaxRequestTimeout.Milliseconds()),
 		MaxRequestMessageBytes: uint32(ClientMaxRecvBytes(l)),
+		MaxTxnKeys:             uint32(l.MaxTxnKeys),
 	}, nil
 }
 
 // ClientMaxRecvBytes is the client listener's gRPC receive limit: the largest key and value
 // the limits allow plus room for the request's other fields and framing. Anything larger is
 // cut off by gRPC before the validator sees it (the client maps that refusal to the limits).
+// A transaction request's keys and values together are bounded by max_value_bytes too; their
+// framing takes at most 16 bytes per key (max_txn_keys) and 24 per partition's snapshot.
 func ClientMaxRecvBytes(l config.Limits) int {
-	return l.MaxValueBytes + l.MaxKeyBytes + 64<<10
+	return l.MaxValueBytes + l.MaxKeyBytes + 64<<10 + 16*l.MaxTxnKeys + 24*config.MaxPartitions
 }
 
 // Options configures a server process.

@@ -223,6 +223,17 @@ func TestInvalidRequestsThroughService(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument, "scan range is empty")
 	_, err = s.Get(cx, &meridianpb.GetRequest{Keyspace: "kv", Key: []byte("k"), TimeoutMs: 61_000})
 	wantCode(t, err, codes.InvalidArgument, "limits.max_request_timeout")
+	// Transactions need a transactional keyspace.
+	_, err = s.TxnRead(cx, &meridianpb.TxnReadRequest{Keyspace: "kv", Keys: [][]byte{[]byte("k")}})
+	wantCode(t, err, codes.InvalidArgument, `keyspace "kv" is not transactional (txn_mode none)`)
+	_, err = s.TxnCommit(cx, &meridianpb.TxnCommitRequest{Keyspace: "kv", Writes: []*meridianpb.TxnWrite{{Key: []byte("k"), Value: []byte("v")}}})
+	wantCode(t, err, codes.InvalidArgument, `keyspace "kv" is not transactional (txn_mode none)`, "txn_mode sdur")
+	_, err = s.TxnRead(cx, &meridianpb.TxnReadRequest{Keyspace: "nope", Keys: [][]byte{[]byte("k")}})
+	wantCode(t, err, codes.NotFound, `unknown keyspace "nope"`)
+	info, err := s.ServerInfo(cx, &meridianpb.ServerInfoRequest{})
+	if err != nil || info.MaxTxnKeys != config.DefaultMaxTxnKeys {
+		t.Errorf("server info: max_txn_keys %d, %v; want %d", info.GetMaxTxnKeys(), err, config.DefaultMaxTxnKeys)
+	}
 }
 
 // scanKey is the i-th key of the scan tests: the first byte spreads the keys over the 16

@@ -23,9 +23,9 @@ import (
 var testNow = time.Date(2025, 3, 14, 15, 9, 26, 535897932, time.UTC)
 
 // testPlacement builds, through config.Validate and placement.Build, the placement of a
-// 3-region cluster with the user keyspaces "kv" (quorum) and "gl" (globlease, regions a and
-// b). It also holds a "_system" keyspace, so the reserved-name rule is seen to apply to
-// names that exist.
+// 3-region cluster with the user keyspaces "kv" (quorum), "gl" (globlease, regions a and
+// b), "rk" (raft, not transactional) and "tx" (raft, txn_mode sdur, 4 partitions). It also
+// holds a "_system" keyspace, so the reserved-name rule is seen to apply to names that exist.
 func testPlacement(t testing.TB) *placement.Map {
 	t.Helper()
 	c := &config.Cluster{
@@ -39,6 +39,8 @@ func testPlacement(t testing.TB) *placement.Map {
 		Keyspaces: []config.Keyspace{
 			{Name: "kv", Protocol: config.ProtocolQuorum},
 			{Name: "gl", Protocol: config.ProtocolGlobLease, Regions: []string{"a", "b"}},
+			{Name: "rk", Protocol: config.ProtocolRaft, Partitions: 2},
+			{Name: "tx", Protocol: config.ProtocolRaft, Partitions: 4, Options: map[string]string{"txn_mode": "sdur"}},
 		},
 	}
 	if err := c.Validate(); err != nil {
@@ -72,6 +74,8 @@ func validate(v validator, req any) (engine.Request, error) {
 		return v.scan(r)
 	case *meridianpb.MoveMasterRequest:
 		return v.moveMaster(r)
+	case *meridianpb.TxnCommitRequest:
+		return v.txnCommit(r)
 	}
 	panic(fmt.Sprintf("validate: unexpected request type %T", req))
 }

@@ -7965,6 +7965,9 @@ type TxnMessage struct {
 	//	*TxnMessage_SdurVote
 	//	*TxnMessage_VoteRequest
 	//	*TxnMessage_Outcome
+	//	*TxnMessage_TwopcVote
+	//	*TxnMessage_TwopcDecide
+	//	*TxnMessage_TwopcStatus
 	Body          isTxnMessage_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -8055,6 +8058,33 @@ func (x *TxnMessage) GetOutcome() *TxnOutcome {
 	return nil
 }
 
+func (x *TxnMessage) GetTwopcVote() []byte {
+	if x != nil {
+		if x, ok := x.Body.(*TxnMessage_TwopcVote); ok {
+			return x.TwopcVote
+		}
+	}
+	return nil
+}
+
+func (x *TxnMessage) GetTwopcDecide() []byte {
+	if x != nil {
+		if x, ok := x.Body.(*TxnMessage_TwopcDecide); ok {
+			return x.TwopcDecide
+		}
+	}
+	return nil
+}
+
+func (x *TxnMessage) GetTwopcStatus() []byte {
+	if x != nil {
+		if x, ok := x.Body.(*TxnMessage_TwopcStatus); ok {
+			return x.TwopcStatus
+		}
+	}
+	return nil
+}
+
 type isTxnMessage_Body interface {
 	isTxnMessage_Body()
 }
@@ -8073,11 +8103,32 @@ type TxnMessage_Outcome struct {
 	Outcome *TxnOutcome `protobuf:"bytes,12,opt,name=outcome,proto3,oneof"`
 }
 
+type TxnMessage_TwopcVote struct {
+	// 2PC (txn_mode 2pc): a participant's vote to the coordinator partition (TwopcVote), a
+	// decision to the participants and a participant's status request to the coordinator
+	// (both TwopcEntry of kind decision; a status request's commit is unset).
+	TwopcVote []byte `protobuf:"bytes,20,opt,name=twopc_vote,json=twopcVote,proto3,oneof"`
+}
+
+type TxnMessage_TwopcDecide struct {
+	TwopcDecide []byte `protobuf:"bytes,21,opt,name=twopc_decide,json=twopcDecide,proto3,oneof"`
+}
+
+type TxnMessage_TwopcStatus struct {
+	TwopcStatus []byte `protobuf:"bytes,22,opt,name=twopc_status,json=twopcStatus,proto3,oneof"`
+}
+
 func (*TxnMessage_SdurVote) isTxnMessage_Body() {}
 
 func (*TxnMessage_VoteRequest) isTxnMessage_Body() {}
 
 func (*TxnMessage_Outcome) isTxnMessage_Body() {}
+
+func (*TxnMessage_TwopcVote) isTxnMessage_Body() {}
+
+func (*TxnMessage_TwopcDecide) isTxnMessage_Body() {}
+
+func (*TxnMessage_TwopcStatus) isTxnMessage_Body() {}
 
 // TxnOutcome tells the submitter of a transaction how it ended.
 type TxnOutcome struct {
@@ -9077,7 +9128,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"lastWrites\x127\n" +
 	"\bprepared\x18\x05 \x03(\v2\x1b.meridian.peer.v1.TwopcPartR\bprepared\x128\n" +
 	"\adecided\x18\x06 \x03(\v2\x1e.meridian.peer.v1.TwopcDecidedR\adecided\x12G\n" +
-	"\fcoordinating\x18\a \x03(\v2#.meridian.peer.v1.TwopcCoordinatingR\fcoordinating\"\x90\x02\n" +
+	"\fcoordinating\x18\a \x03(\v2#.meridian.peer.v1.TwopcCoordinatingR\fcoordinating\"\xfb\x02\n" +
 	"\n" +
 	"TxnMessage\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
@@ -9086,7 +9137,11 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\tsdur_vote\x18\n" +
 	" \x01(\fH\x00R\bsdurVote\x12@\n" +
 	"\fvote_request\x18\v \x01(\v2\x1b.meridian.peer.v1.SdurTxnIdH\x00R\vvoteRequest\x128\n" +
-	"\aoutcome\x18\f \x01(\v2\x1c.meridian.peer.v1.TxnOutcomeH\x00R\aoutcomeB\x06\n" +
+	"\aoutcome\x18\f \x01(\v2\x1c.meridian.peer.v1.TxnOutcomeH\x00R\aoutcome\x12\x1f\n" +
+	"\n" +
+	"twopc_vote\x18\x14 \x01(\fH\x00R\ttwopcVote\x12#\n" +
+	"\ftwopc_decide\x18\x15 \x01(\fH\x00R\vtwopcDecide\x12#\n" +
+	"\ftwopc_status\x18\x16 \x01(\fH\x00R\vtwopcStatusB\x06\n" +
 	"\x04body\"\x9d\x01\n" +
 	"\n" +
 	"TxnOutcome\x12-\n" +
@@ -9449,6 +9504,9 @@ func file_meridian_v1_peer_proto_init() {
 		(*TxnMessage_SdurVote)(nil),
 		(*TxnMessage_VoteRequest)(nil),
 		(*TxnMessage_Outcome)(nil),
+		(*TxnMessage_TwopcVote)(nil),
+		(*TxnMessage_TwopcDecide)(nil),
+		(*TxnMessage_TwopcStatus)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

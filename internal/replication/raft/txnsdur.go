@@ -3,9 +3,10 @@ package raft
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
-	"google.golang.org/protobuf/proto"
+	etcdraft "go.etcd.io/raft/v3"
 
 	"meridian/internal/config"
 	"meridian/internal/engine"
@@ -51,8 +52,9 @@ const (
 	thresholdMargin = 0.75
 )
 
-// txnMachine is a transactional group's state machine: an sdur.Replica fed by the log.
-type txnMachine struct {
+// sdurCore is a transactional group's state machine in txn_mode sdur: an sdur.Replica fed
+// by the log.
+type sdurCore struct {
 	rep    *sdur.Replica
 	part   uint32
 	limits sdur.WireLimits
@@ -66,12 +68,7 @@ type txnMachine struct {
 	lag      sdur.LagEstimator
 	lastNeed time.Time
 	lastTick time.Time
-	// savedAt is the applied index of the state last saved (txnStateKey); broken, why the
-	// core could not be restored (the group is then out of service).
-	savedAt uint64
 }
-
-func txnStateKey(group uint64) []byte { return stateKey(group, 't') }
 
 // txnCoreOptions are the core's options: the same on every replica (the threshold starts at
 // 0 entries everywhere and changes only through the log, EntryConfig).
@@ -83,7 +80,7 @@ func txnCoreOptions(mutation string) sdur.Options {
 	return o.EnsureDefaults()
 }
 
-func newTxnMachine(e *Engine, g *group) (*txnMachine, error) {
+func newSdurCore(e *Engine, g *group) (*sdurCore, error) {
 	opts := txnCoreOptions(e.cfg.Mutation)
 	// Recovery (IV-F) must not abort a global only because a participant's leader failed
 	// over: wait at least three election timeouts.
@@ -92,26 +89,14 @@ func newTxnMachine(e *Engine, g *group) (*txnMachine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &txnMachine{rep: rep, part: g.key.partition, limits: e.txnLimits(), opts: opts,
+	return &sdurCore{rep: rep, part: g.key.partition, limits: e.txnLimits(), opts: opts,
 		now: func() time.Time { return e.lastNow }, contains: g.contains}, nil
-}
-
-// txnLimits bound decoded transaction entries and votes: the cluster's request limits.
-func (e *Engine) txnLimits() sdur.WireLimits {
-	l := sdur.DefaultWireLimits
-	if e.cfg.Limits.MaxKeyBytes > 0 {
-		l.MaxKeyBytes = e.cfg.Limits.MaxKeyBytes
-	}
-	if e.cfg.Limits.MaxValueBytes > 0 {
-		l.MaxValueBytes = e.cfg.Limits.MaxValueBytes
-	}
-	return l
 }
 
 // Prepare checks an entry before it is proposed: only the engine's own transaction entries
 // (OpCommand, encoded by sdur.EncodeEntry) reach the log; a part's keys must be the group's,
 // and a part without a snapshot takes this replica's (an implicit read).
-func (m *txnMachine) Prepare(req engine.Request, cmd *peerpb.RaftCommand) error {
+func (m *sdurCore) Prepare(req engine.Request, cmd *peerpb.RaftCommand) error {
 	if req.Op != engine.OpCommand {
 		return errs.New(errs.Invalid, "keyspace %q is transactional (txn_mode %s): write through TxnCommit", req.Keyspace, config.TxnSDUR)
 	}
@@ -156,7 +141,7 @@ func (m *txnMachine) Prepare(req engine.Request, cmd *peerpb.RaftCommand) error 
 
 // Apply delivers a committed entry to the core. Its records come later, from the core's
 // Ready (drainTxn): a transaction completes when its votes are in, not at its entry.
-func (m *txnMachine) Apply(g GroupRef, index uint64, cmd *peerpb.RaftCommand, _ hlc.Version) ([]storage.Record, engine.Result) {
+func (m *sdurCore) Apply(g GroupRef, index uint64, cmd *peerpb.RaftCommand, _ hlc.Version) ([]storage.Record, engine.Result) {
 	if len(cmd.GetCommand()) == 0 {
 		// Not a transaction entry (a plain write cannot be proposed here; Prepare refuses it).
 		return nil, engine.Result{Err: errs.New(errs.Invalid, "keyspace %q is transactional: write through TxnCommit", g.Keyspace)}
@@ -170,47 +155,37 @@ func (m *txnMachine) Apply(g GroupRef, index uint64, cmd *peerpb.RaftCommand, _ 
 	return nil, engine.Result{}
 }
 
-func (m *txnMachine) Load(GroupRef, func(fn func(storage.Record) bool) error) error { return nil }
+func (m *sdurCore) Load(GroupRef, func(fn func(storage.Record) bool) error) error { return nil }
 
 // InMemory: the core's state travels as its saved state (txnStateKey, and the snapshot
 // marker), not by re-reading records.
-func (m *txnMachine) InMemory() bool { return false }
+func (m *sdurCore) InMemory() bool { return false }
 
 // busy reports whether the core waits for something only time or messages bring (votes,
 // thresholds, a snapshot to reach): its group must not quiesce.
-func (m *txnMachine) busy() bool {
+func (m *sdurCore) busy() bool {
 	pending, waiting := m.rep.PendingCount()
 	return pending > 0 || waiting > 0 || m.rep.NeedsTicks()
 }
 
-// save encodes the core's state at applied index.
-func (m *txnMachine) save(index uint64) ([]byte, error) {
-	core, err := m.rep.Snapshot()
-	if err != nil {
-		return nil, fmt.Errorf("save transaction state of partition %d: %w", m.part, err)
-	}
-	return proto.Marshal(&peerpb.TxnSavedState{Index: index, Mode: config.TxnSDUR, Core: core})
-}
+func (m *sdurCore) mode() string              { return config.TxnSDUR }
+func (m *sdurCore) snapshot() ([]byte, error)  { return m.rep.Snapshot() }
+func (m *sdurCore) counter() uint64            { return m.rep.SnapshotCounter() }
+func (m *sdurCore) floor() uint64              { return m.rep.Floor() }
+func (m *sdurCore) snapshots() bool            { return true }
+func (m *sdurCore) setLeader(bool)             {}
+func (m *sdurCore) replayFrom(uint64)          {}
 
-// restore replaces the core with a saved state and returns its index.
-func (m *txnMachine) restore(data []byte, now time.Time) (uint64, error) {
-	var st peerpb.TxnSavedState
-	if err := proto.Unmarshal(data, &st); err != nil {
-		return 0, fmt.Errorf("transaction state of partition %d: %w (%w)", m.part, err, storage.ErrCorrupt)
-	}
-	if st.GetMode() != config.TxnSDUR {
-		return 0, fmt.Errorf("transaction state of partition %d is of mode %q, not %s (%w)", m.part, st.GetMode(), config.TxnSDUR, storage.ErrCorrupt)
-	}
-	rep, err := sdur.Restore(st.GetCore(), m.opts, now)
+func (m *sdurCore) restore(core []byte, now time.Time) error {
+	rep, err := sdur.Restore(core, m.opts, now)
 	if err != nil {
-		return 0, fmt.Errorf("transaction state of partition %d: %w (%w)", m.part, err, storage.ErrCorrupt)
+		return err
 	}
 	if rep.Partition() != m.part {
-		return 0, fmt.Errorf("transaction state of partition %d holds partition %d (%w)", m.part, rep.Partition(), storage.ErrCorrupt)
+		return fmt.Errorf("it holds partition %d", rep.Partition())
 	}
 	m.rep = rep
-	m.savedAt = st.GetIndex()
-	return st.GetIndex(), nil
+	return nil
 }
 
 // desiredThreshold is the threshold the keyspace's options ask for (auto: the lag
@@ -224,4 +199,146 @@ func desiredThreshold(o config.RaftOptions) (sdur.Threshold, bool) {
 		unit = sdur.Ticks
 	}
 	return sdur.Threshold{Unit: unit, K: o.ThresholdK}, true
+}
+
+// entries builds a transaction's parts (geo-sdur Algorithm 2, submit): a partition it read
+// carries the snapshot its reads fixed; one it only wrote, unsetSnapshot (filled by the
+// proposing replica: an implicit read).
+func (m *sdurCore) entries(id sdur.TxnID, parts []uint32, keys map[uint32]*txnKeys, submitter uint32, _ func(uint32) bool) ([][]byte, error) {
+	out := make([][]byte, 0, len(parts))
+	for _, pid := range parts {
+		k := keys[pid]
+		p := &sdur.Part{ID: id, Partition: pid, Partitions: parts, Snapshot: unsetSnapshot, Submitter: submitter}
+		if k.hasSnapshot {
+			p.Snapshot = k.snapshot
+		}
+		written := map[string]bool{}
+		for _, w := range k.writes {
+			p.Writes = append(p.Writes, sdur.Write{Key: string(w.Key), Value: w.Value, Delete: w.Delete})
+			written[string(w.Key)] = true
+		}
+		for _, r := range k.reads {
+			if !written[string(r)] { // a written key is certified as read (writeset ⊆ readset)
+				p.Reads = append(p.Reads, string(r))
+			}
+		}
+		b, err := sdur.EncodeEntry(sdur.Entry{Kind: sdur.EntryTxn, Txn: p})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// drain carries out the core's output: records, outcomes to the submitter, votes to every
+// replica of the transaction's other partitions (Algorithm 2 line 22), vote requests, and
+// abort requests into other partitions' logs (IV-F).
+func (m *sdurCore) drain(e *Engine, g *group) {
+	now := e.lastNow
+	for range maxTxnDrain {
+		if !m.rep.HasReady() {
+			break
+		}
+		rd := m.rep.Ready()
+		for _, a := range rd.Applies {
+			e.txnRecords(g, a.Index, len(a.Writes), func(i int) (string, []byte, bool) { return a.Writes[i].Key, a.Writes[i].Value, a.Writes[i].Delete })
+		}
+		for _, o := range rd.Outcomes {
+			e.txnOutcome(g, o.Txn, o.Submitter, o.Committed, string(o.Reason), o.Key, o.Index)
+		}
+		for _, v := range rd.Votes {
+			if v.Partition == g.key.partition && v.Commit {
+				m.lag.Delivered(v, now)
+			}
+			b, err := sdur.EncodeVote(v)
+			if err != nil {
+				continue
+			}
+			for _, pid := range v.Partitions {
+				if pid != g.key.partition {
+					e.sendToPartition(g.key.keyspace, pid, &peerpb.TxnMessage{Keyspace: g.key.keyspace, Partition: pid, FromPartition: g.key.partition,
+						Body: &peerpb.TxnMessage_SdurVote{SdurVote: b}})
+				}
+			}
+			e.stats.TxnVotesSent.Add(1)
+		}
+		for _, vr := range rd.VoteRequests {
+			e.sendToPartition(g.key.keyspace, vr.Partition, &peerpb.TxnMessage{Keyspace: g.key.keyspace, Partition: vr.Partition, FromPartition: g.key.partition,
+				Body: &peerpb.TxnMessage_VoteRequest{VoteRequest: &peerpb.SdurTxnId{Node: vr.Txn.Node, Seq: vr.Txn.Seq}}})
+		}
+		for _, ar := range rd.AbortRequests {
+			b, err := sdur.EncodeEntry(sdur.Entry{Kind: sdur.EntryAbortRequest, Abort: &ar})
+			if err != nil {
+				continue
+			}
+			e.stats.TxnAbortRequests.Add(1)
+			e.proposeTxnEntry(now, g.key.keyspace, ar.Partition, e.anyKeyOf(g.key.keyspace, ar.Partition), b, now.Add(txnResendEvery))
+		}
+	}
+}
+
+// step takes a vote (the first of a partition counts) or answers a vote request.
+func (m *sdurCore) step(e *Engine, g *group, now time.Time, from uint32, msg *peerpb.TxnMessage) {
+	switch b := msg.Body.(type) {
+	case *peerpb.TxnMessage_SdurVote:
+		v, err := sdur.DecodeVote(b.SdurVote, m.limits)
+		if err != nil || v.Partition != msg.GetFromPartition() || !slices.Contains(v.Partitions, g.key.partition) {
+			e.stats.TxnBadMessages.Add(1)
+			return
+		}
+		m.rep.Vote(now, v)
+		m.lag.Vote(v, now)
+		e.drainTxn(g)
+		e.markDirty(g)
+	case *peerpb.TxnMessage_VoteRequest:
+		v, ok := m.rep.VoteFor(sdur.TxnID{Node: b.VoteRequest.GetNode(), Seq: b.VoteRequest.GetSeq()})
+		if !ok {
+			return
+		}
+		vb, err := sdur.EncodeVote(v)
+		if err != nil {
+			return
+		}
+		e.sendTxn(from, &peerpb.TxnMessage{Keyspace: g.key.keyspace, Partition: msg.GetFromPartition(), FromPartition: g.key.partition,
+			Body: &peerpb.TxnMessage_SdurVote{SdurVote: vb}})
+	}
+}
+
+// tick runs the core's timers (vote retries, recovery) and, on the leader, appends tick
+// entries while globals wait for a threshold counted in ticks, moves the snapshot floor,
+// and changes the threshold when the keyspace's options (or the automatic estimate) ask.
+func (m *sdurCore) tick(e *Engine, g *group, now time.Time, raftTicked bool) {
+	if raftTicked {
+		m.rep.Tick(now)
+		e.drainTxn(g)
+	}
+	if g.state != etcdraft.StateLeader || !g.servable() || now.Sub(m.lastTick) < g.opts.TxnTickInterval {
+		return
+	}
+	m.lastTick = now
+	if th, ok := desiredThreshold(g.opts); ok && th != m.rep.Threshold() {
+		m.propose(e, g, now, sdur.Entry{Kind: sdur.EntryConfig, Threshold: &th})
+	} else if !ok {
+		if th, changed := m.lag.Retune(m.rep.Threshold(), g.opts.TxnTickInterval, thresholdMargin, now); changed {
+			m.propose(e, g, now, sdur.Entry{Kind: sdur.EntryConfig, Threshold: &th})
+		}
+	}
+	floor := uint64(0)
+	if sc := m.rep.SnapshotCounter(); sc > txnSnapshotWindow {
+		floor = sc - txnSnapshotWindow
+	}
+	if m.rep.NeedsTicks() {
+		m.lastNeed = now
+	}
+	lingering := !m.lastNeed.IsZero() && now.Sub(m.lastNeed) < txnTickLinger && m.rep.Threshold().Unit == sdur.Ticks
+	if m.rep.NeedsTicks() || lingering || floor > m.rep.Floor()+txnSnapshotWindow/4 {
+		m.propose(e, g, now, sdur.Entry{Kind: sdur.EntryTick, Floor: floor})
+	}
+}
+
+func (m *sdurCore) propose(e *Engine, g *group, now time.Time, ent sdur.Entry) {
+	if b, err := sdur.EncodeEntry(ent); err == nil {
+		e.proposeOwn(now, g, b)
+	}
 }
