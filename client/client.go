@@ -5,6 +5,9 @@
 //	v, err := c.Put(ctx, "demo", []byte("k"), []byte("v"), client.Consistency("QUORUM"))
 //	r, err := c.Get(ctx, "demo", []byte("k"))
 //
+// Keyspaces with txn_mode sdur take multi-key transactions instead of Put and Delete: Begin
+// (txn.go), and ReadOnly for consistent reads of several keys.
+//
 // Connect to a node in your own region: the node you call coordinates your request.
 // Errors carry the server's one-line explanation; Code tells retryable kinds apart.
 //
@@ -97,11 +100,16 @@ func codeName(c codes.Code) string {
 	return c.String()
 }
 
-// CodeOf returns the gRPC code of err (codes.Unknown when err is not from a node).
+// CodeOf returns the gRPC code of err (codes.Aborted for a transaction's *AbortError,
+// codes.Unknown when err is not from a node).
 func CodeOf(err error) codes.Code {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Code
+	}
+	var a *AbortError
+	if errors.As(err, &a) {
+		return codes.Aborted
 	}
 	return codes.Unknown
 }
