@@ -116,6 +116,11 @@ type Request struct {
 type TxnRequest struct {
 	// Reads are the keys the transaction read and did not write (OpTxnCommit).
 	Reads [][]byte
+	// ReadOnly (OpTxnRead): a read of a read-only transaction, at the keyspace's newest
+	// snapshot vector when Snapshots is empty (sdur: a globally consistent snapshot, no
+	// commit needed; the result's Vector is the snapshots to pass to the transaction's other
+	// reads).
+	ReadOnly bool
 	// ReadVersions are the versions its reads returned (TxnResult.Version), one per read,
 	// or none: 2PC validates them at prepare; SDUR certifies against the snapshots instead.
 	ReadVersions []uint64
@@ -156,6 +161,8 @@ type TxnResult struct {
 	Version uint64
 	// Snapshot is the partition and snapshot an OpTxnRead was served at.
 	Snapshot TxnSnapshot
+	// Vector is a read-only read's snapshot vector (TxnRequest.ReadOnly).
+	Vector []TxnSnapshot
 }
 
 // Result is the reply to one Request.

@@ -402,6 +402,17 @@ func (pc *PeerCheck) txnMessage(t *peerpb.TxnMessage, from uint32) *Rejection {
 		if b.VoteRequest == nil {
 			return reject(RejectMalformed, "vote request without a transaction")
 		}
+	case *peerpb.TxnMessage_SeqQuery, *peerpb.TxnMessage_SeqReply:
+		if proto.Size(t) > MaxRaftMessageBytes(pc.Limits) {
+			return reject(RejectTooLarge, "sequencer message of %d bytes", proto.Size(t))
+		}
+	case *peerpb.TxnMessage_Vector:
+		// Published to every node of the cluster, from a replica of the partition whose log
+		// holds the chain.
+		if len(b.Vector.GetComponents()) > 1<<16 {
+			return reject(RejectTooLarge, "snapshot vector of %d components", len(b.Vector.GetComponents()))
+		}
+		return nil
 	case *peerpb.TxnMessage_Outcome:
 		if b.Outcome.GetTxn() == nil || b.Outcome.GetTxn().GetNode() != pc.Self {
 			return reject(RejectMalformed, "outcome of a transaction not submitted by node %d", pc.Self)

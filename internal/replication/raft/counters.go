@@ -45,6 +45,9 @@ type Counters struct {
 	// start, transaction messages refused after decoding.
 	TxnSubmitted, TxnCommitted, TxnAborted, TxnResent, TxnVotesSent atomic.Int64
 	TxnAbortRequests, TxnTicks, TxnReads, TxnReplayed, TxnBadMessages atomic.Int64
+	// TxnVectors counts snapshot vectors this node's sequencers published; TxnVectorRefused,
+	// vectors a sequencer refused to publish because they would break the chain.
+	TxnVectors, TxnVectorRefused atomic.Int64
 	// QuiescedGroups and Groups are gauges, set at each Tick.
 	QuiescedGroups, Groups atomic.Int64
 }
@@ -144,6 +147,7 @@ func RegisterMetrics(reg prometheus.Registerer, protocol string, c *Counters) {
 	counter("txn_abort_requests_total", "Abort requests appended for globals whose votes did not come (geo-sdur IV-F).", load(&c.TxnAbortRequests))
 	counter("txn_tick_entries_total", "Tick and threshold entries leaders appended to transactional groups.", load(&c.TxnTicks))
 	counter("txn_reads_total", "Transactional reads served at a snapshot.", load(&c.TxnReads))
+	counter("txn_vectors_total", "Snapshot vectors for read-only transactions this node's sequencers published.", load(&c.TxnVectors))
 	gauge("groups", "Raft groups on this node.", load(&c.Groups))
 	gauge("groups_quiesced", "Raft groups on this node that are quiesced (not ticking).", load(&c.QuiescedGroups))
 }

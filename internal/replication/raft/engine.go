@@ -122,6 +122,8 @@ type Engine struct {
 	// the sequence of its transaction IDs (random start: IDs of an earlier run are not
 	// reused), and messages between its own groups.
 	txnWaits    map[sdur.TxnID]*txnWait
+	txnVectors  map[string]*peerpb.TxnVector // the newest snapshot vector of each sdur keyspace known here
+	seqs        map[string]*txnSequencer     // the sequencers this node runs (txnro.go)
 	txnSeq      uint64
 	localTxn    []localTxnMessage
 	flushingTxn bool
@@ -195,7 +197,9 @@ func New(cfg engine.Config, store engine.Reader, o Options) *Engine {
 		rng:      rand.New(rand.NewPCG(cfg.RandSeed, uint64(cfg.NodeID))),
 		anchors:  anchorCache{},
 		dropped:  map[uint64]bool{},
-		txnWaits: map[sdur.TxnID]*txnWait{},
+		txnWaits:   map[sdur.TxnID]*txnWait{},
+		txnVectors: map[string]*peerpb.TxnVector{},
+		seqs:       map[string]*txnSequencer{},
 	}
 	e.incarnation = e.rng.Uint64() | 1
 	// IDs of forwarded requests and scan parts start at a random point, so that a message

@@ -218,6 +218,9 @@ func (e *Engine) stepForwardReply(now time.Time, from uint32, r *peerpb.RaftForw
 		if err != nil {
 			res.Err = errs.New(errs.Internal, "forwarded transactional read's reply: %v", err)
 		}
+		if t != nil && p.req.Txn != nil && p.req.Txn.ReadOnly {
+			t.Vector = p.req.Txn.Snapshots
+		}
 		res.Txn, res.Output = t, nil
 	}
 	if name, region, ok := cutLeader(r.GetPath()); ok {

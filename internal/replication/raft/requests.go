@@ -73,6 +73,12 @@ func (e *Engine) Propose(now time.Time, req engine.Request) {
 	if req.MinVersion.WallNanos > 0 {
 		e.clock.Observe(now, req.MinVersion)
 	}
+	if req.Op == engine.OpTxnRead {
+		if err := e.readOnlySnapshots(ks, &req); err != nil {
+			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: err})
+			return
+		}
+	}
 	e.dispatch(now, req, 0)
 }
 

@@ -141,7 +141,11 @@ func (e *Engine) saveTxn(g *group) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("save the transaction state of keyspace %q partition %d: %w", g.key.keyspace, g.key.partition, err)
 	}
-	return proto.Marshal(&peerpb.TxnSavedState{Index: g.applied, Mode: g.txn.mode(), Core: core})
+	st := &peerpb.TxnSavedState{Index: g.applied, Mode: g.txn.mode(), Core: core}
+	if x, ok := g.txn.(interface{ saveExtra(*peerpb.TxnSavedState) }); ok {
+		x.saveExtra(st)
+	}
+	return proto.Marshal(st)
 }
 
 // restoreTxn replaces g's core with a saved state and returns its index.
@@ -149,6 +153,9 @@ func (e *Engine) restoreTxn(g *group, data []byte, now time.Time) (uint64, error
 	var st peerpb.TxnSavedState
 	if err := proto.Unmarshal(data, &st); err != nil {
 		return 0, fmt.Errorf("transaction state of partition %d: %w (%w)", g.key.partition, err, storage.ErrCorrupt)
+	}
+	if x, ok := g.txn.(interface{ restoreExtra(*peerpb.TxnSavedState) }); ok {
+		x.restoreExtra(&st)
 	}
 	if st.GetMode() != g.txn.mode() {
 		return 0, fmt.Errorf("transaction state of partition %d is of mode %q, not %s (%w)", g.key.partition, st.GetMode(), g.txn.mode(), storage.ErrCorrupt)
@@ -198,7 +205,7 @@ func (e *Engine) loadTxn(g *group) error {
 			continue
 		}
 		var cmd peerpb.RaftCommand
-		if err := proto.Unmarshal(ent.GetData(), &cmd); err != nil || len(cmd.GetCommand()) == 0 {
+		if err := proto.Unmarshal(ent.GetData(), &cmd); err != nil || (len(cmd.GetCommand()) == 0 && cmd.GetTxnVector() == nil) {
 			continue // applied as nothing the first time too
 		}
 		m.Apply(g.key.ref(), ent.GetIndex(), &cmd, hlc.Version{})
@@ -516,11 +523,22 @@ func (e *Engine) stepTxn(now time.Time, from uint32, m *peerpb.TxnMessage) {
 		}
 		return
 	}
+	if v := m.GetVector(); v != nil {
+		e.noteTxnVector(m.GetKeyspace(), v)
+		return
+	}
 	g := e.groups[groupKey{m.GetKeyspace(), m.GetPartition()}]
 	if g == nil || g.txn == nil || g.removed {
 		return // not a replica here (any more): like a lost message
 	}
-	g.txn.step(e, g, now, from, m)
+	switch {
+	case m.GetSeqQuery() != nil:
+		e.seqAnswer(from, g, m)
+	case m.GetSeqReply() != nil:
+		e.seqReply(now, from, g, m)
+	default:
+		g.txn.step(e, g, now, from, m)
+	}
 }
 
 // --- time ---
@@ -530,6 +548,7 @@ func (e *Engine) tickTxns(now time.Time, raftTicked bool) {
 	for _, g := range e.txnGroups() {
 		g.txn.tick(e, g, now, raftTicked)
 	}
+	e.runSequencers(now)
 }
 
 // txnGroups are the transactional groups, by group ID.
@@ -619,6 +638,9 @@ func (e *Engine) txnReadOf(g *group, req engine.Request, s uint64) engine.Read {
 	return engine.Read{ID: req.ID, Op: req.Op, Wrap: e.wrapForward(fwd), Run: func(store engine.Reader) engine.Result {
 		rec, found, err := store.GetAt(k.keyspace, req.Key, txnSnapshotVersion(s))
 		res := engine.Result{ID: req.ID, Op: req.Op, Path: PathTxnSnapshot, Txn: &engine.TxnResult{Snapshot: engine.TxnSnapshot{Partition: k.partition, Counter: s}}}
+		if req.Txn != nil && req.Txn.ReadOnly {
+			res.Txn.Vector = req.Txn.Snapshots
+		}
 		switch {
 		case err != nil:
 			res.Err = errs.New(errs.Internal, "read: %v", err)

@@ -68,6 +68,14 @@ type sdurCore struct {
 	lag      sdur.LagEstimator
 	lastNeed time.Time
 	lastTick time.Time
+	// completed are the globals completed here, in completion order (the snapshot
+	// sequencer asks about them, txnro.go; bounded by maxRetainedGlobals); vector is the last
+	// snapshot vector this partition's log holds (the sequencer's partition), newVector one
+	// applied and not yet published.
+	completed      map[sdur.TxnID]completedGlobal
+	completedOrder []sdur.TxnID
+	vector         *peerpb.TxnVector
+	newVector      *peerpb.TxnVector
 }
 
 // txnCoreOptions are the core's options: the same on every replica (the threshold starts at
@@ -89,7 +97,7 @@ func newSdurCore(e *Engine, g *group) (*sdurCore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &sdurCore{rep: rep, part: g.key.partition, limits: e.txnLimits(), opts: opts,
+	return &sdurCore{rep: rep, completed: map[sdur.TxnID]completedGlobal{}, part: g.key.partition, limits: e.txnLimits(), opts: opts,
 		now: func() time.Time { return e.lastNow }, contains: g.contains}, nil
 }
 
@@ -142,6 +150,12 @@ func (m *sdurCore) Prepare(req engine.Request, cmd *peerpb.RaftCommand) error {
 // Apply delivers a committed entry to the core. Its records come later, from the core's
 // Ready (drainTxn): a transaction completes when its votes are in, not at its entry.
 func (m *sdurCore) Apply(g GroupRef, index uint64, cmd *peerpb.RaftCommand, _ hlc.Version) ([]storage.Record, engine.Result) {
+	if v := cmd.GetTxnVector(); v != nil {
+		if v.GetSeq() > m.vector.GetSeq() {
+			m.vector, m.newVector = v, v
+		}
+		return nil, engine.Result{}
+	}
 	if len(cmd.GetCommand()) == 0 {
 		// Not a transaction entry (a plain write cannot be proposed here; Prepare refuses it).
 		return nil, engine.Result{Err: errs.New(errs.Invalid, "keyspace %q is transactional: write through TxnCommit", g.Keyspace)}
@@ -236,6 +250,14 @@ func (m *sdurCore) entries(id sdur.TxnID, parts []uint32, keys map[uint32]*txnKe
 // abort requests into other partitions' logs (IV-F).
 func (m *sdurCore) drain(e *Engine, g *group) {
 	now := e.lastNow
+	if v := m.newVector; v != nil {
+		m.newVector = nil
+		if g.state == etcdraft.StateLeader {
+			e.publishApplied(g, v)
+		} else {
+			e.noteTxnVector(g.key.keyspace, v)
+		}
+	}
 	for range maxTxnDrain {
 		if !m.rep.HasReady() {
 			break
@@ -245,6 +267,9 @@ func (m *sdurCore) drain(e *Engine, g *group) {
 			e.txnRecords(g, a.Index, len(a.Writes), func(i int) (string, []byte, bool) { return a.Writes[i].Key, a.Writes[i].Value, a.Writes[i].Delete })
 		}
 		for _, o := range rd.Outcomes {
+			if o.Global && o.Index > 0 {
+				m.noteCompleted(o.Txn, o.Index, o.Partitions)
+			}
 			e.txnOutcome(g, o.Txn, o.Submitter, o.Committed, string(o.Reason), o.Key, o.Index)
 		}
 		for _, v := range rd.Votes {
@@ -341,4 +366,38 @@ func (m *sdurCore) propose(e *Engine, g *group, now time.Time, ent sdur.Entry) {
 	if b, err := sdur.EncodeEntry(ent); err == nil {
 		e.proposeOwn(now, g, b)
 	}
+}
+
+// noteCompleted records a global's completion here (bounded: the oldest are forgotten).
+func (m *sdurCore) noteCompleted(id sdur.TxnID, index uint64, parts []uint32) {
+	if _, ok := m.completed[id]; ok {
+		return
+	}
+	m.completed[id] = completedGlobal{index: index, parts: slices.Clone(parts)}
+	m.completedOrder = append(m.completedOrder, id)
+	if len(m.completedOrder) > maxRetainedGlobals {
+		delete(m.completed, m.completedOrder[0])
+		m.completedOrder = m.completedOrder[1:]
+	}
+}
+
+// saveExtra and restoreExtra keep what the sequencer needs across restarts: a vector that
+// missed a global completed before a restart could hold it in one partition only.
+func (m *sdurCore) saveExtra(st *peerpb.TxnSavedState) {
+	for _, id := range m.completedOrder {
+		c := m.completed[id]
+		st.Completed = append(st.Completed, &peerpb.TxnCompletedGlobal{Txn: &peerpb.SdurTxnId{Node: id.Node, Seq: id.Seq}, Index: c.index, Partitions: c.parts})
+	}
+	st.Vector = m.vector
+}
+
+func (m *sdurCore) restoreExtra(st *peerpb.TxnSavedState) {
+	m.completed, m.completedOrder = map[sdur.TxnID]completedGlobal{}, nil
+	for _, c := range st.GetCompleted() {
+		if len(m.completedOrder) >= maxRetainedGlobals {
+			break
+		}
+		m.noteCompleted(sdur.TxnID{Node: c.GetTxn().GetNode(), Seq: c.GetTxn().GetSeq()}, c.GetIndex(), c.GetPartitions())
+	}
+	m.vector, m.newVector = st.GetVector(), nil
 }

@@ -3923,9 +3923,13 @@ type RaftCommand struct {
 	// split, freeze and merge change the group's key range instead of writing a key (raft/
 	// repartition.go; CockroachDB's split trigger, subsume and merge trigger). At most one is
 	// set, and then the fields above are unused.
-	Split         *RaftSplit  `protobuf:"bytes,8,opt,name=split,proto3" json:"split,omitempty"`
-	Freeze        *RaftFreeze `protobuf:"bytes,9,opt,name=freeze,proto3" json:"freeze,omitempty"`
-	Merge         *RaftMerge  `protobuf:"bytes,10,opt,name=merge,proto3" json:"merge,omitempty"`
+	Split  *RaftSplit  `protobuf:"bytes,8,opt,name=split,proto3" json:"split,omitempty"`
+	Freeze *RaftFreeze `protobuf:"bytes,9,opt,name=freeze,proto3" json:"freeze,omitempty"`
+	Merge  *RaftMerge  `protobuf:"bytes,10,opt,name=merge,proto3" json:"merge,omitempty"`
+	// txn_vector is a snapshot vector of a transactional (sdur) keyspace, appended by the
+	// snapshot sequencer to its partition's log before it is published (raft/txnro.go): the
+	// chain of vectors survives a change of sequencer.
+	TxnVector     *TxnVector `protobuf:"bytes,11,opt,name=txn_vector,json=txnVector,proto3" json:"txn_vector,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4026,6 +4030,13 @@ func (x *RaftCommand) GetFreeze() *RaftFreeze {
 func (x *RaftCommand) GetMerge() *RaftMerge {
 	if x != nil {
 		return x.Merge
+	}
+	return nil
+}
+
+func (x *RaftCommand) GetTxnVector() *TxnVector {
+	if x != nil {
+		return x.TxnVector
 	}
 	return nil
 }
@@ -7968,6 +7979,9 @@ type TxnMessage struct {
 	//	*TxnMessage_TwopcVote
 	//	*TxnMessage_TwopcDecide
 	//	*TxnMessage_TwopcStatus
+	//	*TxnMessage_SeqQuery
+	//	*TxnMessage_SeqReply
+	//	*TxnMessage_Vector
 	Body          isTxnMessage_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -8085,6 +8099,33 @@ func (x *TxnMessage) GetTwopcStatus() []byte {
 	return nil
 }
 
+func (x *TxnMessage) GetSeqQuery() *TxnSeqQuery {
+	if x != nil {
+		if x, ok := x.Body.(*TxnMessage_SeqQuery); ok {
+			return x.SeqQuery
+		}
+	}
+	return nil
+}
+
+func (x *TxnMessage) GetSeqReply() *TxnSeqReply {
+	if x != nil {
+		if x, ok := x.Body.(*TxnMessage_SeqReply); ok {
+			return x.SeqReply
+		}
+	}
+	return nil
+}
+
+func (x *TxnMessage) GetVector() *TxnVector {
+	if x != nil {
+		if x, ok := x.Body.(*TxnMessage_Vector); ok {
+			return x.Vector
+		}
+	}
+	return nil
+}
+
 type isTxnMessage_Body interface {
 	isTxnMessage_Body()
 }
@@ -8118,6 +8159,20 @@ type TxnMessage_TwopcStatus struct {
 	TwopcStatus []byte `protobuf:"bytes,22,opt,name=twopc_status,json=twopcStatus,proto3,oneof"`
 }
 
+type TxnMessage_SeqQuery struct {
+	// Read-only transactions (sdur): the snapshot sequencer's queries and their replies,
+	// and the vectors it publishes to every node (raft/txnro.go).
+	SeqQuery *TxnSeqQuery `protobuf:"bytes,30,opt,name=seq_query,json=seqQuery,proto3,oneof"`
+}
+
+type TxnMessage_SeqReply struct {
+	SeqReply *TxnSeqReply `protobuf:"bytes,31,opt,name=seq_reply,json=seqReply,proto3,oneof"`
+}
+
+type TxnMessage_Vector struct {
+	Vector *TxnVector `protobuf:"bytes,32,opt,name=vector,proto3,oneof"`
+}
+
 func (*TxnMessage_SdurVote) isTxnMessage_Body() {}
 
 func (*TxnMessage_VoteRequest) isTxnMessage_Body() {}
@@ -8129,6 +8184,275 @@ func (*TxnMessage_TwopcVote) isTxnMessage_Body() {}
 func (*TxnMessage_TwopcDecide) isTxnMessage_Body() {}
 
 func (*TxnMessage_TwopcStatus) isTxnMessage_Body() {}
+
+func (*TxnMessage_SeqQuery) isTxnMessage_Body() {}
+
+func (*TxnMessage_SeqReply) isTxnMessage_Body() {}
+
+func (*TxnMessage_Vector) isTxnMessage_Body() {}
+
+// TxnSeqQuery asks a replica of a partition for its snapshot counter and the globals it
+// completed above from (phase 1), or where it completed the globals listed (phase 2).
+type TxnSeqQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Round         uint64                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Phase2        bool                   `protobuf:"varint,2,opt,name=phase2,proto3" json:"phase2,omitempty"`
+	From          uint64                 `protobuf:"varint,3,opt,name=from,proto3" json:"from,omitempty"`
+	Status        []*SdurTxnId           `protobuf:"bytes,4,rep,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnSeqQuery) Reset() {
+	*x = TxnSeqQuery{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnSeqQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnSeqQuery) ProtoMessage() {}
+
+func (x *TxnSeqQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnSeqQuery.ProtoReflect.Descriptor instead.
+func (*TxnSeqQuery) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *TxnSeqQuery) GetRound() uint64 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *TxnSeqQuery) GetPhase2() bool {
+	if x != nil {
+		return x.Phase2
+	}
+	return false
+}
+
+func (x *TxnSeqQuery) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *TxnSeqQuery) GetStatus() []*SdurTxnId {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+// TxnCompletedGlobal is a global transaction's completion at a partition (index 0: not
+// completed there yet).
+type TxnCompletedGlobal struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txn           *SdurTxnId             `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Partitions    []uint32               `protobuf:"varint,3,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnCompletedGlobal) Reset() {
+	*x = TxnCompletedGlobal{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[93]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnCompletedGlobal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnCompletedGlobal) ProtoMessage() {}
+
+func (x *TxnCompletedGlobal) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[93]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnCompletedGlobal.ProtoReflect.Descriptor instead.
+func (*TxnCompletedGlobal) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{93}
+}
+
+func (x *TxnCompletedGlobal) GetTxn() *SdurTxnId {
+	if x != nil {
+		return x.Txn
+	}
+	return nil
+}
+
+func (x *TxnCompletedGlobal) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *TxnCompletedGlobal) GetPartitions() []uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+type TxnSeqReply struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Round   uint64                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	Phase2  bool                   `protobuf:"varint,2,opt,name=phase2,proto3" json:"phase2,omitempty"`
+	Counter uint64                 `protobuf:"varint,3,opt,name=counter,proto3" json:"counter,omitempty"`
+	// ok: the replica could answer (phase 1: it is not behind from and still remembers every
+	// global completed above it).
+	Ok            bool                  `protobuf:"varint,4,opt,name=ok,proto3" json:"ok,omitempty"`
+	Globals       []*TxnCompletedGlobal `protobuf:"bytes,5,rep,name=globals,proto3" json:"globals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnSeqReply) Reset() {
+	*x = TxnSeqReply{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[94]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnSeqReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnSeqReply) ProtoMessage() {}
+
+func (x *TxnSeqReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[94]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnSeqReply.ProtoReflect.Descriptor instead.
+func (*TxnSeqReply) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{94}
+}
+
+func (x *TxnSeqReply) GetRound() uint64 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *TxnSeqReply) GetPhase2() bool {
+	if x != nil {
+		return x.Phase2
+	}
+	return false
+}
+
+func (x *TxnSeqReply) GetCounter() uint64 {
+	if x != nil {
+		return x.Counter
+	}
+	return 0
+}
+
+func (x *TxnSeqReply) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *TxnSeqReply) GetGlobals() []*TxnCompletedGlobal {
+	if x != nil {
+		return x.Globals
+	}
+	return nil
+}
+
+// TxnVector is one snapshot vector of the chain: a snapshot counter per partition.
+type TxnVector struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Components    []*TxnSnapshotRef      `protobuf:"bytes,2,rep,name=components,proto3" json:"components,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnVector) Reset() {
+	*x = TxnVector{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[95]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnVector) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnVector) ProtoMessage() {}
+
+func (x *TxnVector) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[95]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnVector.ProtoReflect.Descriptor instead.
+func (*TxnVector) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{95}
+}
+
+func (x *TxnVector) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *TxnVector) GetComponents() []*TxnSnapshotRef {
+	if x != nil {
+		return x.Components
+	}
+	return nil
+}
 
 // TxnOutcome tells the submitter of a transaction how it ended.
 type TxnOutcome struct {
@@ -8144,7 +8468,7 @@ type TxnOutcome struct {
 
 func (x *TxnOutcome) Reset() {
 	*x = TxnOutcome{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[92]
+	mi := &file_meridian_v1_peer_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8156,7 +8480,7 @@ func (x *TxnOutcome) String() string {
 func (*TxnOutcome) ProtoMessage() {}
 
 func (x *TxnOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[92]
+	mi := &file_meridian_v1_peer_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8169,7 +8493,7 @@ func (x *TxnOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnOutcome.ProtoReflect.Descriptor instead.
 func (*TxnOutcome) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{92}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *TxnOutcome) GetTxn() *SdurTxnId {
@@ -8218,7 +8542,7 @@ type TxnSnapshotRef struct {
 
 func (x *TxnSnapshotRef) Reset() {
 	*x = TxnSnapshotRef{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[93]
+	mi := &file_meridian_v1_peer_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8230,7 +8554,7 @@ func (x *TxnSnapshotRef) String() string {
 func (*TxnSnapshotRef) ProtoMessage() {}
 
 func (x *TxnSnapshotRef) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[93]
+	mi := &file_meridian_v1_peer_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8243,7 +8567,7 @@ func (x *TxnSnapshotRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnSnapshotRef.ProtoReflect.Descriptor instead.
 func (*TxnSnapshotRef) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{93}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *TxnSnapshotRef) GetPartition() uint32 {
@@ -8270,7 +8594,7 @@ type TxnReadArgs struct {
 
 func (x *TxnReadArgs) Reset() {
 	*x = TxnReadArgs{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[94]
+	mi := &file_meridian_v1_peer_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8282,7 +8606,7 @@ func (x *TxnReadArgs) String() string {
 func (*TxnReadArgs) ProtoMessage() {}
 
 func (x *TxnReadArgs) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[94]
+	mi := &file_meridian_v1_peer_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8295,7 +8619,7 @@ func (x *TxnReadArgs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnReadArgs.ProtoReflect.Descriptor instead.
 func (*TxnReadArgs) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{94}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *TxnReadArgs) GetSnapshots() []*TxnSnapshotRef {
@@ -8316,7 +8640,7 @@ type TxnReadDone struct {
 
 func (x *TxnReadDone) Reset() {
 	*x = TxnReadDone{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[95]
+	mi := &file_meridian_v1_peer_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8328,7 +8652,7 @@ func (x *TxnReadDone) String() string {
 func (*TxnReadDone) ProtoMessage() {}
 
 func (x *TxnReadDone) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[95]
+	mi := &file_meridian_v1_peer_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8341,7 +8665,7 @@ func (x *TxnReadDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnReadDone.ProtoReflect.Descriptor instead.
 func (*TxnReadDone) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{95}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *TxnReadDone) GetSnapshot() *TxnSnapshotRef {
@@ -8362,17 +8686,21 @@ func (x *TxnReadDone) GetVersion() uint64 {
 // raw key next to the group's applied state): at start the group restores it and replays
 // the log after index.
 type TxnSavedState struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Mode          string                 `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
-	Core          []byte                 `protobuf:"bytes,3,opt,name=core,proto3" json:"core,omitempty"` // sdur.Replica.Snapshot
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Index uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Mode  string                 `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	Core  []byte                 `protobuf:"bytes,3,opt,name=core,proto3" json:"core,omitempty"` // sdur.Replica.Snapshot or twopc.Replica.Snapshot
+	// sdur: the globals completed here that the snapshot sequencer asks about, newest last,
+	// and the last snapshot vector this partition's log holds.
+	Completed     []*TxnCompletedGlobal `protobuf:"bytes,4,rep,name=completed,proto3" json:"completed,omitempty"`
+	Vector        *TxnVector            `protobuf:"bytes,5,opt,name=vector,proto3" json:"vector,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TxnSavedState) Reset() {
 	*x = TxnSavedState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[96]
+	mi := &file_meridian_v1_peer_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8384,7 +8712,7 @@ func (x *TxnSavedState) String() string {
 func (*TxnSavedState) ProtoMessage() {}
 
 func (x *TxnSavedState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[96]
+	mi := &file_meridian_v1_peer_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8397,7 +8725,7 @@ func (x *TxnSavedState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnSavedState.ProtoReflect.Descriptor instead.
 func (*TxnSavedState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{96}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *TxnSavedState) GetIndex() uint64 {
@@ -8417,6 +8745,20 @@ func (x *TxnSavedState) GetMode() string {
 func (x *TxnSavedState) GetCore() []byte {
 	if x != nil {
 		return x.Core
+	}
+	return nil
+}
+
+func (x *TxnSavedState) GetCompleted() []*TxnCompletedGlobal {
+	if x != nil {
+		return x.Completed
+	}
+	return nil
+}
+
+func (x *TxnSavedState) GetVector() *TxnVector {
+	if x != nil {
+		return x.Vector
 	}
 	return nil
 }
@@ -8770,7 +9112,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\fR\amessage\x12\x19\n" +
 	"\x05group\x18\x04 \x01(\rH\x00R\x05group\x88\x01\x01B\b\n" +
-	"\x06_group\"\xf5\x02\n" +
+	"\x06_group\"\xb1\x03\n" +
 	"\vRaftCommand\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\rR\x06origin\x12\x1d\n" +
 	"\n" +
@@ -8783,7 +9125,9 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x05split\x18\b \x01(\v2\x1b.meridian.peer.v1.RaftSplitR\x05split\x124\n" +
 	"\x06freeze\x18\t \x01(\v2\x1c.meridian.peer.v1.RaftFreezeR\x06freeze\x121\n" +
 	"\x05merge\x18\n" +
-	" \x01(\v2\x1b.meridian.peer.v1.RaftMergeR\x05merge\"7\n" +
+	" \x01(\v2\x1b.meridian.peer.v1.RaftMergeR\x05merge\x12:\n" +
+	"\n" +
+	"txn_vector\x18\v \x01(\v2\x1b.meridian.peer.v1.TxnVectorR\ttxnVector\"7\n" +
 	"\tRaftSplit\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\fR\x04keys\x12\x16\n" +
 	"\x06rights\x18\x02 \x03(\rR\x06rights\" \n" +
@@ -9128,7 +9472,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"lastWrites\x127\n" +
 	"\bprepared\x18\x05 \x03(\v2\x1b.meridian.peer.v1.TwopcPartR\bprepared\x128\n" +
 	"\adecided\x18\x06 \x03(\v2\x1e.meridian.peer.v1.TwopcDecidedR\adecided\x12G\n" +
-	"\fcoordinating\x18\a \x03(\v2#.meridian.peer.v1.TwopcCoordinatingR\fcoordinating\"\xfb\x02\n" +
+	"\fcoordinating\x18\a \x03(\v2#.meridian.peer.v1.TwopcCoordinatingR\fcoordinating\"\xae\x04\n" +
 	"\n" +
 	"TxnMessage\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
@@ -9141,8 +9485,33 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"twopc_vote\x18\x14 \x01(\fH\x00R\ttwopcVote\x12#\n" +
 	"\ftwopc_decide\x18\x15 \x01(\fH\x00R\vtwopcDecide\x12#\n" +
-	"\ftwopc_status\x18\x16 \x01(\fH\x00R\vtwopcStatusB\x06\n" +
-	"\x04body\"\x9d\x01\n" +
+	"\ftwopc_status\x18\x16 \x01(\fH\x00R\vtwopcStatus\x12<\n" +
+	"\tseq_query\x18\x1e \x01(\v2\x1d.meridian.peer.v1.TxnSeqQueryH\x00R\bseqQuery\x12<\n" +
+	"\tseq_reply\x18\x1f \x01(\v2\x1d.meridian.peer.v1.TxnSeqReplyH\x00R\bseqReply\x125\n" +
+	"\x06vector\x18  \x01(\v2\x1b.meridian.peer.v1.TxnVectorH\x00R\x06vectorB\x06\n" +
+	"\x04body\"\x84\x01\n" +
+	"\vTxnSeqQuery\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\x04R\x05round\x12\x16\n" +
+	"\x06phase2\x18\x02 \x01(\bR\x06phase2\x12\x12\n" +
+	"\x04from\x18\x03 \x01(\x04R\x04from\x123\n" +
+	"\x06status\x18\x04 \x03(\v2\x1b.meridian.peer.v1.SdurTxnIdR\x06status\"y\n" +
+	"\x12TxnCompletedGlobal\x12-\n" +
+	"\x03txn\x18\x01 \x01(\v2\x1b.meridian.peer.v1.SdurTxnIdR\x03txn\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x03 \x03(\rR\n" +
+	"partitions\"\xa5\x01\n" +
+	"\vTxnSeqReply\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\x04R\x05round\x12\x16\n" +
+	"\x06phase2\x18\x02 \x01(\bR\x06phase2\x12\x18\n" +
+	"\acounter\x18\x03 \x01(\x04R\acounter\x12\x0e\n" +
+	"\x02ok\x18\x04 \x01(\bR\x02ok\x12>\n" +
+	"\aglobals\x18\x05 \x03(\v2$.meridian.peer.v1.TxnCompletedGlobalR\aglobals\"_\n" +
+	"\tTxnVector\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12@\n" +
+	"\n" +
+	"components\x18\x02 \x03(\v2 .meridian.peer.v1.TxnSnapshotRefR\n" +
+	"components\"\x9d\x01\n" +
 	"\n" +
 	"TxnOutcome\x12-\n" +
 	"\x03txn\x18\x01 \x01(\v2\x1b.meridian.peer.v1.SdurTxnIdR\x03txn\x12\x1c\n" +
@@ -9157,11 +9526,13 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\tsnapshots\x18\x01 \x03(\v2 .meridian.peer.v1.TxnSnapshotRefR\tsnapshots\"e\n" +
 	"\vTxnReadDone\x12<\n" +
 	"\bsnapshot\x18\x01 \x01(\v2 .meridian.peer.v1.TxnSnapshotRefR\bsnapshot\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"M\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\xc6\x01\n" +
 	"\rTxnSavedState\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x12\n" +
-	"\x04core\x18\x03 \x01(\fR\x04core2\x9c\x01\n" +
+	"\x04core\x18\x03 \x01(\fR\x04core\x12B\n" +
+	"\tcompleted\x18\x04 \x03(\v2$.meridian.peer.v1.TxnCompletedGlobalR\tcompleted\x123\n" +
+	"\x06vector\x18\x05 \x01(\v2\x1b.meridian.peer.v1.TxnVectorR\x06vector2\x9c\x01\n" +
 	"\x04Peer\x12C\n" +
 	"\x06Stream\x12\x1a.meridian.peer.v1.Envelope\x1a\x1b.meridian.peer.v1.StreamAck(\x01\x12O\n" +
 	"\rStreamBatches\x12\x1f.meridian.peer.v1.EnvelopeBatch\x1a\x1b.meridian.peer.v1.StreamAck(\x01B\x1fZ\x1dmeridian/internal/wire/peerpbb\x06proto3"
@@ -9178,7 +9549,7 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 97)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 101)
 var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Version)(nil),             // 0: meridian.peer.v1.Version
 	(*Record)(nil),              // 1: meridian.peer.v1.Record
@@ -9272,11 +9643,15 @@ var file_meridian_v1_peer_proto_goTypes = []any{
 	(*TwopcCoordinating)(nil),   // 89: meridian.peer.v1.TwopcCoordinating
 	(*TwopcState)(nil),          // 90: meridian.peer.v1.TwopcState
 	(*TxnMessage)(nil),          // 91: meridian.peer.v1.TxnMessage
-	(*TxnOutcome)(nil),          // 92: meridian.peer.v1.TxnOutcome
-	(*TxnSnapshotRef)(nil),      // 93: meridian.peer.v1.TxnSnapshotRef
-	(*TxnReadArgs)(nil),         // 94: meridian.peer.v1.TxnReadArgs
-	(*TxnReadDone)(nil),         // 95: meridian.peer.v1.TxnReadDone
-	(*TxnSavedState)(nil),       // 96: meridian.peer.v1.TxnSavedState
+	(*TxnSeqQuery)(nil),         // 92: meridian.peer.v1.TxnSeqQuery
+	(*TxnCompletedGlobal)(nil),  // 93: meridian.peer.v1.TxnCompletedGlobal
+	(*TxnSeqReply)(nil),         // 94: meridian.peer.v1.TxnSeqReply
+	(*TxnVector)(nil),           // 95: meridian.peer.v1.TxnVector
+	(*TxnOutcome)(nil),          // 96: meridian.peer.v1.TxnOutcome
+	(*TxnSnapshotRef)(nil),      // 97: meridian.peer.v1.TxnSnapshotRef
+	(*TxnReadArgs)(nil),         // 98: meridian.peer.v1.TxnReadArgs
+	(*TxnReadDone)(nil),         // 99: meridian.peer.v1.TxnReadDone
+	(*TxnSavedState)(nil),       // 100: meridian.peer.v1.TxnSavedState
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,   // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -9325,116 +9700,126 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	51,  // 43: meridian.peer.v1.RaftCommand.split:type_name -> meridian.peer.v1.RaftSplit
 	52,  // 44: meridian.peer.v1.RaftCommand.freeze:type_name -> meridian.peer.v1.RaftFreeze
 	53,  // 45: meridian.peer.v1.RaftCommand.merge:type_name -> meridian.peer.v1.RaftMerge
-	0,   // 46: meridian.peer.v1.RaftMerge.right_last_version:type_name -> meridian.peer.v1.Version
-	56,  // 47: meridian.peer.v1.RaftMerge.right_origins:type_name -> meridian.peer.v1.RaftOriginApplied
-	49,  // 48: meridian.peer.v1.RaftBatch.messages:type_name -> meridian.peer.v1.RaftMessage
-	0,   // 49: meridian.peer.v1.RaftAppliedState.last_version:type_name -> meridian.peer.v1.Version
-	56,  // 50: meridian.peer.v1.RaftAppliedState.origins:type_name -> meridian.peer.v1.RaftOriginApplied
-	0,   // 51: meridian.peer.v1.RaftOriginApplied.version:type_name -> meridian.peer.v1.Version
-	55,  // 52: meridian.peer.v1.RaftSnapshotMarker.state:type_name -> meridian.peer.v1.RaftAppliedState
-	1,   // 53: meridian.peer.v1.RaftSnapshotStored.records:type_name -> meridian.peer.v1.Record
-	55,  // 54: meridian.peer.v1.RaftSnapshotReady.state:type_name -> meridian.peer.v1.RaftAppliedState
-	0,   // 55: meridian.peer.v1.RaftForward.min_version:type_name -> meridian.peer.v1.Version
-	0,   // 56: meridian.peer.v1.RaftForwardReply.version:type_name -> meridian.peer.v1.Version
-	1,   // 57: meridian.peer.v1.RaftForwardReply.records:type_name -> meridian.peer.v1.Record
-	2,   // 58: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
-	3,   // 59: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
-	4,   // 60: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
-	5,   // 61: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
-	6,   // 62: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
-	7,   // 63: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
-	8,   // 64: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
-	10,  // 65: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
-	11,  // 66: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
-	17,  // 67: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
-	26,  // 68: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
-	20,  // 69: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
-	21,  // 70: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
-	22,  // 71: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
-	23,  // 72: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
-	24,  // 73: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
-	25,  // 74: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
-	30,  // 75: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
-	31,  // 76: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
-	32,  // 77: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
-	33,  // 78: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
-	34,  // 79: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
-	35,  // 80: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
-	37,  // 81: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
-	38,  // 82: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
-	39,  // 83: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
-	40,  // 84: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
-	41,  // 85: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
-	42,  // 86: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
-	43,  // 87: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
-	47,  // 88: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
-	48,  // 89: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
-	44,  // 90: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
-	45,  // 91: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
-	49,  // 92: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
-	54,  // 93: meridian.peer.v1.Envelope.raft_batch:type_name -> meridian.peer.v1.RaftBatch
-	58,  // 94: meridian.peer.v1.Envelope.raft_snapshot_offer:type_name -> meridian.peer.v1.RaftSnapshotOffer
-	59,  // 95: meridian.peer.v1.Envelope.raft_snapshot_request:type_name -> meridian.peer.v1.RaftSnapshotRequest
-	60,  // 96: meridian.peer.v1.Envelope.raft_snapshot_chunk:type_name -> meridian.peer.v1.RaftSnapshotChunk
-	61,  // 97: meridian.peer.v1.Envelope.raft_snapshot_stored:type_name -> meridian.peer.v1.RaftSnapshotStored
-	62,  // 98: meridian.peer.v1.Envelope.raft_snapshot_ready:type_name -> meridian.peer.v1.RaftSnapshotReady
-	63,  // 99: meridian.peer.v1.Envelope.raft_forward:type_name -> meridian.peer.v1.RaftForward
-	64,  // 100: meridian.peer.v1.Envelope.raft_forward_reply:type_name -> meridian.peer.v1.RaftForwardReply
-	65,  // 101: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
-	66,  // 102: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
-	91,  // 103: meridian.peer.v1.Envelope.txn:type_name -> meridian.peer.v1.TxnMessage
-	12,  // 104: meridian.peer.v1.Envelope.move_snapshot_request:type_name -> meridian.peer.v1.MoveSnapshotRequest
-	13,  // 105: meridian.peer.v1.Envelope.move_snapshot_chunk:type_name -> meridian.peer.v1.MoveSnapshotChunk
-	16,  // 106: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
-	14,  // 107: meridian.peer.v1.Envelope.node_stats:type_name -> meridian.peer.v1.NodeStats
-	67,  // 108: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
-	70,  // 109: meridian.peer.v1.SdurPart.id:type_name -> meridian.peer.v1.SdurTxnId
-	71,  // 110: meridian.peer.v1.SdurPart.writes:type_name -> meridian.peer.v1.SdurWrite
-	70,  // 111: meridian.peer.v1.SdurAbortRequest.txn:type_name -> meridian.peer.v1.SdurTxnId
-	72,  // 112: meridian.peer.v1.SdurEntry.txn:type_name -> meridian.peer.v1.SdurPart
-	74,  // 113: meridian.peer.v1.SdurEntry.abort:type_name -> meridian.peer.v1.SdurAbortRequest
-	73,  // 114: meridian.peer.v1.SdurEntry.threshold:type_name -> meridian.peer.v1.SdurThreshold
-	70,  // 115: meridian.peer.v1.SdurVote.txn:type_name -> meridian.peer.v1.SdurTxnId
-	72,  // 116: meridian.peer.v1.SdurPending.part:type_name -> meridian.peer.v1.SdurPart
-	76,  // 117: meridian.peer.v1.SdurPending.votes:type_name -> meridian.peer.v1.SdurVote
-	70,  // 118: meridian.peer.v1.SdurSeen.id:type_name -> meridian.peer.v1.SdurTxnId
-	76,  // 119: meridian.peer.v1.SdurSeen.vote:type_name -> meridian.peer.v1.SdurVote
-	70,  // 120: meridian.peer.v1.SdurEarly.id:type_name -> meridian.peer.v1.SdurTxnId
-	76,  // 121: meridian.peer.v1.SdurEarly.votes:type_name -> meridian.peer.v1.SdurVote
-	73,  // 122: meridian.peer.v1.SdurState.threshold:type_name -> meridian.peer.v1.SdurThreshold
-	77,  // 123: meridian.peer.v1.SdurState.pending:type_name -> meridian.peer.v1.SdurPending
-	78,  // 124: meridian.peer.v1.SdurState.keys:type_name -> meridian.peer.v1.SdurKeyState
-	79,  // 125: meridian.peer.v1.SdurState.touched:type_name -> meridian.peer.v1.SdurTouch
-	75,  // 126: meridian.peer.v1.SdurState.waiting:type_name -> meridian.peer.v1.SdurEntry
-	80,  // 127: meridian.peer.v1.SdurState.seen:type_name -> meridian.peer.v1.SdurSeen
-	81,  // 128: meridian.peer.v1.SdurState.early:type_name -> meridian.peer.v1.SdurEarly
-	70,  // 129: meridian.peer.v1.TwopcPart.id:type_name -> meridian.peer.v1.SdurTxnId
-	83,  // 130: meridian.peer.v1.TwopcPart.reads:type_name -> meridian.peer.v1.TwopcRead
-	71,  // 131: meridian.peer.v1.TwopcPart.writes:type_name -> meridian.peer.v1.SdurWrite
-	84,  // 132: meridian.peer.v1.TwopcEntry.part:type_name -> meridian.peer.v1.TwopcPart
-	70,  // 133: meridian.peer.v1.TwopcEntry.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 134: meridian.peer.v1.TwopcVote.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 135: meridian.peer.v1.TwopcDecided.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 136: meridian.peer.v1.TwopcCoordinating.txn:type_name -> meridian.peer.v1.SdurTxnId
-	86,  // 137: meridian.peer.v1.TwopcCoordinating.votes:type_name -> meridian.peer.v1.TwopcVote
-	88,  // 138: meridian.peer.v1.TwopcState.last_writes:type_name -> meridian.peer.v1.TwopcLastWrite
-	84,  // 139: meridian.peer.v1.TwopcState.prepared:type_name -> meridian.peer.v1.TwopcPart
-	87,  // 140: meridian.peer.v1.TwopcState.decided:type_name -> meridian.peer.v1.TwopcDecided
-	89,  // 141: meridian.peer.v1.TwopcState.coordinating:type_name -> meridian.peer.v1.TwopcCoordinating
-	70,  // 142: meridian.peer.v1.TxnMessage.vote_request:type_name -> meridian.peer.v1.SdurTxnId
-	92,  // 143: meridian.peer.v1.TxnMessage.outcome:type_name -> meridian.peer.v1.TxnOutcome
-	70,  // 144: meridian.peer.v1.TxnOutcome.txn:type_name -> meridian.peer.v1.SdurTxnId
-	93,  // 145: meridian.peer.v1.TxnReadArgs.snapshots:type_name -> meridian.peer.v1.TxnSnapshotRef
-	93,  // 146: meridian.peer.v1.TxnReadDone.snapshot:type_name -> meridian.peer.v1.TxnSnapshotRef
-	67,  // 147: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	69,  // 148: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
-	68,  // 149: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	68,  // 150: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
-	149, // [149:151] is the sub-list for method output_type
-	147, // [147:149] is the sub-list for method input_type
-	147, // [147:147] is the sub-list for extension type_name
-	147, // [147:147] is the sub-list for extension extendee
-	0,   // [0:147] is the sub-list for field type_name
+	95,  // 46: meridian.peer.v1.RaftCommand.txn_vector:type_name -> meridian.peer.v1.TxnVector
+	0,   // 47: meridian.peer.v1.RaftMerge.right_last_version:type_name -> meridian.peer.v1.Version
+	56,  // 48: meridian.peer.v1.RaftMerge.right_origins:type_name -> meridian.peer.v1.RaftOriginApplied
+	49,  // 49: meridian.peer.v1.RaftBatch.messages:type_name -> meridian.peer.v1.RaftMessage
+	0,   // 50: meridian.peer.v1.RaftAppliedState.last_version:type_name -> meridian.peer.v1.Version
+	56,  // 51: meridian.peer.v1.RaftAppliedState.origins:type_name -> meridian.peer.v1.RaftOriginApplied
+	0,   // 52: meridian.peer.v1.RaftOriginApplied.version:type_name -> meridian.peer.v1.Version
+	55,  // 53: meridian.peer.v1.RaftSnapshotMarker.state:type_name -> meridian.peer.v1.RaftAppliedState
+	1,   // 54: meridian.peer.v1.RaftSnapshotStored.records:type_name -> meridian.peer.v1.Record
+	55,  // 55: meridian.peer.v1.RaftSnapshotReady.state:type_name -> meridian.peer.v1.RaftAppliedState
+	0,   // 56: meridian.peer.v1.RaftForward.min_version:type_name -> meridian.peer.v1.Version
+	0,   // 57: meridian.peer.v1.RaftForwardReply.version:type_name -> meridian.peer.v1.Version
+	1,   // 58: meridian.peer.v1.RaftForwardReply.records:type_name -> meridian.peer.v1.Record
+	2,   // 59: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
+	3,   // 60: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
+	4,   // 61: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
+	5,   // 62: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
+	6,   // 63: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
+	7,   // 64: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
+	8,   // 65: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
+	10,  // 66: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
+	11,  // 67: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
+	17,  // 68: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
+	26,  // 69: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
+	20,  // 70: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
+	21,  // 71: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
+	22,  // 72: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
+	23,  // 73: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
+	24,  // 74: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
+	25,  // 75: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
+	30,  // 76: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
+	31,  // 77: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
+	32,  // 78: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
+	33,  // 79: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
+	34,  // 80: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
+	35,  // 81: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
+	37,  // 82: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
+	38,  // 83: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
+	39,  // 84: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
+	40,  // 85: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
+	41,  // 86: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
+	42,  // 87: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
+	43,  // 88: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
+	47,  // 89: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
+	48,  // 90: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
+	44,  // 91: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
+	45,  // 92: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
+	49,  // 93: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
+	54,  // 94: meridian.peer.v1.Envelope.raft_batch:type_name -> meridian.peer.v1.RaftBatch
+	58,  // 95: meridian.peer.v1.Envelope.raft_snapshot_offer:type_name -> meridian.peer.v1.RaftSnapshotOffer
+	59,  // 96: meridian.peer.v1.Envelope.raft_snapshot_request:type_name -> meridian.peer.v1.RaftSnapshotRequest
+	60,  // 97: meridian.peer.v1.Envelope.raft_snapshot_chunk:type_name -> meridian.peer.v1.RaftSnapshotChunk
+	61,  // 98: meridian.peer.v1.Envelope.raft_snapshot_stored:type_name -> meridian.peer.v1.RaftSnapshotStored
+	62,  // 99: meridian.peer.v1.Envelope.raft_snapshot_ready:type_name -> meridian.peer.v1.RaftSnapshotReady
+	63,  // 100: meridian.peer.v1.Envelope.raft_forward:type_name -> meridian.peer.v1.RaftForward
+	64,  // 101: meridian.peer.v1.Envelope.raft_forward_reply:type_name -> meridian.peer.v1.RaftForwardReply
+	65,  // 102: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
+	66,  // 103: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
+	91,  // 104: meridian.peer.v1.Envelope.txn:type_name -> meridian.peer.v1.TxnMessage
+	12,  // 105: meridian.peer.v1.Envelope.move_snapshot_request:type_name -> meridian.peer.v1.MoveSnapshotRequest
+	13,  // 106: meridian.peer.v1.Envelope.move_snapshot_chunk:type_name -> meridian.peer.v1.MoveSnapshotChunk
+	16,  // 107: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
+	14,  // 108: meridian.peer.v1.Envelope.node_stats:type_name -> meridian.peer.v1.NodeStats
+	67,  // 109: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
+	70,  // 110: meridian.peer.v1.SdurPart.id:type_name -> meridian.peer.v1.SdurTxnId
+	71,  // 111: meridian.peer.v1.SdurPart.writes:type_name -> meridian.peer.v1.SdurWrite
+	70,  // 112: meridian.peer.v1.SdurAbortRequest.txn:type_name -> meridian.peer.v1.SdurTxnId
+	72,  // 113: meridian.peer.v1.SdurEntry.txn:type_name -> meridian.peer.v1.SdurPart
+	74,  // 114: meridian.peer.v1.SdurEntry.abort:type_name -> meridian.peer.v1.SdurAbortRequest
+	73,  // 115: meridian.peer.v1.SdurEntry.threshold:type_name -> meridian.peer.v1.SdurThreshold
+	70,  // 116: meridian.peer.v1.SdurVote.txn:type_name -> meridian.peer.v1.SdurTxnId
+	72,  // 117: meridian.peer.v1.SdurPending.part:type_name -> meridian.peer.v1.SdurPart
+	76,  // 118: meridian.peer.v1.SdurPending.votes:type_name -> meridian.peer.v1.SdurVote
+	70,  // 119: meridian.peer.v1.SdurSeen.id:type_name -> meridian.peer.v1.SdurTxnId
+	76,  // 120: meridian.peer.v1.SdurSeen.vote:type_name -> meridian.peer.v1.SdurVote
+	70,  // 121: meridian.peer.v1.SdurEarly.id:type_name -> meridian.peer.v1.SdurTxnId
+	76,  // 122: meridian.peer.v1.SdurEarly.votes:type_name -> meridian.peer.v1.SdurVote
+	73,  // 123: meridian.peer.v1.SdurState.threshold:type_name -> meridian.peer.v1.SdurThreshold
+	77,  // 124: meridian.peer.v1.SdurState.pending:type_name -> meridian.peer.v1.SdurPending
+	78,  // 125: meridian.peer.v1.SdurState.keys:type_name -> meridian.peer.v1.SdurKeyState
+	79,  // 126: meridian.peer.v1.SdurState.touched:type_name -> meridian.peer.v1.SdurTouch
+	75,  // 127: meridian.peer.v1.SdurState.waiting:type_name -> meridian.peer.v1.SdurEntry
+	80,  // 128: meridian.peer.v1.SdurState.seen:type_name -> meridian.peer.v1.SdurSeen
+	81,  // 129: meridian.peer.v1.SdurState.early:type_name -> meridian.peer.v1.SdurEarly
+	70,  // 130: meridian.peer.v1.TwopcPart.id:type_name -> meridian.peer.v1.SdurTxnId
+	83,  // 131: meridian.peer.v1.TwopcPart.reads:type_name -> meridian.peer.v1.TwopcRead
+	71,  // 132: meridian.peer.v1.TwopcPart.writes:type_name -> meridian.peer.v1.SdurWrite
+	84,  // 133: meridian.peer.v1.TwopcEntry.part:type_name -> meridian.peer.v1.TwopcPart
+	70,  // 134: meridian.peer.v1.TwopcEntry.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 135: meridian.peer.v1.TwopcVote.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 136: meridian.peer.v1.TwopcDecided.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 137: meridian.peer.v1.TwopcCoordinating.txn:type_name -> meridian.peer.v1.SdurTxnId
+	86,  // 138: meridian.peer.v1.TwopcCoordinating.votes:type_name -> meridian.peer.v1.TwopcVote
+	88,  // 139: meridian.peer.v1.TwopcState.last_writes:type_name -> meridian.peer.v1.TwopcLastWrite
+	84,  // 140: meridian.peer.v1.TwopcState.prepared:type_name -> meridian.peer.v1.TwopcPart
+	87,  // 141: meridian.peer.v1.TwopcState.decided:type_name -> meridian.peer.v1.TwopcDecided
+	89,  // 142: meridian.peer.v1.TwopcState.coordinating:type_name -> meridian.peer.v1.TwopcCoordinating
+	70,  // 143: meridian.peer.v1.TxnMessage.vote_request:type_name -> meridian.peer.v1.SdurTxnId
+	96,  // 144: meridian.peer.v1.TxnMessage.outcome:type_name -> meridian.peer.v1.TxnOutcome
+	92,  // 145: meridian.peer.v1.TxnMessage.seq_query:type_name -> meridian.peer.v1.TxnSeqQuery
+	94,  // 146: meridian.peer.v1.TxnMessage.seq_reply:type_name -> meridian.peer.v1.TxnSeqReply
+	95,  // 147: meridian.peer.v1.TxnMessage.vector:type_name -> meridian.peer.v1.TxnVector
+	70,  // 148: meridian.peer.v1.TxnSeqQuery.status:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 149: meridian.peer.v1.TxnCompletedGlobal.txn:type_name -> meridian.peer.v1.SdurTxnId
+	93,  // 150: meridian.peer.v1.TxnSeqReply.globals:type_name -> meridian.peer.v1.TxnCompletedGlobal
+	97,  // 151: meridian.peer.v1.TxnVector.components:type_name -> meridian.peer.v1.TxnSnapshotRef
+	70,  // 152: meridian.peer.v1.TxnOutcome.txn:type_name -> meridian.peer.v1.SdurTxnId
+	97,  // 153: meridian.peer.v1.TxnReadArgs.snapshots:type_name -> meridian.peer.v1.TxnSnapshotRef
+	97,  // 154: meridian.peer.v1.TxnReadDone.snapshot:type_name -> meridian.peer.v1.TxnSnapshotRef
+	93,  // 155: meridian.peer.v1.TxnSavedState.completed:type_name -> meridian.peer.v1.TxnCompletedGlobal
+	95,  // 156: meridian.peer.v1.TxnSavedState.vector:type_name -> meridian.peer.v1.TxnVector
+	67,  // 157: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	69,  // 158: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
+	68,  // 159: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	68,  // 160: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
+	159, // [159:161] is the sub-list for method output_type
+	157, // [157:159] is the sub-list for method input_type
+	157, // [157:157] is the sub-list for extension type_name
+	157, // [157:157] is the sub-list for extension extendee
+	0,   // [0:157] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -9507,6 +9892,9 @@ func file_meridian_v1_peer_proto_init() {
 		(*TxnMessage_TwopcVote)(nil),
 		(*TxnMessage_TwopcDecide)(nil),
 		(*TxnMessage_TwopcStatus)(nil),
+		(*TxnMessage_SeqQuery)(nil),
+		(*TxnMessage_SeqReply)(nil),
+		(*TxnMessage_Vector)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -9514,7 +9902,7 @@ func file_meridian_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   97,
+			NumMessages:   101,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
