@@ -43,7 +43,7 @@ type Counters struct {
 	// parts proposed again, votes sent, abort requests (recovery, geo-sdur IV-F), leaders'
 	// tick and threshold entries, transactional reads served, entries replayed into a core at
 	// start, transaction messages refused after decoding.
-	TxnSubmitted, TxnCommitted, TxnAborted, TxnResent, TxnVotesSent atomic.Int64
+	TxnSubmitted, TxnCommitted, TxnAborted, TxnResent, TxnVotesSent   atomic.Int64
 	TxnAbortRequests, TxnTicks, TxnReads, TxnReplayed, TxnBadMessages atomic.Int64
 	// TxnVectors counts snapshot vectors this node's sequencers published; TxnVectorRefused,
 	// vectors a sequencer refused to publish because they would break the chain.

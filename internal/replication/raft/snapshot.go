@@ -87,7 +87,7 @@ type inTransfer struct {
 	state *peerpb.RaftAppliedState
 	// txnState is the snapshot's transaction state (transactional groups).
 	txnState []byte
-	next  int64 // next offset to request
+	next     int64 // next offset to request
 	// outstanding are the chunks requested and not yet on disk, by offset, with when they
 	// were (last) asked for: lost requests or chunks are asked for again.
 	outstanding map[int64]time.Time

@@ -44,7 +44,7 @@ func newTwopcCore(e *Engine, g *group) (*twopcCore, error) {
 		now: func() time.Time { return e.lastNow }, contains: g.contains}, nil
 }
 
-func (m *twopcCore) mode() string             { return config.Txn2PC }
+func (m *twopcCore) mode() string              { return config.Txn2PC }
 func (m *twopcCore) snapshot() ([]byte, error) { return m.rep.Snapshot() }
 func (m *twopcCore) counter() uint64           { return m.rep.Version() }
 func (m *twopcCore) floor() uint64             { return 0 }

@@ -263,7 +263,9 @@ func (e *Engine) seqReply(now time.Time, from uint32, g *group, msg *peerpb.TxnM
 			e.publishVector(now, g, q)
 			return
 		}
-		e.seqAsk(g, q, func(uint32) *peerpb.TxnSeqQuery { return &peerpb.TxnSeqQuery{Round: q.round, Phase2: true, Status: ids} })
+		e.seqAsk(g, q, func(uint32) *peerpb.TxnSeqQuery {
+			return &peerpb.TxnSeqQuery{Round: q.round, Phase2: true, Status: ids}
+		})
 		return
 	}
 	e.publishVector(now, g, q)

@@ -183,12 +183,12 @@ func (m *sdurCore) busy() bool {
 }
 
 func (m *sdurCore) mode() string              { return config.TxnSDUR }
-func (m *sdurCore) snapshot() ([]byte, error)  { return m.rep.Snapshot() }
-func (m *sdurCore) counter() uint64            { return m.rep.SnapshotCounter() }
-func (m *sdurCore) floor() uint64              { return m.rep.Floor() }
-func (m *sdurCore) snapshots() bool            { return true }
-func (m *sdurCore) setLeader(bool)             {}
-func (m *sdurCore) replayFrom(uint64)          {}
+func (m *sdurCore) snapshot() ([]byte, error) { return m.rep.Snapshot() }
+func (m *sdurCore) counter() uint64           { return m.rep.SnapshotCounter() }
+func (m *sdurCore) floor() uint64             { return m.rep.Floor() }
+func (m *sdurCore) snapshots() bool           { return true }
+func (m *sdurCore) setLeader(bool)            {}
+func (m *sdurCore) replayFrom(uint64)         {}
 
 func (m *sdurCore) restore(core []byte, now time.Time) error {
 	rep, err := sdur.Restore(core, m.opts, now)
