@@ -27,3 +27,32 @@ func BrokenOf(e *Engine) map[string]string {
 	}
 	return out
 }
+
+// SetTxnMutationForTest breaks the transaction cores of e's groups on purpose (a mutation of
+// internal/sdur or internal/twopc): each core is saved and restored with it.
+func SetTxnMutationForTest(e *Engine, mutation string) error {
+	for _, g := range e.order {
+		switch m := g.txn.(type) {
+		case *sdurCore:
+			m.opts.Mutation = mutation
+			b, err := m.rep.Snapshot()
+			if err != nil {
+				return err
+			}
+			if err := m.restore(b, e.lastNow); err != nil {
+				return err
+			}
+		case *twopcCore:
+			m.opts.Mutation = mutation
+			b, err := m.rep.Snapshot()
+			if err != nil {
+				return err
+			}
+			if err := m.restore(b, e.lastNow); err != nil {
+				return err
+			}
+		}
+	}
+	e.cfg.Mutation = mutation // cores restored after a restart of this engine keep it too
+	return nil
+}
