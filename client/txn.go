@@ -270,8 +270,8 @@ func (t *Txn) buffer(w *meridianpb.TxnWrite) error {
 	return nil
 }
 
-// Commit submits the transaction: the keys it read and did not write, its writes, and its
-// snapshots. It returns an *AbortError when the transaction aborted (nothing of it was
+// Commit submits the transaction: the keys it read and did not write (with the versions
+// read), its writes, and its snapshots. It returns an *AbortError when the transaction aborted (nothing of it was
 // written). Any other error leaves the outcome unknown when it is a timeout
 // (codes.DeadlineExceeded: it may have committed) and means it was not submitted otherwise
 // (invalid, unavailable, ...). A transaction with no reads and no writes commits at once,
@@ -287,6 +287,7 @@ func (t *Txn) Commit(ctx context.Context) (CommitResult, error) {
 	for _, k := range t.readOrder {
 		if _, written := t.writes[k]; !written {
 			req.Reads = append(req.Reads, []byte(k))
+			req.ReadVersions = append(req.ReadVersions, t.reads[k].version)
 		}
 	}
 	for _, k := range t.writeOrder {

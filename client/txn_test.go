@@ -189,8 +189,8 @@ func TestTxnReadsWritesAndCommits(t *testing.T) {
 		t.Errorf("commit result %+v", res)
 	}
 	cr := n.commits[0]
-	if fmt.Sprintf("%q", cr.Reads) != `["zz"]` {
-		t.Errorf("reads committed %q, want only zz (a and x were written)", cr.Reads)
+	if fmt.Sprintf("%q", cr.Reads) != `["zz"]` || fmt.Sprint(cr.ReadVersions) != "[19]" {
+		t.Errorf("reads committed %q versions %v, want only zz (a and x were written) at version 19", cr.Reads, cr.ReadVersions)
 	}
 	var ws []string
 	for _, w := range cr.Writes {

@@ -1307,8 +1307,12 @@ type TxnCommitRequest struct {
 	Snapshots        []*TxnSnapshot         `protobuf:"bytes,4,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
 	TimeoutMs        uint32                 `protobuf:"varint,5,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	PlacementVersion uint64                 `protobuf:"varint,6,opt,name=placement_version,json=placementVersion,proto3" json:"placement_version,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The versions the reads returned (TxnValue.version), one per read in the order of reads,
+	// or none. txn_mode 2pc validates the reads against them at prepare (a read without one
+	// counts as version 0, never written); sdur certifies against the snapshots instead.
+	ReadVersions  []uint64 `protobuf:"varint,7,rep,packed,name=read_versions,json=readVersions,proto3" json:"read_versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TxnCommitRequest) Reset() {
@@ -1381,6 +1385,13 @@ func (x *TxnCommitRequest) GetPlacementVersion() uint64 {
 		return x.PlacementVersion
 	}
 	return 0
+}
+
+func (x *TxnCommitRequest) GetReadVersions() []uint64 {
+	if x != nil {
+		return x.ReadVersions
+	}
+	return nil
 }
 
 // TxnCommitResponse is the outcome. An abort is a response (committed false, with the reason
@@ -3463,7 +3474,7 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\bTxnWrite\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x16\n" +
-	"\x06delete\x18\x03 \x01(\bR\x06delete\"\xf7\x01\n" +
+	"\x06delete\x18\x03 \x01(\bR\x06delete\"\x9c\x02\n" +
 	"\x10TxnCommitRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x14\n" +
 	"\x05reads\x18\x02 \x03(\fR\x05reads\x12-\n" +
@@ -3471,7 +3482,8 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\tsnapshots\x18\x04 \x03(\v2\x18.meridian.v1.TxnSnapshotR\tsnapshots\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x05 \x01(\rR\ttimeoutMs\x12+\n" +
-	"\x11placement_version\x18\x06 \x01(\x04R\x10placementVersion\"\xd6\x01\n" +
+	"\x11placement_version\x18\x06 \x01(\x04R\x10placementVersion\x12#\n" +
+	"\rread_versions\x18\a \x03(\x04R\freadVersions\"\xd6\x01\n" +
 	"\x11TxnCommitResponse\x12\x1c\n" +
 	"\tcommitted\x18\x01 \x01(\bR\tcommitted\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x10\n" +

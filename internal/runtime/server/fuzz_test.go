@@ -215,6 +215,8 @@ func FuzzTxnCommitRequest(f *testing.F) {
 	add(&meridianpb.TxnCommitRequest{Keyspace: "tx", Reads: [][]byte{[]byte("a")}, Writes: []*meridianpb.TxnWrite{w("b", "v", false)}, Snapshots: []*meridianpb.TxnSnapshot{sn(0, 3)}})
 	add(&meridianpb.TxnCommitRequest{Keyspace: "tx", Writes: []*meridianpb.TxnWrite{w("b", "", true), w("c", "", false)}, TimeoutMs: 1000})
 	add(&meridianpb.TxnCommitRequest{Keyspace: "tx", Reads: [][]byte{[]byte("a"), []byte("b")}, Snapshots: []*meridianpb.TxnSnapshot{sn(3, 1), sn(1, 1<<40)}, PlacementVersion: 7})
+	add(&meridianpb.TxnCommitRequest{Keyspace: "tx", Reads: [][]byte{[]byte("a"), []byte("b")}, ReadVersions: []uint64{3, 0}})
+	add(&meridianpb.TxnCommitRequest{Keyspace: "tx", Reads: [][]byte{[]byte("a"), []byte("b")}, ReadVersions: []uint64{3}})
 	// Invalid requests.
 	add(&meridianpb.TxnCommitRequest{})
 	add(&meridianpb.TxnCommitRequest{Keyspace: "tx"})
@@ -281,6 +283,9 @@ func checkFuzzTxnCommit(t *testing.T, v validator, in *meridianpb.TxnCommitReque
 	}
 	if len(tx.Reads) != len(in.Reads) || len(tx.Writes) != len(in.Writes) || len(tx.Snapshots) != len(in.Snapshots) {
 		fail("not the reads, writes and snapshots given")
+	}
+	if len(tx.ReadVersions) != 0 && (len(tx.ReadVersions) != len(tx.Reads) || !slices.Equal(tx.ReadVersions, in.ReadVersions)) {
+		fail("read versions %v for %d reads, given %v", tx.ReadVersions, len(tx.Reads), in.ReadVersions)
 	}
 	seen := map[string]bool{}
 	total := 0

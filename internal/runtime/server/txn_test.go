@@ -186,6 +186,21 @@ func TestValidatorTxnCommit(t *testing.T) {
 				wantDeadline(lim.DefaultRequestTimeout)(t, r)
 			}},
 		{name: "reads only", req: commit("tx", keys("r"), nil, snaps(0, 1))},
+		{name: "read versions", req: &meridianpb.TxnCommitRequest{Keyspace: "tx", Reads: keys("r1", "r2"), ReadVersions: []uint64{7, 0}},
+			check: func(t *testing.T, rs []engine.Request) {
+				if fmt.Sprint(rs[0].Txn.ReadVersions) != "[7 0]" {
+					t.Errorf("ReadVersions = %v, want [7 0]", rs[0].Txn.ReadVersions)
+				}
+			}},
+		{name: "no read versions", req: commit("tx", keys("r1", "r2"), nil, nil), check: func(t *testing.T, rs []engine.Request) {
+			if rs[0].Txn.ReadVersions != nil {
+				t.Errorf("ReadVersions = %v, want none", rs[0].Txn.ReadVersions)
+			}
+		}},
+		{name: "read versions not one per read", req: &meridianpb.TxnCommitRequest{Keyspace: "tx", Reads: keys("r1", "r2"), ReadVersions: []uint64{7}},
+			kind: errs.Invalid, msg: []string{"1 read versions for 2 reads"}},
+		{name: "read versions without reads", req: &meridianpb.TxnCommitRequest{Keyspace: "tx", Writes: []*meridianpb.TxnWrite{put("w", "v")}, ReadVersions: []uint64{7}},
+			kind: errs.Invalid, msg: []string{"1 read versions for 0 reads"}},
 		{name: "writes only", req: commit("tx", nil, []*meridianpb.TxnWrite{put("w", "v")}, nil)},
 		{name: "timeout", req: &meridianpb.TxnCommitRequest{Keyspace: "tx", Reads: keys("r"), TimeoutMs: 2500}, check: func(t *testing.T, rs []engine.Request) {
 			wantDeadline(2500*time.Millisecond)(t, rs[0])

@@ -337,7 +337,8 @@ func (v validator) txnRead(r *meridianpb.TxnReadRequest) ([]engine.Request, erro
 // txnCommit validates a TxnCommit: keyspace (transactional), at least one read or write,
 // key count (limits.max_txn_keys), each key, no key twice (a written key must not be listed
 // as read: it is certified as read anyway), values, and the size of all keys and values
-// together (txnTooLarge: limits.max_value_bytes), snapshots, the protocol's fields, deadline.
+// together (txnTooLarge: limits.max_value_bytes), read versions (one per read, or none),
+// snapshots, the protocol's fields, deadline.
 func (v validator) txnCommit(r *meridianpb.TxnCommitRequest) (engine.Request, error) {
 	ks, err := v.txnKeyspace(r.GetKeyspace())
 	if err != nil {
@@ -397,6 +398,12 @@ func (v validator) txnCommit(r *meridianpb.TxnCommitRequest) (engine.Request, er
 		}
 	}
 	tx.Reads = reads
+	if rv := r.GetReadVersions(); len(rv) > 0 {
+		if len(rv) != len(reads) {
+			return engine.Request{}, errs.New(errs.Invalid, "%d read versions for %d reads: give one per read, in the order of the reads, or none", len(rv), len(reads))
+		}
+		tx.ReadVersions = rv
+	}
 	if tx.Snapshots, err = v.txnSnapshots(ks, r.GetSnapshots()); err != nil {
 		return engine.Request{}, err
 	}
