@@ -283,6 +283,7 @@ func kvCmd() *cobra.Command {
 	}
 	scan.Flags().IntVar(&limit, "limit", 0, "maximum keys returned (default 1000; at most limits.max_scan_limit)")
 	cmd.AddCommand(scan)
+	cmd.AddCommand(kvTxnCmd(withClient, opts, &consistency))
 
 	var ksProtocol, ksRegions string
 	var ksReplicas, ksPartitions int

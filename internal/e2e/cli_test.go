@@ -150,6 +150,47 @@ func TestCLI(t *testing.T) {
 		kv(n2, "get", "demo", "k", "--consistency", "ALL").mustFailOneLine(t, "not found")
 	})
 
+	t.Run("txn", func(t *testing.T) {
+		// A keyspace without transactions says so, and how to get one.
+		kv(n1, "txn", "demo", "-e", "get k; put k v").mustFailOneLine(t, `keyspace "demo" is not transactional (txn_mode none)`, "txn_mode sdur")
+		// Script errors name the line; nothing is sent.
+		kv(n1, "txn", "demo", "-e", "get k\nset k v").mustFailOneLine(t, "line 2", `unknown statement "set"`)
+		kv(n1, "txn", "demo").mustFailOneLine(t, "-e SCRIPT", "--file")
+		kv(n1, "txn", "demo", "-e", "get k", "--consistency", "ONE").mustFailOneLine(t, "--consistency does not apply")
+
+		kv(n1, "create-keyspace", "tks", "--protocol", "raft", "--partitions", "2", "--option", "txn_mode=sdur").mustSucceed(t)
+		kv(n2, "put", "tks", "a", "1").mustFailOneLine(t, `keyspace "tks" is transactional (txn_mode sdur): write through TxnCommit`)
+		// The first transaction commits once the groups have leaders.
+		eventually(t, "a transaction commits", func() error {
+			r := kv(n2, "txn", "tks", "-e", `put a 1; put "\xf0b" 2`)
+			if r.code != 0 || !strings.HasPrefix(r.stdout, "committed txn ") {
+				return errString(r.String())
+			}
+			return nil
+		})
+		eventually(t, "a transaction reads the writes", func() error {
+			r := kv(n3, "txn", "tks", "-e", "get a\nget \"\\xf0b\"\nget zz\nput a 0\nget a")
+			want := "a = 1\n\"\\xf0b\" = 2\nzz not found\na = 0\ncommitted txn "
+			if r.code != 0 || !strings.HasPrefix(r.stdout, want) {
+				return errString(r.String())
+			}
+			return nil
+		})
+		// From stdin through --file -, ending in abort: nothing written.
+		script := filepath.Join(t.TempDir(), "script")
+		if err := os.WriteFile(script, []byte("# drain a\nput a 999\nabort\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := kv(n1, "txn", "tks", "--file", script).mustSucceed(t)
+		if r.stdout != "aborted by the script: nothing written\n" {
+			t.Fatalf("%v: want the script's abort on stdout", r)
+		}
+		r = kv(n1, "txn", "tks", "-e", "get a; commit").mustSucceed(t)
+		if !strings.HasPrefix(r.stdout, "a = 0\n") {
+			t.Fatalf("%v: want a = 0 (the script's abort wrote nothing)", r)
+		}
+	})
+
 	t.Run("server-bad-config", func(t *testing.T) {
 		// An unknown field in the second node's entry.
 		bad := strings.Replace(c.cfgYAML, "    region: us\n", "    region: us\n    zone: us-east1-b\n", 1)
