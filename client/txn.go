@@ -69,8 +69,8 @@ func (e *AbortError) Is(target error) bool { return target == ErrAborted }
 type CommitResult struct {
 	// Txn is the transaction's ID ("" when nothing was sent: no reads and no writes).
 	Txn string
-	// Version is the snapshot counter the writes were applied at in the first of the
-	// transaction's partitions.
+	// Version is the version the writes were applied at in the first of the transaction's
+	// partitions (sdur: that partition's snapshot counter).
 	Version uint64
 	// Coordinator is the node that submitted the transaction.
 	Coordinator string
@@ -81,8 +81,9 @@ type TxnValue struct {
 	Key   []byte
 	Value []byte
 	Found bool
-	// Version is the key's version at the transaction's snapshot: the snapshot counter of
-	// its last write (0: never written, or the value is the transaction's own write).
+	// Version is the key's version as read (sdur: the snapshot counter of its last write at
+	// the transaction's snapshot); 0: never written, or the value is the transaction's own
+	// write.
 	Version uint64
 }
 
@@ -129,7 +130,9 @@ func (t *Txn) Keyspace() string { return t.keyspace }
 // Get reads key in the transaction. A key the transaction wrote returns the buffered write
 // (not found after a Delete); a key it read before returns the same value again; any other
 // key is read from the cluster at the transaction's snapshot of the key's partition (the
-// first read of a partition fixes that snapshot).
+// first read of a partition fixes that snapshot). A read the cluster refuses as a conflict
+// (the snapshot is older than the partition keeps) ends the transaction with an
+// *AbortError, as an abort at commit does.
 func (t *Txn) Get(ctx context.Context, key []byte) (value []byte, found bool, err error) {
 	vals, err := t.GetMany(ctx, [][]byte{key})
 	if err != nil {
@@ -198,6 +201,13 @@ func (t *Txn) fetch(ctx context.Context, keys [][]byte) error {
 		return r, r.PlacementVersion, nil
 	})
 	if err != nil {
+		var e *Error
+		if errors.As(err, &e) && e.Code == codes.Aborted {
+			// The cluster cannot serve the transaction any more (its snapshot of a partition
+			// is older than the partition keeps): it is over, as if aborted at commit.
+			t.done = true
+			return &AbortError{Reason: e.Msg}
+		}
 		return err
 	}
 	// Check the whole answer before taking any of it.
@@ -358,7 +368,8 @@ const ReadOnlyRetries = 5
 // of those found (keyed by string(key)). When every key is in one partition, the reads are
 // at one snapshot and consistent as they are: it returns at once. Otherwise it commits the
 // read-only transaction, whose certification checks that the partitions' snapshots are
-// consistent with each other, and on an abort reads again, up to ReadOnlyRetries times.
+// consistent with each other, and on an abort (of the commit, or of a read) reads again, up
+// to ReadOnlyRetries times; the last *AbortError is returned after that.
 func (c *Client) ReadOnly(ctx context.Context, keyspace string, keys [][]byte, options ...Option) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	if len(keys) == 0 {
@@ -370,6 +381,9 @@ func (c *Client) ReadOnly(ctx context.Context, keyspace string, keys [][]byte, o
 		var vals []TxnValue
 		if vals, err = t.GetMany(ctx, keys); err != nil {
 			t.Abort()
+			if errors.Is(err, ErrAborted) {
+				continue
+			}
 			return nil, err
 		}
 		clear(out)

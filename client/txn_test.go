@@ -48,6 +48,9 @@ func (n *txnNode) TxnRead(_ context.Context, r *meridianpb.TxnReadRequest) (*mer
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.reads = append(n.reads, r)
+	if r.Keyspace == "old" {
+		return nil, status.Error(codes.Aborted, `keyspace "old" partition 0: the transaction's snapshot 1 is older than the partition keeps (5): restart the transaction`)
+	}
 	if r.Keyspace != "tx" {
 		return nil, status.Errorf(codes.InvalidArgument, "keyspace %q is not transactional (txn_mode none): use Get/Put/Delete, or create it with txn_mode sdur", r.Keyspace)
 	}
@@ -298,6 +301,16 @@ func TestTxnTrivialAndInvalid(t *testing.T) {
 	}
 	if reads, commits := n.counts(); reads != 0 || commits != 0 {
 		t.Errorf("%d reads and %d commits sent, want none", reads, commits)
+	}
+	// A read refused as a conflict ends the transaction as an abort.
+	old := c.Begin("old")
+	_, _, err = old.Get(cx, []byte("k"))
+	var ae *AbortError
+	if !errors.As(err, &ae) || !strings.Contains(ae.Reason, "older than the partition keeps") {
+		t.Errorf("read at a snapshot too old: %v (%T)", err, err)
+	}
+	if _, err := old.Commit(cx); !errors.Is(err, ErrTxnDone) {
+		t.Errorf("commit after a read's abort: %v", err)
 	}
 	_, _, err = c.Begin("kv").Get(cx, []byte("k"))
 	if CodeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `keyspace "kv" is not transactional`) {
