@@ -280,8 +280,8 @@ func (t *Txn) buffer(w *meridianpb.TxnWrite) error {
 	return nil
 }
 
-// Commit submits the transaction: the keys it read and did not write (with the versions
-// read), its writes, and its snapshots. It returns an *AbortError when the transaction aborted (nothing of it was
+// Commit submits the transaction: the keys it read (with the versions read), its writes,
+// and its snapshots. It returns an *AbortError when the transaction aborted (nothing of it was
 // written). Any other error leaves the outcome unknown when it is a timeout
 // (codes.DeadlineExceeded: it may have committed) and means it was not submitted otherwise
 // (invalid, unavailable, ...). A transaction with no reads and no writes commits at once,
@@ -295,10 +295,10 @@ func (t *Txn) Commit(ctx context.Context) (CommitResult, error) {
 	t.done = true
 	req := &meridianpb.TxnCommitRequest{Keyspace: t.keyspace}
 	for _, k := range t.readOrder {
-		if _, written := t.writes[k]; !written {
-			req.Reads = append(req.Reads, []byte(k))
-			req.ReadVersions = append(req.ReadVersions, t.reads[k].version)
-		}
+		// Read keys that were then written too: 2pc validates the version read (sdur
+		// certifies every written key as read anyway).
+		req.Reads = append(req.Reads, []byte(k))
+		req.ReadVersions = append(req.ReadVersions, t.reads[k].version)
 	}
 	for _, k := range t.writeOrder {
 		req.Writes = append(req.Writes, t.writes[k])
@@ -360,48 +360,37 @@ func (t *Txn) partitionsRead() int {
 	return len(t.snapshots)
 }
 
-// ReadOnlyRetries is how many times ReadOnly runs a read-only transaction again after an
-// abort before it returns the *AbortError.
-const ReadOnlyRetries = 5
-
-// ReadOnly reads keys of a transactional keyspace in one transaction and returns the values
-// of those found (keyed by string(key)). When every key is in one partition, the reads are
-// at one snapshot and consistent as they are: it returns at once. Otherwise it commits the
-// read-only transaction, whose certification checks that the partitions' snapshots are
-// consistent with each other, and on an abort (of the commit, or of a read) reads again, up
-// to ReadOnlyRetries times; the last *AbortError is returned after that.
+// ReadOnly reads keys of a transactional keyspace in one read-only transaction and returns
+// the values of those found (keyed by string(key)), all from one globally consistent
+// snapshot. In an sdur keyspace they are read at the keyspace's newest snapshot vector, in
+// the node's own region, and the transaction never aborts (it may read a state a little
+// older than the newest: about one sequencer round); in a 2pc keyspace the node reads them
+// and validates the versions by a commit without writes, reading again after a conflict (an
+// error with code Aborted after 6 conflicts).
 func (c *Client) ReadOnly(ctx context.Context, keyspace string, keys [][]byte, options ...Option) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	if len(keys) == 0 {
 		return out, nil
 	}
-	var err error
-	for attempt := 0; attempt <= ReadOnlyRetries; attempt++ {
-		t := c.Begin(keyspace, options...)
-		var vals []TxnValue
-		if vals, err = t.GetMany(ctx, keys); err != nil {
-			t.Abort()
-			if errors.Is(err, ErrAborted) {
-				continue
-			}
-			return nil, err
+	_, cl, err := c.begin(ctx, options)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.cancel()
+	r, err := withPlacement(c, cl.ctx, keyspace, func(pv uint64) (*meridianpb.TxnReadResponse, uint64, error) {
+		r, err := c.api.TxnRead(cl.ctx, &meridianpb.TxnReadRequest{Keyspace: keyspace, Keys: keys, ReadOnly: true, TimeoutMs: cl.timeoutMs, PlacementVersion: pv})
+		if err != nil {
+			return nil, 0, c.wrap(cl, err, 0)
 		}
-		clear(out)
-		for _, v := range vals {
-			if v.Found {
-				out[string(v.Key)] = v.Value
-			}
-		}
-		if t.partitionsRead() <= 1 {
-			t.Abort()
-			return out, nil
-		}
-		if _, err = t.Commit(ctx); err == nil {
-			return out, nil
-		}
-		if !errors.Is(err, ErrAborted) {
-			return nil, err
+		return r, r.PlacementVersion, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range r.Values {
+		if v.Found {
+			out[string(v.Key)] = v.Value
 		}
 	}
-	return nil, err
+	return out, nil
 }

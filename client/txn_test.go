@@ -1,12 +1,10 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -192,8 +190,8 @@ func TestTxnReadsWritesAndCommits(t *testing.T) {
 		t.Errorf("commit result %+v", res)
 	}
 	cr := n.commits[0]
-	if fmt.Sprintf("%q", cr.Reads) != `["zz"]` || fmt.Sprint(cr.ReadVersions) != "[19]" {
-		t.Errorf("reads committed %q versions %v, want only zz (a and x were written) at version 19", cr.Reads, cr.ReadVersions)
+	if fmt.Sprintf("%q", cr.Reads) != `["a" "x" "zz"]` || fmt.Sprint(cr.ReadVersions) != "[9 19 19]" {
+		t.Errorf("reads committed %q versions %v, want every key read (a and x were also written: 2pc validates their versions) with its version", cr.Reads, cr.ReadVersions)
 	}
 	var ws []string
 	for _, w := range cr.Writes {
@@ -321,39 +319,23 @@ func TestTxnTrivialAndInvalid(t *testing.T) {
 func TestReadOnly(t *testing.T) {
 	c, n := startTxnNode(t)
 	cx := context.Background()
-	// One partition: consistent at its snapshot, no commit.
-	got, err := c.ReadOnly(cx, "tx", [][]byte{[]byte("a"), []byte("b"), []byte("c")})
-	if err != nil || fmt.Sprint(got) != "map[a:[49] b:[50]]" {
-		t.Fatalf("read-only of one partition: %v, %v", got, err)
-	}
-	if _, commits := n.counts(); commits != 0 {
-		t.Errorf("%d commits for a read-only transaction of one partition, want 0", commits)
-	}
-	// Two partitions: certified by a commit of the reads, read again after aborts.
-	n.aborts = 2
-	got, err = c.ReadOnly(cx, "tx", [][]byte{[]byte("a"), []byte("x")})
+	// One request, marked read-only, whatever the partitions: the node reads at one
+	// consistent snapshot (sdur: a snapshot vector; 2pc: validated reads); no commit.
+	got, err := c.ReadOnly(cx, "tx", [][]byte{[]byte("a"), []byte("x"), []byte("c")})
 	if err != nil || string(got["a"]) != "1" || string(got["x"]) != "24" || len(got) != 2 {
-		t.Fatalf("read-only of two partitions: %v, %v", got, err)
+		t.Fatalf("read-only: %v, %v", got, err)
 	}
-	if reads, commits := n.counts(); reads != 4 || commits != 3 {
-		t.Errorf("%d reads and %d commits, want 4 (1 + 3 attempts) and 3", reads, commits)
+	reads, commits := n.counts()
+	if reads != 1 || commits != 0 {
+		t.Errorf("%d reads and %d commits, want 1 and 0", reads, commits)
 	}
-	for _, cr := range n.commits {
-		if len(cr.Writes) != 0 || !slices.EqualFunc(cr.Reads, [][]byte{[]byte("a"), []byte("x")}, bytes.Equal) || snapsString(cr.Snapshots) != "[0:10 1:20]" {
-			t.Errorf("read-only commit %v", cr)
-		}
-	}
-	// Always aborted: the abort after ReadOnlyRetries retries.
-	n.aborts = 1000
-	_, err = c.ReadOnly(cx, "tx", [][]byte{[]byte("a"), []byte("x")})
-	var ae *AbortError
-	if !errors.As(err, &ae) {
-		t.Fatalf("read-only that always aborts: %v", err)
-	}
-	if _, commits := n.counts(); commits != 3+ReadOnlyRetries+1 {
-		t.Errorf("%d commits, want %d", commits, 3+ReadOnlyRetries+1)
+	if r := n.reads[0]; !r.ReadOnly || len(r.Snapshots) != 0 {
+		t.Errorf("read-only request %v: want read_only and no snapshots", r)
 	}
 	if got, err := c.ReadOnly(cx, "tx", nil); err != nil || len(got) != 0 {
 		t.Errorf("read-only of no keys: %v, %v", got, err)
+	}
+	if _, err := c.ReadOnly(cx, "plain", [][]byte{[]byte("a")}); err == nil {
+		t.Error("read-only on a keyspace that is not transactional succeeded")
 	}
 }

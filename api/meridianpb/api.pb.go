@@ -1095,8 +1095,13 @@ type TxnReadRequest struct {
 	Snapshots        []*TxnSnapshot `protobuf:"bytes,3,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
 	TimeoutMs        uint32         `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	PlacementVersion uint64         `protobuf:"varint,5,opt,name=placement_version,json=placementVersion,proto3" json:"placement_version,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// read_only: the keys of a read-only transaction, read on one globally consistent snapshot
+	// and needing no commit. sdur: at the keyspace's newest snapshot vector (never aborts;
+	// snapshots must be empty, the response's snapshots are the vector); 2pc: read, then
+	// validated by a commit without writes, again on a conflict.
+	ReadOnly      bool `protobuf:"varint,6,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TxnReadRequest) Reset() {
@@ -1162,6 +1167,13 @@ func (x *TxnReadRequest) GetPlacementVersion() uint64 {
 		return x.PlacementVersion
 	}
 	return 0
+}
+
+func (x *TxnReadRequest) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
 }
 
 type TxnReadResponse struct {
@@ -3458,14 +3470,15 @@ const file_meridian_v1_api_proto_rawDesc = "" +
 	"\x05found\x18\x02 \x01(\bR\x05found\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\x04R\aversion\x12\x1c\n" +
-	"\tpartition\x18\x05 \x01(\rR\tpartition\"\xc4\x01\n" +
+	"\tpartition\x18\x05 \x01(\rR\tpartition\"\xe1\x01\n" +
 	"\x0eTxnReadRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x12\n" +
 	"\x04keys\x18\x02 \x03(\fR\x04keys\x126\n" +
 	"\tsnapshots\x18\x03 \x03(\v2\x18.meridian.v1.TxnSnapshotR\tsnapshots\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x04 \x01(\rR\ttimeoutMs\x12+\n" +
-	"\x11placement_version\x18\x05 \x01(\x04R\x10placementVersion\"\xc7\x01\n" +
+	"\x11placement_version\x18\x05 \x01(\x04R\x10placementVersion\x12\x1b\n" +
+	"\tread_only\x18\x06 \x01(\bR\breadOnly\"\xc7\x01\n" +
 	"\x0fTxnReadResponse\x12-\n" +
 	"\x06values\x18\x01 \x03(\v2\x15.meridian.v1.TxnValueR\x06values\x126\n" +
 	"\tsnapshots\x18\x02 \x03(\v2\x18.meridian.v1.TxnSnapshotR\tsnapshots\x12 \n" +

@@ -599,12 +599,17 @@ func (e *Engine) txnReadAt(now time.Time, g *group, req engine.Request) {
 			"keyspace %q partition %d: the transaction's snapshot %d is older than the partition keeps (%d): restart the transaction", req.Keyspace, g.key.partition, s, g.txn.floor())})
 		return
 	}
+	if !g.txn.snapshots() {
+		// 2pc: the newest version; no snapshot to report (reads are validated at commit).
+		e.out.Reads = append(e.out.Reads, e.txnReadOf(g, req, s, 0))
+		return
+	}
 	if s > g.txn.counter() {
 		e.track(req, &pendingReq{req: req, group: g})
 		g.txnReads = append(g.txnReads, txnRead{id: req.ID, snapshot: s})
 		return
 	}
-	e.out.Reads = append(e.out.Reads, e.txnReadOf(g, req, s))
+	e.out.Reads = append(e.out.Reads, e.txnReadOf(g, req, s, s))
 }
 
 // serveTxnReads serves the reads of g whose snapshot the replica has reached.
@@ -624,20 +629,20 @@ func (e *Engine) serveTxnReads(g *group) {
 			continue
 		}
 		e.untrack(r.id)
-		e.out.Reads = append(e.out.Reads, e.txnReadOf(g, p.req, r.snapshot))
+		e.out.Reads = append(e.out.Reads, e.txnReadOf(g, p.req, r.snapshot, r.snapshot))
 	}
 	g.txnReads = kept
 }
 
 // txnReadOf is the storage read of key at snapshot s (run after the Ready's writes, which
-// hold every completion up to the counter).
-func (e *Engine) txnReadOf(g *group, req engine.Request, s uint64) engine.Read {
+// hold every completion up to the counter), reported as read at snapshot reported.
+func (e *Engine) txnReadOf(g *group, req engine.Request, s, reported uint64) engine.Read {
 	k := g.key
 	fwd := e.forwards[req.ID]
 	e.stats.TxnReads.Add(1)
 	return engine.Read{ID: req.ID, Op: req.Op, Wrap: e.wrapForward(fwd), Run: func(store engine.Reader) engine.Result {
 		rec, found, err := store.GetAt(k.keyspace, req.Key, txnSnapshotVersion(s))
-		res := engine.Result{ID: req.ID, Op: req.Op, Path: PathTxnSnapshot, Txn: &engine.TxnResult{Snapshot: engine.TxnSnapshot{Partition: k.partition, Counter: s}}}
+		res := engine.Result{ID: req.ID, Op: req.Op, Path: PathTxnSnapshot, Txn: &engine.TxnResult{Snapshot: engine.TxnSnapshot{Partition: k.partition, Counter: reported}}}
 		if req.Txn != nil && req.Txn.ReadOnly {
 			res.Txn.Vector = req.Txn.Snapshots
 		}

@@ -302,11 +302,12 @@ func checkFuzzTxnCommit(t *testing.T, v validator, in *meridianpb.TxnCommitReque
 		}
 		total += len(w.Key) + len(w.Value)
 	}
+	seenRead := map[string]bool{}
 	for i, k := range tx.Reads {
-		if len(k) < 1 || len(k) > lim.MaxKeyBytes || seen[string(k)] {
-			fail("read key %q: empty, over %d bytes, twice or also written", k, lim.MaxKeyBytes)
+		if len(k) < 1 || len(k) > lim.MaxKeyBytes || seenRead[string(k)] {
+			fail("read key %q: empty, over %d bytes, or twice", k, lim.MaxKeyBytes)
 		}
-		seen[string(k)] = true
+		seenRead[string(k)] = true
 		if !bytes.Equal(k, in.Reads[i]) {
 			fail("read %d is not the one given", i)
 		}

@@ -166,7 +166,13 @@ func (s *Service) TxnRead(ctx context.Context, r *meridianpb.TxnReadRequest) (*m
 	if err != nil {
 		return nil, ToStatus(err)
 	}
-	values, snaps, err := readTxnKeys(ctx, reqs, s.do)
+	var values []*meridianpb.TxnValue
+	var snaps []engine.TxnSnapshot
+	if ks, ok := s.node.Placement().Keyspace(r.GetKeyspace()); ok && r.GetReadOnly() && config.TxnModeOf(ks.Spec.Options) == config.Txn2PC {
+		values, snaps, err = readValidated(ctx, reqs, s.do)
+	} else {
+		values, snaps, err = readTxnKeys(ctx, reqs, s.do)
+	}
 	if err != nil {
 		return nil, ToStatus(err)
 	}
@@ -185,13 +191,17 @@ func readTxnKeys(ctx context.Context, reqs []engine.Request, do func(context.Con
 	values := make([]*meridianpb.TxnValue, 0, len(reqs))
 	for _, req := range reqs {
 		// Each request gets its own copy: the engine may keep a request's slices.
-		req.Txn = &engine.TxnRequest{Snapshots: slices.Clone(snaps)}
+		req.Txn = &engine.TxnRequest{Snapshots: slices.Clone(snaps), ReadOnly: req.Txn != nil && req.Txn.ReadOnly}
 		res := do(ctx, req)
 		if res.Err != nil {
 			return nil, nil, res.Err
 		}
 		if res.Txn == nil {
 			return nil, nil, errs.New(errs.Internal, "transaction read of key %q in keyspace %q returned no snapshot", req.Key, req.Keyspace)
+		}
+		if len(snaps) == 0 && len(res.Txn.Vector) > 0 {
+			// A read-only read: the rest read at the same vector.
+			snaps = slices.Clone(res.Txn.Vector)
 		}
 		got := res.Txn.Snapshot
 		i := slices.IndexFunc(snaps, func(sn engine.TxnSnapshot) bool { return sn.Partition == got.Partition })
@@ -206,6 +216,38 @@ func readTxnKeys(ctx context.Context, reqs []engine.Request, do func(context.Con
 	}
 	slices.SortFunc(snaps, func(a, b engine.TxnSnapshot) int { return cmp.Compare(a.Partition, b.Partition) })
 	return values, snaps, nil
+}
+
+// readOnlyRetries bounds the validated reads of a 2pc read-only transaction.
+const readOnlyRetries = 5
+
+// readValidated is a read-only transaction of a 2pc keyspace, which has no snapshots: the
+// keys are read, then a commit without writes validates the versions read (2PC's optimistic
+// reads); on a conflict, read again.
+func readValidated(ctx context.Context, reqs []engine.Request, do func(context.Context, engine.Request) engine.Result) ([]*meridianpb.TxnValue, []engine.TxnSnapshot, error) {
+	var lastErr error
+	for range readOnlyRetries + 1 {
+		values, snaps, err := readTxnKeys(ctx, reqs, do)
+		if err != nil {
+			return nil, nil, err
+		}
+		commit := engine.Request{Op: engine.OpTxnCommit, Keyspace: reqs[0].Keyspace, Deadline: reqs[0].Deadline, Txn: &engine.TxnRequest{}}
+		for _, v := range values {
+			commit.Txn.Reads = append(commit.Txn.Reads, v.Key)
+			commit.Txn.ReadVersions = append(commit.Txn.ReadVersions, v.Version)
+		}
+		res := do(ctx, commit)
+		switch {
+		case res.Err != nil:
+			return nil, nil, res.Err
+		case res.Txn == nil:
+			return nil, nil, errs.New(errs.Internal, "read-only validation in keyspace %q returned no outcome", commit.Keyspace)
+		case res.Txn.Committed:
+			return values, snaps, nil
+		}
+		lastErr = errs.New(errs.Conflict, "read-only transaction in keyspace %q: its reads were overwritten before they could be validated %d times (last: %s, key %q); retry", commit.Keyspace, readOnlyRetries+1, res.Txn.Reason, res.Txn.Key)
+	}
+	return nil, nil, lastErr
 }
 
 // TxnCommit submits a transaction. An abort is a response (Committed false), not an error.

@@ -214,8 +214,6 @@ func TestValidatorTxnCommit(t *testing.T) {
 		{name: "key written twice", req: commit("tx", nil, []*meridianpb.TxnWrite{put("a", "1"), del("a")}, nil), kind: errs.Invalid,
 			msg: []string{`key "a" is written twice`}},
 		{name: "key read twice", req: commit("tx", keys("a", "a"), nil, nil), kind: errs.Invalid, msg: []string{`read key "a" is named twice`}},
-		{name: "key read and written", req: commit("tx", keys("x", "a"), []*meridianpb.TxnWrite{put("a", "1")}, nil), kind: errs.Invalid,
-			msg: []string{`key "a" is both read and written`, "list it only in writes"}},
 		{name: "empty write key", req: commit("tx", nil, []*meridianpb.TxnWrite{put("", "1")}, nil), kind: errs.Invalid, msg: []string{"writes[0].key is empty"}},
 		{name: "empty read key", req: commit("tx", keys("a", ""), nil, nil), kind: errs.Invalid, msg: []string{"reads[1] is empty"}},
 		{name: "write key max+1", req: commit("tx", nil, []*meridianpb.TxnWrite{{Key: longKey}}, nil), kind: errs.Invalid,

@@ -321,6 +321,9 @@ func (v validator) txnRead(r *meridianpb.TxnReadRequest) ([]engine.Request, erro
 	if err != nil {
 		return nil, err
 	}
+	if r.GetReadOnly() && len(snaps) > 0 {
+		return nil, errs.New(errs.Invalid, "a read-only transaction read names no snapshots: it reads at the keyspace's newest snapshot vector, in one request")
+	}
 	base := engine.Request{Op: engine.OpTxnRead, Keyspace: ks.Spec.Name}
 	if err := v.txnCheck(ks, &base, r.GetTimeoutMs()); err != nil {
 		return nil, err
@@ -329,14 +332,14 @@ func (v validator) txnRead(r *meridianpb.TxnReadRequest) ([]engine.Request, erro
 	for i, k := range keys {
 		out[i] = base
 		out[i].Key = k
-		out[i].Txn = &engine.TxnRequest{Snapshots: snaps}
+		out[i].Txn = &engine.TxnRequest{Snapshots: snaps, ReadOnly: r.GetReadOnly()}
 	}
 	return out, nil
 }
 
 // txnCommit validates a TxnCommit: keyspace (transactional), at least one read or write,
-// key count (limits.max_txn_keys), each key, no key twice (a written key must not be listed
-// as read: it is certified as read anyway), values, and the size of all keys and values
+// key count (limits.max_txn_keys), each key, no key twice among the reads or the writes (a
+// key read and written is in both: 2pc validates the version read), values, and the size of all keys and values
 // together (txnTooLarge: limits.max_value_bytes), read versions (one per read, or none),
 // snapshots, the protocol's fields, deadline.
 func (v validator) txnCommit(r *meridianpb.TxnCommitRequest) (engine.Request, error) {
@@ -388,9 +391,6 @@ func (v validator) txnCommit(r *meridianpb.TxnCommitRequest) (engine.Request, er
 		}
 		if read[string(k)] {
 			return engine.Request{}, errs.New(errs.Invalid, "read key %q is named twice", k)
-		}
-		if written[string(k)] {
-			return engine.Request{}, errs.New(errs.Invalid, "key %q is both read and written: list it only in writes (a written key is certified as read)", k)
 		}
 		read[string(k)] = true
 		if total += len(k); total > v.limits.MaxValueBytes {
