@@ -32,7 +32,9 @@ const (
 )
 
 // bankKey spreads the accounts over the byte ranges of the keyspace's partitions.
-func bankKey(i int) []byte { return append([]byte{byte(i * 256 / bankAccounts)}, fmt.Sprintf("acct-%02d", i)...) }
+func bankKey(i int) []byte {
+	return append([]byte{byte(i * 256 / bankAccounts)}, fmt.Sprintf("acct-%02d", i)...)
+}
 
 func runBank(t *testing.T, mode string) {
 	c := newCluster(t, threeNodes, nil)
