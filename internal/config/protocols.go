@@ -462,6 +462,7 @@ const (
 var txnOptionSpecs = []OptionSpec{
 	{Name: "txn_mode", Default: TxnNone, Doc: "none (plain keys: Put, Delete), sdur (multi-key serializable transactions by Geo-SDUR, geo-sdur IV) or 2pc (the two-phase commit baseline: optimistic reads validated at prepare, no-wait locks, the decision in the coordinator partition's log); transactional keyspaces take TxnRead and TxnCommit and refuse plain writes; fixed when the keyspace is created", Normalize: normalizeTxnMode},
 	{Name: "reorder_threshold", Default: "entries:0", Doc: "sdur only: how far a local transaction may be reordered before a global one that waits for its votes (geo-sdur IV-E): entries:K (K log entries; 0: no reordering, plain SDUR), ticks:K (K tick entries of txn_tick_interval: a threshold in time), or auto (ticks retuned from the measured vote lag)", Normalize: normalizeReorderThreshold},
+	{Name: "txn_delay", Default: "0s", Doc: "sdur only: delaying (geo-sdur IV-D): a global transaction's part for a partition led in the submitter's region is appended this long after the parts for remote partitions, so that its partitions deliver it at about the same time (locals wait less behind it); a Go duration 0..1s, or auto (each submitter estimates, per partition, how long delivery takes from the votes it sees)", Normalize: normalizeTxnDelay},
 	{Name: "txn_tick_interval", Default: "10ms", Doc: "sdur only: how often a partition's leader appends a tick entry while a global transaction waits for its threshold (ticks:K and auto); 1ms..1s", Normalize: durationRange(time.Millisecond, time.Second)},
 }
 
@@ -471,6 +472,14 @@ func normalizeTxnMode(v string) (string, error) {
 		return m, nil
 	}
 	return "", fmt.Errorf("invalid txn_mode %q (want none, sdur or 2pc)", v)
+}
+
+func normalizeTxnDelay(v string) (string, error) {
+	v = strings.ToLower(strings.TrimSpace(v))
+	if v == "auto" {
+		return v, nil
+	}
+	return durationRange(0, time.Second)(v)
 }
 
 // maxReorderThreshold bounds reorder_threshold's K (sdur.Options.Validate).
@@ -755,6 +764,9 @@ type RaftOptions struct {
 	AutoThreshold bool
 	// TxnTickInterval is how often a leader appends tick entries while globals wait.
 	TxnTickInterval time.Duration
+	// TxnDelay is sdur's fixed Δ (delaying), or AutoDelay: estimated by each submitter.
+	TxnDelay  time.Duration
+	AutoDelay bool
 }
 
 // HeartbeatTicks and ElectionTicks are the timings in RaftTick units.
@@ -795,6 +807,13 @@ func RaftOptionsOf(opts map[string]string) (RaftOptions, error) {
 			return o, fmt.Errorf("reorder_threshold %q: want entries:K, ticks:K or auto", v)
 		}
 		o.ThresholdUnit, o.ThresholdK = unit, n
+	}
+	if v := opts["txn_delay"]; v == "auto" {
+		o.AutoDelay = true
+	} else if v != "" {
+		if o.TxnDelay, err = time.ParseDuration(v); err != nil || o.TxnDelay < 0 {
+			return o, fmt.Errorf("txn_delay %q: want a duration ≥ 0 or auto", v)
+		}
 	}
 	if v := opts["txn_tick_interval"]; v != "" {
 		if o.TxnTickInterval, err = time.ParseDuration(v); err != nil || o.TxnTickInterval <= 0 {

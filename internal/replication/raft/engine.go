@@ -124,6 +124,10 @@ type Engine struct {
 	txnWaits    map[sdur.TxnID]*txnWait
 	txnVectors  map[string]*peerpb.TxnVector // the newest snapshot vector of each sdur keyspace known here
 	seqs        map[string]*txnSequencer     // the sequencers this node runs (txnro.go)
+	// Delaying (geo-sdur IV-D, txndelay.go): the parts this node holds back, and its
+	// estimators of how long each partition takes to deliver (txn_delay auto).
+	txnDelayed []delayedPart
+	txnDelays  map[string]*sdur.DelayEstimator
 	txnSeq      uint64
 	localTxn    []localTxnMessage
 	flushingTxn bool
@@ -200,6 +204,7 @@ func New(cfg engine.Config, store engine.Reader, o Options) *Engine {
 		txnWaits:   map[sdur.TxnID]*txnWait{},
 		txnVectors: map[string]*peerpb.TxnVector{},
 		seqs:       map[string]*txnSequencer{},
+		txnDelays:  map[string]*sdur.DelayEstimator{},
 	}
 	e.incarnation = e.rng.Uint64() | 1
 	// IDs of forwarded requests and scan parts start at a random point, so that a message

@@ -323,7 +323,12 @@ func (e *Engine) submitTxn(now time.Time, ks *placement.Keyspace, req engine.Req
 	}
 	e.txnWaits[id] = w
 	e.stats.TxnSubmitted.Add(1)
-	for _, p := range w.parts {
+	delays := e.txnDelaysFor(now, ks, mode, id, pids)
+	for i, p := range w.parts {
+		if delays[i] > 0 {
+			e.holdPart(now.Add(delays[i]), req.Keyspace, p, req.Deadline)
+			continue
+		}
 		e.proposeTxnEntry(now, req.Keyspace, p.partition, p.key, p.entry, req.Deadline)
 	}
 }
@@ -373,6 +378,9 @@ func (e *Engine) finishTxn(id sdur.TxnID, committed bool, reason string, key []b
 		return
 	}
 	delete(e.txnWaits, id)
+	if d := e.txnDelays[w.keyspace]; d != nil {
+		d.Finish(id)
+	}
 	if committed {
 		e.stats.TxnCommitted.Add(1)
 	} else {
@@ -548,6 +556,7 @@ func (e *Engine) tickTxns(now time.Time, raftTicked bool) {
 	for _, g := range e.txnGroups() {
 		g.txn.tick(e, g, now, raftTicked)
 	}
+	e.releaseParts(now)
 	e.runSequencers(now)
 }
 

@@ -74,6 +74,9 @@ func runTxnFaults(t *testing.T, mode string, seed uint64, mutation string) error
 	opts := map[string]string{"heartbeat_interval": "100ms", "election_timeout": "500ms", "txn_mode": mode, "log_retain": "20"}
 	if mode == "sdur" {
 		opts["reorder_threshold"] = "entries:4" // reordering on
+		if seed%2 == 1 {
+			opts["txn_delay"] = "auto" // and delaying, on every other seed
+		}
 	}
 	h := replicationtest.New(t, "raft", 3, 2, opts)
 	setMutation := func() {

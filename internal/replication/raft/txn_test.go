@@ -363,3 +363,37 @@ func TestTxnReadOnlyAtSnapshotVectors(t *testing.T) {
 func leaderOfPartition(h *replicationtest.Harness, p uint32) uint32 {
 	return uint32(h.Engine(h.IDs[0], "raft").(*raft.Engine).Leader("ks", p))
 }
+
+// Delaying: with a fixed Δ, a global's parts for partitions led in the submitter's region are
+// held back Δ (here every partition is led in region r1, node 1's); it then commits.
+func TestTxnDelayHoldsLocalParts(t *testing.T) {
+	h := newTxnCluster(t, map[string]string{"txn_delay": "300ms", "leader_region": "r1"})
+	for range 100 { // leaders steered to r1
+		h.Tick(50 * time.Millisecond)
+		h.Stabilize()
+		if leaderOfPartition(h, partitionIDs(h)[0]) == 1 && leaderOfPartition(h, partitionIDs(h)[1]) == 1 {
+			break
+		}
+	}
+	a, b := keysOf(t, h, 0, 1)[0], keysOf(t, h, 1, 1)[0]
+	id := h.Propose(1, commitReq(txnOp{writes: map[string]string{a: "x", b: "y"}}))
+	start := h.Now
+	for h.Now.Sub(start) < 250*time.Millisecond {
+		h.Stabilize()
+		h.Tick(10 * time.Millisecond)
+		if _, ok := h.Reply(id); ok {
+			t.Fatalf("the global was decided after %v, before its parts' delay of 300ms", h.Now.Sub(start))
+		}
+	}
+	for range 200 {
+		h.Stabilize()
+		h.Tick(10 * time.Millisecond)
+		if r, ok := h.Reply(id); ok {
+			if r.Err != nil || !r.Txn.Committed {
+				t.Fatalf("delayed global: %v %+v", r.Err, r.Txn)
+			}
+			return
+		}
+	}
+	t.Fatal("the delayed global was never decided")
+}

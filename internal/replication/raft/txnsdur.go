@@ -276,6 +276,9 @@ func (m *sdurCore) drain(e *Engine, g *group) {
 			if v.Partition == g.key.partition && v.Commit {
 				m.lag.Delivered(v, now)
 			}
+			if v.Txn.Node == e.cfg.NodeID {
+				e.observeDelivery(g.key.keyspace, v.Txn, v.Partition, now, 0) // delivered by this node's own replica
+			}
 			b, err := sdur.EncodeVote(v)
 			if err != nil {
 				continue
@@ -314,6 +317,9 @@ func (m *sdurCore) step(e *Engine, g *group, now time.Time, from uint32, msg *pe
 		}
 		m.rep.Vote(now, v)
 		m.lag.Vote(v, now)
+		if v.Txn.Node == e.cfg.NodeID {
+			e.observeDelivery(g.key.keyspace, v.Txn, v.Partition, now, e.rttTo(from)/2)
+		}
 		e.drainTxn(g)
 		e.markDirty(g)
 	case *peerpb.TxnMessage_VoteRequest:
