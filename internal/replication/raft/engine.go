@@ -121,13 +121,13 @@ type Engine struct {
 	// Transactions (txn.go): this node's submitted transactions waiting for their outcome,
 	// the sequence of its transaction IDs (random start: IDs of an earlier run are not
 	// reused), and messages between its own groups.
-	txnWaits    map[sdur.TxnID]*txnWait
-	txnVectors  map[string]*peerpb.TxnVector // the newest snapshot vector of each sdur keyspace known here
-	seqs        map[string]*txnSequencer     // the sequencers this node runs (txnro.go)
+	txnWaits   map[sdur.TxnID]*txnWait
+	txnVectors map[string]*peerpb.TxnVector // the newest snapshot vector of each sdur keyspace known here
+	seqs       map[string]*txnSequencer     // the sequencers this node runs (txnro.go)
 	// Delaying (geo-sdur IV-D, txndelay.go): the parts this node holds back, and its
 	// estimators of how long each partition takes to deliver (txn_delay auto).
-	txnDelayed []delayedPart
-	txnDelays  map[string]*sdur.DelayEstimator
+	txnDelayed  []delayedPart
+	txnDelays   map[string]*sdur.DelayEstimator
 	txnSeq      uint64
 	localTxn    []localTxnMessage
 	flushingTxn bool
