@@ -35,22 +35,17 @@ func SetTxnMutationForTest(e *Engine, mutation string) error {
 		switch m := g.txn.(type) {
 		case *sdurCore:
 			m.opts.Mutation = mutation
-			b, err := m.rep.Snapshot()
-			if err != nil {
-				return err
-			}
-			if err := m.restore(b, e.lastNow); err != nil {
-				return err
-			}
 		case *twopcCore:
 			m.opts.Mutation = mutation
-			b, err := m.rep.Snapshot()
-			if err != nil {
-				return err
-			}
-			if err := m.restore(b, e.lastNow); err != nil {
-				return err
-			}
+		default:
+			continue
+		}
+		b, err := g.txn.snapshot()
+		if err != nil {
+			return err
+		}
+		if err := g.txn.restore(b, e.lastNow); err != nil {
+			return err
 		}
 	}
 	e.cfg.Mutation = mutation // cores restored after a restart of this engine keep it too

@@ -353,11 +353,7 @@ func (e *Engine) txnBuilder(ks *placement.Keyspace, mode string) (txnCore, error
 // replica of it, else forwarded to the nearest replica. Its own reply is dropped (the
 // transaction's outcome answers the client).
 func (e *Engine) proposeTxnEntry(now time.Time, keyspace string, partition uint32, key, entry []byte, deadline time.Time) {
-	ks, ok := e.pmap.Keyspace(keyspace)
-	if !ok {
-		return
-	}
-	p, ok := ks.Partition(partition)
+	p, ok := e.partitionOf(keyspace, partition)
 	if !ok {
 		return
 	}
@@ -460,15 +456,19 @@ func (e *Engine) txnOutcome(g *group, id sdur.TxnID, submitter uint32, committed
 
 // anyKeyOf is a key of a partition (its start) to route an entry that names no key by.
 func (e *Engine) anyKeyOf(keyspace string, partition uint32) []byte {
-	if ks, ok := e.pmap.Keyspace(keyspace); ok {
-		if p, ok := ks.Partition(partition); ok {
-			if len(p.Start) == 0 {
-				return []byte{0}
-			}
-			return bytes.Clone(p.Start)
-		}
+	if p, ok := e.partitionOf(keyspace, partition); ok && len(p.Start) > 0 {
+		return bytes.Clone(p.Start)
 	}
 	return []byte{0}
+}
+
+// partitionOf is a partition of a keyspace in this node's placement map.
+func (e *Engine) partitionOf(keyspace string, partition uint32) (*placement.Partition, bool) {
+	ks, ok := e.pmap.Keyspace(keyspace)
+	if !ok {
+		return nil, false
+	}
+	return ks.Partition(partition)
 }
 
 // txnVersion is the storage version of a transaction's writes: its completion's snapshot
@@ -483,11 +483,7 @@ func txnSnapshotVersion(s uint64) hlc.Version {
 // sendToPartition sends m to every replica of a partition (this node's own replica
 // directly).
 func (e *Engine) sendToPartition(keyspace string, partition uint32, m *peerpb.TxnMessage) {
-	ks, ok := e.pmap.Keyspace(keyspace)
-	if !ok {
-		return
-	}
-	p, ok := ks.Partition(partition)
+	p, ok := e.partitionOf(keyspace, partition)
 	if !ok {
 		return
 	}
