@@ -87,7 +87,7 @@ type Replica struct {
 	// history is the finally executed transactions not yet validated and those after them
 	// (a divergence is repaired by executing them again).
 	history []*txnState
-	votes map[TxnID]map[uint32]uint64
+	votes   map[TxnID]map[uint32]uint64
 	// myVotes are this replica's digests by epoch, repeated in every message until every data
 	// center has validated the epoch (a lost vote would hold a transaction forever).
 	myVotes       map[uint64][]Vote

@@ -53,11 +53,11 @@ type simOpts struct {
 }
 
 type simResult struct {
-	hist                 check.TxnHistory
-	committed, timedOut  int
-	fast, slow           int
-	latencies            []time.Duration
-	stats                []Stats
+	hist                check.TxnHistory
+	committed, timedOut int
+	fast, slow          int
+	latencies           []time.Duration
+	stats               []Stats
 }
 
 var simDCs = []uint32{1, 2, 3}
