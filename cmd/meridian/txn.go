@@ -10,6 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"meridian/internal/catenae"
+	"meridian/internal/tools/catsim"
 	"meridian/internal/tools/repro"
 	"meridian/internal/tools/txnsim"
 )
@@ -25,8 +27,8 @@ func simTxnCmd() *cobra.Command {
 		duration                 time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "txn [--mode sdur|2pc] [--seeds N] [--seed-start S] [--mutate NAME | --mutations]",
-		Short: "Deterministic simulation of transactions (sdur, 2pc) under faults, checked for serializability",
+		Use:   "txn [--mode sdur|2pc|catenae] [--seeds N] [--seed-start S] [--mutate NAME | --mutations]",
+		Short: "Deterministic simulation of transactions (sdur, 2pc, catenae) under faults, checked for serializability",
 		Long: `Runs two partitions of three replicas (etcd raft groups as the partitions' logs) on virtual
 time with message loss, duplication and delay spikes, two node crashes with restarts, and a region
 cut per seed; clients run list-append transactions (2-3 keys, 40% global, 15% read-only). Every
@@ -34,14 +36,37 @@ history goes through the serializability checker (Elle's method) and every parti
 must commit the same transactions in the same order. sdur runs with delaying and reordering on
 (the threshold alternates between entries and ticks by seed). Exits 1 at the first failing seed
 with the command that replays it. --mutations runs every broken variant of the mode and reports
-the seed that caught each (exit 1 if one is not caught).`,
+the seed that caught each (exit 1 if one is not caught).
+
+catenae runs one data center per region (ec2-sdur-3 and gcp-meteorshower-3 alternating by seed)
+exchanging epoch messages (internal/tools/catsim): 2% message loss and 1% duplication, jittered
+delays that reorder messages, clock offsets within ±1 ms, one faulty data center executing 2% of
+its transactions wrongly (two faulty ones every third seed: digests split three ways), two pauses
+of a data center on even seeds; nine clients run list-append transactions on six keys. Every
+history must be serializable and the data centers' validated states equal.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !slices.Contains(txnsim.Modes(), mode) {
-				return fmt.Errorf("sim txn: mode %q: want one of %s", mode, strings.Join(txnsim.Modes(), ", "))
+			modes := append(txnsim.Modes(), "catenae")
+			if !slices.Contains(modes, mode) {
+				return fmt.Errorf("sim txn: mode %q: want one of %s", mode, strings.Join(modes, ", "))
+			}
+			mutationsOf := txnsim.Mutations
+			var check func(seed uint64, mutation string) (bool, string, error)
+			if mode == "catenae" {
+				mutationsOf = func(string) map[string]string { return catenae.Mutations }
+				check = func(seed uint64, mutation string) (bool, string, error) {
+					o := catsim.SimOptions(seed)
+					if mutation != "" {
+						o = catsim.MutationOptions(seed, mutation)
+					}
+					if duration > 0 {
+						o.Duration = duration
+					}
+					return catsim.CheckSeed(o)
+				}
 			}
 			if listMutations {
-				ms := txnsim.Mutations(mode)
+				ms := mutationsOf(mode)
 				for _, m := range slices.Sorted(maps.Keys(ms)) {
 					fmt.Printf("%-28s %s\n", m, ms[m])
 				}
@@ -61,10 +86,13 @@ the seed that caught each (exit 1 if one is not caught).`,
 				}
 				return o
 			}
+			if check == nil {
+				check = func(seed uint64, mutation string) (bool, string, error) { return txnsim.CheckSeed(opts(seed, mutation)) }
+			}
 			runSeeds := func(mutation string, n int) (uint64, string, error) {
 				for i := 0; i < n; i++ {
 					seed := seedStart + uint64(i)
-					ok, why, err := txnsim.CheckSeed(opts(seed, mutation))
+					ok, why, err := check(seed, mutation)
 					if err != nil {
 						return seed, "", err
 					}
@@ -77,11 +105,11 @@ the seed that caught each (exit 1 if one is not caught).`,
 			if mutations || mutate != "" {
 				names := []string{mutate}
 				if mutations {
-					names = slices.Sorted(maps.Keys(txnsim.Mutations(mode)))
+					names = slices.Sorted(maps.Keys(mutationsOf(mode)))
 				}
 				missed := 0
 				for _, m := range names {
-					if _, ok := txnsim.Mutations(mode)[m]; !ok {
+					if _, ok := mutationsOf(mode)[m]; !ok {
 						return fmt.Errorf("sim txn: mode %s has no mutation %q", mode, m)
 					}
 					seed, why, err := runSeeds(m, mutationSeeds)

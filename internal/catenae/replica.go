@@ -814,7 +814,10 @@ func (r *Replica) Ready() Ready {
 // Pending returns the transactions submitted here and not yet decided.
 func (r *Replica) Pending() int { return len(r.waiting) }
 
-// messageSize estimates a message's bytes on the wire (bandwidth accounting).
+// MessageSize estimates a message's bytes on the wire (bandwidth accounting): the fields of
+// the transactions, votes and headers it carries.
+func MessageSize(m Message) int { return messageSize(m) }
+
 func messageSize(m Message) int {
 	if m.Req != nil {
 		return 16
@@ -831,4 +834,34 @@ func messageSize(m Message) int {
 	}
 	n += 24 * len(m.Epoch.Votes)
 	return n
+}
+
+// ValidatedUpto returns the epoch up to which every transaction is validated here.
+func (r *Replica) ValidatedUpto() uint64 { return r.validatedUpto }
+
+// StateDigest is a digest of the state as of epoch upto (every key's newest version of the
+// epochs up to it): data centers that agree on it hold the same data.
+func (r *Replica) StateDigest(upto uint64) uint64 {
+	keys := make([]string, 0, len(r.store))
+	for k := range r.store {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	h := fnv.New64a()
+	var n [8]byte
+	for _, k := range keys {
+		vs := r.store[k]
+		for j := len(vs) - 1; j >= 0; j-- {
+			if vs[j].stamp.Epoch <= upto {
+				binary.BigEndian.PutUint64(n[:], uint64(len(k)))
+				h.Write(n[:])
+				h.Write([]byte(k))
+				binary.BigEndian.PutUint64(n[:], uint64(len(vs[j].value)))
+				h.Write(n[:])
+				h.Write(vs[j].value)
+				break
+			}
+		}
+	}
+	return h.Sum64()
 }

@@ -215,8 +215,9 @@ type Options struct {
 	Start uint64
 	// MaxOps bounds a procedure. Default 64.
 	MaxOps int
-	// MaxOpen bounds the transactions waiting in open epochs; a submission beyond it is
-	// refused (the replica is saturated). Default 1<<16.
+	// MaxOpen bounds the transactions waiting in open epochs (speculation re-executes among
+	// them: its cost grows with their number); a submission beyond it is refused (the replica
+	// is saturated). Default 4096.
 	MaxOpen int
 	// Mutation deliberately breaks the protocol (see Mutations).
 	Mutation string
@@ -249,7 +250,7 @@ func (o Options) EnsureDefaults() Options {
 		o.MaxOps = 64
 	}
 	if o.MaxOpen <= 0 {
-		o.MaxOpen = 1 << 16
+		o.MaxOpen = 4096
 	}
 	return o
 }

@@ -17,8 +17,10 @@ import (
 	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
+
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+	"meridian/internal/tools/tpcc"
 
 	"meridian/internal/sdur"
 	"meridian/internal/topology"
@@ -113,6 +115,8 @@ type node struct {
 
 // cluster is the simulated system.
 type cluster struct {
+	// tpcc draws the TPC-C-like workload's transactions (Workload TPCC).
+	tpcc  *tpcc.Gen
 	opts  Options
 	topo  *topology.Topology
 	rng   *rand.Rand

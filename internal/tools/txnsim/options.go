@@ -31,6 +31,11 @@ const (
 	// Check: the simulation's workload: few keys, reads of 2-3 keys and appends to 1-2 of them
 	// (so that read-only keys and write skew occur), read-only transactions too.
 	Check Workload = "check"
+	// TPCC: New-Order and Payment (internal/tools/tpcc), warehouses spread over the
+	// partitions' home regions (two each; a partition holds its region's warehouses, the item
+	// table is read from the client's home partition); a transaction touching a remote
+	// warehouse is global.
+	TPCC Workload = "tpcc"
 )
 
 // Faults are the seeded faults of a simulation run.
@@ -221,9 +226,9 @@ func (o Options) validate() error {
 		return fmt.Errorf("deployment %q: want wan1 or wan2", o.Deployment)
 	}
 	switch o.Workload {
-	case Micro, Social, Check:
+	case Micro, Social, Check, TPCC:
 	default:
-		return fmt.Errorf("workload %q: want micro, social or check", o.Workload)
+		return fmt.Errorf("workload %q: want micro, social, check or tpcc", o.Workload)
 	}
 	if o.Partitions < 2 || o.Partitions > 16 {
 		return fmt.Errorf("partitions %d: want 2 to 16", o.Partitions)

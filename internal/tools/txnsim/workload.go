@@ -3,6 +3,7 @@ package txnsim
 import (
 	"fmt"
 	"math/rand/v2"
+	"meridian/internal/tools/tpcc"
 	"slices"
 	"time"
 
@@ -206,8 +207,54 @@ func (c *client) one(done func()) {
 		c.update(class, ops, done)
 	case Social:
 		c.social(done)
+	case TPCC:
+		c.tpcc(done)
 	}
 }
+
+// tpcc runs a TPC-C-like transaction: its reads and read-modify-writes (appends here: the
+// histories stay checkable) on the partitions of their warehouses.
+func (c *client) tpcc(done func()) {
+	s := c.s
+	if s.tpcc == nil {
+		s.tpcc = &tpcc.Gen{Regions: len(s.parts), PerRegion: tpccWarehousesPerPartition}
+	}
+	t := s.tpcc.Next(int(c.home), c.id, c.rng.IntN)
+	part := func(k string) uint32 {
+		if w := tpcc.Warehouse(k); w >= 0 {
+			return uint32(w / tpccWarehousesPerPartition)
+		}
+		return c.home // the item table: read where the client is
+	}
+	var ops []op
+	seen := map[string]bool{}
+	add := func(k string, write bool) {
+		name := keyName(part(k), k)
+		if seen[name] {
+			return
+		}
+		seen[name] = true
+		ops = append(ops, op{key: name, write: write})
+	}
+	for _, k := range t.Reads {
+		add(k, false)
+	}
+	for _, a := range t.Adds {
+		add(a.Key, true)
+	}
+	for _, k := range t.Inserts {
+		add(k, true)
+	}
+	class := t.Kind
+	if slices.ContainsFunc(ops, func(o op) bool { return keyPartition(o.key) != c.home }) {
+		class += "-global"
+	}
+	c.update(class, ops, done)
+}
+
+// tpccWarehousesPerPartition: TPC-C warehouses per partition (each partition's home region
+// holds two).
+const tpccWarehousesPerPartition = 2
 
 func (c *client) itemKey(p uint32) string {
 	return keyName(p, fmt.Sprintf("k%d", c.rng.IntN(c.s.opts.ItemsPerPartition)))
