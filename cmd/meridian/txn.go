@@ -87,7 +87,9 @@ history must be serializable and the data centers' validated states equal.`,
 				return o
 			}
 			if check == nil {
-				check = func(seed uint64, mutation string) (bool, string, error) { return txnsim.CheckSeed(opts(seed, mutation)) }
+				check = func(seed uint64, mutation string) (bool, string, error) {
+					return txnsim.CheckSeed(opts(seed, mutation))
+				}
 			}
 			runSeeds := func(mutation string, n int) (uint64, string, error) {
 				for i := 0; i < n; i++ {
@@ -244,3 +246,45 @@ func splitTrimmed(s string) []string {
 	}
 	return out
 }
+
+// benchCatenaeCmd is `meridian bench catenae`: Catenae against sdur and 2pc on the TPC-C-like
+// workload and the SDUR microbenchmark, on each topology, in one run.
+func benchCatenaeCmd() *cobra.Command {
+	var (
+		o                                      repro.CatenaeOptions
+		topologies, workloads, jsonPath, mdPath string
+	)
+	cmd := &cobra.Command{
+		Use:   "catenae [--topologies A,B] [--workloads tpcc,micro] [--duration D]",
+		Short: "Catenae vs sdur vs 2pc (simulated): commit p50/p99 per region, throughput, aborts, epoch bandwidth",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Topologies = splitList(topologies)
+			o.Workloads = splitList(workloads)
+			for _, w := range o.Workloads {
+				if w != "tpcc" && w != "micro" {
+					return fmt.Errorf("bench catenae: workload %q: want tpcc or micro", w)
+				}
+			}
+			res, err := repro.CatenaeBench(cmd.Context(), o)
+			if err != nil {
+				return fmt.Errorf("bench catenae: %w", err)
+			}
+			md := res.Markdown()
+			fmt.Print(md)
+			return writeReproOutputs("bench catenae", md, mdPath, jsonPath, res)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&topologies, "topologies", "gcp-meteorshower-3,ec2-sdur-3", "built-in topologies")
+	f.StringVar(&workloads, "workloads", "tpcc,micro", "workloads: tpcc, micro")
+	f.DurationVar(&o.Duration, "duration", 20*time.Second, "virtual measured time per run")
+	f.DurationVar(&o.Warmup, "warmup", 3*time.Second, "virtual warmup per run")
+	f.IntVar(&o.ClientsPerRegion, "clients", 16, "closed-loop clients per region")
+	f.Float64Var(&o.GlobalPct, "globals", 10, "micro: percent of global transactions for sdur and 2pc")
+	f.Uint64Var(&o.Seed, "seed", 1, "simulation seed")
+	f.StringVar(&jsonPath, "json", "", "write the results as JSON")
+	f.StringVar(&mdPath, "markdown", "", "write the table as Markdown")
+	return cmd
+}
+
