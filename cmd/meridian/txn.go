@@ -251,7 +251,7 @@ func splitTrimmed(s string) []string {
 // workload and the SDUR microbenchmark, on each topology, in one run.
 func benchCatenaeCmd() *cobra.Command {
 	var (
-		o                                      repro.CatenaeOptions
+		o                                       repro.CatenaeOptions
 		topologies, workloads, jsonPath, mdPath string
 	)
 	cmd := &cobra.Command{
@@ -287,4 +287,3 @@ func benchCatenaeCmd() *cobra.Command {
 	f.StringVar(&mdPath, "markdown", "", "write the table as Markdown")
 	return cmd
 }
-
