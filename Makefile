@@ -67,6 +67,9 @@ sim-ci: build
 	$(BIN) sim txn --mode sdur --mutations --mutation-seeds 300
 	$(BIN) sim txn --mode 2pc --seeds $(SIMSEEDS)
 	$(BIN) sim txn --mode 2pc --mutations --mutation-seeds 300
+	# Catenae (docs/catenae.md).
+	$(BIN) sim txn --mode catenae --seeds $(SIMSEEDS)
+	$(BIN) sim txn --mode catenae --mutations --mutation-seeds 100
 
 # The README's first command: an in-process cluster on the emulated WAN, latency per region.
 demo:

@@ -17,6 +17,7 @@ import (
 
 	"meridian/internal/catenae"
 	"meridian/internal/tools/check"
+	"meridian/internal/tools/ycsb"
 	"meridian/internal/topology"
 )
 
@@ -46,6 +47,9 @@ type Options struct {
 	// Items for Micro (default 1,000,000), Keys for Check (default 6); Warehouses for TPCC
 	// (default: 2 per region).
 	Items, Keys, Warehouses int
+	// Zipf: Micro draws items from a Zipfian distribution of this constant (YCSB's 0.99 is
+	// skewed: a few items take most requests) instead of uniformly; 0: uniform.
+	Zipf float64
 	// Faults.
 	Loss       float64 // each message lost (and duplicated, at half this rate)
 	Corrupt    float64 // a faulty replica executes a transaction wrongly
@@ -200,7 +204,11 @@ func Run(o Options) (*Result, error) {
 	case Check:
 		s.work = &checkWorkload{keys: o.Keys}
 	case Micro:
-		s.work = &microWorkload{items: o.Items}
+		w := &microWorkload{items: o.Items}
+		if o.Zipf > 0 {
+			w.zipf = ycsb.NewZipfian(0, uint64(o.Items)-1, o.Zipf)
+		}
+		s.work = w
 	case TPCC:
 		s.work = newTPCC(o, len(topo.Regions))
 	default:
@@ -516,16 +524,27 @@ func (w *checkWorkload) next(s *sim, dc uint32, client int) (catenae.Proc, *chec
 	return p, rec
 }
 
-// microWorkload: two reads and two writes of random items (Geo-SDUR VI-A).
-type microWorkload struct{ items int }
+// microWorkload: two reads and two writes of random items (Geo-SDUR VI-A), uniform or
+// Zipfian.
+type microWorkload struct {
+	items int
+	zipf  *ycsb.Zipfian
+}
+
+func (w *microWorkload) item(s *sim) string {
+	if w.zipf != nil {
+		return fmt.Sprintf("i%d", w.zipf.Next(s.rng))
+	}
+	return fmt.Sprintf("i%d", s.rng.IntN(w.items))
+}
 
 func (w *microWorkload) next(s *sim, _ uint32, _ int) (catenae.Proc, *check.Txn) {
 	var p catenae.Proc
 	for range 2 {
-		p.Ops = append(p.Ops, catenae.Op{Kind: catenae.OpRead, Key: fmt.Sprintf("i%d", s.rng.IntN(w.items))})
+		p.Ops = append(p.Ops, catenae.Op{Kind: catenae.OpRead, Key: w.item(s)})
 	}
 	for range 2 {
-		p.Ops = append(p.Ops, catenae.Op{Kind: catenae.OpWrite, Key: fmt.Sprintf("i%d", s.rng.IntN(w.items)), Value: []byte{1, 2, 3, 4}})
+		p.Ops = append(p.Ops, catenae.Op{Kind: catenae.OpAdd, Key: w.item(s), Delta: 1})
 	}
 	return p, nil
 }
