@@ -285,5 +285,6 @@ func benchCatenaeCmd() *cobra.Command {
 	f.Uint64Var(&o.Seed, "seed", 1, "simulation seed")
 	f.StringVar(&jsonPath, "json", "", "write the results as JSON")
 	f.StringVar(&mdPath, "markdown", "", "write the table as Markdown")
+	f.StringVar(&o.OutDir, "out-dir", "", "directory for the charts (catenae-*.png); none without it")
 	return cmd
 }

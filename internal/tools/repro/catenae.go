@@ -3,11 +3,13 @@ package repro
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"meridian/internal/tools/catsim"
+	"meridian/internal/tools/chart"
 	"meridian/internal/tools/txnsim"
 	"meridian/internal/topology"
 )
@@ -24,6 +26,11 @@ type CatenaeOptions struct {
 	// has no partitions: every transaction is the same to it).
 	GlobalPct float64
 	Seed      uint64
+	// OutDir, when set, receives the charts: the epoch messages' bandwidth per data center
+	// against load, and TPC-C commit p50 against throughput for each mode (the first
+	// topology), swept over LoadSweep clients per region.
+	OutDir    string
+	LoadSweep []int
 }
 
 func (o CatenaeOptions) withDefaults() CatenaeOptions {
@@ -47,6 +54,9 @@ func (o CatenaeOptions) withDefaults() CatenaeOptions {
 	}
 	if o.Seed == 0 {
 		o.Seed = 1
+	}
+	if len(o.LoadSweep) == 0 {
+		o.LoadSweep = []int{1, 2, 4, 8, 16, 32}
 	}
 	return o
 }
@@ -75,6 +85,8 @@ type CatenaeResult struct {
 	// RTTMs: per topology, the round trip from each region to the farthest other (what a
 	// commit of Catenae waits for at most: every data center's epoch message).
 	RTTMs map[string]map[string]float64
+	// Charts written (OutDir).
+	Charts []string
 }
 
 // CatenaeBench runs the comparison.
@@ -126,7 +138,65 @@ func CatenaeBench(ctx context.Context, o CatenaeOptions) (*CatenaeResult, error)
 			}
 		}
 	}
+	if o.OutDir != "" {
+		if err := res.charts(o); err != nil {
+			return res, err
+		}
+	}
 	return res, nil
+}
+
+// charts sweeps the load and draws the bandwidth and latency-throughput charts.
+func (r *CatenaeResult) charts(o CatenaeOptions) error {
+	var bw []chart.Series
+	for _, topo := range o.Topologies {
+		s := chart.Series{Name: "catenae, " + topo + " (TPC-C)"}
+		s.Points = append(s.Points, [2]float64{0, r.IdleBytesPerNodeSec[topo] / 1000})
+		for _, c := range o.LoadSweep {
+			run, err := catsim.Run(catsim.Options{Seed: o.Seed, Topology: topo, Workload: catsim.TPCC, ClientsPerRegion: c, Duration: o.Duration / 2, Warmup: o.Warmup})
+			if err != nil {
+				return err
+			}
+			s.Points = append(s.Points, [2]float64{run.ThroughputTPS, run.BytesPerNodeSec / 1000})
+		}
+		bw = append(bw, s)
+	}
+	path := filepath.Join(o.OutDir, "catenae-bandwidth.png")
+	if err := chart.Lines("Catenae: epoch messages per data center (10 ms epochs, redundancy 3, simulated)", "committed transactions per second (all regions)", "sent per data center (KB/s)", bw, path); err != nil {
+		return err
+	}
+	r.Charts = append(r.Charts, path)
+	topo := o.Topologies[0]
+	var lat []chart.Series
+	for _, mode := range []string{"catenae", "sdur", "2pc"} {
+		s := chart.Series{Name: mode}
+		for _, c := range o.LoadSweep {
+			oo := o
+			oo.ClientsPerRegion, oo.Duration = c, o.Duration/2
+			var rows []CatenaeRow
+			var err error
+			if mode == "catenae" {
+				rows, err = catenaeRows(oo, topo, "tpcc")
+			} else {
+				rows, err = txnRows(oo, topo, "tpcc", mode)
+			}
+			if err != nil {
+				return err
+			}
+			for _, row := range rows {
+				if row.Region == "all" {
+					s.Points = append(s.Points, [2]float64{row.ThroughputTPS, row.P50Ms})
+				}
+			}
+		}
+		lat = append(lat, s)
+	}
+	path = filepath.Join(o.OutDir, "catenae-tpcc-latency.png")
+	if err := chart.Lines("TPC-C-like: commit p50 against throughput ("+topo+", simulated)", "committed transactions per second (all regions)", "commit p50 (ms)", lat, path); err != nil {
+		return err
+	}
+	r.Charts = append(r.Charts, path)
+	return nil
 }
 
 func catenaeRows(o CatenaeOptions, topo, w string) ([]CatenaeRow, error) {
