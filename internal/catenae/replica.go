@@ -34,7 +34,13 @@ type version struct {
 	writer TxnID
 	value  []byte
 	absent bool // a version that deletes (not used by the operations yet; kept for reads)
+	// seq is the writer's final position in the chain order (the count of transactions
+	// finally executed before it, plus one): a version number every data center agrees on.
+	seq uint64
 }
+
+// specSeq marks a speculative version (its writer's final position is not known yet).
+const specSeq = ^uint64(0)
 
 // txnState is what a replica knows of one transaction.
 type txnState struct {
@@ -45,6 +51,8 @@ type txnState struct {
 	writes map[string][]byte
 	deps   []TxnID
 	final  bool
+	// seq is its final position in the chain order (final only).
+	seq uint64
 	// decided is the digest the data centers agreed on (validation), once known; validated:
 	// this replica's own final result has that digest.
 	decided    uint64
@@ -82,8 +90,10 @@ type Replica struct {
 	peerClosed map[uint32]uint64
 
 	store map[string][]version
-	spec  []*txnState
-	txns  map[TxnID]*txnState
+	// finalSeq counts the transactions finally executed (the chain order's positions).
+	finalSeq uint64
+	spec     []*txnState
+	txns     map[TxnID]*txnState
 	// history is the finally executed transactions not yet validated and those after them
 	// (a divergence is repaired by executing them again).
 	history []*txnState
@@ -375,9 +385,9 @@ func (r *Replica) speculate(ts []*Txn) {
 		if touched {
 			old := st.result.Digest
 			hadResult := st.writes != nil
-			r.execute(st, func(k string) ([]byte, TxnID, bool) {
+			r.execute(st, func(k string) ([]byte, TxnID, uint64, bool) {
 				if v, ok := overlay[k]; ok {
-					return v, TxnID{}, true // a speculative version: dependency on open epochs
+					return v, TxnID{}, specSeq, true // a speculative version: dependency on open epochs
 				}
 				return r.latest(k)
 			}, false)
@@ -403,41 +413,55 @@ func (r *Replica) speculate(ts []*Txn) {
 }
 
 // latest is the newest final version of k.
-func (r *Replica) latest(k string) ([]byte, TxnID, bool) {
+func (r *Replica) latest(k string) ([]byte, TxnID, uint64, bool) {
 	vs := r.store[k]
 	if len(vs) == 0 {
-		return nil, TxnID{}, false
+		return nil, TxnID{}, 0, false
 	}
 	v := vs[len(vs)-1]
-	return v.value, v.writer, !v.absent
+	return v.value, v.writer, v.seq, !v.absent
 }
 
 // execute runs st's procedure with get as its view of the keys (its own writes first: a
 // procedure reads what it wrote) and sets its result, writes and dependencies.
-func (r *Replica) execute(st *txnState, get func(string) ([]byte, TxnID, bool), final bool) {
+func (r *Replica) execute(st *txnState, get func(string) ([]byte, TxnID, uint64, bool), final bool) {
 	r.stats.Executed++
 	writes := map[string][]byte{}
 	var reads [][]byte
+	var versions []uint64
 	var deps []TxnID
-	view := func(k string) ([]byte, bool) {
+	aborted, reason := false, ""
+	view := func(k string) ([]byte, uint64, bool) {
 		if v, ok := writes[k]; ok {
-			return v, true
+			return v, specSeq, true
 		}
-		v, w, found := get(k)
+		v, w, seq, found := get(k)
 		if w != (TxnID{}) && !slices.Contains(deps, w) {
 			deps = append(deps, w)
 		}
-		return v, found
+		return v, seq, found
 	}
 	for _, op := range st.txn.Proc.Ops {
-		cur, found := view(op.Key)
+		if aborted {
+			break
+		}
+		cur, seq, found := view(op.Key)
 		switch op.Kind {
+		case OpExpect:
+			if !found {
+				seq = 0
+			}
+			if seq != op.Version && r.opts.Mutation != "ignore-expect" {
+				aborted, reason = true, fmt.Sprintf("conflict: key %q is at version %d, the transaction read version %d", op.Key, seq, op.Version)
+			}
 		case OpRead:
 			if found {
 				reads = append(reads, slices.Clone(cur))
 			} else {
 				reads = append(reads, nil)
+				seq = 0
 			}
+			versions = append(versions, seq)
 		case OpWrite:
 			writes[op.Key] = slices.Clone(op.Value)
 		case OpAppend:
@@ -455,7 +479,13 @@ func (r *Replica) execute(st *txnState, get func(string) ([]byte, TxnID, bool), 
 			writes[k] = append(slices.Clone(v), byte(0xA0+r.self))
 		}
 	}
-	st.result = Result{Reads: reads, Digest: digest(reads, writes)}
+	if aborted {
+		writes, reads, versions = map[string][]byte{}, nil, nil
+	}
+	st.result = Result{Reads: reads, Versions: versions, Aborted: aborted, Reason: reason, Digest: digest(reads, writes)}
+	if aborted {
+		st.result.Digest ^= 0xab0127ed // an abort is a result too: data centers agree on it
+	}
 	st.writes = writes
 	st.deps = deps
 }
@@ -542,8 +572,10 @@ func (r *Replica) finalize(st *txnState) bool {
 		r.stats.SpecHits++
 	}
 	st.final = true
+	r.finalSeq++
+	st.seq = r.finalSeq
 	for k, v := range st.writes {
-		r.store[k] = append(r.store[k], version{stamp: st.txn.Stamp, writer: st.txn.ID, value: v})
+		r.store[k] = append(r.store[k], version{stamp: st.txn.Stamp, writer: st.txn.ID, value: v, seq: st.seq})
 	}
 	r.history = append(r.history, st)
 	r.unvalidated[st.txn.Stamp.Epoch]++
@@ -677,6 +709,7 @@ func (r *Replica) repair(from *txnState) {
 		return
 	}
 	redo := slices.Clone(r.history[i:])
+	r.finalSeq = from.seq - 1
 	for k, vs := range r.store {
 		j := len(vs)
 		for j > 0 && !vs[j-1].stamp.Less(from.txn.Stamp) {
@@ -688,8 +721,10 @@ func (r *Replica) repair(from *txnState) {
 		old := st.result.Digest
 		st.corrupted = true // a fault does not strike twice on one transaction
 		r.execute(st, r.latest, true)
+		r.finalSeq++
+		st.seq = r.finalSeq
 		for k, v := range st.writes {
-			r.store[k] = append(r.store[k], version{stamp: st.txn.Stamp, writer: st.txn.ID, value: v})
+			r.store[k] = append(r.store[k], version{stamp: st.txn.Stamp, writer: st.txn.ID, value: v, seq: st.seq})
 		}
 		if st.result.Digest != old {
 			e := st.txn.Stamp.Epoch
@@ -745,7 +780,8 @@ func (r *Replica) decideWaiting() {
 		} else {
 			r.stats.SlowCommits++
 		}
-		r.out.Outcomes = append(r.out.Outcomes, Outcome{Txn: id, Committed: true, Result: st.result, Fast: fast && !st.validated})
+		out := Outcome{Txn: id, Committed: !st.result.Aborted, Reason: st.result.Reason, Result: st.result, Fast: fast && !st.validated}
+		r.out.Outcomes = append(r.out.Outcomes, out)
 	}
 }
 
@@ -785,20 +821,24 @@ func (r *Replica) gcInputs() {
 }
 
 // ReadOnly reads keys at the validated prefix: the versions of every transaction of the epochs
-// every data center agreed on (0 round trips; about a round trip stale).
-func (r *Replica) ReadOnly(keys []string) (vals [][]byte, epoch uint64) {
+// every data center agreed on (0 round trips; about a round trip stale). It returns each key's
+// value (nil: absent) and version (0: never written), the same at every data center: a
+// transaction that computes writes from them submits them with an OpExpect per key read.
+func (r *Replica) ReadOnly(keys []string) (vals [][]byte, versions []uint64, epoch uint64) {
 	for _, k := range keys {
 		var val []byte
+		var seq uint64
 		vs := r.store[k]
 		for j := len(vs) - 1; j >= 0; j-- {
 			if vs[j].stamp.Epoch <= r.validatedUpto {
-				val = vs[j].value
+				val, seq = vs[j].value, vs[j].seq
 				break
 			}
 		}
 		vals = append(vals, slices.Clone(val))
+		versions = append(versions, seq)
 	}
-	return vals, r.validatedUpto
+	return vals, versions, r.validatedUpto
 }
 
 // HasReady reports whether Ready has something.

@@ -148,3 +148,40 @@ func TestRefusesNonChainable(t *testing.T) {
 		}
 	}
 }
+
+// Optimistic read-modify-writes: a transaction that read a key at the validated prefix commits
+// with OpExpect only if nothing overwrote the key since; the loser aborts alike everywhere
+// and writes nothing.
+func TestExpectAbortsOverwrittenReads(t *testing.T) {
+	n := newTestNet(t, Options{EpochLength: 10 * time.Millisecond, Start: 99})
+	n.reps[1].Submit(t0, Proc{Ops: []Op{{Kind: OpWrite, Key: "x", Value: []byte("0")}}})
+	for ms := 1; ms < 60; ms++ {
+		n.tick(t0.Add(time.Duration(ms) * time.Millisecond))
+	}
+	vals, vers, _ := n.reps[2].ReadOnly([]string{"x"})
+	if string(vals[0]) != "0" || vers[0] == 0 {
+		t.Fatalf("read-only read: %q at version %d", vals[0], vers[0])
+	}
+	for _, dc := range []uint32{1, 3} {
+		if _, v2, _ := n.reps[dc].ReadOnly([]string{"x"}); v2[0] != vers[0] {
+			t.Fatalf("data center %d reads version %d, data center 2 %d: versions differ", dc, v2[0], vers[0])
+		}
+	}
+	now := t0.Add(60 * time.Millisecond)
+	a, _ := n.reps[2].Submit(now, Proc{Ops: []Op{{Kind: OpExpect, Key: "x", Version: vers[0]}, {Kind: OpWrite, Key: "x", Value: []byte("from-2")}}})
+	b, _ := n.reps[3].Submit(now.Add(time.Millisecond), Proc{Ops: []Op{{Kind: OpExpect, Key: "x", Version: vers[0]}, {Kind: OpWrite, Key: "x", Value: []byte("from-3")}}})
+	for ms := 62; ms < 200; ms++ {
+		n.tick(t0.Add(time.Duration(ms) * time.Millisecond))
+	}
+	if o := n.outs[2]; len(o) != 1 || o[0].Txn != a || !o[0].Committed {
+		t.Fatalf("first read-modify-write: %+v", o)
+	}
+	if o := n.outs[3]; len(o) != 1 || o[0].Txn != b || o[0].Committed || !strings.Contains(o[0].Reason, "conflict") {
+		t.Fatalf("second read-modify-write: %+v", o)
+	}
+	for _, dc := range []uint32{1, 2, 3} {
+		if v, _, _ := n.reps[dc].ReadOnly([]string{"x"}); string(v[0]) != "from-2" {
+			t.Errorf("data center %d holds %q", dc, v[0])
+		}
+	}
+}

@@ -35,6 +35,11 @@ const (
 	OpAppend
 	// OpAdd adds Delta to the key's integer (an absent key is 0).
 	OpAdd
+	// OpExpect aborts the transaction, alike at every data center, unless the key's version
+	// is still Version (0: never written): a client that read the key earlier (at the
+	// validated prefix) and computed its writes from it commits only if nothing overwrote it
+	// since (optimistic validation inside the deterministic order).
+	OpExpect
 )
 
 func (k OpKind) String() string {
@@ -47,6 +52,8 @@ func (k OpKind) String() string {
 		return "append"
 	case OpAdd:
 		return "add"
+	case OpExpect:
+		return "expect"
 	}
 	return fmt.Sprintf("op(%d)", k)
 }
@@ -55,10 +62,11 @@ func (k OpKind) String() string {
 // order on the keys it declares: deterministic, its keys known before it runs — the
 // "chainable" transactions of 1.5.
 type Op struct {
-	Kind  OpKind
-	Key   string
-	Value []byte
-	Delta int64
+	Kind    OpKind
+	Key     string
+	Value   []byte
+	Delta   int64
+	Version uint64 // OpExpect
 }
 
 // Proc is a transaction as a client submits it: its operations (the procedure). The keys it
@@ -94,7 +102,7 @@ func (p Proc) Validate(maxOps int) error {
 			return fmt.Errorf("catenae: operation %d has no key (a chainable transaction declares every key it accesses)", i)
 		}
 		switch op.Kind {
-		case OpRead, OpWrite, OpAppend, OpAdd:
+		case OpRead, OpWrite, OpAppend, OpAdd, OpExpect:
 		default:
 			return fmt.Errorf("catenae: operation %d is of unknown kind %d", i, op.Kind)
 		}
@@ -135,8 +143,14 @@ type Txn struct {
 // Result is what a transaction's execution returned: the values of its reads, in the order of
 // its read operations (nil: absent), and the digest every data center compares (validation).
 type Result struct {
-	Reads  [][]byte
-	Digest uint64
+	Reads [][]byte
+	// Versions are the versions of the keys read (0: never written), in the order of Reads:
+	// the final position of their writer in the chain order, the same at every data center.
+	Versions []uint64
+	// Aborted: an OpExpect failed (Reason says which key); nothing was written.
+	Aborted bool
+	Reason  string
+	Digest  uint64
 }
 
 // Vote is a data center's result digest of one transaction (the validation payload).
