@@ -247,6 +247,7 @@ var Mutations = map[string]string{
 	"skip-validation":    "a transaction commits at close whatever it read: no version it read need be validated, and its own digest is never compared",
 	"tie-own-digest":     "a tie between digests is broken in favour of the replica's own, not by the lowest data center id (replicas decide differently)",
 	"expose-speculative": "a transaction's speculative result is reported as committed as soon as it is executed, before its epoch closes",
+	"ignore-expect":      "OpExpect never aborts: an optimistic transaction commits writes computed from reads that were overwritten (lost updates)",
 }
 
 // EnsureDefaults fills zero fields.
