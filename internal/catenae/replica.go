@@ -1,6 +1,7 @@
 package catenae
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
@@ -16,16 +17,6 @@ const (
 	maxMsgEpochs = 1000
 	maxMsgVotes  = 1 << 16
 )
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
 
 // version is one value of a key: written by the transaction writer (zero: the initial state)
 // at its place in the order.
@@ -756,15 +747,7 @@ func (r *Replica) decideWaiting() {
 	for id := range r.waiting {
 		ids = append(ids, id)
 	}
-	slices.SortFunc(ids, func(a, b TxnID) int {
-		if a.Seq < b.Seq {
-			return -1
-		}
-		if a.Seq > b.Seq {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(ids, func(a, b TxnID) int { return cmp.Compare(a.Seq, b.Seq) })
 	for _, id := range ids {
 		st := r.txns[id]
 		if st == nil || !st.final {
