@@ -243,11 +243,12 @@ type Options struct {
 
 // Mutations are deliberately broken variants the simulation must catch.
 var Mutations = map[string]string{
-	"close-on-majority":  "an epoch closes once a majority of data centers' messages are in, not every one (the missing inputs are executed later, out of order)",
-	"skip-validation":    "a transaction commits at close whatever it read: no version it read need be validated, and its own digest is never compared",
-	"tie-own-digest":     "a tie between digests is broken in favour of the replica's own, not by the lowest data center id (replicas decide differently)",
-	"expose-speculative": "a transaction's speculative result is reported as committed as soon as it is executed, before its epoch closes",
-	"ignore-expect":      "OpExpect never aborts: an optimistic transaction commits writes computed from reads that were overwritten (lost updates)",
+	"close-on-majority":      "an epoch closes once a majority of data centers' messages are in, not every one (the missing inputs are executed later, out of order)",
+	"skip-validation":        "a transaction commits at close whatever it read: no version it read need be validated, and its own digest is never compared",
+	"tie-own-digest":         "a tie between digests is broken in favour of the replica's own, not by the lowest data center id (replicas decide differently)",
+	"expose-speculative":     "a transaction's speculative result is reported as committed as soon as it is executed, before its epoch closes",
+	"restart-forgets-inputs": "a data center's saved state omits its own inputs: after a crash it answers a peer that missed its epoch message with an empty epoch",
+	"ignore-expect":          "OpExpect never aborts: an optimistic transaction commits writes computed from reads that were overwritten (lost updates)",
 }
 
 // EnsureDefaults fills zero fields.

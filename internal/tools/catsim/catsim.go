@@ -55,6 +55,10 @@ type Options struct {
 	Corrupt    float64 // a faulty replica executes a transaction wrongly
 	CorruptTwo bool    // two replicas are faulty (digests split three ways: the tie-break)
 	Pauses     int     // data center pauses (100-500 ms each)
+	// Crashes: a data center crashes (its volatile state lost: the other data centers'
+	// inputs of open epochs, its speculative order, their votes; catenae.Saved keeps the
+	// rest) and restarts 100-500 ms later.
+	Crashes int
 	// ClockSkew bounds each data center's clock offset (uniform in ±ClockSkew). Default 1ms.
 	ClockSkew time.Duration
 	// ClientTimeout: a client gives up on a transaction (indeterminate). Default 5s.
@@ -112,6 +116,8 @@ type Result struct {
 	Committed, TimedOut, Fast int
 	// Aborted: optimistic transactions whose reads were overwritten before they were ordered.
 	Aborted int
+	// Restarts: data centers restarted from their saved state after a crash.
+	Restarts int
 	// Latency per region (commit, measured after the warmup), and all regions together.
 	Latency map[string]*hdrhistogram.Histogram
 	All     *hdrhistogram.Histogram
@@ -162,6 +168,7 @@ type sim struct {
 	regions []string
 	dcs     []uint32
 	reps    map[uint32]*catenae.Replica
+	opts    map[uint32]catenae.Options
 	offsets map[uint32]time.Duration
 	paused  map[uint32]bool
 	epoch0  time.Time
@@ -198,7 +205,7 @@ func Run(o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("catsim: topology: %w", err)
 	}
-	s := &sim{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0xca7e)), topo: topo, regions: topo.Regions, reps: map[uint32]*catenae.Replica{},
+	s := &sim{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0xca7e)), topo: topo, regions: topo.Regions, reps: map[uint32]*catenae.Replica{}, opts: map[uint32]catenae.Options{},
 		offsets: map[uint32]time.Duration{}, paused: map[uint32]bool{}, epoch0: time.Unix(1_800_000_000, 0),
 		pending: map[catenae.TxnID]*pendingTxn{},
 		res:     &Result{Options: o, Latency: map[string]*hdrhistogram.Histogram{}, All: newHist(), Stats: map[string]catenae.Stats{}, Regions: topo.Regions}}
@@ -231,7 +238,7 @@ func Run(o Options) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.reps[dc] = r
+		s.reps[dc], s.opts[dc] = r, opts
 		s.res.Latency[s.regions[i]] = newHist()
 	}
 	s.run()
@@ -275,6 +282,31 @@ func (s *sim) run() {
 		start := time.Duration(s.rng.Int64N(int64(end)))
 		s.at(start, func() { s.paused[dc] = true })
 		s.at(start+time.Duration(100+s.rng.IntN(400))*time.Millisecond, func() { s.paused[dc] = false })
+	}
+	for i := 0; i < o.Crashes; i++ {
+		dc := s.dcs[s.rng.IntN(len(s.dcs))]
+		start := time.Duration(s.rng.Int64N(int64(end)))
+		var saved *catenae.Saved
+		s.at(start, func() {
+			if s.paused[dc] {
+				return // already down
+			}
+			s.paused[dc] = true
+			saved = s.reps[dc].Save() // what was durable when it crashed (its last Ready)
+		})
+		s.at(start+time.Duration(100+s.rng.IntN(400))*time.Millisecond, func() {
+			if saved == nil {
+				return
+			}
+			r, err := catenae.Restore(saved, s.opts[dc], s.clock(dc))
+			if err != nil {
+				panic(fmt.Sprintf("catsim: restart data center %d: %v", dc, err))
+			}
+			s.reps[dc] = r
+			s.res.Restarts++
+			s.paused[dc] = false
+			s.drain(dc)
+		})
 	}
 	// Quiesce: the load stops at end; everything in flight settles (bounded).
 	limit := end + o.ClientTimeout + 10*time.Second
@@ -428,12 +460,25 @@ func (s *sim) outcome(dc uint32, out catenae.Outcome) {
 	s.at(time.Millisecond, func() { s.startClient(dc, c, end) })
 }
 
-// converged compares the data centers' validated states at the lowest validated epoch.
+// converged compares the data centers' validated states at the lowest validated epoch, and
+// checks that none is stuck behind the others (a replica whose results never validate: after
+// the quiescence every data center must have validated every epoch the others did, give or
+// take the last second).
 func (s *sim) converged() {
 	s.res.Converged = true
-	upto := ^uint64(0)
+	upto, top := ^uint64(0), uint64(0)
+	stuck := uint32(0)
 	for _, dc := range s.dcs {
-		upto = min(upto, s.reps[dc].ValidatedUpto())
+		v := s.reps[dc].ValidatedUpto()
+		if v < upto {
+			upto, stuck = v, dc
+		}
+		top = max(top, v)
+	}
+	if slack := uint64(time.Second / s.o.EpochLength); top > upto+slack {
+		s.res.Converged = false
+		s.res.Divergence = fmt.Sprintf("data center %d validated up to epoch %d only, another up to %d: stuck", stuck, upto, top)
+		return
 	}
 	first := s.reps[s.dcs[0]].StateDigest(upto)
 	for _, dc := range s.dcs[1:] {
@@ -486,12 +531,14 @@ func CheckSeed(o Options) (bool, string, error) {
 
 // SimOptions are the faults of `meridian sim txn --mode catenae` for a seed: 2% loss (1%
 // duplication), a faulty replica (2% of its executions wrong; two faulty replicas every third
-// seed), two pauses on even seeds; the topology alternates between ec2-sdur-3 and
-// gcp-meteorshower-3.
+// seed), two pauses on even seeds and two crashes with restarts from the saved state on odd
+// ones; the topology alternates between ec2-sdur-3 and gcp-meteorshower-3.
 func SimOptions(seed uint64) Options {
 	o := Options{Seed: seed, Workload: Check, Loss: 0.02, Corrupt: 0.02, CorruptTwo: seed%3 == 0}
 	if seed%2 == 0 {
 		o.Pauses = 2
+	} else {
+		o.Crashes = 2
 	}
 	if seed%2 == 1 {
 		o.Topology = "gcp-meteorshower-3"
