@@ -837,10 +837,8 @@ func (r *Replica) Ready() Ready {
 // Pending returns the transactions submitted here and not yet decided.
 func (r *Replica) Pending() int { return len(r.waiting) }
 
-// MessageSize estimates a message's bytes on the wire (bandwidth accounting): the fields of
-// the transactions, votes and headers it carries.
-func MessageSize(m Message) int { return messageSize(m) }
-
+// messageSize estimates a message's bytes on the wire (Stats.BytesSent; the simulator measures
+// the encoded messages).
 func messageSize(m Message) int {
 	if m.Req != nil {
 		return 16

@@ -123,7 +123,8 @@ type Result struct {
 	All     *hdrhistogram.Histogram
 	// ThroughputTPS over the measured period.
 	ThroughputTPS float64
-	// BytesPerNodeSec: epoch message bytes one data center sends per second, measured.
+	// BytesPerNodeSec: bytes of its messages (their protobuf wire form) one data center sends
+	// per second, measured.
 	BytesPerNodeSec float64
 	// Replica counters, by region.
 	Stats map[string]catenae.Stats
@@ -385,9 +386,14 @@ func (s *sim) drain(dc uint32) {
 	for r.HasReady() {
 		rd := r.Ready()
 		for _, m := range rd.Messages {
-			m := m
+			// Every message goes through its wire form (catenae/wire.go): what is measured
+			// is what would be sent, and what is delivered is what decodes.
+			data, err := catenae.EncodeMessage(m)
+			if err != nil {
+				panic(fmt.Sprintf("catsim: data center %d: %v", dc, err))
+			}
 			if s.now >= s.o.Warmup && s.now < s.o.Warmup+s.o.Duration {
-				s.measuredBytes += float64(messageBytes(m))
+				s.measuredBytes += float64(len(data))
 			}
 			if s.rng.Float64() < s.o.Loss {
 				continue
@@ -400,12 +406,17 @@ func (s *sim) drain(dc uint32) {
 				d := s.oneWay(dc, m.To)
 				d += time.Duration(float64(d) * 0.05 * s.rng.Float64()) // jitter: reorders messages
 				d += 100 * time.Microsecond
+				to := m.To
 				s.at(d, func() {
-					if s.paused[m.To] {
+					if s.paused[to] {
 						return
 					}
-					s.reps[m.To].Step(s.clock(m.To), m)
-					s.drain(m.To)
+					got, err := catenae.DecodeMessage(data, catenae.DefaultWireLimits)
+					if err != nil {
+						panic(fmt.Sprintf("catsim: a message from data center %d does not decode: %v", dc, err))
+					}
+					s.reps[to].Step(s.clock(to), got)
+					s.drain(to)
 				})
 			}
 		}
@@ -499,8 +510,6 @@ func decodeList(b []byte) []int64 {
 	return out
 }
 
-// messageBytes estimates a message's size on the wire.
-func messageBytes(m catenae.Message) int { return catenae.MessageSize(m) }
 
 // CheckSeed runs one seed of the check workload and reports whether its history is
 // serializable and its data centers converged (why not, when not).

@@ -8763,6 +8763,542 @@ func (x *TxnSavedState) GetVector() *TxnVector {
 	return nil
 }
 
+type CatenaeTxnId struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dc            uint32                 `protobuf:"varint,1,opt,name=dc,proto3" json:"dc,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeTxnId) Reset() {
+	*x = CatenaeTxnId{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[101]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeTxnId) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeTxnId) ProtoMessage() {}
+
+func (x *CatenaeTxnId) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[101]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeTxnId.ProtoReflect.Descriptor instead.
+func (*CatenaeTxnId) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{101}
+}
+
+func (x *CatenaeTxnId) GetDc() uint32 {
+	if x != nil {
+		return x.Dc
+	}
+	return 0
+}
+
+func (x *CatenaeTxnId) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+type CatenaeOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          uint32                 `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"` // catenae.OpKind
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	Delta         int64                  `protobuf:"varint,4,opt,name=delta,proto3" json:"delta,omitempty"`
+	Version       uint64                 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeOp) Reset() {
+	*x = CatenaeOp{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[102]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeOp) ProtoMessage() {}
+
+func (x *CatenaeOp) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[102]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeOp.ProtoReflect.Descriptor instead.
+func (*CatenaeOp) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{102}
+}
+
+func (x *CatenaeOp) GetKind() uint32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *CatenaeOp) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *CatenaeOp) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *CatenaeOp) GetDelta() int64 {
+	if x != nil {
+		return x.Delta
+	}
+	return 0
+}
+
+func (x *CatenaeOp) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type CatenaeTxn struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            *CatenaeTxnId          `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Nanos         int64                  `protobuf:"varint,3,opt,name=nanos,proto3" json:"nanos,omitempty"`
+	Ops           []*CatenaeOp           `protobuf:"bytes,4,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeTxn) Reset() {
+	*x = CatenaeTxn{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[103]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeTxn) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeTxn) ProtoMessage() {}
+
+func (x *CatenaeTxn) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[103]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeTxn.ProtoReflect.Descriptor instead.
+func (*CatenaeTxn) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{103}
+}
+
+func (x *CatenaeTxn) GetId() *CatenaeTxnId {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *CatenaeTxn) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *CatenaeTxn) GetNanos() int64 {
+	if x != nil {
+		return x.Nanos
+	}
+	return 0
+}
+
+func (x *CatenaeTxn) GetOps() []*CatenaeOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+// CatenaeEpochInput is one data center's input for one epoch (possibly empty).
+type CatenaeEpochInput struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txns          []*CatenaeTxn          `protobuf:"bytes,1,rep,name=txns,proto3" json:"txns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeEpochInput) Reset() {
+	*x = CatenaeEpochInput{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[104]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeEpochInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeEpochInput) ProtoMessage() {}
+
+func (x *CatenaeEpochInput) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[104]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeEpochInput.ProtoReflect.Descriptor instead.
+func (*CatenaeEpochInput) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{104}
+}
+
+func (x *CatenaeEpochInput) GetTxns() []*CatenaeTxn {
+	if x != nil {
+		return x.Txns
+	}
+	return nil
+}
+
+type CatenaeVote struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txn           *CatenaeTxnId          `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Dc            uint32                 `protobuf:"varint,3,opt,name=dc,proto3" json:"dc,omitempty"`
+	Digest        uint64                 `protobuf:"varint,4,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeVote) Reset() {
+	*x = CatenaeVote{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[105]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeVote) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeVote) ProtoMessage() {}
+
+func (x *CatenaeVote) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[105]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeVote.ProtoReflect.Descriptor instead.
+func (*CatenaeVote) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{105}
+}
+
+func (x *CatenaeVote) GetTxn() *CatenaeTxnId {
+	if x != nil {
+		return x.Txn
+	}
+	return nil
+}
+
+func (x *CatenaeVote) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *CatenaeVote) GetDc() uint32 {
+	if x != nil {
+		return x.Dc
+	}
+	return 0
+}
+
+func (x *CatenaeVote) GetDigest() uint64 {
+	if x != nil {
+		return x.Digest
+	}
+	return 0
+}
+
+type CatenaeEpochMsg struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	Upto          uint64                 `protobuf:"varint,2,opt,name=upto,proto3" json:"upto,omitempty"`
+	Epochs        []*CatenaeEpochInput   `protobuf:"bytes,3,rep,name=epochs,proto3" json:"epochs,omitempty"`
+	Votes         []*CatenaeVote         `protobuf:"bytes,4,rep,name=votes,proto3" json:"votes,omitempty"`
+	Closed        uint64                 `protobuf:"varint,5,opt,name=closed,proto3" json:"closed,omitempty"`
+	Validated     uint64                 `protobuf:"varint,6,opt,name=validated,proto3" json:"validated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeEpochMsg) Reset() {
+	*x = CatenaeEpochMsg{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[106]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeEpochMsg) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeEpochMsg) ProtoMessage() {}
+
+func (x *CatenaeEpochMsg) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[106]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeEpochMsg.ProtoReflect.Descriptor instead.
+func (*CatenaeEpochMsg) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{106}
+}
+
+func (x *CatenaeEpochMsg) GetFrom() uint32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *CatenaeEpochMsg) GetUpto() uint64 {
+	if x != nil {
+		return x.Upto
+	}
+	return 0
+}
+
+func (x *CatenaeEpochMsg) GetEpochs() []*CatenaeEpochInput {
+	if x != nil {
+		return x.Epochs
+	}
+	return nil
+}
+
+func (x *CatenaeEpochMsg) GetVotes() []*CatenaeVote {
+	if x != nil {
+		return x.Votes
+	}
+	return nil
+}
+
+func (x *CatenaeEpochMsg) GetClosed() uint64 {
+	if x != nil {
+		return x.Closed
+	}
+	return 0
+}
+
+func (x *CatenaeEpochMsg) GetValidated() uint64 {
+	if x != nil {
+		return x.Validated
+	}
+	return 0
+}
+
+type CatenaeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeRequest) Reset() {
+	*x = CatenaeRequest{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[107]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeRequest) ProtoMessage() {}
+
+func (x *CatenaeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[107]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeRequest.ProtoReflect.Descriptor instead.
+func (*CatenaeRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{107}
+}
+
+func (x *CatenaeRequest) GetFrom() uint32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *CatenaeRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// CatenaeMessage is one message between data centers.
+type CatenaeMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	To    uint32                 `protobuf:"varint,1,opt,name=to,proto3" json:"to,omitempty"`
+	// Types that are valid to be assigned to Body:
+	//
+	//	*CatenaeMessage_Epoch
+	//	*CatenaeMessage_Request
+	Body          isCatenaeMessage_Body `protobuf_oneof:"body"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeMessage) Reset() {
+	*x = CatenaeMessage{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[108]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeMessage) ProtoMessage() {}
+
+func (x *CatenaeMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[108]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeMessage.ProtoReflect.Descriptor instead.
+func (*CatenaeMessage) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{108}
+}
+
+func (x *CatenaeMessage) GetTo() uint32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *CatenaeMessage) GetBody() isCatenaeMessage_Body {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *CatenaeMessage) GetEpoch() *CatenaeEpochMsg {
+	if x != nil {
+		if x, ok := x.Body.(*CatenaeMessage_Epoch); ok {
+			return x.Epoch
+		}
+	}
+	return nil
+}
+
+func (x *CatenaeMessage) GetRequest() *CatenaeRequest {
+	if x != nil {
+		if x, ok := x.Body.(*CatenaeMessage_Request); ok {
+			return x.Request
+		}
+	}
+	return nil
+}
+
+type isCatenaeMessage_Body interface {
+	isCatenaeMessage_Body()
+}
+
+type CatenaeMessage_Epoch struct {
+	Epoch *CatenaeEpochMsg `protobuf:"bytes,2,opt,name=epoch,proto3,oneof"`
+}
+
+type CatenaeMessage_Request struct {
+	Request *CatenaeRequest `protobuf:"bytes,3,opt,name=request,proto3,oneof"`
+}
+
+func (*CatenaeMessage_Epoch) isCatenaeMessage_Body() {}
+
+func (*CatenaeMessage_Request) isCatenaeMessage_Body() {}
+
 var File_meridian_v1_peer_proto protoreflect.FileDescriptor
 
 const file_meridian_v1_peer_proto_rawDesc = "" +
@@ -9532,7 +10068,44 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x12\n" +
 	"\x04core\x18\x03 \x01(\fR\x04core\x12B\n" +
 	"\tcompleted\x18\x04 \x03(\v2$.meridian.peer.v1.TxnCompletedGlobalR\tcompleted\x123\n" +
-	"\x06vector\x18\x05 \x01(\v2\x1b.meridian.peer.v1.TxnVectorR\x06vector2\x9c\x01\n" +
+	"\x06vector\x18\x05 \x01(\v2\x1b.meridian.peer.v1.TxnVectorR\x06vector\"0\n" +
+	"\fCatenaeTxnId\x12\x0e\n" +
+	"\x02dc\x18\x01 \x01(\rR\x02dc\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"w\n" +
+	"\tCatenaeOp\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\x12\x14\n" +
+	"\x05delta\x18\x04 \x01(\x03R\x05delta\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\"\x97\x01\n" +
+	"\n" +
+	"CatenaeTxn\x12.\n" +
+	"\x02id\x18\x01 \x01(\v2\x1e.meridian.peer.v1.CatenaeTxnIdR\x02id\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x14\n" +
+	"\x05nanos\x18\x03 \x01(\x03R\x05nanos\x12-\n" +
+	"\x03ops\x18\x04 \x03(\v2\x1b.meridian.peer.v1.CatenaeOpR\x03ops\"E\n" +
+	"\x11CatenaeEpochInput\x120\n" +
+	"\x04txns\x18\x01 \x03(\v2\x1c.meridian.peer.v1.CatenaeTxnR\x04txns\"}\n" +
+	"\vCatenaeVote\x120\n" +
+	"\x03txn\x18\x01 \x01(\v2\x1e.meridian.peer.v1.CatenaeTxnIdR\x03txn\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x0e\n" +
+	"\x02dc\x18\x03 \x01(\rR\x02dc\x12\x16\n" +
+	"\x06digest\x18\x04 \x01(\x04R\x06digest\"\xe1\x01\n" +
+	"\x0fCatenaeEpochMsg\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\rR\x04from\x12\x12\n" +
+	"\x04upto\x18\x02 \x01(\x04R\x04upto\x12;\n" +
+	"\x06epochs\x18\x03 \x03(\v2#.meridian.peer.v1.CatenaeEpochInputR\x06epochs\x123\n" +
+	"\x05votes\x18\x04 \x03(\v2\x1d.meridian.peer.v1.CatenaeVoteR\x05votes\x12\x16\n" +
+	"\x06closed\x18\x05 \x01(\x04R\x06closed\x12\x1c\n" +
+	"\tvalidated\x18\x06 \x01(\x04R\tvalidated\":\n" +
+	"\x0eCatenaeRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\rR\x04from\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\xa1\x01\n" +
+	"\x0eCatenaeMessage\x12\x0e\n" +
+	"\x02to\x18\x01 \x01(\rR\x02to\x129\n" +
+	"\x05epoch\x18\x02 \x01(\v2!.meridian.peer.v1.CatenaeEpochMsgH\x00R\x05epoch\x12<\n" +
+	"\arequest\x18\x03 \x01(\v2 .meridian.peer.v1.CatenaeRequestH\x00R\arequestB\x06\n" +
+	"\x04body2\x9c\x01\n" +
 	"\x04Peer\x12C\n" +
 	"\x06Stream\x12\x1a.meridian.peer.v1.Envelope\x1a\x1b.meridian.peer.v1.StreamAck(\x01\x12O\n" +
 	"\rStreamBatches\x12\x1f.meridian.peer.v1.EnvelopeBatch\x1a\x1b.meridian.peer.v1.StreamAck(\x01B\x1fZ\x1dmeridian/internal/wire/peerpbb\x06proto3"
@@ -9549,7 +10122,7 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 101)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 109)
 var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Version)(nil),             // 0: meridian.peer.v1.Version
 	(*Record)(nil),              // 1: meridian.peer.v1.Record
@@ -9652,6 +10225,14 @@ var file_meridian_v1_peer_proto_goTypes = []any{
 	(*TxnReadArgs)(nil),         // 98: meridian.peer.v1.TxnReadArgs
 	(*TxnReadDone)(nil),         // 99: meridian.peer.v1.TxnReadDone
 	(*TxnSavedState)(nil),       // 100: meridian.peer.v1.TxnSavedState
+	(*CatenaeTxnId)(nil),        // 101: meridian.peer.v1.CatenaeTxnId
+	(*CatenaeOp)(nil),           // 102: meridian.peer.v1.CatenaeOp
+	(*CatenaeTxn)(nil),          // 103: meridian.peer.v1.CatenaeTxn
+	(*CatenaeEpochInput)(nil),   // 104: meridian.peer.v1.CatenaeEpochInput
+	(*CatenaeVote)(nil),         // 105: meridian.peer.v1.CatenaeVote
+	(*CatenaeEpochMsg)(nil),     // 106: meridian.peer.v1.CatenaeEpochMsg
+	(*CatenaeRequest)(nil),      // 107: meridian.peer.v1.CatenaeRequest
+	(*CatenaeMessage)(nil),      // 108: meridian.peer.v1.CatenaeMessage
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,   // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -9811,15 +10392,23 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	97,  // 154: meridian.peer.v1.TxnReadDone.snapshot:type_name -> meridian.peer.v1.TxnSnapshotRef
 	93,  // 155: meridian.peer.v1.TxnSavedState.completed:type_name -> meridian.peer.v1.TxnCompletedGlobal
 	95,  // 156: meridian.peer.v1.TxnSavedState.vector:type_name -> meridian.peer.v1.TxnVector
-	67,  // 157: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	69,  // 158: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
-	68,  // 159: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	68,  // 160: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
-	159, // [159:161] is the sub-list for method output_type
-	157, // [157:159] is the sub-list for method input_type
-	157, // [157:157] is the sub-list for extension type_name
-	157, // [157:157] is the sub-list for extension extendee
-	0,   // [0:157] is the sub-list for field type_name
+	101, // 157: meridian.peer.v1.CatenaeTxn.id:type_name -> meridian.peer.v1.CatenaeTxnId
+	102, // 158: meridian.peer.v1.CatenaeTxn.ops:type_name -> meridian.peer.v1.CatenaeOp
+	103, // 159: meridian.peer.v1.CatenaeEpochInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
+	101, // 160: meridian.peer.v1.CatenaeVote.txn:type_name -> meridian.peer.v1.CatenaeTxnId
+	104, // 161: meridian.peer.v1.CatenaeEpochMsg.epochs:type_name -> meridian.peer.v1.CatenaeEpochInput
+	105, // 162: meridian.peer.v1.CatenaeEpochMsg.votes:type_name -> meridian.peer.v1.CatenaeVote
+	106, // 163: meridian.peer.v1.CatenaeMessage.epoch:type_name -> meridian.peer.v1.CatenaeEpochMsg
+	107, // 164: meridian.peer.v1.CatenaeMessage.request:type_name -> meridian.peer.v1.CatenaeRequest
+	67,  // 165: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	69,  // 166: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
+	68,  // 167: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	68,  // 168: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
+	167, // [167:169] is the sub-list for method output_type
+	165, // [165:167] is the sub-list for method input_type
+	165, // [165:165] is the sub-list for extension type_name
+	165, // [165:165] is the sub-list for extension extendee
+	0,   // [0:165] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -9896,13 +10485,17 @@ func file_meridian_v1_peer_proto_init() {
 		(*TxnMessage_SeqReply)(nil),
 		(*TxnMessage_Vector)(nil),
 	}
+	file_meridian_v1_peer_proto_msgTypes[108].OneofWrappers = []any{
+		(*CatenaeMessage_Epoch)(nil),
+		(*CatenaeMessage_Request)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   101,
+			NumMessages:   109,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
