@@ -510,7 +510,6 @@ func decodeList(b []byte) []int64 {
 	return out
 }
 
-
 // CheckSeed runs one seed of the check workload and reports whether its history is
 // serializable and its data centers converged (why not, when not).
 func CheckSeed(o Options) (bool, string, error) {
