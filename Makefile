@@ -36,6 +36,7 @@ fuzz:
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME) ./internal/sdur/
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME) ./internal/twopc/
 	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzDecodeMessage$$' -fuzztime $(FUZZTIME) ./internal/catenae/
+	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzDecodeSaved$$' -fuzztime $(FUZZTIME) ./internal/catenae/
 
 # Deterministic simulation: SIMSEEDS seeds of every protocol with every fault on, then the
 # mutation suite (every broken variant must be caught). Exits non-zero on any violation.

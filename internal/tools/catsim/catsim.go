@@ -287,19 +287,28 @@ func (s *sim) run() {
 	for i := 0; i < o.Crashes; i++ {
 		dc := s.dcs[s.rng.IntN(len(s.dcs))]
 		start := time.Duration(s.rng.Int64N(int64(end)))
-		var saved *catenae.Saved
+		var saved []byte
 		s.at(start, func() {
 			if s.paused[dc] {
 				return // already down
 			}
 			s.paused[dc] = true
-			saved = s.reps[dc].Save() // what was durable when it crashed (its last Ready)
+			// What was durable when it crashed (its last Ready), in its wire form.
+			b, err := catenae.EncodeSaved(s.reps[dc].Save())
+			if err != nil {
+				panic(fmt.Sprintf("catsim: save data center %d: %v", dc, err))
+			}
+			saved = b
 		})
 		s.at(start+time.Duration(100+s.rng.IntN(400))*time.Millisecond, func() {
 			if saved == nil {
 				return
 			}
-			r, err := catenae.Restore(saved, s.opts[dc], s.clock(dc))
+			st, err := catenae.DecodeSaved(saved, catenae.DefaultWireLimits)
+			if err != nil {
+				panic(fmt.Sprintf("catsim: restart data center %d: %v", dc, err))
+			}
+			r, err := catenae.Restore(st, s.opts[dc], s.clock(dc))
 			if err != nil {
 				panic(fmt.Sprintf("catsim: restart data center %d: %v", dc, err))
 			}

@@ -9299,6 +9299,709 @@ func (*CatenaeMessage_Epoch) isCatenaeMessage_Body() {}
 
 func (*CatenaeMessage_Request) isCatenaeMessage_Body() {}
 
+// CatenaeSaved is a Catenae replica's durable state (catenae.Saved).
+type CatenaeSaved struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Self          uint32                 `protobuf:"varint,1,opt,name=self,proto3" json:"self,omitempty"`
+	Dcs           []uint32               `protobuf:"varint,2,rep,packed,name=dcs,proto3" json:"dcs,omitempty"`
+	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	LastNanos     int64                  `protobuf:"varint,4,opt,name=last_nanos,json=lastNanos,proto3" json:"last_nanos,omitempty"`
+	SentUpto      uint64                 `protobuf:"varint,5,opt,name=sent_upto,json=sentUpto,proto3" json:"sent_upto,omitempty"`
+	Closed        uint64                 `protobuf:"varint,6,opt,name=closed,proto3" json:"closed,omitempty"`
+	ValidatedUpto uint64                 `protobuf:"varint,7,opt,name=validated_upto,json=validatedUpto,proto3" json:"validated_upto,omitempty"`
+	FinalSeq      uint64                 `protobuf:"varint,8,opt,name=final_seq,json=finalSeq,proto3" json:"final_seq,omitempty"`
+	// own inputs, per epoch
+	Own     []*CatenaeOwnInput    `protobuf:"bytes,9,rep,name=own,proto3" json:"own,omitempty"`
+	Store   []*CatenaeKeyVersions `protobuf:"bytes,10,rep,name=store,proto3" json:"store,omitempty"`
+	History []*CatenaeTxnState    `protobuf:"bytes,11,rep,name=history,proto3" json:"history,omitempty"`
+	// waiting: the transactions its clients wait for (state: set when final).
+	Waiting       []*CatenaeWaiting    `protobuf:"bytes,12,rep,name=waiting,proto3" json:"waiting,omitempty"`
+	MyVotes       []*CatenaeVote       `protobuf:"bytes,13,rep,name=my_votes,json=myVotes,proto3" json:"my_votes,omitempty"`
+	Unvalidated   []*CatenaeEpochCount `protobuf:"bytes,14,rep,name=unvalidated,proto3" json:"unvalidated,omitempty"`
+	PeerClosed    []*CatenaeDcEpoch    `protobuf:"bytes,15,rep,name=peer_closed,json=peerClosed,proto3" json:"peer_closed,omitempty"`
+	PeerValidated []*CatenaeDcEpoch    `protobuf:"bytes,16,rep,name=peer_validated,json=peerValidated,proto3" json:"peer_validated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeSaved) Reset() {
+	*x = CatenaeSaved{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[109]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeSaved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeSaved) ProtoMessage() {}
+
+func (x *CatenaeSaved) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[109]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeSaved.ProtoReflect.Descriptor instead.
+func (*CatenaeSaved) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{109}
+}
+
+func (x *CatenaeSaved) GetSelf() uint32 {
+	if x != nil {
+		return x.Self
+	}
+	return 0
+}
+
+func (x *CatenaeSaved) GetDcs() []uint32 {
+	if x != nil {
+		return x.Dcs
+	}
+	return nil
+}
+
+func (x *CatenaeSaved) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *CatenaeSaved) GetLastNanos() int64 {
+	if x != nil {
+		return x.LastNanos
+	}
+	return 0
+}
+
+func (x *CatenaeSaved) GetSentUpto() uint64 {
+	if x != nil {
+		return x.SentUpto
+	}
+	return 0
+}
+
+func (x *CatenaeSaved) GetClosed() uint64 {
+	if x != nil {
+		return x.Closed
+	}
+	return 0
+}
+
+func (x *CatenaeSaved) GetValidatedUpto() uint64 {
+	if x != nil {
+		return x.ValidatedUpto
+	}
+	return 0
+}
+
+func (x *CatenaeSaved) GetFinalSeq() uint64 {
+	if x != nil {
+		return x.FinalSeq
+	}
+	return 0
+}
+
+func (x *CatenaeSaved) GetOwn() []*CatenaeOwnInput {
+	if x != nil {
+		return x.Own
+	}
+	return nil
+}
+
+func (x *CatenaeSaved) GetStore() []*CatenaeKeyVersions {
+	if x != nil {
+		return x.Store
+	}
+	return nil
+}
+
+func (x *CatenaeSaved) GetHistory() []*CatenaeTxnState {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+func (x *CatenaeSaved) GetWaiting() []*CatenaeWaiting {
+	if x != nil {
+		return x.Waiting
+	}
+	return nil
+}
+
+func (x *CatenaeSaved) GetMyVotes() []*CatenaeVote {
+	if x != nil {
+		return x.MyVotes
+	}
+	return nil
+}
+
+func (x *CatenaeSaved) GetUnvalidated() []*CatenaeEpochCount {
+	if x != nil {
+		return x.Unvalidated
+	}
+	return nil
+}
+
+func (x *CatenaeSaved) GetPeerClosed() []*CatenaeDcEpoch {
+	if x != nil {
+		return x.PeerClosed
+	}
+	return nil
+}
+
+func (x *CatenaeSaved) GetPeerValidated() []*CatenaeDcEpoch {
+	if x != nil {
+		return x.PeerValidated
+	}
+	return nil
+}
+
+type CatenaeOwnInput struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Txns          []*CatenaeTxn          `protobuf:"bytes,2,rep,name=txns,proto3" json:"txns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeOwnInput) Reset() {
+	*x = CatenaeOwnInput{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[110]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeOwnInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeOwnInput) ProtoMessage() {}
+
+func (x *CatenaeOwnInput) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[110]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeOwnInput.ProtoReflect.Descriptor instead.
+func (*CatenaeOwnInput) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{110}
+}
+
+func (x *CatenaeOwnInput) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *CatenaeOwnInput) GetTxns() []*CatenaeTxn {
+	if x != nil {
+		return x.Txns
+	}
+	return nil
+}
+
+type CatenaeVersion struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Nanos         int64                  `protobuf:"varint,2,opt,name=nanos,proto3" json:"nanos,omitempty"`
+	Writer        *CatenaeTxnId          `protobuf:"bytes,3,opt,name=writer,proto3" json:"writer,omitempty"`
+	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Seq           uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeVersion) Reset() {
+	*x = CatenaeVersion{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[111]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeVersion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeVersion) ProtoMessage() {}
+
+func (x *CatenaeVersion) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[111]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeVersion.ProtoReflect.Descriptor instead.
+func (*CatenaeVersion) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{111}
+}
+
+func (x *CatenaeVersion) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *CatenaeVersion) GetNanos() int64 {
+	if x != nil {
+		return x.Nanos
+	}
+	return 0
+}
+
+func (x *CatenaeVersion) GetWriter() *CatenaeTxnId {
+	if x != nil {
+		return x.Writer
+	}
+	return nil
+}
+
+func (x *CatenaeVersion) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *CatenaeVersion) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+type CatenaeKeyVersions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Versions      []*CatenaeVersion      `protobuf:"bytes,2,rep,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeKeyVersions) Reset() {
+	*x = CatenaeKeyVersions{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[112]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeKeyVersions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeKeyVersions) ProtoMessage() {}
+
+func (x *CatenaeKeyVersions) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[112]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeKeyVersions.ProtoReflect.Descriptor instead.
+func (*CatenaeKeyVersions) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{112}
+}
+
+func (x *CatenaeKeyVersions) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *CatenaeKeyVersions) GetVersions() []*CatenaeVersion {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+type CatenaeWrite struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeWrite) Reset() {
+	*x = CatenaeWrite{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[113]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeWrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeWrite) ProtoMessage() {}
+
+func (x *CatenaeWrite) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[113]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeWrite.ProtoReflect.Descriptor instead.
+func (*CatenaeWrite) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{113}
+}
+
+func (x *CatenaeWrite) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *CatenaeWrite) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type CatenaeTxnState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txn           *CatenaeTxn            `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	Reads         [][]byte               `protobuf:"bytes,2,rep,name=reads,proto3" json:"reads,omitempty"`
+	ReadsFound    []bool                 `protobuf:"varint,3,rep,packed,name=reads_found,json=readsFound,proto3" json:"reads_found,omitempty"`
+	Versions      []uint64               `protobuf:"varint,4,rep,packed,name=versions,proto3" json:"versions,omitempty"`
+	Aborted       bool                   `protobuf:"varint,5,opt,name=aborted,proto3" json:"aborted,omitempty"`
+	Reason        string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	Digest        uint64                 `protobuf:"varint,7,opt,name=digest,proto3" json:"digest,omitempty"`
+	Writes        []*CatenaeWrite        `protobuf:"bytes,8,rep,name=writes,proto3" json:"writes,omitempty"`
+	Deps          []*CatenaeTxnId        `protobuf:"bytes,9,rep,name=deps,proto3" json:"deps,omitempty"`
+	Seq           uint64                 `protobuf:"varint,10,opt,name=seq,proto3" json:"seq,omitempty"`
+	Decided       uint64                 `protobuf:"varint,11,opt,name=decided,proto3" json:"decided,omitempty"`
+	HasDecided    bool                   `protobuf:"varint,12,opt,name=has_decided,json=hasDecided,proto3" json:"has_decided,omitempty"`
+	Validated     bool                   `protobuf:"varint,13,opt,name=validated,proto3" json:"validated,omitempty"`
+	Corrupted     bool                   `protobuf:"varint,14,opt,name=corrupted,proto3" json:"corrupted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeTxnState) Reset() {
+	*x = CatenaeTxnState{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[114]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeTxnState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeTxnState) ProtoMessage() {}
+
+func (x *CatenaeTxnState) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[114]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeTxnState.ProtoReflect.Descriptor instead.
+func (*CatenaeTxnState) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{114}
+}
+
+func (x *CatenaeTxnState) GetTxn() *CatenaeTxn {
+	if x != nil {
+		return x.Txn
+	}
+	return nil
+}
+
+func (x *CatenaeTxnState) GetReads() [][]byte {
+	if x != nil {
+		return x.Reads
+	}
+	return nil
+}
+
+func (x *CatenaeTxnState) GetReadsFound() []bool {
+	if x != nil {
+		return x.ReadsFound
+	}
+	return nil
+}
+
+func (x *CatenaeTxnState) GetVersions() []uint64 {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+func (x *CatenaeTxnState) GetAborted() bool {
+	if x != nil {
+		return x.Aborted
+	}
+	return false
+}
+
+func (x *CatenaeTxnState) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CatenaeTxnState) GetDigest() uint64 {
+	if x != nil {
+		return x.Digest
+	}
+	return 0
+}
+
+func (x *CatenaeTxnState) GetWrites() []*CatenaeWrite {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
+func (x *CatenaeTxnState) GetDeps() []*CatenaeTxnId {
+	if x != nil {
+		return x.Deps
+	}
+	return nil
+}
+
+func (x *CatenaeTxnState) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *CatenaeTxnState) GetDecided() uint64 {
+	if x != nil {
+		return x.Decided
+	}
+	return 0
+}
+
+func (x *CatenaeTxnState) GetHasDecided() bool {
+	if x != nil {
+		return x.HasDecided
+	}
+	return false
+}
+
+func (x *CatenaeTxnState) GetValidated() bool {
+	if x != nil {
+		return x.Validated
+	}
+	return false
+}
+
+func (x *CatenaeTxnState) GetCorrupted() bool {
+	if x != nil {
+		return x.Corrupted
+	}
+	return false
+}
+
+type CatenaeWaiting struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            *CatenaeTxnId          `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	State         *CatenaeTxnState       `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"` // absent: in an open epoch
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeWaiting) Reset() {
+	*x = CatenaeWaiting{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[115]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeWaiting) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeWaiting) ProtoMessage() {}
+
+func (x *CatenaeWaiting) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[115]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeWaiting.ProtoReflect.Descriptor instead.
+func (*CatenaeWaiting) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{115}
+}
+
+func (x *CatenaeWaiting) GetId() *CatenaeTxnId {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *CatenaeWaiting) GetState() *CatenaeTxnState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+type CatenaeEpochCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Count         int64                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeEpochCount) Reset() {
+	*x = CatenaeEpochCount{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[116]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeEpochCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeEpochCount) ProtoMessage() {}
+
+func (x *CatenaeEpochCount) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[116]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeEpochCount.ProtoReflect.Descriptor instead.
+func (*CatenaeEpochCount) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{116}
+}
+
+func (x *CatenaeEpochCount) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *CatenaeEpochCount) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type CatenaeDcEpoch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dc            uint32                 `protobuf:"varint,1,opt,name=dc,proto3" json:"dc,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeDcEpoch) Reset() {
+	*x = CatenaeDcEpoch{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[117]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeDcEpoch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeDcEpoch) ProtoMessage() {}
+
+func (x *CatenaeDcEpoch) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[117]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeDcEpoch.ProtoReflect.Descriptor instead.
+func (*CatenaeDcEpoch) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{117}
+}
+
+func (x *CatenaeDcEpoch) GetDc() uint32 {
+	if x != nil {
+		return x.Dc
+	}
+	return 0
+}
+
+func (x *CatenaeDcEpoch) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 var File_meridian_v1_peer_proto protoreflect.FileDescriptor
 
 const file_meridian_v1_peer_proto_rawDesc = "" +
@@ -10105,7 +10808,69 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x02to\x18\x01 \x01(\rR\x02to\x129\n" +
 	"\x05epoch\x18\x02 \x01(\v2!.meridian.peer.v1.CatenaeEpochMsgH\x00R\x05epoch\x12<\n" +
 	"\arequest\x18\x03 \x01(\v2 .meridian.peer.v1.CatenaeRequestH\x00R\arequestB\x06\n" +
-	"\x04body2\x9c\x01\n" +
+	"\x04body\"\xd5\x05\n" +
+	"\fCatenaeSaved\x12\x12\n" +
+	"\x04self\x18\x01 \x01(\rR\x04self\x12\x10\n" +
+	"\x03dcs\x18\x02 \x03(\rR\x03dcs\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x1d\n" +
+	"\n" +
+	"last_nanos\x18\x04 \x01(\x03R\tlastNanos\x12\x1b\n" +
+	"\tsent_upto\x18\x05 \x01(\x04R\bsentUpto\x12\x16\n" +
+	"\x06closed\x18\x06 \x01(\x04R\x06closed\x12%\n" +
+	"\x0evalidated_upto\x18\a \x01(\x04R\rvalidatedUpto\x12\x1b\n" +
+	"\tfinal_seq\x18\b \x01(\x04R\bfinalSeq\x123\n" +
+	"\x03own\x18\t \x03(\v2!.meridian.peer.v1.CatenaeOwnInputR\x03own\x12:\n" +
+	"\x05store\x18\n" +
+	" \x03(\v2$.meridian.peer.v1.CatenaeKeyVersionsR\x05store\x12;\n" +
+	"\ahistory\x18\v \x03(\v2!.meridian.peer.v1.CatenaeTxnStateR\ahistory\x12:\n" +
+	"\awaiting\x18\f \x03(\v2 .meridian.peer.v1.CatenaeWaitingR\awaiting\x128\n" +
+	"\bmy_votes\x18\r \x03(\v2\x1d.meridian.peer.v1.CatenaeVoteR\amyVotes\x12E\n" +
+	"\vunvalidated\x18\x0e \x03(\v2#.meridian.peer.v1.CatenaeEpochCountR\vunvalidated\x12A\n" +
+	"\vpeer_closed\x18\x0f \x03(\v2 .meridian.peer.v1.CatenaeDcEpochR\n" +
+	"peerClosed\x12G\n" +
+	"\x0epeer_validated\x18\x10 \x03(\v2 .meridian.peer.v1.CatenaeDcEpochR\rpeerValidated\"Y\n" +
+	"\x0fCatenaeOwnInput\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x120\n" +
+	"\x04txns\x18\x02 \x03(\v2\x1c.meridian.peer.v1.CatenaeTxnR\x04txns\"\x9c\x01\n" +
+	"\x0eCatenaeVersion\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x14\n" +
+	"\x05nanos\x18\x02 \x01(\x03R\x05nanos\x126\n" +
+	"\x06writer\x18\x03 \x01(\v2\x1e.meridian.peer.v1.CatenaeTxnIdR\x06writer\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\"d\n" +
+	"\x12CatenaeKeyVersions\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12<\n" +
+	"\bversions\x18\x02 \x03(\v2 .meridian.peer.v1.CatenaeVersionR\bversions\"6\n" +
+	"\fCatenaeWrite\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"\xd3\x03\n" +
+	"\x0fCatenaeTxnState\x12.\n" +
+	"\x03txn\x18\x01 \x01(\v2\x1c.meridian.peer.v1.CatenaeTxnR\x03txn\x12\x14\n" +
+	"\x05reads\x18\x02 \x03(\fR\x05reads\x12\x1f\n" +
+	"\vreads_found\x18\x03 \x03(\bR\n" +
+	"readsFound\x12\x1a\n" +
+	"\bversions\x18\x04 \x03(\x04R\bversions\x12\x18\n" +
+	"\aaborted\x18\x05 \x01(\bR\aaborted\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06digest\x18\a \x01(\x04R\x06digest\x126\n" +
+	"\x06writes\x18\b \x03(\v2\x1e.meridian.peer.v1.CatenaeWriteR\x06writes\x122\n" +
+	"\x04deps\x18\t \x03(\v2\x1e.meridian.peer.v1.CatenaeTxnIdR\x04deps\x12\x10\n" +
+	"\x03seq\x18\n" +
+	" \x01(\x04R\x03seq\x12\x18\n" +
+	"\adecided\x18\v \x01(\x04R\adecided\x12\x1f\n" +
+	"\vhas_decided\x18\f \x01(\bR\n" +
+	"hasDecided\x12\x1c\n" +
+	"\tvalidated\x18\r \x01(\bR\tvalidated\x12\x1c\n" +
+	"\tcorrupted\x18\x0e \x01(\bR\tcorrupted\"y\n" +
+	"\x0eCatenaeWaiting\x12.\n" +
+	"\x02id\x18\x01 \x01(\v2\x1e.meridian.peer.v1.CatenaeTxnIdR\x02id\x127\n" +
+	"\x05state\x18\x02 \x01(\v2!.meridian.peer.v1.CatenaeTxnStateR\x05state\"?\n" +
+	"\x11CatenaeEpochCount\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"6\n" +
+	"\x0eCatenaeDcEpoch\x12\x0e\n" +
+	"\x02dc\x18\x01 \x01(\rR\x02dc\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch2\x9c\x01\n" +
 	"\x04Peer\x12C\n" +
 	"\x06Stream\x12\x1a.meridian.peer.v1.Envelope\x1a\x1b.meridian.peer.v1.StreamAck(\x01\x12O\n" +
 	"\rStreamBatches\x12\x1f.meridian.peer.v1.EnvelopeBatch\x1a\x1b.meridian.peer.v1.StreamAck(\x01B\x1fZ\x1dmeridian/internal/wire/peerpbb\x06proto3"
@@ -10122,7 +10887,7 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 109)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 118)
 var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Version)(nil),             // 0: meridian.peer.v1.Version
 	(*Record)(nil),              // 1: meridian.peer.v1.Record
@@ -10233,6 +10998,15 @@ var file_meridian_v1_peer_proto_goTypes = []any{
 	(*CatenaeEpochMsg)(nil),     // 106: meridian.peer.v1.CatenaeEpochMsg
 	(*CatenaeRequest)(nil),      // 107: meridian.peer.v1.CatenaeRequest
 	(*CatenaeMessage)(nil),      // 108: meridian.peer.v1.CatenaeMessage
+	(*CatenaeSaved)(nil),        // 109: meridian.peer.v1.CatenaeSaved
+	(*CatenaeOwnInput)(nil),     // 110: meridian.peer.v1.CatenaeOwnInput
+	(*CatenaeVersion)(nil),      // 111: meridian.peer.v1.CatenaeVersion
+	(*CatenaeKeyVersions)(nil),  // 112: meridian.peer.v1.CatenaeKeyVersions
+	(*CatenaeWrite)(nil),        // 113: meridian.peer.v1.CatenaeWrite
+	(*CatenaeTxnState)(nil),     // 114: meridian.peer.v1.CatenaeTxnState
+	(*CatenaeWaiting)(nil),      // 115: meridian.peer.v1.CatenaeWaiting
+	(*CatenaeEpochCount)(nil),   // 116: meridian.peer.v1.CatenaeEpochCount
+	(*CatenaeDcEpoch)(nil),      // 117: meridian.peer.v1.CatenaeDcEpoch
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,   // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -10400,15 +11174,31 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	105, // 162: meridian.peer.v1.CatenaeEpochMsg.votes:type_name -> meridian.peer.v1.CatenaeVote
 	106, // 163: meridian.peer.v1.CatenaeMessage.epoch:type_name -> meridian.peer.v1.CatenaeEpochMsg
 	107, // 164: meridian.peer.v1.CatenaeMessage.request:type_name -> meridian.peer.v1.CatenaeRequest
-	67,  // 165: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	69,  // 166: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
-	68,  // 167: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	68,  // 168: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
-	167, // [167:169] is the sub-list for method output_type
-	165, // [165:167] is the sub-list for method input_type
-	165, // [165:165] is the sub-list for extension type_name
-	165, // [165:165] is the sub-list for extension extendee
-	0,   // [0:165] is the sub-list for field type_name
+	110, // 165: meridian.peer.v1.CatenaeSaved.own:type_name -> meridian.peer.v1.CatenaeOwnInput
+	112, // 166: meridian.peer.v1.CatenaeSaved.store:type_name -> meridian.peer.v1.CatenaeKeyVersions
+	114, // 167: meridian.peer.v1.CatenaeSaved.history:type_name -> meridian.peer.v1.CatenaeTxnState
+	115, // 168: meridian.peer.v1.CatenaeSaved.waiting:type_name -> meridian.peer.v1.CatenaeWaiting
+	105, // 169: meridian.peer.v1.CatenaeSaved.my_votes:type_name -> meridian.peer.v1.CatenaeVote
+	116, // 170: meridian.peer.v1.CatenaeSaved.unvalidated:type_name -> meridian.peer.v1.CatenaeEpochCount
+	117, // 171: meridian.peer.v1.CatenaeSaved.peer_closed:type_name -> meridian.peer.v1.CatenaeDcEpoch
+	117, // 172: meridian.peer.v1.CatenaeSaved.peer_validated:type_name -> meridian.peer.v1.CatenaeDcEpoch
+	103, // 173: meridian.peer.v1.CatenaeOwnInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
+	101, // 174: meridian.peer.v1.CatenaeVersion.writer:type_name -> meridian.peer.v1.CatenaeTxnId
+	111, // 175: meridian.peer.v1.CatenaeKeyVersions.versions:type_name -> meridian.peer.v1.CatenaeVersion
+	103, // 176: meridian.peer.v1.CatenaeTxnState.txn:type_name -> meridian.peer.v1.CatenaeTxn
+	113, // 177: meridian.peer.v1.CatenaeTxnState.writes:type_name -> meridian.peer.v1.CatenaeWrite
+	101, // 178: meridian.peer.v1.CatenaeTxnState.deps:type_name -> meridian.peer.v1.CatenaeTxnId
+	101, // 179: meridian.peer.v1.CatenaeWaiting.id:type_name -> meridian.peer.v1.CatenaeTxnId
+	114, // 180: meridian.peer.v1.CatenaeWaiting.state:type_name -> meridian.peer.v1.CatenaeTxnState
+	67,  // 181: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	69,  // 182: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
+	68,  // 183: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	68,  // 184: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
+	183, // [183:185] is the sub-list for method output_type
+	181, // [181:183] is the sub-list for method input_type
+	181, // [181:181] is the sub-list for extension type_name
+	181, // [181:181] is the sub-list for extension extendee
+	0,   // [0:181] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -10495,7 +11285,7 @@ func file_meridian_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   109,
+			NumMessages:   118,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
