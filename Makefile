@@ -26,17 +26,17 @@ vet:
 	$(GO) vet -tags $(TAGS) ./...
 
 fuzz:
-	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzRequestDecodeValidate$$' -fuzztime $(FUZZTIME) ./internal/runtime/server/
-	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzTxnCommitRequest$$' -fuzztime $(FUZZTIME) ./internal/runtime/server/
-	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzDecodeDataKey$$' -fuzztime $(FUZZTIME) ./internal/storage/
-	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) ./internal/config/
-	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzControlAPI$$' -fuzztime $(FUZZTIME) ./internal/tools/lab/wan/
-	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzPeerEnvelope$$' -fuzztime $(FUZZTIME) ./internal/wire/
-	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime $(FUZZTIME) ./internal/sdur/
-	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME) ./internal/sdur/
-	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME) ./internal/twopc/
-	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzDecodeMessage$$' -fuzztime $(FUZZTIME) ./internal/catenae/
-	$(GO) test -tags $(TAGS) -run '^$$' -fuzz '^FuzzDecodeSaved$$' -fuzztime $(FUZZTIME) ./internal/catenae/
+	GO=$(GO) scripts/fuzz-one.sh FuzzRequestDecodeValidate ./internal/runtime/server/ $(FUZZTIME) $(TAGS)
+	GO=$(GO) scripts/fuzz-one.sh FuzzTxnCommitRequest ./internal/runtime/server/ $(FUZZTIME) $(TAGS)
+	GO=$(GO) scripts/fuzz-one.sh FuzzDecodeDataKey ./internal/storage/ $(FUZZTIME) $(TAGS)
+	GO=$(GO) scripts/fuzz-one.sh FuzzParseConfig ./internal/config/ $(FUZZTIME) $(TAGS)
+	GO=$(GO) scripts/fuzz-one.sh FuzzControlAPI ./internal/tools/lab/wan/ $(FUZZTIME) $(TAGS)
+	GO=$(GO) scripts/fuzz-one.sh FuzzPeerEnvelope ./internal/wire/ $(FUZZTIME) $(TAGS)
+	GO=$(GO) scripts/fuzz-one.sh FuzzRestore ./internal/sdur/ $(FUZZTIME) $(TAGS)
+	GO=$(GO) scripts/fuzz-one.sh FuzzDecodeEntry ./internal/sdur/ $(FUZZTIME) $(TAGS)
+	GO=$(GO) scripts/fuzz-one.sh FuzzDecodeEntry ./internal/twopc/ $(FUZZTIME) $(TAGS)
+	GO=$(GO) scripts/fuzz-one.sh FuzzDecodeMessage ./internal/catenae/ $(FUZZTIME) $(TAGS)
+	GO=$(GO) scripts/fuzz-one.sh FuzzDecodeSaved ./internal/catenae/ $(FUZZTIME) $(TAGS)
 
 # Deterministic simulation: SIMSEEDS seeds of every protocol with every fault on, then the
 # mutation suite (every broken variant must be caught). Exits non-zero on any violation.
