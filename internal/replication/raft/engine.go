@@ -65,6 +65,9 @@ type Engine struct {
 	groups map[groupKey]*group
 	byID   map[uint64]*group
 	order  []*group // every group, by group ID (deterministic iteration)
+	// txnList are the groups of order with a transaction core (txn.go, ticked every call).
+	txnList []*group
+	txnBuf  []*group
 	// freezeToStart: a group was loaded with state and its vote freeze has not started
 	// (observe starts it at the first time the engine sees).
 	freezeToStart bool
@@ -556,6 +559,7 @@ func (e *Engine) unlink(g *group) {
 	delete(e.groups, g.key)
 	delete(e.byID, g.id)
 	e.order = slices.DeleteFunc(e.order, func(x *group) bool { return x == g })
+	e.txnList = slices.DeleteFunc(e.txnList, func(x *group) bool { return x == g })
 	e.activeStale = true
 	e.rangeChanged()
 	e.dirty = slices.DeleteFunc(e.dirty, func(x *group) bool { return x == g })

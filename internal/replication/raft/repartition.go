@@ -936,6 +936,10 @@ func (e *Engine) link(g *group) {
 	e.byID[g.id] = g
 	i, _ := slices.BinarySearchFunc(e.order, g.id, func(a *group, id uint64) int { return cmpU64(a.id, id) })
 	e.order = slices.Insert(e.order, i, g)
+	if g.txn != nil {
+		j, _ := slices.BinarySearchFunc(e.txnList, g.id, func(a *group, id uint64) int { return cmpU64(a.id, id) })
+		e.txnList = slices.Insert(e.txnList, j, g)
+	}
 	e.activeStale = true
 	e.rangeChanged()
 	e.markDirty(g)

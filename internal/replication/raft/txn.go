@@ -550,21 +550,21 @@ func (e *Engine) stepTxn(now time.Time, from uint32, m *peerpb.TxnMessage) {
 // tickTxns runs the cores' timers and their leaders' own entries.
 func (e *Engine) tickTxns(now time.Time, raftTicked bool) {
 	for _, g := range e.txnGroups() {
-		g.txn.tick(e, g, now, raftTicked)
+		if !g.removed {
+			g.txn.tick(e, g, now, raftTicked)
+		}
 	}
 	e.releaseParts(now)
 	e.runSequencers(now)
 }
 
-// txnGroups are the transactional groups, by group ID.
+// txnGroups are the transactional groups, by group ID: kept by link and unlink, since the
+// runtime ticks every millisecond and most groups of a node may not be transactional. The
+// result is a copy in a reused buffer (a tick may take a group out of service: unlink), valid
+// until the next call.
 func (e *Engine) txnGroups() []*group {
-	var out []*group
-	for _, g := range e.order {
-		if g.txn != nil && !g.removed {
-			out = append(out, g)
-		}
-	}
-	return out
+	e.txnBuf = append(e.txnBuf[:0], e.txnList...)
+	return e.txnBuf
 }
 
 // proposeOwn appends a leader's own entry (a tick, a threshold, a decision) to g's log; a

@@ -107,7 +107,7 @@ func (e *Engine) noteTxnVector(keyspace string, v *peerpb.TxnVector) {
 func (e *Engine) runSequencers(now time.Time) {
 	for _, g := range e.txnGroups() {
 		m, ok := g.txn.(*sdurCore)
-		if !ok {
+		if !ok || g.removed {
 			continue
 		}
 		ks, ok := e.pmap.Keyspace(g.key.keyspace)
