@@ -125,15 +125,7 @@ func Restore(s *Saved, opts Options, now time.Time) (*Replica, error) {
 			r.txns[id] = st.clone()
 		}
 	}
-	slices.SortFunc(open, func(a, b *Txn) int {
-		if a.Stamp.Less(b.Stamp) {
-			return -1
-		}
-		if b.Stamp.Less(a.Stamp) {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(open, func(a, b *Txn) int { return a.Stamp.Compare(b.Stamp) })
 	r.speculate(open)
 	r.now = now
 	r.decideWaiting()

@@ -1,6 +1,7 @@
 package catenae
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -129,18 +130,10 @@ func EncodeSaved(s *Saved) ([]byte, error) {
 }
 
 func cmpTxnID(a, b TxnID) int {
-	switch {
-	case a.DC != b.DC:
-		if a.DC < b.DC {
-			return -1
-		}
-		return 1
-	case a.Seq < b.Seq:
-		return -1
-	case a.Seq > b.Seq:
-		return 1
+	if c := cmp.Compare(a.DC, b.DC); c != 0 {
+		return c
 	}
-	return 0
+	return cmp.Compare(a.Seq, b.Seq)
 }
 
 func sortedKeys[V any](m map[uint64]V) []uint64 {

@@ -119,6 +119,17 @@ type Stamp struct {
 	Seq   uint64
 }
 
+// Compare orders stamps (the chain order of docs/catenae.md): -1, 0 or 1.
+func (a Stamp) Compare(b Stamp) int {
+	switch {
+	case a.Less(b):
+		return -1
+	case b.Less(a):
+		return 1
+	}
+	return 0
+}
+
 // Less orders stamps: the chain order of docs/catenae.md.
 func (a Stamp) Less(b Stamp) bool {
 	if a.Epoch != b.Epoch {

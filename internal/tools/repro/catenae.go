@@ -3,6 +3,7 @@ package repro
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -255,13 +256,7 @@ func txnRows(o CatenaeOptions, topo, w, mode string) ([]CatenaeRow, error) {
 		a.p99w = max(a.p99w, c.P99Ms)
 	}
 	var rows []CatenaeRow
-	for _, region := range slices.Sorted(func(yield func(string) bool) {
-		for k := range by {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, region := range slices.Sorted(maps.Keys(by)) {
 		a := by[region]
 		row := CatenaeRow{Topology: topo, Workload: w, Mode: mode, Region: region, ThroughputTPS: float64(a.commits) / o.Duration.Seconds(), P99Ms: a.p99w}
 		if a.commits > 0 {
@@ -301,13 +296,7 @@ func (r *CatenaeResult) Markdown() string {
 				c.ThroughputTPS/max(t2.ThroughputTPS, 1e-9), c.P50Ms, t2.P50Ms, 100*(c.P50Ms/max(t2.P50Ms, 1e-9)-1))
 		}
 		b.WriteString(" RTT to the farthest region:")
-		for _, region := range slices.Sorted(func(yield func(string) bool) {
-			for k := range r.RTTMs[topo] {
-				if !yield(k) {
-					return
-				}
-			}
-		}) {
+		for _, region := range slices.Sorted(maps.Keys(r.RTTMs[topo])) {
 			fmt.Fprintf(&b, " %s %.0f ms", region, r.RTTMs[topo][region])
 		}
 		b.WriteString(".\n")
