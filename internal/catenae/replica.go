@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -99,6 +100,16 @@ type Replica struct {
 	// transactions read at it); unvalidated counts, per closed epoch, those that are not.
 	validatedUpto uint64
 	unvalidated   map[uint64]int
+	// validatedSeq is the chain position of the last transaction of the validated prefix.
+	validatedSeq uint64
+	// retainFrom: reads at an epoch below it are refused (older versions are dropped, or were
+	// not loaded at a restart); trims are the keys written per validated epoch, whose older
+	// versions go once the epoch falls RetainEpochs below the validated prefix.
+	retainFrom uint64
+	trims      []trim
+	// forgot is the last Durable.Forget reported; metaDirty: Meta changed since the last Ready.
+	forgot    uint64
+	metaDirty bool
 
 	stats Stats
 	out   Ready
@@ -131,7 +142,7 @@ func NewReplica(self uint32, dcs []uint32, opts Options) (*Replica, error) {
 		maxSeen: map[uint32]uint64{}, gapSince: map[uint32]time.Time{}, heard: map[uint32]time.Time{}, asked: map[uint32]time.Time{},
 		peerClosed: map[uint32]uint64{}, myVotes: map[uint64][]Vote{}, peerValidated: map[uint32]uint64{}, store: map[string][]version{}, txns: map[TxnID]*txnState{}, votes: map[TxnID]map[uint32]uint64{},
 		waiting: map[TxnID]bool{}, unvalidated: map[uint64]int{}}
-	r.sentUpto, r.closed, r.validatedUpto = opts.Start, opts.Start, opts.Start
+	r.sentUpto, r.closed, r.validatedUpto, r.retainFrom, r.forgot = opts.Start, opts.Start, opts.Start, opts.Start, opts.Start
 	for _, dc := range dcs {
 		r.upto[dc], r.peerClosed[dc], r.peerValidated[dc] = opts.Start, opts.Start, opts.Start
 	}
@@ -163,6 +174,7 @@ func (r *Replica) Submit(now time.Time, p Proc) (TxnID, error) {
 	}
 	r.lastNanos = nanos
 	r.seq++
+	r.metaDirty = true
 	t := &Txn{ID: TxnID{DC: r.self, Seq: r.seq}, Stamp: Stamp{Epoch: e, Nanos: nanos, DC: r.self, Seq: r.seq}, Proc: p}
 	in := r.inputs[e]
 	if in == nil {
@@ -183,6 +195,14 @@ func (r *Replica) Tick(now time.Time) {
 		prev := r.sentUpto
 		r.sentUpto = cur - 1
 		r.upto[r.self] = r.sentUpto
+		r.metaDirty = true
+		// The inputs the message announces are final: on disk before it leaves (a peer
+		// that misses it asks again, and must get the same answer after a crash).
+		for e := prev + 1; e <= r.sentUpto; e++ {
+			if txns := r.inputs[e][r.self]; len(txns) > 0 && r.opts.Mutation != "restart-forgets-inputs" {
+				r.out.Durable.Inputs = append(r.out.Durable.Inputs, Input{Epoch: e, DC: r.self, Txns: txns})
+			}
+		}
 		r.broadcast(prev)
 	}
 	r.now = now
@@ -378,7 +398,7 @@ func (r *Replica) speculate(ts []*Txn) {
 			hadResult := st.writes != nil
 			r.execute(st, func(k string) ([]byte, TxnID, uint64, bool) {
 				if v, ok := overlay[k]; ok {
-					return v, TxnID{}, specSeq, true // a speculative version: dependency on open epochs
+					return v, TxnID{}, specSeq, v != nil // a speculative version: dependency on open epochs
 				}
 				return r.latest(k)
 			}, false)
@@ -421,10 +441,10 @@ func (r *Replica) execute(st *txnState, get func(string) ([]byte, TxnID, uint64,
 	var reads [][]byte
 	var versions []uint64
 	var deps []TxnID
-	aborted, reason := false, ""
+	aborted, reason, abortKey := false, "", ""
 	view := func(k string) ([]byte, uint64, bool) {
 		if v, ok := writes[k]; ok {
-			return v, specSeq, true
+			return v, specSeq, v != nil // nil: deleted by the procedure
 		}
 		v, w, seq, found := get(k)
 		if w != (TxnID{}) && !slices.Contains(deps, w) {
@@ -443,7 +463,7 @@ func (r *Replica) execute(st *txnState, get func(string) ([]byte, TxnID, uint64,
 				seq = 0
 			}
 			if seq != op.Version && r.opts.Mutation != "ignore-expect" {
-				aborted, reason = true, fmt.Sprintf("conflict: key %q is at version %d, the transaction read version %d", op.Key, seq, op.Version)
+				aborted, reason, abortKey = true, fmt.Sprintf("conflict: key %q is at version %d, the transaction read version %d", op.Key, seq, op.Version), op.Key
 			}
 		case OpRead:
 			if found {
@@ -454,7 +474,13 @@ func (r *Replica) execute(st *txnState, get func(string) ([]byte, TxnID, uint64,
 			}
 			versions = append(versions, seq)
 		case OpWrite:
-			writes[op.Key] = slices.Clone(op.Value)
+			v := slices.Clone(op.Value)
+			if v == nil {
+				v = []byte{} // an empty value is a value (nil is a deletion)
+			}
+			writes[op.Key] = v
+		case OpDelete:
+			writes[op.Key] = nil
 		case OpAppend:
 			writes[op.Key] = binary.BigEndian.AppendUint64(slices.Clone(cur), uint64(op.Delta))
 		case OpAdd:
@@ -473,7 +499,7 @@ func (r *Replica) execute(st *txnState, get func(string) ([]byte, TxnID, uint64,
 	if aborted {
 		writes, reads, versions = map[string][]byte{}, nil, nil
 	}
-	st.result = Result{Reads: reads, Versions: versions, Aborted: aborted, Reason: reason, Digest: digest(reads, writes)}
+	st.result = Result{Reads: reads, Versions: versions, Aborted: aborted, Reason: reason, Key: abortKey, Digest: digest(reads, writes)}
 	if aborted {
 		st.result.Digest ^= 0xab0127ed // an abort is a result too: data centers agree on it
 	}
@@ -499,7 +525,11 @@ func digest(reads [][]byte, writes map[string][]byte) uint64 {
 		binary.BigEndian.PutUint64(n[:], uint64(len(k)))
 		h.Write(n[:])
 		h.Write([]byte(k))
-		binary.BigEndian.PutUint64(n[:], uint64(len(writes[k])))
+		if writes[k] == nil {
+			binary.BigEndian.PutUint64(n[:], ^uint64(0)) // a deletion, unlike an empty value
+		} else {
+			binary.BigEndian.PutUint64(n[:], uint64(len(writes[k])))
+		}
 		h.Write(n[:])
 		h.Write(writes[k])
 	}
@@ -532,6 +562,14 @@ func (r *Replica) tryClose() {
 		}
 		batch := slices.Clone(r.spec[:n])
 		r.spec = slices.Delete(r.spec, 0, n)
+		// Every input of a closed epoch is on disk with the close: a restart executes the
+		// closed epochs not yet validated again from them (durable.go).
+		for _, dc := range r.dcs {
+			if txns := r.inputs[e][dc]; dc != r.self && len(txns) > 0 {
+				r.out.Durable.Inputs = append(r.out.Durable.Inputs, Input{Epoch: e, DC: dc, Txns: txns})
+			}
+		}
+		r.metaDirty = true
 		changed := false
 		for _, st := range batch {
 			changed = r.finalize(st) || changed
@@ -566,12 +604,13 @@ func (r *Replica) finalize(st *txnState) bool {
 	r.finalSeq++
 	st.seq = r.finalSeq
 	for k, v := range st.writes {
-		r.store[k] = append(r.store[k], version{stamp: st.txn.Stamp, writer: st.txn.ID, value: v, seq: st.seq})
+		r.store[k] = append(r.store[k], version{stamp: st.txn.Stamp, writer: st.txn.ID, value: v, absent: v == nil, seq: st.seq})
 	}
 	r.history = append(r.history, st)
 	r.unvalidated[st.txn.Stamp.Epoch]++
 	v := Vote{Txn: st.txn.ID, Epoch: st.txn.Stamp.Epoch, DC: r.self, Digest: st.result.Digest}
 	r.myVotes[v.Epoch] = append(r.myVotes[v.Epoch], v)
+	r.out.Durable.Votes = append(r.out.Durable.Votes, v)
 	r.vote(v)
 	return miss
 }
@@ -683,12 +722,22 @@ func (r *Replica) advanceValidated() {
 	// those transactions' states (a missing writer counts as validated).
 	n := 0
 	for n < len(r.history) && r.history[n].validated && r.history[n].txn.Stamp.Epoch <= r.validatedUpto {
-		if !r.waiting[r.history[n].txn.ID] {
-			delete(r.txns, r.history[n].txn.ID)
+		st := r.history[n]
+		if !r.waiting[st.txn.ID] {
+			delete(r.txns, st.txn.ID)
 		}
+		// Its versions never change again: on disk (durable.go), and their keys' older
+		// versions are dropped once no read may need them.
+		for _, k := range slices.Sorted(maps.Keys(st.writes)) {
+			r.out.Durable.Versions = append(r.out.Durable.Versions, StoredVersion{Key: k, Value: st.writes[k], Epoch: st.txn.Stamp.Epoch, Seq: st.seq})
+			r.trims = append(r.trims, trim{epoch: st.txn.Stamp.Epoch, key: k})
+		}
+		r.validatedSeq = st.seq
 		n++
 	}
 	r.history = r.history[n:]
+	r.metaDirty = true
+	r.trimVersions()
 }
 
 // repair executes again the final history from st on, after dropping the versions written
@@ -715,12 +764,14 @@ func (r *Replica) repair(from *txnState) {
 		r.finalSeq++
 		st.seq = r.finalSeq
 		for k, v := range st.writes {
-			r.store[k] = append(r.store[k], version{stamp: st.txn.Stamp, writer: st.txn.ID, value: v, seq: st.seq})
+			r.store[k] = append(r.store[k], version{stamp: st.txn.Stamp, writer: st.txn.ID, value: v, absent: v == nil, seq: st.seq})
 		}
 		if st.result.Digest != old {
 			e := st.txn.Stamp.Epoch
 			r.myVotes[e] = slices.DeleteFunc(r.myVotes[e], func(v Vote) bool { return v.Txn == st.txn.ID })
-			r.myVotes[e] = append(r.myVotes[e], Vote{Txn: st.txn.ID, Epoch: e, DC: r.self, Digest: st.result.Digest})
+			nv := Vote{Txn: st.txn.ID, Epoch: e, DC: r.self, Digest: st.result.Digest}
+			r.myVotes[e] = append(r.myVotes[e], nv)
+			r.out.Durable.Votes = append(r.out.Durable.Votes, nv)
 			if vs := r.votes[st.txn.ID]; vs != nil {
 				vs[r.self] = st.result.Digest
 			}
@@ -763,7 +814,7 @@ func (r *Replica) decideWaiting() {
 		} else {
 			r.stats.SlowCommits++
 		}
-		out := Outcome{Txn: id, Committed: !st.result.Aborted, Reason: st.result.Reason, Result: st.result, Fast: fast && !st.validated}
+		out := Outcome{Txn: id, Committed: !st.result.Aborted, Reason: st.result.Reason, Result: st.result, Fast: fast && !st.validated, Seq: st.seq}
 		r.out.Outcomes = append(r.out.Outcomes, out)
 	}
 }
@@ -803,6 +854,74 @@ func (r *Replica) gcInputs() {
 	}
 }
 
+// ReadAt reads keys as of epoch at (at most the validated prefix, at least RetainEpochs below
+// it): every transaction of the epochs up to it, none after. Every data center answers alike.
+// A read at an epoch whose versions are gone (or, after a restart, were not loaded) is refused:
+// the reader starts again at the validated prefix.
+func (r *Replica) ReadAt(keys []string, at uint64) ([]Value, error) {
+	if at > r.validatedUpto {
+		return nil, fmt.Errorf("catenae: epoch %d is not validated here yet (validated up to %d)", at, r.validatedUpto)
+	}
+	if at < r.retainFrom {
+		return nil, fmt.Errorf("catenae: epoch %d is too old to read here (versions kept from epoch %d)", at, r.retainFrom)
+	}
+	out := make([]Value, 0, len(keys))
+	for _, k := range keys {
+		var v Value
+		vs := r.store[k]
+		for j := len(vs) - 1; j >= 0; j-- {
+			if vs[j].stamp.Epoch <= at {
+				v = Value{Value: slices.Clone(vs[j].value), Found: !vs[j].absent, Version: vs[j].seq}
+				break
+			}
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// Value is a key's value as of an epoch: Found false when absent (never written, or deleted);
+// Version is its writer's chain position (0: never written).
+type Value struct {
+	Value   []byte
+	Found   bool
+	Version uint64
+}
+
+// ValidatedEpoch is the epoch up to which every transaction is validated here: ReadAt's newest.
+func (r *Replica) ValidatedEpoch() uint64 { return r.validatedUpto }
+
+// trim is a key written in a validated epoch.
+type trim struct {
+	epoch uint64
+	key   string
+}
+
+// trimVersions drops the versions no read may need any more: of each key written in an epoch
+// RetainEpochs below the validated prefix, every version before the newest one at or below
+// that epoch (reads at older epochs are refused from then on).
+func (r *Replica) trimVersions() {
+	if r.validatedUpto < r.opts.Start+r.opts.RetainEpochs {
+		return
+	}
+	floor := r.validatedUpto - r.opts.RetainEpochs
+	r.retainFrom = max(r.retainFrom, floor)
+	n := 0
+	for n < len(r.trims) && r.trims[n].epoch <= floor {
+		k := r.trims[n].key
+		vs := r.store[k]
+		j := len(vs) - 1
+		for j > 0 && vs[j].stamp.Epoch > floor {
+			j--
+		}
+		if j > 0 {
+			r.store[k] = slices.Delete(vs, 0, j)
+		}
+		n++
+	}
+	r.trims = slices.Delete(r.trims, 0, n)
+}
+
 // ReadOnly reads keys at the validated prefix: the versions of every transaction of the epochs
 // every data center agreed on (0 round trips; about a round trip stale). It returns each key's
 // value (nil: absent) and version (0: never written), the same at every data center: a
@@ -829,9 +948,31 @@ func (r *Replica) HasReady() bool { return !r.out.Empty() }
 
 // Ready returns and clears what the runtime must do.
 func (r *Replica) Ready() Ready {
+	if r.metaDirty {
+		r.metaDirty = false
+		r.out.Durable.Meta = &Meta{Seq: r.seq, LastNanos: r.lastNanos, SentUpto: r.sentUpto, Closed: r.closed,
+			ValidatedUpto: r.validatedUpto, ValidatedSeq: r.validatedSeq}
+	}
+	if f := r.forgetFloor(); f > r.forgot {
+		r.forgot = f
+		r.out.Durable.Forget = f
+	}
 	rd := r.out
 	r.out = Ready{}
 	return rd
+}
+
+// forgetFloor is the last epoch whose inputs and votes no one needs from this data center's
+// disk: validated here (a restart does not execute it again), closed everywhere (no one asks
+// for its inputs), validated everywhere (no one waits for its votes).
+func (r *Replica) forgetFloor() uint64 {
+	f := min(r.validatedUpto, r.gcFloor())
+	for _, dc := range r.dcs {
+		if dc != r.self {
+			f = min(f, r.peerValidated[dc])
+		}
+	}
+	return f
 }
 
 // Pending returns the transactions submitted here and not yet decided.
@@ -885,4 +1026,16 @@ func (r *Replica) StateDigest(upto uint64) uint64 {
 		}
 	}
 	return h.Sum64()
+}
+
+// SetMutation switches a running replica to a deliberately broken variant (Mutations), for the
+// tests of runtimes that build replicas themselves; "" restores the protocol.
+func (r *Replica) SetMutation(name string) error {
+	o := r.opts
+	o.Mutation = name
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	r.opts = o
+	return nil
 }

@@ -24,6 +24,7 @@ type Saved struct {
 	lastNanos                       int64
 	sentUpto, closed, validatedUpto uint64
 	finalSeq                        uint64
+	validatedSeq, retainFrom        uint64
 	own                             map[uint64][]*Txn // own inputs, by epoch
 	store                           map[string][]version
 	history                         []*txnState
@@ -37,7 +38,7 @@ type Saved struct {
 // Save returns the replica's durable state.
 func (r *Replica) Save() *Saved {
 	s := &Saved{self: r.self, dcs: slices.Clone(r.dcs), seq: r.seq, lastNanos: r.lastNanos, sentUpto: r.sentUpto, closed: r.closed,
-		validatedUpto: r.validatedUpto, finalSeq: r.finalSeq, own: map[uint64][]*Txn{}, store: map[string][]version{},
+		validatedUpto: r.validatedUpto, finalSeq: r.finalSeq, validatedSeq: r.validatedSeq, retainFrom: r.retainFrom, own: map[uint64][]*Txn{}, store: map[string][]version{},
 		waiting: map[TxnID]*txnState{}, myVotes: map[uint64][]Vote{}, unvalidated: maps.Clone(r.unvalidated),
 		peerClosed: maps.Clone(r.peerClosed), peerValidated: maps.Clone(r.peerValidated), stats: r.stats}
 	for e, in := range r.inputs {
@@ -92,6 +93,7 @@ func Restore(s *Saved, opts Options, now time.Time) (*Replica, error) {
 		return nil, err
 	}
 	r.seq, r.lastNanos, r.sentUpto, r.closed, r.validatedUpto, r.finalSeq = s.seq, s.lastNanos, s.sentUpto, s.closed, s.validatedUpto, s.finalSeq
+	r.validatedSeq, r.retainFrom, r.forgot = s.validatedSeq, max(s.retainFrom, r.opts.Start), r.opts.Start
 	r.unvalidated, r.peerClosed, r.peerValidated, r.stats = maps.Clone(s.unvalidated), maps.Clone(s.peerClosed), maps.Clone(s.peerValidated), s.stats
 	for _, dc := range r.dcs {
 		r.upto[dc] = r.closed // every closed epoch had every input; the open ones come again

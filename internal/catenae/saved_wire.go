@@ -31,7 +31,7 @@ func stateToPB(st *txnState) *peerpb.CatenaeTxnState {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		pb.Writes = append(pb.Writes, &peerpb.CatenaeWrite{Key: k, Value: st.writes[k]})
+		pb.Writes = append(pb.Writes, &peerpb.CatenaeWrite{Key: []byte(k), Value: st.writes[k], Deleted: st.writes[k] == nil})
 	}
 	for _, d := range st.deps {
 		pb.Deps = append(pb.Deps, idPB(d))
@@ -64,7 +64,7 @@ func stateOf(pb *peerpb.CatenaeTxnState, lim WireLimits) (*txnState, error) {
 		if len(w.GetValue()) > lim.MaxValueBytes {
 			return nil, fmt.Errorf("transaction %s: a written value over the limit", t.ID)
 		}
-		st.writes[w.GetKey()] = w.GetValue()
+		st.writes[string(w.GetKey())] = valueOf(w.GetValue(), w.GetDeleted())
 	}
 	for _, d := range pb.GetDeps() {
 		st.deps = append(st.deps, idOf(d))
@@ -75,7 +75,7 @@ func stateOf(pb *peerpb.CatenaeTxnState, lim WireLimits) (*txnState, error) {
 // EncodeSaved is a saved state's wire form.
 func EncodeSaved(s *Saved) ([]byte, error) {
 	pb := &peerpb.CatenaeSaved{Self: s.self, Dcs: s.dcs, Seq: s.seq, LastNanos: s.lastNanos, SentUpto: s.sentUpto, Closed: s.closed,
-		ValidatedUpto: s.validatedUpto, FinalSeq: s.finalSeq}
+		ValidatedUpto: s.validatedUpto, FinalSeq: s.finalSeq, ValidatedSeq: s.validatedSeq, RetainFrom: s.retainFrom}
 	for _, e := range sortedKeys(s.own) {
 		in := &peerpb.CatenaeOwnInput{Epoch: e}
 		for _, t := range s.own[e] {
@@ -89,9 +89,9 @@ func EncodeSaved(s *Saved) ([]byte, error) {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		kv := &peerpb.CatenaeKeyVersions{Key: k}
+		kv := &peerpb.CatenaeKeyVersions{Key: []byte(k)}
 		for _, v := range s.store[k] {
-			kv.Versions = append(kv.Versions, &peerpb.CatenaeVersion{Epoch: v.stamp.Epoch, Nanos: v.stamp.Nanos, Writer: idPB(v.writer), Value: v.value, Seq: v.seq})
+			kv.Versions = append(kv.Versions, &peerpb.CatenaeVersion{Epoch: v.stamp.Epoch, Nanos: v.stamp.Nanos, Writer: idPB(v.writer), Value: v.value, Seq: v.seq, Deleted: v.absent})
 		}
 		pb.Store = append(pb.Store, kv)
 	}
@@ -158,7 +158,7 @@ func DecodeSaved(data []byte, lim WireLimits) (*Saved, error) {
 		return nil, fmt.Errorf("catenae: saved state with validated %d, closed %d, sent %d out of order", pb.GetValidatedUpto(), pb.GetClosed(), pb.GetSentUpto())
 	}
 	s := &Saved{self: pb.GetSelf(), dcs: pb.GetDcs(), seq: pb.GetSeq(), lastNanos: pb.GetLastNanos(), sentUpto: pb.GetSentUpto(), closed: pb.GetClosed(),
-		validatedUpto: pb.GetValidatedUpto(), finalSeq: pb.GetFinalSeq(), own: map[uint64][]*Txn{}, store: map[string][]version{},
+		validatedUpto: pb.GetValidatedUpto(), finalSeq: pb.GetFinalSeq(), validatedSeq: pb.GetValidatedSeq(), retainFrom: pb.GetRetainFrom(), own: map[uint64][]*Txn{}, store: map[string][]version{},
 		waiting: map[TxnID]*txnState{}, myVotes: map[uint64][]Vote{}, unvalidated: map[uint64]int{}, peerClosed: map[uint32]uint64{}, peerValidated: map[uint32]uint64{}}
 	for _, in := range pb.GetOwn() {
 		for _, tp := range in.GetTxns() {
@@ -184,7 +184,7 @@ func DecodeSaved(data []byte, lim WireLimits) (*Saved, error) {
 				return nil, fmt.Errorf("catenae: saved state: a value over the limit")
 			}
 			w := idOf(v.GetWriter())
-			s.store[kv.GetKey()] = append(s.store[kv.GetKey()], version{stamp: Stamp{Epoch: v.GetEpoch(), Nanos: v.GetNanos(), DC: w.DC, Seq: w.Seq}, writer: w, value: v.GetValue(), seq: v.GetSeq()})
+			s.store[string(kv.GetKey())] = append(s.store[string(kv.GetKey())], version{stamp: Stamp{Epoch: v.GetEpoch(), Nanos: v.GetNanos(), DC: w.DC, Seq: w.Seq}, writer: w, value: valueOf(v.GetValue(), v.GetDeleted()), absent: v.GetDeleted(), seq: v.GetSeq()})
 		}
 	}
 	for _, hp := range pb.GetHistory() {
@@ -217,4 +217,16 @@ func DecodeSaved(data []byte, lim WireLimits) (*Saved, error) {
 		s.peerValidated[d.GetDc()] = d.GetEpoch()
 	}
 	return s, nil
+}
+
+// valueOf is a decoded value: nil for a deletion, never nil otherwise (the wire form drops
+// empty bytes).
+func valueOf(v []byte, deleted bool) []byte {
+	switch {
+	case deleted:
+		return nil
+	case v == nil:
+		return []byte{}
+	}
+	return v
 }

@@ -40,6 +40,8 @@ const (
 	// validated prefix) and computed its writes from it commits only if nothing overwrote it
 	// since (optimistic validation inside the deterministic order).
 	OpExpect
+	// OpDelete removes the key (a version that says it is absent).
+	OpDelete
 )
 
 func (k OpKind) String() string {
@@ -54,6 +56,8 @@ func (k OpKind) String() string {
 		return "add"
 	case OpExpect:
 		return "expect"
+	case OpDelete:
+		return "delete"
 	}
 	return fmt.Sprintf("op(%d)", k)
 }
@@ -102,7 +106,7 @@ func (p Proc) Validate(maxOps int) error {
 			return fmt.Errorf("catenae: operation %d has no key (a chainable transaction declares every key it accesses)", i)
 		}
 		switch op.Kind {
-		case OpRead, OpWrite, OpAppend, OpAdd, OpExpect:
+		case OpRead, OpWrite, OpAppend, OpAdd, OpExpect, OpDelete:
 		default:
 			return fmt.Errorf("catenae: operation %d is of unknown kind %d", i, op.Kind)
 		}
@@ -161,7 +165,9 @@ type Result struct {
 	// Aborted: an OpExpect failed (Reason says which key); nothing was written.
 	Aborted bool
 	Reason  string
-	Digest  uint64
+	// Key is the key whose OpExpect failed (Aborted).
+	Key    string
+	Digest uint64
 }
 
 // Vote is a data center's result digest of one transaction (the validation payload).
@@ -213,6 +219,8 @@ type Outcome struct {
 	// Fast: committed at close, every version it read already validated (half a round
 	// trip); else it waited for its own validation (a round trip).
 	Fast bool
+	// Seq is its position in the chain order: the version of the keys it wrote.
+	Seq uint64
 }
 
 // Ready is what the replica asks the runtime to do. Messages leave after the replica's state
@@ -220,10 +228,15 @@ type Outcome struct {
 type Ready struct {
 	Messages []Message
 	Outcomes []Outcome
+	// Durable is what must be on disk before Messages leave and Outcomes are reported (the
+	// incremental form of Saved; durable.go).
+	Durable Durable
 }
 
 // Empty reports whether there is nothing to do.
-func (r *Ready) Empty() bool { return len(r.Messages) == 0 && len(r.Outcomes) == 0 }
+func (r *Ready) Empty() bool {
+	return len(r.Messages) == 0 && len(r.Outcomes) == 0 && r.Durable.Empty()
+}
 
 // Options configure a replica.
 type Options struct {
@@ -240,6 +253,10 @@ type Options struct {
 	Start uint64
 	// MaxOps bounds a procedure. Default 64.
 	MaxOps int
+	// RetainEpochs is how many epochs below the validated prefix old versions are kept, so
+	// that the reads of one read-only transaction, spread over a few requests, all read at
+	// the epoch the first one fixed (ReadAt). Default 500 (5s of 10ms epochs).
+	RetainEpochs uint64
 	// MaxOpen bounds the transactions waiting in open epochs (speculation re-executes among
 	// them: its cost grows with their number); a submission beyond it is refused (the replica
 	// is saturated). Default 4096.
@@ -278,6 +295,9 @@ func (o Options) EnsureDefaults() Options {
 	}
 	if o.MaxOpen <= 0 {
 		o.MaxOpen = 4096
+	}
+	if o.RetainEpochs == 0 {
+		o.RetainEpochs = 500
 	}
 	return o
 }

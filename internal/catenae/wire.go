@@ -23,7 +23,7 @@ var DefaultWireLimits = WireLimits{MaxKeyBytes: 4096, MaxValueBytes: 1 << 20, Ma
 func txnToPB(t *Txn) *peerpb.CatenaeTxn {
 	pb := &peerpb.CatenaeTxn{Id: &peerpb.CatenaeTxnId{Dc: t.ID.DC, Seq: t.ID.Seq}, Epoch: t.Stamp.Epoch, Nanos: t.Stamp.Nanos}
 	for _, op := range t.Proc.Ops {
-		pb.Ops = append(pb.Ops, &peerpb.CatenaeOp{Kind: uint32(op.Kind), Key: op.Key, Value: op.Value, Delta: op.Delta, Version: op.Version})
+		pb.Ops = append(pb.Ops, &peerpb.CatenaeOp{Kind: uint32(op.Kind), Key: []byte(op.Key), Value: op.Value, Delta: op.Delta, Version: op.Version})
 	}
 	return pb
 }
@@ -41,7 +41,7 @@ func txnFromPB(pb *peerpb.CatenaeTxn, lim WireLimits) (*Txn, error) {
 		if len(op.GetKey()) > lim.MaxKeyBytes || len(op.GetValue()) > lim.MaxValueBytes {
 			return nil, fmt.Errorf("transaction %s: operation %d over the key or value limit", id, i)
 		}
-		t.Proc.Ops = append(t.Proc.Ops, Op{Kind: OpKind(op.GetKind()), Key: op.GetKey(), Value: op.GetValue(), Delta: op.GetDelta(), Version: op.GetVersion()})
+		t.Proc.Ops = append(t.Proc.Ops, Op{Kind: OpKind(op.GetKind()), Key: string(op.GetKey()), Value: op.GetValue(), Delta: op.GetDelta(), Version: op.GetVersion()})
 	}
 	if err := t.Proc.Validate(lim.MaxOps); err != nil {
 		return nil, fmt.Errorf("transaction %s: %w", id, err)
@@ -125,4 +125,40 @@ func DecodeMessage(data []byte, lim WireLimits) (Message, error) {
 		return Message{}, fmt.Errorf("catenae: a message with no body")
 	}
 	return m, nil
+}
+
+// EncodeInput is the wire form of one data center's input for one epoch (a runtime's disk).
+func EncodeInput(txns []*Txn) ([]byte, error) {
+	in := &peerpb.CatenaeEpochInput{}
+	for _, t := range txns {
+		in.Txns = append(in.Txns, txnToPB(t))
+	}
+	b, err := proto.Marshal(in)
+	if err != nil {
+		return nil, fmt.Errorf("catenae: encode input: %w", err)
+	}
+	return b, nil
+}
+
+// DecodeInput decodes and checks data center dc's input for epoch.
+func DecodeInput(data []byte, epoch uint64, dc uint32, lim WireLimits) ([]*Txn, error) {
+	var in peerpb.CatenaeEpochInput
+	if err := proto.Unmarshal(data, &in); err != nil {
+		return nil, fmt.Errorf("catenae: decode input: %w", err)
+	}
+	if len(in.GetTxns()) > lim.MaxTxns {
+		return nil, fmt.Errorf("catenae: input of %d transactions (limit %d)", len(in.GetTxns()), lim.MaxTxns)
+	}
+	out := make([]*Txn, 0, len(in.GetTxns()))
+	for _, tp := range in.GetTxns() {
+		t, err := txnFromPB(tp, lim)
+		if err != nil {
+			return nil, fmt.Errorf("catenae: input of data center %d for epoch %d: %w", dc, epoch, err)
+		}
+		if t.ID.DC != dc || t.Stamp.Epoch != epoch {
+			return nil, fmt.Errorf("catenae: transaction %s (epoch %d) in the input of data center %d for epoch %d", t.ID, t.Stamp.Epoch, dc, epoch)
+		}
+		out = append(out, t)
+	}
+	return out, nil
 }

@@ -243,8 +243,8 @@ func TestInvalid(t *testing.T) {
 		{name: "bad keyspace name", old: "name: demo", new: "name: 1demo", path: "keyspaces[0].name", msg: "not a valid keyspace name"},
 		{name: "keyspace name with dash", old: "name: demo", new: "name: my-demo", path: "keyspaces[0].name", msg: "not a valid keyspace name"},
 		{name: "duplicate keyspace", new: "  - {name: demo, protocol: quorum}\n", path: "keyspaces[1].name", msg: "duplicate keyspace name"},
-		{name: "missing protocol", old: "    protocol: quorum\n", new: "", path: "keyspaces[0].protocol", msg: "required (known protocols: globlease, meteorshower, quorum, raft)"},
-		{name: "unknown protocol", old: "protocol: quorum", new: "protocol: paxos", path: "keyspaces[0].protocol", msg: `unknown protocol "paxos" (known protocols: globlease, meteorshower, quorum, raft)`},
+		{name: "missing protocol", old: "    protocol: quorum\n", new: "", path: "keyspaces[0].protocol", msg: "required (known protocols: catenae, globlease, meteorshower, quorum, raft)"},
+		{name: "unknown protocol", old: "protocol: quorum", new: "protocol: paxos", path: "keyspaces[0].protocol", msg: `unknown protocol "paxos" (known protocols: catenae, globlease, meteorshower, quorum, raft)`},
 		{name: "zero partitions", old: "    protocol: quorum\n", new: "    protocol: quorum\n    partitions: 0\n", path: "keyspaces[0].partitions", msg: "between 1 and 4096"},
 		{name: "too many partitions", old: "    protocol: quorum\n", new: "    protocol: quorum\n    partitions: 5000\n", path: "keyspaces[0].partitions", msg: "between 1 and 4096, got 5000"},
 		{name: "fractional partitions", old: "    protocol: quorum\n", new: "    protocol: quorum\n    partitions: 1.5\n", path: "keyspaces[0].partitions", msg: "expected an integer"},
@@ -513,7 +513,7 @@ func TestParseLevel(t *testing.T) {
 }
 
 func TestProtocolTable(t *testing.T) {
-	if got := Protocols(); !reflect.DeepEqual(got, []string{"globlease", "meteorshower", "quorum", "raft"}) {
+	if got := Protocols(); !reflect.DeepEqual(got, []string{"catenae", "globlease", "meteorshower", "quorum", "raft"}) {
 		t.Errorf("Protocols() = %v", got)
 	}
 	for _, name := range Protocols() {
@@ -558,6 +558,41 @@ func TestGlobLeaseOptions(t *testing.T) {
 	for _, opts := range bad {
 		if _, err := GlobLeaseOptionsOf(opts, regions); err == nil {
 			t.Errorf("%v: accepted", opts)
+		}
+	}
+}
+
+// A catenae keyspace is one partition with one replica per region, and says so.
+func TestCatenaeLayout(t *testing.T) {
+	base := func() *Cluster { return threeRegionCluster(t) }
+	c := base()
+	c.Keyspaces = []Keyspace{{Name: "bank", Protocol: ProtocolCatenae}}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ks := c.Keyspaces[0]
+	if ks.Partitions != 1 || ks.ReplicasPerRegion != 1 || TxnModeOf(ks.Options) != TxnCatenae || ks.Options["epoch_length"] != "10ms" {
+		t.Fatalf("defaults: %+v", ks)
+	}
+	o, err := CatenaeOptionsOf(ks.Options)
+	if err != nil || o.EpochLength != 10*time.Millisecond || o.Redundancy != 3 || o.ReadRetain != 5*time.Second {
+		t.Fatalf("typed options %+v, %v", o, err)
+	}
+	for _, tc := range []struct {
+		ks   Keyspace
+		want string
+	}{
+		{Keyspace{Name: "bank", Protocol: ProtocolCatenae, Partitions: 4}, "one partition, got 4"},
+		{Keyspace{Name: "bank", Protocol: ProtocolCatenae, ReplicasPerRegion: 2}, "one replica per region"},
+		{Keyspace{Name: "bank", Protocol: ProtocolCatenae, Options: map[string]string{"txn_mode": "sdur"}}, "txn_mode is catenae"},
+		{Keyspace{Name: "bank", Protocol: ProtocolCatenae, Options: map[string]string{"epoch_length": "0s"}}, "epoch_length"},
+		{Keyspace{Name: "bank", Protocol: ProtocolRaft, Options: map[string]string{"txn_mode": "catenae"}}, "txn_mode"},
+	} {
+		c := base()
+		c.Keyspaces = []Keyspace{tc.ks}
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v, want one containing %q", tc.ks, err, tc.want)
 		}
 	}
 }

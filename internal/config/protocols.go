@@ -18,6 +18,9 @@ const (
 	ProtocolMeteorShower = "meteorshower"
 	ProtocolGlobLease    = "globlease"
 	ProtocolRaft         = "raft"
+	// ProtocolCatenae is Catenae (liu-thesis 1.4, 3.1.3-3.1.4): transactions over fully
+	// replicated regions, ordered and validated by epoch messages (docs/catenae.md).
+	ProtocolCatenae = "catenae"
 	// ProtocolMetadata is the cluster metadata group's: Raft with the catalog as its state
 	// machine, voters from the configuration and every other node a learner. Internal: no
 	// user keyspace uses it.
@@ -78,6 +81,13 @@ type ProtocolSpec struct {
 	// (placement.Partition.Departed). Raft names group members by node ID, and etcd raft
 	// must never see a member come back with an empty log under an ID it knew.
 	NoRejoin bool
+	// FullReplication: every region of the keyspace holds all of it on one node (one
+	// partition, one replica per region; partitions default to 1 and other layouts are
+	// refused at creation).
+	FullReplication bool
+	// FixedOptions: the options are fixed when the keyspace is created (alter refuses to
+	// change them): the replicas agree on them and nothing orders a change among them.
+	FixedOptions bool
 }
 
 func normalizeRaftReadLevel(v string) (string, error) {
@@ -153,6 +163,15 @@ var protocols = []ProtocolSpec{
 		Repartition:     true,
 		Check:           checkRaft,
 		Options:         append(append(append([]OptionSpec{}, raftOptionSpecs...), txnOptionSpecs...), elasticOptionSpecs...),
+	},
+	{
+		Name: ProtocolCatenae,
+		Doc: "Catenae transactions (liu-thesis 1.4, 3.1.3-3.1.4): every region holds the whole keyspace; each region's replica stamps the transactions it receives " +
+			"into epochs of loosely synchronised clocks, pushes them to the others with the digests of what it executed, executes every epoch in one deterministic chain order " +
+			"speculatively and again when it closes, and commits in half to one round trip (docs/catenae.md); TxnRead and TxnCommit only",
+		FullReplication: true,
+		FixedOptions:    true,
+		Options:         catenaeOptionSpecs,
 	},
 	{
 		Name:               ProtocolMetadata,
@@ -450,12 +469,78 @@ type keyedError struct {
 func (e *keyedError) Error() string { return e.err.Error() }
 func (e *keyedError) Unwrap() error { return e.err }
 
-// Transaction modes of raft keyspaces (txn_mode).
+// Transaction modes (txn_mode): none, sdur and 2pc for raft keyspaces; catenae for catenae
+// keyspaces (and only there).
 const (
-	TxnNone = "none"
-	TxnSDUR = "sdur"
-	Txn2PC  = "2pc"
+	TxnNone    = "none"
+	TxnSDUR    = "sdur"
+	Txn2PC     = "2pc"
+	TxnCatenae = "catenae"
 )
+
+// catenaeOptionSpecs are the options of catenae keyspaces (docs/catenae.md names each
+// decision).
+var catenaeOptionSpecs = []OptionSpec{
+	{Name: "txn_mode", Default: TxnCatenae, Doc: "catenae (the only mode of a catenae keyspace; named so that every transactional keyspace says its mode)", Normalize: func(v string) (string, error) {
+		if m := strings.ToLower(strings.TrimSpace(v)); m == TxnCatenae {
+			return m, nil
+		}
+		return "", fmt.Errorf("a catenae keyspace's txn_mode is catenae, not %q", v)
+	}},
+	{Name: "epoch_length", Default: "10ms", Doc: "the epoch interval: each region's replica sends the transactions it stamped into an epoch once its clock passes the epoch's end; commit latency is about half a round trip plus up to one epoch; 1ms..1s", Normalize: durationRange(time.Millisecond, time.Second)},
+	{Name: "redundancy", Default: "3", Doc: "earlier epochs repeated in each epoch message (MeteorShower's l), so a lost message costs no round trip; 1..64", Normalize: intRange(1, 64)},
+	{Name: "request_after", Default: "200ms", Doc: "an epoch missing from a region this long after a later one arrived is asked for again; 10ms..1m", Normalize: durationRange(10*time.Millisecond, time.Minute)},
+	{Name: "read_retain", Default: "5s", Doc: "how long older versions are kept so that the reads of one transaction, spread over several requests, all read at the epoch its first read fixed (older: the read is refused and the transaction starts again); 0s..10m", Normalize: durationRange(0, 10*time.Minute)},
+	{Name: "max_open", Default: "4096", Doc: "transactions a replica holds in open epochs at most (each executes again when an earlier one arrives); beyond it a commit is refused as overloaded; 1..1000000", Normalize: intRange(1, 1_000_000)},
+}
+
+// CatenaeOptions are the typed options of a catenae keyspace.
+type CatenaeOptions struct {
+	EpochLength, RequestAfter, ReadRetain time.Duration
+	Redundancy, MaxOpen                   int
+}
+
+// CatenaeOptionsOf parses a catenae keyspace's normalised options.
+func CatenaeOptionsOf(opts map[string]string) (CatenaeOptions, error) {
+	var o CatenaeOptions
+	var err error
+	dur := func(name string) time.Duration {
+		if err != nil {
+			return 0
+		}
+		var d time.Duration
+		if d, err = time.ParseDuration(optionOr(opts, name, catenaeOptionSpecs)); err != nil {
+			err = fmt.Errorf("option %s: %w", name, err)
+		}
+		return d
+	}
+	num := func(name string) int {
+		if err != nil {
+			return 0
+		}
+		var n int
+		if n, err = strconv.Atoi(optionOr(opts, name, catenaeOptionSpecs)); err != nil {
+			err = fmt.Errorf("option %s: %w", name, err)
+		}
+		return n
+	}
+	o.EpochLength, o.RequestAfter, o.ReadRetain = dur("epoch_length"), dur("request_after"), dur("read_retain")
+	o.Redundancy, o.MaxOpen = num("redundancy"), num("max_open")
+	return o, err
+}
+
+// optionOr is an option's value, or its default.
+func optionOr(opts map[string]string, name string, specs []OptionSpec) string {
+	if v, ok := opts[name]; ok && v != "" {
+		return v
+	}
+	for _, s := range specs {
+		if s.Name == name {
+			return s.Default
+		}
+	}
+	return ""
+}
 
 // txnOptionSpecs are the transaction options of raft keyspaces (docs/transactions.md). Not
 // the metadata protocol's: its group is not transactional.

@@ -371,6 +371,9 @@ func validateKeyspace(ks *Keyspace, c *Cluster, prefix string, explicit explicit
 	if ks.ReplicasPerRegion < 1 {
 		return errorf(field("replicas_per_region"), "must be ≥ 1, got %d", ks.ReplicasPerRegion)
 	}
+	if proto.FullReplication && ks.ReplicasPerRegion != 1 {
+		return errorf(field("replicas_per_region"), "a %s keyspace has one replica per region (each region's data center server), got %d", ks.Protocol, ks.ReplicasPerRegion)
+	}
 
 	if len(ks.Regions) == 0 {
 		if explicit(field("regions")) {
@@ -414,6 +417,14 @@ func validateKeyspace(ks *Keyspace, c *Cluster, prefix string, explicit explicit
 			return errorf(field("partitions"), "%d split points make %d partitions, but partitions is %d (leave it out)", len(ks.SplitPoints), len(ks.SplitPoints)+1, ks.Partitions)
 		}
 		ks.Partitions = len(ks.SplitPoints) + 1
+	}
+	if proto.FullReplication {
+		if ks.Partitions == 0 && !explicit(field("partitions")) {
+			ks.Partitions = 1
+		}
+		if ks.Partitions != 1 {
+			return errorf(field("partitions"), "a %s keyspace is replicated whole in every region: one partition, got %d", ks.Protocol, ks.Partitions)
+		}
 	}
 	if ks.Partitions == 0 && !explicit(field("partitions")) {
 		ks.Partitions = DefaultPartitions

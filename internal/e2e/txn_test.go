@@ -14,13 +14,14 @@ import (
 	"meridian/client"
 )
 
-// TestTxnBankTransfers runs bank transfers between accounts of two partitions through every
-// node of a three-node cluster, in each transaction mode, while read-only transactions check
+// TestTxnBankTransfers runs bank transfers between accounts (of two partitions, for the raft
+// modes; catenae replicates the keyspace whole) through every node of a three-node cluster, in
+// each transaction mode, while read-only transactions check
 // that the total never changes; one node is SIGKILLed in the middle and restarted. At the end
 // every node reads the same balances, and they add up.
 func TestTxnBankTransfers(t *testing.T) {
 	skipShort(t)
-	for _, mode := range []string{"sdur", "2pc"} {
+	for _, mode := range []string{"sdur", "2pc", "catenae"} {
 		t.Run(mode, func(t *testing.T) { runBank(t, mode) })
 	}
 }
@@ -41,8 +42,12 @@ func runBank(t *testing.T, mode string) {
 	c.startAll()
 	c.waitReady(c.names()...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	_, _, err := c.client("n1").CreateKeyspace(ctx, &client.KeyspaceSpec{Name: "bank", Protocol: "raft", Partitions: 2, ReplicasPerRegion: 1,
-		Options: map[string]string{"txn_mode": mode, "election_timeout": "1s"}})
+	spec := &client.KeyspaceSpec{Name: "bank", Protocol: "raft", Partitions: 2, ReplicasPerRegion: 1,
+		Options: map[string]string{"txn_mode": mode, "election_timeout": "1s"}}
+	if mode == "catenae" {
+		spec = &client.KeyspaceSpec{Name: "bank", Protocol: "catenae", Partitions: 1, ReplicasPerRegion: 1}
+	}
+	_, _, err := c.client("n1").CreateKeyspace(ctx, spec)
 	cancel()
 	if err != nil {
 		t.Fatalf("create keyspace: %v", err)

@@ -378,6 +378,9 @@ func (c *Catalog) alter(index uint64, cmd Command) ([]storage.Record, Outcome, e
 		// keyspace's by hybrid clocks: the two cannot share a partition's history.
 		return nil, Outcome{}, errs.New(errs.Invalid, "alter keyspace %q: txn_mode cannot change from %s to %s once created (drop and re-create the keyspace)", old.Spec.Name, was, is)
 	}
+	if p, _ := config.Protocol(spec.Protocol); p.FixedOptions && !maps.Equal(old.Spec.Options, spec.Options) {
+		return nil, Outcome{}, errs.New(errs.Invalid, "alter keyspace %q: the options of a %s keyspace are fixed when it is created (its replicas agree on them, and no change is ordered among them); drop and re-create the keyspace", old.Spec.Name, spec.Protocol)
+	}
 	if p, _ := config.Protocol(spec.Protocol); moved && !p.MovableReplicas {
 		return nil, Outcome{}, errs.New(errs.Invalid,
 			"alter keyspace %q: protocol %s cannot move replicas between nodes yet (data movement for it comes with elastic partitions); regions and replicas_per_region stay as they are", old.Spec.Name, spec.Protocol)

@@ -144,6 +144,10 @@ func KeyspaceOf(env *peerpb.Envelope) (string, bool) {
 		return m.RaftForward.GetKeyspace(), true
 	case *peerpb.Envelope_Txn:
 		return m.Txn.GetKeyspace(), true
+	case *peerpb.Envelope_Catenae:
+		return m.Catenae.GetKeyspace(), true
+	case *peerpb.Envelope_CatenaeForward:
+		return m.CatenaeForward.GetKeyspace(), true
 	}
 	return "", false
 }

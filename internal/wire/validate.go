@@ -374,6 +374,33 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		return pc.partition(r.Keyspace, r.Partition, noSenderCheck, from, false)
 	case *peerpb.Envelope_Txn:
 		return pc.txnMessage(m.Txn, from)
+	case *peerpb.Envelope_Catenae:
+		// Between the replicas (one per region) of a catenae keyspace's one partition; the
+		// engine decodes the message with its own bounded decoder.
+		c := m.Catenae
+		if err := pc.wholeKeyspace(c.GetKeyspace(), senderReplica, from); err != nil {
+			return err
+		}
+		if len(c.GetMessage()) > MaxRaftMessageBytes(pc.Limits)*4 {
+			return reject(RejectTooLarge, "catenae message of %d bytes", len(c.GetMessage()))
+		}
+		return nil
+	case *peerpb.Envelope_CatenaeForward:
+		// From any node of the cluster (a region's nodes without a replica), to a replica.
+		f := m.CatenaeForward
+		if err := pc.wholeKeyspace(f.GetKeyspace(), noSenderCheck, from); err != nil {
+			return err
+		}
+		if proto.Size(f) > MaxRaftMessageBytes(pc.Limits) {
+			return reject(RejectTooLarge, "forwarded transaction of %d bytes", proto.Size(f))
+		}
+		return nil
+	case *peerpb.Envelope_CatenaeForwardReply:
+		r := m.CatenaeForwardReply
+		if len(r.GetValue()) > pc.Limits.MaxValueBytes || len(r.GetAbortKey()) > pc.Limits.MaxKeyBytes || len(r.GetError())+len(r.GetReason()) > 64<<10 {
+			return reject(RejectTooLarge, "forwarded reply over the limits")
+		}
+		return nil
 	}
 	return reject(RejectUnknownType, "message type %T has no validation rule", env.Msg)
 }
@@ -508,6 +535,19 @@ func (pc *PeerCheck) groupMember(keyspace string, id uint32, from uint32) *Rejec
 		return reject(RejectReceiverReplic, "this node is not a member of %s/%d", keyspace, id)
 	}
 	return nil
+}
+
+// wholeKeyspace checks a message about a fully replicated keyspace (one partition, catenae):
+// this node is its replica, and the sender too if sender says so.
+func (pc *PeerCheck) wholeKeyspace(keyspace string, sender senderRule, from uint32) *Rejection {
+	ks, ok := pc.Placement.Keyspace(keyspace)
+	if !ok {
+		return reject(RejectUnknown, "unknown keyspace %q", keyspace)
+	}
+	if len(ks.Partitions) != 1 {
+		return reject(RejectBadPartition, "keyspace %q has %d partitions, not one", keyspace, len(ks.Partitions))
+	}
+	return pc.members(&ks.Partitions[0], keyspace, sender, from, true)
 }
 
 // members applies the sender and receiver rules to partition p.

@@ -169,6 +169,9 @@ type sim struct {
 	regions []string
 	dcs     []uint32
 	reps    map[uint32]*catenae.Replica
+	// disks are the data centers' durable states as their Readies' Durable built them up
+	// (catenae.Disk): what the node runtime keeps in storage.
+	disks   map[uint32]*catenae.Disk
 	opts    map[uint32]catenae.Options
 	offsets map[uint32]time.Duration
 	paused  map[uint32]bool
@@ -206,7 +209,7 @@ func Run(o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("catsim: topology: %w", err)
 	}
-	s := &sim{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0xca7e)), topo: topo, regions: topo.Regions, reps: map[uint32]*catenae.Replica{}, opts: map[uint32]catenae.Options{},
+	s := &sim{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0xca7e)), topo: topo, regions: topo.Regions, reps: map[uint32]*catenae.Replica{}, disks: map[uint32]*catenae.Disk{}, opts: map[uint32]catenae.Options{},
 		offsets: map[uint32]time.Duration{}, paused: map[uint32]bool{}, epoch0: time.Unix(1_800_000_000, 0),
 		pending: map[catenae.TxnID]*pendingTxn{},
 		res:     &Result{Options: o, Latency: map[string]*hdrhistogram.Histogram{}, All: newHist(), Stats: map[string]catenae.Stats{}, Regions: topo.Regions}}
@@ -239,7 +242,7 @@ func Run(o Options) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.reps[dc], s.opts[dc] = r, opts
+		s.reps[dc], s.opts[dc], s.disks[dc] = r, opts, catenae.NewDisk()
 		s.res.Latency[s.regions[i]] = newHist()
 	}
 	s.run()
@@ -288,11 +291,20 @@ func (s *sim) run() {
 		dc := s.dcs[s.rng.IntN(len(s.dcs))]
 		start := time.Duration(s.rng.Int64N(int64(end)))
 		var saved []byte
+		// Half the restarts are from the whole saved state (catenae.Saved, in its wire form),
+		// half from the disk its Readies wrote (catenae.Disk: the validated state and the
+		// inputs, the closed epochs executed again) as the node runtime restarts.
+		fromDisk := s.rng.IntN(2) == 0
+		crashed := false
 		s.at(start, func() {
 			if s.paused[dc] {
 				return // already down
 			}
 			s.paused[dc] = true
+			crashed = true
+			if fromDisk {
+				return // the disk is as its last Ready left it
+			}
 			// What was durable when it crashed (its last Ready), in its wire form.
 			b, err := catenae.EncodeSaved(s.reps[dc].Save())
 			if err != nil {
@@ -301,14 +313,20 @@ func (s *sim) run() {
 			saved = b
 		})
 		s.at(start+time.Duration(100+s.rng.IntN(400))*time.Millisecond, func() {
-			if saved == nil {
+			if !crashed {
 				return
 			}
-			st, err := catenae.DecodeSaved(saved, catenae.DefaultWireLimits)
-			if err != nil {
-				panic(fmt.Sprintf("catsim: restart data center %d: %v", dc, err))
+			var r *catenae.Replica
+			var err error
+			if fromDisk {
+				r, err = s.disks[dc].Restore(dc, s.dcs, s.opts[dc], s.clock(dc))
+				// A restarted replica has no clients waiting: theirs time out.
+			} else {
+				var st *catenae.Saved
+				if st, err = catenae.DecodeSaved(saved, catenae.DefaultWireLimits); err == nil {
+					r, err = catenae.Restore(st, s.opts[dc], s.clock(dc))
+				}
 			}
-			r, err := catenae.Restore(st, s.opts[dc], s.clock(dc))
 			if err != nil {
 				panic(fmt.Sprintf("catsim: restart data center %d: %v", dc, err))
 			}
@@ -394,6 +412,7 @@ func (s *sim) drain(dc uint32) {
 	r := s.reps[dc]
 	for r.HasReady() {
 		rd := r.Ready()
+		s.disks[dc].Apply(rd.Durable)
 		for _, m := range rd.Messages {
 			// Every message goes through its wire form (catenae/wire.go): what is measured
 			// is what would be sent, and what is delivered is what decodes.

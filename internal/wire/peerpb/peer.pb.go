@@ -5511,6 +5511,9 @@ type Envelope struct {
 	//	*Envelope_RaftApplied
 	//	*Envelope_RaftRemoved
 	//	*Envelope_Txn
+	//	*Envelope_Catenae
+	//	*Envelope_CatenaeForward
+	//	*Envelope_CatenaeForwardReply
 	//	*Envelope_MoveSnapshotRequest
 	//	*Envelope_MoveSnapshotChunk
 	//	*Envelope_MoveNote
@@ -5999,6 +6002,33 @@ func (x *Envelope) GetTxn() *TxnMessage {
 	return nil
 }
 
+func (x *Envelope) GetCatenae() *CatenaeEnvelope {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_Catenae); ok {
+			return x.Catenae
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetCatenaeForward() *CatenaeForward {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_CatenaeForward); ok {
+			return x.CatenaeForward
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetCatenaeForwardReply() *CatenaeForwardReply {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_CatenaeForwardReply); ok {
+			return x.CatenaeForwardReply
+		}
+	}
+	return nil
+}
+
 func (x *Envelope) GetMoveSnapshotRequest() *MoveSnapshotRequest {
 	if x != nil {
 		if x, ok := x.Msg.(*Envelope_MoveSnapshotRequest); ok {
@@ -6223,6 +6253,18 @@ type Envelope_Txn struct {
 	Txn *TxnMessage `protobuf:"bytes,81,opt,name=txn,proto3,oneof"`
 }
 
+type Envelope_Catenae struct {
+	Catenae *CatenaeEnvelope `protobuf:"bytes,82,opt,name=catenae,proto3,oneof"`
+}
+
+type Envelope_CatenaeForward struct {
+	CatenaeForward *CatenaeForward `protobuf:"bytes,83,opt,name=catenae_forward,json=catenaeForward,proto3,oneof"`
+}
+
+type Envelope_CatenaeForwardReply struct {
+	CatenaeForwardReply *CatenaeForwardReply `protobuf:"bytes,84,opt,name=catenae_forward_reply,json=catenaeForwardReply,proto3,oneof"`
+}
+
 type Envelope_MoveSnapshotRequest struct {
 	MoveSnapshotRequest *MoveSnapshotRequest `protobuf:"bytes,90,opt,name=move_snapshot_request,json=moveSnapshotRequest,proto3,oneof"`
 }
@@ -6330,6 +6372,12 @@ func (*Envelope_RaftApplied) isEnvelope_Msg() {}
 func (*Envelope_RaftRemoved) isEnvelope_Msg() {}
 
 func (*Envelope_Txn) isEnvelope_Msg() {}
+
+func (*Envelope_Catenae) isEnvelope_Msg() {}
+
+func (*Envelope_CatenaeForward) isEnvelope_Msg() {}
+
+func (*Envelope_CatenaeForwardReply) isEnvelope_Msg() {}
 
 func (*Envelope_MoveSnapshotRequest) isEnvelope_Msg() {}
 
@@ -8818,7 +8866,7 @@ func (x *CatenaeTxnId) GetSeq() uint64 {
 type CatenaeOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kind          uint32                 `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"` // catenae.OpKind
-	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
 	Delta         int64                  `protobuf:"varint,4,opt,name=delta,proto3" json:"delta,omitempty"`
 	Version       uint64                 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
@@ -8863,11 +8911,11 @@ func (x *CatenaeOp) GetKind() uint32 {
 	return 0
 }
 
-func (x *CatenaeOp) GetKey() string {
+func (x *CatenaeOp) GetKey() []byte {
 	if x != nil {
 		return x.Key
 	}
-	return ""
+	return nil
 }
 
 func (x *CatenaeOp) GetValue() []byte {
@@ -9320,6 +9368,8 @@ type CatenaeSaved struct {
 	Unvalidated   []*CatenaeEpochCount `protobuf:"bytes,14,rep,name=unvalidated,proto3" json:"unvalidated,omitempty"`
 	PeerClosed    []*CatenaeDcEpoch    `protobuf:"bytes,15,rep,name=peer_closed,json=peerClosed,proto3" json:"peer_closed,omitempty"`
 	PeerValidated []*CatenaeDcEpoch    `protobuf:"bytes,16,rep,name=peer_validated,json=peerValidated,proto3" json:"peer_validated,omitempty"`
+	ValidatedSeq  uint64               `protobuf:"varint,17,opt,name=validated_seq,json=validatedSeq,proto3" json:"validated_seq,omitempty"`
+	RetainFrom    uint64               `protobuf:"varint,18,opt,name=retain_from,json=retainFrom,proto3" json:"retain_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -9466,6 +9516,20 @@ func (x *CatenaeSaved) GetPeerValidated() []*CatenaeDcEpoch {
 	return nil
 }
 
+func (x *CatenaeSaved) GetValidatedSeq() uint64 {
+	if x != nil {
+		return x.ValidatedSeq
+	}
+	return 0
+}
+
+func (x *CatenaeSaved) GetRetainFrom() uint64 {
+	if x != nil {
+		return x.RetainFrom
+	}
+	return 0
+}
+
 type CatenaeOwnInput struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
@@ -9525,6 +9589,7 @@ type CatenaeVersion struct {
 	Writer        *CatenaeTxnId          `protobuf:"bytes,3,opt,name=writer,proto3" json:"writer,omitempty"`
 	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
 	Seq           uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	Deleted       bool                   `protobuf:"varint,6,opt,name=deleted,proto3" json:"deleted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -9594,9 +9659,16 @@ func (x *CatenaeVersion) GetSeq() uint64 {
 	return 0
 }
 
+func (x *CatenaeVersion) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
 type CatenaeKeyVersions struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Versions      []*CatenaeVersion      `protobuf:"bytes,2,rep,name=versions,proto3" json:"versions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -9632,11 +9704,11 @@ func (*CatenaeKeyVersions) Descriptor() ([]byte, []int) {
 	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{112}
 }
 
-func (x *CatenaeKeyVersions) GetKey() string {
+func (x *CatenaeKeyVersions) GetKey() []byte {
 	if x != nil {
 		return x.Key
 	}
-	return ""
+	return nil
 }
 
 func (x *CatenaeKeyVersions) GetVersions() []*CatenaeVersion {
@@ -9648,8 +9720,9 @@ func (x *CatenaeKeyVersions) GetVersions() []*CatenaeVersion {
 
 type CatenaeWrite struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Deleted       bool                   `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -9684,11 +9757,11 @@ func (*CatenaeWrite) Descriptor() ([]byte, []int) {
 	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{113}
 }
 
-func (x *CatenaeWrite) GetKey() string {
+func (x *CatenaeWrite) GetKey() []byte {
 	if x != nil {
 		return x.Key
 	}
-	return ""
+	return nil
 }
 
 func (x *CatenaeWrite) GetValue() []byte {
@@ -9696,6 +9769,13 @@ func (x *CatenaeWrite) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *CatenaeWrite) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
 }
 
 type CatenaeTxnState struct {
@@ -10000,6 +10080,431 @@ func (x *CatenaeDcEpoch) GetEpoch() uint64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+// CatenaeEnvelope carries Catenae traffic between the replicas (one per region) of a catenae
+// keyspace (internal/replication/catenae).
+type CatenaeEnvelope struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	// Types that are valid to be assigned to Body:
+	//
+	//	*CatenaeEnvelope_Message
+	//	*CatenaeEnvelope_Hello
+	Body          isCatenaeEnvelope_Body `protobuf_oneof:"body"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeEnvelope) Reset() {
+	*x = CatenaeEnvelope{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[118]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeEnvelope) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeEnvelope) ProtoMessage() {}
+
+func (x *CatenaeEnvelope) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[118]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeEnvelope.ProtoReflect.Descriptor instead.
+func (*CatenaeEnvelope) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{118}
+}
+
+func (x *CatenaeEnvelope) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *CatenaeEnvelope) GetBody() isCatenaeEnvelope_Body {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *CatenaeEnvelope) GetMessage() []byte {
+	if x != nil {
+		if x, ok := x.Body.(*CatenaeEnvelope_Message); ok {
+			return x.Message
+		}
+	}
+	return nil
+}
+
+func (x *CatenaeEnvelope) GetHello() *CatenaeHello {
+	if x != nil {
+		if x, ok := x.Body.(*CatenaeEnvelope_Hello); ok {
+			return x.Hello
+		}
+	}
+	return nil
+}
+
+type isCatenaeEnvelope_Body interface {
+	isCatenaeEnvelope_Body()
+}
+
+type CatenaeEnvelope_Message struct {
+	// message is an encoded CatenaeMessage (catenae.EncodeMessage; decoded with limits).
+	Message []byte `protobuf:"bytes,2,opt,name=message,proto3,oneof"`
+}
+
+type CatenaeEnvelope_Hello struct {
+	// hello proposes the epoch the keyspace starts after (the start handshake: every replica
+	// proposes one, durably, and all start after the largest); started: the sender has every
+	// proposal already.
+	Hello *CatenaeHello `protobuf:"bytes,3,opt,name=hello,proto3,oneof"`
+}
+
+func (*CatenaeEnvelope_Message) isCatenaeEnvelope_Body() {}
+
+func (*CatenaeEnvelope_Hello) isCatenaeEnvelope_Body() {}
+
+type CatenaeHello struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Proposal      uint64                 `protobuf:"varint,1,opt,name=proposal,proto3" json:"proposal,omitempty"`
+	Started       bool                   `protobuf:"varint,2,opt,name=started,proto3" json:"started,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeHello) Reset() {
+	*x = CatenaeHello{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[119]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeHello) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeHello) ProtoMessage() {}
+
+func (x *CatenaeHello) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[119]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeHello.ProtoReflect.Descriptor instead.
+func (*CatenaeHello) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{119}
+}
+
+func (x *CatenaeHello) GetProposal() uint64 {
+	if x != nil {
+		return x.Proposal
+	}
+	return 0
+}
+
+func (x *CatenaeHello) GetStarted() bool {
+	if x != nil {
+		return x.Started
+	}
+	return false
+}
+
+// CatenaeForward is a client's transaction request sent by a node without a replica of the
+// keyspace to the nearest replica, which runs it as its own and answers with a
+// CatenaeForwardReply.
+type CatenaeForward struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	RequestId         uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Keyspace          string                 `protobuf:"bytes,2,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Op                uint32                 `protobuf:"varint,3,opt,name=op,proto3" json:"op,omitempty"`
+	Key               []byte                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	DeadlineUnixNanos int64                  `protobuf:"varint,5,opt,name=deadline_unix_nanos,json=deadlineUnixNanos,proto3" json:"deadline_unix_nanos,omitempty"`
+	Reads             [][]byte               `protobuf:"bytes,6,rep,name=reads,proto3" json:"reads,omitempty"`
+	ReadVersions      []uint64               `protobuf:"varint,7,rep,packed,name=read_versions,json=readVersions,proto3" json:"read_versions,omitempty"`
+	Writes            []*SdurWrite           `protobuf:"bytes,8,rep,name=writes,proto3" json:"writes,omitempty"`
+	// at_epoch, when set, is the epoch the transaction reads at (its first read fixed it).
+	AtEpoch       *uint64 `protobuf:"varint,9,opt,name=at_epoch,json=atEpoch,proto3,oneof" json:"at_epoch,omitempty"`
+	ReadOnly      bool    `protobuf:"varint,10,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	End           []byte  `protobuf:"bytes,11,opt,name=end,proto3" json:"end,omitempty"`
+	Limit         uint32  `protobuf:"varint,12,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeForward) Reset() {
+	*x = CatenaeForward{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[120]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeForward) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeForward) ProtoMessage() {}
+
+func (x *CatenaeForward) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[120]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeForward.ProtoReflect.Descriptor instead.
+func (*CatenaeForward) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{120}
+}
+
+func (x *CatenaeForward) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *CatenaeForward) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *CatenaeForward) GetOp() uint32 {
+	if x != nil {
+		return x.Op
+	}
+	return 0
+}
+
+func (x *CatenaeForward) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *CatenaeForward) GetDeadlineUnixNanos() int64 {
+	if x != nil {
+		return x.DeadlineUnixNanos
+	}
+	return 0
+}
+
+func (x *CatenaeForward) GetReads() [][]byte {
+	if x != nil {
+		return x.Reads
+	}
+	return nil
+}
+
+func (x *CatenaeForward) GetReadVersions() []uint64 {
+	if x != nil {
+		return x.ReadVersions
+	}
+	return nil
+}
+
+func (x *CatenaeForward) GetWrites() []*SdurWrite {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
+func (x *CatenaeForward) GetAtEpoch() uint64 {
+	if x != nil && x.AtEpoch != nil {
+		return *x.AtEpoch
+	}
+	return 0
+}
+
+func (x *CatenaeForward) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+func (x *CatenaeForward) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *CatenaeForward) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type CatenaeForwardReply struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	ErrorKind string                 `protobuf:"bytes,2,opt,name=error_kind,json=errorKind,proto3" json:"error_kind,omitempty"`
+	Error     string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Found     bool                   `protobuf:"varint,4,opt,name=found,proto3" json:"found,omitempty"`
+	Value     []byte                 `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
+	Version   uint64                 `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
+	Epoch     uint64                 `protobuf:"varint,7,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Committed bool                   `protobuf:"varint,8,opt,name=committed,proto3" json:"committed,omitempty"`
+	Reason    string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	AbortKey  []byte                 `protobuf:"bytes,10,opt,name=abort_key,json=abortKey,proto3" json:"abort_key,omitempty"`
+	TxnId     string                 `protobuf:"bytes,11,opt,name=txn_id,json=txnId,proto3" json:"txn_id,omitempty"`
+	Path      string                 `protobuf:"bytes,12,opt,name=path,proto3" json:"path,omitempty"`
+	// vector: a read-only read that fixed its transaction's epoch (the snapshot is its vector).
+	Vector        bool `protobuf:"varint,13,opt,name=vector,proto3" json:"vector,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CatenaeForwardReply) Reset() {
+	*x = CatenaeForwardReply{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[121]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CatenaeForwardReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CatenaeForwardReply) ProtoMessage() {}
+
+func (x *CatenaeForwardReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[121]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CatenaeForwardReply.ProtoReflect.Descriptor instead.
+func (*CatenaeForwardReply) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{121}
+}
+
+func (x *CatenaeForwardReply) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *CatenaeForwardReply) GetErrorKind() string {
+	if x != nil {
+		return x.ErrorKind
+	}
+	return ""
+}
+
+func (x *CatenaeForwardReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *CatenaeForwardReply) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *CatenaeForwardReply) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *CatenaeForwardReply) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *CatenaeForwardReply) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *CatenaeForwardReply) GetCommitted() bool {
+	if x != nil {
+		return x.Committed
+	}
+	return false
+}
+
+func (x *CatenaeForwardReply) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CatenaeForwardReply) GetAbortKey() []byte {
+	if x != nil {
+		return x.AbortKey
+	}
+	return nil
+}
+
+func (x *CatenaeForwardReply) GetTxnId() string {
+	if x != nil {
+		return x.TxnId
+	}
+	return ""
+}
+
+func (x *CatenaeForwardReply) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *CatenaeForwardReply) GetVector() bool {
+	if x != nil {
+		return x.Vector
+	}
+	return false
 }
 
 var File_meridian_v1_peer_proto protoreflect.FileDescriptor
@@ -10503,7 +11008,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"conf_index\x18\x03 \x01(\x04R\tconfIndex\x12\x19\n" +
 	"\x05group\x18\x04 \x01(\rH\x00R\x05group\x88\x01\x01B\b\n" +
-	"\x06_group\"\x94\x1b\n" +
+	"\x06_group\"\xfd\x1c\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\rR\x02to\x12\x16\n" +
@@ -10566,7 +11071,10 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x12raft_forward_reply\x18N \x01(\v2\".meridian.peer.v1.RaftForwardReplyH\x00R\x10raftForwardReply\x12B\n" +
 	"\fraft_applied\x18O \x01(\v2\x1d.meridian.peer.v1.RaftAppliedH\x00R\vraftApplied\x12B\n" +
 	"\fraft_removed\x18P \x01(\v2\x1d.meridian.peer.v1.RaftRemovedH\x00R\vraftRemoved\x120\n" +
-	"\x03txn\x18Q \x01(\v2\x1c.meridian.peer.v1.TxnMessageH\x00R\x03txn\x12[\n" +
+	"\x03txn\x18Q \x01(\v2\x1c.meridian.peer.v1.TxnMessageH\x00R\x03txn\x12=\n" +
+	"\acatenae\x18R \x01(\v2!.meridian.peer.v1.CatenaeEnvelopeH\x00R\acatenae\x12K\n" +
+	"\x0fcatenae_forward\x18S \x01(\v2 .meridian.peer.v1.CatenaeForwardH\x00R\x0ecatenaeForward\x12[\n" +
+	"\x15catenae_forward_reply\x18T \x01(\v2%.meridian.peer.v1.CatenaeForwardReplyH\x00R\x13catenaeForwardReply\x12[\n" +
 	"\x15move_snapshot_request\x18Z \x01(\v2%.meridian.peer.v1.MoveSnapshotRequestH\x00R\x13moveSnapshotRequest\x12U\n" +
 	"\x13move_snapshot_chunk\x18[ \x01(\v2#.meridian.peer.v1.MoveSnapshotChunkH\x00R\x11moveSnapshotChunk\x129\n" +
 	"\tmove_note\x18\\ \x01(\v2\x1a.meridian.peer.v1.MoveNoteH\x00R\bmoveNote\x12<\n" +
@@ -10777,7 +11285,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\"w\n" +
 	"\tCatenaeOp\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x14\n" +
 	"\x05delta\x18\x04 \x01(\x03R\x05delta\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\x04R\aversion\"\x97\x01\n" +
@@ -10808,7 +11316,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x02to\x18\x01 \x01(\rR\x02to\x129\n" +
 	"\x05epoch\x18\x02 \x01(\v2!.meridian.peer.v1.CatenaeEpochMsgH\x00R\x05epoch\x12<\n" +
 	"\arequest\x18\x03 \x01(\v2 .meridian.peer.v1.CatenaeRequestH\x00R\arequestB\x06\n" +
-	"\x04body\"\xd5\x05\n" +
+	"\x04body\"\x9b\x06\n" +
 	"\fCatenaeSaved\x12\x12\n" +
 	"\x04self\x18\x01 \x01(\rR\x04self\x12\x10\n" +
 	"\x03dcs\x18\x02 \x03(\rR\x03dcs\x12\x10\n" +
@@ -10828,22 +11336,27 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\vunvalidated\x18\x0e \x03(\v2#.meridian.peer.v1.CatenaeEpochCountR\vunvalidated\x12A\n" +
 	"\vpeer_closed\x18\x0f \x03(\v2 .meridian.peer.v1.CatenaeDcEpochR\n" +
 	"peerClosed\x12G\n" +
-	"\x0epeer_validated\x18\x10 \x03(\v2 .meridian.peer.v1.CatenaeDcEpochR\rpeerValidated\"Y\n" +
+	"\x0epeer_validated\x18\x10 \x03(\v2 .meridian.peer.v1.CatenaeDcEpochR\rpeerValidated\x12#\n" +
+	"\rvalidated_seq\x18\x11 \x01(\x04R\fvalidatedSeq\x12\x1f\n" +
+	"\vretain_from\x18\x12 \x01(\x04R\n" +
+	"retainFrom\"Y\n" +
 	"\x0fCatenaeOwnInput\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x120\n" +
-	"\x04txns\x18\x02 \x03(\v2\x1c.meridian.peer.v1.CatenaeTxnR\x04txns\"\x9c\x01\n" +
+	"\x04txns\x18\x02 \x03(\v2\x1c.meridian.peer.v1.CatenaeTxnR\x04txns\"\xb6\x01\n" +
 	"\x0eCatenaeVersion\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x14\n" +
 	"\x05nanos\x18\x02 \x01(\x03R\x05nanos\x126\n" +
 	"\x06writer\x18\x03 \x01(\v2\x1e.meridian.peer.v1.CatenaeTxnIdR\x06writer\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seq\"d\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x18\n" +
+	"\adeleted\x18\x06 \x01(\bR\adeleted\"d\n" +
 	"\x12CatenaeKeyVersions\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12<\n" +
-	"\bversions\x18\x02 \x03(\v2 .meridian.peer.v1.CatenaeVersionR\bversions\"6\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12<\n" +
+	"\bversions\x18\x02 \x03(\v2 .meridian.peer.v1.CatenaeVersionR\bversions\"P\n" +
 	"\fCatenaeWrite\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value\"\xd3\x03\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x18\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\"\xd3\x03\n" +
 	"\x0fCatenaeTxnState\x12.\n" +
 	"\x03txn\x18\x01 \x01(\v2\x1c.meridian.peer.v1.CatenaeTxnR\x03txn\x12\x14\n" +
 	"\x05reads\x18\x02 \x03(\fR\x05reads\x12\x1f\n" +
@@ -10870,7 +11383,48 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x05count\x18\x02 \x01(\x03R\x05count\"6\n" +
 	"\x0eCatenaeDcEpoch\x12\x0e\n" +
 	"\x02dc\x18\x01 \x01(\rR\x02dc\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch2\x9c\x01\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\x89\x01\n" +
+	"\x0fCatenaeEnvelope\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1a\n" +
+	"\amessage\x18\x02 \x01(\fH\x00R\amessage\x126\n" +
+	"\x05hello\x18\x03 \x01(\v2\x1e.meridian.peer.v1.CatenaeHelloH\x00R\x05helloB\x06\n" +
+	"\x04body\"D\n" +
+	"\fCatenaeHello\x12\x1a\n" +
+	"\bproposal\x18\x01 \x01(\x04R\bproposal\x12\x18\n" +
+	"\astarted\x18\x02 \x01(\bR\astarted\"\xff\x02\n" +
+	"\x0eCatenaeForward\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1a\n" +
+	"\bkeyspace\x18\x02 \x01(\tR\bkeyspace\x12\x0e\n" +
+	"\x02op\x18\x03 \x01(\rR\x02op\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\fR\x03key\x12.\n" +
+	"\x13deadline_unix_nanos\x18\x05 \x01(\x03R\x11deadlineUnixNanos\x12\x14\n" +
+	"\x05reads\x18\x06 \x03(\fR\x05reads\x12#\n" +
+	"\rread_versions\x18\a \x03(\x04R\freadVersions\x123\n" +
+	"\x06writes\x18\b \x03(\v2\x1b.meridian.peer.v1.SdurWriteR\x06writes\x12\x1e\n" +
+	"\bat_epoch\x18\t \x01(\x04H\x00R\aatEpoch\x88\x01\x01\x12\x1b\n" +
+	"\tread_only\x18\n" +
+	" \x01(\bR\breadOnly\x12\x10\n" +
+	"\x03end\x18\v \x01(\fR\x03end\x12\x14\n" +
+	"\x05limit\x18\f \x01(\rR\x05limitB\v\n" +
+	"\t_at_epoch\"\xdb\x02\n" +
+	"\x13CatenaeForwardReply\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1d\n" +
+	"\n" +
+	"error_kind\x18\x02 \x01(\tR\terrorKind\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x14\n" +
+	"\x05found\x18\x04 \x01(\bR\x05found\x12\x14\n" +
+	"\x05value\x18\x05 \x01(\fR\x05value\x12\x18\n" +
+	"\aversion\x18\x06 \x01(\x04R\aversion\x12\x14\n" +
+	"\x05epoch\x18\a \x01(\x04R\x05epoch\x12\x1c\n" +
+	"\tcommitted\x18\b \x01(\bR\tcommitted\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\x12\x1b\n" +
+	"\tabort_key\x18\n" +
+	" \x01(\fR\babortKey\x12\x15\n" +
+	"\x06txn_id\x18\v \x01(\tR\x05txnId\x12\x12\n" +
+	"\x04path\x18\f \x01(\tR\x04path\x12\x16\n" +
+	"\x06vector\x18\r \x01(\bR\x06vector2\x9c\x01\n" +
 	"\x04Peer\x12C\n" +
 	"\x06Stream\x12\x1a.meridian.peer.v1.Envelope\x1a\x1b.meridian.peer.v1.StreamAck(\x01\x12O\n" +
 	"\rStreamBatches\x12\x1f.meridian.peer.v1.EnvelopeBatch\x1a\x1b.meridian.peer.v1.StreamAck(\x01B\x1fZ\x1dmeridian/internal/wire/peerpbb\x06proto3"
@@ -10887,7 +11441,7 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 118)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 122)
 var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Version)(nil),             // 0: meridian.peer.v1.Version
 	(*Record)(nil),              // 1: meridian.peer.v1.Record
@@ -11007,6 +11561,10 @@ var file_meridian_v1_peer_proto_goTypes = []any{
 	(*CatenaeWaiting)(nil),      // 115: meridian.peer.v1.CatenaeWaiting
 	(*CatenaeEpochCount)(nil),   // 116: meridian.peer.v1.CatenaeEpochCount
 	(*CatenaeDcEpoch)(nil),      // 117: meridian.peer.v1.CatenaeDcEpoch
+	(*CatenaeEnvelope)(nil),     // 118: meridian.peer.v1.CatenaeEnvelope
+	(*CatenaeHello)(nil),        // 119: meridian.peer.v1.CatenaeHello
+	(*CatenaeForward)(nil),      // 120: meridian.peer.v1.CatenaeForward
+	(*CatenaeForwardReply)(nil), // 121: meridian.peer.v1.CatenaeForwardReply
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,   // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -11114,91 +11672,96 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	65,  // 102: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
 	66,  // 103: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
 	91,  // 104: meridian.peer.v1.Envelope.txn:type_name -> meridian.peer.v1.TxnMessage
-	12,  // 105: meridian.peer.v1.Envelope.move_snapshot_request:type_name -> meridian.peer.v1.MoveSnapshotRequest
-	13,  // 106: meridian.peer.v1.Envelope.move_snapshot_chunk:type_name -> meridian.peer.v1.MoveSnapshotChunk
-	16,  // 107: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
-	14,  // 108: meridian.peer.v1.Envelope.node_stats:type_name -> meridian.peer.v1.NodeStats
-	67,  // 109: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
-	70,  // 110: meridian.peer.v1.SdurPart.id:type_name -> meridian.peer.v1.SdurTxnId
-	71,  // 111: meridian.peer.v1.SdurPart.writes:type_name -> meridian.peer.v1.SdurWrite
-	70,  // 112: meridian.peer.v1.SdurAbortRequest.txn:type_name -> meridian.peer.v1.SdurTxnId
-	72,  // 113: meridian.peer.v1.SdurEntry.txn:type_name -> meridian.peer.v1.SdurPart
-	74,  // 114: meridian.peer.v1.SdurEntry.abort:type_name -> meridian.peer.v1.SdurAbortRequest
-	73,  // 115: meridian.peer.v1.SdurEntry.threshold:type_name -> meridian.peer.v1.SdurThreshold
-	70,  // 116: meridian.peer.v1.SdurVote.txn:type_name -> meridian.peer.v1.SdurTxnId
-	72,  // 117: meridian.peer.v1.SdurPending.part:type_name -> meridian.peer.v1.SdurPart
-	76,  // 118: meridian.peer.v1.SdurPending.votes:type_name -> meridian.peer.v1.SdurVote
-	70,  // 119: meridian.peer.v1.SdurSeen.id:type_name -> meridian.peer.v1.SdurTxnId
-	76,  // 120: meridian.peer.v1.SdurSeen.vote:type_name -> meridian.peer.v1.SdurVote
-	70,  // 121: meridian.peer.v1.SdurEarly.id:type_name -> meridian.peer.v1.SdurTxnId
-	76,  // 122: meridian.peer.v1.SdurEarly.votes:type_name -> meridian.peer.v1.SdurVote
-	73,  // 123: meridian.peer.v1.SdurState.threshold:type_name -> meridian.peer.v1.SdurThreshold
-	77,  // 124: meridian.peer.v1.SdurState.pending:type_name -> meridian.peer.v1.SdurPending
-	78,  // 125: meridian.peer.v1.SdurState.keys:type_name -> meridian.peer.v1.SdurKeyState
-	79,  // 126: meridian.peer.v1.SdurState.touched:type_name -> meridian.peer.v1.SdurTouch
-	75,  // 127: meridian.peer.v1.SdurState.waiting:type_name -> meridian.peer.v1.SdurEntry
-	80,  // 128: meridian.peer.v1.SdurState.seen:type_name -> meridian.peer.v1.SdurSeen
-	81,  // 129: meridian.peer.v1.SdurState.early:type_name -> meridian.peer.v1.SdurEarly
-	70,  // 130: meridian.peer.v1.TwopcPart.id:type_name -> meridian.peer.v1.SdurTxnId
-	83,  // 131: meridian.peer.v1.TwopcPart.reads:type_name -> meridian.peer.v1.TwopcRead
-	71,  // 132: meridian.peer.v1.TwopcPart.writes:type_name -> meridian.peer.v1.SdurWrite
-	84,  // 133: meridian.peer.v1.TwopcEntry.part:type_name -> meridian.peer.v1.TwopcPart
-	70,  // 134: meridian.peer.v1.TwopcEntry.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 135: meridian.peer.v1.TwopcVote.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 136: meridian.peer.v1.TwopcDecided.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 137: meridian.peer.v1.TwopcCoordinating.txn:type_name -> meridian.peer.v1.SdurTxnId
-	86,  // 138: meridian.peer.v1.TwopcCoordinating.votes:type_name -> meridian.peer.v1.TwopcVote
-	88,  // 139: meridian.peer.v1.TwopcState.last_writes:type_name -> meridian.peer.v1.TwopcLastWrite
-	84,  // 140: meridian.peer.v1.TwopcState.prepared:type_name -> meridian.peer.v1.TwopcPart
-	87,  // 141: meridian.peer.v1.TwopcState.decided:type_name -> meridian.peer.v1.TwopcDecided
-	89,  // 142: meridian.peer.v1.TwopcState.coordinating:type_name -> meridian.peer.v1.TwopcCoordinating
-	70,  // 143: meridian.peer.v1.TxnMessage.vote_request:type_name -> meridian.peer.v1.SdurTxnId
-	96,  // 144: meridian.peer.v1.TxnMessage.outcome:type_name -> meridian.peer.v1.TxnOutcome
-	92,  // 145: meridian.peer.v1.TxnMessage.seq_query:type_name -> meridian.peer.v1.TxnSeqQuery
-	94,  // 146: meridian.peer.v1.TxnMessage.seq_reply:type_name -> meridian.peer.v1.TxnSeqReply
-	95,  // 147: meridian.peer.v1.TxnMessage.vector:type_name -> meridian.peer.v1.TxnVector
-	70,  // 148: meridian.peer.v1.TxnSeqQuery.status:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 149: meridian.peer.v1.TxnCompletedGlobal.txn:type_name -> meridian.peer.v1.SdurTxnId
-	93,  // 150: meridian.peer.v1.TxnSeqReply.globals:type_name -> meridian.peer.v1.TxnCompletedGlobal
-	97,  // 151: meridian.peer.v1.TxnVector.components:type_name -> meridian.peer.v1.TxnSnapshotRef
-	70,  // 152: meridian.peer.v1.TxnOutcome.txn:type_name -> meridian.peer.v1.SdurTxnId
-	97,  // 153: meridian.peer.v1.TxnReadArgs.snapshots:type_name -> meridian.peer.v1.TxnSnapshotRef
-	97,  // 154: meridian.peer.v1.TxnReadDone.snapshot:type_name -> meridian.peer.v1.TxnSnapshotRef
-	93,  // 155: meridian.peer.v1.TxnSavedState.completed:type_name -> meridian.peer.v1.TxnCompletedGlobal
-	95,  // 156: meridian.peer.v1.TxnSavedState.vector:type_name -> meridian.peer.v1.TxnVector
-	101, // 157: meridian.peer.v1.CatenaeTxn.id:type_name -> meridian.peer.v1.CatenaeTxnId
-	102, // 158: meridian.peer.v1.CatenaeTxn.ops:type_name -> meridian.peer.v1.CatenaeOp
-	103, // 159: meridian.peer.v1.CatenaeEpochInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
-	101, // 160: meridian.peer.v1.CatenaeVote.txn:type_name -> meridian.peer.v1.CatenaeTxnId
-	104, // 161: meridian.peer.v1.CatenaeEpochMsg.epochs:type_name -> meridian.peer.v1.CatenaeEpochInput
-	105, // 162: meridian.peer.v1.CatenaeEpochMsg.votes:type_name -> meridian.peer.v1.CatenaeVote
-	106, // 163: meridian.peer.v1.CatenaeMessage.epoch:type_name -> meridian.peer.v1.CatenaeEpochMsg
-	107, // 164: meridian.peer.v1.CatenaeMessage.request:type_name -> meridian.peer.v1.CatenaeRequest
-	110, // 165: meridian.peer.v1.CatenaeSaved.own:type_name -> meridian.peer.v1.CatenaeOwnInput
-	112, // 166: meridian.peer.v1.CatenaeSaved.store:type_name -> meridian.peer.v1.CatenaeKeyVersions
-	114, // 167: meridian.peer.v1.CatenaeSaved.history:type_name -> meridian.peer.v1.CatenaeTxnState
-	115, // 168: meridian.peer.v1.CatenaeSaved.waiting:type_name -> meridian.peer.v1.CatenaeWaiting
-	105, // 169: meridian.peer.v1.CatenaeSaved.my_votes:type_name -> meridian.peer.v1.CatenaeVote
-	116, // 170: meridian.peer.v1.CatenaeSaved.unvalidated:type_name -> meridian.peer.v1.CatenaeEpochCount
-	117, // 171: meridian.peer.v1.CatenaeSaved.peer_closed:type_name -> meridian.peer.v1.CatenaeDcEpoch
-	117, // 172: meridian.peer.v1.CatenaeSaved.peer_validated:type_name -> meridian.peer.v1.CatenaeDcEpoch
-	103, // 173: meridian.peer.v1.CatenaeOwnInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
-	101, // 174: meridian.peer.v1.CatenaeVersion.writer:type_name -> meridian.peer.v1.CatenaeTxnId
-	111, // 175: meridian.peer.v1.CatenaeKeyVersions.versions:type_name -> meridian.peer.v1.CatenaeVersion
-	103, // 176: meridian.peer.v1.CatenaeTxnState.txn:type_name -> meridian.peer.v1.CatenaeTxn
-	113, // 177: meridian.peer.v1.CatenaeTxnState.writes:type_name -> meridian.peer.v1.CatenaeWrite
-	101, // 178: meridian.peer.v1.CatenaeTxnState.deps:type_name -> meridian.peer.v1.CatenaeTxnId
-	101, // 179: meridian.peer.v1.CatenaeWaiting.id:type_name -> meridian.peer.v1.CatenaeTxnId
-	114, // 180: meridian.peer.v1.CatenaeWaiting.state:type_name -> meridian.peer.v1.CatenaeTxnState
-	67,  // 181: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	69,  // 182: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
-	68,  // 183: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	68,  // 184: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
-	183, // [183:185] is the sub-list for method output_type
-	181, // [181:183] is the sub-list for method input_type
-	181, // [181:181] is the sub-list for extension type_name
-	181, // [181:181] is the sub-list for extension extendee
-	0,   // [0:181] is the sub-list for field type_name
+	118, // 105: meridian.peer.v1.Envelope.catenae:type_name -> meridian.peer.v1.CatenaeEnvelope
+	120, // 106: meridian.peer.v1.Envelope.catenae_forward:type_name -> meridian.peer.v1.CatenaeForward
+	121, // 107: meridian.peer.v1.Envelope.catenae_forward_reply:type_name -> meridian.peer.v1.CatenaeForwardReply
+	12,  // 108: meridian.peer.v1.Envelope.move_snapshot_request:type_name -> meridian.peer.v1.MoveSnapshotRequest
+	13,  // 109: meridian.peer.v1.Envelope.move_snapshot_chunk:type_name -> meridian.peer.v1.MoveSnapshotChunk
+	16,  // 110: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
+	14,  // 111: meridian.peer.v1.Envelope.node_stats:type_name -> meridian.peer.v1.NodeStats
+	67,  // 112: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
+	70,  // 113: meridian.peer.v1.SdurPart.id:type_name -> meridian.peer.v1.SdurTxnId
+	71,  // 114: meridian.peer.v1.SdurPart.writes:type_name -> meridian.peer.v1.SdurWrite
+	70,  // 115: meridian.peer.v1.SdurAbortRequest.txn:type_name -> meridian.peer.v1.SdurTxnId
+	72,  // 116: meridian.peer.v1.SdurEntry.txn:type_name -> meridian.peer.v1.SdurPart
+	74,  // 117: meridian.peer.v1.SdurEntry.abort:type_name -> meridian.peer.v1.SdurAbortRequest
+	73,  // 118: meridian.peer.v1.SdurEntry.threshold:type_name -> meridian.peer.v1.SdurThreshold
+	70,  // 119: meridian.peer.v1.SdurVote.txn:type_name -> meridian.peer.v1.SdurTxnId
+	72,  // 120: meridian.peer.v1.SdurPending.part:type_name -> meridian.peer.v1.SdurPart
+	76,  // 121: meridian.peer.v1.SdurPending.votes:type_name -> meridian.peer.v1.SdurVote
+	70,  // 122: meridian.peer.v1.SdurSeen.id:type_name -> meridian.peer.v1.SdurTxnId
+	76,  // 123: meridian.peer.v1.SdurSeen.vote:type_name -> meridian.peer.v1.SdurVote
+	70,  // 124: meridian.peer.v1.SdurEarly.id:type_name -> meridian.peer.v1.SdurTxnId
+	76,  // 125: meridian.peer.v1.SdurEarly.votes:type_name -> meridian.peer.v1.SdurVote
+	73,  // 126: meridian.peer.v1.SdurState.threshold:type_name -> meridian.peer.v1.SdurThreshold
+	77,  // 127: meridian.peer.v1.SdurState.pending:type_name -> meridian.peer.v1.SdurPending
+	78,  // 128: meridian.peer.v1.SdurState.keys:type_name -> meridian.peer.v1.SdurKeyState
+	79,  // 129: meridian.peer.v1.SdurState.touched:type_name -> meridian.peer.v1.SdurTouch
+	75,  // 130: meridian.peer.v1.SdurState.waiting:type_name -> meridian.peer.v1.SdurEntry
+	80,  // 131: meridian.peer.v1.SdurState.seen:type_name -> meridian.peer.v1.SdurSeen
+	81,  // 132: meridian.peer.v1.SdurState.early:type_name -> meridian.peer.v1.SdurEarly
+	70,  // 133: meridian.peer.v1.TwopcPart.id:type_name -> meridian.peer.v1.SdurTxnId
+	83,  // 134: meridian.peer.v1.TwopcPart.reads:type_name -> meridian.peer.v1.TwopcRead
+	71,  // 135: meridian.peer.v1.TwopcPart.writes:type_name -> meridian.peer.v1.SdurWrite
+	84,  // 136: meridian.peer.v1.TwopcEntry.part:type_name -> meridian.peer.v1.TwopcPart
+	70,  // 137: meridian.peer.v1.TwopcEntry.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 138: meridian.peer.v1.TwopcVote.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 139: meridian.peer.v1.TwopcDecided.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 140: meridian.peer.v1.TwopcCoordinating.txn:type_name -> meridian.peer.v1.SdurTxnId
+	86,  // 141: meridian.peer.v1.TwopcCoordinating.votes:type_name -> meridian.peer.v1.TwopcVote
+	88,  // 142: meridian.peer.v1.TwopcState.last_writes:type_name -> meridian.peer.v1.TwopcLastWrite
+	84,  // 143: meridian.peer.v1.TwopcState.prepared:type_name -> meridian.peer.v1.TwopcPart
+	87,  // 144: meridian.peer.v1.TwopcState.decided:type_name -> meridian.peer.v1.TwopcDecided
+	89,  // 145: meridian.peer.v1.TwopcState.coordinating:type_name -> meridian.peer.v1.TwopcCoordinating
+	70,  // 146: meridian.peer.v1.TxnMessage.vote_request:type_name -> meridian.peer.v1.SdurTxnId
+	96,  // 147: meridian.peer.v1.TxnMessage.outcome:type_name -> meridian.peer.v1.TxnOutcome
+	92,  // 148: meridian.peer.v1.TxnMessage.seq_query:type_name -> meridian.peer.v1.TxnSeqQuery
+	94,  // 149: meridian.peer.v1.TxnMessage.seq_reply:type_name -> meridian.peer.v1.TxnSeqReply
+	95,  // 150: meridian.peer.v1.TxnMessage.vector:type_name -> meridian.peer.v1.TxnVector
+	70,  // 151: meridian.peer.v1.TxnSeqQuery.status:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 152: meridian.peer.v1.TxnCompletedGlobal.txn:type_name -> meridian.peer.v1.SdurTxnId
+	93,  // 153: meridian.peer.v1.TxnSeqReply.globals:type_name -> meridian.peer.v1.TxnCompletedGlobal
+	97,  // 154: meridian.peer.v1.TxnVector.components:type_name -> meridian.peer.v1.TxnSnapshotRef
+	70,  // 155: meridian.peer.v1.TxnOutcome.txn:type_name -> meridian.peer.v1.SdurTxnId
+	97,  // 156: meridian.peer.v1.TxnReadArgs.snapshots:type_name -> meridian.peer.v1.TxnSnapshotRef
+	97,  // 157: meridian.peer.v1.TxnReadDone.snapshot:type_name -> meridian.peer.v1.TxnSnapshotRef
+	93,  // 158: meridian.peer.v1.TxnSavedState.completed:type_name -> meridian.peer.v1.TxnCompletedGlobal
+	95,  // 159: meridian.peer.v1.TxnSavedState.vector:type_name -> meridian.peer.v1.TxnVector
+	101, // 160: meridian.peer.v1.CatenaeTxn.id:type_name -> meridian.peer.v1.CatenaeTxnId
+	102, // 161: meridian.peer.v1.CatenaeTxn.ops:type_name -> meridian.peer.v1.CatenaeOp
+	103, // 162: meridian.peer.v1.CatenaeEpochInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
+	101, // 163: meridian.peer.v1.CatenaeVote.txn:type_name -> meridian.peer.v1.CatenaeTxnId
+	104, // 164: meridian.peer.v1.CatenaeEpochMsg.epochs:type_name -> meridian.peer.v1.CatenaeEpochInput
+	105, // 165: meridian.peer.v1.CatenaeEpochMsg.votes:type_name -> meridian.peer.v1.CatenaeVote
+	106, // 166: meridian.peer.v1.CatenaeMessage.epoch:type_name -> meridian.peer.v1.CatenaeEpochMsg
+	107, // 167: meridian.peer.v1.CatenaeMessage.request:type_name -> meridian.peer.v1.CatenaeRequest
+	110, // 168: meridian.peer.v1.CatenaeSaved.own:type_name -> meridian.peer.v1.CatenaeOwnInput
+	112, // 169: meridian.peer.v1.CatenaeSaved.store:type_name -> meridian.peer.v1.CatenaeKeyVersions
+	114, // 170: meridian.peer.v1.CatenaeSaved.history:type_name -> meridian.peer.v1.CatenaeTxnState
+	115, // 171: meridian.peer.v1.CatenaeSaved.waiting:type_name -> meridian.peer.v1.CatenaeWaiting
+	105, // 172: meridian.peer.v1.CatenaeSaved.my_votes:type_name -> meridian.peer.v1.CatenaeVote
+	116, // 173: meridian.peer.v1.CatenaeSaved.unvalidated:type_name -> meridian.peer.v1.CatenaeEpochCount
+	117, // 174: meridian.peer.v1.CatenaeSaved.peer_closed:type_name -> meridian.peer.v1.CatenaeDcEpoch
+	117, // 175: meridian.peer.v1.CatenaeSaved.peer_validated:type_name -> meridian.peer.v1.CatenaeDcEpoch
+	103, // 176: meridian.peer.v1.CatenaeOwnInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
+	101, // 177: meridian.peer.v1.CatenaeVersion.writer:type_name -> meridian.peer.v1.CatenaeTxnId
+	111, // 178: meridian.peer.v1.CatenaeKeyVersions.versions:type_name -> meridian.peer.v1.CatenaeVersion
+	103, // 179: meridian.peer.v1.CatenaeTxnState.txn:type_name -> meridian.peer.v1.CatenaeTxn
+	113, // 180: meridian.peer.v1.CatenaeTxnState.writes:type_name -> meridian.peer.v1.CatenaeWrite
+	101, // 181: meridian.peer.v1.CatenaeTxnState.deps:type_name -> meridian.peer.v1.CatenaeTxnId
+	101, // 182: meridian.peer.v1.CatenaeWaiting.id:type_name -> meridian.peer.v1.CatenaeTxnId
+	114, // 183: meridian.peer.v1.CatenaeWaiting.state:type_name -> meridian.peer.v1.CatenaeTxnState
+	119, // 184: meridian.peer.v1.CatenaeEnvelope.hello:type_name -> meridian.peer.v1.CatenaeHello
+	71,  // 185: meridian.peer.v1.CatenaeForward.writes:type_name -> meridian.peer.v1.SdurWrite
+	67,  // 186: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	69,  // 187: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
+	68,  // 188: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	68,  // 189: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
+	188, // [188:190] is the sub-list for method output_type
+	186, // [186:188] is the sub-list for method input_type
+	186, // [186:186] is the sub-list for extension type_name
+	186, // [186:186] is the sub-list for extension extendee
+	0,   // [0:186] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -11259,6 +11822,9 @@ func file_meridian_v1_peer_proto_init() {
 		(*Envelope_RaftApplied)(nil),
 		(*Envelope_RaftRemoved)(nil),
 		(*Envelope_Txn)(nil),
+		(*Envelope_Catenae)(nil),
+		(*Envelope_CatenaeForward)(nil),
+		(*Envelope_CatenaeForwardReply)(nil),
 		(*Envelope_MoveSnapshotRequest)(nil),
 		(*Envelope_MoveSnapshotChunk)(nil),
 		(*Envelope_MoveNote)(nil),
@@ -11279,13 +11845,18 @@ func file_meridian_v1_peer_proto_init() {
 		(*CatenaeMessage_Epoch)(nil),
 		(*CatenaeMessage_Request)(nil),
 	}
+	file_meridian_v1_peer_proto_msgTypes[118].OneofWrappers = []any{
+		(*CatenaeEnvelope_Message)(nil),
+		(*CatenaeEnvelope_Hello)(nil),
+	}
+	file_meridian_v1_peer_proto_msgTypes[120].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   118,
+			NumMessages:   122,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
