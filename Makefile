@@ -37,6 +37,8 @@ fuzz:
 	GO=$(GO) scripts/fuzz-one.sh FuzzDecodeEntry ./internal/twopc/ $(FUZZTIME) $(TAGS)
 	GO=$(GO) scripts/fuzz-one.sh FuzzDecodeMessage ./internal/catenae/ $(FUZZTIME) $(TAGS)
 	GO=$(GO) scripts/fuzz-one.sh FuzzDecodeSaved ./internal/catenae/ $(FUZZTIME) $(TAGS)
+	GO=$(GO) scripts/fuzz-one.sh FuzzDecodeInput ./internal/catenae/ $(FUZZTIME) $(TAGS)
+	GO=$(GO) scripts/fuzz-one.sh FuzzDecodeMeta ./internal/replication/catenae/ $(FUZZTIME) $(TAGS)
 
 # Deterministic simulation: SIMSEEDS seeds of every protocol with every fault on, then the
 # mutation suite (every broken variant must be caught). Exits non-zero on any violation.

@@ -300,6 +300,9 @@ func kvCmd() *cobra.Command {
 					return fmt.Errorf("create-keyspace: --partitions %d out of range 1..4096", ksPartitions)
 				}
 				spec := &client.KeyspaceSpec{Name: a[0], Protocol: ksProtocol, ReplicasPerRegion: uint32(ksReplicas), Partitions: uint32(ksPartitions)}
+				if !cmd.Flags().Changed("partitions") {
+					spec.Partitions = 0 // the protocol's default: 16, or 1 for a fully replicated protocol (catenae)
+				}
 				if len(ksSplitAt) > 0 {
 					if cmd.Flags().Changed("partitions") {
 						return fmt.Errorf("create-keyspace: --split-at sets the partitions (one more than the split points); leave --partitions out")
@@ -336,7 +339,7 @@ func kvCmd() *cobra.Command {
 	create.Flags().StringVar(&ksProtocol, "protocol", "quorum", "replication protocol")
 	create.Flags().StringVar(&ksRegions, "regions", "", "comma-separated regions (default all)")
 	create.Flags().IntVar(&ksReplicas, "replicas-per-region", 1, "replicas in each region")
-	create.Flags().IntVar(&ksPartitions, "partitions", 16, "range partitions")
+	create.Flags().IntVar(&ksPartitions, "partitions", 16, "range partitions (unset: 16, or 1 for catenae, which replicates a keyspace whole)")
 	create.Flags().StringArrayVar(&ksOptions, "option", nil, "protocol option KEY=VALUE (repeatable), e.g. --option lease=2s")
 	create.Flags().StringSliceVar(&ksSplitAt, "split-at", nil, "initial partition boundaries, strictly increasing (comma-separated or repeated), e.g. --split-at user2,user4,user6,user8")
 	cmd.AddCommand(create)

@@ -8,7 +8,8 @@ import (
 
 func sampleMessages() []Message {
 	t1 := &Txn{ID: TxnID{DC: 2, Seq: 7}, Stamp: Stamp{Epoch: 101, Nanos: 1010, DC: 2, Seq: 7},
-		Proc: Proc{Ops: []Op{{Kind: OpRead, Key: "a"}, {Kind: OpExpect, Key: "b", Version: 3}, {Kind: OpAdd, Key: "c", Delta: -4}, {Kind: OpWrite, Key: "d", Value: []byte("v")}}}}
+		Proc: Proc{Ops: []Op{{Kind: OpRead, Key: "a"}, {Kind: OpExpect, Key: "b", Version: 3}, {Kind: OpAdd, Key: "c", Delta: -4}, {Kind: OpWrite, Key: "d", Value: []byte("v")},
+			{Kind: OpDelete, Key: "\xff\x00not utf-8"}}}}
 	return []Message{
 		{To: 1, Epoch: &EpochMsg{From: 2, Upto: 102, Epochs: [][]*Txn{{t1}, {}}, Votes: []Vote{{Txn: t1.ID, Epoch: 101, DC: 2, Digest: 99}}, Closed: 100, Validated: 99}},
 		{To: 3, Req: &Request{From: 1, Epoch: 55}},
@@ -141,6 +142,38 @@ func FuzzDecodeSaved(f *testing.F) {
 		}
 		if _, err := Restore(s, Options{Start: 0}, time.Unix(0, 0)); err != nil {
 			return // a state the options refuse
+		}
+	})
+}
+
+// An input decodes to what was encoded (keys are bytes, not UTF-8 text), and a decoded input
+// holds only valid transactions of the data center and epoch it names.
+func FuzzDecodeInput(f *testing.F) {
+	in := sampleMessages()[0].Epoch.Epochs[0]
+	b, err := EncodeInput(in)
+	if err != nil {
+		f.Fatal(err)
+	}
+	if got, err := DecodeInput(b, 101, 2, DefaultWireLimits); err != nil || len(got) != 1 || got[0].Proc.Ops[4].Key != "\xff\x00not utf-8" {
+		f.Fatalf("round trip: %v %+v", err, got)
+	}
+	f.Add(b, uint64(101), uint32(2))
+	f.Fuzz(func(t *testing.T, data []byte, epoch uint64, dc uint32) {
+		txns, err := DecodeInput(data, epoch, dc, DefaultWireLimits)
+		if err != nil {
+			return
+		}
+		for _, tx := range txns {
+			if tx.ID.DC != dc || tx.Stamp.Epoch != epoch || tx.Proc.Validate(DefaultWireLimits.MaxOps) != nil {
+				t.Fatalf("decoded a transaction that is not a valid one of data center %d, epoch %d: %+v", dc, epoch, tx)
+			}
+		}
+		b, err := EncodeInput(txns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again, err := DecodeInput(b, epoch, dc, DefaultWireLimits); err != nil || len(again) != len(txns) {
+			t.Fatalf("re-encoded input does not decode alike: %v", err)
 		}
 	})
 }

@@ -189,6 +189,26 @@ func TestCLI(t *testing.T) {
 		if !strings.HasPrefix(r.stdout, "a = 0\n") {
 			t.Fatalf("%v: want a = 0 (the script's abort wrote nothing)", r)
 		}
+
+		// Catenae: one partition replicated whole in every region, options fixed.
+		kv(n1, "create-keyspace", "cks", "--protocol", "catenae", "--partitions", "4").mustFailOneLine(t, "one partition, got 4")
+		kv(n1, "create-keyspace", "cks", "--protocol", "catenae", "--option", "epoch_length=20ms").mustSucceed(t)
+		eventually(t, "a catenae transaction commits", func() error {
+			r := kv(n2, "txn", "cks", "-e", "put c 1; put d 2")
+			if r.code != 0 || !strings.HasPrefix(r.stdout, "committed txn ") {
+				return errString(r.String())
+			}
+			return nil
+		})
+		eventually(t, "every region reads it", func() error {
+			r := kv(n3, "txn", "cks", "-e", "get c; get d; put c 3")
+			if r.code != 0 || !strings.HasPrefix(r.stdout, "c = 1\nd = 2\ncommitted txn ") {
+				return errString(r.String())
+			}
+			return nil
+		})
+		kv(n1, "alter-keyspace", "cks", "--option", "epoch_length=10ms").mustFailOneLine(t, "fixed when it is created")
+		kv(n1, "put", "cks", "c", "1").mustFailOneLine(t, "transactional (txn_mode catenae)")
 	})
 
 	t.Run("server-bad-config", func(t *testing.T) {

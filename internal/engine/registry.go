@@ -42,6 +42,10 @@ type Protocol struct {
 	// falls back to; under such a fault the lab requires reads on it (never silent
 	// degradation).
 	ClockFallbackPath string
+	// NotKeyValue, when set, says why the key-value tools (the simulator's get/put workload,
+	// the YCSB benchmarks) do not run the protocol, and what does: its clients run
+	// transactions.
+	NotKeyValue string
 	// NoPointLevels, when set, says why the protocol's gets, puts and deletes take no
 	// consistency level (benchmarks refuse levels for it).
 	NoPointLevels string

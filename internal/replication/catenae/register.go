@@ -25,6 +25,7 @@ func init() {
 		// simulator (meridian sim txn --mode catenae --mutations) catches each.
 		Mutations:     core.Mutations,
 		NoPointLevels: "catenae keyspaces take transactions (TxnRead, TxnCommit) and gets at the validated prefix, with no consistency level",
+		NotKeyValue:   "its clients run transactions, not gets and puts: meridian sim txn --mode catenae simulates it (every fault, the serializability checker, its mutations), meridian bench catenae measures it against sdur and 2pc (TPC-C and the SDUR microbenchmark)",
 		Metrics: func(reg prometheus.Registerer, e engine.Engine) {
 			registerMetrics(reg, e.(*Engine))
 		},

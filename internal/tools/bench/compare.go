@@ -37,6 +37,9 @@ func ParseConfigs(s string) ([]Config, error) {
 		if p, ok := engine.Lookup(c.Protocol); ok && (p.ReadLevel != "" || p.WriteLevel != "") {
 			c.ReadLevel, c.WriteLevel = string(p.ReadLevel), string(p.WriteLevel)
 		}
+		if p, ok := engine.Lookup(c.Protocol); ok && p.NotKeyValue != "" {
+			return nil, fmt.Errorf("bench: %q: %s", part, p.NotKeyValue)
+		}
 		if p, ok := engine.Lookup(c.Protocol); ok && p.NoPointLevels != "" {
 			c.ReadLevel, c.WriteLevel = "", ""
 			if len(f) > 1 && f[1] != "" {

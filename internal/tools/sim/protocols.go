@@ -50,6 +50,9 @@ func LookupProtocol(name string) (Protocol, error) {
 	if !ok {
 		return Protocol{}, fmt.Errorf("sim: unknown protocol %q (known: %v)", name, ProtocolNames())
 	}
+	if p.NotKeyValue != "" {
+		return Protocol{}, fmt.Errorf("sim: protocol %s: %s", name, p.NotKeyValue)
+	}
 	return p, nil
 }
 
