@@ -283,7 +283,7 @@ func SearchMax(ctx context.Context, sess Session, regions []string, cfg Config, 
 func processCPUSeconds() float64 {
 	v, err := procCPU(os.Getpid())
 	if err != nil {
-		return selfCPU()
+		return SelfCPUSeconds()
 	}
 	return v
 }

@@ -91,7 +91,7 @@ func Throughput(ctx context.Context, o ThroughputOptions) (*ThroughputResult, er
 	runCtx, cancel := context.WithDeadline(ctx, runEnd)
 	defer cancel()
 	serverCPU0, _ := procCPU(o.ServerPID)
-	clientCPU0 := selfCPU()
+	clientCPU0 := SelfCPUSeconds()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range o.Concurrency {
@@ -132,7 +132,7 @@ func Throughput(ctx context.Context, o ThroughputOptions) (*ThroughputResult, er
 	wg.Wait()
 	elapsed := time.Since(start).Seconds()
 	serverCPU1, serr := procCPU(o.ServerPID)
-	clientCPU1 := selfCPU()
+	clientCPU1 := SelfCPUSeconds()
 	r := &ThroughputResult{
 		Op: o.Op, Ops: ops.Load(), Errors: errCount.Load(), Seconds: elapsed,
 		OpsPerSec: float64(ops.Load()) / elapsed,
@@ -177,7 +177,8 @@ func procCPU(pid int) (float64, error) {
 	return (ut + st) / 100, nil // USER_HZ is 100 on Linux
 }
 
-func selfCPU() float64 {
+// SelfCPUSeconds is the CPU time (user and system) this process has used.
+func SelfCPUSeconds() float64 {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
