@@ -40,10 +40,9 @@ type Engine struct {
 	nextID    uint64
 	// sent are requests this node forwarded to a replica, by request ID; origins the
 	// requests other nodes forwarded here, by the ID they run under.
-	sent     map[uint64]*sentForward
-	origins  map[uint64]forwardOrigin
-	fwdSeen  map[fwdKey]time.Time
-	fwdOrder []fwdKey
+	sent          map[uint64]*sentForward
+	origins       map[uint64]forwardOrigin
+	forwardsTaken engine.Forwards
 	// lastExpiry is when pending requests were last checked against their deadlines.
 	lastExpiry time.Time
 	stats      counters
@@ -109,7 +108,7 @@ func New(cfg engine.Config, store engine.Reader) *Engine {
 		lim.MaxValueBytes = cfg.Limits.MaxValueBytes
 	}
 	return &Engine{cfg: cfg, store: store, lim: lim, keyspaces: map[string]*keyspace{}, sent: map[uint64]*sentForward{},
-		origins: map[uint64]forwardOrigin{}, fwdSeen: map[fwdKey]time.Time{}}
+		origins: map[uint64]forwardOrigin{}}
 }
 
 // CounterSnapshot implements engine.Counted.

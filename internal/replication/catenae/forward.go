@@ -28,21 +28,9 @@ type forwardOrigin struct {
 	id   uint64
 }
 
-type fwdKey struct {
-	node uint32
-	id   uint64
-}
-
 // forwardGrace is how long after a forwarded request's deadline its origin still waits for the
 // answer before it times the request out itself (the replica times it out first).
 const forwardGrace = time.Second
-
-// Forwarded requests already taken are remembered for forwardMemory (at most
-// maxForwardMemory of them), so that a duplicated message does not commit twice.
-const (
-	forwardMemory    = 2 * time.Minute
-	maxForwardMemory = 200_000
-)
 
 // forwardedBit marks the IDs of requests run for another node (apart from the runtime's).
 const forwardedBit = uint64(1) << 63
@@ -100,24 +88,10 @@ func (e *Engine) regionOf(node uint32) string {
 	return ""
 }
 
-// seenForward reports whether the forward k was taken before, and remembers it.
-func (e *Engine) seenForward(now time.Time, k fwdKey) bool {
-	for len(e.fwdOrder) > 0 && (len(e.fwdOrder) > maxForwardMemory || now.Sub(e.fwdSeen[e.fwdOrder[0]]) > forwardMemory) {
-		delete(e.fwdSeen, e.fwdOrder[0])
-		e.fwdOrder = e.fwdOrder[1:]
-	}
-	if _, ok := e.fwdSeen[k]; ok {
-		return true
-	}
-	e.fwdSeen[k] = now
-	e.fwdOrder = append(e.fwdOrder, k)
-	return false
-}
-
 // stepForward runs a request another node forwarded here (checked by wire.PeerCheck: the
 // keyspace exists, this node is its replica, sizes within the limits).
 func (e *Engine) stepForward(now time.Time, from uint32, f *peerpb.CatenaeForward) {
-	if e.seenForward(now, fwdKey{from, f.GetRequestId()}) {
+	if e.forwardsTaken.Seen(now, engine.ForwardKey{Node: from, ID: f.GetRequestId()}) {
 		return
 	}
 	e.nextID++

@@ -76,11 +76,10 @@ type Engine struct {
 	activeStale bool
 	dirty       []*group // groups that may have a Ready
 
-	pending  map[uint64]*pendingReq // client requests (and forwarded ones) by request ID
-	scans    map[uint64]*scanOp
-	forwards map[uint64]*forwardOrigin // forwarded requests served here: where to reply
-	fwdSeen  map[fwdKey]time.Time      // forwards taken recently (seenForward)
-	fwdOrder []fwdKey
+	pending       map[uint64]*pendingReq // client requests (and forwarded ones) by request ID
+	scans         map[uint64]*scanOp
+	forwards      map[uint64]*forwardOrigin // forwarded requests served here: where to reply
+	forwardsTaken engine.Forwards           // forwards taken recently
 	// broken are the groups this node should replicate but could not set up (or stopped
 	// after an internal error), with why: their requests fail with that reason.
 	broken map[groupKey]string
@@ -197,7 +196,6 @@ func New(cfg engine.Config, store engine.Reader, o Options) *Engine {
 		pending:    map[uint64]*pendingReq{},
 		scans:      map[uint64]*scanOp{},
 		forwards:   map[uint64]*forwardOrigin{},
-		fwdSeen:    map[fwdKey]time.Time{},
 		broken:     map[groupKey]string{},
 		peers:      map[uint32]*peerState{},
 		batches:    map[uint32][]*peerpb.RaftMessage{},

@@ -63,37 +63,9 @@ func (e *Engine) nearest(p *placement.Partition) uint32 {
 	return best
 }
 
-// fwdKey identifies a forwarded request by its origin.
-type fwdKey struct {
-	node uint32
-	id   uint64
-}
-
-// Forwarded requests already taken are remembered for forwardMemory (at most
-// maxForwardMemory of them), so a duplicated forward message is not run twice (a write run
-// twice would apply twice, with two versions).
-const (
-	forwardMemory    = 2 * time.Minute
-	maxForwardMemory = 200_000
-)
-
-// seenForward reports whether the forward (from, id) was taken before, and remembers it.
-func (e *Engine) seenForward(now time.Time, k fwdKey) bool {
-	for len(e.fwdOrder) > 0 && (len(e.fwdOrder) > maxForwardMemory || now.Sub(e.fwdSeen[e.fwdOrder[0]]) > forwardMemory) {
-		delete(e.fwdSeen, e.fwdOrder[0])
-		e.fwdOrder = e.fwdOrder[1:]
-	}
-	if _, ok := e.fwdSeen[k]; ok {
-		return true
-	}
-	e.fwdSeen[k] = now
-	e.fwdOrder = append(e.fwdOrder, k)
-	return false
-}
-
 // stepForward runs a request another node forwarded here.
 func (e *Engine) stepForward(now time.Time, from uint32, f *peerpb.RaftForward) {
-	if e.seenForward(now, fwdKey{from, f.GetRequestId()}) {
+	if e.forwardsTaken.Seen(now, engine.ForwardKey{Node: from, ID: f.GetRequestId()}) {
 		e.stats.ForwardsDuplicated.Add(1)
 		return
 	}
