@@ -30,6 +30,7 @@ type Cluster struct {
 	AntiEntropy AntiEntropy
 	Metadata    Metadata
 	Elasticity  Elasticity
+	BwMan       BwMan
 	// AllowInternal lets keyspaces use internal protocols (the cluster metadata protocol):
 	// the simulator's clusters only; never from a file.
 	AllowInternal bool `yaml:"-"`
@@ -65,6 +66,31 @@ type Elasticity struct {
 	// StalledAfter: a replica move in flight this long is aborted, whatever held it up (its
 	// partition goes back to the old replicas, which kept serving).
 	StalledAfter time.Duration `yaml:"stalled_after"` // default 10m
+}
+
+// BwMan configures each node's bandwidth arbiter (internal/bwman; docs/elasticity.md, "BwMan"):
+// how the node shapes its system traffic (replica moves and Raft snapshots, anti-entropy)
+// against its client traffic.
+type BwMan struct {
+	// Mode: off (no shaping: the default), static (a fixed cap, StaticRate) or auto (BwMan:
+	// the link less the clients' learnt need, guarded by their p99).
+	Mode string `yaml:"mode"`
+	// LinkBandwidth is each node's network bandwidth ("1Gbit" is "125MB"; auto needs it), in
+	// bytes per second, e.g. 100MB.
+	LinkBandwidth string `yaml:"link_bandwidth"`
+	// StaticRate caps the system class in static mode, bytes per second, e.g. 20MB.
+	StaticRate string `yaml:"static_rate"`
+	// SLOP99 is the client latency SLO auto mode holds: the p99 of a period's requests at a
+	// node. Default 100ms.
+	SLOP99 time.Duration `yaml:"slo_p99"`
+	// Policy: recovery-first (default: under-replicated partitions keep half the link) or
+	// user-first.
+	Policy string `yaml:"policy"`
+	// Period is the control period. Default 1s.
+	Period time.Duration `yaml:"period"`
+
+	// Parsed forms (set by validation).
+	LinkBytesPerSec, StaticBytesPerSec float64 `yaml:"-"`
 }
 
 // DriverOn reports whether the placement driver runs.

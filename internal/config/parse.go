@@ -37,6 +37,7 @@ type rawCluster struct {
 	AntiEntropy AntiEntropy `yaml:"anti_entropy"`
 	Metadata    Metadata    `yaml:"metadata"`
 	Elasticity  Elasticity  `yaml:"elasticity"`
+	BwMan       BwMan       `yaml:"bwman"`
 }
 
 // Load reads, parses and validates a configuration file. A topology file named in it is
@@ -92,6 +93,7 @@ func parse(data []byte, baseDir, file string) (*Cluster, error) {
 		Limits:      raw.Limits,
 		AntiEntropy: raw.AntiEntropy,
 		Elasticity:  raw.Elasticity,
+		BwMan:       raw.BwMan,
 		Metadata:    raw.Metadata,
 	}
 	if err := validateName(c.Name); err != nil {

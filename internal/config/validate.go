@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
 	"meridian/internal/topology"
 	"meridian/internal/topology/strictyaml"
 )
@@ -60,6 +62,9 @@ func (c *Cluster) validate(explicit explicitFn) error {
 		return err
 	}
 	if err := c.validateElasticity(); err != nil {
+		return err
+	}
+	if err := c.validateBwMan(); err != nil {
 		return err
 	}
 	if err := c.validateAntiEntropy(explicit); err != nil {
@@ -245,6 +250,60 @@ func (c *Cluster) validateMetadata() error {
 			return errorf(strictyaml.Index("metadata.voters", i), "node %q named twice", name)
 		}
 		seen[name] = true
+	}
+	return nil
+}
+
+func (c *Cluster) validateBwMan() error {
+	b := &c.BwMan
+	switch b.Mode {
+	case "":
+		b.Mode = "off"
+	case "off", "static", "auto":
+	default:
+		return errorf("bwman.mode", "%q is not off, static or auto", b.Mode)
+	}
+	rate := func(path, v string) (float64, error) {
+		if v == "" {
+			return 0, nil
+		}
+		n, err := humanize.ParseBytes(strings.TrimSpace(v))
+		if err != nil || n == 0 {
+			return 0, errorf(path, "%q is not a positive byte rate (bytes per second, e.g. 100MB)", v)
+		}
+		return float64(n), nil
+	}
+	var err error
+	if b.LinkBytesPerSec, err = rate("bwman.link_bandwidth", b.LinkBandwidth); err != nil {
+		return err
+	}
+	if b.StaticBytesPerSec, err = rate("bwman.static_rate", b.StaticRate); err != nil {
+		return err
+	}
+	switch {
+	case b.Mode == "static" && b.StaticBytesPerSec == 0:
+		return errorf("bwman.static_rate", "static mode needs the cap (e.g. static_rate: 20MB)")
+	case b.Mode == "auto" && b.LinkBytesPerSec == 0:
+		return errorf("bwman.link_bandwidth", "auto mode needs each node's network bandwidth (e.g. link_bandwidth: 125MB for 1 Gbit/s)")
+	}
+	if b.SLOP99 == 0 {
+		b.SLOP99 = 100 * time.Millisecond
+	}
+	if b.SLOP99 < time.Millisecond || b.SLOP99 > time.Minute {
+		return errorf("bwman.slo_p99", "must be between 1ms and 1m, got %s", b.SLOP99)
+	}
+	switch b.Policy {
+	case "":
+		b.Policy = "recovery-first"
+	case "recovery-first", "user-first":
+	default:
+		return errorf("bwman.policy", "%q is not recovery-first or user-first", b.Policy)
+	}
+	if b.Period == 0 {
+		b.Period = time.Second
+	}
+	if b.Period < 100*time.Millisecond || b.Period > time.Minute {
+		return errorf("bwman.period", "must be between 100ms and 1m, got %s", b.Period)
 	}
 	return nil
 }

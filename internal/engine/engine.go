@@ -410,6 +410,10 @@ type Config struct {
 	// Mutation deliberately breaks the protocol (the simulator's mutation suite). Empty in
 	// every real deployment.
 	Mutation string
+	// MetadataVoters are the configured voters of the cluster metadata group
+	// (config.Metadata.Voters; empty: the default choice), which its catalog must know to
+	// refuse decommissioning one.
+	MetadataVoters []string
 }
 
 // Counted is implemented by engines that count protocol events (reads by path, lease

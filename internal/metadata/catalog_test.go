@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"meridian/internal/config"
+	"meridian/internal/engine"
 	"meridian/internal/errs"
 	"meridian/internal/placement"
 	"meridian/internal/topology"
@@ -195,5 +196,24 @@ func TestMoveCommands(t *testing.T) {
 	create(30, "gl", "globlease")
 	if _, err := start(31, "gl", 0, 2, 1, 3); err != nil {
 		t.Fatalf("globlease move: %v", err)
+	}
+}
+
+// The metadata group's catalog knows the configured voters (metadata.voters), not the default
+// choice: a configured non-voter may be decommissioned, a configured voter may not (the catalog
+// used to be built without them and refused the wrong nodes).
+func TestStateMachineKnowsConfiguredVoters(t *testing.T) {
+	var nodes []config.Node
+	for i, r := range []string{"a", "a", "b", "b", "c", "c"} {
+		nodes = append(nodes, config.Node{ID: uint32(i + 1), Name: fmt.Sprintf("%s-%d", r, i%2+1), Region: r})
+	}
+	topo := topology.Equidistant("t", []string{"a", "b", "c"}, 10, 0.1)
+	sm := newStateMachine(engine.Config{Topology: topo, Nodes: nodes, MetadataVoters: []string{"a-1", "b-1", "c-1"}})
+	if got := sm.cat.cluster.MetadataVoters(); fmt.Sprint(got) != "[1 3 5]" {
+		t.Fatalf("the catalog's voters are %v, want the configured [1 3 5]", got)
+	}
+	def := newStateMachine(engine.Config{Topology: topo, Nodes: nodes})
+	if got := def.cat.cluster.MetadataVoters(); len(got) != 5 {
+		t.Fatalf("without configured voters: %v, want the default five", got)
 	}
 }

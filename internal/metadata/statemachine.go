@@ -21,7 +21,7 @@ type stateMachine struct {
 }
 
 func newStateMachine(cfg engine.Config) *stateMachine {
-	c := &config.Cluster{Name: "meta", Topology: cfg.Topology, Nodes: cfg.Nodes, Limits: cfg.Limits}
+	c := &config.Cluster{Name: "meta", Topology: cfg.Topology, Nodes: cfg.Nodes, Limits: cfg.Limits, Metadata: config.Metadata{Voters: cfg.MetadataVoters}}
 	return &stateMachine{cat: NewCatalog(c)}
 }
 

@@ -5,6 +5,19 @@ import (
 )
 
 // MessageType names an envelope's message, for metrics labels, traces and test scripts.
+// IsSystemTraffic reports whether env is system traffic (BwMan's system class: data moved for
+// replica moves and Raft snapshots, and anti-entropy), not client requests and their
+// replication.
+func IsSystemTraffic(env *peerpb.Envelope) bool {
+	switch env.GetMsg().(type) {
+	case *peerpb.Envelope_MoveSnapshotChunk, *peerpb.Envelope_RaftSnapshotChunk,
+		*peerpb.Envelope_AeDigest, *peerpb.Envelope_AeKeys, *peerpb.Envelope_AePull, *peerpb.Envelope_AePush,
+		*peerpb.Envelope_FullStatus:
+		return true
+	}
+	return false
+}
+
 func MessageType(env *peerpb.Envelope) string {
 	switch env.GetMsg().(type) {
 	case *peerpb.Envelope_Raft:

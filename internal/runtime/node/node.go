@@ -95,6 +95,7 @@ type Node struct {
 	log     *slog.Logger
 	m       *metrics
 	gm      *guardMetrics
+	bw      *bandwidth
 
 	inbox    chan input
 	commitCh chan engine.Ready
@@ -200,6 +201,10 @@ func Start(opts Options) (*Node, error) {
 	}
 	n.pmap.Store(pm)
 	n.m = newMetrics(opts.Registry, n)
+	if n.bw, err = newBandwidth(n); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("node %s: bwman: %w", self.Name, err)
+	}
 	n.host = engine.NewHost(engine.Config{
 		NodeID:              self.ID,
 		Nodes:               opts.Cluster.Nodes,
@@ -211,6 +216,7 @@ func Start(opts Options) (*Node, error) {
 		MaxClockSkew:     opts.Cluster.Clock.MaxFutureVersion(),
 		MaxFutureVersion: opts.Cluster.Clock.MaxFutureVersion(),
 		RandSeed:         uint64(time.Now().UnixNano()) ^ uint64(self.ID)<<32,
+		MetadataVoters:   opts.Cluster.Metadata.Voters,
 	}, store, n.engineCreated)
 	n.host.SetPlacement(pm)
 	n.gm = newGuardMetrics(opts.Registry, n)
@@ -226,7 +232,8 @@ func Start(opts Options) (*Node, error) {
 		n.pmap.Store(n.setMembership(m, n.pmap.Load()))
 		n.host.SetPlacement(n.pmap.Load())
 	}
-	n.wg.Add(7)
+	n.wg.Add(8)
+	go n.bandwidthLoop()
 	go n.elasticLoop()
 	go n.loop()
 	go n.committer()
@@ -387,7 +394,9 @@ func (n *Node) Do(ctx context.Context, req engine.Request) engine.Result {
 		n.waiters.Delete(req.ID)
 		res = engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Unavailable, "node %s shut down", n.self.Name)}
 	}
-	n.m.observe(req, res, time.Since(start))
+	d := time.Since(start)
+	n.m.observe(req, res, d)
+	n.bw.request(req, res, d)
 	return res
 }
 
@@ -596,6 +605,7 @@ func (n *Node) send(env *peerpb.Envelope) bool {
 			env.PlacementVersion = ks.ReplicasVersion
 		}
 	}
+	n.bw.sent(env)
 	return n.tr.Send(env)
 }
 
@@ -660,6 +670,10 @@ func (n *Node) jobWorker(ch chan engine.Job) {
 						return
 					}
 					continue
+				}
+				// System traffic waits for BwMan's bucket (bandwidth.go).
+				if err := n.bw.wait(n.stop, env); err != nil {
+					return // stopping
 				}
 				n.m.sent(env)
 				n.send(env)

@@ -65,6 +65,12 @@ type ClusterOptions struct {
 	// defaults for the zero fields); nil: the driver is off, so partitions and replicas stay
 	// as placed and benchmarks compare like with like.
 	Elasticity *config.Elasticity
+	// BwMan, when set, is every node's bandwidth arbiter (config.BwMan, validated with the
+	// cluster); nil: off.
+	BwMan *config.BwMan
+	// MetadataVoters, when set, names the cluster metadata group's voters (node names are
+	// <region>-<i>); default: config's (up to five, one per region in turn).
+	MetadataVoters []string
 }
 
 // capacity is one node's service queue (NodeCapacityOps).
@@ -187,6 +193,10 @@ func StartCluster(o ClusterOptions) (*Cluster, error) {
 	if o.Elasticity != nil {
 		cfg.Elasticity = *o.Elasticity
 	}
+	if o.BwMan != nil {
+		cfg.BwMan = *o.BwMan
+	}
+	cfg.Metadata.Voters = o.MetadataVoters
 	id := uint32(0)
 	for _, r := range o.Topology.Regions {
 		for i := range o.NodesPerRegion {
@@ -303,6 +313,22 @@ func (c *Cluster) Remove(n *node.Node) {
 	c.mu.Unlock()
 	c.wan.Detach(n.ID())
 	n.Close()
+}
+
+// NodeIn returns the i-th node of region in start order (round-robin), or nil.
+func (c *Cluster) NodeIn(region string, i int) *node.Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var in []*node.Node
+	for _, n := range c.Nodes {
+		if n.Region() == region {
+			in = append(in, n)
+		}
+	}
+	if len(in) == 0 {
+		return nil
+	}
+	return in[i%len(in)]
 }
 
 // ServiceIn returns the client API of the i-th node of region (round-robin).

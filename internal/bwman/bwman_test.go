@@ -1,0 +1,118 @@
+package bwman
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+// RLS finds the weights of a noisy linear relation, and follows them when they change.
+func TestRLSLearnsAndForgets(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	r := NewRLS(3, 0.95)
+	truth := func(w []float64, x []float64) float64 { return w[0]*x[0] + w[1]*x[1] + w[2]*x[2] }
+	w1, w2 := []float64{1000, 300, 50}, []float64{1000, 600, 50}
+	for range 200 {
+		x := []float64{1, 100 * rng.Float64(), 1000 * rng.Float64()}
+		r.Update(x, truth(w1, x)*(1+0.01*rng.NormFloat64()))
+	}
+	if got := r.Weights(); math.Abs(got[1]-300) > 15 || math.Abs(got[2]-50) > 2.5 {
+		t.Fatalf("weights %v, want about %v", got, w1)
+	}
+	for range 200 { // the environment changes: the model follows
+		x := []float64{1, 100 * rng.Float64(), 1000 * rng.Float64()}
+		r.Update(x, truth(w2, x)*(1+0.01*rng.NormFloat64()))
+	}
+	if got := r.Weights(); math.Abs(got[1]-600) > 30 {
+		t.Fatalf("after the change: weights %v, want about %v", got, w2)
+	}
+}
+
+func newController(t *testing.T, p Policy) *Controller {
+	t.Helper()
+	c, err := New(Options{LinkBytesPerSec: 10e6, SLOP99: 50 * time.Millisecond, Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Work-conserving: without clients the system class gets the link; with clients it gets the
+// link less their need and the headroom, learnt from what they used.
+func TestControllerShares(t *testing.T) {
+	c := newController(t, UserFirst)
+	idle := c.Step(Sample{P99: 0})
+	if idle.SystemBytesPerSec < 9.9e6 {
+		t.Fatalf("idle: system gets %.0f B/s of 10 MB/s", idle.SystemBytesPerSec)
+	}
+	var d Decision
+	for i := range 30 {
+		reads := 1000 + float64(i%5)*100
+		d = c.Step(Sample{ReadsPerSec: reads, ReadBytesPerSec: reads * 1000, UserBytesPerSec: reads * 2000, P99: 10 * time.Millisecond})
+	}
+	// need ≈ 2000 B per read at 1400 reads/s = 2.8 MB/s, headroom 1.5 → system ≈ 5.8 MB/s.
+	if d.UserNeedBytesPerSec < 2.7e6 || d.UserNeedBytesPerSec > 2.9e6 || math.Abs(d.SystemBytesPerSec-(10e6-1.5*d.UserNeedBytesPerSec)) > 1 {
+		t.Fatalf("decision %+v", d)
+	}
+	// A load not seen yet: the model extrapolates (more reads, more need).
+	if need := c.model.Predict(features(Sample{ReadsPerSec: 2000, ReadBytesPerSec: 2e6})); need < 3.8e6 || need > 4.2e6 {
+		t.Fatalf("at 2000 reads/s the predicted need is %.0f B/s, want about 4 MB/s", need)
+	}
+}
+
+// The guard: a p99 above the SLO halves the system share each period (whatever the model
+// says), and it comes back gradually once the p99 is well under.
+func TestControllerGuard(t *testing.T) {
+	c := newController(t, UserFirst)
+	s := Sample{ReadsPerSec: 100, ReadBytesPerSec: 1e5, UserBytesPerSec: 2e5, P99: 10 * time.Millisecond}
+	for range 20 {
+		c.Step(s)
+	}
+	base := c.Last().SystemBytesPerSec
+	s.P99 = 80 * time.Millisecond
+	d1 := c.Step(s)
+	d2 := c.Step(s)
+	if !(d1.SystemBytesPerSec < base*0.51 && d2.SystemBytesPerSec < base*0.26) || !strings.Contains(d2.Reason, "above the SLO") {
+		t.Fatalf("base %.0f, then %+v, %+v", base, d1, d2)
+	}
+	s.P99 = 10 * time.Millisecond
+	for range 10 {
+		c.Step(s)
+	}
+	if got := c.Last().SystemBytesPerSec; math.Abs(got-base) > base*0.01 {
+		t.Fatalf("the guard did not give back: %.0f, was %.0f", got, base)
+	}
+}
+
+// Recovery first: while a partition is under-replicated the system class keeps half the link
+// even when the clients' p99 is in trouble; user first gives it nothing beyond the minimum.
+func TestControllerPolicies(t *testing.T) {
+	heavy := Sample{ReadsPerSec: 5000, ReadBytesPerSec: 5e6, UserBytesPerSec: 9e6, P99: 90 * time.Millisecond, Recovering: true}
+	rf, uf := newController(t, RecoveryFirst), newController(t, UserFirst)
+	for range 5 {
+		rf.Step(heavy)
+		uf.Step(heavy)
+	}
+	if got := rf.Last(); got.SystemBytesPerSec != 5e6 || !strings.Contains(got.Reason, "recovery first") {
+		t.Fatalf("recovery first: %+v", got)
+	}
+	if got := uf.Last(); got.SystemBytesPerSec != 1e5 {
+		t.Fatalf("user first: %+v, want the minimum (1%% of the link)", got)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, o := range []Options{
+		{SLOP99: time.Millisecond},
+		{LinkBytesPerSec: 1e6},
+		{LinkBytesPerSec: 1e6, SLOP99: time.Millisecond, Policy: "nobody-first"},
+		{LinkBytesPerSec: 1e6, SLOP99: time.Millisecond, Headroom: 0.5},
+		{LinkBytesPerSec: 1e6, SLOP99: time.Millisecond, RecoveryShare: 2},
+	} {
+		if _, err := New(o); err == nil {
+			t.Errorf("%+v accepted", o)
+		}
+	}
+}
