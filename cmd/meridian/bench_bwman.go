@@ -55,10 +55,10 @@ func benchBwManCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&topoName, "topology", "lan-3", "emulated topology (built-in name or file)")
-	f.StringVar(&bandwidth, "bandwidth", "16MB", "each node's network bandwidth (bytes per second)")
+	f.StringVar(&bandwidth, "bandwidth", "64MB", "each node's network bandwidth (bytes per second)")
 	f.Float64Var(&o.NodeCapacityOps, "capacity", 3000, "each node's service capacity (requests per second)")
-	f.Float64Var(&o.RatePerRegion, "rate", 450, "the clients' open-loop rate, ops/s per region")
-	f.IntVar(&o.Records, "records", 25000, "records loaded")
+	f.Float64Var(&o.RatePerRegion, "rate", 900, "the clients' open-loop rate, ops/s per region")
+	f.IntVar(&o.Records, "records", 100000, "records loaded")
 	f.IntVar(&o.RecordBytes, "record-bytes", 4096, "value size")
 	f.DurationVar(&o.SLO, "slo", 25*time.Millisecond, "the p99 a 1-s window must hold")
 	f.StringVar(&caps, "static-caps", "0.1,0.25,0.5", "static caps tried, as shares of the bandwidth")

@@ -185,10 +185,12 @@ func (c *Controller) Step(s Sample) Decision {
 	// The guard: the measured p99 overrules the model.
 	reason := ""
 	switch {
-	case s.P99 > o.SLOP99:
+	case s.P99 > o.SLOP99 && s.SystemBytesPerSec > o.MinSystemBytesPerSec:
 		c.guard = max(c.guard/2, 1.0/64)
 		reason = fmt.Sprintf("p99 %v above the SLO %v: system share halved", s.P99.Round(time.Microsecond), o.SLOP99)
-	case s.P99 < o.SLOP99*8/10:
+	case s.P99 < o.SLOP99*8/10 || s.SystemBytesPerSec <= o.MinSystemBytesPerSec:
+		// Well within the SLO, or the SLO broke with no system traffic here to blame (an
+		// overload, or another node's migration): the share grows back.
 		c.guard = min(c.guard*1.25, 1)
 	}
 	allowance := o.LinkBytesPerSec - o.Headroom*need

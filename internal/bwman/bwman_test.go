@@ -71,7 +71,7 @@ func TestControllerGuard(t *testing.T) {
 		c.Step(s)
 	}
 	base := c.Last().SystemBytesPerSec
-	s.P99 = 80 * time.Millisecond
+	s.P99, s.SystemBytesPerSec = 80*time.Millisecond, 2e6
 	d1 := c.Step(s)
 	d2 := c.Step(s)
 	if !(d1.SystemBytesPerSec < base*0.51 && d2.SystemBytesPerSec < base*0.26) || !strings.Contains(d2.Reason, "above the SLO") {
@@ -83,6 +83,11 @@ func TestControllerGuard(t *testing.T) {
 	}
 	if got := c.Last().SystemBytesPerSec; math.Abs(got-base) > base*0.01 {
 		t.Fatalf("the guard did not give back: %.0f, was %.0f", got, base)
+	}
+	// A broken SLO with no system traffic to blame does not shrink the share.
+	s.P99, s.SystemBytesPerSec = 80*time.Millisecond, 0
+	if got := c.Step(s).SystemBytesPerSec; math.Abs(got-base) > base*0.01 {
+		t.Fatalf("an overload without system traffic halved the share: %.0f, was %.0f", got, base)
 	}
 }
 

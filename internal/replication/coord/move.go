@@ -130,6 +130,11 @@ type srcExport struct {
 	file string
 	to   uint32
 	last time.Time
+	// queued are the chunks (by offset) whose job has not sent them yet: a repeated request
+	// for one is dropped. Without this, a source whose system traffic is held to a share of
+	// the link (BwMan) took every repeat the new replica sent after moveChunkRetry as new
+	// work, and the transfer collapsed under its own duplicates.
+	queued map[int64]bool
 }
 
 // MoveStats counts the move protocol's work on one node (metrics). Safe to read from any
@@ -596,6 +601,13 @@ func (c *Core) handleMoveSnapshotRequest(now time.Time, from uint32, m *peerpb.M
 		return
 	}
 	ex.last = now
+	if ex.queued[m.Offset] {
+		return // on its way
+	}
+	if ex.queued == nil {
+		ex.queued = map[int64]bool{}
+	}
+	ex.queued[m.Offset] = true
 	c.AddJob(moveChunkJob{to: from, file: file, req: m})
 }
 
@@ -636,6 +648,12 @@ func noteOf(in *inMove) *peerpb.MoveNote {
 
 // handleMoveNote takes what this node's own jobs found.
 func (c *Core) handleMoveNote(now time.Time, m *peerpb.MoveNote) {
+	if m.Sent {
+		if ex := c.mv.exports[m.SnapshotId]; ex != nil {
+			delete(ex.queued, m.Offset)
+		}
+		return
+	}
 	if m.CoveredBy != 0 {
 		if in := c.findIn(m.Keyspace, m.MoveId, ""); in != nil && in.phase == phaseDone {
 			in.covered[m.CoveredBy] = true
@@ -772,7 +790,11 @@ func (j moveChunkJob) Run(store engine.Store, self uint32) ([]*peerpb.Envelope, 
 	} else {
 		ch.Data = b
 	}
-	return []*peerpb.Envelope{{From: self, To: j.to, Msg: &peerpb.Envelope_MoveSnapshotChunk{MoveSnapshotChunk: ch}}}, nil
+	// The chunk, then a note to this node's engine that it left (the runtime sends a job's
+	// messages in order).
+	note := &peerpb.MoveNote{Keyspace: j.req.Keyspace, Start: j.req.Start, End: j.req.End, MoveId: j.req.MoveId, SnapshotId: j.req.SnapshotId, Offset: j.req.Offset, Sent: true}
+	return []*peerpb.Envelope{{From: self, To: j.to, Msg: &peerpb.Envelope_MoveSnapshotChunk{MoveSnapshotChunk: ch}},
+		{From: self, To: self, Msg: &peerpb.Envelope_MoveNote{MoveNote: note}}}, nil
 }
 
 // moveWriteJob writes a received chunk into the staged file.

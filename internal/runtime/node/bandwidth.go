@@ -39,9 +39,11 @@ type bandwidth struct {
 	last       bwman.Decision
 }
 
-// maxSystemMessageBytes is the largest system message the bucket must pass at once (a snapshot
-// chunk, 1 MiB, and its framing).
-const maxSystemMessageBytes = 2 << 20
+// systemBurstBytes is the least depth of the bucket: one replica-move chunk (512 KiB) and its
+// framing. The bucket's depth is what enters the node's network queue at once: deeper, and a
+// client message may wait behind several chunks (at 64 MB/s each chunk holds the link 8 ms).
+// A larger message (a 1 MiB Raft snapshot chunk) takes the whole bucket.
+const systemBurstBytes = 640 << 10
 
 // newBandwidth builds the node's arbiter from the configuration.
 func newBandwidth(n *Node) (*bandwidth, error) {
@@ -71,10 +73,9 @@ func newBandwidth(n *Node) (*bandwidth, error) {
 	return b, nil
 }
 
-// burstFor is the bucket's depth at a rate: a tenth of a second, and at least one system
-// message.
+// burstFor is the bucket's depth at a rate: 10 ms of it, and at least one move chunk.
 func burstFor(bytesPerSec float64) int {
-	return int(max(bytesPerSec/10, maxSystemMessageBytes))
+	return int(max(bytesPerSec/100, systemBurstBytes))
 }
 
 // on reports whether traffic is measured and shaped.

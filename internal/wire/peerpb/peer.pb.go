@@ -1362,7 +1362,11 @@ type MoveNote struct {
 	Error      string                 `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
 	// covered_by: the old replica whose data (every key's newest version not newer than the
 	// round's at) this replica now holds.
-	CoveredBy     uint32 `protobuf:"varint,10,opt,name=covered_by,json=coveredBy,proto3" json:"covered_by,omitempty"`
+	CoveredBy uint32 `protobuf:"varint,10,opt,name=covered_by,json=coveredBy,proto3" json:"covered_by,omitempty"`
+	// sent: the source's job has sent the chunk at offset (a note to its own engine): a later
+	// request for that chunk is served again, an earlier repeat was dropped (the chunk was on
+	// its way, held by the system traffic's bandwidth share).
+	Sent          bool `protobuf:"varint,11,opt,name=sent,proto3" json:"sent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1465,6 +1469,13 @@ func (x *MoveNote) GetCoveredBy() uint32 {
 		return x.CoveredBy
 	}
 	return 0
+}
+
+func (x *MoveNote) GetSent() bool {
+	if x != nil {
+		return x.Sent
+	}
+	return false
 }
 
 type AEPush struct {
@@ -10632,7 +10643,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\aversion\x18\b \x01(\x04R\aversion\x12\x14\n" +
 	"\x05start\x18\t \x01(\fR\x05start\x12\x10\n" +
 	"\x03end\x18\n" +
-	" \x01(\fR\x03end\"\x87\x02\n" +
+	" \x01(\fR\x03end\"\x9b\x02\n" +
 	"\bMoveNote\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\fR\x05start\x12\x10\n" +
@@ -10646,7 +10657,8 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x05error\x18\t \x01(\tR\x05error\x12\x1d\n" +
 	"\n" +
 	"covered_by\x18\n" +
-	" \x01(\rR\tcoveredBy\"\x8a\x01\n" +
+	" \x01(\rR\tcoveredBy\x12\x12\n" +
+	"\x04sent\x18\v \x01(\bR\x04sent\"\x8a\x01\n" +
 	"\x06AEPush\x12\x19\n" +
 	"\bround_id\x18\x01 \x01(\x04R\aroundId\x122\n" +
 	"\arecords\x18\x02 \x03(\v2\x18.meridian.peer.v1.RecordR\arecords\x12\x17\n" +
