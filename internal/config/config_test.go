@@ -184,6 +184,13 @@ func TestInvalid(t *testing.T) {
 		{name: "unknown clock field", new: "clock: {max_offset: 2ms, drift: 1}\n", path: "clock.drift", msg: "unknown field"},
 		{name: "unknown limits field", new: "limits: {max_batch: 5}\n", path: "limits.max_batch", msg: "unknown field"},
 		{name: "unknown anti_entropy field", new: "anti_entropy: {period: 1s}\n", path: "anti_entropy.period", msg: "unknown field"},
+		// BwMan.
+		{name: "bwman mode", new: "bwman: {mode: fast}\n", path: "bwman.mode", msg: "not off, static or auto"},
+		{name: "bwman auto without link", new: "bwman: {mode: auto}\n", path: "bwman.link_bandwidth", msg: "auto mode needs"},
+		{name: "bwman static without cap", new: "bwman: {mode: static}\n", path: "bwman.static_rate", msg: "static mode needs"},
+		{name: "bwman bad rate", new: "bwman: {mode: static, static_rate: lots}\n", path: "bwman.static_rate", msg: "not a positive byte rate"},
+		{name: "bwman policy", new: "bwman: {mode: auto, link_bandwidth: 125MB, policy: everyone-first}\n", path: "bwman.policy", msg: "not recovery-first or user-first"},
+		{name: "bwman slo", new: "bwman: {mode: auto, link_bandwidth: 125MB, slo_p99: 2h}\n", path: "bwman.slo_p99", msg: "between 1ms and 1m"},
 		// YAML shape.
 		{name: "duplicate key", old: "    region: us\n", new: "    region: us\n    region: asia\n", path: "nodes[1].region", msg: "duplicate key"},
 		{name: "wrong kind", old: "cluster: test", new: "cluster: [a, b]", path: "cluster", msg: "expected a string"},
@@ -594,5 +601,22 @@ func TestCatenaeLayout(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want one containing %q", tc.ks, err, tc.want)
 		}
+	}
+}
+
+// BwMan's byte rates are parsed and its defaults filled.
+func TestBwManDefaults(t *testing.T) {
+	c := threeRegionCluster(t)
+	c.BwMan = BwMan{Mode: "auto", LinkBandwidth: "125MB"}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	b := c.BwMan
+	if b.LinkBytesPerSec != 125e6 || b.SLOP99 != 100*time.Millisecond || b.Policy != "recovery-first" || b.Period != time.Second {
+		t.Fatalf("%+v", b)
+	}
+	c = threeRegionCluster(t)
+	if err := c.Validate(); err != nil || c.BwMan.Mode != "off" {
+		t.Fatalf("default mode %q, %v", c.BwMan.Mode, err)
 	}
 }
