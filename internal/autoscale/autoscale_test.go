@@ -1,0 +1,137 @@
+package autoscale
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// diurnal is a daily cycle of season periods between lo and hi, with noise.
+func diurnal(i, season int, lo, hi float64, rng *rand.Rand) float64 {
+	phase := 2 * math.Pi * float64(i%season) / float64(season)
+	return lo + (hi-lo)*(1-math.Cos(phase))/2*(1+0.02*rng.NormFloat64())
+}
+
+// Holt-Winters learns a daily cycle (with a trend) and forecasts it within a few percent.
+func TestHoltWintersForecastsTheCycle(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	const season = 48
+	hw, err := NewHoltWinters(0.5, 0.05, 0.3, season)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := func(i int) float64 { return diurnal(i, season, 1000, 5000, rng) + 2*float64(i) }
+	for i := range 6 * season {
+		hw.Observe(x(i))
+	}
+	worst := 0.0
+	for h := 1; h <= season/2; h++ {
+		want := 1000 + 4000*(1-math.Cos(2*math.Pi*float64((6*season+h-1)%season)/season))/2 + 2*float64(6*season+h-1)
+		worst = max(worst, math.Abs(hw.Forecast(h)-want)/want)
+	}
+	if worst > 0.08 {
+		t.Fatalf("forecasts up to half a day ahead are off by up to %.1f%%", 100*worst)
+	}
+	if _, err := NewHoltWinters(0, 0.1, 0.1, 10); err == nil {
+		t.Error("alpha 0 accepted")
+	}
+	if _, err := NewHoltWinters(0.1, 0.1, 0.1, 1); err == nil {
+		t.Error("a season of 1 accepted")
+	}
+}
+
+// The migration model: joining moves each new node's share, leaving each leaving node's.
+func TestMigrationModel(t *testing.T) {
+	mm := MigrationModel{DataBytes: 120e6, RateBytesPerSec: 10e6, Overhead: time.Second}
+	if got := mm.Bytes(3, 4); got != 30e6 {
+		t.Errorf("3 → 4 moves %.0f bytes, want 30 MB", got)
+	}
+	if got := mm.Bytes(4, 2); got != 60e6 {
+		t.Errorf("4 → 2 moves %.0f bytes, want 60 MB", got)
+	}
+	if got := mm.Duration(3, 4); got != 4*time.Second {
+		t.Errorf("3 → 4 takes %v, want 4s (30 MB at 10 MB/s + 1 s)", got)
+	}
+}
+
+func newController(t *testing.T) *Controller {
+	t.Helper()
+	c, err := New(Options{Period: 15 * time.Second, Season: 96, CapacityPerNode: 1000, MinNodes: 2, MaxNodes: 20,
+		Model: MigrationModel{DataBytes: 4e9, RateBytesPerSec: 10e6, Overhead: 10 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Proactive: once it knows the cycle, the controller is at the size the rising load needs
+// before the load gets there (the action takes minutes: it starts early); and it never
+// under-provisions by more than the tolerance the reactive correction allows.
+func TestControllerScalesAhead(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 2))
+	c := newController(t)
+	nodes := 2
+	early, late := 0, 0
+	for i := range 6 * 96 {
+		load := diurnal(i, 96, 1500, 9000, rng)
+		d := c.Step(load, nodes)
+		if i >= 3*96 {
+			need := c.nodesFor(diurnal(i+1, 96, 1500, 9000, rand.New(rand.NewPCG(0, 0))))
+			switch {
+			case d.Nodes >= need:
+				early++
+			default:
+				late++
+			}
+		}
+		nodes = d.Nodes
+	}
+	if late > early/20 {
+		t.Fatalf("after learning the cycle the size was short of the next period's need %d times of %d", late, early+late)
+	}
+}
+
+// A flash crowd the predictor did not see is corrected reactively, at once.
+func TestControllerReactsToAFlashCrowd(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	c := newController(t)
+	nodes := 2
+	for i := range 4 * 96 {
+		nodes = c.Step(diurnal(i, 96, 1500, 3000, rng), nodes).Nodes
+	}
+	d := c.Step(12000, nodes)
+	if d.Mode != ModeReactive || d.Nodes != 18 { // 12,000 ops/s at 70% of 1,000 per node
+		t.Fatalf("flash crowd: %+v", d)
+	}
+}
+
+// Scale-in waits for stability; an unpredictable load puts the controller in reactive mode.
+func TestControllerScaleInAndFallback(t *testing.T) {
+	c := newController(t)
+	d := c.Step(500, 10)
+	if d.Nodes != 10 || d.Mode != ModeHold {
+		t.Fatalf("first low period: %+v, want a hold", d)
+	}
+	for range 9 {
+		d = c.Step(500, 10)
+	}
+	if d.Nodes != 2 {
+		t.Fatalf("after 10 low periods: %+v, want the scale-in to 2", d)
+	}
+	// Noise the cycle does not explain: the predictor's error grows and the controller
+	// falls back to reactive control.
+	rng := rand.New(rand.NewPCG(4, 4))
+	nodes := 2
+	for i := range 3 * 96 {
+		d = c.Step(diurnal(i, 96, 1500, 9000, rng), nodes)
+		nodes = d.Nodes
+	}
+	for range 30 {
+		d = c.Step(1000+8000*rng.Float64(), nodes)
+		nodes = d.Nodes
+	}
+	if d.Mode != ModeReactive && d.Mode != ModeHold {
+		t.Fatalf("under unpredictable load: %+v, want reactive control", d)
+	}
+}
