@@ -141,11 +141,11 @@ type Decision struct {
 
 // Controller is ProRenaTa for one region's nodes.
 type Controller struct {
-	opts      Options
-	pred      *HoltWinters
-	errs      []float64 // the last ErrorWindow relative errors of the one-period forecast
-	lastPred  float64
-	below     time.Duration // how long both targets have been below the size
+	opts     Options
+	pred     *HoltWinters
+	errs     []float64 // the last ErrorWindow relative errors of the one-period forecast
+	lastPred float64
+	below    time.Duration // how long both targets have been below the size
 }
 
 // New returns a controller.

@@ -59,7 +59,7 @@ func (o CatenaeProductOptions) withDefaults() CatenaeProductOptions {
 
 // CatenaeProductRow is one workload's result on one topology in one region (or "all").
 type CatenaeProductRow struct {
-	Topology, Workload, Region string
+	Topology, Workload, Region             string
 	P50Ms, P99Ms, ThroughputTPS, AbortRate float64
 	// HalfRTTMs is half the round trip to the farthest region (the commit's lower bound);
 	// BoundMs adds one epoch (a transaction waits for its epoch to end).
