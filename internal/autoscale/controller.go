@@ -172,6 +172,7 @@ func (c *Controller) nodesFor(load float64) int {
 func (c *Controller) Step(load float64, nodes int) Decision {
 	o := c.opts
 	// The forecast error of the period that just ended, then learn it.
+	predictedNow := c.lastPred // what was forecast for this period
 	if !math.IsNaN(c.lastPred) && load > 0 {
 		c.errs = append(c.errs, math.Abs(c.lastPred-load)/load)
 		if len(c.errs) > o.ErrorWindow {
@@ -212,7 +213,7 @@ func (c *Controller) Step(load float64, nodes int) Decision {
 	switch {
 	case len(c.errs) >= o.ErrorWindow && mape > o.MaxError:
 		return c.finish(nodes, reactiveN, ModeReactive, load, 0, fmt.Sprintf("the predictor's recent error is %.0f%% (over %.0f%%): reactive until it falls", 100*mape, 100*o.MaxError))
-	case load > c.pred.Forecast(1)*(1+o.Tolerance) && reactiveN > proactiveN:
+	case !math.IsNaN(predictedNow) && load > predictedNow*(1+o.Tolerance) && reactiveN > proactiveN:
 		// The observation left the prediction upwards (a flash crowd): correct at once.
 		return c.finish(nodes, reactiveN, ModeReactive, load, o.Model.Duration(nodes, reactiveN), fmt.Sprintf("load %.0f ops/s is above the prediction by more than %.0f%%: reactive correction", load, 100*o.Tolerance))
 	}
