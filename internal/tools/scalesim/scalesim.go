@@ -33,8 +33,8 @@ type Options struct {
 	WarmupDays int
 	// Trace: the load (ops/s) of a day goes from Low to High and back (a smooth daily cycle),
 	// with noise, and FlashCrowds extra surges on the last day (×FlashFactor for FlashPeriods).
-	Low, High                float64
-	Noise                    float64
+	Low, High                 float64
+	Noise                     float64
 	FlashCrowds, FlashPeriods int
 	FlashFactor               float64
 	// CapacityPerNode ops/s at the SLO; a period whose load exceeds the serving capacity
@@ -222,8 +222,8 @@ func Run(o Options, p Policy, trace []float64) Result {
 // tolerance, scale-in only to the largest desired size of the stabilisation window.
 type Reactive struct {
 	CapacityPerNode, TargetUtilization, Tolerance float64
-	DownWindow                                   int // periods
-	recent                                       []int
+	DownWindow                                    int // periods
+	recent                                        []int
 }
 
 func (r *Reactive) Name() string { return "reactive (HPA)" }
