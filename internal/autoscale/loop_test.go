@@ -20,7 +20,9 @@ type fakeActuator struct {
 	calls   []string
 }
 
-func (f *fakeActuator) Nodes(_ context.Context, r string) (int, int, error) { return f.nodes[r], 0, nil }
+func (f *fakeActuator) Nodes(_ context.Context, r string) (int, int, error) {
+	return f.nodes[r], 0, nil
+}
 func (f *fakeActuator) Add(_ context.Context, r string, n int) error {
 	if f.failAdd {
 		return errors.New("no capacity in the cloud")
