@@ -37,6 +37,8 @@ type bandwidth struct {
 
 	systemRate atomic.Uint64 // float64 bits: the bucket's rate (bytes/s); +Inf: off
 	last       bwman.Decision
+	// ctx ends when the node stops (a system message waiting for the bucket gives up).
+	ctx context.Context
 }
 
 // systemBurstBytes is the least depth of the bucket: one replica-move chunk (512 KiB) and its
@@ -50,6 +52,9 @@ func newBandwidth(n *Node) (*bandwidth, error) {
 	c := n.opts.Cluster.BwMan
 	b := &bandwidth{mode: bwman.Mode(c.Mode), period: c.Period, latency: hdrhistogram.New(1, 60_000_000, 3)}
 	b.systemRate.Store(math.Float64bits(math.Inf(1)))
+	ctx, cancel := context.WithCancel(context.Background())
+	b.ctx = ctx
+	go func() { <-n.stop; cancel() }()
 	switch b.mode {
 	case bwman.ModeStatic:
 		b.limiter = rate.NewLimiter(rate.Limit(c.StaticBytesPerSec), burstFor(c.StaticBytesPerSec))
@@ -81,9 +86,12 @@ func burstFor(bytesPerSec float64) int {
 // on reports whether traffic is measured and shaped.
 func (b *bandwidth) on() bool { return b != nil && b.mode != bwman.ModeOff }
 
-// sent counts a message the node sends, by class (whatever the mode: the counts are the
-// sensors, and benchmarks read them).
+// sent counts a message the node sends, by class: BwMan's sensors. Off, nothing is counted
+// (sizing every message on the send path is work no one would use).
 func (b *bandwidth) sent(env *peerpb.Envelope) {
+	if !b.on() {
+		return
+	}
 	size := int64(proto.Size(env))
 	if wire.IsSystemTraffic(env) {
 		b.systemBytes.Add(size)
@@ -116,23 +124,14 @@ func (b *bandwidth) request(req engine.Request, res engine.Result, d time.Durati
 	b.mu.Unlock()
 }
 
-// wait holds a job's message until the system class may send its bytes, or stop closes.
-func (b *bandwidth) wait(stop <-chan struct{}, env *peerpb.Envelope) error {
+// wait holds a job's message until the system class may send its bytes, or the node stops.
+func (b *bandwidth) wait(env *peerpb.Envelope) error {
 	if !b.on() || b.limiter == nil || !wire.IsSystemTraffic(env) {
 		return nil
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	// The bucket's depth is at least one message; a rate lowered meanwhile may have made it
 	// shallower: the message then takes the whole bucket.
-	return b.limiter.WaitN(ctx, min(proto.Size(env), b.limiter.Burst()))
+	return b.limiter.WaitN(b.ctx, min(proto.Size(env), b.limiter.Burst()))
 }
 
 // loop runs the controller every period (auto mode).
@@ -198,7 +197,7 @@ func (n *Node) recovering() bool {
 	return false
 }
 
-// UserBytesSent is the bytes the node has sent in the user class.
+// UserBytesSent is the bytes the node has sent in the user class (0 while BwMan is off).
 func (n *Node) UserBytesSent() int64 { return n.bw.userBytes.Load() }
 
 // SystemBytesSent is the bytes the node has sent in the system class.

@@ -672,7 +672,7 @@ func (n *Node) jobWorker(ch chan engine.Job) {
 					continue
 				}
 				// System traffic waits for BwMan's bucket (bandwidth.go).
-				if err := n.bw.wait(n.stop, env); err != nil {
+				if err := n.bw.wait(env); err != nil {
 					return // stopping
 				}
 				n.m.sent(env)

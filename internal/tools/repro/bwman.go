@@ -107,7 +107,8 @@ type BwManRun struct {
 	// (from the node's death until the moves off it are done; dead_after included).
 	JoinS, DecommissionS, RereplicateS, TotalS float64
 	// ClientBandwidthShare is the clients' share of the node bandwidth before the migrations
-	// (user bytes per node per second over NodeBandwidth).
+	// (user bytes per node per second over NodeBandwidth; measured by BwMan's sensors, so 0
+	// in the unthrottled run, where they are off).
 	ClientBandwidthShare float64
 	// BaselineP99Ms is the mean window p99 before the first migration (seconds 1-5).
 	BaselineP99Ms float64
@@ -387,8 +388,12 @@ func (r *BwManResult) Markdown() string {
 		o.Records, o.RecordBytes, o.RatePerRegion, o.Topology.Name, o.NodesPerRegion, o.NodeCapacityOps, o.NodeBandwidth/1e6, o.SLO)
 	b.WriteString("| shaping | windows over the SLO | window p99 mean ± sd (ms) | p99 before (ms) | join (s) | decommission (s) | re-replication (s) | total (s) | clients' share of the link |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, x := range r.Runs {
-		fmt.Fprintf(&b, "| %s | %d of %d (%.0f%%) | %.1f ± %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f%% |\n", x.Label, x.Violating, x.Windows, 100*x.ViolatingShare,
-			x.P99MeanMs, x.P99SdMs, x.BaselineP99Ms, x.JoinS, x.DecommissionS, x.RereplicateS, x.TotalS, 100*x.ClientBandwidthShare)
+		share := "—"
+		if x.ClientBandwidthShare > 0 {
+			share = fmt.Sprintf("%.0f%%", 100*x.ClientBandwidthShare)
+		}
+		fmt.Fprintf(&b, "| %s | %d of %d (%.0f%%) | %.1f ± %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %s |\n", x.Label, x.Violating, x.Windows, 100*x.ViolatingShare,
+			x.P99MeanMs, x.P99SdMs, x.BaselineP99Ms, x.JoinS, x.DecommissionS, x.RereplicateS, x.TotalS, share)
 	}
 	if r.BestStatic != "" {
 		fmt.Fprintf(&b, "\nBest static cap: %s.\n", r.BestStatic)
