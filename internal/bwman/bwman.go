@@ -15,13 +15,14 @@
 //     limitation 1.5: "trained offline, impossible to adapt"), from the control periods in which
 //     the SLO held: the user bytes per second observed then, as a linear function of the
 //     client read and write rates and their bytes.
-//   - The system class gets the link minus the predicted user need times a headroom; a feedback
+//   - The system class gets 80% of the link minus the predicted user need times a headroom; a feedback
 //     guard on the measured p99 halves that when the SLO breaks (the model may be wrong or
 //     stale) and gives it back gradually once the p99 is well under.
 //   - Policy when the link cannot serve both: user first (default) — or recovery first while a
 //     partition is under-replicated: then the system class keeps at least RecoveryShare of the
 //     link whatever the guard says, since a second failure would lose data.
-//   - Work-conserving: with no clients the system class gets the whole link.
+//   - Work-conserving: with no clients the system class gets the link up to a utilisation
+//     ceiling (MaxUtilization, 80%), which keeps the FIFO queue every message crosses short.
 //
 // The Controller is a sans-IO state machine: the runtime feeds it one Sample per control period
 // and applies its Decision to a token bucket on the system class (internal/runtime/node).
@@ -65,8 +66,14 @@ type Options struct {
 	Policy Policy
 	// Headroom multiplies the predicted user need (bursts within a period). Default 1.5.
 	Headroom float64
-	// MinSystemBytesPerSec: the system class never gets less (migration always progresses).
-	// Default 1% of the link.
+	// MaxUtilization caps the link's planned load (user need with headroom plus the system
+	// class). A FIFO link's queue, and with it every client message's wait, grows as
+	// ρ/(1−ρ): planning the link full would leave clients queueing behind chunks whenever
+	// their traffic bursts above the prediction. Default 0.8.
+	MaxUtilization float64
+	// MinSystemBytesPerSec: the system class never gets less (migration always progresses:
+	// a re-replication starved by a guard that blames it for every slow period leaves data
+	// under-replicated indefinitely). Default 5% of the link.
 	MinSystemBytesPerSec float64
 	// RecoveryShare is the system class's floor under RecoveryFirst while a partition is
 	// under-replicated. Default 0.5.
@@ -78,13 +85,16 @@ type Options struct {
 // EnsureDefaults fills zero fields.
 func (o Options) EnsureDefaults() Options {
 	if o.Policy == "" {
-		o.Policy = RecoveryFirst
+		o.Policy = UserFirst
 	}
 	if o.Headroom == 0 {
 		o.Headroom = 1.5
 	}
+	if o.MaxUtilization == 0 {
+		o.MaxUtilization = 0.8
+	}
 	if o.MinSystemBytesPerSec == 0 {
-		o.MinSystemBytesPerSec = o.LinkBytesPerSec / 100
+		o.MinSystemBytesPerSec = o.LinkBytesPerSec / 20
 	}
 	if o.RecoveryShare == 0 {
 		o.RecoveryShare = 0.5
@@ -106,6 +116,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("bwman: policy %q: want %s or %s", o.Policy, UserFirst, RecoveryFirst)
 	case o.Headroom < 1 || o.Headroom > 10:
 		return fmt.Errorf("bwman: headroom %v: want 1..10", o.Headroom)
+	case !(o.MaxUtilization > 0 && o.MaxUtilization <= 1):
+		return fmt.Errorf("bwman: maximum link utilisation %v: want (0, 1]", o.MaxUtilization)
 	case o.MinSystemBytesPerSec < 0 || o.MinSystemBytesPerSec > o.LinkBytesPerSec:
 		return fmt.Errorf("bwman: minimum system rate %v: want 0..the link (%v)", o.MinSystemBytesPerSec, o.LinkBytesPerSec)
 	case o.RecoveryShare < 0 || o.RecoveryShare > 1:
@@ -121,8 +133,10 @@ type Sample struct {
 	// Client workload at the node: requests per second and their value bytes per second.
 	ReadsPerSec, WritesPerSec         float64
 	ReadBytesPerSec, WriteBytesPerSec float64
-	// UserBytesPerSec and SystemBytesPerSec are what the node sent in each class.
+	// UserBytesPerSec and SystemBytesPerSec are what the node sent in each class;
+	// ReceivedBytesPerSec what it received (both classes: the downlink's load).
 	UserBytesPerSec, SystemBytesPerSec float64
+	ReceivedBytesPerSec                float64
 	// P99 of the client requests the node served in the period (0: none).
 	P99 time.Duration
 	// Recovering: a partition the node sends data for is under-replicated (a replica is
@@ -182,21 +196,25 @@ func (c *Controller) Step(s Sample) Decision {
 		// below what the clients just used.
 		need = max(c.model.Predict(x), s.UserBytesPerSec)
 	}
-	// The guard: the measured p99 overrules the model.
+	// The guard: the measured p99 overrules the model — when the network can be what broke
+	// it: the node sent system traffic and one of its links was at least half loaded. A slow
+	// period on an idle link is the CPU's or the disk's (or a peer's), and throttling data
+	// movement would only make it last longer.
 	reason := ""
+	linkLoad := max(s.UserBytesPerSec+s.SystemBytesPerSec, s.ReceivedBytesPerSec)
 	switch {
-	case s.P99 > o.SLOP99 && s.SystemBytesPerSec > o.MinSystemBytesPerSec:
+	case s.P99 > o.SLOP99 && s.SystemBytesPerSec > o.MinSystemBytesPerSec && linkLoad >= o.LinkBytesPerSec/2:
 		c.guard = max(c.guard/2, 1.0/64)
 		reason = fmt.Sprintf("p99 %v above the SLO %v: system share halved", s.P99.Round(time.Microsecond), o.SLOP99)
-	case s.P99 < o.SLOP99*8/10 || s.SystemBytesPerSec <= o.MinSystemBytesPerSec:
-		// Well within the SLO, or the SLO broke with no system traffic here to blame (an
-		// overload, or another node's migration): the share grows back.
+	case s.P99 < o.SLOP99*8/10 || s.SystemBytesPerSec <= o.MinSystemBytesPerSec || linkLoad < o.LinkBytesPerSec/2:
+		// Well within the SLO, or the SLO broke with no system traffic or no loaded link
+		// here to blame (an overload, or another node's migration): the share grows back.
 		c.guard = min(c.guard*1.25, 1)
 	}
-	allowance := o.LinkBytesPerSec - o.Headroom*need
+	allowance := o.MaxUtilization*o.LinkBytesPerSec - o.Headroom*need
 	rate := max(allowance, 0) * c.guard
 	if reason == "" {
-		reason = fmt.Sprintf("link %.0f B/s − %.1f × user need %.0f B/s", o.LinkBytesPerSec, o.Headroom, need)
+		reason = fmt.Sprintf("%.0f%% of link %.0f B/s − %.1f × user need %.0f B/s", 100*o.MaxUtilization, o.LinkBytesPerSec, o.Headroom, need)
 		if c.guard < 1 {
 			reason += fmt.Sprintf(", guard %.2f", c.guard)
 		}

@@ -39,21 +39,22 @@ func newController(t *testing.T, p Policy) *Controller {
 	return c
 }
 
-// Work-conserving: without clients the system class gets the link; with clients it gets the
-// link less their need and the headroom, learnt from what they used.
+// Work-conserving: without clients the system class gets the link up to the utilisation
+// ceiling (80%); with clients it gets that less their need and the headroom, learnt from what
+// they used.
 func TestControllerShares(t *testing.T) {
 	c := newController(t, UserFirst)
 	idle := c.Step(Sample{P99: 0})
-	if idle.SystemBytesPerSec < 9.9e6 {
-		t.Fatalf("idle: system gets %.0f B/s of 10 MB/s", idle.SystemBytesPerSec)
+	if idle.SystemBytesPerSec != 8e6 {
+		t.Fatalf("idle: system gets %.0f B/s of 10 MB/s, want 80%%", idle.SystemBytesPerSec)
 	}
 	var d Decision
 	for i := range 30 {
 		reads := 1000 + float64(i%5)*100
 		d = c.Step(Sample{ReadsPerSec: reads, ReadBytesPerSec: reads * 1000, UserBytesPerSec: reads * 2000, P99: 10 * time.Millisecond})
 	}
-	// need ≈ 2000 B per read at 1400 reads/s = 2.8 MB/s, headroom 1.5 → system ≈ 5.8 MB/s.
-	if d.UserNeedBytesPerSec < 2.7e6 || d.UserNeedBytesPerSec > 2.9e6 || math.Abs(d.SystemBytesPerSec-(10e6-1.5*d.UserNeedBytesPerSec)) > 1 {
+	// need ≈ 2000 B per read at 1400 reads/s = 2.8 MB/s, headroom 1.5 → system ≈ 3.8 MB/s.
+	if d.UserNeedBytesPerSec < 2.7e6 || d.UserNeedBytesPerSec > 2.9e6 || math.Abs(d.SystemBytesPerSec-(8e6-1.5*d.UserNeedBytesPerSec)) > 1 {
 		t.Fatalf("decision %+v", d)
 	}
 	// A load not seen yet: the model extrapolates (more reads, more need).
@@ -71,7 +72,7 @@ func TestControllerGuard(t *testing.T) {
 		c.Step(s)
 	}
 	base := c.Last().SystemBytesPerSec
-	s.P99, s.SystemBytesPerSec = 80*time.Millisecond, 2e6
+	s.P99, s.SystemBytesPerSec = 80*time.Millisecond, 6e6 // the uplink at 62%
 	d1 := c.Step(s)
 	d2 := c.Step(s)
 	if !(d1.SystemBytesPerSec < base*0.51 && d2.SystemBytesPerSec < base*0.26) || !strings.Contains(d2.Reason, "above the SLO") {
@@ -103,8 +104,30 @@ func TestControllerPolicies(t *testing.T) {
 	if got := rf.Last(); got.SystemBytesPerSec != 5e6 || !strings.Contains(got.Reason, "recovery first") {
 		t.Fatalf("recovery first: %+v", got)
 	}
-	if got := uf.Last(); got.SystemBytesPerSec != 1e5 {
-		t.Fatalf("user first: %+v, want the minimum (1%% of the link)", got)
+	if got := uf.Last(); got.SystemBytesPerSec != 5e5 {
+		t.Fatalf("user first: %+v, want the minimum (5%% of the link)", got)
+	}
+}
+
+// The guard blames the system class only when a link was loaded: a slow period on an idle
+// link (the CPU's, the disk's) leaves the share alone; the same p99 on a half-loaded downlink
+// halves it.
+func TestControllerGuardNeedsALoadedLink(t *testing.T) {
+	c := newController(t, UserFirst)
+	calm := Sample{ReadsPerSec: 100, ReadBytesPerSec: 1e5, UserBytesPerSec: 2e5, SystemBytesPerSec: 1e6, P99: 10 * time.Millisecond}
+	for range 10 {
+		c.Step(calm)
+	}
+	base := c.Last().SystemBytesPerSec
+	slowIdle := calm
+	slowIdle.P99 = 200 * time.Millisecond
+	if got := c.Step(slowIdle); got.Guard != 1 || got.SystemBytesPerSec != base {
+		t.Fatalf("a slow period on a link at 12%% halved the share: %+v (was %.0f)", got, base)
+	}
+	slowLoaded := slowIdle
+	slowLoaded.ReceivedBytesPerSec = 6e6 // the downlink at 60%
+	if got := c.Step(slowLoaded); got.Guard != 0.5 {
+		t.Fatalf("a slow period on a loaded downlink did not halve the share: %+v", got)
 	}
 }
 
@@ -115,6 +138,7 @@ func TestOptionsValidate(t *testing.T) {
 		{LinkBytesPerSec: 1e6, SLOP99: time.Millisecond, Policy: "nobody-first"},
 		{LinkBytesPerSec: 1e6, SLOP99: time.Millisecond, Headroom: 0.5},
 		{LinkBytesPerSec: 1e6, SLOP99: time.Millisecond, RecoveryShare: 2},
+		{LinkBytesPerSec: 1e6, SLOP99: time.Millisecond, MaxUtilization: 1.5},
 	} {
 		if _, err := New(o); err == nil {
 			t.Errorf("%+v accepted", o)

@@ -83,14 +83,20 @@ type BwMan struct {
 	// SLOP99 is the client latency SLO auto mode holds: the p99 of a period's requests at a
 	// node. Default 100ms.
 	SLOP99 time.Duration `yaml:"slo_p99"`
-	// Policy: recovery-first (default: under-replicated partitions keep half the link) or
-	// user-first.
+	// Policy: user-first (default: clients keep their need; the system class gets what is
+	// left) or recovery-first (under-replicated partitions keep half the link).
 	Policy string `yaml:"policy"`
 	// Period is the control period. Default 1s.
 	Period time.Duration `yaml:"period"`
+	// ChunkSize is the size of the chunks snapshot transfers (replica moves, Raft snapshots)
+	// ask for, in every mode. A chunk holds the link for its size over the bandwidth and a
+	// client message queued behind it waits as long, so by default it is a tenth of the SLO's
+	// worth of the link when link_bandwidth is given (16 KiB to 512 KiB), else 512 KiB.
+	ChunkSize string `yaml:"chunk_size"`
 
 	// Parsed forms (set by validation).
 	LinkBytesPerSec, StaticBytesPerSec float64 `yaml:"-"`
+	ChunkBytes                         int     `yaml:"-"`
 }
 
 // DriverOn reports whether the placement driver runs.

@@ -190,6 +190,7 @@ func TestInvalid(t *testing.T) {
 		{name: "bwman static without cap", new: "bwman: {mode: static}\n", path: "bwman.static_rate", msg: "static mode needs"},
 		{name: "bwman bad rate", new: "bwman: {mode: static, static_rate: lots}\n", path: "bwman.static_rate", msg: "not a positive byte rate"},
 		{name: "bwman policy", new: "bwman: {mode: auto, link_bandwidth: 125MB, policy: everyone-first}\n", path: "bwman.policy", msg: "not recovery-first or user-first"},
+		{name: "bwman chunk", new: "bwman: {chunk_size: 8MiB}\n", path: "bwman.chunk_size", msg: "from 4KiB to 1MiB"},
 		{name: "bwman slo", new: "bwman: {mode: auto, link_bandwidth: 125MB, slo_p99: 2h}\n", path: "bwman.slo_p99", msg: "between 1ms and 1m"},
 		// YAML shape.
 		{name: "duplicate key", old: "    region: us\n", new: "    region: us\n    region: asia\n", path: "nodes[1].region", msg: "duplicate key"},
@@ -612,11 +613,26 @@ func TestBwManDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := c.BwMan
-	if b.LinkBytesPerSec != 125e6 || b.SLOP99 != 100*time.Millisecond || b.Policy != "recovery-first" || b.Period != time.Second {
+	if b.LinkBytesPerSec != 125e6 || b.SLOP99 != 100*time.Millisecond || b.Policy != "user-first" || b.Period != time.Second {
 		t.Fatalf("%+v", b)
 	}
+	// 125 MB/s × 100 ms / 10 is above the 512 KiB ceiling.
+	if b.ChunkBytes != 512<<10 {
+		t.Fatalf("chunk %d", b.ChunkBytes)
+	}
+	// 8 MB/s × 50 ms / 10 = 40 kB: a chunk holds the link 5 ms.
 	c = threeRegionCluster(t)
-	if err := c.Validate(); err != nil || c.BwMan.Mode != "off" {
-		t.Fatalf("default mode %q, %v", c.BwMan.Mode, err)
+	c.BwMan = BwMan{Mode: "off", LinkBandwidth: "8MB", SLOP99: 50 * time.Millisecond}
+	if err := c.Validate(); err != nil || c.BwMan.ChunkBytes != 40_000 {
+		t.Fatalf("chunk %d, %v", c.BwMan.ChunkBytes, err)
+	}
+	c = threeRegionCluster(t)
+	c.BwMan = BwMan{ChunkSize: "64KiB"}
+	if err := c.Validate(); err != nil || c.BwMan.ChunkBytes != 64<<10 {
+		t.Fatalf("chunk %d, %v", c.BwMan.ChunkBytes, err)
+	}
+	c = threeRegionCluster(t)
+	if err := c.Validate(); err != nil || c.BwMan.Mode != "off" || c.BwMan.ChunkBytes != 512<<10 {
+		t.Fatalf("default mode %q chunk %d, %v", c.BwMan.Mode, c.BwMan.ChunkBytes, err)
 	}
 }

@@ -294,7 +294,7 @@ func (c *Cluster) validateBwMan() error {
 	}
 	switch b.Policy {
 	case "":
-		b.Policy = "recovery-first"
+		b.Policy = "user-first"
 	case "recovery-first", "user-first":
 	default:
 		return errorf("bwman.policy", "%q is not recovery-first or user-first", b.Policy)
@@ -305,8 +305,27 @@ func (c *Cluster) validateBwMan() error {
 	if b.Period < 100*time.Millisecond || b.Period > time.Minute {
 		return errorf("bwman.period", "must be between 100ms and 1m, got %s", b.Period)
 	}
+	switch {
+	case b.ChunkSize != "":
+		n, err := humanize.ParseBytes(strings.TrimSpace(b.ChunkSize))
+		if err != nil || n < MinChunkBytes || n > MaxChunkBytes {
+			return errorf("bwman.chunk_size", "%q: want a size from 4KiB to 1MiB (e.g. 64KiB)", b.ChunkSize)
+		}
+		b.ChunkBytes = int(n)
+	case b.LinkBytesPerSec > 0:
+		b.ChunkBytes = int(min(max(b.LinkBytesPerSec*b.SLOP99.Seconds()/10, 16<<10), 512<<10))
+	default:
+		b.ChunkBytes = 512 << 10
+	}
 	return nil
 }
+
+// MinChunkBytes and MaxChunkBytes bound bwman.chunk_size (the upper bound is the largest
+// chunk a peer accepts, wire.MaxSnapshotChunkBytes).
+const (
+	MinChunkBytes = 4 << 10
+	MaxChunkBytes = 1 << 20
+)
 
 func (c *Cluster) validateElasticity() error {
 	e := &c.Elasticity

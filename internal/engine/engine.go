@@ -414,6 +414,39 @@ type Config struct {
 	// (config.Metadata.Voters; empty: the default choice), which its catalog must know to
 	// refuse decommissioning one.
 	MetadataVoters []string
+	// SystemChunkBytes is the size of the chunks a snapshot pull asks for (replica moves and
+	// Raft snapshots; config.BwMan.ChunkBytes). A chunk holds its links for its size over
+	// their bandwidth, and a client message queued behind it waits that long, so BwMan sizes
+	// chunks to the link and the SLO. 0: DefaultSystemChunkBytes.
+	SystemChunkBytes int
+	// PullBudget, when set, paces snapshot pulls at the receiving node: a chunk is asked for
+	// only when the budget allows its bytes at that moment (BwMan's inbound bucket: a
+	// joining node's downlink carries its clients' traffic too, and several sources sending
+	// at their own allowed rates would fill it). nil: unpaced (the simulator).
+	PullBudget PullBudget
+}
+
+// DefaultSystemChunkBytes is a snapshot pull's chunk size unless configured.
+const DefaultSystemChunkBytes = 512 << 10
+
+// ChunkBytes returns the configured snapshot chunk size.
+func (c *Config) ChunkBytes() int64 {
+	if c.SystemChunkBytes > 0 {
+		return int64(c.SystemChunkBytes)
+	}
+	return DefaultSystemChunkBytes
+}
+
+// PullBudget is a rate budget a receiving node spends on the bytes it asks peers to send it
+// (*rate.Limiter implements it). AllowN must not block: the protocol cores call it from their
+// event loop with their own clock.
+type PullBudget interface {
+	AllowN(now time.Time, n int) bool
+}
+
+// AllowPull reports whether a chunk of n bytes may be asked for now (and spends the budget).
+func (c *Config) AllowPull(now time.Time, n int64) bool {
+	return c.PullBudget == nil || c.PullBudget.AllowN(now, int(n))
 }
 
 // Counted is implemented by engines that count protocol events (reads by path, lease

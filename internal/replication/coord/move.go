@@ -57,9 +57,8 @@ const (
 	// moveAskInterval: the new replica asks its source for the snapshot again this often
 	// until the source answers (it may not have applied the move yet).
 	moveAskInterval = time.Second
-	// moveChunkBytes and moveWindow shape a snapshot pull: chunks of 512 KiB, four in flight.
-	moveChunkBytes = 512 << 10
-	moveWindow     = 4
+	// moveWindow shapes a snapshot pull: four chunks in flight (each Cfg.ChunkBytes()).
+	moveWindow = 4
 	// moveChunkRetry: a chunk not stored this long after it was asked for is asked again.
 	moveChunkRetry = 2 * time.Second
 	// moveIdle: a transfer without progress this long starts over; a source drops an export
@@ -419,6 +418,8 @@ func (c *Core) tickMoves(now time.Time) {
 					in.outstanding[off] = now
 				}
 			}
+			c.pullChunks(now, in) // chunks the inbound bucket held back
+
 		case phaseDone:
 			if c.caughtUp(in) && now.Sub(in.reported) >= moveReportInterval {
 				in.reported = now
@@ -536,16 +537,20 @@ func (c *Core) restartPull(in *inMove) {
 }
 
 func (c *Core) requestChunk(in *inMove, offset int64) {
-	n := min(int64(moveChunkBytes), in.size-offset)
+	n := min(c.Cfg.ChunkBytes(), in.size-offset)
 	c.Send(in.source, &peerpb.Envelope{Msg: &peerpb.Envelope_MoveSnapshotRequest{MoveSnapshotRequest: &peerpb.MoveSnapshotRequest{
 		Keyspace: in.span.Keyspace, Start: in.span.Start, End: in.span.End, MoveId: in.key.id, SnapshotId: in.snapID, Offset: offset, Length: int32(n)}}})
 }
 
 func (c *Core) pullChunks(now time.Time, in *inMove) {
 	for len(in.outstanding) < moveWindow && in.next < in.size {
+		n := min(c.Cfg.ChunkBytes(), in.size-in.next)
+		if !c.Cfg.AllowPull(now, n) {
+			return // BwMan's inbound bucket is empty: the next tick asks again
+		}
 		c.requestChunk(in, in.next)
 		in.outstanding[in.next] = now
-		in.next += min(int64(moveChunkBytes), in.size-in.next)
+		in.next += n
 	}
 }
 

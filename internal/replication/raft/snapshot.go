@@ -44,11 +44,11 @@ import (
 // snapshotIdle without progress; raft then asks again.
 
 const (
-	snapshotChunkBytes = 512 << 10
-	snapshotWindow     = 4
-	snapshotMaxOut     = 4
-	snapshotMaxIn      = 4
-	snapshotIdle       = 20 * time.Second
+	// Chunks are e.cfg.ChunkBytes() (BwMan sizes them to the link; 512 KiB by default).
+	snapshotWindow = 4
+	snapshotMaxOut = 4
+	snapshotMaxIn  = 4
+	snapshotIdle   = 20 * time.Second
 	// snapshotKeepTicks: a prepared snapshot nobody is receiving is removed after this many
 	// ticks (30 s).
 	snapshotKeepTicks = 600
@@ -408,15 +408,19 @@ func (e *Engine) pullChunks(g *group) {
 		return
 	}
 	for len(rx.outstanding) < snapshotWindow && rx.next < rx.size {
+		n := min(e.cfg.ChunkBytes(), rx.size-rx.next)
+		if !e.cfg.AllowPull(e.lastNow, n) {
+			return // BwMan's inbound bucket is empty: the next tick asks again
+		}
 		e.requestChunk(g, rx.next)
 		rx.outstanding[rx.next] = e.lastNow
-		rx.next += min(int64(snapshotChunkBytes), rx.size-rx.next)
+		rx.next += n
 	}
 }
 
 func (e *Engine) requestChunk(g *group, offset int64) {
 	rx := g.receiving
-	n := min(int64(snapshotChunkBytes), rx.size-offset)
+	n := min(e.cfg.ChunkBytes(), rx.size-offset)
 	r := &peerpb.RaftSnapshotRequest{Keyspace: g.key.keyspace, SnapshotId: rx.id, Offset: offset, Length: int32(n)}
 	r.Partition, r.Group = e.wireRef(g)
 	e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: rx.from, Msg: &peerpb.Envelope_RaftSnapshotRequest{RaftSnapshotRequest: r}})
@@ -750,6 +754,9 @@ func (e *Engine) expireTransfers(now time.Time) {
 				e.abortReceive(g, "no progress")
 			} else if !rx.checking {
 				e.resendRequests(now, g, false)
+				if rx.size > 0 {
+					e.pullChunks(g) // chunks the inbound bucket held back
+				}
 			}
 		}
 		for _, to := range slices.Sorted(maps.Keys(g.sending)) {

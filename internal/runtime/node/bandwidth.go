@@ -27,9 +27,17 @@ type bandwidth struct {
 	mode    bwman.Mode
 	period  time.Duration
 	limiter *rate.Limiter // nil: off
-	ctrl    *bwman.Controller
+	// inbound paces the chunks this node asks peers for (engine.Config.PullBudget): the
+	// node's downlink, which several sources at their own allowed rates would fill. Same
+	// rate as the outbound bucket (links are symmetric). nil: off.
+	inbound *rate.Limiter
+	// chunkBytes is the snapshot chunk size (config.BwMan.ChunkBytes): the bucket's depth
+	// is at least one chunk and its framing.
+	chunkBytes int
+	ctrl       *bwman.Controller
 
 	userBytes, systemBytes atomic.Int64
+	receivedBytes          atomic.Int64 // every class: the downlink's load
 	reads, writes          atomic.Int64
 	readBytes, writeBytes  atomic.Int64
 	mu                     sync.Mutex
@@ -41,23 +49,25 @@ type bandwidth struct {
 	ctx context.Context
 }
 
-// systemBurstBytes is the least depth of the bucket: one replica-move chunk (512 KiB) and its
-// framing. The bucket's depth is what enters the node's network queue at once: deeper, and a
-// client message may wait behind several chunks (at 64 MB/s each chunk holds the link 8 ms).
-// A larger message (a 1 MiB Raft snapshot chunk) takes the whole bucket.
-const systemBurstBytes = 640 << 10
+// chunkFramingBytes is what a chunk's message carries besides its data (ids, offsets, the
+// envelope), with room to spare.
+const chunkFramingBytes = 4 << 10
 
 // newBandwidth builds the node's arbiter from the configuration.
 func newBandwidth(n *Node) (*bandwidth, error) {
 	c := n.opts.Cluster.BwMan
-	b := &bandwidth{mode: bwman.Mode(c.Mode), period: c.Period, latency: hdrhistogram.New(1, 60_000_000, 3)}
+	b := &bandwidth{mode: bwman.Mode(c.Mode), period: c.Period, latency: hdrhistogram.New(1, 60_000_000, 3), chunkBytes: c.ChunkBytes}
+	if b.chunkBytes <= 0 {
+		b.chunkBytes = engine.DefaultSystemChunkBytes // a configuration built without Validate
+	}
 	b.systemRate.Store(math.Float64bits(math.Inf(1)))
 	ctx, cancel := context.WithCancel(context.Background())
 	b.ctx = ctx
 	go func() { <-n.stop; cancel() }()
 	switch b.mode {
 	case bwman.ModeStatic:
-		b.limiter = rate.NewLimiter(rate.Limit(c.StaticBytesPerSec), burstFor(c.StaticBytesPerSec))
+		b.limiter = rate.NewLimiter(rate.Limit(c.StaticBytesPerSec), b.burstFor(c.StaticBytesPerSec))
+		b.inbound = rate.NewLimiter(rate.Limit(c.StaticBytesPerSec), b.burstFor(c.StaticBytesPerSec))
 		b.systemRate.Store(math.Float64bits(c.StaticBytesPerSec))
 	case bwman.ModeAuto:
 		ctrl, err := bwman.New(bwman.Options{LinkBytesPerSec: c.LinkBytesPerSec, SLOP99: c.SLOP99, Policy: bwman.Policy(c.Policy)})
@@ -65,7 +75,8 @@ func newBandwidth(n *Node) (*bandwidth, error) {
 			return nil, err
 		}
 		b.ctrl = ctrl
-		b.limiter = rate.NewLimiter(rate.Limit(c.LinkBytesPerSec), burstFor(c.LinkBytesPerSec))
+		b.limiter = rate.NewLimiter(rate.Limit(c.LinkBytesPerSec), b.burstFor(c.LinkBytesPerSec))
+		b.inbound = rate.NewLimiter(rate.Limit(c.LinkBytesPerSec), b.burstFor(c.LinkBytesPerSec))
 		b.systemRate.Store(math.Float64bits(c.LinkBytesPerSec))
 	}
 	if n.opts.Registry != nil {
@@ -78,9 +89,21 @@ func newBandwidth(n *Node) (*bandwidth, error) {
 	return b, nil
 }
 
-// burstFor is the bucket's depth at a rate: 10 ms of it, and at least one move chunk.
-func burstFor(bytesPerSec float64) int {
-	return int(max(bytesPerSec/100, systemBurstBytes))
+// burstFor is the bucket's depth at a rate: 10 ms of it, and at least one chunk with its
+// framing. The depth is what enters the node's network queue at once: deeper, and a client
+// message may wait behind several chunks. A larger message (anti-entropy's) takes the whole
+// bucket.
+func (b *bandwidth) burstFor(bytesPerSec float64) int {
+	return int(max(bytesPerSec/100, float64(b.chunkBytes+chunkFramingBytes)))
+}
+
+// pullBudget is the inbound bucket for the engines (nil when not shaping: a nil *rate.Limiter
+// in the interface would not read as nil).
+func (b *bandwidth) pullBudget() engine.PullBudget {
+	if b == nil || b.inbound == nil {
+		return nil
+	}
+	return b.inbound
 }
 
 // on reports whether traffic is measured and shaped.
@@ -98,6 +121,14 @@ func (b *bandwidth) sent(env *peerpb.Envelope) {
 	} else {
 		b.userBytes.Add(size)
 	}
+}
+
+// received counts a message the node received (the downlink's load, for the guard).
+func (b *bandwidth) received(env *peerpb.Envelope) {
+	if !b.on() {
+		return
+	}
+	b.receivedBytes.Add(int64(proto.Size(env)))
 }
 
 // request records a client request the node served.
@@ -144,7 +175,7 @@ func (n *Node) bandwidthLoop() {
 	t := time.NewTicker(b.period)
 	defer t.Stop()
 	last := time.Now()
-	var lastUser, lastSystem, lastReads, lastWrites, lastRB, lastWB int64
+	var lastUser, lastSystem, lastReceived, lastReads, lastWrites, lastRB, lastWB int64
 	for {
 		select {
 		case <-n.stop:
@@ -161,7 +192,8 @@ func (n *Node) bandwidthLoop() {
 			s := bwman.Sample{UserBytesPerSec: delta(&b.userBytes, &lastUser), SystemBytesPerSec: delta(&b.systemBytes, &lastSystem),
 				ReadsPerSec: delta(&b.reads, &lastReads), WritesPerSec: delta(&b.writes, &lastWrites),
 				ReadBytesPerSec: delta(&b.readBytes, &lastRB), WriteBytesPerSec: delta(&b.writeBytes, &lastWB),
-				Recovering: n.recovering()}
+				ReceivedBytesPerSec: delta(&b.receivedBytes, &lastReceived),
+				Recovering:          n.recovering()}
 			b.mu.Lock()
 			if b.latency.TotalCount() > 0 {
 				s.P99 = time.Duration(b.latency.ValueAtQuantile(99)) * time.Microsecond
@@ -169,8 +201,10 @@ func (n *Node) bandwidthLoop() {
 			b.latency.Reset()
 			b.mu.Unlock()
 			d := b.ctrl.Step(s)
-			b.limiter.SetLimit(rate.Limit(d.SystemBytesPerSec))
-			b.limiter.SetBurst(burstFor(d.SystemBytesPerSec))
+			for _, l := range []*rate.Limiter{b.limiter, b.inbound} {
+				l.SetLimit(rate.Limit(d.SystemBytesPerSec))
+				l.SetBurst(b.burstFor(d.SystemBytesPerSec))
+			}
 			b.systemRate.Store(math.Float64bits(d.SystemBytesPerSec))
 			// A decision is logged when it changes the rate by a fifth or its reason.
 			if prev := b.last; prev.Reason != d.Reason && (prev.SystemBytesPerSec == 0 || math.Abs(d.SystemBytesPerSec-prev.SystemBytesPerSec) > prev.SystemBytesPerSec/5) {

@@ -129,17 +129,20 @@ func BwManBench(ctx context.Context, o BwManOptions) (*BwManResult, error) {
 		return nil, err
 	}
 	res := &BwManResult{Options: o}
+	// Every shaping is given the link and the SLO, so that every run moves data in the same
+	// chunks (config.BwMan.ChunkSize's default): the runs differ only in the rate control.
+	link := fmt.Sprintf("%dB", int64(o.NodeBandwidth))
 	for _, mode := range o.Modes {
 		switch mode {
 		case "off":
-			r, err := bwmanRun(ctx, o, config.BwMan{Mode: "off"}, "unthrottled")
+			r, err := bwmanRun(ctx, o, config.BwMan{Mode: "off", LinkBandwidth: link, SLOP99: o.SLO}, "unthrottled")
 			if err != nil {
 				return nil, err
 			}
 			res.Runs = append(res.Runs, r)
 		case "static":
 			for _, share := range o.StaticCaps {
-				bw := config.BwMan{Mode: "static", StaticRate: fmt.Sprintf("%dB", int64(share*o.NodeBandwidth))}
+				bw := config.BwMan{Mode: "static", StaticRate: fmt.Sprintf("%dB", int64(share*o.NodeBandwidth)), LinkBandwidth: link, SLOP99: o.SLO}
 				r, err := bwmanRun(ctx, o, bw, fmt.Sprintf("static %.0f%%", 100*share))
 				if err != nil {
 					return nil, err
@@ -148,7 +151,7 @@ func BwManBench(ctx context.Context, o BwManOptions) (*BwManResult, error) {
 				res.Runs = append(res.Runs, r)
 			}
 		case "auto":
-			bw := config.BwMan{Mode: "auto", LinkBandwidth: fmt.Sprintf("%dB", int64(o.NodeBandwidth)), SLOP99: o.SLO}
+			bw := config.BwMan{Mode: "auto", LinkBandwidth: link, SLOP99: o.SLO}
 			r, err := bwmanRun(ctx, o, bw, "bwman")
 			if err != nil {
 				return nil, err
