@@ -3,6 +3,7 @@ package autoscale
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -133,5 +134,41 @@ func TestControllerScaleInAndFallback(t *testing.T) {
 	}
 	if d.Mode != ModeReactive && d.Mode != ModeHold {
 		t.Fatalf("under unpredictable load: %+v, want reactive control", d)
+	}
+}
+
+// The migration model learns the rate actions really get: after two observed joins at half
+// the configured rate, its prediction is within 10% of what they took.
+func TestObserveMigrationCalibrates(t *testing.T) {
+	c, err := New(Options{Period: time.Second, Season: 4, CapacityPerNode: 100, MinNodes: 1, MaxNodes: 10,
+		Model: MigrationModel{DataBytes: 100e6, RateBytesPerSec: 10e6, Overhead: 2 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The real rate is 5 MB/s: 2 → 3 nodes moves 33 MB per new node, 6.7 s + 2 s.
+	perNode := 100e6 / 3.0
+	real := 2*time.Second + time.Duration(perNode/5e6*float64(time.Second))
+	if got := c.Model().Duration(2, 3); got > real*8/10 {
+		t.Fatalf("before: predicted %v, real %v: the test needs a wrong model to start", got, real)
+	}
+	c.ObserveMigration(2, 3, real)
+	c.ObserveMigration(2, 3, real)
+	got := c.Model().Duration(2, 3)
+	if d := math.Abs(float64(got-real)) / float64(real); d > 0.1 {
+		t.Fatalf("after two observations: predicted %v, real %v (%.0f%% off)", got, real, 100*d)
+	}
+}
+
+// Learn fills the predictor from history: the first decision is already proactive.
+func TestLearnWarmsThePredictor(t *testing.T) {
+	c, err := New(Options{Period: time.Second, Season: 4, CapacityPerNode: 100, MinNodes: 1, MaxNodes: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		c.Learn([]float64{100, 200, 300, 200}[i%4])
+	}
+	if d := c.Step(100, 2); d.Mode == ModeReactive && strings.Contains(d.Reason, "learning") {
+		t.Fatalf("after two seasons of history the controller is still learning: %+v", d)
 	}
 }

@@ -146,6 +146,9 @@ type Controller struct {
 	errs     []float64 // the last ErrorWindow relative errors of the one-period forecast
 	lastPred float64
 	below    time.Duration // how long both targets have been below the size
+	loss     float64       // capacity the interfered nodes lack (SetInterferenceLoss)
+	// migrations counts the actions ObserveMigration has seen.
+	migrations int
 }
 
 // New returns a controller.
@@ -161,10 +164,61 @@ func New(o Options) (*Controller, error) {
 	return &Controller{opts: o, pred: hw, lastPred: math.NaN()}, nil
 }
 
+// Learn feeds the predictor a past period's load without deciding anything: the history a
+// controller starts from (the previous days' loads), so it does not spend two seasons learning.
+func (c *Controller) Learn(load float64) {
+	if !math.IsNaN(c.lastPred) && load > 0 {
+		c.errs = append(c.errs, math.Abs(c.lastPred-load)/load)
+		if len(c.errs) > c.opts.ErrorWindow {
+			c.errs = c.errs[1:]
+		}
+	}
+	c.pred.Observe(load)
+	c.lastPred = math.NaN()
+	if c.pred.Ready() {
+		c.lastPred = c.pred.Forecast(1)
+	}
+}
+
+// ObserveMigration calibrates the migration model on an action that took took to go from n to
+// m nodes: the per-node rate it implies (its part of the data over the time less the fixed
+// overhead) is the first replaces the configured rate, later ones are averaged in (EWMA, weight 0.5). The thesis' model is fixed; the rate data
+// movement really gets depends on the link, BwMan's share and the host, so it is learnt.
+func (c *Controller) ObserveMigration(n, m int, took time.Duration) {
+	mm := &c.opts.Model
+	if n == m || took <= mm.Overhead || mm.DataBytes <= 0 {
+		return
+	}
+	per := mm.DataBytes / float64(max(n, m))
+	rate := per / (took - mm.Overhead).Seconds()
+	c.migrations++
+	if c.migrations == 1 || mm.RateBytesPerSec <= 0 {
+		mm.RateBytesPerSec = rate // a measurement replaces the configured guess
+		return
+	}
+	mm.RateBytesPerSec = 0.5*mm.RateBytesPerSec + 0.5*rate
+}
+
+// Model returns the migration model as calibrated so far.
+func (c *Controller) Model() MigrationModel { return c.opts.Model }
+
+// SetDataBytes updates the migration model's data per region (it grows and shrinks with the
+// keyspaces).
+func (c *Controller) SetDataBytes(b float64) {
+	if b > 0 {
+		c.opts.Model.DataBytes = b
+	}
+}
+
+// SetInterferenceLoss tells the plan how much capacity (ops/s) the region's interfered nodes
+// lack (Hubbub-scale: Σ over the flagged nodes of capacity − EffectiveCapacity). The sizes it
+// plans then cover it with healthy nodes: N × capacity − loss ≥ load / target utilisation.
+func (c *Controller) SetInterferenceLoss(opsPerSec float64) { c.loss = max(opsPerSec, 0) }
+
 // nodesFor is the size that serves load at the target utilisation.
 func (c *Controller) nodesFor(load float64) int {
 	o := c.opts
-	n := int(math.Ceil(load / (o.CapacityPerNode * o.TargetUtilization)))
+	n := int(math.Ceil((load/o.TargetUtilization + c.loss) / o.CapacityPerNode))
 	return min(max(n, o.MinNodes), o.MaxNodes)
 }
 

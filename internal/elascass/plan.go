@@ -32,7 +32,19 @@ type Member struct {
 	CPU float64
 	// LoadOps is the requests per second the node served.
 	LoadOps float64
+	// Interference is the node's interference index when Hubbub-scale's detector has flagged
+	// it (internal/hubbub: its service time over the healthy nodes' at the same load); 0 or
+	// ≤ 1: not interfered. An interfered node's share of its region's replicas is weighted
+	// by 1/index, it is the first source of moves, and a destination only when no other
+	// node can take one.
+	Interference float64
 }
+
+// weight is the member's share weight: 1, or 1/index when interfered.
+func (m *Member) weight() float64 { return 1 / max(1, m.Interference) }
+
+// interfered reports whether the detector flagged the member.
+func (m *Member) interfered() bool { return m.Interference > 1 }
 
 // PartKey names a partition.
 type PartKey struct {
@@ -539,7 +551,7 @@ func (p *plan) phaseOneDone(m *Member) bool {
 	}
 	if p.d.opts.Strategy == OnePhase {
 		// One phase: the node is bootstrapped once it holds its whole share.
-		return p.held[m.ID] >= p.floorShare(m.Region) && p.in[m.ID] == 0
+		return p.held[m.ID] >= p.floorShare(m.Region, m) && p.in[m.ID] == 0
 	}
 	return true
 }
@@ -606,6 +618,8 @@ func (p *plan) moveOneOff(from uint32, why string) bool {
 // leastLoaded picks, in region, the live active (or joining) node that does not hold part,
 // may take it (NoRejoin), has room for another incoming move, and has the least CPU, then
 // the fewest replicas; except excludes nodes. 0: none.
+//
+// An interfered node (Hubbub-scale) is chosen only when no other node can take the replica.
 func (p *plan) leastLoaded(region string, ks Keyspace, part *placement.Partition, except map[uint32]bool) uint32 {
 	best := uint32(0)
 	for _, m := range p.sortedMembers() {
@@ -615,7 +629,18 @@ func (p *plan) leastLoaded(region string, ks Keyspace, part *placement.Partition
 		if part.HasMember(m.ID) || (ks.Options.NoRejoin && part.HasDeparted(m.ID)) || p.in[m.ID] >= p.d.opts.MaxMovesPerNode {
 			continue
 		}
-		if best == 0 || lessLoaded(m, p.members[best], p.held) {
+		if best == 0 {
+			best = m.ID
+			continue
+		}
+		b := p.members[best]
+		if b.interfered() != m.interfered() {
+			if b.interfered() {
+				best = m.ID
+			}
+			continue
+		}
+		if lessLoaded(m, b, p.held) {
 			best = m.ID
 		}
 	}
@@ -674,7 +699,7 @@ func (p *plan) bootstrap() {
 		case OnePhase:
 			// Until the node holds its share (which grows while partitions split meanwhile),
 			// at most MaxMovesPerNode at a time, the throttle phase 2 has too.
-			p.takeShare(m, min(p.floorShare(m.Region), p.held[m.ID]+p.d.opts.MaxMovesPerNode-p.in[m.ID]), asked, "one-phase bootstrap")
+			p.takeShare(m, min(p.floorShare(m.Region, m), p.held[m.ID]+p.d.opts.MaxMovesPerNode-p.in[m.ID]), asked, "one-phase bootstrap")
 		case SplitMove:
 			p.splitMove(m, asked)
 		}
@@ -752,17 +777,28 @@ func (p *plan) takeShare(m *Member, target int, asked map[PartKey]bool, why stri
 	}
 }
 
-// richest is the live active node of region, other than except, that holds more than R̄
-// (Rule 4: only such a node offers replicas), most loaded first, then the one holding most;
-// 0: none.
+// richest is the live active node of region, other than except, that holds more than its
+// share (R̄, weighted by interference: Rule 4, only such a node offers replicas), interfered
+// nodes first (Hubbub-scale: the preferred sources), then the most loaded, then the one
+// holding most; 0: none.
 func (p *plan) richest(region string, except uint32) uint32 {
-	total, nodes := p.regionShare(region)
+	total, weights := p.regionShare(region)
 	best := uint32(0)
 	for _, o := range p.sortedMembers() {
-		if o.Region != region || o.ID == except || !o.Alive || o.State != StateActive || float64(p.held[o.ID]*nodes) <= float64(total) {
+		if o.Region != region || o.ID == except || !o.Alive || o.State != StateActive || float64(p.held[o.ID])*weights <= float64(total)*o.weight() {
 			continue
 		}
-		if best == 0 || o.CPU > p.members[best].CPU || (o.CPU == p.members[best].CPU && p.held[o.ID] > p.held[best]) {
+		if best == 0 {
+			best = o.ID
+			continue
+		}
+		b := p.members[best]
+		switch {
+		case o.interfered() != b.interfered():
+			if o.interfered() {
+				best = o.ID
+			}
+		case o.CPU > b.CPU || (o.CPU == b.CPU && p.held[o.ID] > p.held[best]):
 			best = o.ID
 		}
 	}
@@ -882,11 +918,11 @@ func (p *plan) balance() {
 		if p.decommissioning(region) {
 			continue // the leaving node's replicas are spread first; balance after
 		}
-		floor := p.floorShare(region)
 		for _, m := range p.sortedMembers() {
 			if m.Region != region || !m.Alive || m.State != StateActive {
 				continue
 			}
+			floor := p.floorShare(region, m)
 			for p.held[m.ID] < floor && p.in[m.ID] < p.d.opts.MaxMovesPerNode && p.moving < p.d.opts.MaxMoves {
 				src := p.richest(region, m.ID)
 				if src == 0 || !p.takeFrom(m, src, map[PartKey]bool{}, fmt.Sprintf("phase 2, Rule 4: n%d holds %d < R̄ %d", m.ID, p.held[m.ID], floor)) {
@@ -897,17 +933,20 @@ func (p *plan) balance() {
 	}
 }
 
-// floorShare is R̄ of region rounded down: the replicas of the region's partitions over its
-// active nodes (joining ones included: they count in n+1).
-func (p *plan) floorShare(region string) int {
-	total, nodes := p.regionShare(region)
-	if nodes == 0 {
+// floorShare is m's share of region rounded down: R̄, the replicas of the region's partitions
+// over its active nodes (joining ones included: they count in n+1), weighted by interference
+// (an interfered node's weight is 1/index; all 1 otherwise, and the share is R̄).
+func (p *plan) floorShare(region string, m *Member) int {
+	total, weights := p.regionShare(region)
+	if weights == 0 {
 		return 0
 	}
-	return total / nodes
+	return int(math.Floor(float64(total)*m.weight()/weights + 1e-9))
 }
 
-func (p *plan) regionShare(region string) (total, nodes int) {
+// regionShare returns the replicas of region's partitions and the sum of its active and
+// joining nodes' weights (their count when none is interfered).
+func (p *plan) regionShare(region string) (total int, weights float64) {
 	for _, ks := range p.st.Keyspaces {
 		for i := range ks.Partitions {
 			for _, r := range ks.Partitions[i].Replicas {
@@ -917,12 +956,13 @@ func (p *plan) regionShare(region string) (total, nodes int) {
 			}
 		}
 	}
-	for _, m := range p.st.Members {
+	for i := range p.st.Members {
+		m := &p.st.Members[i]
 		if m.Region == region && (m.State == StateActive || m.State == StateJoining) {
-			nodes++
+			weights += m.weight()
 		}
 	}
-	return total, nodes
+	return total, weights
 }
 
 // decommissioning reports whether a node of region is being decommissioned.

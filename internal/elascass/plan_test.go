@@ -577,3 +577,41 @@ func TestRefineWaitsWhileRegionBusy(t *testing.T) {
 		t.Fatal("did not refine once the region had been quiet for SettleFor")
 	}
 }
+
+// Hubbub-scale in the placement: a node flagged as interfered (index 2) holds half a healthy
+// node's share — it is the first source of Rule 4's moves — and is never a destination while a
+// healthy node can take the replica.
+func TestInterferedNodeShedsReplicas(t *testing.T) {
+	c := newCluster(t, []string{"eu"}, 3, 30, 100) // n1, n2, n3 hold 10 each
+	c.st.Members[0].Interference = 2               // n1: weight ½ → share 30 × ½ / 2.5 = 6
+	d := mustDriver(t, Options{MaxMovesPerNode: 2, TargetByteImbalance: -1, TargetLoadImbalance: -1})
+	for round := 0; round < 20; round++ {
+		acts := d.Plan(c.st)
+		if len(acts) == 0 {
+			break
+		}
+		for _, a := range acts {
+			if a.Kind == ActStartMove && a.Move.Add == 1 {
+				t.Fatalf("round %d: the interfered node is a destination: %v", round, a)
+			}
+		}
+		c.apply(t, acts)
+		c.finishMoves(t)
+	}
+	if c.held(1) != 6 || c.held(2)+c.held(3) != 24 {
+		t.Fatalf("n1 (interfered) holds %d, n2 %d, n3 %d; want 6 and 24 between the healthy", c.held(1), c.held(2), c.held(3))
+	}
+	// Cleared: the shares are even again and n1 takes its R̄ back.
+	c.st.Members[0].Interference = 0
+	for round := 0; round < 20; round++ {
+		acts := d.Plan(c.st)
+		if len(acts) == 0 {
+			break
+		}
+		c.apply(t, acts)
+		c.finishMoves(t)
+	}
+	if c.held(1) != 10 {
+		t.Fatalf("after the interference cleared, n1 holds %d, want R̄ = 10", c.held(1))
+	}
+}

@@ -1,17 +1,7 @@
-package autoscale
-
-import (
-	"fmt"
-	"slices"
-	"sort"
-	"time"
-
-	"meridian/internal/bwman"
-)
-
-// Interference awareness after Hubbub-scale (liu-thesis abstract, 1.4, 3.2.6): a node slowed by
-// its neighbours on a shared host (CPU steal, a noisy co-tenant) serves less than the capacity
-// the plan assumes; a controller that ignores it under-provisions. Each node gets an
+// Package hubbub is interference awareness after Hubbub-scale (liu-thesis abstract, 1.4,
+// 3.2.6): a node slowed by its neighbours on a shared host (CPU steal, a noisy co-tenant)
+// serves less than the capacity the plan assumes; a controller that ignores it
+// under-provisions. Each node gets an
 // interference index — its observed service time against the model's at the same load — and
 // an interfered node counts for less capacity in the plan, is a preferred source of moves and
 // an avoided destination. docs/elasticity.md ("Interference") names the decisions.
@@ -24,6 +14,16 @@ import (
 // node whose host looks idle is slow for another reason (a hot partition), which moving
 // replicas away from it would not cure the same way. It is cleared after Clear periods under
 // ClearBelow.
+package hubbub
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"meridian/internal/bwman"
+)
 
 // NodeSample is one node's period.
 type NodeSample struct {
@@ -42,8 +42,8 @@ type NodeSample struct {
 	expectedMicro float64
 }
 
-// InterferenceOptions configure the detector. Zero fields take defaults.
-type InterferenceOptions struct {
+// Options configure the detector. Zero fields take defaults.
+type Options struct {
 	// Threshold and Confirm: flagged when the smoothed index exceeds Threshold (default 1.3)
 	// for Confirm consecutive periods (default 2: detection within two control periods).
 	Threshold float64
@@ -60,7 +60,7 @@ type InterferenceOptions struct {
 	MaxSchedLatency time.Duration
 }
 
-func (o InterferenceOptions) withDefaults() InterferenceOptions {
+func (o Options) withDefaults() Options {
 	if o.Threshold == 0 {
 		o.Threshold = 1.3
 	}
@@ -88,9 +88,9 @@ func (o InterferenceOptions) withDefaults() InterferenceOptions {
 	return o
 }
 
-// Interference is the detector.
-type Interference struct {
-	opts  InterferenceOptions
+// Detector computes every node's interference index and flags interfered nodes.
+type Detector struct {
+	opts  Options
 	model *bwman.RLS
 	nodes map[string]*nodeState
 }
@@ -101,18 +101,18 @@ type nodeState struct {
 	flagged     bool
 }
 
-// NewInterference returns a detector.
-func NewInterference(o InterferenceOptions) (*Interference, error) {
+// New returns a detector.
+func New(o Options) (*Detector, error) {
 	o = o.withDefaults()
 	if o.Threshold <= 1 || o.ClearBelow < 1 || o.ClearBelow >= o.Threshold || o.Confirm < 1 || o.Clear < 1 || !(o.Smoothing > 0 && o.Smoothing <= 1) {
-		return nil, fmt.Errorf("autoscale: interference options %+v: want 1 ≤ clear_below < threshold, confirm and clear ≥ 1, smoothing in (0, 1]", o)
+		return nil, fmt.Errorf("hubbub: options %+v: want 1 ≤ clear_below < threshold, confirm and clear ≥ 1, smoothing in (0, 1]", o)
 	}
-	return &Interference{opts: o, model: bwman.NewRLS(2, 0.98), nodes: map[string]*nodeState{}}, nil
+	return &Detector{opts: o, model: bwman.NewRLS(2, 0.98), nodes: map[string]*nodeState{}}, nil
 }
 
 // Observe takes one period's samples (one per node) and returns them with Index and Interfered
 // set.
-func (x *Interference) Observe(samples []NodeSample) []NodeSample {
+func (x *Detector) Observe(samples []NodeSample) []NodeSample {
 	o := x.opts
 	out := slices.Clone(samples)
 	// The model first predicts (from the periods before), then learns from the nodes that

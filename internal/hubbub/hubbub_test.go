@@ -1,4 +1,4 @@
-package autoscale
+package hubbub
 
 import (
 	"fmt"
@@ -37,7 +37,7 @@ func samples(rng *rand.Rand, period int, slow map[int]float64, from int, host bo
 func TestInterferenceDetected(t *testing.T) {
 	for _, factor := range []float64{1.5, 2} {
 		rng := rand.New(rand.NewPCG(1, uint64(factor*10)))
-		x, err := NewInterference(InterferenceOptions{})
+		x, err := New(Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +74,7 @@ func TestInterferenceDetected(t *testing.T) {
 // recovers is cleared.
 func TestInterferenceCrossCheckAndClear(t *testing.T) {
 	rng := rand.New(rand.NewPCG(2, 2))
-	x, _ := NewInterference(InterferenceOptions{})
+	x, _ := New(Options{})
 	for p := range 30 {
 		s := samples(rng, p, map[int]float64{1: 2}, 10, true)
 		s[1].StealShare = 0 // the host says it is not interference
@@ -84,7 +84,7 @@ func TestInterferenceCrossCheckAndClear(t *testing.T) {
 			}
 		}
 	}
-	y, _ := NewInterference(InterferenceOptions{})
+	y, _ := New(Options{})
 	var last []NodeSample
 	for p := range 40 {
 		slow := map[int]float64{}

@@ -15,6 +15,7 @@ import (
 	"meridian/internal/config"
 	"meridian/internal/elascass"
 	"meridian/internal/errs"
+	"meridian/internal/hubbub"
 	"meridian/internal/metadata"
 	"meridian/internal/placement"
 	"meridian/internal/wire/peerpb"
@@ -92,6 +93,13 @@ type elastic struct {
 	lastOps   int64
 	driver    *elascass.Driver
 	started   time.Time
+	// Hubbub-scale (internal/hubbub): this node's sensors, and, at the driving node, one
+	// detector per region (nodes of a region see the same wide-area round trips, so their
+	// request times are comparable), fed every planning round.
+	service   serviceMeter
+	host      *hostSignals
+	detectors map[string]*hubbub.Detector
+	flagged   map[string]bool // nodes flagged at the last round (transitions are logged)
 
 	ops                          atomic.Int64
 	splits, merges, movesStarted atomic.Int64
@@ -278,7 +286,16 @@ func (n *Node) collectStats(now time.Time, interval time.Duration) *peerpb.NodeS
 	n.el.mu.Lock()
 	defer n.el.mu.Unlock()
 	n.el.seq++
-	st := &peerpb.NodeStats{Seq: n.el.seq, SentUnixNanos: now.UnixNano(), Cpu: n.cpuLoad(now)}
+	st := &peerpb.NodeStats{Seq: n.el.seq, SentUnixNanos: now.UnixNano(), Cpu: n.cpuLoad(now), ServiceUs: n.el.service.mean()}
+	if n.opts.LoadMeter == nil {
+		// A host of its own (an emulated node shares its process's host with the others:
+		// the host's signals are not its own).
+		if n.el.host == nil {
+			n.el.host = newHostSignals()
+		}
+		steal, sched := n.el.host.read()
+		st.HostMeasured, st.StealShare, st.SchedP99Us = true, steal, float64(sched.Microseconds())
+	}
 	ops := n.el.ops.Load()
 	st.LoadOps = float64(ops-n.el.lastOps) / interval.Seconds()
 	n.el.lastOps = ops
@@ -334,6 +351,57 @@ func (n *Node) cpuLoad(now time.Time) float64 {
 	}
 	cores := float64(max(1, runtime.GOMAXPROCS(0)))
 	return min(1, float64(used-n.el.cpuUsed)/float64(now.Sub(n.el.cpuAt))/cores)
+}
+
+// markInterference runs Hubbub-scale's detector over the members' last statistics, one
+// detector per region, and sets the flagged members' index (the plan then weights their
+// share, takes replicas from them first and gives them none). Called by the driving node
+// every planning round, with n.el.mu held.
+func (n *Node) markInterference(members []elascass.Member) {
+	byRegion := map[string][]int{}
+	for i, m := range members {
+		ps, ok := n.el.peers[m.ID]
+		if !ok || !m.Alive || m.State != elascass.StateActive || ps.msg.GetServiceUs() <= 0 {
+			continue
+		}
+		byRegion[m.Region] = append(byRegion[m.Region], i)
+	}
+	if n.el.detectors == nil {
+		n.el.detectors = map[string]*hubbub.Detector{}
+	}
+	for region, idx := range byRegion {
+		if len(idx) < 2 {
+			continue // nothing to compare a lone node with
+		}
+		det := n.el.detectors[region]
+		if det == nil {
+			var err error
+			if det, err = hubbub.New(hubbub.Options{}); err != nil {
+				n.log.Warn("hubbub: detector", "err", err)
+				return
+			}
+			n.el.detectors[region] = det
+		}
+		samples := make([]hubbub.NodeSample, 0, len(idx))
+		for _, i := range idx {
+			msg := n.el.peers[members[i].ID].msg
+			samples = append(samples, hubbub.NodeSample{Node: members[i].Name, LoadOps: msg.GetLoadOps(),
+				ServiceTime: time.Duration(msg.GetServiceUs() * float64(time.Microsecond)), HostMeasured: msg.GetHostMeasured(),
+				StealShare: msg.GetStealShare(), SchedLatency: time.Duration(msg.GetSchedP99Us() * float64(time.Microsecond))})
+		}
+		if n.el.flagged == nil {
+			n.el.flagged = map[string]bool{}
+		}
+		for k, s := range det.Observe(samples) {
+			if s.Interfered {
+				members[idx[k]].Interference = s.Index
+			}
+			if s.Interfered != n.el.flagged[s.Node] {
+				n.el.flagged[s.Node] = s.Interfered
+				n.log.Info("hubbub: interference", "node", s.Node, "interfered", s.Interfered, "index", s.Index)
+			}
+		}
+	}
 }
 
 // movable reports whether the driver manages ks: a user keyspace whose protocol moves
@@ -481,7 +549,11 @@ func (n *Node) drive(now time.Time) {
 	// The changes are independent (each names its own partition or node, and each is
 	// checked against the catalog as it is when it applies): proposed together, a few at a
 	// time, so that a plan costs about one metadata round trip, not one per change.
-	acts := n.el.driver.Plan(n.elasticState(now))
+	st := n.elasticState(now)
+	n.el.mu.Lock()
+	n.markInterference(st.Members) // once per planning round: the detector's period
+	n.el.mu.Unlock()
+	acts := n.el.driver.Plan(st)
 	sem := make(chan struct{}, driverParallel)
 	var wg sync.WaitGroup
 	for _, a := range acts {

@@ -217,6 +217,8 @@ func Start(opts Options) (*Node, error) {
 		MaxFutureVersion: opts.Cluster.Clock.MaxFutureVersion(),
 		RandSeed:         uint64(time.Now().UnixNano()) ^ uint64(self.ID)<<32,
 		MetadataVoters:   opts.Cluster.Metadata.Voters,
+		SystemChunkBytes: opts.Cluster.BwMan.ChunkBytes,
+		PullBudget:       n.bw.pullBudget(),
 	}, store, n.engineCreated)
 	n.host.SetPlacement(pm)
 	n.gm = newGuardMetrics(opts.Registry, n)
@@ -348,6 +350,7 @@ func (n *Node) deliver(env *peerpb.Envelope) {
 	select {
 	case n.inbox <- input{kind: inMessage, env: env}:
 		n.m.received(env)
+		n.bw.received(env)
 	default:
 		n.m.dropped.WithLabelValues("inbox_full").Inc()
 	}
@@ -397,6 +400,9 @@ func (n *Node) Do(ctx context.Context, req engine.Request) engine.Result {
 	d := time.Since(start)
 	n.m.observe(req, res, d)
 	n.bw.request(req, res, d)
+	if res.Err == nil {
+		n.el.service.observe(d)
+	}
 	return res
 }
 

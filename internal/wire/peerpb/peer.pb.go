@@ -1151,9 +1151,17 @@ type NodeStats struct {
 	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	SentUnixNanos int64                  `protobuf:"varint,2,opt,name=sent_unix_nanos,json=sentUnixNanos,proto3" json:"sent_unix_nanos,omitempty"`
 	// cpu is the node's utilisation in [0, 1]; load_ops the requests per second it served.
-	Cpu           float64           `protobuf:"fixed64,3,opt,name=cpu,proto3" json:"cpu,omitempty"`
-	LoadOps       float64           `protobuf:"fixed64,4,opt,name=load_ops,json=loadOps,proto3" json:"load_ops,omitempty"`
-	Partitions    []*PartitionStats `protobuf:"bytes,5,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Cpu        float64           `protobuf:"fixed64,3,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	LoadOps    float64           `protobuf:"fixed64,4,opt,name=load_ops,json=loadOps,proto3" json:"load_ops,omitempty"`
+	Partitions []*PartitionStats `protobuf:"bytes,5,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// Hubbub-scale's sensors (internal/hubbub): the mean time the client requests the node
+	// coordinated in the interval took, and, when the node has a host of its own
+	// (host_measured), the share of CPU time the hypervisor stole and the Go scheduler's p99
+	// latency over the interval.
+	ServiceUs     float64 `protobuf:"fixed64,6,opt,name=service_us,json=serviceUs,proto3" json:"service_us,omitempty"`
+	HostMeasured  bool    `protobuf:"varint,7,opt,name=host_measured,json=hostMeasured,proto3" json:"host_measured,omitempty"`
+	StealShare    float64 `protobuf:"fixed64,8,opt,name=steal_share,json=stealShare,proto3" json:"steal_share,omitempty"`
+	SchedP99Us    float64 `protobuf:"fixed64,9,opt,name=sched_p99_us,json=schedP99Us,proto3" json:"sched_p99_us,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1221,6 +1229,34 @@ func (x *NodeStats) GetPartitions() []*PartitionStats {
 		return x.Partitions
 	}
 	return nil
+}
+
+func (x *NodeStats) GetServiceUs() float64 {
+	if x != nil {
+		return x.ServiceUs
+	}
+	return 0
+}
+
+func (x *NodeStats) GetHostMeasured() bool {
+	if x != nil {
+		return x.HostMeasured
+	}
+	return false
+}
+
+func (x *NodeStats) GetStealShare() float64 {
+	if x != nil {
+		return x.StealShare
+	}
+	return 0
+}
+
+func (x *NodeStats) GetSchedP99Us() float64 {
+	if x != nil {
+		return x.SchedP99Us
+	}
+	return 0
 }
 
 type PartitionStats struct {
@@ -10623,7 +10659,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x06offset\x18\x06 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04data\x18\a \x01(\fR\x04data\x12\x12\n" +
 	"\x04size\x18\b \x01(\x03R\x04size\x12\x14\n" +
-	"\x05error\x18\t \x01(\tR\x05error\"\xb4\x01\n" +
+	"\x05error\x18\t \x01(\tR\x05error\"\xbb\x02\n" +
 	"\tNodeStats\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12&\n" +
 	"\x0fsent_unix_nanos\x18\x02 \x01(\x03R\rsentUnixNanos\x12\x10\n" +
@@ -10631,7 +10667,14 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\bload_ops\x18\x04 \x01(\x01R\aloadOps\x12@\n" +
 	"\n" +
 	"partitions\x18\x05 \x03(\v2 .meridian.peer.v1.PartitionStatsR\n" +
-	"partitions\"\x8d\x02\n" +
+	"partitions\x12\x1d\n" +
+	"\n" +
+	"service_us\x18\x06 \x01(\x01R\tserviceUs\x12#\n" +
+	"\rhost_measured\x18\a \x01(\bR\fhostMeasured\x12\x1f\n" +
+	"\vsteal_share\x18\b \x01(\x01R\n" +
+	"stealShare\x12 \n" +
+	"\fsched_p99_us\x18\t \x01(\x01R\n" +
+	"schedP99Us\"\x8d\x02\n" +
 	"\x0ePartitionStats\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x14\n" +
