@@ -24,6 +24,8 @@ test-short:
 
 vet:
 	$(GO) vet -tags $(TAGS) ./...
+	# The Kubernetes build of the binary (client-go linked in; docs/elasticity.md).
+	$(GO) vet -tags $(TAGS),kubernetes ./cmd/meridian
 
 fuzz:
 	GO=$(GO) scripts/fuzz-one.sh FuzzRequestDecodeValidate ./internal/runtime/server/ $(FUZZTIME) $(TAGS)

@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"meridian/internal/tools/repro"
 	"meridian/internal/tools/scalesim"
 )
 
@@ -13,6 +15,9 @@ import (
 // region's nodes (internal/tools/scalesim), over one synthetic diurnal trace with flash crowds.
 func benchAutoscaleCmd() *cobra.Command {
 	var o scalesim.Options
+	var interference, emulated bool
+	var eo repro.AutoscaleOptions
+	var policies, jsonOut, mdOut string
 	cmd := &cobra.Command{
 		Use:   "autoscale [--days N] [--flash-factor X] [--seed S]",
 		Short: "Autoscaling policies (reactive HPA-like, step, proactive, ProRenaTa, oracle) on a model of a region's nodes: SLO violations, utilisation, node-seconds",
@@ -20,6 +25,28 @@ func benchAutoscaleCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Days <= o.WarmupDays && cmd.Flags().Changed("days") {
 				return fmt.Errorf("bench autoscale: --days %d must exceed the %d warm-up days", o.Days, max(o.WarmupDays, 2))
+			}
+			if emulated {
+				eo.Policies = splitTrimmed(policies)
+				eo.Log = os.Stderr
+				res, err := repro.AutoscaleEmulated(cmd.Context(), eo)
+				if err != nil {
+					return fmt.Errorf("bench autoscale --emulated: %w", err)
+				}
+				md := res.Markdown()
+				fmt.Print(md)
+				return writeReproOutputs("bench autoscale", md, mdOut, jsonOut, res)
+			}
+			if interference {
+				// Hubbub-scale: two nodes slowed 1.5× and 2× for the middle half of the
+				// measured day; oblivious vs aware ProRenaTa.
+				o.Days = max(o.Days, 3)
+				rs, err := scalesim.CompareInterference(o, scalesim.InterferenceOptions{})
+				if err != nil {
+					return fmt.Errorf("bench autoscale: %w", err)
+				}
+				fmt.Print(scalesim.InterferenceMarkdown(rs))
+				return nil
 			}
 			rs, err := scalesim.Compare(o)
 			if err != nil {
@@ -34,5 +61,12 @@ func benchAutoscaleCmd() *cobra.Command {
 	f.DurationVar(&o.Period, "period", 15*time.Second, "control period")
 	f.Float64Var(&o.FlashFactor, "flash-factor", 1.5, "load multiplier of the flash crowds")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed")
+	f.BoolVar(&emulated, "emulated", false, "run the policies on the emulated cluster (real nodes, joins and decommissions; one compressed day) instead of the model")
+	f.StringVar(&policies, "policies", "prorenata,reactive", "with --emulated: policies run")
+	f.IntVar(&eo.Season, "season", 24, "with --emulated: periods in the day")
+	f.DurationVar(&eo.Period, "emulated-period", 5*time.Second, "with --emulated: the control period")
+	f.StringVar(&jsonOut, "json", "", "with --emulated: write the results as JSON")
+	f.StringVar(&mdOut, "markdown", "", "with --emulated: write the tables as Markdown")
+	f.BoolVar(&interference, "interference", false, "Hubbub-scale: slow two nodes 1.5× and 2× mid-run; interference-oblivious vs aware ProRenaTa")
 	return cmd
 }

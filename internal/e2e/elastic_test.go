@@ -331,6 +331,12 @@ const (
 
 func startWorkload(c *cluster, via []string, writers int) *workload {
 	c.t.Helper()
+	return startWorkloadKeys(c, via, writers, "w")
+}
+
+// startWorkloadKeys is startWorkload with keys <prefix><writer>-<i>.
+func startWorkloadKeys(c *cluster, via []string, writers int, prefix string) *workload {
+	c.t.Helper()
 	var cls []*client.Client
 	for _, name := range via {
 		cls = append(cls, c.client(name))
@@ -343,7 +349,7 @@ func startWorkload(c *cluster, via []string, writers int) *workload {
 		go func() {
 			defer w.wg.Done()
 			for i := 0; i < workloadMaxPerWriter && ctx.Err() == nil; i++ {
-				key := fmt.Sprintf("w%d-%d", g, i)
+				key := fmt.Sprintf("%s%d-%d", prefix, g, i)
 				val := fmt.Sprintf("%s@%d:%s", key, time.Now().UnixNano(), pad)
 				cl := cls[(g+i)%len(cls)]
 				w.attempted.Add(1)
