@@ -383,11 +383,27 @@ func (n *Node) markInterference(members []elascass.Member) {
 			n.el.detectors[region] = det
 		}
 		samples := make([]hubbub.NodeSample, 0, len(idx))
+		measured := true
+		var steals, scheds []float64
 		for _, i := range idx {
 			msg := n.el.peers[members[i].ID].msg
+			measured = measured && msg.GetHostMeasured()
+			steals, scheds = append(steals, msg.GetStealShare()), append(scheds, msg.GetSchedP99Us())
 			samples = append(samples, hubbub.NodeSample{Node: members[i].Name, LoadOps: msg.GetLoadOps(),
-				ServiceTime: time.Duration(msg.GetServiceUs() * float64(time.Microsecond)), HostMeasured: msg.GetHostMeasured(),
-				StealShare: msg.GetStealShare(), SchedLatency: time.Duration(msg.GetSchedP99Us() * float64(time.Microsecond))})
+				ServiceTime: time.Duration(msg.GetServiceUs() * float64(time.Microsecond)), HostMeasured: true})
+		}
+		if !measured {
+			// Nodes without a host of their own (emulated nodes sharing a process): their
+			// request times alone would move data on every slow period a move causes.
+			continue
+		}
+		// The host signals count in excess of the region's median: nodes sharing a host (or
+		// a busy machine under every node) see the same steal and scheduler latency, and
+		// that is not one node's interference.
+		medSteal, medSched := median(steals), median(scheds)
+		for k := range samples {
+			samples[k].StealShare = steals[k] - medSteal
+			samples[k].SchedLatency = time.Duration((scheds[k] - medSched) * float64(time.Microsecond))
 		}
 		if n.el.flagged == nil {
 			n.el.flagged = map[string]bool{}
@@ -402,6 +418,14 @@ func (n *Node) markInterference(members []elascass.Member) {
 			}
 		}
 	}
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(v))
+	return s[len(s)/2]
 }
 
 // movable reports whether the driver manages ks: a user keyspace whose protocol moves

@@ -32,15 +32,15 @@ type AutoscaleOptions struct {
 	// Season periods of Period make the day (defaults 24 × 5s).
 	Season int
 	Period time.Duration
-	// Low and High bound the day's load (ops/s in the region; defaults 150 and 1100);
+	// Low and High bound the day's load (ops/s in the region; defaults 250 and 1600);
 	// FlashFactor the flash crowds' (default 1.5).
 	Low, High, FlashFactor float64
 	// StartNodes and MaxNodes of the scaled region (defaults 2 and 6); the other regions
 	// keep 2 nodes.
 	StartNodes, MaxNodes int
-	// NodeCapacityOps and NodeBandwidth model each node (defaults 600 ops/s, 16 MB/s).
+	// NodeCapacityOps and NodeBandwidth model each node (defaults 600 ops/s, 4 MB/s).
 	NodeCapacityOps, NodeBandwidth float64
-	// Records of RecordBytes (defaults 20,000 of 2 KiB: 40 MB per region).
+	// Records of RecordBytes (defaults 40,000 of 2 KiB: 80 MB per region).
 	Records, RecordBytes int
 	// SLO on each 1-s window's p99 (default 50ms).
 	SLO  time.Duration
@@ -73,14 +73,14 @@ func (o *AutoscaleOptions) defaults() error {
 	if o.Period == 0 {
 		o.Period = 5 * time.Second
 	}
-	def(&o.Low, 150)
-	def(&o.High, 1100)
+	def(&o.Low, 250)
+	def(&o.High, 1600)
 	def(&o.FlashFactor, 1.5)
 	defInt(&o.StartNodes, 2)
 	defInt(&o.MaxNodes, 6)
 	def(&o.NodeCapacityOps, 600)
-	def(&o.NodeBandwidth, 16e6)
-	defInt(&o.Records, 20_000)
+	def(&o.NodeBandwidth, 4e6)
+	defInt(&o.Records, 40_000)
 	defInt(&o.RecordBytes, 2048)
 	if o.SLO == 0 {
 		o.SLO = 50 * time.Millisecond
@@ -154,11 +154,11 @@ func AutoscaleEmulated(ctx context.Context, o AutoscaleOptions) (*AutoscaleResul
 	return res, nil
 }
 
-// emuAction is an action in flight.
+// emuAction is an action in flight: the nodes one decision adds or removes.
 type emuAction struct {
 	AutoscaleAction
 	start time.Time
-	nd    *node.Node
+	nodes []*node.Node
 	done  bool
 }
 
@@ -271,7 +271,7 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 		n := 0
 		for _, a := range actions {
 			if !a.done && a.Kind == kind {
-				n++
+				n += len(a.nodes)
 			}
 		}
 		return n
@@ -283,12 +283,14 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 			if a.done {
 				continue
 			}
-			ok := false
-			switch a.Kind {
-			case "join":
-				ok = len(st.Moves) == 0 && stateOf(watcher, a.nd.ID()) == metadata.NodeActive && holdsShare(st, a.Node)
-			case "decommission":
-				ok = heldByName(st, a.Node) == 0 && len(st.Moves) == 0
+			ok := len(st.Moves) == 0
+			for _, nd := range a.nodes {
+				switch a.Kind {
+				case "join":
+					ok = ok && stateOf(watcher, nd.ID()) == metadata.NodeActive && holdsShare(st, nd.Name())
+				case "decommission":
+					ok = ok && heldByName(st, nd.Name()) == 0
+				}
 			}
 			if !ok {
 				continue
@@ -300,11 +302,36 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 			}
 			ctrl.ObserveMigration(a.From, a.To, time.Since(a.start))
 			if a.Kind == "decommission" {
-				c.Remove(a.nd)
+				for _, nd := range a.nodes {
+					c.Remove(nd)
+				}
 			}
+			var names []string
+			for _, nd := range a.nodes {
+				names = append(names, nd.Name())
+			}
+			a.Node = strings.Join(names, ",")
 			fmt.Fprintf(o.Log, "    %s %s: %d → %d nodes, predicted %.1fs, took %.1fs\n", a.Kind, a.Node, a.From, a.To, a.PredictedS, a.TookS)
 		}
 	}
+	// Completion is watched every 100 ms (the migration times are measured, not rounded to
+	// periods).
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-watchCtx.Done():
+				return
+			case <-t.C:
+				mu.Lock()
+				finish()
+				mu.Unlock()
+			}
+		}
+	}()
 	utilSum := 0.0
 	for i := range day {
 		select {
@@ -313,7 +340,6 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 		case <-time.After(time.Until(start.Add(time.Duration(i+1) * o.Period))):
 		}
 		mu.Lock()
-		finish()
 		// The observation: the load the region's nodes report (their coordinated requests).
 		st := watcher.ClusterStatus()
 		load, serving := 0.0, 0
@@ -324,8 +350,10 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 			load += ns.LoadOps
 			joining := false
 			for _, a := range actions {
-				if !a.done && a.Kind == "join" && a.Node == ns.Name {
-					joining = true
+				for _, nd := range a.nodes {
+					if !a.done && a.Kind == "join" && nd.Name() == ns.Name {
+						joining = true
+					}
 				}
 			}
 			if !joining {
@@ -353,31 +381,36 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 		at := time.Since(start).Seconds()
 		switch {
 		case target > size:
-			for k := range target - size {
+			a := &emuAction{AutoscaleAction: AutoscaleAction{Kind: "join", From: size, To: target, AtS: at, PredictedS: predicted.Seconds()}, start: time.Now()}
+			for range target - size {
 				nd, err := c.Join(ctx, region)
 				if err != nil {
 					mu.Unlock()
 					return run, err
 				}
-				a := &emuAction{AutoscaleAction: AutoscaleAction{Kind: "join", Node: nd.Name(), From: size + k, To: size + k + 1, AtS: at,
-					PredictedS: ctrl.Model().Duration(size, target).Seconds()}, start: time.Now(), nd: nd}
-				actions = append(actions, a)
+				a.nodes = append(a.nodes, nd)
 			}
+			actions = append(actions, a)
 		case target < serving && joins == 0 && leaves == 0:
-			// The newest serving node leaves (never a metadata voter: the first node).
+			// The newest serving nodes leave (never the first: a metadata voter).
 			nodes := regionNodes()
+			a := &emuAction{AutoscaleAction: AutoscaleAction{Kind: "decommission", From: serving, To: target, AtS: at, PredictedS: predicted.Seconds()}, start: time.Now()}
 			for k := 0; k < serving-target && len(nodes)-1-k > 0; k++ {
 				nd := nodes[len(nodes)-1-k]
 				if _, _, err := watcher.SetNodeState(ctx, nd.Name(), metadata.NodeDecommissioning, 20*time.Second); err != nil {
 					mu.Unlock()
 					return run, fmt.Errorf("decommission %s: %w", nd.Name(), err)
 				}
-				actions = append(actions, &emuAction{AutoscaleAction: AutoscaleAction{Kind: "decommission", Node: nd.Name(), From: serving - k, To: serving - k - 1, AtS: at,
-					PredictedS: predicted.Seconds()}, start: time.Now(), nd: nd})
+				a.nodes = append(a.nodes, nd)
+			}
+			if len(a.nodes) > 0 {
+				a.To = a.From - len(a.nodes)
+				actions = append(actions, a)
 			}
 		}
 		mu.Unlock()
 	}
+	stopWatch()
 	stopLoad()
 	r := <-done
 	if r.err != nil && r.r == nil {
@@ -399,6 +432,9 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 	for _, a := range actions {
 		if !a.done {
 			a.TookS = -1
+			for _, nd := range a.nodes {
+				a.Node += nd.Name() + " "
+			}
 		}
 		run.Actions = append(run.Actions, a.AutoscaleAction)
 		if a.done && seen[a.Kind] {
