@@ -43,8 +43,18 @@ func (r *RLS) Update(x []float64, y float64) {
 	kx.Outer(1, &k, &xtp)
 	r.p.Sub(r.p, &kx)
 	r.p.Scale(1/r.lambda, r.p)
+	// Covariance windup: in directions the samples do not excite (BwMan's read rate and
+	// read bytes move together when values have one size), dividing by λ every step makes P
+	// grow without bound, and the next sample that strays there swings the weights wildly.
+	// Bounding P's trace (Åström & Wittenmark, Adaptive Control, 11.3) keeps the gain finite.
+	if tr := mat.Trace(r.p); tr > maxTraceP {
+		r.p.Scale(maxTraceP/tr, r.p)
+	}
 	r.n++
 }
+
+// maxTraceP bounds the trace of P: the prior's (1e6 per weight) for up to ten weights.
+const maxTraceP = 1e7
 
 // Predict returns w·x.
 func (r *RLS) Predict(x []float64) float64 {

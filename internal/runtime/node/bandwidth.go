@@ -209,6 +209,7 @@ func (n *Node) bandwidthLoop() {
 			// A decision is logged when it changes the rate by a fifth or its reason.
 			if prev := b.last; prev.Reason != d.Reason && (prev.SystemBytesPerSec == 0 || math.Abs(d.SystemBytesPerSec-prev.SystemBytesPerSec) > prev.SystemBytesPerSec/5) {
 				n.log.Info("bwman decision", "system_rate_bytes", int64(d.SystemBytesPerSec), "user_need_bytes", int64(d.UserNeedBytesPerSec),
+					"user_bytes", int64(s.UserBytesPerSec), "received_bytes", int64(s.ReceivedBytesPerSec),
 					"p99", s.P99, "reason", d.Reason)
 			}
 			b.last = d
