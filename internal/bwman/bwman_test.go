@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gonum.org/v1/gonum/mat"
 )
 
 // RLS finds the weights of a noisy linear relation, and follows them when they change.
@@ -143,5 +145,25 @@ func TestOptionsValidate(t *testing.T) {
 		if _, err := New(o); err == nil {
 			t.Errorf("%+v accepted", o)
 		}
+	}
+}
+
+// Covariance windup: 600 periods in which reads and read bytes move together (one value size)
+// leave the other directions unexcited; P stays bounded, and one period at another value size
+// moves the prediction by no more than the sample's own error.
+func TestRLSNoWindup(t *testing.T) {
+	r := NewRLS(3, 0.95)
+	for i := range 600 {
+		reads := 100 + float64(i%7)
+		r.Update([]float64{1, reads, reads * 4096}, reads*4096*1.1)
+	}
+	if tr := mat.Trace(r.p); tr > maxTraceP*1.0001 {
+		t.Fatalf("trace of P %g, bound %g", tr, maxTraceP)
+	}
+	before := r.Predict([]float64{1, 103, 103 * 4096})
+	r.Update([]float64{1, 103, 103 * 2048}, 103*2048*1.1) // half-size values once
+	after := r.Predict([]float64{1, 103, 103 * 4096})
+	if math.Abs(after-before) > 103*2048*1.1 {
+		t.Fatalf("one stray sample swung the prediction from %.0f to %.0f", before, after)
 	}
 }
