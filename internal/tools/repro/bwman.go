@@ -26,18 +26,18 @@ type BwManOptions struct {
 	Topology *topology.Topology
 	// NodesPerRegion at the start (default 2).
 	NodesPerRegion int
-	// Records of RecordBytes loaded before the run (default 100,000 of 4 KiB: 400 MiB per
+	// Records of RecordBytes loaded before the run (default 20,000 of 4 KiB: 80 MB per
 	// region, half of it on each node).
 	Records, RecordBytes int
-	// NodeCapacityOps and NodeBandwidth (bytes/s) model each node (defaults 3000 and 64 MB/s).
+	// NodeCapacityOps and NodeBandwidth (bytes/s) model each node (defaults 500 and 2 MB/s:
+	// slow enough links that the emulated nodes, not the host's cores, limit the moves).
 	NodeCapacityOps, NodeBandwidth float64
-	// RatePerRegion is the clients' open-loop rate (ops/s per region; default 900: a QUORUM
-	// operation takes two node requests, so each of the six nodes serves about 900 requests/s,
-	// 30% of its capacity, 60% once its region is down to one node).
+	// RatePerRegion is the clients' open-loop rate (ops/s per region; default 150: the
+	// clients use about a fifth of the links).
 	RatePerRegion float64
-	// SLO is the p99 latency a 1-s window must hold (default 25ms).
+	// SLO is the p99 latency a 1-s window must hold (default 100ms, bwman.slo_p99's).
 	SLO time.Duration
-	// StaticCaps are the static caps tried, as shares of NodeBandwidth (default 0.1, 0.25, 0.5).
+	// StaticCaps are the static caps tried, as shares of NodeBandwidth (default 0.25, 0.5).
 	StaticCaps []float64
 	// Modes run (default off, static, auto).
 	Modes []string
@@ -57,25 +57,25 @@ func (o *BwManOptions) defaults() error {
 		o.NodesPerRegion = 2
 	}
 	if o.Records == 0 {
-		o.Records = 100_000
+		o.Records = 20_000
 	}
 	if o.RecordBytes == 0 {
 		o.RecordBytes = 4096
 	}
 	if o.NodeCapacityOps == 0 {
-		o.NodeCapacityOps = 3000
+		o.NodeCapacityOps = 500
 	}
 	if o.NodeBandwidth == 0 {
-		o.NodeBandwidth = 64e6
+		o.NodeBandwidth = 2e6
 	}
 	if o.RatePerRegion == 0 {
-		o.RatePerRegion = 900
+		o.RatePerRegion = 150
 	}
 	if o.SLO == 0 {
-		o.SLO = 25 * time.Millisecond
+		o.SLO = 100 * time.Millisecond
 	}
 	if len(o.StaticCaps) == 0 {
-		o.StaticCaps = []float64{0.1, 0.25, 0.5}
+		o.StaticCaps = []float64{0.25, 0.5}
 	}
 	if len(o.Modes) == 0 {
 		o.Modes = []string{"off", "static", "auto"}
