@@ -27,7 +27,10 @@ func benchAutoscaleCmd() *cobra.Command {
 				return fmt.Errorf("bench autoscale: --days %d must exceed the %d warm-up days", o.Days, max(o.WarmupDays, 2))
 			}
 			if emulated {
-				eo.Policies = splitTrimmed(policies)
+				eo.Interference = interference
+				if cmd.Flags().Changed("policies") || !interference {
+					eo.Policies = splitTrimmed(policies)
+				}
 				eo.Log = os.Stderr
 				res, err := repro.AutoscaleEmulated(cmd.Context(), eo)
 				if err != nil {
@@ -67,6 +70,6 @@ func benchAutoscaleCmd() *cobra.Command {
 	f.DurationVar(&eo.Period, "emulated-period", 5*time.Second, "with --emulated: the control period")
 	f.StringVar(&jsonOut, "json", "", "with --emulated: write the results as JSON")
 	f.StringVar(&mdOut, "markdown", "", "with --emulated: write the tables as Markdown")
-	f.BoolVar(&interference, "interference", false, "Hubbub-scale: slow two nodes 1.5× and 2× mid-run; interference-oblivious vs aware ProRenaTa")
+	f.BoolVar(&interference, "interference", false, "Hubbub-scale: slow two nodes 1.5× and 2× mid-run; interference-oblivious vs aware ProRenaTa (with --emulated: on the emulated cluster, the placement driver's detector)")
 	return cmd
 }

@@ -66,6 +66,9 @@ type Elasticity struct {
 	// StalledAfter: a replica move in flight this long is aborted, whatever held it up (its
 	// partition goes back to the old replicas, which kept serving).
 	StalledAfter time.Duration `yaml:"stalled_after"` // default 10m
+	// Interference: the driver detects nodes slowed by their hosts (Hubbub-scale,
+	// internal/hubbub) and gives them a smaller share of replicas. Default on.
+	Interference *bool `yaml:"interference"`
 }
 
 // BwMan configures each node's bandwidth arbiter (internal/bwman; docs/elasticity.md, "BwMan"):
@@ -101,6 +104,9 @@ type BwMan struct {
 
 // DriverOn reports whether the placement driver runs.
 func (e Elasticity) DriverOn() bool { return e.Driver == nil || *e.Driver }
+
+// InterferenceOn reports whether the driver acts on interference.
+func (e Elasticity) InterferenceOn() bool { return e.Interference == nil || *e.Interference }
 
 // Metadata configures the cluster metadata group: the Raft group that holds keyspaces,
 // placement and membership. Its voters are a few nodes spread over the regions; every other

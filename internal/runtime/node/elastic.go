@@ -100,6 +100,8 @@ type elastic struct {
 	host      *hostSignals
 	detectors map[string]*hubbub.Detector
 	flagged   map[string]bool // nodes flagged at the last round (transitions are logged)
+	// interfered is the last round's flagged nodes and their index (Interference()).
+	interfered map[string]float64
 
 	ops                          atomic.Int64
 	splits, merges, movesStarted atomic.Int64
@@ -287,7 +289,14 @@ func (n *Node) collectStats(now time.Time, interval time.Duration) *peerpb.NodeS
 	defer n.el.mu.Unlock()
 	n.el.seq++
 	st := &peerpb.NodeStats{Seq: n.el.seq, SentUnixNanos: now.UnixNano(), Cpu: n.cpuLoad(now), ServiceUs: n.el.service.mean()}
-	if n.opts.LoadMeter == nil {
+	if n.opts.ServiceMeter != nil {
+		st.ServiceUs = float64(n.opts.ServiceMeter().Microseconds())
+	}
+	switch {
+	case n.opts.HostMeter != nil:
+		steal, sched := n.opts.HostMeter()
+		st.HostMeasured, st.StealShare, st.SchedP99Us = true, steal, float64(sched.Microseconds())
+	case n.opts.LoadMeter == nil:
 		// A host of its own (an emulated node shares its process's host with the others:
 		// the host's signals are not its own).
 		if n.el.host == nil {
@@ -358,6 +367,10 @@ func (n *Node) cpuLoad(now time.Time) float64 {
 // share, takes replicas from them first and gives them none). Called by the driving node
 // every planning round, with n.el.mu held.
 func (n *Node) markInterference(members []elascass.Member) {
+	if !n.opts.Cluster.Elasticity.InterferenceOn() {
+		return
+	}
+	n.el.interfered = map[string]float64{}
 	byRegion := map[string][]int{}
 	for i, m := range members {
 		ps, ok := n.el.peers[m.ID]
@@ -411,6 +424,7 @@ func (n *Node) markInterference(members []elascass.Member) {
 		for k, s := range det.Observe(samples) {
 			if s.Interfered {
 				members[idx[k]].Interference = s.Index
+				n.el.interfered[s.Node] = s.Index
 			}
 			if s.Interfered != n.el.flagged[s.Node] {
 				n.el.flagged[s.Node] = s.Interfered
@@ -418,6 +432,18 @@ func (n *Node) markInterference(members []elascass.Member) {
 			}
 		}
 	}
+}
+
+// Interference returns the nodes the driver flagged as interfered at its last planning round,
+// with their index (empty on a node that does not drive).
+func (n *Node) Interference() map[string]float64 {
+	n.el.mu.Lock()
+	defer n.el.mu.Unlock()
+	out := make(map[string]float64, len(n.el.interfered))
+	for k, v := range n.el.interfered {
+		out[k] = v
+	}
+	return out
 }
 
 func median(v []float64) float64 {

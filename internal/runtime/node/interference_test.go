@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"meridian/internal/config"
 	"meridian/internal/elascass"
 	"meridian/internal/wire/peerpb"
 )
@@ -12,8 +13,12 @@ import (
 // steals more than theirs is flagged within two rounds; the same slow node is not flagged when
 // every node shares the steal (one busy host), nor when the nodes have no host of their own.
 func TestMarkInterference(t *testing.T) {
+	off := false
 	run := func(steal func(id uint32) float64, measured bool) float64 {
-		n := &Node{log: slog.New(slog.DiscardHandler)}
+		n := &Node{log: slog.New(slog.DiscardHandler), opts: Options{Cluster: &config.Cluster{}}}
+		if off {
+			n.opts.Cluster.Elasticity.Interference = new(bool) // interference: false
+		}
 		n.el.peers = map[uint32]peerStats{}
 		members := []elascass.Member{}
 		for id := uint32(1); id <= 3; id++ {
@@ -49,5 +54,9 @@ func TestMarkInterference(t *testing.T) {
 	}
 	if got := run(func(id uint32) float64 { return map[bool]float64{true: 0.3, false: 0.01}[id == 3] }, false); got != 0 {
 		t.Fatalf("nodes without a host of their own: flagged (%v)", got)
+	}
+	off = true
+	if got := run(func(id uint32) float64 { return map[bool]float64{true: 0.3, false: 0.01}[id == 3] }, true); got != 0 {
+		t.Fatalf("elasticity.interference off: flagged (%v)", got)
 	}
 }

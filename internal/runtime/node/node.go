@@ -46,6 +46,12 @@ type Options struct {
 	// LoadMeter, when set, measures the node's utilisation in [0, 1] for the placement
 	// driver (an emulated node's service capacity); default the process's CPU.
 	LoadMeter func() float64
+	// ServiceMeter and HostMeter, when set, replace Hubbub-scale's sensors (an emulated
+	// node: its request time at its service queue, its emulated host's steal and scheduler
+	// latency); default: the requests' time at this node, and /proc and the Go runtime when
+	// the node has a host of its own (LoadMeter unset).
+	ServiceMeter func() time.Duration
+	HostMeter    func() (stealShare float64, schedLatency time.Duration)
 	// DataDir holds the node's Pebble store.
 	DataDir string
 	// FS is the filesystem for storage; default the OS filesystem.

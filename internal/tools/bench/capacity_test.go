@@ -42,3 +42,30 @@ func TestCapacityUtilisation(t *testing.T) {
 		t.Fatalf("half-busy node reads %.3f", u)
 	}
 }
+
+// A slowed node's slots take factor× as long, its service meter shows it, and its emulated host
+// reports the stolen share; back to 1, both are back to normal.
+func TestCapacitySlowdown(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := &capacity{per: time.Millisecond, clock: func() time.Time { return now }}
+	c.reserve()
+	if got := c.serviceTime(); got != time.Millisecond {
+		t.Fatalf("one slot on an idle node: %v", got)
+	}
+	now = now.Add(time.Second)
+	c.slow = 2
+	c.reserve()
+	if got := c.serviceTime(); got != 2*time.Millisecond {
+		t.Fatalf("one slot slowed 2×: %v", got)
+	}
+	if steal, _ := c.host(); steal != 0.5 {
+		t.Fatalf("slowed 2×: steal %v, want 0.5", steal)
+	}
+	c.slow = 1
+	if steal, _ := c.host(); steal != 0 {
+		t.Fatalf("not slowed: steal %v", steal)
+	}
+	if got := c.serviceTime(); got != 0 {
+		t.Fatalf("no slot since the last reading: %v", got)
+	}
+}

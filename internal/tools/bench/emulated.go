@@ -88,6 +88,39 @@ type capacity struct {
 	// clientSlots and peerSlots count the service slots booked by client requests at this
 	// node and by requests from peers (Cluster.Work).
 	clientSlots, peerSlots atomic.Int64
+	// slow stretches every slot (Cluster.SetSlowdown: a noisy neighbour on the emulated
+	// host); 0 or 1: none.
+	slow float64
+	// waited and slots sum the time from booking to the end of each slot (queue and
+	// service) for the service meter; lastWaited and lastSlots are its previous reading.
+	waited                time.Duration
+	slots                 int64
+	lastWaited, lastSlots int64
+}
+
+// serviceTime is the mean time a request spent at this emulated node (its queue and its
+// service) since the last call: the request time Hubbub-scale's detector compares
+// (node.Options.ServiceMeter).
+func (c *capacity) serviceTime() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	dn, dw := c.slots-c.lastSlots, int64(c.waited)-c.lastWaited
+	c.lastSlots, c.lastWaited = c.slots, int64(c.waited)
+	if dn <= 0 {
+		return 0
+	}
+	return time.Duration(dw / dn)
+}
+
+// host is the emulated host's signal: a node slowed f× lost 1 − 1/f of its CPU to its
+// neighbour, which the hypervisor reports as steal (node.Options.HostMeter).
+func (c *capacity) host() (steal float64, sched time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.slow > 1 {
+		return 1 - 1/c.slow, 0
+	}
+	return 0, 0
 }
 
 // utilisation is the share of the time since the last call the node spent serving: the
@@ -135,8 +168,14 @@ func (c *capacity) reserve() (time.Time, bool) {
 	if start.Sub(now) > maxQueue {
 		return time.Time{}, false
 	}
-	c.next = start.Add(c.per)
-	c.busy += c.per
+	per := c.per
+	if c.slow > 1 {
+		per = time.Duration(float64(per) * c.slow)
+	}
+	c.next = start.Add(per)
+	c.busy += per
+	c.waited += c.next.Sub(now)
+	c.slots++
 	return c.next, true
 }
 
@@ -256,7 +295,7 @@ func (c *Cluster) startNode(nd config.Node, self *config.Node, clockOffset time.
 		},
 	}
 	if cp != nil {
-		opts.LoadMeter = cp.utilisation
+		opts.LoadMeter, opts.ServiceMeter, opts.HostMeter = cp.utilisation, cp.serviceTime, cp.host
 	}
 	n, err := node.Start(opts)
 	if err != nil {
@@ -297,6 +336,29 @@ func (c *Cluster) Join(ctx context.Context, region string) (*node.Node, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.Nodes[len(c.Nodes)-1], nil
+}
+
+// SetSlowdown stretches every service slot of the named node by factor (a noisy neighbour
+// on its emulated host; 1: none) and makes its emulated host report the stolen share.
+func (c *Cluster) SetSlowdown(name string, factor float64) error {
+	if !(factor >= 1) {
+		return fmt.Errorf("bench: slowdown %v: want ≥ 1", factor)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for j, n := range c.Nodes {
+		if n.Name() == name {
+			cp := c.caps[j]
+			if cp == nil {
+				return fmt.Errorf("bench: node %s has no emulated capacity to slow", name)
+			}
+			cp.mu.Lock()
+			cp.slow = factor
+			cp.mu.Unlock()
+			return nil
+		}
+	}
+	return fmt.Errorf("bench: no node %s", name)
 }
 
 // Remove stops and forgets node n (after it was decommissioned).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"meridian/internal/autoscale"
 	"meridian/internal/config"
 	"meridian/internal/elascass"
+	"meridian/internal/hubbub"
 	"meridian/internal/metadata"
 	"meridian/internal/runtime/node"
 	"meridian/internal/tools/bench"
@@ -43,9 +45,17 @@ type AutoscaleOptions struct {
 	// Records of RecordBytes (defaults 40,000 of 2 KiB: 80 MB per region).
 	Records, RecordBytes int
 	// SLO on each 1-s window's p99 (default 50ms).
-	SLO  time.Duration
-	Seed uint64
-	Log  io.Writer
+	SLO time.Duration
+	// Interference runs Hubbub-scale's comparison instead: ProRenaTa oblivious
+	// ("oblivious": elasticity.interference off, the plan at nominal capacity) against aware
+	// ("aware": the driver's detector on, the plan told the capacity the flagged nodes lack,
+	// flagged nodes decommissioned first), flash crowds off, SlowNodes of the region's nodes
+	// (not its first) slowed by SlowFactors in turn over the middle half of the day.
+	Interference bool
+	SlowNodes    int
+	SlowFactors  []float64
+	Seed         uint64
+	Log          io.Writer
 }
 
 func (o *AutoscaleOptions) defaults() error {
@@ -58,6 +68,20 @@ func (o *AutoscaleOptions) defaults() error {
 	}
 	if len(o.Policies) == 0 {
 		o.Policies = []string{"prorenata", "reactive"}
+		if o.Interference {
+			o.Policies = []string{"oblivious", "aware"}
+		}
+	}
+	if o.Interference {
+		if o.SlowNodes == 0 {
+			o.SlowNodes = 2
+		}
+		if len(o.SlowFactors) == 0 {
+			o.SlowFactors = []float64{1.5, 2}
+		}
+		if o.StartNodes == 0 {
+			o.StartNodes = o.SlowNodes + 1
+		}
 	}
 	def := func(v *float64, d float64) {
 		if *v == 0 {
@@ -126,7 +150,11 @@ type AutoscaleRun struct {
 	// MigrationErrMean is the mean |predicted − took| / took over the actions after the first
 	// of each kind (the model calibrates on the first).
 	MigrationErrMean float64
-	Timeline         []bench.TimePoint
+	// Interference runs: the windows of the slowdown and those over the SLO, and per slowed
+	// node the periods from the slowdown to the driver flagging it (-1: never).
+	SlowWindows, SlowViolating int
+	DetectionPeriods           []int
+	Timeline                   []bench.TimePoint
 }
 
 // AutoscaleResult is the experiment.
@@ -142,8 +170,8 @@ func AutoscaleEmulated(ctx context.Context, o AutoscaleOptions) (*AutoscaleResul
 	}
 	res := &AutoscaleResult{Options: o}
 	for _, p := range o.Policies {
-		if p != "prorenata" && p != "reactive" {
-			return nil, fmt.Errorf("bench autoscale --emulated: policy %q: want prorenata or reactive", p)
+		if p != "prorenata" && p != "reactive" && p != "oblivious" && p != "aware" {
+			return nil, fmt.Errorf("bench autoscale --emulated: policy %q: want prorenata, reactive, oblivious or aware", p)
 		}
 		r, err := autoscaleRun(ctx, o, p)
 		if err != nil {
@@ -167,6 +195,8 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 	fmt.Fprintf(o.Log, "  %s\n", policy)
 	region := o.Topology.Regions[0]
 	on := true
+	aware := policy == "aware"
+
 	bw := config.BwMan{Mode: "auto", LinkBandwidth: fmt.Sprintf("%dB", int64(o.NodeBandwidth)), SLOP99: o.SLO}
 	c, err := bench.StartCluster(bench.ClusterOptions{
 		Topology: o.Topology, NodesPerRegion: o.StartNodes, Seed: o.Seed,
@@ -175,7 +205,8 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 				"split_ops": "0", "split_bytes": "1GiB", "merge_bytes": "1MiB", "min_partitions": "24"}},
 		NodeCapacityOps: o.NodeCapacityOps, NodeBandwidth: o.NodeBandwidth,
 		Elasticity: &config.Elasticity{Driver: &on, Strategy: string(elascass.TwoPhase), Interval: 250 * time.Millisecond,
-			MaxMovesPerNode: 4, MaxMoves: 64, DeadAfter: time.Hour, TargetByteImbalance: -1, TargetLoadImbalance: -1},
+			MaxMovesPerNode: 4, MaxMoves: 64, DeadAfter: time.Hour, TargetByteImbalance: -1, TargetLoadImbalance: -1,
+			Interference: &aware},
 		BwMan: &bw, Logger: benchLogger(), MetadataVoters: firstNodes(o.Topology),
 	})
 	if err != nil {
@@ -227,6 +258,9 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 	// The trace: three days, the first two the predictor's history, the third run.
 	so := scalesim.Options{Period: o.Period, Season: o.Season, Days: 3, WarmupDays: 2, Low: o.Low, High: o.High,
 		FlashCrowds: 2, FlashPeriods: 2, FlashFactor: o.FlashFactor, Seed: o.Seed}
+	if o.Interference {
+		so.FlashCrowds = -1 // the slowdown is the only surprise
+	}
 	trace := scalesim.Trace(so)
 	day := trace[2*o.Season:]
 	data := 0.0
@@ -333,13 +367,53 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 		}
 	}()
 	utilSum := 0.0
+	// The slowdown (interference runs): the region's nodes 2..SlowNodes+1 over the middle half.
+	slowStart, slowEnd := len(day)/4, 3*len(day)/4
+	var slowed []string
+	if o.Interference {
+		for k, nd := range regionNodes()[1:] {
+			if k < o.SlowNodes {
+				slowed = append(slowed, nd.Name())
+			}
+		}
+		run.DetectionPeriods = make([]int, len(slowed))
+		for k := range run.DetectionPeriods {
+			run.DetectionPeriods[k] = -1
+		}
+	}
 	for i := range day {
 		select {
 		case <-ctx.Done():
 			return run, ctx.Err()
 		case <-time.After(time.Until(start.Add(time.Duration(i+1) * o.Period))):
 		}
+		if o.Interference && (i+1 == slowStart || i+1 == slowEnd) {
+			for k, name := range slowed {
+				f := o.SlowFactors[k%len(o.SlowFactors)]
+				if i+1 == slowEnd {
+					f = 1
+				}
+				if err := c.SetSlowdown(name, f); err != nil {
+					return run, err
+				}
+			}
+		}
 		mu.Lock()
+		flagged := map[string]float64{}
+		if aware {
+			// Hubbub-scale: the driver's flags; the plan covers what the flagged nodes lack.
+			flagged = watcher.Interference()
+			loss := 0.0
+			for _, index := range flagged {
+				loss += run.CapacityPerNode - hubbub.EffectiveCapacity(run.CapacityPerNode, index)
+			}
+			ctrl.SetInterferenceLoss(loss)
+			for k, name := range slowed {
+				if _, ok := flagged[name]; ok && run.DetectionPeriods[k] < 0 && i+1 >= slowStart {
+					run.DetectionPeriods[k] = i + 1 - slowStart
+				}
+			}
+		}
 		// The observation: the load the region's nodes report (their coordinated requests).
 		st := watcher.ClusterStatus()
 		load, serving := 0.0, 0
@@ -368,7 +442,7 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 		var target int
 		var predicted time.Duration
 		switch policy {
-		case "prorenata":
+		case "prorenata", "oblivious", "aware":
 			d := ctrl.Step(load, size)
 			target, predicted = d.Nodes, d.Migration
 		case "reactive":
@@ -392,8 +466,20 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 			}
 			actions = append(actions, a)
 		case target < serving && joins == 0 && leaves == 0:
-			// The newest serving nodes leave (never the first: a metadata voter).
+			// The newest serving nodes leave (never the first: a metadata voter); an aware
+			// controller sends interfered nodes first (Hubbub-scale's preferred sources).
 			nodes := regionNodes()
+			slices.SortStableFunc(nodes[1:], func(x, y *node.Node) int {
+				_, fx := flagged[x.Name()]
+				_, fy := flagged[y.Name()]
+				switch {
+				case fx && !fy:
+					return 1 // flagged at the end, where the victims are taken from
+				case fy && !fx:
+					return -1
+				}
+				return 0
+			})
 			a := &emuAction{AutoscaleAction: AutoscaleAction{Kind: "decommission", From: serving, To: target, AtS: at, PredictedS: predicted.Seconds()}, start: time.Now()}
 			for k := 0; k < serving-target && len(nodes)-1-k > 0; k++ {
 				nd := nodes[len(nodes)-1-k]
@@ -419,8 +505,15 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 	run.Timeline = r.r.Timeline
 	for _, tp := range run.Timeline {
 		run.Windows++
-		if tp.P99Ms > float64(o.SLO.Microseconds())/1000 {
+		over := tp.P99Ms > float64(o.SLO.Microseconds())/1000
+		if over {
 			run.Violating++
+		}
+		if at := time.Duration(tp.TSec * float64(time.Second)); o.Interference && at >= time.Duration(slowStart)*o.Period && at < time.Duration(slowEnd)*o.Period {
+			run.SlowWindows++
+			if over {
+				run.SlowViolating++
+			}
 		}
 	}
 	if run.Windows > 0 {
@@ -452,12 +545,23 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 func (r *AutoscaleResult) Markdown() string {
 	o := r.Options
 	var b strings.Builder
-	fmt.Fprintf(&b, "One compressed day (%d periods of %v; load %.0f-%.0f ops/s with 2 flash crowds ×%.1f) on region %s of %s (YCSB B at ONE/QUORUM, %d records of %d B; nodes of %.0f service slots/s and %.0f MB/s; BwMan on); the predictor trained on the two days before; SLO: p99 of a 1-s window ≤ %v.\n\n",
-		o.Season, o.Period, o.Low, o.High, o.FlashFactor, o.Topology.Regions[0], o.Topology.Name, o.Records, o.RecordBytes, o.NodeCapacityOps, o.NodeBandwidth/1e6, o.SLO)
+	surges := fmt.Sprintf("with 2 flash crowds ×%.1f", o.FlashFactor)
+	if o.Interference {
+		surges = "without flash crowds"
+	}
+	fmt.Fprintf(&b, "One compressed day (%d periods of %v; load %.0f-%.0f ops/s %s) on region %s of %s (YCSB B at ONE/QUORUM, %d records of %d B; nodes of %.0f service slots/s and %.0f MB/s; BwMan on); the predictor trained on the two days before; SLO: p99 of a 1-s window ≤ %v.\n\n",
+		o.Season, o.Period, o.Low, o.High, surges, o.Topology.Regions[0], o.Topology.Name, o.Records, o.RecordBytes, o.NodeCapacityOps, o.NodeBandwidth/1e6, o.SLO)
 	b.WriteString("| policy | windows over the SLO | mean utilisation | node-seconds | vs oracle | actions | migration-time prediction error (after the first of each kind) |\n|---|---|---|---|---|---|---|\n")
 	for _, x := range r.Runs {
 		fmt.Fprintf(&b, "| %s | %d of %d (%.1f%%) | %.0f%% | %.0f | %+.0f%% | %d | %.0f%% |\n", x.Policy, x.Violating, x.Windows, 100*x.ViolatingShare,
 			100*x.Utilization, x.NodeSeconds, 100*(x.NodeSeconds/x.OracleNodeSeconds-1), len(x.Actions), 100*x.MigrationErrMean)
+	}
+	if o.Interference {
+		fmt.Fprintf(&b, "\nHubbub-scale: %d nodes slowed ×%v over periods %d-%d.\n\n| controller | windows over the SLO during the slowdown | detection (periods, per slowed node) |\n|---|---|---|\n",
+			o.SlowNodes, o.SlowFactors, o.Season/4, 3*o.Season/4)
+		for _, x := range r.Runs {
+			fmt.Fprintf(&b, "| %s | %d of %d | %v |\n", x.Policy, x.SlowViolating, x.SlowWindows, x.DetectionPeriods)
+		}
 	}
 	for _, x := range r.Runs {
 		fmt.Fprintf(&b, "\n%s (capacity calibrated at %.0f ops/s per node):\n\n| at (s) | action | node | nodes | predicted (s) | took (s) |\n|---|---|---|---|---|---|\n", x.Policy, x.CapacityPerNode)
