@@ -216,11 +216,7 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 	if err := LoadDirect(c, o.Records, o.RecordBytes, o.Seed); err != nil {
 		return run, err
 	}
-	w := ycsb.Defaults()
-	w.Name = "ycsb-b"
-	w.RecordCount, w.FieldCount, w.FieldLength = o.Records, 1, o.RecordBytes
-	w.ReadProportion, w.UpdateProportion = 0.95, 0.05
-	w.RequestDistribution = ycsb.DistUniform
+	w := ycsbB(o.Records, o.RecordBytes)
 	cfg := bench.Config{Protocol: config.ProtocolQuorum, ReadLevel: "ONE", WriteLevel: "QUORUM"}
 	regionNodes := func() []*node.Node {
 		var out []*node.Node

@@ -691,6 +691,15 @@ func hotspotWorkload(records, valueBytes int) ycsb.Workload {
 	return w
 }
 
+// ycsbB is YCSB B (95% reads, 5% updates, uniform keys) over records single-field values of
+// valueBytes: the client load of the BwMan and autoscaling experiments.
+func ycsbB(records, valueBytes int) ycsb.Workload {
+	w := hotspotWorkload(records, valueBytes)
+	w.Name = "ycsb-b"
+	w.RequestDistribution = ycsb.DistUniform
+	return w
+}
+
 // zipfWorkload is the zipfian (0.99) read-intensive workload of ElasCass Figs. 6-7.
 func zipfWorkload(records, valueBytes int) ycsb.Workload {
 	w := hotspotWorkload(records, valueBytes)
