@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"golang.org/x/time/rate"
 
 	"meridian/internal/config"
 	"meridian/internal/engine"
@@ -388,6 +389,14 @@ func (s *simulator) stepClock(i int) {
 // simMemTableBytes is the memtable size of the simulated nodes' storage.
 const simMemTableBytes = 128 << 10
 
+// simChunkBytes and simPullBytesPerSec shape the even seeds' snapshot pulls: a simulated
+// partition holds a few kilobytes, so 2 KiB chunks make a pull several chunks long, and 1 MiB/s
+// makes the bucket hold some of them back.
+const (
+	simChunkBytes      = 2 << 10
+	simPullBytesPerSec = 1 << 20
+)
+
 func (s *simulator) startNode(i int) error {
 	n := s.nodes[i]
 	// Small memtables: the in-memory filesystem copies a WAL file whole on each sync, so a
@@ -400,12 +409,21 @@ func (s *simulator) startNode(i int) error {
 	n.engine = e
 	// Anti-entropy runs every 500ms so that convergence happens within the quiescence
 	// window.
-	n.host = engine.NewHost(engine.Config{
+	cfg := engine.Config{
 		NodeID: n.cfg.ID, Nodes: s.cluster.Nodes, Topology: s.o.Topology, Limits: s.cluster.Limits,
 		AntiEntropyInterval: 500 * time.Millisecond, Mutation: s.o.Mutation, MaxClockOffset: s.cluster.Clock.MaxOffset,
 		MaxFutureVersion: s.cluster.Clock.MaxFutureVersion(),
 		RandSeed:         s.o.Seed<<20 ^ uint64(n.cfg.ID)<<8 ^ uint64(n.epoch),
-	}, e, nil)
+	}
+	if s.o.Seed%2 == 0 {
+		// Even seeds move data as BwMan shapes it (docs/elasticity.md): small chunks, and
+		// snapshot pulls paced by an inbound bucket (deterministic: it reads only the
+		// node's virtual clock), so that a pull held back by the bucket and resumed by a
+		// later tick meets the checkers too.
+		cfg.SystemChunkBytes = simChunkBytes
+		cfg.PullBudget = rate.NewLimiter(simPullBytesPerSec, 4*simChunkBytes)
+	}
+	n.host = engine.NewHost(cfg, e, nil)
 	// A restarted node reads the newest map from the metadata it follows.
 	n.pmap = s.pmap
 	n.host.SetPlacement(n.pmap)
