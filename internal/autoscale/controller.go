@@ -167,16 +167,23 @@ func New(o Options) (*Controller, error) {
 // Learn feeds the predictor a past period's load without deciding anything: the history a
 // controller starts from (the previous days' loads), so it does not spend two seasons learning.
 func (c *Controller) Learn(load float64) {
-	if !math.IsNaN(c.lastPred) && load > 0 {
-		c.errs = append(c.errs, math.Abs(c.lastPred-load)/load)
-		if len(c.errs) > c.opts.ErrorWindow {
-			c.errs = c.errs[1:]
-		}
-	}
+	c.recordError(load)
 	c.pred.Observe(load)
 	c.lastPred = math.NaN()
 	if c.pred.Ready() {
 		c.lastPred = c.pred.Forecast(1)
+	}
+}
+
+// recordError keeps the relative error of the forecast made for the period that just ended
+// (the last ErrorWindow of them: the fallback's measure).
+func (c *Controller) recordError(load float64) {
+	if math.IsNaN(c.lastPred) || load <= 0 {
+		return
+	}
+	c.errs = append(c.errs, math.Abs(c.lastPred-load)/load)
+	if len(c.errs) > c.opts.ErrorWindow {
+		c.errs = c.errs[1:]
 	}
 }
 
@@ -227,12 +234,7 @@ func (c *Controller) Step(load float64, nodes int) Decision {
 	o := c.opts
 	// The forecast error of the period that just ended, then learn it.
 	predictedNow := c.lastPred // what was forecast for this period
-	if !math.IsNaN(c.lastPred) && load > 0 {
-		c.errs = append(c.errs, math.Abs(c.lastPred-load)/load)
-		if len(c.errs) > o.ErrorWindow {
-			c.errs = c.errs[1:]
-		}
-	}
+	c.recordError(load)
 	c.pred.Observe(load)
 	reactiveN := c.nodesFor(load)
 	if !c.pred.Ready() {
