@@ -14,14 +14,14 @@ import (
 
 func simCmd() *cobra.Command {
 	var (
-		protocol, faults, topo, mutate, readLevel, writeLevel                                                string
-		seeds, mutationSeeds, replicaRegions, nodesPerRegion                                                 int
-		seedStart                                                                                            uint64
-		listMutations, mutations, roam, sessions, lin, verbose                                               bool
-		duration, maxOffset, quiesce, clockStep, partitionEvery, repartitionEvery, moveEvery, requestTimeout time.Duration
-		spikeProb, readFraction                                                                              float64
-		clientsPerRegion                                                                                     int
-		options                                                                                              []string
+		protocol, faults, topo, mutate, readLevel, writeLevel                                                                string
+		seeds, mutationSeeds, replicaRegions, nodesPerRegion                                                                 int
+		seedStart                                                                                                            uint64
+		listMutations, mutations, roam, sessions, lin, verbose                                                               bool
+		duration, maxOffset, quiesce, clockStep, partitionEvery, repartitionEvery, moveEvery, moveCheckAfter, requestTimeout time.Duration
+		spikeProb, readFraction                                                                                              float64
+		clientsPerRegion                                                                                                     int
+		options                                                                                                              []string
 	)
 	cmd := &cobra.Command{
 		Use:   "sim --protocol NAME [--seeds N] [--seed-start S] [--faults LIST|all|none] [--topology NAME] [--mutate NAME]",
@@ -69,7 +69,7 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 				Mutation: mutate, Roam: roam, NoSessions: !sessions, Linearizability: lin, Duration: duration,
 				ReplicaRegions: replicaRegions, NodesPerRegion: nodesPerRegion, KeyspaceOptions: map[string]string{},
 				DelaySpikeProb: spikeProb, MaxClockOffset: maxOffset, Quiesce: quiesce, ClockStepEvery: clockStep, PartitionEvery: partitionEvery, RequestTimeout: requestTimeout,
-				RepartitionEvery: repartitionEvery, MoveEvery: moveEvery,
+				RepartitionEvery: repartitionEvery, MoveEvery: moveEvery, MoveCheckAfter: moveCheckAfter,
 				ReadFraction: readFraction, ClientsPerRegion: clientsPerRegion}
 			if readFraction < 0 || readFraction > 1 {
 				return fmt.Errorf("--read-fraction %v out of range [0, 1]", readFraction)
@@ -88,6 +88,9 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 			}
 			if moveEvery < 0 || (moveEvery > 0 && moveEvery < time.Millisecond) {
 				return fmt.Errorf("--move-every %v: at least 1ms, or 0", moveEvery)
+			}
+			if moveCheckAfter < 0 || (moveCheckAfter > 0 && moveCheckAfter < time.Millisecond) {
+				return fmt.Errorf("--move-check-after %v: at least 1ms, or 0 for the default (4s)", moveCheckAfter)
 			}
 			if partitionEvery < 0 || (partitionEvery > 0 && partitionEvery < time.Millisecond) {
 				return fmt.Errorf("--partition-every %v: at least 1ms, or 0", partitionEvery)
@@ -171,6 +174,7 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 	f.Float64Var(&readFraction, "read-fraction", 0.5, "share of the clients' operations that are reads")
 	f.IntVar(&clientsPerRegion, "clients-per-region", 2, "sequential clients in each region")
 	f.DurationVar(&requestTimeout, "request-timeout", time.Second, "each client request's deadline")
+	f.DurationVar(&moveCheckAfter, "move-check-after", 0, "how long after its start (and after each check) the driver checks a replica move still in progress, aborting it if its new replica is down and otherwise by chance while the workload runs (0: 4s)")
 	f.DurationVar(&moveEvery, "move-every", 0, "start a replica move this often on average: a random replica to a node of its region that holds none, finished when the new replica has caught up, some aborted (protocols that move replicas; needs --nodes-per-region above the replicas per region; 0: never)")
 	f.DurationVar(&repartitionEvery, "repartition-every", 0, "split or merge a partition this often on average, each node installing the new map after its own delay (protocols that repartition; 0: never)")
 	f.DurationVar(&partitionEvery, "partition-every", 0, "with the partition fault, start a partition this often on average, one after another (0: one or two a run)")

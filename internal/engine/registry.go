@@ -173,6 +173,9 @@ type SimHints struct {
 	RepartitionEvery time.Duration
 	// MoveEvery, when set, starts a replica move this often on average.
 	MoveEvery time.Duration
+	// MoveCheckAfter, when set, is how often the driver checks (and may abort) a move in
+	// progress: quorum rules of a move show most when moves are aborted.
+	MoveCheckAfter time.Duration
 	// Linearizability, when set, checks the mutation's runs for linearizability too (a
 	// stale read by another client is a violation only there).
 	Linearizability bool

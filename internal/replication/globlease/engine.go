@@ -1,6 +1,7 @@
 package globlease
 
 import (
+	"math/rand/v2"
 	"time"
 
 	"meridian/internal/config"
@@ -39,11 +40,14 @@ type Engine struct {
 	*coord.Core
 	gl         *glState // nil until the first request or tick with a placement map
 	glCounters Counters
+	// rng draws the proposers' back-off (engine.Config.RandSeed: deterministic in the
+	// simulator).
+	rng *rand.Rand
 }
 
 // NewEngine returns node cfg.NodeID's GlobLease engine.
 func NewEngine(cfg engine.Config, store engine.Reader) *Engine {
-	e := &Engine{}
+	e := &Engine{rng: rand.New(rand.NewPCG(cfg.RandSeed, uint64(cfg.NodeID)^0x676c6f626c65))}
 	e.Core = coord.New(coord.Config{Config: cfg, Protocol: config.ProtocolGlobLease}, store, e)
 	return e
 }

@@ -576,3 +576,56 @@ func TestJointLeaseAcrossConfigurations(t *testing.T) {
 		})
 	}
 }
+
+// A proposer may propose its own value instead of the highest accepted one only when the
+// promises prove that no value was chosen: the members of the old replica set that promised
+// and report an accepted value, plus those that did not promise, are fewer than a majority.
+func TestNoneChosen(t *testing.T) {
+	e := newTestEngine(nil)
+	gp := &glPart{p: &placement.Partition{Replicas: []uint32{1, 3, 5}, Move: &placement.Move{ID: 1, Add: 2, Remove: 1}}}
+	accepted := &peerpb.GlPromise{Ok: true, Accepted: &peerpb.GlTable{Version: 2}}
+	empty := &peerpb.GlPromise{Ok: true}
+	for _, c := range []struct {
+		name     string
+		promises map[uint32]*peerpb.GlPromise
+		none     bool
+	}{
+		{"one acceptor of three accepted, all promised", map[uint32]*peerpb.GlPromise{1: accepted, 3: empty, 5: empty, 2: empty}, true},
+		{"one accepted, one silent: a majority may have accepted", map[uint32]*peerpb.GlPromise{1: accepted, 3: empty, 2: empty}, false},
+		{"none accepted, one silent", map[uint32]*peerpb.GlPromise{3: empty, 5: empty, 2: empty}, true},
+		{"two accepted", map[uint32]*peerpb.GlPromise{1: accepted, 3: accepted, 5: empty}, false},
+		// The new replica's promise proves nothing about the old set.
+		{"only the new replica and one stayer promised", map[uint32]*peerpb.GlPromise{2: empty, 3: empty}, false},
+	} {
+		if got := e.glNoneChosen(gp, &glProposal{promises: c.promises}); got != c.none {
+			t.Errorf("%s: none chosen = %v, want %v", c.name, got, c.none)
+		}
+	}
+}
+
+// Before the seal, acceptors admit a table that gives keys to the leaving replica (a value of
+// the configuration before the move that must be completed); after it, they refuse it, and a
+// table giving keys to the new replica is refused either way.
+func TestJointAdmitsLeftoverBeforeSeal(t *testing.T) {
+	region := map[uint32]string{1: "r1", 2: "r1", 3: "r2", 4: "r2", 5: "r3", 6: "r3"}
+	opts := config.GlobLeaseOptions{HomeRegion: "r2"}
+	p := &placement.Partition{Replicas: []uint32{1, 3, 5}, Move: &placement.Move{ID: 4, Add: 2, Remove: 1, Source: 3}, MoveEpoch: 4}
+	gp := &glPart{p: p, opts: &opts, config: glConfigOf(p)}
+	e := newTestEngine(region)
+	gp.table = newTable()
+	gp.table.config = glConfigOf(&placement.Partition{Replicas: []uint32{1, 3, 5}}) // chosen before the move
+	failover := gp.table.clone()
+	failover.subst[3] = 1 // n3's keys to the leaving n1
+	if why := e.glJointAdmits(gp, &failover); why != "" {
+		t.Fatalf("before the seal, acceptors refuse a leftover giving keys to the leaving replica: %s", why)
+	}
+	toNew := gp.table.clone()
+	toNew.subst[3] = 2
+	if why := e.glJointAdmits(gp, &toNew); why == "" {
+		t.Fatal("acceptors admit a table giving keys to the new replica before the seal")
+	}
+	gp.table.config = gp.config // sealed
+	if why := e.glJointAdmits(gp, &failover); why == "" {
+		t.Fatal("after the seal, acceptors admit a table giving keys to the leaving replica")
+	}
+}

@@ -197,6 +197,13 @@ type glPart struct {
 	// Acceptor side: when this node last acknowledged node X's heartbeat, and last heard one.
 	lastAckTo map[uint32]time.Time
 	lastHeard map[uint32]time.Time
+	// withholdAck: until when this acceptor acknowledges no heartbeat of node X for the
+	// partition, because it refused a value being completed that takes X's keys while it still
+	// acknowledged X (glAccept). Cleared when the table changes. At most one entry per member.
+	withholdAck map[uint32]time.Time
+	// seenRound: the highest round of this configuration an acceptor refused a promise for
+	// (GlPromise.promised); this node's next ballot goes past it.
+	seenRound uint64
 	// installedAt: when this node installed the partition (node start, or a keyspace created
 	// or given this node later). Failure detection counts silence from here, not from node
 	// start: a replica that learns of a keyspace after electionTimeout has not yet had a chance
@@ -255,6 +262,11 @@ type glProposal struct {
 	promises map[uint32]*peerpb.GlPromise
 	accepts  map[uint32]bool
 	deadline time.Time
+	// grace: until then phase 1 waits for more promises when a quorum's do not prove that
+	// no value was chosen (glMaybeAccept); half the round timeout.
+	grace time.Time
+	// leftBehind: value is an instance this node accepted and nobody finished (glPropose).
+	leftBehind bool
 }
 
 // home returns the replica of the partition in key's home region (the lowest node ID there).
@@ -406,14 +418,21 @@ func (c *Engine) glAdopt(now time.Time, gp *glPart, pb *peerpb.GlTable) {
 	// Every master the table names is a member of the partition in this node's map. A
 	// table made under another map (a node on the other side of a move step) may name a
 	// node this one does not know as a member yet or any more: it is refused until this
-	// node's map catches up, and a later version comes with the next heartbeat.
+	// node's map catches up, and a later version comes with the next heartbeat. A
+	// substitute for a home that is not a replica here (a move's new replica is not one
+	// yet) is left out of that check: no key of this map resolves through it (homes are
+	// replicas; the new replica's entry is normalised before the move may finish), so it is
+	// dormant. Such entries stay
+	// behind when homes leave (a table substituted n1 by n4, then both left by moves); a new
+	// replica that refused the table for them never learnt it, could not seal its move, and
+	// the move never finished (the simulator's move-progress check).
 	for _, m := range next.overrides {
 		if !gp.p.Holds(m) {
 			return
 		}
 	}
-	for _, m := range next.subst {
-		if !gp.p.Holds(m) {
+	for h, m := range next.subst {
+		if gp.p.HasReplica(h) && !gp.p.Holds(m) {
 			return
 		}
 	}
@@ -455,6 +474,21 @@ func (c *Engine) glAdopt(now time.Time, gp *glPart, pb *peerpb.GlTable) {
 			delete(gp.wantMoves, k)
 		}
 	}
+	// A node that just became a master has had no reason to send this partition heartbeats
+	// before: failure detection counts its silence from now, not from its last heartbeat
+	// as a master long ago. Before, a replica wanted the new master failed over at once,
+	// and its proposals, refused while the master lived, kept the move that was waiting for
+	// the table from finishing (the simulator's move-progress check, globlease seed 142).
+	for _, h := range gp.homes(c.Region) {
+		if m := next.resolve(h); m != old.resolve(h) {
+			gp.lastHeard[m] = now
+		}
+	}
+	for k, m := range next.overrides {
+		if m != old.masterOf([]byte(k), gp.home([]byte(k), c.Region)) {
+			gp.lastHeard[m] = now
+		}
+	}
 	for x := range gp.wantFailover {
 		if !gp.mastersAny(x, c.Region) {
 			delete(gp.wantFailover, x)
@@ -463,6 +497,7 @@ func (c *Engine) glAdopt(now time.Time, gp *glPart, pb *peerpb.GlTable) {
 	if next.config == gp.config {
 		gp.wantSeal = false
 	}
+	clear(gp.withholdAck) // the value being completed is in (or overtaken)
 	c.glTableChanged(now, gp, &old)
 }
 
@@ -512,6 +547,8 @@ func (c *Engine) glHandleHeartbeat(now time.Time, from uint32, m *peerpb.GlHeart
 			// Another configuration of the partition (one of us has not installed the last move
 			// step): no acknowledgement, which would count for a master lease under a
 			// majority this node may not belong to (gl_move.go).
+		case now.Before(gp.withholdAck[from]):
+			// A value being completed takes keys from the sender (glAccept).
 		case now.Before(gp.ackFence):
 			// A new generation's fence (gl_split.go): this acceptor may have backed a master of
 			// the partition the generation superseded that the new table does not name.
@@ -568,7 +605,20 @@ func (c *Engine) glHandleHeartbeatAck(now time.Time, from uint32, m *peerpb.GlHe
 func (c *Engine) glTickFailover(now time.Time) {
 	for _, gp := range c.gl.partList {
 		if gp.joining || gp.leaving {
-			continue // the replicas of a move that do not stay take no keys (gl_move.go)
+			// The replicas of a move that do not stay take no keys (gl_move.go), so they
+			// drop the failovers they wanted before the move too.
+			clear(gp.wantFailover)
+			continue
+		}
+		for x := range gp.wantFailover {
+			// A master heard from again is not failed: withdraw the wish. Otherwise this
+			// replica proposed the failover for ever (acceptors refuse it while they hear
+			// from the master), and a leaving replica's handover, which carries its wishes,
+			// was refused with it: the move never finished (the simulator's move-progress
+			// check, globlease seed 1 with moves and splits).
+			if heard, ok := gp.lastHeard[x]; ok && now.Sub(heard) < gp.opts.ElectionTimeout {
+				delete(gp.wantFailover, x)
+			}
 		}
 		for _, x := range c.glMasterCandidates(gp) {
 			if x == c.Cfg.NodeID || !gp.mastersAny(x, c.Region) || gp.wantFailover[x] {
@@ -627,10 +677,18 @@ func (c *Engine) glSuccessorRank(gp *glPart, x uint32) time.Duration {
 func (c *Engine) glTickProposals(now time.Time) {
 	for _, gp := range c.gl.partList {
 		if gp.prop != nil {
+			c.glMaybeAccept(now, gp) // a phase 1 that waited for more promises (glMaybeAccept)
+			if gp.prop == nil {
+				continue
+			}
 			if now.After(gp.prop.deadline) {
 				gp.prop = nil
-				// Back off by a node-dependent amount so duelling proposers separate.
-				gp.nextPropAt = now.Add(time.Duration(50+10*int(c.Cfg.NodeID%16)) * time.Millisecond)
+				// Back off by a random number of slow ticks (proposals start only on them)
+				// so duelling proposers separate. A fixed per-node amount (50 ms + 10 ms per
+				// node ID) fell within one slow tick, so two proposers whose ticks were
+				// aligned (every node restarted at once) preempted each other on a LAN for
+				// ever (the simulator's move-progress check, globlease on lan-3, seed 114).
+				gp.nextPropAt = now.Add(time.Duration(1+c.rng.IntN(4))*glSlowTick - time.Millisecond)
 			}
 			continue
 		}
@@ -694,25 +752,24 @@ func (c *Engine) glBuild(gp *glPart) *glTable {
 
 func (c *Engine) glPropose(now time.Time, gp *glPart) {
 	value := c.glBuild(gp)
+	leftBehind := false
 	if value == nil && gp.accepted != nil {
 		// Finish an instance another proposer left behind: phase 1 will find its value.
 		v := gp.accepted.clone()
 		value = &v
 		gp.acceptedAt = now
+		leftBehind = true
 	}
 	if value == nil {
 		return
 	}
 	value.hlc = c.Clock.Now(now)
 	value.config = 0 // set when chosen, to the choosing ballot's configuration
-	round := gp.promised.round
-	if gp.acceptedBallot.round > round {
-		round = gp.acceptedBallot.round
-	}
+	round := max(gp.promised.round, gp.acceptedBallot.round, gp.seenRound)
 	gp.prop = &glProposal{
 		version: value.version, ballot: glBallot{config: gp.config, round: round + 1, node: c.Cfg.NodeID}, value: value, phase: 1,
 		promises: map[uint32]*peerpb.GlPromise{}, accepts: map[uint32]bool{},
-		deadline: now.Add(c.glRoundTimeout(gp)),
+		deadline: now.Add(c.glRoundTimeout(gp)), grace: now.Add(c.glRoundTimeout(gp) / 2), leftBehind: leftBehind,
 	}
 	for _, r := range gp.p.Holders() {
 		msg := &peerpb.GlPrepare{Keyspace: gp.ks.Spec.Name, Partition: gp.p.ID, Version: value.version, Ballot: ballotToPB(gp.prop.ballot)}
@@ -754,6 +811,8 @@ func (c *Engine) glPrepare(now time.Time, gp *glPart, m *peerpb.GlPrepare) *peer
 			resp.AcceptedBallot = ballotToPB(gp.acceptedBallot)
 			resp.Accepted = gp.accepted.toPB(gp.ks.Spec.Name, gp.p.ID)
 		}
+	default:
+		resp.Promised = ballotToPB(gp.promised)
 	}
 	return resp
 }
@@ -779,14 +838,32 @@ func (c *Engine) glHandlePromise(now time.Time, from uint32, m *peerpb.GlPromise
 		}
 	}
 	pr := gp.prop
+	if p := m.GetPromised(); p != nil && ballotFromPB(p).config == gp.config {
+		// Refused for a higher promise: the next ballot goes past it (glPropose). Before,
+		// a proposer raised its round by one per attempt (every 1.5 s or so) and trailed
+		// acceptors whose rounds duelling proposers had raised, for many seconds (the
+		// simulator's move-progress check, globlease seed 47 with moves).
+		gp.seenRound = max(gp.seenRound, ballotFromPB(p).round)
+	}
 	if pr == nil || pr.phase != 1 || m.GetVersion() != pr.version || ballotFromPB(m.GetBallot()) != pr.ballot || !m.GetOk() {
 		return
 	}
 	pr.promises[from] = m
-	if !c.glQuorum(gp, func(r uint32) bool { return pr.promises[r] != nil }) {
+	c.glMaybeAccept(now, gp)
+}
+
+// glMaybeAccept starts phase 2 of gp's proposal once its promises are a quorum: with the
+// value accepted at the highest ballot, if any, else its own (Paxos) — unless the promises
+// prove that no value can have been chosen for this version (glNoneChosen). When they do not
+// prove it yet and some holders have not answered, it waits for them until half the round
+// timeout has passed (glTickProposals calls again): the acceptor whose answer would prove it
+// is often the farthest, and without the wait a left-behind value no acceptor admits was
+// proposed again at every round.
+func (c *Engine) glMaybeAccept(now time.Time, gp *glPart) {
+	pr := gp.prop
+	if pr == nil || pr.phase != 1 || !c.glQuorum(gp, func(r uint32) bool { return pr.promises[r] != nil }) {
 		return
 	}
-	// Phase 2: the value accepted at the highest ballot, if any, else ours (Paxos).
 	chosen := pr.value
 	best := glBallot{}
 	for _, id := range sortedKeys(pr.promises) {
@@ -797,10 +874,18 @@ func (c *Engine) glHandlePromise(now time.Time, from uint32, m *peerpb.GlPromise
 			chosen = &t
 		}
 	}
+	if chosen != pr.value && pr.value != nil {
+		switch {
+		case c.glNoneChosen(gp, pr):
+			chosen = pr.value
+		case len(pr.promises) < len(gp.p.Holders()) && now.Before(pr.grace):
+			return // wait for the other holders' promises
+		}
+	}
 	pr.chosen = chosen
 	pr.chosen.config = 0
 	pr.phase = 2
-	acc := &peerpb.GlAccept{Ballot: ballotToPB(pr.ballot), Table: chosen.toPB(gp.ks.Spec.Name, gp.p.ID)}
+	acc := &peerpb.GlAccept{Ballot: ballotToPB(pr.ballot), Table: chosen.toPB(gp.ks.Spec.Name, gp.p.ID), Completing: chosen != pr.value || pr.leftBehind}
 	for _, r := range gp.p.Holders() {
 		if r == c.Cfg.NodeID {
 			c.glHandleAccepted(now, r, c.glAccept(now, gp, acc))
@@ -808,6 +893,39 @@ func (c *Engine) glHandlePromise(now time.Time, from uint32, m *peerpb.GlPromise
 		}
 		c.Send(r, &peerpb.Envelope{Msg: &peerpb.Envelope_GlAccept{GlAccept: acc}})
 	}
+}
+
+// glNoneChosen reports whether the promises of pr prove that no value has been chosen for
+// its version, so the proposer may propose its own value instead of the highest accepted one.
+//
+// Why it is needed: an acceptor's admission rules make some values unacceptable for as long
+// as their reason holds — a failover of a master the acceptors still hear from, or a table
+// that gives keys to a moving replica (glAccept, glJointAdmits). A proposer that accepted its
+// own such value alone left it behind, every later phase 1 that met it had to propose it
+// again, and every acceptor refused it: the partition's table was stuck, and a move waiting
+// for its seal never finished (the simulator's move-progress check).
+//
+// Why it is safe: a value chosen at ballot b was accepted at b by a quorum of b's
+// configuration, and an acceptor that accepted reports an accepted value for the version
+// ever after (at b or a later ballot). Every quorum of every configuration whose accepted
+// values can still matter holds a majority of the old replica set O = p.Replicas: the settled
+// configuration's quorums are majorities of O; a joint one's are majorities of O and of the
+// new set; the joint configuration of the move that made O (finished: its new set is O) or
+// that left O (aborted: its old set is O) likewise; values of configurations before that are
+// of versions the move's seal committed (gl_move.go). So if the members of O that promised
+// and report an accepted value, plus the members of O that did not promise, are fewer than a
+// majority of O, no value was chosen for the version. The members that promised cannot
+// accept an older ballot any more.
+func (c *Engine) glNoneChosen(gp *glPart, pr *glProposal) bool {
+	old := gp.p.Replicas
+	could := 0
+	for _, r := range old {
+		p, promised := pr.promises[r]
+		if !promised || p.GetAccepted() != nil {
+			could++
+		}
+	}
+	return could < len(old)/2+1
 }
 
 // glAccept is the acceptor's phase 2, with the failover rule (see the top of this file).
@@ -843,6 +961,17 @@ func (c *Engine) glAccept(now time.Time, gp *glPart, m *peerpb.GlAccept) *peerpb
 			return resp
 		}
 		if last, ok := gp.lastAckTo[x]; ok && now.Before(last.Add(gp.opts.ElectionTimeout)) {
+			if m.GetCompleting() {
+				// The value may have been chosen and must be completed, so refusing it for
+				// as long as X's lease may rest on this acceptor would stall the partition's
+				// table for good while X lives (a failover proposed during a partition that
+				// healed, left accepted; the simulator's move-progress check, globlease
+				// seed 84 with moves). Stop renewing X's lease here instead: once
+				// electionTimeout has passed since the last acknowledgement, the proposer's
+				// next attempt is accepted. Safe: withholding acknowledgements only
+				// shortens leases.
+				gp.withholdAck[x] = now.Add(4 * gp.opts.ElectionTimeout)
+			}
 			resp.Reason = fmt.Sprintf("acknowledged node %d %v ago", x, now.Sub(last))
 			return resp
 		}

@@ -472,7 +472,7 @@ func (c *Engine) glSetup(now time.Time) {
 		o := f.opts
 		gp := &glPart{ks: f.ks, p: f.p, opts: &o, installedAt: now,
 			table:   newTable(),
-			ackedAt: map[uint32]time.Time{}, lastAckTo: map[uint32]time.Time{}, lastHeard: map[uint32]time.Time{},
+			ackedAt: map[uint32]time.Time{}, lastAckTo: map[uint32]time.Time{}, lastHeard: map[uint32]time.Time{}, withholdAck: map[uint32]time.Time{},
 			homeSince: map[uint32]time.Time{}, keySince: map[string]time.Time{},
 			migrating: map[string]uint32{}, wantMoves: map[string]uint32{}, wantFailover: map[uint32]bool{},
 			returning: map[uint32]*glReturn{},

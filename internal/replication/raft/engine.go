@@ -774,6 +774,14 @@ func (e *Engine) housekeep(now time.Time) {
 			e.driveRetired(g)
 			continue
 		}
+		if g.quiesced && g.state == etcdraft.StateLeader && (!g.inPlacement || !e.membershipSettled(g)) {
+			// The placement changed under a quiesced leader (a move finished or started
+			// after the group fell idle): wake it, or it would neither hand over (a leader
+			// that is to go picks only a recently active voter, and a quiesced group hears
+			// from none) nor change its members. The simulator's move-progress check found
+			// such a move waiting for ever (raft seed 2 with moves).
+			e.unquiesce(g, false)
+		}
 		if !g.inPlacement {
 			// A leader the placement no longer lists (its replica moved away) hands the
 			// group to a member that stays: while it leads, no one else campaigns, and a

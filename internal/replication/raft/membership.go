@@ -28,9 +28,12 @@ import (
 // off) sees that the placement no longer lists it and asks the members (RaftRemoved) until
 // one that has applied the change confirms, and then deletes its replica.
 
-// confRetryTicks: a configuration change that has not applied after this many ticks (10 s)
-// is proposed again (the proposal was dropped, or its leader changed).
-const confRetryTicks = 200
+// confRetryTicks: a configuration change that has not applied after this many ticks (3 s)
+// is proposed again (the proposal was dropped, or its leader changed). Proposing again is
+// harmless: etcd raft drops a change while another is pending, and each proposal is computed
+// afresh from the current configuration. It was 10 s, longer than the simulator's quiet
+// period, and a move whose change was dropped waited that long (the move-progress check).
+const confRetryTicks = 60
 
 // caughtUpLag: a learner within this many entries of the leader's last index may be promoted.
 const caughtUpLag = 64
@@ -89,8 +92,27 @@ func (e *Engine) driveMembershipTo(g *group, voters, learners []uint64) {
 		return
 	}
 	g.confProposedAt = 0
-	if len(g.conf.GetVotersOutgoing()) > 0 || len(voters) == 0 {
-		return // joint: etcd raft leaves it by itself
+	// A new leader's etcd raft drops (silently: an empty entry replaces it) every change
+	// proposed before it has applied an entry of its own term (pendingConfIndex is its last
+	// index at election); a leader fresh from a restart proposed at once and then waited
+	// confRetryTicks. Wait for that entry instead.
+	bs := g.rn.BasicStatus()
+	commit := bs.HardState.GetCommit()
+	if commitTerm, err := g.log.Storage().Term(commit); (err == nil && commitTerm != bs.HardState.GetTerm()) || bs.Applied < commit {
+		return
+	}
+	if len(voters) == 0 {
+		return
+	}
+	if len(g.conf.GetVotersOutgoing()) > 0 {
+		// Joint: etcd raft leaves it by itself (ConfChangeTransitionAuto) when the leader
+		// applies an entry at or past the change — but only then: if that proposal was
+		// dropped (a leadership transfer was under way) and nothing more is applied, the
+		// group stays joint and every later change waits (the simulator's move-progress
+		// check, raft seed 142 with moves). So the leader proposes the leave itself (an
+		// empty ConfChangeV2); a second one while raft's is pending is dropped.
+		e.proposeConfChange(g, &raftpb.ConfChangeV2{})
+		return
 	}
 	if sameSet(g.conf.GetVoters(), voters) && sameSet(g.conf.GetLearners(), learners) {
 		return
@@ -147,7 +169,11 @@ func (e *Engine) driveMembershipTo(g *group, voters, learners []uint64) {
 	if len(changes) == 0 {
 		return
 	}
-	cc := &raftpb.ConfChangeV2{Transition: raftpb.ConfChangeTransition_ConfChangeTransitionAuto.Enum(), Changes: changes}
+	e.proposeConfChange(g, &raftpb.ConfChangeV2{Transition: raftpb.ConfChangeTransition_ConfChangeTransitionAuto.Enum(), Changes: changes})
+}
+
+// proposeConfChange proposes cc for g (leader) and notes when, for confRetryTicks.
+func (e *Engine) proposeConfChange(g *group, cc *raftpb.ConfChangeV2) {
 	if err := g.rn.ProposeConfChange(cc); err != nil {
 		return
 	}

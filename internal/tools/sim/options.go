@@ -134,6 +134,11 @@ type Options struct {
 	// move replicas: config.ProtocolSpec.Moves; needs more nodes per region than replicas):
 	// moves finish when the new replica reports it has caught up, and some are aborted.
 	MoveEvery time.Duration
+	// MoveCheckAfter is how long after its start, and after each check, the driver checks a
+	// move still in progress: it aborts the move if its new replica is down, and otherwise
+	// with probability 0.3 while the workload runs (default 4s). Short checks abort many
+	// moves, where a move's quorum rules matter most.
+	MoveCheckAfter time.Duration
 	// Sessions: clients send their session version (client.Session). Default true.
 	NoSessions bool
 	// Roam: each client sends a share of its requests to a random node in any region, so
@@ -194,6 +199,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.MaxClockOffset <= 0 {
 		o.MaxClockOffset = 2 * time.Millisecond
+	}
+	if o.MoveCheckAfter <= 0 {
+		o.MoveCheckAfter = defaultMoveCheckAfter
 	}
 	if o.TickInterval <= 0 {
 		o.TickInterval = 2 * time.Millisecond

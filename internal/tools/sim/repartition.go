@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"meridian/internal/config"
 	"meridian/internal/placement"
+	"meridian/internal/tools/check"
 )
 
 // Splits and merges during a run (Options.RepartitionEvery). The metadata group orders a
@@ -183,11 +185,12 @@ func (s *simulator) everywhere(id uint32) bool {
 // when the new node dies). Every change reaches each node after its own delay, as above, so
 // nodes coordinate under maps on both sides of every step.
 
-// moveCheckAfter is how long after its start a move is checked; one still in progress is
-// aborted if its new replica is down, and otherwise with probability moveAbortOdds.
+// defaultMoveCheckAfter is how long after its start a move is checked (Options.MoveCheckAfter);
+// one still in progress is aborted if its new replica is down, and otherwise with probability
+// moveAbortOdds.
 const (
-	moveCheckAfter = 4 * time.Second
-	moveAbortOdds  = 0.3
+	defaultMoveCheckAfter = 4 * time.Second
+	moveAbortOdds         = 0.3
 )
 
 func (s *simulator) scheduleMoves() error {
@@ -259,8 +262,9 @@ func (s *simulator) startMove() {
 			panic(fmt.Sprintf("sim: start move: %v", err))
 		}
 		s.report.Moves++
+		s.moveStarted[mv.ID] = s.now
 		s.installNewest(next, fmt.Sprintf("move %d of partition %d: n%d -> n%d (source n%d)", mv.ID, p.ID, mv.Remove, mv.Add, mv.Source))
-		s.schedule(event{at: s.now + int64(moveCheckAfter), kind: evMoveCheck, req: mv.ID, cli: int(p.ID)})
+		s.schedule(event{at: s.now + int64(s.o.MoveCheckAfter), kind: evMoveCheck, req: mv.ID, cli: int(p.ID)})
 		return
 	}
 }
@@ -276,15 +280,19 @@ func (s *simulator) finishMove(partition uint32, moveID uint64) {
 	s.installNewest(next, fmt.Sprintf("move %d of partition %d finished", moveID, partition))
 }
 
-// checkMove aborts a move still in progress when its new replica is down, or by chance.
+// checkMove aborts a move still in progress when its new replica is down, or by chance while
+// the workload runs. Once every fault has healed the driver aborts only moves whose new
+// replica is down, so that a move that stalls with all its nodes up shows at the end
+// (moveProgress) instead of being hidden by a lucky abort.
 func (s *simulator) checkMove(partition uint32, moveID uint64) {
 	ks, _ := s.pmap.Keyspace("sim")
 	p, ok := ks.Partition(partition)
 	if !ok || p.Move == nil || p.Move.ID != moveID {
 		return
 	}
-	if s.nodes[s.byID[p.Move.Add]].up && s.rng.Float64() >= moveAbortOdds {
-		s.schedule(event{at: s.now + int64(moveCheckAfter), kind: evMoveCheck, req: moveID, cli: int(partition)})
+	byChance := !s.workloadOver && s.rng.Float64() < moveAbortOdds
+	if s.nodes[s.byID[p.Move.Add]].up && !byChance {
+		s.schedule(event{at: s.now + int64(s.o.MoveCheckAfter), kind: evMoveCheck, req: moveID, cli: int(partition)})
 		return
 	}
 	next, err := ks.AbortMove(partition, moveID)
@@ -299,4 +307,34 @@ func (s *simulator) checkMove(partition uint32, moveID uint64) {
 func movesReplicas(p Protocol) bool {
 	spec, ok := config.Protocol(p.Name)
 	return ok && spec.Moves
+}
+
+// moveProgress is the liveness check of replica moves: every move still in progress when the
+// faults healed (or started since) must have finished by the end of the quiet period, in
+// which every node is up, no message is lost and the driver aborts nothing. A move that is
+// still in progress then has stalled: its new replica neither pulled its snapshot nor
+// reported that it caught up within Options.Quiesce (a BwMan-held pull that nothing resumes,
+// say), and a real driver would wait on it for ever.
+func (s *simulator) moveProgress() *check.Violation {
+	if s.o.MoveEvery <= 0 {
+		return nil
+	}
+	ks, ok := s.pmap.Keyspace("sim")
+	if !ok {
+		return nil
+	}
+	var stuck []string
+	for _, p := range ks.Partitions {
+		if p.Move == nil {
+			continue
+		}
+		started := s.moveStarted[p.Move.ID]
+		stuck = append(stuck, fmt.Sprintf("move %d of partition %d (n%d -> n%d, source n%d, started at %.3fms)",
+			p.Move.ID, p.ID, p.Move.Remove, p.Move.Add, p.Move.Source, float64(started)/1e6))
+	}
+	if len(stuck) == 0 {
+		return nil
+	}
+	return &check.Violation{Checker: "move-progress", Reason: fmt.Sprintf("%d move(s) still in progress %s after every fault healed: %s",
+		len(stuck), s.o.Quiesce, strings.Join(stuck, "; "))}
 }

@@ -144,6 +144,9 @@ func ReplayCommand(o Options) string {
 	if o.MoveEvery > 0 {
 		fmt.Fprintf(&b, " --move-every %s", o.MoveEvery)
 	}
+	if o.MoveCheckAfter > 0 && o.MoveCheckAfter != defaultMoveCheckAfter {
+		fmt.Fprintf(&b, " --move-check-after %s", o.MoveCheckAfter)
+	}
 	if o.PartitionEvery > 0 {
 		fmt.Fprintf(&b, " --partition-every %s", o.PartitionEvery)
 	}

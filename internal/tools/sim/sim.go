@@ -146,17 +146,20 @@ type inflightOp struct {
 }
 
 type simulator struct {
-	o                 Options
-	proto             Protocol
-	rng               *rand.Rand
-	now               int64 // virtual ns since start
-	events            eventHeap
-	seq               uint64
-	nodes             []*simNode
-	byID              map[uint32]int
-	cluster           *config.Cluster
-	pmap              *placement.Map
-	moveSeq           uint64 // the last move ID given (IDs increase, as metadata indexes do)
+	o       Options
+	proto   Protocol
+	rng     *rand.Rand
+	now     int64 // virtual ns since start
+	events  eventHeap
+	seq     uint64
+	nodes   []*simNode
+	byID    map[uint32]int
+	cluster *config.Cluster
+	pmap    *placement.Map
+	moveSeq uint64 // the last move ID given (IDs increase, as metadata indexes do)
+	// moveStarted is each move's start in virtual time (the move-progress report names it);
+	// one entry per move started, at most Duration/MoveEvery·2 of them.
+	moveStarted       map[uint64]int64
 	clients           []*client
 	history           check.History
 	procs             int            // logical processes handed out
@@ -202,11 +205,12 @@ func Run(o Options) (*Report, error) {
 	}
 	s := &simulator{
 		o: o, proto: p,
-		rng:     rand.New(rand.NewPCG(o.Seed, o.Seed^0x6d65726964696e)),
-		byID:    map[uint32]int{},
-		reqs:    map[uint64]int{},
-		lastDue: map[[2]uint32]int64{},
-		hash:    fnv.New64a(),
+		rng:         rand.New(rand.NewPCG(o.Seed, o.Seed^0x6d65726964696e)),
+		byID:        map[uint32]int{},
+		moveStarted: map[uint64]int64{},
+		reqs:        map[uint64]int{},
+		lastDue:     map[[2]uint32]int64{},
+		hash:        fnv.New64a(),
 	}
 	s.report.Seed = o.Seed
 	s.readLvl, s.writeLvl = levels(p, o.Mutation, o.ReadLevel, o.WriteLevel)
@@ -390,11 +394,14 @@ func (s *simulator) stepClock(i int) {
 const simMemTableBytes = 128 << 10
 
 // simChunkBytes and simPullBytesPerSec shape the even seeds' snapshot pulls: a simulated
-// partition holds a few kilobytes, so 2 KiB chunks make a pull several chunks long, and 1 MiB/s
-// makes the bucket hold some of them back.
+// partition's snapshot is a kilobyte or two, so 512-byte chunks make a pull several chunks long,
+// and 64 KiB/s with a burst of two chunks (8 ms a chunk, above a region's round trip) makes the
+// bucket hold back a pull with nothing in flight, which only the tick resumes (the mutation
+// pull-not-resumed must be caught by the move-progress check). At 2 KiB and 1 MiB/s the bucket
+// never held a pull's first chunk back and that path went unchecked.
 const (
-	simChunkBytes      = 2 << 10
-	simPullBytesPerSec = 1 << 20
+	simChunkBytes      = 512
+	simPullBytesPerSec = 64 << 10
 )
 
 func (s *simulator) startNode(i int) error {
@@ -421,7 +428,7 @@ func (s *simulator) startNode(i int) error {
 		// node's virtual clock), so that a pull held back by the bucket and resumed by a
 		// later tick meets the checkers too.
 		cfg.SystemChunkBytes = simChunkBytes
-		cfg.PullBudget = rate.NewLimiter(simPullBytesPerSec, 4*simChunkBytes)
+		cfg.PullBudget = rate.NewLimiter(simPullBytesPerSec, 2*simChunkBytes)
 	}
 	n.host = engine.NewHost(cfg, e, nil)
 	// A restarted node reads the newest map from the metadata it follows.
@@ -1143,6 +1150,9 @@ func (s *simulator) finish() (*Report, error) {
 		return nil, fmt.Errorf("sim: seed %d produced a malformed history (a simulator bug): %w", s.o.Seed, err)
 	}
 	s.report.Violations = check.CheckAll(s.history, final, check.Options{Linearizability: s.o.Linearizability, LinearizabilityTimeout: 10 * time.Second})
+	if v := s.moveProgress(); v != nil {
+		s.report.Violations = append(s.report.Violations, v)
+	}
 	if s.invariantBroken != nil {
 		s.report.Violations = append([]*check.Violation{s.invariantBroken}, s.report.Violations...)
 	}
@@ -1175,6 +1185,9 @@ func (s *simulator) finishWorkload() (*Report, error) {
 	for _, v := range s.workload.Check(final) {
 		checker, reason, _ := strings.Cut(v, ": ")
 		s.report.Violations = append(s.report.Violations, &check.Violation{Checker: checker, Reason: reason})
+	}
+	if v := s.moveProgress(); v != nil {
+		s.report.Violations = append(s.report.Violations, v)
 	}
 	if s.invariantBroken != nil {
 		s.report.Violations = append([]*check.Violation{s.invariantBroken}, s.report.Violations...)

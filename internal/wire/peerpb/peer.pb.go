@@ -3233,8 +3233,11 @@ type GlPromise struct {
 	AcceptedBallot *GlBallot              `protobuf:"bytes,6,opt,name=accepted_ballot,json=acceptedBallot,proto3" json:"accepted_ballot,omitempty"`
 	Accepted       *GlTable               `protobuf:"bytes,7,opt,name=accepted,proto3" json:"accepted,omitempty"`
 	Committed      *GlTable               `protobuf:"bytes,8,opt,name=committed,proto3" json:"committed,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// promised: on a refusal, the ballot this acceptor has promised, so that the proposer's
+	// next ballot goes past it at once instead of one round per attempt.
+	Promised      *GlBallot `protobuf:"bytes,9,opt,name=promised,proto3" json:"promised,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GlPromise) Reset() {
@@ -3323,10 +3326,22 @@ func (x *GlPromise) GetCommitted() *GlTable {
 	return nil
 }
 
+func (x *GlPromise) GetPromised() *GlBallot {
+	if x != nil {
+		return x.Promised
+	}
+	return nil
+}
+
 type GlAccept struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ballot        *GlBallot              `protobuf:"bytes,1,opt,name=ballot,proto3" json:"ballot,omitempty"`
-	Table         *GlTable               `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Ballot *GlBallot              `protobuf:"bytes,1,opt,name=ballot,proto3" json:"ballot,omitempty"`
+	Table  *GlTable               `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	// completing: the table is a value the proposer found accepted in phase 1 (it may have
+	// been chosen, so it must be completed). An acceptor that refuses it because it recently
+	// acknowledged a master the table takes keys from stops acknowledging that master for the
+	// partition, so that the reason for refusing lapses (globlease gl_table.go, glAccept).
+	Completing    bool `protobuf:"varint,3,opt,name=completing,proto3" json:"completing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3373,6 +3388,13 @@ func (x *GlAccept) GetTable() *GlTable {
 		return x.Table
 	}
 	return nil
+}
+
+func (x *GlAccept) GetCompleting() bool {
+	if x != nil {
+		return x.Completing
+	}
+	return false
 }
 
 type GlAccepted struct {
@@ -10851,7 +10873,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x04R\aversion\x122\n" +
-	"\x06ballot\x18\x04 \x01(\v2\x1a.meridian.peer.v1.GlBallotR\x06ballot\"\xd8\x02\n" +
+	"\x06ballot\x18\x04 \x01(\v2\x1a.meridian.peer.v1.GlBallotR\x06ballot\"\x90\x03\n" +
 	"\tGlPromise\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x18\n" +
@@ -10860,10 +10882,14 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x02ok\x18\x05 \x01(\bR\x02ok\x12C\n" +
 	"\x0faccepted_ballot\x18\x06 \x01(\v2\x1a.meridian.peer.v1.GlBallotR\x0eacceptedBallot\x125\n" +
 	"\baccepted\x18\a \x01(\v2\x19.meridian.peer.v1.GlTableR\baccepted\x127\n" +
-	"\tcommitted\x18\b \x01(\v2\x19.meridian.peer.v1.GlTableR\tcommitted\"o\n" +
+	"\tcommitted\x18\b \x01(\v2\x19.meridian.peer.v1.GlTableR\tcommitted\x126\n" +
+	"\bpromised\x18\t \x01(\v2\x1a.meridian.peer.v1.GlBallotR\bpromised\"\x8f\x01\n" +
 	"\bGlAccept\x122\n" +
 	"\x06ballot\x18\x01 \x01(\v2\x1a.meridian.peer.v1.GlBallotR\x06ballot\x12/\n" +
-	"\x05table\x18\x02 \x01(\v2\x19.meridian.peer.v1.GlTableR\x05table\"\xf5\x01\n" +
+	"\x05table\x18\x02 \x01(\v2\x19.meridian.peer.v1.GlTableR\x05table\x12\x1e\n" +
+	"\n" +
+	"completing\x18\x03 \x01(\bR\n" +
+	"completing\"\xf5\x01\n" +
 	"\n" +
 	"GlAccepted\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
@@ -11654,169 +11680,170 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	29,  // 29: meridian.peer.v1.GlPromise.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
 	27,  // 30: meridian.peer.v1.GlPromise.accepted:type_name -> meridian.peer.v1.GlTable
 	27,  // 31: meridian.peer.v1.GlPromise.committed:type_name -> meridian.peer.v1.GlTable
-	29,  // 32: meridian.peer.v1.GlAccept.ballot:type_name -> meridian.peer.v1.GlBallot
-	27,  // 33: meridian.peer.v1.GlAccept.table:type_name -> meridian.peer.v1.GlTable
-	29,  // 34: meridian.peer.v1.GlAccepted.ballot:type_name -> meridian.peer.v1.GlBallot
-	27,  // 35: meridian.peer.v1.GlAccepted.committed:type_name -> meridian.peer.v1.GlTable
-	27,  // 36: meridian.peer.v1.GlCommitTable.table:type_name -> meridian.peer.v1.GlTable
-	27,  // 37: meridian.peer.v1.GlAcceptorState.committed:type_name -> meridian.peer.v1.GlTable
-	29,  // 38: meridian.peer.v1.GlAcceptorState.promised:type_name -> meridian.peer.v1.GlBallot
-	29,  // 39: meridian.peer.v1.GlAcceptorState.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
-	27,  // 40: meridian.peer.v1.GlAcceptorState.accepted:type_name -> meridian.peer.v1.GlTable
-	1,   // 41: meridian.peer.v1.GlFetchReply.record:type_name -> meridian.peer.v1.Record
-	0,   // 42: meridian.peer.v1.RaftCommand.version:type_name -> meridian.peer.v1.Version
-	51,  // 43: meridian.peer.v1.RaftCommand.split:type_name -> meridian.peer.v1.RaftSplit
-	52,  // 44: meridian.peer.v1.RaftCommand.freeze:type_name -> meridian.peer.v1.RaftFreeze
-	53,  // 45: meridian.peer.v1.RaftCommand.merge:type_name -> meridian.peer.v1.RaftMerge
-	95,  // 46: meridian.peer.v1.RaftCommand.txn_vector:type_name -> meridian.peer.v1.TxnVector
-	0,   // 47: meridian.peer.v1.RaftMerge.right_last_version:type_name -> meridian.peer.v1.Version
-	56,  // 48: meridian.peer.v1.RaftMerge.right_origins:type_name -> meridian.peer.v1.RaftOriginApplied
-	49,  // 49: meridian.peer.v1.RaftBatch.messages:type_name -> meridian.peer.v1.RaftMessage
-	0,   // 50: meridian.peer.v1.RaftAppliedState.last_version:type_name -> meridian.peer.v1.Version
-	56,  // 51: meridian.peer.v1.RaftAppliedState.origins:type_name -> meridian.peer.v1.RaftOriginApplied
-	0,   // 52: meridian.peer.v1.RaftOriginApplied.version:type_name -> meridian.peer.v1.Version
-	55,  // 53: meridian.peer.v1.RaftSnapshotMarker.state:type_name -> meridian.peer.v1.RaftAppliedState
-	1,   // 54: meridian.peer.v1.RaftSnapshotStored.records:type_name -> meridian.peer.v1.Record
-	55,  // 55: meridian.peer.v1.RaftSnapshotReady.state:type_name -> meridian.peer.v1.RaftAppliedState
-	0,   // 56: meridian.peer.v1.RaftForward.min_version:type_name -> meridian.peer.v1.Version
-	0,   // 57: meridian.peer.v1.RaftForwardReply.version:type_name -> meridian.peer.v1.Version
-	1,   // 58: meridian.peer.v1.RaftForwardReply.records:type_name -> meridian.peer.v1.Record
-	2,   // 59: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
-	3,   // 60: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
-	4,   // 61: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
-	5,   // 62: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
-	6,   // 63: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
-	7,   // 64: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
-	8,   // 65: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
-	10,  // 66: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
-	11,  // 67: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
-	17,  // 68: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
-	26,  // 69: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
-	20,  // 70: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
-	21,  // 71: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
-	22,  // 72: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
-	23,  // 73: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
-	24,  // 74: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
-	25,  // 75: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
-	30,  // 76: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
-	31,  // 77: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
-	32,  // 78: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
-	33,  // 79: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
-	34,  // 80: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
-	35,  // 81: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
-	37,  // 82: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
-	38,  // 83: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
-	39,  // 84: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
-	40,  // 85: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
-	41,  // 86: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
-	42,  // 87: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
-	43,  // 88: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
-	47,  // 89: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
-	48,  // 90: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
-	44,  // 91: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
-	45,  // 92: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
-	49,  // 93: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
-	54,  // 94: meridian.peer.v1.Envelope.raft_batch:type_name -> meridian.peer.v1.RaftBatch
-	58,  // 95: meridian.peer.v1.Envelope.raft_snapshot_offer:type_name -> meridian.peer.v1.RaftSnapshotOffer
-	59,  // 96: meridian.peer.v1.Envelope.raft_snapshot_request:type_name -> meridian.peer.v1.RaftSnapshotRequest
-	60,  // 97: meridian.peer.v1.Envelope.raft_snapshot_chunk:type_name -> meridian.peer.v1.RaftSnapshotChunk
-	61,  // 98: meridian.peer.v1.Envelope.raft_snapshot_stored:type_name -> meridian.peer.v1.RaftSnapshotStored
-	62,  // 99: meridian.peer.v1.Envelope.raft_snapshot_ready:type_name -> meridian.peer.v1.RaftSnapshotReady
-	63,  // 100: meridian.peer.v1.Envelope.raft_forward:type_name -> meridian.peer.v1.RaftForward
-	64,  // 101: meridian.peer.v1.Envelope.raft_forward_reply:type_name -> meridian.peer.v1.RaftForwardReply
-	65,  // 102: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
-	66,  // 103: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
-	91,  // 104: meridian.peer.v1.Envelope.txn:type_name -> meridian.peer.v1.TxnMessage
-	118, // 105: meridian.peer.v1.Envelope.catenae:type_name -> meridian.peer.v1.CatenaeEnvelope
-	120, // 106: meridian.peer.v1.Envelope.catenae_forward:type_name -> meridian.peer.v1.CatenaeForward
-	121, // 107: meridian.peer.v1.Envelope.catenae_forward_reply:type_name -> meridian.peer.v1.CatenaeForwardReply
-	12,  // 108: meridian.peer.v1.Envelope.move_snapshot_request:type_name -> meridian.peer.v1.MoveSnapshotRequest
-	13,  // 109: meridian.peer.v1.Envelope.move_snapshot_chunk:type_name -> meridian.peer.v1.MoveSnapshotChunk
-	16,  // 110: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
-	14,  // 111: meridian.peer.v1.Envelope.node_stats:type_name -> meridian.peer.v1.NodeStats
-	67,  // 112: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
-	70,  // 113: meridian.peer.v1.SdurPart.id:type_name -> meridian.peer.v1.SdurTxnId
-	71,  // 114: meridian.peer.v1.SdurPart.writes:type_name -> meridian.peer.v1.SdurWrite
-	70,  // 115: meridian.peer.v1.SdurAbortRequest.txn:type_name -> meridian.peer.v1.SdurTxnId
-	72,  // 116: meridian.peer.v1.SdurEntry.txn:type_name -> meridian.peer.v1.SdurPart
-	74,  // 117: meridian.peer.v1.SdurEntry.abort:type_name -> meridian.peer.v1.SdurAbortRequest
-	73,  // 118: meridian.peer.v1.SdurEntry.threshold:type_name -> meridian.peer.v1.SdurThreshold
-	70,  // 119: meridian.peer.v1.SdurVote.txn:type_name -> meridian.peer.v1.SdurTxnId
-	72,  // 120: meridian.peer.v1.SdurPending.part:type_name -> meridian.peer.v1.SdurPart
-	76,  // 121: meridian.peer.v1.SdurPending.votes:type_name -> meridian.peer.v1.SdurVote
-	70,  // 122: meridian.peer.v1.SdurSeen.id:type_name -> meridian.peer.v1.SdurTxnId
-	76,  // 123: meridian.peer.v1.SdurSeen.vote:type_name -> meridian.peer.v1.SdurVote
-	70,  // 124: meridian.peer.v1.SdurEarly.id:type_name -> meridian.peer.v1.SdurTxnId
-	76,  // 125: meridian.peer.v1.SdurEarly.votes:type_name -> meridian.peer.v1.SdurVote
-	73,  // 126: meridian.peer.v1.SdurState.threshold:type_name -> meridian.peer.v1.SdurThreshold
-	77,  // 127: meridian.peer.v1.SdurState.pending:type_name -> meridian.peer.v1.SdurPending
-	78,  // 128: meridian.peer.v1.SdurState.keys:type_name -> meridian.peer.v1.SdurKeyState
-	79,  // 129: meridian.peer.v1.SdurState.touched:type_name -> meridian.peer.v1.SdurTouch
-	75,  // 130: meridian.peer.v1.SdurState.waiting:type_name -> meridian.peer.v1.SdurEntry
-	80,  // 131: meridian.peer.v1.SdurState.seen:type_name -> meridian.peer.v1.SdurSeen
-	81,  // 132: meridian.peer.v1.SdurState.early:type_name -> meridian.peer.v1.SdurEarly
-	70,  // 133: meridian.peer.v1.TwopcPart.id:type_name -> meridian.peer.v1.SdurTxnId
-	83,  // 134: meridian.peer.v1.TwopcPart.reads:type_name -> meridian.peer.v1.TwopcRead
-	71,  // 135: meridian.peer.v1.TwopcPart.writes:type_name -> meridian.peer.v1.SdurWrite
-	84,  // 136: meridian.peer.v1.TwopcEntry.part:type_name -> meridian.peer.v1.TwopcPart
-	70,  // 137: meridian.peer.v1.TwopcEntry.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 138: meridian.peer.v1.TwopcVote.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 139: meridian.peer.v1.TwopcDecided.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 140: meridian.peer.v1.TwopcCoordinating.txn:type_name -> meridian.peer.v1.SdurTxnId
-	86,  // 141: meridian.peer.v1.TwopcCoordinating.votes:type_name -> meridian.peer.v1.TwopcVote
-	88,  // 142: meridian.peer.v1.TwopcState.last_writes:type_name -> meridian.peer.v1.TwopcLastWrite
-	84,  // 143: meridian.peer.v1.TwopcState.prepared:type_name -> meridian.peer.v1.TwopcPart
-	87,  // 144: meridian.peer.v1.TwopcState.decided:type_name -> meridian.peer.v1.TwopcDecided
-	89,  // 145: meridian.peer.v1.TwopcState.coordinating:type_name -> meridian.peer.v1.TwopcCoordinating
-	70,  // 146: meridian.peer.v1.TxnMessage.vote_request:type_name -> meridian.peer.v1.SdurTxnId
-	96,  // 147: meridian.peer.v1.TxnMessage.outcome:type_name -> meridian.peer.v1.TxnOutcome
-	92,  // 148: meridian.peer.v1.TxnMessage.seq_query:type_name -> meridian.peer.v1.TxnSeqQuery
-	94,  // 149: meridian.peer.v1.TxnMessage.seq_reply:type_name -> meridian.peer.v1.TxnSeqReply
-	95,  // 150: meridian.peer.v1.TxnMessage.vector:type_name -> meridian.peer.v1.TxnVector
-	70,  // 151: meridian.peer.v1.TxnSeqQuery.status:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 152: meridian.peer.v1.TxnCompletedGlobal.txn:type_name -> meridian.peer.v1.SdurTxnId
-	93,  // 153: meridian.peer.v1.TxnSeqReply.globals:type_name -> meridian.peer.v1.TxnCompletedGlobal
-	97,  // 154: meridian.peer.v1.TxnVector.components:type_name -> meridian.peer.v1.TxnSnapshotRef
-	70,  // 155: meridian.peer.v1.TxnOutcome.txn:type_name -> meridian.peer.v1.SdurTxnId
-	97,  // 156: meridian.peer.v1.TxnReadArgs.snapshots:type_name -> meridian.peer.v1.TxnSnapshotRef
-	97,  // 157: meridian.peer.v1.TxnReadDone.snapshot:type_name -> meridian.peer.v1.TxnSnapshotRef
-	93,  // 158: meridian.peer.v1.TxnSavedState.completed:type_name -> meridian.peer.v1.TxnCompletedGlobal
-	95,  // 159: meridian.peer.v1.TxnSavedState.vector:type_name -> meridian.peer.v1.TxnVector
-	101, // 160: meridian.peer.v1.CatenaeTxn.id:type_name -> meridian.peer.v1.CatenaeTxnId
-	102, // 161: meridian.peer.v1.CatenaeTxn.ops:type_name -> meridian.peer.v1.CatenaeOp
-	103, // 162: meridian.peer.v1.CatenaeEpochInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
-	101, // 163: meridian.peer.v1.CatenaeVote.txn:type_name -> meridian.peer.v1.CatenaeTxnId
-	104, // 164: meridian.peer.v1.CatenaeEpochMsg.epochs:type_name -> meridian.peer.v1.CatenaeEpochInput
-	105, // 165: meridian.peer.v1.CatenaeEpochMsg.votes:type_name -> meridian.peer.v1.CatenaeVote
-	106, // 166: meridian.peer.v1.CatenaeMessage.epoch:type_name -> meridian.peer.v1.CatenaeEpochMsg
-	107, // 167: meridian.peer.v1.CatenaeMessage.request:type_name -> meridian.peer.v1.CatenaeRequest
-	110, // 168: meridian.peer.v1.CatenaeSaved.own:type_name -> meridian.peer.v1.CatenaeOwnInput
-	112, // 169: meridian.peer.v1.CatenaeSaved.store:type_name -> meridian.peer.v1.CatenaeKeyVersions
-	114, // 170: meridian.peer.v1.CatenaeSaved.history:type_name -> meridian.peer.v1.CatenaeTxnState
-	115, // 171: meridian.peer.v1.CatenaeSaved.waiting:type_name -> meridian.peer.v1.CatenaeWaiting
-	105, // 172: meridian.peer.v1.CatenaeSaved.my_votes:type_name -> meridian.peer.v1.CatenaeVote
-	116, // 173: meridian.peer.v1.CatenaeSaved.unvalidated:type_name -> meridian.peer.v1.CatenaeEpochCount
-	117, // 174: meridian.peer.v1.CatenaeSaved.peer_closed:type_name -> meridian.peer.v1.CatenaeDcEpoch
-	117, // 175: meridian.peer.v1.CatenaeSaved.peer_validated:type_name -> meridian.peer.v1.CatenaeDcEpoch
-	103, // 176: meridian.peer.v1.CatenaeOwnInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
-	101, // 177: meridian.peer.v1.CatenaeVersion.writer:type_name -> meridian.peer.v1.CatenaeTxnId
-	111, // 178: meridian.peer.v1.CatenaeKeyVersions.versions:type_name -> meridian.peer.v1.CatenaeVersion
-	103, // 179: meridian.peer.v1.CatenaeTxnState.txn:type_name -> meridian.peer.v1.CatenaeTxn
-	113, // 180: meridian.peer.v1.CatenaeTxnState.writes:type_name -> meridian.peer.v1.CatenaeWrite
-	101, // 181: meridian.peer.v1.CatenaeTxnState.deps:type_name -> meridian.peer.v1.CatenaeTxnId
-	101, // 182: meridian.peer.v1.CatenaeWaiting.id:type_name -> meridian.peer.v1.CatenaeTxnId
-	114, // 183: meridian.peer.v1.CatenaeWaiting.state:type_name -> meridian.peer.v1.CatenaeTxnState
-	119, // 184: meridian.peer.v1.CatenaeEnvelope.hello:type_name -> meridian.peer.v1.CatenaeHello
-	71,  // 185: meridian.peer.v1.CatenaeForward.writes:type_name -> meridian.peer.v1.SdurWrite
-	67,  // 186: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	69,  // 187: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
-	68,  // 188: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	68,  // 189: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
-	188, // [188:190] is the sub-list for method output_type
-	186, // [186:188] is the sub-list for method input_type
-	186, // [186:186] is the sub-list for extension type_name
-	186, // [186:186] is the sub-list for extension extendee
-	0,   // [0:186] is the sub-list for field type_name
+	29,  // 32: meridian.peer.v1.GlPromise.promised:type_name -> meridian.peer.v1.GlBallot
+	29,  // 33: meridian.peer.v1.GlAccept.ballot:type_name -> meridian.peer.v1.GlBallot
+	27,  // 34: meridian.peer.v1.GlAccept.table:type_name -> meridian.peer.v1.GlTable
+	29,  // 35: meridian.peer.v1.GlAccepted.ballot:type_name -> meridian.peer.v1.GlBallot
+	27,  // 36: meridian.peer.v1.GlAccepted.committed:type_name -> meridian.peer.v1.GlTable
+	27,  // 37: meridian.peer.v1.GlCommitTable.table:type_name -> meridian.peer.v1.GlTable
+	27,  // 38: meridian.peer.v1.GlAcceptorState.committed:type_name -> meridian.peer.v1.GlTable
+	29,  // 39: meridian.peer.v1.GlAcceptorState.promised:type_name -> meridian.peer.v1.GlBallot
+	29,  // 40: meridian.peer.v1.GlAcceptorState.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
+	27,  // 41: meridian.peer.v1.GlAcceptorState.accepted:type_name -> meridian.peer.v1.GlTable
+	1,   // 42: meridian.peer.v1.GlFetchReply.record:type_name -> meridian.peer.v1.Record
+	0,   // 43: meridian.peer.v1.RaftCommand.version:type_name -> meridian.peer.v1.Version
+	51,  // 44: meridian.peer.v1.RaftCommand.split:type_name -> meridian.peer.v1.RaftSplit
+	52,  // 45: meridian.peer.v1.RaftCommand.freeze:type_name -> meridian.peer.v1.RaftFreeze
+	53,  // 46: meridian.peer.v1.RaftCommand.merge:type_name -> meridian.peer.v1.RaftMerge
+	95,  // 47: meridian.peer.v1.RaftCommand.txn_vector:type_name -> meridian.peer.v1.TxnVector
+	0,   // 48: meridian.peer.v1.RaftMerge.right_last_version:type_name -> meridian.peer.v1.Version
+	56,  // 49: meridian.peer.v1.RaftMerge.right_origins:type_name -> meridian.peer.v1.RaftOriginApplied
+	49,  // 50: meridian.peer.v1.RaftBatch.messages:type_name -> meridian.peer.v1.RaftMessage
+	0,   // 51: meridian.peer.v1.RaftAppliedState.last_version:type_name -> meridian.peer.v1.Version
+	56,  // 52: meridian.peer.v1.RaftAppliedState.origins:type_name -> meridian.peer.v1.RaftOriginApplied
+	0,   // 53: meridian.peer.v1.RaftOriginApplied.version:type_name -> meridian.peer.v1.Version
+	55,  // 54: meridian.peer.v1.RaftSnapshotMarker.state:type_name -> meridian.peer.v1.RaftAppliedState
+	1,   // 55: meridian.peer.v1.RaftSnapshotStored.records:type_name -> meridian.peer.v1.Record
+	55,  // 56: meridian.peer.v1.RaftSnapshotReady.state:type_name -> meridian.peer.v1.RaftAppliedState
+	0,   // 57: meridian.peer.v1.RaftForward.min_version:type_name -> meridian.peer.v1.Version
+	0,   // 58: meridian.peer.v1.RaftForwardReply.version:type_name -> meridian.peer.v1.Version
+	1,   // 59: meridian.peer.v1.RaftForwardReply.records:type_name -> meridian.peer.v1.Record
+	2,   // 60: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
+	3,   // 61: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
+	4,   // 62: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
+	5,   // 63: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
+	6,   // 64: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
+	7,   // 65: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
+	8,   // 66: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
+	10,  // 67: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
+	11,  // 68: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
+	17,  // 69: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
+	26,  // 70: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
+	20,  // 71: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
+	21,  // 72: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
+	22,  // 73: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
+	23,  // 74: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
+	24,  // 75: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
+	25,  // 76: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
+	30,  // 77: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
+	31,  // 78: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
+	32,  // 79: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
+	33,  // 80: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
+	34,  // 81: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
+	35,  // 82: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
+	37,  // 83: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
+	38,  // 84: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
+	39,  // 85: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
+	40,  // 86: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
+	41,  // 87: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
+	42,  // 88: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
+	43,  // 89: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
+	47,  // 90: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
+	48,  // 91: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
+	44,  // 92: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
+	45,  // 93: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
+	49,  // 94: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
+	54,  // 95: meridian.peer.v1.Envelope.raft_batch:type_name -> meridian.peer.v1.RaftBatch
+	58,  // 96: meridian.peer.v1.Envelope.raft_snapshot_offer:type_name -> meridian.peer.v1.RaftSnapshotOffer
+	59,  // 97: meridian.peer.v1.Envelope.raft_snapshot_request:type_name -> meridian.peer.v1.RaftSnapshotRequest
+	60,  // 98: meridian.peer.v1.Envelope.raft_snapshot_chunk:type_name -> meridian.peer.v1.RaftSnapshotChunk
+	61,  // 99: meridian.peer.v1.Envelope.raft_snapshot_stored:type_name -> meridian.peer.v1.RaftSnapshotStored
+	62,  // 100: meridian.peer.v1.Envelope.raft_snapshot_ready:type_name -> meridian.peer.v1.RaftSnapshotReady
+	63,  // 101: meridian.peer.v1.Envelope.raft_forward:type_name -> meridian.peer.v1.RaftForward
+	64,  // 102: meridian.peer.v1.Envelope.raft_forward_reply:type_name -> meridian.peer.v1.RaftForwardReply
+	65,  // 103: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
+	66,  // 104: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
+	91,  // 105: meridian.peer.v1.Envelope.txn:type_name -> meridian.peer.v1.TxnMessage
+	118, // 106: meridian.peer.v1.Envelope.catenae:type_name -> meridian.peer.v1.CatenaeEnvelope
+	120, // 107: meridian.peer.v1.Envelope.catenae_forward:type_name -> meridian.peer.v1.CatenaeForward
+	121, // 108: meridian.peer.v1.Envelope.catenae_forward_reply:type_name -> meridian.peer.v1.CatenaeForwardReply
+	12,  // 109: meridian.peer.v1.Envelope.move_snapshot_request:type_name -> meridian.peer.v1.MoveSnapshotRequest
+	13,  // 110: meridian.peer.v1.Envelope.move_snapshot_chunk:type_name -> meridian.peer.v1.MoveSnapshotChunk
+	16,  // 111: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
+	14,  // 112: meridian.peer.v1.Envelope.node_stats:type_name -> meridian.peer.v1.NodeStats
+	67,  // 113: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
+	70,  // 114: meridian.peer.v1.SdurPart.id:type_name -> meridian.peer.v1.SdurTxnId
+	71,  // 115: meridian.peer.v1.SdurPart.writes:type_name -> meridian.peer.v1.SdurWrite
+	70,  // 116: meridian.peer.v1.SdurAbortRequest.txn:type_name -> meridian.peer.v1.SdurTxnId
+	72,  // 117: meridian.peer.v1.SdurEntry.txn:type_name -> meridian.peer.v1.SdurPart
+	74,  // 118: meridian.peer.v1.SdurEntry.abort:type_name -> meridian.peer.v1.SdurAbortRequest
+	73,  // 119: meridian.peer.v1.SdurEntry.threshold:type_name -> meridian.peer.v1.SdurThreshold
+	70,  // 120: meridian.peer.v1.SdurVote.txn:type_name -> meridian.peer.v1.SdurTxnId
+	72,  // 121: meridian.peer.v1.SdurPending.part:type_name -> meridian.peer.v1.SdurPart
+	76,  // 122: meridian.peer.v1.SdurPending.votes:type_name -> meridian.peer.v1.SdurVote
+	70,  // 123: meridian.peer.v1.SdurSeen.id:type_name -> meridian.peer.v1.SdurTxnId
+	76,  // 124: meridian.peer.v1.SdurSeen.vote:type_name -> meridian.peer.v1.SdurVote
+	70,  // 125: meridian.peer.v1.SdurEarly.id:type_name -> meridian.peer.v1.SdurTxnId
+	76,  // 126: meridian.peer.v1.SdurEarly.votes:type_name -> meridian.peer.v1.SdurVote
+	73,  // 127: meridian.peer.v1.SdurState.threshold:type_name -> meridian.peer.v1.SdurThreshold
+	77,  // 128: meridian.peer.v1.SdurState.pending:type_name -> meridian.peer.v1.SdurPending
+	78,  // 129: meridian.peer.v1.SdurState.keys:type_name -> meridian.peer.v1.SdurKeyState
+	79,  // 130: meridian.peer.v1.SdurState.touched:type_name -> meridian.peer.v1.SdurTouch
+	75,  // 131: meridian.peer.v1.SdurState.waiting:type_name -> meridian.peer.v1.SdurEntry
+	80,  // 132: meridian.peer.v1.SdurState.seen:type_name -> meridian.peer.v1.SdurSeen
+	81,  // 133: meridian.peer.v1.SdurState.early:type_name -> meridian.peer.v1.SdurEarly
+	70,  // 134: meridian.peer.v1.TwopcPart.id:type_name -> meridian.peer.v1.SdurTxnId
+	83,  // 135: meridian.peer.v1.TwopcPart.reads:type_name -> meridian.peer.v1.TwopcRead
+	71,  // 136: meridian.peer.v1.TwopcPart.writes:type_name -> meridian.peer.v1.SdurWrite
+	84,  // 137: meridian.peer.v1.TwopcEntry.part:type_name -> meridian.peer.v1.TwopcPart
+	70,  // 138: meridian.peer.v1.TwopcEntry.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 139: meridian.peer.v1.TwopcVote.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 140: meridian.peer.v1.TwopcDecided.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 141: meridian.peer.v1.TwopcCoordinating.txn:type_name -> meridian.peer.v1.SdurTxnId
+	86,  // 142: meridian.peer.v1.TwopcCoordinating.votes:type_name -> meridian.peer.v1.TwopcVote
+	88,  // 143: meridian.peer.v1.TwopcState.last_writes:type_name -> meridian.peer.v1.TwopcLastWrite
+	84,  // 144: meridian.peer.v1.TwopcState.prepared:type_name -> meridian.peer.v1.TwopcPart
+	87,  // 145: meridian.peer.v1.TwopcState.decided:type_name -> meridian.peer.v1.TwopcDecided
+	89,  // 146: meridian.peer.v1.TwopcState.coordinating:type_name -> meridian.peer.v1.TwopcCoordinating
+	70,  // 147: meridian.peer.v1.TxnMessage.vote_request:type_name -> meridian.peer.v1.SdurTxnId
+	96,  // 148: meridian.peer.v1.TxnMessage.outcome:type_name -> meridian.peer.v1.TxnOutcome
+	92,  // 149: meridian.peer.v1.TxnMessage.seq_query:type_name -> meridian.peer.v1.TxnSeqQuery
+	94,  // 150: meridian.peer.v1.TxnMessage.seq_reply:type_name -> meridian.peer.v1.TxnSeqReply
+	95,  // 151: meridian.peer.v1.TxnMessage.vector:type_name -> meridian.peer.v1.TxnVector
+	70,  // 152: meridian.peer.v1.TxnSeqQuery.status:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 153: meridian.peer.v1.TxnCompletedGlobal.txn:type_name -> meridian.peer.v1.SdurTxnId
+	93,  // 154: meridian.peer.v1.TxnSeqReply.globals:type_name -> meridian.peer.v1.TxnCompletedGlobal
+	97,  // 155: meridian.peer.v1.TxnVector.components:type_name -> meridian.peer.v1.TxnSnapshotRef
+	70,  // 156: meridian.peer.v1.TxnOutcome.txn:type_name -> meridian.peer.v1.SdurTxnId
+	97,  // 157: meridian.peer.v1.TxnReadArgs.snapshots:type_name -> meridian.peer.v1.TxnSnapshotRef
+	97,  // 158: meridian.peer.v1.TxnReadDone.snapshot:type_name -> meridian.peer.v1.TxnSnapshotRef
+	93,  // 159: meridian.peer.v1.TxnSavedState.completed:type_name -> meridian.peer.v1.TxnCompletedGlobal
+	95,  // 160: meridian.peer.v1.TxnSavedState.vector:type_name -> meridian.peer.v1.TxnVector
+	101, // 161: meridian.peer.v1.CatenaeTxn.id:type_name -> meridian.peer.v1.CatenaeTxnId
+	102, // 162: meridian.peer.v1.CatenaeTxn.ops:type_name -> meridian.peer.v1.CatenaeOp
+	103, // 163: meridian.peer.v1.CatenaeEpochInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
+	101, // 164: meridian.peer.v1.CatenaeVote.txn:type_name -> meridian.peer.v1.CatenaeTxnId
+	104, // 165: meridian.peer.v1.CatenaeEpochMsg.epochs:type_name -> meridian.peer.v1.CatenaeEpochInput
+	105, // 166: meridian.peer.v1.CatenaeEpochMsg.votes:type_name -> meridian.peer.v1.CatenaeVote
+	106, // 167: meridian.peer.v1.CatenaeMessage.epoch:type_name -> meridian.peer.v1.CatenaeEpochMsg
+	107, // 168: meridian.peer.v1.CatenaeMessage.request:type_name -> meridian.peer.v1.CatenaeRequest
+	110, // 169: meridian.peer.v1.CatenaeSaved.own:type_name -> meridian.peer.v1.CatenaeOwnInput
+	112, // 170: meridian.peer.v1.CatenaeSaved.store:type_name -> meridian.peer.v1.CatenaeKeyVersions
+	114, // 171: meridian.peer.v1.CatenaeSaved.history:type_name -> meridian.peer.v1.CatenaeTxnState
+	115, // 172: meridian.peer.v1.CatenaeSaved.waiting:type_name -> meridian.peer.v1.CatenaeWaiting
+	105, // 173: meridian.peer.v1.CatenaeSaved.my_votes:type_name -> meridian.peer.v1.CatenaeVote
+	116, // 174: meridian.peer.v1.CatenaeSaved.unvalidated:type_name -> meridian.peer.v1.CatenaeEpochCount
+	117, // 175: meridian.peer.v1.CatenaeSaved.peer_closed:type_name -> meridian.peer.v1.CatenaeDcEpoch
+	117, // 176: meridian.peer.v1.CatenaeSaved.peer_validated:type_name -> meridian.peer.v1.CatenaeDcEpoch
+	103, // 177: meridian.peer.v1.CatenaeOwnInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
+	101, // 178: meridian.peer.v1.CatenaeVersion.writer:type_name -> meridian.peer.v1.CatenaeTxnId
+	111, // 179: meridian.peer.v1.CatenaeKeyVersions.versions:type_name -> meridian.peer.v1.CatenaeVersion
+	103, // 180: meridian.peer.v1.CatenaeTxnState.txn:type_name -> meridian.peer.v1.CatenaeTxn
+	113, // 181: meridian.peer.v1.CatenaeTxnState.writes:type_name -> meridian.peer.v1.CatenaeWrite
+	101, // 182: meridian.peer.v1.CatenaeTxnState.deps:type_name -> meridian.peer.v1.CatenaeTxnId
+	101, // 183: meridian.peer.v1.CatenaeWaiting.id:type_name -> meridian.peer.v1.CatenaeTxnId
+	114, // 184: meridian.peer.v1.CatenaeWaiting.state:type_name -> meridian.peer.v1.CatenaeTxnState
+	119, // 185: meridian.peer.v1.CatenaeEnvelope.hello:type_name -> meridian.peer.v1.CatenaeHello
+	71,  // 186: meridian.peer.v1.CatenaeForward.writes:type_name -> meridian.peer.v1.SdurWrite
+	67,  // 187: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	69,  // 188: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
+	68,  // 189: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	68,  // 190: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
+	189, // [189:191] is the sub-list for method output_type
+	187, // [187:189] is the sub-list for method input_type
+	187, // [187:187] is the sub-list for extension type_name
+	187, // [187:187] is the sub-list for extension extendee
+	0,   // [0:187] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
