@@ -173,6 +173,8 @@ type SimHints struct {
 	RepartitionEvery time.Duration
 	// MoveEvery, when set, starts a replica move this often on average.
 	MoveEvery time.Duration
+	// DelaySpikeProb, when set, is the share of messages the delay fault holds back.
+	DelaySpikeProb float64
 	// MoveCheckAfter, when set, is how often the driver checks (and may abort) a move in
 	// progress: quorum rules of a move show most when moves are aborted.
 	MoveCheckAfter time.Duration

@@ -163,6 +163,7 @@ func applyMutationHints(p Protocol, m string, o *Options) error {
 	setIfPositive(&o.RepartitionEvery, h.RepartitionEvery)
 	setIfPositive(&o.MoveEvery, h.MoveEvery)
 	setIfPositive(&o.MoveCheckAfter, h.MoveCheckAfter)
+	setIfPositive(&o.DelaySpikeProb, h.DelaySpikeProb)
 	setIfPositive(&o.Quiesce, h.Quiesce)
 	setIfPositive(&o.MaxClockOffset, h.MaxClockOffset)
 	for k, v := range h.KeyspaceOptions {

@@ -1402,7 +1402,11 @@ type MoveNote struct {
 	// sent: the source's job has sent the chunk at offset (a note to its own engine): a later
 	// request for that chunk is served again, an earlier repeat was dropped (the chunk was on
 	// its way, held by the system traffic's bandwidth share).
-	Sent          bool `protobuf:"varint,11,opt,name=sent,proto3" json:"sent,omitempty"`
+	Sent bool `protobuf:"varint,11,opt,name=sent,proto3" json:"sent,omitempty"`
+	// exported_size: the source's job has exported snapshot_id, of this many bytes (a note to
+	// its own engine): a repeated ask for the snapshot is answered with it instead of a second
+	// export into the same file, which changed the file under chunks already read.
+	ExportedSize  int64 `protobuf:"varint,12,opt,name=exported_size,json=exportedSize,proto3" json:"exported_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1512,6 +1516,13 @@ func (x *MoveNote) GetSent() bool {
 		return x.Sent
 	}
 	return false
+}
+
+func (x *MoveNote) GetExportedSize() int64 {
+	if x != nil {
+		return x.ExportedSize
+	}
+	return 0
 }
 
 type AEPush struct {
@@ -10708,7 +10719,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\aversion\x18\b \x01(\x04R\aversion\x12\x14\n" +
 	"\x05start\x18\t \x01(\fR\x05start\x12\x10\n" +
 	"\x03end\x18\n" +
-	" \x01(\fR\x03end\"\x9b\x02\n" +
+	" \x01(\fR\x03end\"\xc0\x02\n" +
 	"\bMoveNote\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\fR\x05start\x12\x10\n" +
@@ -10723,7 +10734,8 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"covered_by\x18\n" +
 	" \x01(\rR\tcoveredBy\x12\x12\n" +
-	"\x04sent\x18\v \x01(\bR\x04sent\"\x8a\x01\n" +
+	"\x04sent\x18\v \x01(\bR\x04sent\x12#\n" +
+	"\rexported_size\x18\f \x01(\x03R\fexportedSize\"\x8a\x01\n" +
 	"\x06AEPush\x12\x19\n" +
 	"\bround_id\x18\x01 \x01(\x04R\aroundId\x122\n" +
 	"\arecords\x18\x02 \x03(\v2\x18.meridian.peer.v1.RecordR\arecords\x12\x17\n" +
