@@ -90,6 +90,7 @@ func runAutoscale(ctx context.Context, f autoscaleFlags) error {
 	if err != nil {
 		return err
 	}
+	maxMoves, perMove := driverRounds(cfg)
 	obs := &actuate.Observer{Admin: admin}
 	st, err := obs.Refresh(ctx)
 	if err != nil {
@@ -131,7 +132,8 @@ func runAutoscale(ctx context.Context, f autoscaleFlags) error {
 		v := actuate.View(st, r)
 		c, err := autoscale.New(autoscale.Options{Period: f.period, Season: f.season, CapacityPerNode: f.capacity, TargetUtilization: f.utilization,
 			MinNodes: f.minNodes, MaxNodes: f.maxNodes,
-			Model: autoscale.MigrationModel{DataBytes: float64(v.Bytes), RateBytesPerSec: rate, Overhead: 5 * time.Second}})
+			Model: autoscale.MigrationModel{DataBytes: float64(v.Bytes), RateBytesPerSec: rate, Overhead: 5 * time.Second,
+				Partitions: v.Replicas, MaxMovesPerNode: maxMoves, PerMove: perMove}})
 		if err != nil {
 			return fmt.Errorf("autoscale: region %s: %w", r, err)
 		}
@@ -180,6 +182,23 @@ func runAutoscale(ctx context.Context, f autoscaleFlags) error {
 			log.Warn("autoscale: period", "err", err)
 		}
 	}
+}
+
+// driverRounds are the placement driver's settings the migration model counts waves with: the
+// moves in flight per node, and a wave's fixed cost, taken as three of the driver's rounds (the
+// round that plans the move, one in which the snapshot is asked and exported and a catch-up
+// round runs, the one that sees it finished); without a configuration, the defaults (2, 1 s).
+func driverRounds(cfg *config.Cluster) (maxMoves int, perMove time.Duration) {
+	maxMoves, interval := 2, time.Second
+	if cfg != nil {
+		if cfg.Elasticity.MaxMovesPerNode > 0 {
+			maxMoves = cfg.Elasticity.MaxMovesPerNode
+		}
+		if cfg.Elasticity.Interval > 0 {
+			interval = cfg.Elasticity.Interval
+		}
+	}
+	return maxMoves, 3 * interval
 }
 
 // migrationRate is the migration model's per-node rate: the flag, else what BwMan is

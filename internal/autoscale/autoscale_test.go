@@ -151,11 +151,68 @@ func TestObserveMigrationCalibrates(t *testing.T) {
 	if got := c.Model().Duration(2, 3); got > real*8/10 {
 		t.Fatalf("before: predicted %v, real %v: the test needs a wrong model to start", got, real)
 	}
-	c.ObserveMigration(2, 3, real)
-	c.ObserveMigration(2, 3, real)
+	c.ObserveMigration(2, 3, real, 0)
+	c.ObserveMigration(2, 3, real, 0)
 	got := c.Model().Duration(2, 3)
 	if d := math.Abs(float64(got-real)) / float64(real); d > 0.1 {
 		t.Fatalf("after two observations: predicted %v, real %v (%.0f%% off)", got, real, 100*d)
+	}
+}
+
+// The driver's rounds: the busiest node sets an action's time. Going from 2 to 6 nodes the
+// two old nodes each send 4·D/12 (more than a new node receives, D/6), in waves of
+// MaxMovesPerNode partitions, each wave with its fixed cost.
+func TestMigrationModelBottleneckAndWaves(t *testing.T) {
+	mm := MigrationModel{DataBytes: 24e6, RateBytesPerSec: 1e6, Partitions: 24, MaxMovesPerNode: 4, PerMove: time.Second}
+	for _, c := range []struct {
+		n, m  int
+		bytes float64
+		waves int
+	}{
+		{2, 3, 8e6, 2},  // a new node receives 8 partitions: two waves of four
+		{2, 6, 8e6, 2},  // an old node sends (6−2)·D/(6·2) = 8 MB: 8 partitions
+		{3, 4, 6e6, 2},  // 6 partitions into the new node
+		{6, 3, 4e6, 1},  // a leaving node sends its 4
+		{4, 1, 18e6, 5}, // the one staying node receives 18 partitions
+	} {
+		if got := mm.BottleneckBytes(c.n, c.m); math.Abs(got-c.bytes) > 1 {
+			t.Errorf("%d → %d: bottleneck %.0f bytes, want %.0f", c.n, c.m, got, c.bytes)
+		}
+		if got := mm.Waves(c.n, c.m); got != c.waves {
+			t.Errorf("%d → %d: %d waves, want %d", c.n, c.m, got, c.waves)
+		}
+	}
+	if got, want := mm.Duration(2, 6), 8*time.Second+2*time.Second; got != want {
+		t.Errorf("2 → 6 takes %v, want %v (8 MB at 1 MB/s and two waves of 1 s)", got, want)
+	}
+}
+
+// BwMan leaves migration what the clients do not need: the same action is slower under load,
+// and the model learns the clients' bytes from actions at different loads.
+func TestMigrationModelLearnsTheLoad(t *testing.T) {
+	truth := MigrationModel{DataBytes: 24e6, RateBytesPerSec: 4e6, Overhead: time.Second, Partitions: 24, MaxMovesPerNode: 4,
+		PerMove: 500 * time.Millisecond, UserBytesPerOp: 2000}
+	if fast, slow := truth.DurationAt(2, 3, 0), truth.DurationAt(2, 3, 1600); slow <= fast {
+		t.Fatalf("2 → 3 takes %v at no load and %v under load: load should slow it", fast, slow)
+	}
+	// The controller starts with the link's rate and no idea of the clients' bytes.
+	start := truth
+	start.RateBytesPerSec, start.UserBytesPerOp = 8e6, 0
+	c, err := New(Options{Period: time.Second, Season: 4, CapacityPerNode: 1000, MinNodes: 1, MaxNodes: 10, Model: start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []struct {
+		n, m int
+		load float64
+	}{{2, 3, 400}, {3, 4, 1800}, {2, 4, 900}, {3, 5, 2400}} {
+		c.ObserveMigration(a.n, a.m, truth.DurationAt(a.n, a.m, a.load), a.load)
+	}
+	for _, load := range []float64{200, 1200, 2000} {
+		got, want := c.Model().DurationAt(2, 3, load), truth.DurationAt(2, 3, load)
+		if d := math.Abs(float64(got-want)) / float64(want); d > 0.05 {
+			t.Errorf("at %.0f ops/s: predicted %v, real %v (%.0f%% off)", load, got, want, 100*d)
+		}
 	}
 }
 
@@ -170,5 +227,23 @@ func TestLearnWarmsThePredictor(t *testing.T) {
 	}
 	if d := c.Step(100, 2); d.Mode == ModeReactive && strings.Contains(d.Reason, "learning") {
 		t.Fatalf("after two seasons of history the controller is still learning: %+v", d)
+	}
+}
+
+// Scale-ins and scale-outs are learnt apart: on the emulated cluster a decommission of one node
+// takes about twice a join of one (its one outbound bucket against the joiner's many sources).
+func TestMigrationModelScaleInApart(t *testing.T) {
+	c, err := New(Options{Period: time.Second, Season: 4, CapacityPerNode: 1000, MinNodes: 1, MaxNodes: 10,
+		Model: MigrationModel{DataBytes: 24e6, RateBytesPerSec: 4e6, Partitions: 24, MaxMovesPerNode: 4, PerMove: 500 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ObserveMigration(3, 4, 4*time.Second, 0)
+	c.ObserveMigration(4, 3, 8*time.Second, 0)
+	if got := c.Model().Duration(3, 4); math.Abs(got.Seconds()-4) > 0.4 {
+		t.Errorf("3 → 4 predicted %v after one of 4 s", got)
+	}
+	if got := c.Model().Duration(4, 3); math.Abs(got.Seconds()-8) > 0.8 {
+		t.Errorf("4 → 3 predicted %v after one of 8 s", got)
 	}
 }

@@ -3,22 +3,48 @@ package autoscale
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
 // MigrationModel is ProRenaTa's data-migration model: how much data a scaling action moves and
 // how long that takes at the rate the system class may use without breaking the SLO (BwMan's
 // share of each node's link). Data is spread evenly over a region's nodes (the placement
-// driver balances bytes), so going from n to m nodes each joining node receives D/m, each
-// leaving node sends its D/n, and the nodes move in parallel.
+// driver balances bytes).
+//
+// The time of an action is set by its busiest node, the bottleneck: going from n to m > n
+// nodes, each joining node receives D/m and each old node sends (m−n)·D/(m·n); going from n to
+// m < n, each leaving node sends D/n and each staying node receives (n−m)·D/(n·m). The
+// placement driver (internal/elascass) moves whole partitions, at most MaxMovesPerNode into or
+// out of one node at a time, so the bottleneck's partitions go in waves, and each wave costs
+// PerMove on top of its bytes (the driver's next round, the snapshot's export and ask, a
+// catch-up round, the report and the metadata commit of move_finish). The rate is what BwMan
+// leaves the system class: its ceiling (RateBytesPerSec, at no client load) less Headroom × the
+// link bytes the clients need (UserBytesPerOp per operation a node serves), never under
+// MinRateShare of the ceiling (BwMan's floor).
 type MigrationModel struct {
 	// DataBytes is the data one region holds (one replica per region).
 	DataBytes float64
-	// RateBytesPerSec is one node's system rate during the action.
-	RateBytesPerSec float64
-	// Overhead is the fixed cost of an action (a join's registration and first phase, the
-	// driver's rounds).
+	// RateBytesPerSec is one node's system rate during an action when clients are idle;
+	// ScaleInRateBytesPerSec the same for scale-ins when it differs (0: the same). They do
+	// on the emulated cluster, by about 2×: a joining node pulls from every old node, each
+	// paced by its own outbound bucket, while a leaving node's one outbound bucket carries all
+	// it sends (`meridian bench autoscale --emulated --repeat`).
+	RateBytesPerSec, ScaleInRateBytesPerSec float64
+	// Overhead is the fixed cost of an action (a join's registration and first phase).
 	Overhead time.Duration
+	// Partitions is the number of replicas a region holds (the units the driver moves; 0:
+	// the data moves as one stream and PerMove is not counted).
+	Partitions int
+	// MaxMovesPerNode is the driver's bound on moves in flight into or out of one node
+	// (elasticity.max_moves_per_node; default 2).
+	MaxMovesPerNode int
+	// PerMove is the fixed cost of one wave of moves.
+	PerMove time.Duration
+	// UserBytesPerOp is the link bytes one client operation costs the node that serves it;
+	// Headroom BwMan's factor on the clients' need (default 1.5); MinRateShare its floor
+	// (default 0.05).
+	UserBytesPerOp, Headroom, MinRateShare float64
 }
 
 // Bytes returns the data that moves when a region goes from n to m nodes.
@@ -32,14 +58,75 @@ func (mm MigrationModel) Bytes(n, m int) float64 {
 	return 0
 }
 
-// Duration returns how long going from n to m nodes takes: one node's part at the rate, plus
-// the overhead.
-func (mm MigrationModel) Duration(n, m int) time.Duration {
-	if n == m || mm.RateBytesPerSec <= 0 {
+// BottleneckBytes returns the bytes the busiest node sends or receives when a region goes from
+// n to m nodes.
+func (mm MigrationModel) BottleneckBytes(n, m int) float64 {
+	switch {
+	case m > n && n > 0:
+		return max(mm.DataBytes/float64(m), float64(m-n)*mm.DataBytes/float64(m*n))
+	case m < n && m > 0:
+		return max(mm.DataBytes/float64(n), float64(n-m)*mm.DataBytes/float64(n*m))
+	case m > n || m < n:
+		return mm.DataBytes // from nothing, or to nothing
+	}
+	return 0
+}
+
+// Waves returns the rounds of moves the bottleneck node goes through.
+func (mm MigrationModel) Waves(n, m int) int {
+	if mm.Partitions <= 0 || mm.DataBytes <= 0 || n == m {
 		return 0
 	}
-	per := mm.DataBytes / float64(max(n, m))
-	return mm.Overhead + time.Duration(per/mm.RateBytesPerSec*float64(time.Second))
+	moves := int(math.Ceil(mm.BottleneckBytes(n, m)/(mm.DataBytes/float64(mm.Partitions)) - 1e-9))
+	per := mm.MaxMovesPerNode
+	if per <= 0 {
+		per = 2
+	}
+	return (moves + per - 1) / per
+}
+
+// ceiling returns the system rate at no load of a scale-out (up) or a scale-in.
+func (mm MigrationModel) ceiling(up bool) float64 {
+	if !up && mm.ScaleInRateBytesPerSec > 0 {
+		return mm.ScaleInRateBytesPerSec
+	}
+	return mm.RateBytesPerSec
+}
+
+// RateAt returns the system rate one node gets in a scale-out while the region serves loadOps
+// over nodes.
+func (mm MigrationModel) RateAt(loadOps float64, nodes int) float64 {
+	return mm.rateAt(true, loadOps, nodes)
+}
+
+func (mm MigrationModel) rateAt(up bool, loadOps float64, nodes int) float64 {
+	headroom, floor := mm.Headroom, mm.MinRateShare
+	if headroom <= 0 {
+		headroom = 1.5
+	}
+	if floor <= 0 {
+		floor = 0.05
+	}
+	perNode := 0.0
+	if nodes > 0 {
+		perNode = max(loadOps, 0) / float64(nodes)
+	}
+	c := mm.ceiling(up)
+	return max(floor*c, c-headroom*mm.UserBytesPerOp*perNode)
+}
+
+// Duration returns how long going from n to m nodes takes with idle clients.
+func (mm MigrationModel) Duration(n, m int) time.Duration { return mm.DurationAt(n, m, 0) }
+
+// DurationAt returns how long going from n to m nodes takes while the region serves loadOps:
+// the overhead, the bottleneck's waves, and its bytes at the rate BwMan leaves (the nodes that
+// serve throughout, min(n, m), carry the load).
+func (mm MigrationModel) DurationAt(n, m int, loadOps float64) time.Duration {
+	if n == m || mm.ceiling(m > n) <= 0 {
+		return 0
+	}
+	rate := mm.rateAt(m > n, loadOps, max(min(n, m), 1))
+	return mm.Overhead + time.Duration(mm.Waves(n, m))*mm.PerMove + time.Duration(mm.BottleneckBytes(n, m)/rate*float64(time.Second))
 }
 
 // Options configure a Controller.
@@ -147,8 +234,9 @@ type Controller struct {
 	lastPred float64
 	below    time.Duration // how long both targets have been below the size
 	loss     float64       // capacity the interfered nodes lack (SetInterferenceLoss)
-	// migrations counts the actions ObserveMigration has seen.
-	migrations int
+	// obs are, for scale-outs (true) and scale-ins, the last maxMigrationObservations
+	// actions ObserveMigration saw, as (load per serving node, rate the bottleneck got).
+	obs map[bool][][2]float64
 }
 
 // New returns a controller.
@@ -188,23 +276,75 @@ func (c *Controller) recordError(load float64) {
 }
 
 // ObserveMigration calibrates the migration model on an action that took took to go from n to
-// m nodes: the per-node rate it implies (its part of the data over the time less the fixed
-// overhead) is the first replaces the configured rate, later ones are averaged in (EWMA, weight 0.5). The thesis' model is fixed; the rate data
-// movement really gets depends on the link, BwMan's share and the host, so it is learnt.
-func (c *Controller) ObserveMigration(n, m int, took time.Duration) {
+// m nodes while the region served loadOps. The thesis' model is fixed; the rate data movement
+// really gets depends on the link, BwMan's share and the host, so it is learnt: each action
+// gives the rate its bottleneck got (its bytes over the time less the overhead and the waves'
+// fixed cost) at the load per serving node. The ceiling is the median over the actions so far
+// of that rate plus what the clients took (Headroom × UserBytesPerOp × load per node); the
+// clients' bytes per operation are fitted too once there are actions enough at loads far
+// enough apart.
+func (c *Controller) ObserveMigration(n, m int, took time.Duration, loadOps float64) {
 	mm := &c.opts.Model
-	if n == m || took <= mm.Overhead || mm.DataBytes <= 0 {
+	fixed := mm.Overhead + time.Duration(mm.Waves(n, m))*mm.PerMove
+	if n == m || mm.DataBytes <= 0 {
 		return
 	}
-	per := mm.DataBytes / float64(max(n, m))
-	rate := per / (took - mm.Overhead).Seconds()
-	c.migrations++
-	if c.migrations == 1 || mm.RateBytesPerSec <= 0 {
-		mm.RateBytesPerSec = rate // a measurement replaces the configured guess
-		return
+	// An action faster than the fixed part says the fixed part is too large: its bytes are
+	// taken to have moved in a tenth of the time, which lowers the estimate of neither.
+	moving := max(took-fixed, took/10)
+	rate := mm.BottleneckBytes(n, m) / moving.Seconds()
+	x := max(loadOps, 0) / float64(max(min(n, m), 1))
+	up := m > n
+	if c.obs == nil {
+		c.obs = map[bool][][2]float64{}
 	}
-	mm.RateBytesPerSec = 0.5*mm.RateBytesPerSec + 0.5*rate
+	obs := append(c.obs[up], [2]float64{x, rate})
+	if len(obs) > maxMigrationObservations {
+		obs = obs[1:]
+	}
+	c.obs[up] = obs
+	headroom := mm.Headroom
+	if headroom <= 0 {
+		headroom = 1.5
+	}
+	// The clients' bytes per operation: a least-squares fit of rate on load per node, only
+	// over four actions or more whose loads differ by half their mean or more (fewer, or
+	// closer loads, leave the slope to noise: the emulated cluster's actions vary 2× at one
+	// load), and only when it is negative (more load, less rate).
+	var sx, sy, sxx, sxy float64
+	lo, hi := obs[0][0], obs[0][0]
+	for _, o := range obs {
+		sx, sy, sxx, sxy = sx+o[0], sy+o[1], sxx+o[0]*o[0], sxy+o[0]*o[1]
+		lo, hi = min(lo, o[0]), max(hi, o[0])
+	}
+	k := float64(len(obs))
+	if den := k*sxx - sx*sx; len(obs) >= 4 && hi-lo >= 0.5*sx/k && den > 0 {
+		if slope := (k*sxy - sx*sy) / den; slope < 0 {
+			mm.UserBytesPerOp = -slope / headroom
+		}
+	}
+	// The ceiling: the median of what each action implies (its rate plus what the clients
+	// took), robust to the one action in several that a slow host or a busy driver stretched.
+	ceilings := make([]float64, len(obs))
+	for i, o := range obs {
+		ceilings[i] = o[1] + headroom*mm.UserBytesPerOp*o[0]
+	}
+	slices.Sort(ceilings)
+	ceiling := ceilings[len(ceilings)/2]
+	if n := len(ceilings); n%2 == 0 {
+		ceiling = (ceilings[n/2-1] + ceilings[n/2]) / 2
+	}
+	// Scale-outs and scale-ins are fitted apart (their bottlenecks differ); until a scale-in
+	// has been seen it takes the scale-out rate.
+	if up {
+		mm.RateBytesPerSec = ceiling
+	} else {
+		mm.ScaleInRateBytesPerSec = ceiling
+	}
 }
+
+// maxMigrationObservations bounds the actions the migration model's fit remembers.
+const maxMigrationObservations = 32
 
 // Model returns the migration model as calibrated so far.
 func (c *Controller) Model() MigrationModel { return c.opts.Model }
@@ -251,7 +391,7 @@ func (c *Controller) Step(load float64, nodes int) Decision {
 	}
 	// The lead time: what the action the forecast calls for would take, found by iterating
 	// (a bigger change moves more data, and may need to look further ahead).
-	lead := o.Model.Duration(nodes, nodes+1)
+	lead := o.Model.DurationAt(nodes, nodes+1, load)
 	peak, proactiveN := 0.0, nodes
 	for range 4 {
 		ahead := max(1, int(math.Ceil(float64(lead+o.Period)/float64(o.Period))))
@@ -260,7 +400,7 @@ func (c *Controller) Step(load float64, nodes int) Decision {
 			peak = max(peak, c.pred.Forecast(h))
 		}
 		proactiveN = c.nodesFor(peak)
-		next := o.Model.Duration(nodes, proactiveN)
+		next := o.Model.DurationAt(nodes, proactiveN, peak)
 		if next <= lead {
 			break
 		}
@@ -271,10 +411,10 @@ func (c *Controller) Step(load float64, nodes int) Decision {
 		return c.finish(nodes, reactiveN, ModeReactive, load, 0, fmt.Sprintf("the predictor's recent error is %.0f%% (over %.0f%%): reactive until it falls", 100*mape, 100*o.MaxError))
 	case !math.IsNaN(predictedNow) && load > predictedNow*(1+o.Tolerance) && reactiveN > proactiveN:
 		// The observation left the prediction upwards (a flash crowd): correct at once.
-		return c.finish(nodes, reactiveN, ModeReactive, load, o.Model.Duration(nodes, reactiveN), fmt.Sprintf("load %.0f ops/s is above the prediction by more than %.0f%%: reactive correction", load, 100*o.Tolerance))
+		return c.finish(nodes, reactiveN, ModeReactive, load, o.Model.DurationAt(nodes, reactiveN, load), fmt.Sprintf("load %.0f ops/s is above the prediction by more than %.0f%%: reactive correction", load, 100*o.Tolerance))
 	}
 	target := max(proactiveN, reactiveN)
-	return c.finish(nodes, target, ModeProactive, peak, o.Model.Duration(nodes, target),
+	return c.finish(nodes, target, ModeProactive, peak, o.Model.DurationAt(nodes, target, max(load, peak)),
 		fmt.Sprintf("predicted peak %.0f ops/s within the %v the action takes", peak, lead.Round(time.Second)))
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -22,6 +23,13 @@ type Actuator interface {
 	Remove(ctx context.Context, region string, n int) error
 }
 
+// LeavingCounter is implemented by actuators that can tell how many of a region's nodes are
+// still being decommissioned: the loop then times scale-ins too, not only scale-outs, to
+// calibrate the migration model.
+type LeavingCounter interface {
+	Leaving(ctx context.Context, region string) (int, error)
+}
+
 // Loop runs one Controller per region each control period: it observes the region's load,
 // asks the controller, carries out the decision through the Actuator, logs it with its reason
 // and counts it in metrics.
@@ -31,9 +39,26 @@ type Loop struct {
 	// Load returns a region's load (ops/s) over the last period.
 	Load func(ctx context.Context, region string) (float64, error)
 	Log  *slog.Logger
+	// Now reads the clock that times actions (default time.Now).
+	Now func() time.Time
+
+	// pending is each region's action in flight, timed to calibrate the migration model
+	// (Controller.ObserveMigration) when it completes. One per region: an action that
+	// overlaps another leaves both untimed.
+	pending map[string]*pendingAction
 
 	target    *prometheus.GaugeVec
 	decisions *prometheus.CounterVec
+}
+
+// pendingAction is a scaling action in flight: from → to nodes since start, and the loads of
+// the periods it spanned.
+type pendingAction struct {
+	from, to  int
+	start     time.Time
+	predicted time.Duration
+	loadSum   float64
+	loads     int
 }
 
 // RegionDecision is one region's decision in a period.
@@ -93,6 +118,7 @@ func (l *Loop) region(ctx context.Context, region string) (RegionDecision, error
 		return RegionDecision{}, fmt.Errorf("count the nodes: %w", err)
 	}
 	nodes := serving + joining
+	l.observeAction(ctx, region, load, serving, joining)
 	d := l.Controllers[region].Step(load, nodes)
 	rd := RegionDecision{Region: region, Load: load, Nodes: nodes, Decision: d}
 	switch {
@@ -109,6 +135,9 @@ func (l *Loop) region(ctx context.Context, region string) (RegionDecision, error
 		}
 		rd.Applied = d.Nodes - nodes
 	}
+	if rd.Applied != 0 {
+		l.startAction(region, nodes, d.Nodes, load, d.Migration)
+	}
 	if l.target != nil {
 		l.target.WithLabelValues(region).Set(float64(d.Nodes))
 		l.decisions.WithLabelValues(region, string(d.Mode)).Inc()
@@ -118,4 +147,61 @@ func (l *Loop) region(ctx context.Context, region string) (RegionDecision, error
 			"mode", string(d.Mode), "predicted_ops", int64(d.Predicted), "migration", d.Migration, "reason", d.Reason)
 	}
 	return rd, nil
+}
+
+func (l *Loop) now() time.Time {
+	if l.Now != nil {
+		return l.Now()
+	}
+	return time.Now()
+}
+
+// startAction times a new action; one already in flight in the region is dropped untimed (the
+// two overlap, so neither's time is its own).
+func (l *Loop) startAction(region string, from, to int, load float64, predicted time.Duration) {
+	if l.pending == nil {
+		l.pending = map[string]*pendingAction{}
+	}
+	if _, busy := l.pending[region]; busy {
+		delete(l.pending, region)
+		return
+	}
+	l.pending[region] = &pendingAction{from: from, to: to, start: l.now(), predicted: predicted, loadSum: load, loads: 1}
+}
+
+// observeAction checks the region's action in flight: a scale-out is over when no node is
+// joining and the serving nodes reach its target; a scale-in when the actuator reports no node
+// leaving (actuators that cannot tell leave scale-ins untimed). A finished action calibrates the
+// controller's migration model and is logged with its predicted and measured time.
+func (l *Loop) observeAction(ctx context.Context, region string, load float64, serving, joining int) {
+	a := l.pending[region]
+	if a == nil {
+		return
+	}
+	done := false
+	switch {
+	case a.to > a.from:
+		done = joining == 0 && serving >= a.to
+	default:
+		lc, ok := l.Act.(LeavingCounter)
+		if !ok {
+			delete(l.pending, region)
+			return
+		}
+		leaving, err := lc.Leaving(ctx, region)
+		done = err == nil && leaving == 0
+	}
+	if !done {
+		a.loadSum += load
+		a.loads++
+		return
+	}
+	delete(l.pending, region)
+	took := l.now().Sub(a.start)
+	mean := a.loadSum / float64(a.loads)
+	l.Controllers[region].ObserveMigration(a.from, a.to, took, mean)
+	if l.Log != nil {
+		l.Log.Info("autoscale action finished", "region", region, "from", a.from, "to", a.to, "took", took, "predicted", a.predicted,
+			"mean_load_ops", int64(mean), "model_rate_bytes_per_sec", int64(l.Controllers[region].Model().RateBytesPerSec))
+	}
 }

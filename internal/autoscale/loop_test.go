@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -82,5 +83,55 @@ func TestLoopActsLogsAndCounts(t *testing.T) {
 	ds, err = l.Step(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "region us") || len(ds) != 1 || ds[0].Region != "eu" {
 		t.Fatalf("a failing region: %v, decisions %+v", err, ds)
+	}
+}
+
+// slowActuator is a region whose joins take two observations to finish.
+type slowActuator struct {
+	serving, joining, seen int
+}
+
+func (s *slowActuator) Nodes(context.Context, string) (int, int, error) {
+	if s.joining > 0 {
+		s.seen++
+		if s.seen > 2 {
+			s.serving, s.joining, s.seen = s.serving+s.joining, 0, 0
+		}
+	}
+	return s.serving, s.joining, nil
+}
+func (s *slowActuator) Add(_ context.Context, _ string, n int) error { s.joining += n; return nil }
+func (s *slowActuator) Remove(context.Context, string, int) error    { return nil }
+
+// The loop times each scale-out until its nodes serve and calibrates the controller's migration
+// model with it, logging predicted against measured.
+func TestLoopCalibratesTheMigrationModel(t *testing.T) {
+	c, err := New(Options{Period: 15 * time.Second, Season: 8, CapacityPerNode: 1000, MinNodes: 2, MaxNodes: 30,
+		Model: MigrationModel{DataBytes: 300e6, RateBytesPerSec: 100e6, Overhead: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	act := &slowActuator{serving: 2}
+	clock := time.Unix(0, 0)
+	var logs bytes.Buffer
+	l := &Loop{Controllers: map[string]*Controller{"eu": c}, Act: act, Now: func() time.Time { return clock },
+		Load: func(context.Context, string) (float64, error) { return 2000, nil }, Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	before := c.Model().Duration(2, 3)
+	for range 4 {
+		if _, err := l.Step(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		clock = clock.Add(15 * time.Second)
+	}
+	if act.serving != 3 {
+		t.Fatalf("the join did not finish: %+v", act)
+	}
+	// Added at 0 s, serving at the third observation after: 45 s.
+	after := c.Model().Duration(2, 3)
+	if d := math.Abs(float64(after-45*time.Second)) / float64(45*time.Second); d > 0.1 || before > 10*time.Second {
+		t.Fatalf("model 2 → 3: %v before, %v after an action of 45 s", before, after)
+	}
+	if !strings.Contains(logs.String(), "autoscale action finished") {
+		t.Errorf("the finished action is not logged:\n%s", logs.String())
 	}
 }

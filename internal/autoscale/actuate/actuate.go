@@ -33,8 +33,10 @@ type RegionView struct {
 	Serving, Joining, Leaving int
 	// LoadOps is the request rate the region's nodes report (ops/s).
 	LoadOps float64
-	// Bytes is the data the region's nodes hold (the migration model's D).
-	Bytes uint64
+	// Bytes is the data the region's nodes hold (the migration model's D); Replicas the
+	// partition replicas they hold (the units the placement driver moves).
+	Bytes    uint64
+	Replicas int
 	// Nodes are the region's nodes, in status order.
 	Nodes []*meridianpb.NodeStatus
 }
@@ -66,6 +68,7 @@ func View(st *meridianpb.ClusterStatusResponse, region string) RegionView {
 		}
 		v.LoadOps += n.GetLoadOps()
 		v.Bytes += n.GetBytes()
+		v.Replicas += int(n.GetReplicas())
 	}
 	return v
 }

@@ -99,6 +99,16 @@ func (p *Processes) Nodes(ctx context.Context, region string) (serving, joining 
 	return v.Serving, v.Joining, nil
 }
 
+// Leaving returns how many of region's nodes are being decommissioned (autoscale.LeavingCounter:
+// the loop times scale-ins with it).
+func (p *Processes) Leaving(ctx context.Context, region string) (int, error) {
+	st, err := p.obs.Refresh(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return View(st, region).Leaving, nil
+}
+
 // Add starts n joins in region.
 func (p *Processes) Add(ctx context.Context, region string, n int) error {
 	p.mu.Lock()

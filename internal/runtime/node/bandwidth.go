@@ -237,3 +237,12 @@ func (n *Node) UserBytesSent() int64 { return n.bw.userBytes.Load() }
 
 // SystemBytesSent is the bytes the node has sent in the system class.
 func (n *Node) SystemBytesSent() int64 { return n.bw.systemBytes.Load() }
+
+// SystemRate returns the rate (bytes/s) BwMan lets this node's system traffic use now (+Inf:
+// not shaped): what a replica move into or out of it gets (the autoscaling experiments read it).
+func (n *Node) SystemRate() float64 {
+	if n.bw == nil {
+		return math.Inf(1)
+	}
+	return math.Float64frombits(n.bw.systemRate.Load())
+}

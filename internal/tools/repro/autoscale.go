@@ -182,21 +182,12 @@ func AutoscaleEmulated(ctx context.Context, o AutoscaleOptions) (*AutoscaleResul
 	return res, nil
 }
 
-// emuAction is an action in flight: the nodes one decision adds or removes.
-type emuAction struct {
-	AutoscaleAction
-	start time.Time
-	nodes []*node.Node
-	done  bool
-}
-
-func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (AutoscaleRun, error) {
-	run := AutoscaleRun{Policy: policy}
-	fmt.Fprintf(o.Log, "  %s\n", policy)
-	region := o.Topology.Regions[0]
+// startAutoscaleCluster starts the emulated cluster of the autoscaling experiments and loads
+// its records: StartNodes nodes per region of NodeCapacityOps and NodeBandwidth, BwMan on, the
+// placement driver every 250 ms with four moves per node, Hubbub-scale's use of the detector
+// when aware.
+func startAutoscaleCluster(o AutoscaleOptions, aware bool) (*bench.Cluster, error) {
 	on := true
-	aware := policy == "aware"
-
 	bw := config.BwMan{Mode: "auto", LinkBandwidth: fmt.Sprintf("%dB", int64(o.NodeBandwidth)), SLOP99: o.SLO}
 	c, err := bench.StartCluster(bench.ClusterOptions{
 		Topology: o.Topology, NodesPerRegion: o.StartNodes, Seed: o.Seed,
@@ -210,12 +201,38 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 		BwMan: &bw, Logger: benchLogger(), MetadataVoters: firstNodes(o.Topology),
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := LoadDirect(c, o.Records, o.RecordBytes, o.Seed); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// emuAction is an action in flight: the nodes one decision adds or removes.
+type emuAction struct {
+	AutoscaleAction
+	start time.Time
+	nodes []*node.Node
+	done  bool
+	// loadSum and loads: the region's load at each period the action spanned (the
+	// migration model's fit takes their mean).
+	loadSum float64
+	loads   int
+}
+
+func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (AutoscaleRun, error) {
+	run := AutoscaleRun{Policy: policy}
+	fmt.Fprintf(o.Log, "  %s\n", policy)
+	region := o.Topology.Regions[0]
+	aware := policy == "aware"
+
+	c, err := startAutoscaleCluster(o, aware)
+	if err != nil {
 		return run, err
 	}
 	defer c.Close()
-	if err := LoadDirect(c, o.Records, o.RecordBytes, o.Seed); err != nil {
-		return run, err
-	}
 	w := ycsbB(o.Records, o.RecordBytes)
 	cfg := bench.Config{Protocol: config.ProtocolQuorum, ReadLevel: "ONE", WriteLevel: "QUORUM"}
 	regionNodes := func() []*node.Node {
@@ -267,7 +284,12 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 	}
 	ctrl, err := autoscale.New(autoscale.Options{Period: o.Period, Season: o.Season, CapacityPerNode: run.CapacityPerNode,
 		TargetUtilization: 0.7, MinNodes: o.StartNodes, MaxNodes: o.MaxNodes, ScaleInAfter: 4 * o.Period,
-		Model: autoscale.MigrationModel{DataBytes: data, RateBytesPerSec: o.NodeBandwidth * 0.8, Overhead: 2 * time.Second}})
+		// The placement driver's rounds (24 partitions, 4 moves per node, a round every
+		// 250 ms: a wave's fixed cost is taken as three rounds) and BwMan's allocation (80% of
+		// the link at no load, less 1.5 × the clients' bytes; a client operation costs its
+		// node about one record on the link, the prior the fit starts from).
+		Model: autoscale.MigrationModel{DataBytes: data, RateBytesPerSec: o.NodeBandwidth * 0.8, Overhead: 2 * time.Second,
+			Partitions: 24, MaxMovesPerNode: 4, PerMove: 750 * time.Millisecond, UserBytesPerOp: float64(o.RecordBytes)}})
 	if err != nil {
 		return run, err
 	}
@@ -330,7 +352,7 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 			if a.TookS > 0 {
 				a.PredictionErrShare = math.Abs(a.PredictedS-a.TookS) / a.TookS
 			}
-			ctrl.ObserveMigration(a.From, a.To, time.Since(a.start))
+			ctrl.ObserveMigration(a.From, a.To, time.Since(a.start), a.loadSum/float64(max(a.loads, 1)))
 			if a.Kind == "decommission" {
 				for _, nd := range a.nodes {
 					c.Remove(nd)
@@ -430,6 +452,12 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 				serving++
 			}
 		}
+		for _, a := range actions {
+			if !a.done {
+				a.loadSum += load
+				a.loads++
+			}
+		}
 		joins, leaves := pendingOf("join"), pendingOf("decommission")
 		size := serving + joins
 		utilSum += min(day[i]/(float64(max(serving, 1))*run.CapacityPerNode), 1)
@@ -446,12 +474,12 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 		}
 		target = min(max(target, o.StartNodes), o.MaxNodes)
 		if predicted == 0 && target != size {
-			predicted = ctrl.Model().Duration(size, target)
+			predicted = ctrl.Model().DurationAt(size, target, load)
 		}
 		at := time.Since(start).Seconds()
 		switch {
 		case target > size:
-			a := &emuAction{AutoscaleAction: AutoscaleAction{Kind: "join", From: size, To: target, AtS: at, PredictedS: predicted.Seconds()}, start: time.Now()}
+			a := &emuAction{AutoscaleAction: AutoscaleAction{Kind: "join", From: size, To: target, AtS: at, PredictedS: predicted.Seconds()}, start: time.Now(), loadSum: load, loads: 1}
 			for range target - size {
 				nd, err := c.Join(ctx, region)
 				if err != nil {
@@ -476,7 +504,7 @@ func autoscaleRun(ctx context.Context, o AutoscaleOptions, policy string) (Autos
 				}
 				return 0
 			})
-			a := &emuAction{AutoscaleAction: AutoscaleAction{Kind: "decommission", From: serving, To: target, AtS: at, PredictedS: predicted.Seconds()}, start: time.Now()}
+			a := &emuAction{AutoscaleAction: AutoscaleAction{Kind: "decommission", From: serving, To: target, AtS: at, PredictedS: predicted.Seconds()}, start: time.Now(), loadSum: load, loads: 1}
 			for k := 0; k < serving-target && len(nodes)-1-k > 0; k++ {
 				nd := nodes[len(nodes)-1-k]
 				if _, _, err := watcher.SetNodeState(ctx, nd.Name(), metadata.NodeDecommissioning, 20*time.Second); err != nil {
