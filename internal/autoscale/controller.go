@@ -93,12 +93,8 @@ func (mm MigrationModel) ceiling(up bool) float64 {
 	return mm.RateBytesPerSec
 }
 
-// RateAt returns the system rate one node gets in a scale-out while the region serves loadOps
-// over nodes.
-func (mm MigrationModel) RateAt(loadOps float64, nodes int) float64 {
-	return mm.rateAt(true, loadOps, nodes)
-}
-
+// rateAt returns the system rate one node gets in a scale-out (up) or scale-in while the region
+// serves loadOps over nodes.
 func (mm MigrationModel) rateAt(up bool, loadOps float64, nodes int) float64 {
 	headroom, floor := mm.Headroom, mm.MinRateShare
 	if headroom <= 0 {
