@@ -2,7 +2,7 @@
 // go.etcd.io/raft/v3, the library etcd and CockroachDB use (issue 13; Raft is the building
 // block of Geo-SDUR's atomic broadcast, Canopus's super-leaves and cluster metadata).
 //
-// This package grows in steps. Today it holds the durable log of a group (LogStore): etcd
+// The durable log of a group is package raftlog (shared with Canopus): etcd
 // raft's MemoryStorage as the view a RawNode reads, written through to storage raw keys in
 // the committer's synced batches, reloaded at start, truncated on conflicts, compacted
 // behind a snapshot index.

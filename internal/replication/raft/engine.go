@@ -464,7 +464,7 @@ func (e *Engine) raftConfig(g *group, applied uint64) *etcdraft.Config {
 		ID:                        uint64(e.cfg.NodeID),
 		ElectionTick:              g.opts.ElectionTicks(),
 		HeartbeatTick:             g.opts.HeartbeatTicks(),
-		Storage:                   &groupStorage{MemoryStorage: g.log.mem, g: g, e: e},
+		Storage:                   &groupStorage{MemoryStorage: g.log.Memory(), g: g, e: e},
 		Applied:                   applied,
 		MaxSizePerMsg:             maxSizePerMsg,
 		MaxInflightMsgs:           maxInflightMsgs,
