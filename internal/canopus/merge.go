@@ -12,6 +12,18 @@ import (
 type RequestSet struct {
 	Node     uint32
 	Requests [][]byte
+	// StampNanos is the proposer's clock when it proposed: a committed cycle's version time is
+	// the largest stamp in it (and above the previous cycle's), so versions follow the order.
+	StampNanos int64
+	// Admits are membership updates riding on the proposal (4.2.6): nodes readmitted after
+	// their epoch was closed.
+	Admits []Admit
+}
+
+// Admit readmits Node, whose membership epoch Epoch was closed, in epoch Epoch+1.
+type Admit struct {
+	Node  uint32
+	Epoch uint64
 }
 
 // State is a vertex's state in a cycle: the request sets of the pnodes below it in their merged

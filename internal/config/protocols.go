@@ -21,6 +21,9 @@ const (
 	// ProtocolCatenae is Catenae (liu-thesis 1.4, 3.1.3-3.1.4): transactions over fully
 	// replicated regions, ordered and validated by epoch messages (docs/catenae.md).
 	ProtocolCatenae = "catenae"
+	// ProtocolCanopus is Canopus (thesis chapter 4): consensus in cycles over a leaf-only tree
+	// of super-leaves, one per region (docs/canopus.md).
+	ProtocolCanopus = "canopus"
 	// ProtocolMetadata is the cluster metadata group's: Raft with the catalog as its state
 	// machine, voters from the configuration and every other node a learner. Internal: no
 	// user keyspace uses it.
@@ -172,6 +175,14 @@ var protocols = []ProtocolSpec{
 		FullReplication: true,
 		FixedOptions:    true,
 		Options:         catenaeOptionSpecs,
+	},
+	{
+		Name: ProtocolCanopus,
+		Doc: "Canopus consensus (thesis chapter 4): the nodes of each region form a super-leaf that broadcasts its members' proposals through one Raft group per member; " +
+			"super-leaves exchange their states up a leaf-only tree in cycles, every node commits the same order, and reads are served by the local node after the next cycle commits (linearizable)",
+		FixedOptions: true,
+		Check:        checkCanopus,
+		Options:      canopusOptionSpecs,
 	},
 	{
 		Name:               ProtocolMetadata,
@@ -492,6 +503,73 @@ var catenaeOptionSpecs = []OptionSpec{
 	{Name: "request_after", Default: "200ms", Doc: "an epoch missing from a region this long after a later one arrived is asked for again; 10ms..1m", Normalize: durationRange(10*time.Millisecond, time.Minute)},
 	{Name: "read_retain", Default: "5s", Doc: "how long older versions are kept so that the reads of one transaction, spread over several requests, all read at the epoch its first read fixed (older: the read is refused and the transaction starts again); 0s..10m", Normalize: durationRange(0, 10*time.Minute)},
 	{Name: "max_open", Default: "4096", Doc: "transactions a replica holds in open epochs at most (each executes again when an earlier one arrives); beyond it a commit is refused as overloaded; 1..1000000", Normalize: intRange(1, 1_000_000)},
+}
+
+func normalizeAutoOr(check func(string) (string, error)) func(string) (string, error) {
+	return func(v string) (string, error) {
+		if strings.EqualFold(strings.TrimSpace(v), "auto") {
+			return "auto", nil
+		}
+		return check(v)
+	}
+}
+
+var canopusOptionSpecs = []OptionSpec{
+	{Name: "cycle_interval", Default: "5ms", Doc: "a node with requests waiting starts its next consensus cycle this long after its last one (thesis 4.5.1; 5 ms in 4.6.2); 1ms..1s", Normalize: durationRange(time.Millisecond, time.Second)},
+	{Name: "batch_max", Default: "1000", Doc: "requests that start a cycle at once, without waiting for cycle_interval (4.6.2: 1000); 1..100000", Normalize: intRange(1, 100_000)},
+	{Name: "max_cycles_in_flight", Default: "auto", Doc: "the pipeline depth p: cycles a node may have started and not committed; a membership change decided in cycle c applies from cycle c+p+1 (auto: the largest round trip between regions over cycle_interval, plus 1, at most 64); 1..64 or auto", Normalize: normalizeAutoOr(intRange(1, 64))},
+	{Name: "representatives", Default: "2", Doc: "members of each super-leaf that fetch other super-leaves' states (4.2.5); any member fetches a state it waited fetch_timeout for; 1..16", Normalize: intRange(1, 16)},
+	{Name: "tree_height", Default: "2", Doc: "height of the leaf-only tree: 2 puts every region under the root (the thesis's); taller trees group regions by round trip; 2..8", Normalize: intRange(2, 8)},
+	{Name: "fetch_timeout", Default: "auto", Doc: "a state fetched from another super-leaf and not received after this long is fetched again, by any member (auto: twice the largest round trip plus 20ms); 1ms..1m or auto", Normalize: normalizeAutoOr(durationRange(time.Millisecond, time.Minute))},
+	{Name: "heartbeat_interval", Default: "100ms", Doc: "heartbeats of each member's broadcast group (a multiple of the 10ms tick); 10ms..10s", Normalize: durationRange(10*time.Millisecond, 10*time.Second)},
+	{Name: "election_timeout", Default: "1s", Doc: "a member whose group hears nothing of it this long is replaced as its group's leader, which closes its epoch: its cycles go on without it until it is readmitted (4.2.3); at least 3 heartbeat intervals; 30ms..2m", Normalize: durationRange(30*time.Millisecond, 2*time.Minute)},
+}
+
+// CanopusTick is the tick of Canopus's broadcast groups.
+const CanopusTick = 10 * time.Millisecond
+
+// CanopusOptions are a canopus keyspace's typed options (0 for MaxInFlight and FetchTimeout:
+// auto).
+type CanopusOptions struct {
+	CycleInterval, FetchTimeout, HeartbeatInterval, ElectionTimeout time.Duration
+	BatchMax, MaxInFlight, Representatives, TreeHeight              int
+}
+
+// CanopusOptionsOf parses a canopus keyspace's options (missing ones take their defaults).
+func CanopusOptionsOf(opts map[string]string) (CanopusOptions, error) {
+	norm, oerr := normalizeOptions(ProtocolSpec{Name: ProtocolCanopus, Options: canopusOptionSpecs}, opts)
+	if oerr != nil {
+		return CanopusOptions{}, fmt.Errorf("options.%s: %s", oerr.key, oerr.msg)
+	}
+	var o CanopusOptions
+	dur := func(name string) time.Duration {
+		d, _ := time.ParseDuration(norm[name]) // normalised above
+		return d
+	}
+	num := func(name string) int {
+		n, _ := strconv.Atoi(norm[name])
+		return n
+	}
+	o.CycleInterval, o.HeartbeatInterval, o.ElectionTimeout = dur("cycle_interval"), dur("heartbeat_interval"), dur("election_timeout")
+	if norm["fetch_timeout"] != "auto" {
+		o.FetchTimeout = dur("fetch_timeout")
+	}
+	if norm["max_cycles_in_flight"] != "auto" {
+		o.MaxInFlight = num("max_cycles_in_flight")
+	}
+	o.BatchMax, o.Representatives, o.TreeHeight = num("batch_max"), num("representatives"), num("tree_height")
+	if o.HeartbeatInterval%CanopusTick != 0 {
+		return o, fmt.Errorf("options.heartbeat_interval: %s is not a multiple of the %s tick", o.HeartbeatInterval, CanopusTick)
+	}
+	if o.ElectionTimeout < 3*o.HeartbeatInterval {
+		return o, fmt.Errorf("options.election_timeout: %s must be at least 3 heartbeat intervals (%s)", o.ElectionTimeout, 3*o.HeartbeatInterval)
+	}
+	return o, nil
+}
+
+func checkCanopus(opts map[string]string) error {
+	_, err := CanopusOptionsOf(opts)
+	return err
 }
 
 // CatenaeOptions are the typed options of a catenae keyspace.

@@ -81,6 +81,8 @@ type SimSupport struct {
 	KeyspaceOptions map[string]string
 	// NodesPerRegion is the default when the caller sets none (0: the simulator's).
 	NodesPerRegion int
+	// ReplicasPerRegion is the default when the caller sets none (0: the simulator's).
+	ReplicasPerRegion int
 	// Partitions, when set, is the simulated keyspace's partition count (the metadata
 	// keyspace has one).
 	Partitions int

@@ -217,3 +217,22 @@ func (s *LogStore) clearEntries(first, last uint64) []storage.RawOp {
 func (s *LogStore) Remove() []storage.RawOp {
 	return []storage.RawOp{{Key: s.prefix, End: append(append([]byte{}, s.prefix...), 0xff), Delete: true}}
 }
+
+// DiscardLogger drops etcd raft's logging (the engines report through results and
+// metrics); Panic and Fatal still stop the process, as raft requires.
+type DiscardLogger struct{}
+
+func (DiscardLogger) Debug(...interface{})            {}
+func (DiscardLogger) Debugf(string, ...interface{})   {}
+func (DiscardLogger) Error(...interface{})            {}
+func (DiscardLogger) Errorf(string, ...interface{})   {}
+func (DiscardLogger) Info(...interface{})             {}
+func (DiscardLogger) Infof(string, ...interface{})    {}
+func (DiscardLogger) Warning(...interface{})          {}
+func (DiscardLogger) Warningf(string, ...interface{}) {}
+func (DiscardLogger) Fatal(v ...interface{})          { panic(fmt.Sprint(v...)) }
+func (DiscardLogger) Fatalf(f string, v ...interface{}) {
+	panic(fmt.Sprintf(f, v...))
+}
+func (DiscardLogger) Panic(v ...interface{})            { panic(fmt.Sprint(v...)) }
+func (DiscardLogger) Panicf(f string, v ...interface{}) { panic(fmt.Sprintf(f, v...)) }

@@ -385,6 +385,18 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 			return reject(RejectTooLarge, "catenae message of %d bytes", len(c.GetMessage()))
 		}
 		return nil
+	case *peerpb.Envelope_Canopus:
+		// Between the replicas of a canopus keyspace's partition (one instance each); the
+		// core checks the rest (raft messages decode with etcd raft's bounds, states with
+		// canopus's).
+		c := m.Canopus
+		if err := pc.partition(c.GetKeyspace(), c.GetPartition(), senderReplica, from, true); err != nil {
+			return err
+		}
+		if proto.Size(c) > MaxRaftMessageBytes(pc.Limits)*4 {
+			return reject(RejectTooLarge, "canopus message of %d bytes", proto.Size(c))
+		}
+		return nil
 	case *peerpb.Envelope_CatenaeForward:
 		// From any node of the cluster (a region's nodes without a replica), to a replica.
 		f := m.CatenaeForward

@@ -5,6 +5,7 @@ package all
 
 import (
 	_ "meridian/internal/metadata" // the cluster metadata group's protocol
+	_ "meridian/internal/replication/canopus"
 	_ "meridian/internal/replication/catenae"
 	_ "meridian/internal/replication/globlease"
 	_ "meridian/internal/replication/meteorshower"

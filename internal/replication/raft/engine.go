@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"maps"
 	"math/rand/v2"
+	"meridian/internal/raftlog"
 	"slices"
 	"time"
 
@@ -850,21 +851,5 @@ func (e *Engine) recentlyActive(g *group, id uint64) bool {
 	return active
 }
 
-// discardLogger drops etcd raft's logging (the engine reports through results and
-// metrics); Panic and Fatal still stop the process, as raft requires.
-type discardLogger struct{}
-
-func (discardLogger) Debug(...interface{})            {}
-func (discardLogger) Debugf(string, ...interface{})   {}
-func (discardLogger) Error(...interface{})            {}
-func (discardLogger) Errorf(string, ...interface{})   {}
-func (discardLogger) Info(...interface{})             {}
-func (discardLogger) Infof(string, ...interface{})    {}
-func (discardLogger) Warning(...interface{})          {}
-func (discardLogger) Warningf(string, ...interface{}) {}
-func (discardLogger) Fatal(v ...interface{})          { panic(fmt.Sprint(v...)) }
-func (discardLogger) Fatalf(f string, v ...interface{}) {
-	panic(fmt.Sprintf(f, v...))
-}
-func (discardLogger) Panic(v ...interface{})            { panic(fmt.Sprint(v...)) }
-func (discardLogger) Panicf(f string, v ...interface{}) { panic(fmt.Sprintf(f, v...)) }
+// discardLogger is raftlog.DiscardLogger.
+type discardLogger = raftlog.DiscardLogger

@@ -98,6 +98,9 @@ func prepare(p Protocol, o *Options) {
 	if o.NodesPerRegion == 0 {
 		o.NodesPerRegion = p.Sim.NodesPerRegion
 	}
+	if o.ReplicasPerRegion == 0 {
+		o.ReplicasPerRegion = p.Sim.ReplicasPerRegion
+	}
 	if o.Partitions == 0 {
 		o.Partitions = p.Sim.Partitions
 	}

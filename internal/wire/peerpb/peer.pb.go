@@ -5598,6 +5598,7 @@ type Envelope struct {
 	//	*Envelope_MoveSnapshotChunk
 	//	*Envelope_MoveNote
 	//	*Envelope_NodeStats
+	//	*Envelope_Canopus
 	Msg           isEnvelope_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -6145,6 +6146,15 @@ func (x *Envelope) GetNodeStats() *NodeStats {
 	return nil
 }
 
+func (x *Envelope) GetCanopus() *CanopusEnvelope {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_Canopus); ok {
+			return x.Canopus
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Msg interface {
 	isEnvelope_Msg()
 }
@@ -6361,6 +6371,10 @@ type Envelope_NodeStats struct {
 	NodeStats *NodeStats `protobuf:"bytes,93,opt,name=node_stats,json=nodeStats,proto3,oneof"`
 }
 
+type Envelope_Canopus struct {
+	Canopus *CanopusEnvelope `protobuf:"bytes,94,opt,name=canopus,proto3,oneof"`
+}
+
 func (*Envelope_Write) isEnvelope_Msg() {}
 
 func (*Envelope_WriteAck) isEnvelope_Msg() {}
@@ -6466,6 +6480,8 @@ func (*Envelope_MoveSnapshotChunk) isEnvelope_Msg() {}
 func (*Envelope_MoveNote) isEnvelope_Msg() {}
 
 func (*Envelope_NodeStats) isEnvelope_Msg() {}
+
+func (*Envelope_Canopus) isEnvelope_Msg() {}
 
 type StreamAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -10587,6 +10603,921 @@ func (x *CatenaeForwardReply) GetVector() bool {
 	return false
 }
 
+// Canopus (internal/canopus, thesis chapter 4). CanopusEnvelope is every message one
+// instance (a keyspace's partition) sends another node's instance.
+type CanopusEnvelope struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace  string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Types that are valid to be assigned to Body:
+	//
+	//	*CanopusEnvelope_Raft
+	//	*CanopusEnvelope_Fetch
+	//	*CanopusEnvelope_State
+	//	*CanopusEnvelope_Rejoin
+	Body          isCanopusEnvelope_Body `protobuf_oneof:"body"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CanopusEnvelope) Reset() {
+	*x = CanopusEnvelope{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[122]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanopusEnvelope) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanopusEnvelope) ProtoMessage() {}
+
+func (x *CanopusEnvelope) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[122]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanopusEnvelope.ProtoReflect.Descriptor instead.
+func (*CanopusEnvelope) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{122}
+}
+
+func (x *CanopusEnvelope) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *CanopusEnvelope) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *CanopusEnvelope) GetBody() isCanopusEnvelope_Body {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *CanopusEnvelope) GetRaft() *CanopusRaft {
+	if x != nil {
+		if x, ok := x.Body.(*CanopusEnvelope_Raft); ok {
+			return x.Raft
+		}
+	}
+	return nil
+}
+
+func (x *CanopusEnvelope) GetFetch() *CanopusFetch {
+	if x != nil {
+		if x, ok := x.Body.(*CanopusEnvelope_Fetch); ok {
+			return x.Fetch
+		}
+	}
+	return nil
+}
+
+func (x *CanopusEnvelope) GetState() *CanopusState {
+	if x != nil {
+		if x, ok := x.Body.(*CanopusEnvelope_State); ok {
+			return x.State
+		}
+	}
+	return nil
+}
+
+func (x *CanopusEnvelope) GetRejoin() *CanopusRejoin {
+	if x != nil {
+		if x, ok := x.Body.(*CanopusEnvelope_Rejoin); ok {
+			return x.Rejoin
+		}
+	}
+	return nil
+}
+
+type isCanopusEnvelope_Body interface {
+	isCanopusEnvelope_Body()
+}
+
+type CanopusEnvelope_Raft struct {
+	// raft is a message of the broadcast group of super-leaf member owner (4.2.3).
+	Raft *CanopusRaft `protobuf:"bytes,3,opt,name=raft,proto3,oneof"`
+}
+
+type CanopusEnvelope_Fetch struct {
+	// fetch is a proposal-request: the state of a vnode in a cycle (4.2.2).
+	Fetch *CanopusFetch `protobuf:"bytes,4,opt,name=fetch,proto3,oneof"`
+}
+
+type CanopusEnvelope_State struct {
+	// state answers a fetch.
+	State *CanopusState `protobuf:"bytes,5,opt,name=state,proto3,oneof"`
+}
+
+type CanopusEnvelope_Rejoin struct {
+	// rejoin asks a super-leaf peer to readmit the sender, closed out of its epoch.
+	Rejoin *CanopusRejoin `protobuf:"bytes,6,opt,name=rejoin,proto3,oneof"`
+}
+
+func (*CanopusEnvelope_Raft) isCanopusEnvelope_Body() {}
+
+func (*CanopusEnvelope_Fetch) isCanopusEnvelope_Body() {}
+
+func (*CanopusEnvelope_State) isCanopusEnvelope_Body() {}
+
+func (*CanopusEnvelope_Rejoin) isCanopusEnvelope_Body() {}
+
+type CanopusRaft struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Owner         uint32                 `protobuf:"varint,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	Message       []byte                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"` // raftpb.Message, encoded
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CanopusRaft) Reset() {
+	*x = CanopusRaft{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[123]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanopusRaft) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanopusRaft) ProtoMessage() {}
+
+func (x *CanopusRaft) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[123]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanopusRaft.ProtoReflect.Descriptor instead.
+func (*CanopusRaft) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{123}
+}
+
+func (x *CanopusRaft) GetOwner() uint32 {
+	if x != nil {
+		return x.Owner
+	}
+	return 0
+}
+
+func (x *CanopusRaft) GetMessage() []byte {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+type CanopusFetch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cycle         uint64                 `protobuf:"varint,1,opt,name=cycle,proto3" json:"cycle,omitempty"`
+	Height        uint32                 `protobuf:"varint,2,opt,name=height,proto3" json:"height,omitempty"`
+	Index         uint32                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CanopusFetch) Reset() {
+	*x = CanopusFetch{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[124]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanopusFetch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanopusFetch) ProtoMessage() {}
+
+func (x *CanopusFetch) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[124]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanopusFetch.ProtoReflect.Descriptor instead.
+func (*CanopusFetch) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{124}
+}
+
+func (x *CanopusFetch) GetCycle() uint64 {
+	if x != nil {
+		return x.Cycle
+	}
+	return 0
+}
+
+func (x *CanopusFetch) GetHeight() uint32 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+func (x *CanopusFetch) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+// CanopusState is a vertex's state in a cycle: its pnodes' request sets in merged order, and
+// the largest proposal number below it with the node that drew it.
+type CanopusState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cycle         uint64                 `protobuf:"varint,1,opt,name=cycle,proto3" json:"cycle,omitempty"`
+	Height        uint32                 `protobuf:"varint,2,opt,name=height,proto3" json:"height,omitempty"`
+	Index         uint32                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	Number        uint64                 `protobuf:"varint,4,opt,name=number,proto3" json:"number,omitempty"`
+	Drawer        uint32                 `protobuf:"varint,5,opt,name=drawer,proto3" json:"drawer,omitempty"`
+	Sets          []*CanopusSet          `protobuf:"bytes,6,rep,name=sets,proto3" json:"sets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CanopusState) Reset() {
+	*x = CanopusState{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[125]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanopusState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanopusState) ProtoMessage() {}
+
+func (x *CanopusState) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[125]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanopusState.ProtoReflect.Descriptor instead.
+func (*CanopusState) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{125}
+}
+
+func (x *CanopusState) GetCycle() uint64 {
+	if x != nil {
+		return x.Cycle
+	}
+	return 0
+}
+
+func (x *CanopusState) GetHeight() uint32 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+func (x *CanopusState) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *CanopusState) GetNumber() uint64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *CanopusState) GetDrawer() uint32 {
+	if x != nil {
+		return x.Drawer
+	}
+	return 0
+}
+
+func (x *CanopusState) GetSets() []*CanopusSet {
+	if x != nil {
+		return x.Sets
+	}
+	return nil
+}
+
+// CanopusSet is one node's requests of one cycle, never split (4.3), with the membership
+// updates it carries (4.2.6) and its proposer's clock (the cycle's version time).
+type CanopusSet struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          uint32                 `protobuf:"varint,1,opt,name=node,proto3" json:"node,omitempty"`
+	Requests      [][]byte               `protobuf:"bytes,2,rep,name=requests,proto3" json:"requests,omitempty"`
+	StampNanos    int64                  `protobuf:"varint,3,opt,name=stamp_nanos,json=stampNanos,proto3" json:"stamp_nanos,omitempty"`
+	Admits        []*CanopusAdmit        `protobuf:"bytes,4,rep,name=admits,proto3" json:"admits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CanopusSet) Reset() {
+	*x = CanopusSet{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[126]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanopusSet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanopusSet) ProtoMessage() {}
+
+func (x *CanopusSet) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[126]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanopusSet.ProtoReflect.Descriptor instead.
+func (*CanopusSet) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{126}
+}
+
+func (x *CanopusSet) GetNode() uint32 {
+	if x != nil {
+		return x.Node
+	}
+	return 0
+}
+
+func (x *CanopusSet) GetRequests() [][]byte {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+func (x *CanopusSet) GetStampNanos() int64 {
+	if x != nil {
+		return x.StampNanos
+	}
+	return 0
+}
+
+func (x *CanopusSet) GetAdmits() []*CanopusAdmit {
+	if x != nil {
+		return x.Admits
+	}
+	return nil
+}
+
+type CanopusAdmit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          uint32                 `protobuf:"varint,1,opt,name=node,proto3" json:"node,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CanopusAdmit) Reset() {
+	*x = CanopusAdmit{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[127]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanopusAdmit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanopusAdmit) ProtoMessage() {}
+
+func (x *CanopusAdmit) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[127]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanopusAdmit.ProtoReflect.Descriptor instead.
+func (*CanopusAdmit) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{127}
+}
+
+func (x *CanopusAdmit) GetNode() uint32 {
+	if x != nil {
+		return x.Node
+	}
+	return 0
+}
+
+func (x *CanopusAdmit) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+type CanopusRejoin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CanopusRejoin) Reset() {
+	*x = CanopusRejoin{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[128]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanopusRejoin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanopusRejoin) ProtoMessage() {}
+
+func (x *CanopusRejoin) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[128]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanopusRejoin.ProtoReflect.Descriptor instead.
+func (*CanopusRejoin) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{128}
+}
+
+func (x *CanopusRejoin) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// CanopusEntry is an entry of a super-leaf broadcast group's log.
+type CanopusEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Body:
+	//
+	//	*CanopusEntry_Proposal
+	//	*CanopusEntry_Close
+	//	*CanopusEntry_Remote
+	Body          isCanopusEntry_Body `protobuf_oneof:"body"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CanopusEntry) Reset() {
+	*x = CanopusEntry{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[129]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanopusEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanopusEntry) ProtoMessage() {}
+
+func (x *CanopusEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[129]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanopusEntry.ProtoReflect.Descriptor instead.
+func (*CanopusEntry) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{129}
+}
+
+func (x *CanopusEntry) GetBody() isCanopusEntry_Body {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *CanopusEntry) GetProposal() *CanopusProposal {
+	if x != nil {
+		if x, ok := x.Body.(*CanopusEntry_Proposal); ok {
+			return x.Proposal
+		}
+	}
+	return nil
+}
+
+func (x *CanopusEntry) GetClose() *CanopusClose {
+	if x != nil {
+		if x, ok := x.Body.(*CanopusEntry_Close); ok {
+			return x.Close
+		}
+	}
+	return nil
+}
+
+func (x *CanopusEntry) GetRemote() *CanopusState {
+	if x != nil {
+		if x, ok := x.Body.(*CanopusEntry_Remote); ok {
+			return x.Remote
+		}
+	}
+	return nil
+}
+
+type isCanopusEntry_Body interface {
+	isCanopusEntry_Body()
+}
+
+type CanopusEntry_Proposal struct {
+	// proposal is the owner's round-1 proposal of a cycle, in its membership epoch.
+	Proposal *CanopusProposal `protobuf:"bytes,1,opt,name=proposal,proto3,oneof"`
+}
+
+type CanopusEntry_Close struct {
+	// close ends the owner's epoch: its cycles with no proposal before this entry are empty.
+	Close *CanopusClose `protobuf:"bytes,2,opt,name=close,proto3,oneof"`
+}
+
+type CanopusEntry_Remote struct {
+	// remote is another super-leaf's (or subtree's) state, fetched by a representative.
+	Remote *CanopusState `protobuf:"bytes,3,opt,name=remote,proto3,oneof"`
+}
+
+func (*CanopusEntry_Proposal) isCanopusEntry_Body() {}
+
+func (*CanopusEntry_Close) isCanopusEntry_Body() {}
+
+func (*CanopusEntry_Remote) isCanopusEntry_Body() {}
+
+type CanopusProposal struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cycle         uint64                 `protobuf:"varint,1,opt,name=cycle,proto3" json:"cycle,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Number        uint64                 `protobuf:"varint,3,opt,name=number,proto3" json:"number,omitempty"`
+	Set           *CanopusSet            `protobuf:"bytes,4,opt,name=set,proto3" json:"set,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CanopusProposal) Reset() {
+	*x = CanopusProposal{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[130]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanopusProposal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanopusProposal) ProtoMessage() {}
+
+func (x *CanopusProposal) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[130]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanopusProposal.ProtoReflect.Descriptor instead.
+func (*CanopusProposal) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{130}
+}
+
+func (x *CanopusProposal) GetCycle() uint64 {
+	if x != nil {
+		return x.Cycle
+	}
+	return 0
+}
+
+func (x *CanopusProposal) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *CanopusProposal) GetNumber() uint64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *CanopusProposal) GetSet() *CanopusSet {
+	if x != nil {
+		return x.Set
+	}
+	return nil
+}
+
+type CanopusClose struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CanopusClose) Reset() {
+	*x = CanopusClose{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[131]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanopusClose) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanopusClose) ProtoMessage() {}
+
+func (x *CanopusClose) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[131]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanopusClose.ProtoReflect.Descriptor instead.
+func (*CanopusClose) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{131}
+}
+
+func (x *CanopusClose) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// CanopusApplied is what an instance stores with the writes of each cycle it applies.
+type CanopusApplied struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cycle         uint64                 `protobuf:"varint,1,opt,name=cycle,proto3" json:"cycle,omitempty"`
+	TimeNanos     int64                  `protobuf:"varint,2,opt,name=time_nanos,json=timeNanos,proto3" json:"time_nanos,omitempty"`
+	Epochs        []*CanopusEpoch        `protobuf:"bytes,3,rep,name=epochs,proto3" json:"epochs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CanopusApplied) Reset() {
+	*x = CanopusApplied{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[132]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanopusApplied) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanopusApplied) ProtoMessage() {}
+
+func (x *CanopusApplied) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[132]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanopusApplied.ProtoReflect.Descriptor instead.
+func (*CanopusApplied) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{132}
+}
+
+func (x *CanopusApplied) GetCycle() uint64 {
+	if x != nil {
+		return x.Cycle
+	}
+	return 0
+}
+
+func (x *CanopusApplied) GetTimeNanos() int64 {
+	if x != nil {
+		return x.TimeNanos
+	}
+	return 0
+}
+
+func (x *CanopusApplied) GetEpochs() []*CanopusEpoch {
+	if x != nil {
+		return x.Epochs
+	}
+	return nil
+}
+
+// CanopusEpoch: node is in membership epoch `epoch` from cycle from_cycle on.
+type CanopusEpoch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          uint32                 `protobuf:"varint,1,opt,name=node,proto3" json:"node,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	FromCycle     uint64                 `protobuf:"varint,3,opt,name=from_cycle,json=fromCycle,proto3" json:"from_cycle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CanopusEpoch) Reset() {
+	*x = CanopusEpoch{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[133]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanopusEpoch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanopusEpoch) ProtoMessage() {}
+
+func (x *CanopusEpoch) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[133]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanopusEpoch.ProtoReflect.Descriptor instead.
+func (*CanopusEpoch) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{133}
+}
+
+func (x *CanopusEpoch) GetNode() uint32 {
+	if x != nil {
+		return x.Node
+	}
+	return 0
+}
+
+func (x *CanopusEpoch) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *CanopusEpoch) GetFromCycle() uint64 {
+	if x != nil {
+		return x.FromCycle
+	}
+	return 0
+}
+
+// CanopusWrite is a client write inside a request set.
+type CanopusWrite struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Key       []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Value     []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	Tombstone bool                   `protobuf:"varint,4,opt,name=tombstone,proto3" json:"tombstone,omitempty"`
+	// incarnation is the proposing engine's run: request IDs start again after a restart, and
+	// a replayed cycle must not answer a new request.
+	Incarnation   uint64 `protobuf:"varint,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CanopusWrite) Reset() {
+	*x = CanopusWrite{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[134]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanopusWrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanopusWrite) ProtoMessage() {}
+
+func (x *CanopusWrite) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[134]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanopusWrite.ProtoReflect.Descriptor instead.
+func (*CanopusWrite) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{134}
+}
+
+func (x *CanopusWrite) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *CanopusWrite) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *CanopusWrite) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *CanopusWrite) GetTombstone() bool {
+	if x != nil {
+		return x.Tombstone
+	}
+	return false
+}
+
+func (x *CanopusWrite) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
 var File_meridian_v1_peer_proto protoreflect.FileDescriptor
 
 const file_meridian_v1_peer_proto_rawDesc = "" +
@@ -11101,7 +12032,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"conf_index\x18\x03 \x01(\x04R\tconfIndex\x12\x19\n" +
 	"\x05group\x18\x04 \x01(\rH\x00R\x05group\x88\x01\x01B\b\n" +
-	"\x06_group\"\xfd\x1c\n" +
+	"\x06_group\"\xbc\x1d\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\rR\x02to\x12\x16\n" +
@@ -11172,7 +12103,8 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x13move_snapshot_chunk\x18[ \x01(\v2#.meridian.peer.v1.MoveSnapshotChunkH\x00R\x11moveSnapshotChunk\x129\n" +
 	"\tmove_note\x18\\ \x01(\v2\x1a.meridian.peer.v1.MoveNoteH\x00R\bmoveNote\x12<\n" +
 	"\n" +
-	"node_stats\x18] \x01(\v2\x1b.meridian.peer.v1.NodeStatsH\x00R\tnodeStatsB\x05\n" +
+	"node_stats\x18] \x01(\v2\x1b.meridian.peer.v1.NodeStatsH\x00R\tnodeStats\x12=\n" +
+	"\acanopus\x18^ \x01(\v2!.meridian.peer.v1.CanopusEnvelopeH\x00R\acanopusB\x05\n" +
 	"\x03msg\"\v\n" +
 	"\tStreamAck\"I\n" +
 	"\rEnvelopeBatch\x128\n" +
@@ -11517,7 +12449,70 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	" \x01(\fR\babortKey\x12\x15\n" +
 	"\x06txn_id\x18\v \x01(\tR\x05txnId\x12\x12\n" +
 	"\x04path\x18\f \x01(\tR\x04path\x12\x16\n" +
-	"\x06vector\x18\r \x01(\bR\x06vector2\x9c\x01\n" +
+	"\x06vector\x18\r \x01(\bR\x06vector\"\xb3\x02\n" +
+	"\x0fCanopusEnvelope\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x123\n" +
+	"\x04raft\x18\x03 \x01(\v2\x1d.meridian.peer.v1.CanopusRaftH\x00R\x04raft\x126\n" +
+	"\x05fetch\x18\x04 \x01(\v2\x1e.meridian.peer.v1.CanopusFetchH\x00R\x05fetch\x126\n" +
+	"\x05state\x18\x05 \x01(\v2\x1e.meridian.peer.v1.CanopusStateH\x00R\x05state\x129\n" +
+	"\x06rejoin\x18\x06 \x01(\v2\x1f.meridian.peer.v1.CanopusRejoinH\x00R\x06rejoinB\x06\n" +
+	"\x04body\"=\n" +
+	"\vCanopusRaft\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\rR\x05owner\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\fR\amessage\"R\n" +
+	"\fCanopusFetch\x12\x14\n" +
+	"\x05cycle\x18\x01 \x01(\x04R\x05cycle\x12\x16\n" +
+	"\x06height\x18\x02 \x01(\rR\x06height\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\rR\x05index\"\xb4\x01\n" +
+	"\fCanopusState\x12\x14\n" +
+	"\x05cycle\x18\x01 \x01(\x04R\x05cycle\x12\x16\n" +
+	"\x06height\x18\x02 \x01(\rR\x06height\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\rR\x05index\x12\x16\n" +
+	"\x06number\x18\x04 \x01(\x04R\x06number\x12\x16\n" +
+	"\x06drawer\x18\x05 \x01(\rR\x06drawer\x120\n" +
+	"\x04sets\x18\x06 \x03(\v2\x1c.meridian.peer.v1.CanopusSetR\x04sets\"\x95\x01\n" +
+	"\n" +
+	"CanopusSet\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\rR\x04node\x12\x1a\n" +
+	"\brequests\x18\x02 \x03(\fR\brequests\x12\x1f\n" +
+	"\vstamp_nanos\x18\x03 \x01(\x03R\n" +
+	"stampNanos\x126\n" +
+	"\x06admits\x18\x04 \x03(\v2\x1e.meridian.peer.v1.CanopusAdmitR\x06admits\"8\n" +
+	"\fCanopusAdmit\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\rR\x04node\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"%\n" +
+	"\rCanopusRejoin\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"\xc9\x01\n" +
+	"\fCanopusEntry\x12?\n" +
+	"\bproposal\x18\x01 \x01(\v2!.meridian.peer.v1.CanopusProposalH\x00R\bproposal\x126\n" +
+	"\x05close\x18\x02 \x01(\v2\x1e.meridian.peer.v1.CanopusCloseH\x00R\x05close\x128\n" +
+	"\x06remote\x18\x03 \x01(\v2\x1e.meridian.peer.v1.CanopusStateH\x00R\x06remoteB\x06\n" +
+	"\x04body\"\x85\x01\n" +
+	"\x0fCanopusProposal\x12\x14\n" +
+	"\x05cycle\x18\x01 \x01(\x04R\x05cycle\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x16\n" +
+	"\x06number\x18\x03 \x01(\x04R\x06number\x12.\n" +
+	"\x03set\x18\x04 \x01(\v2\x1c.meridian.peer.v1.CanopusSetR\x03set\"$\n" +
+	"\fCanopusClose\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"}\n" +
+	"\x0eCanopusApplied\x12\x14\n" +
+	"\x05cycle\x18\x01 \x01(\x04R\x05cycle\x12\x1d\n" +
+	"\n" +
+	"time_nanos\x18\x02 \x01(\x03R\ttimeNanos\x126\n" +
+	"\x06epochs\x18\x03 \x03(\v2\x1e.meridian.peer.v1.CanopusEpochR\x06epochs\"W\n" +
+	"\fCanopusEpoch\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\rR\x04node\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1d\n" +
+	"\n" +
+	"from_cycle\x18\x03 \x01(\x04R\tfromCycle\"\x95\x01\n" +
+	"\fCanopusWrite\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\x12\x1c\n" +
+	"\ttombstone\x18\x04 \x01(\bR\ttombstone\x12 \n" +
+	"\vincarnation\x18\x05 \x01(\x04R\vincarnation2\x9c\x01\n" +
 	"\x04Peer\x12C\n" +
 	"\x06Stream\x12\x1a.meridian.peer.v1.Envelope\x1a\x1b.meridian.peer.v1.StreamAck(\x01\x12O\n" +
 	"\rStreamBatches\x12\x1f.meridian.peer.v1.EnvelopeBatch\x1a\x1b.meridian.peer.v1.StreamAck(\x01B\x1fZ\x1dmeridian/internal/wire/peerpbb\x06proto3"
@@ -11534,7 +12529,7 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 122)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 135)
 var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Version)(nil),             // 0: meridian.peer.v1.Version
 	(*Record)(nil),              // 1: meridian.peer.v1.Record
@@ -11658,6 +12653,19 @@ var file_meridian_v1_peer_proto_goTypes = []any{
 	(*CatenaeHello)(nil),        // 119: meridian.peer.v1.CatenaeHello
 	(*CatenaeForward)(nil),      // 120: meridian.peer.v1.CatenaeForward
 	(*CatenaeForwardReply)(nil), // 121: meridian.peer.v1.CatenaeForwardReply
+	(*CanopusEnvelope)(nil),     // 122: meridian.peer.v1.CanopusEnvelope
+	(*CanopusRaft)(nil),         // 123: meridian.peer.v1.CanopusRaft
+	(*CanopusFetch)(nil),        // 124: meridian.peer.v1.CanopusFetch
+	(*CanopusState)(nil),        // 125: meridian.peer.v1.CanopusState
+	(*CanopusSet)(nil),          // 126: meridian.peer.v1.CanopusSet
+	(*CanopusAdmit)(nil),        // 127: meridian.peer.v1.CanopusAdmit
+	(*CanopusRejoin)(nil),       // 128: meridian.peer.v1.CanopusRejoin
+	(*CanopusEntry)(nil),        // 129: meridian.peer.v1.CanopusEntry
+	(*CanopusProposal)(nil),     // 130: meridian.peer.v1.CanopusProposal
+	(*CanopusClose)(nil),        // 131: meridian.peer.v1.CanopusClose
+	(*CanopusApplied)(nil),      // 132: meridian.peer.v1.CanopusApplied
+	(*CanopusEpoch)(nil),        // 133: meridian.peer.v1.CanopusEpoch
+	(*CanopusWrite)(nil),        // 134: meridian.peer.v1.CanopusWrite
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,   // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -11773,89 +12781,101 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	13,  // 110: meridian.peer.v1.Envelope.move_snapshot_chunk:type_name -> meridian.peer.v1.MoveSnapshotChunk
 	16,  // 111: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
 	14,  // 112: meridian.peer.v1.Envelope.node_stats:type_name -> meridian.peer.v1.NodeStats
-	67,  // 113: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
-	70,  // 114: meridian.peer.v1.SdurPart.id:type_name -> meridian.peer.v1.SdurTxnId
-	71,  // 115: meridian.peer.v1.SdurPart.writes:type_name -> meridian.peer.v1.SdurWrite
-	70,  // 116: meridian.peer.v1.SdurAbortRequest.txn:type_name -> meridian.peer.v1.SdurTxnId
-	72,  // 117: meridian.peer.v1.SdurEntry.txn:type_name -> meridian.peer.v1.SdurPart
-	74,  // 118: meridian.peer.v1.SdurEntry.abort:type_name -> meridian.peer.v1.SdurAbortRequest
-	73,  // 119: meridian.peer.v1.SdurEntry.threshold:type_name -> meridian.peer.v1.SdurThreshold
-	70,  // 120: meridian.peer.v1.SdurVote.txn:type_name -> meridian.peer.v1.SdurTxnId
-	72,  // 121: meridian.peer.v1.SdurPending.part:type_name -> meridian.peer.v1.SdurPart
-	76,  // 122: meridian.peer.v1.SdurPending.votes:type_name -> meridian.peer.v1.SdurVote
-	70,  // 123: meridian.peer.v1.SdurSeen.id:type_name -> meridian.peer.v1.SdurTxnId
-	76,  // 124: meridian.peer.v1.SdurSeen.vote:type_name -> meridian.peer.v1.SdurVote
-	70,  // 125: meridian.peer.v1.SdurEarly.id:type_name -> meridian.peer.v1.SdurTxnId
-	76,  // 126: meridian.peer.v1.SdurEarly.votes:type_name -> meridian.peer.v1.SdurVote
-	73,  // 127: meridian.peer.v1.SdurState.threshold:type_name -> meridian.peer.v1.SdurThreshold
-	77,  // 128: meridian.peer.v1.SdurState.pending:type_name -> meridian.peer.v1.SdurPending
-	78,  // 129: meridian.peer.v1.SdurState.keys:type_name -> meridian.peer.v1.SdurKeyState
-	79,  // 130: meridian.peer.v1.SdurState.touched:type_name -> meridian.peer.v1.SdurTouch
-	75,  // 131: meridian.peer.v1.SdurState.waiting:type_name -> meridian.peer.v1.SdurEntry
-	80,  // 132: meridian.peer.v1.SdurState.seen:type_name -> meridian.peer.v1.SdurSeen
-	81,  // 133: meridian.peer.v1.SdurState.early:type_name -> meridian.peer.v1.SdurEarly
-	70,  // 134: meridian.peer.v1.TwopcPart.id:type_name -> meridian.peer.v1.SdurTxnId
-	83,  // 135: meridian.peer.v1.TwopcPart.reads:type_name -> meridian.peer.v1.TwopcRead
-	71,  // 136: meridian.peer.v1.TwopcPart.writes:type_name -> meridian.peer.v1.SdurWrite
-	84,  // 137: meridian.peer.v1.TwopcEntry.part:type_name -> meridian.peer.v1.TwopcPart
-	70,  // 138: meridian.peer.v1.TwopcEntry.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 139: meridian.peer.v1.TwopcVote.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 140: meridian.peer.v1.TwopcDecided.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 141: meridian.peer.v1.TwopcCoordinating.txn:type_name -> meridian.peer.v1.SdurTxnId
-	86,  // 142: meridian.peer.v1.TwopcCoordinating.votes:type_name -> meridian.peer.v1.TwopcVote
-	88,  // 143: meridian.peer.v1.TwopcState.last_writes:type_name -> meridian.peer.v1.TwopcLastWrite
-	84,  // 144: meridian.peer.v1.TwopcState.prepared:type_name -> meridian.peer.v1.TwopcPart
-	87,  // 145: meridian.peer.v1.TwopcState.decided:type_name -> meridian.peer.v1.TwopcDecided
-	89,  // 146: meridian.peer.v1.TwopcState.coordinating:type_name -> meridian.peer.v1.TwopcCoordinating
-	70,  // 147: meridian.peer.v1.TxnMessage.vote_request:type_name -> meridian.peer.v1.SdurTxnId
-	96,  // 148: meridian.peer.v1.TxnMessage.outcome:type_name -> meridian.peer.v1.TxnOutcome
-	92,  // 149: meridian.peer.v1.TxnMessage.seq_query:type_name -> meridian.peer.v1.TxnSeqQuery
-	94,  // 150: meridian.peer.v1.TxnMessage.seq_reply:type_name -> meridian.peer.v1.TxnSeqReply
-	95,  // 151: meridian.peer.v1.TxnMessage.vector:type_name -> meridian.peer.v1.TxnVector
-	70,  // 152: meridian.peer.v1.TxnSeqQuery.status:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 153: meridian.peer.v1.TxnCompletedGlobal.txn:type_name -> meridian.peer.v1.SdurTxnId
-	93,  // 154: meridian.peer.v1.TxnSeqReply.globals:type_name -> meridian.peer.v1.TxnCompletedGlobal
-	97,  // 155: meridian.peer.v1.TxnVector.components:type_name -> meridian.peer.v1.TxnSnapshotRef
-	70,  // 156: meridian.peer.v1.TxnOutcome.txn:type_name -> meridian.peer.v1.SdurTxnId
-	97,  // 157: meridian.peer.v1.TxnReadArgs.snapshots:type_name -> meridian.peer.v1.TxnSnapshotRef
-	97,  // 158: meridian.peer.v1.TxnReadDone.snapshot:type_name -> meridian.peer.v1.TxnSnapshotRef
-	93,  // 159: meridian.peer.v1.TxnSavedState.completed:type_name -> meridian.peer.v1.TxnCompletedGlobal
-	95,  // 160: meridian.peer.v1.TxnSavedState.vector:type_name -> meridian.peer.v1.TxnVector
-	101, // 161: meridian.peer.v1.CatenaeTxn.id:type_name -> meridian.peer.v1.CatenaeTxnId
-	102, // 162: meridian.peer.v1.CatenaeTxn.ops:type_name -> meridian.peer.v1.CatenaeOp
-	103, // 163: meridian.peer.v1.CatenaeEpochInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
-	101, // 164: meridian.peer.v1.CatenaeVote.txn:type_name -> meridian.peer.v1.CatenaeTxnId
-	104, // 165: meridian.peer.v1.CatenaeEpochMsg.epochs:type_name -> meridian.peer.v1.CatenaeEpochInput
-	105, // 166: meridian.peer.v1.CatenaeEpochMsg.votes:type_name -> meridian.peer.v1.CatenaeVote
-	106, // 167: meridian.peer.v1.CatenaeMessage.epoch:type_name -> meridian.peer.v1.CatenaeEpochMsg
-	107, // 168: meridian.peer.v1.CatenaeMessage.request:type_name -> meridian.peer.v1.CatenaeRequest
-	110, // 169: meridian.peer.v1.CatenaeSaved.own:type_name -> meridian.peer.v1.CatenaeOwnInput
-	112, // 170: meridian.peer.v1.CatenaeSaved.store:type_name -> meridian.peer.v1.CatenaeKeyVersions
-	114, // 171: meridian.peer.v1.CatenaeSaved.history:type_name -> meridian.peer.v1.CatenaeTxnState
-	115, // 172: meridian.peer.v1.CatenaeSaved.waiting:type_name -> meridian.peer.v1.CatenaeWaiting
-	105, // 173: meridian.peer.v1.CatenaeSaved.my_votes:type_name -> meridian.peer.v1.CatenaeVote
-	116, // 174: meridian.peer.v1.CatenaeSaved.unvalidated:type_name -> meridian.peer.v1.CatenaeEpochCount
-	117, // 175: meridian.peer.v1.CatenaeSaved.peer_closed:type_name -> meridian.peer.v1.CatenaeDcEpoch
-	117, // 176: meridian.peer.v1.CatenaeSaved.peer_validated:type_name -> meridian.peer.v1.CatenaeDcEpoch
-	103, // 177: meridian.peer.v1.CatenaeOwnInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
-	101, // 178: meridian.peer.v1.CatenaeVersion.writer:type_name -> meridian.peer.v1.CatenaeTxnId
-	111, // 179: meridian.peer.v1.CatenaeKeyVersions.versions:type_name -> meridian.peer.v1.CatenaeVersion
-	103, // 180: meridian.peer.v1.CatenaeTxnState.txn:type_name -> meridian.peer.v1.CatenaeTxn
-	113, // 181: meridian.peer.v1.CatenaeTxnState.writes:type_name -> meridian.peer.v1.CatenaeWrite
-	101, // 182: meridian.peer.v1.CatenaeTxnState.deps:type_name -> meridian.peer.v1.CatenaeTxnId
-	101, // 183: meridian.peer.v1.CatenaeWaiting.id:type_name -> meridian.peer.v1.CatenaeTxnId
-	114, // 184: meridian.peer.v1.CatenaeWaiting.state:type_name -> meridian.peer.v1.CatenaeTxnState
-	119, // 185: meridian.peer.v1.CatenaeEnvelope.hello:type_name -> meridian.peer.v1.CatenaeHello
-	71,  // 186: meridian.peer.v1.CatenaeForward.writes:type_name -> meridian.peer.v1.SdurWrite
-	67,  // 187: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	69,  // 188: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
-	68,  // 189: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	68,  // 190: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
-	189, // [189:191] is the sub-list for method output_type
-	187, // [187:189] is the sub-list for method input_type
-	187, // [187:187] is the sub-list for extension type_name
-	187, // [187:187] is the sub-list for extension extendee
-	0,   // [0:187] is the sub-list for field type_name
+	122, // 113: meridian.peer.v1.Envelope.canopus:type_name -> meridian.peer.v1.CanopusEnvelope
+	67,  // 114: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
+	70,  // 115: meridian.peer.v1.SdurPart.id:type_name -> meridian.peer.v1.SdurTxnId
+	71,  // 116: meridian.peer.v1.SdurPart.writes:type_name -> meridian.peer.v1.SdurWrite
+	70,  // 117: meridian.peer.v1.SdurAbortRequest.txn:type_name -> meridian.peer.v1.SdurTxnId
+	72,  // 118: meridian.peer.v1.SdurEntry.txn:type_name -> meridian.peer.v1.SdurPart
+	74,  // 119: meridian.peer.v1.SdurEntry.abort:type_name -> meridian.peer.v1.SdurAbortRequest
+	73,  // 120: meridian.peer.v1.SdurEntry.threshold:type_name -> meridian.peer.v1.SdurThreshold
+	70,  // 121: meridian.peer.v1.SdurVote.txn:type_name -> meridian.peer.v1.SdurTxnId
+	72,  // 122: meridian.peer.v1.SdurPending.part:type_name -> meridian.peer.v1.SdurPart
+	76,  // 123: meridian.peer.v1.SdurPending.votes:type_name -> meridian.peer.v1.SdurVote
+	70,  // 124: meridian.peer.v1.SdurSeen.id:type_name -> meridian.peer.v1.SdurTxnId
+	76,  // 125: meridian.peer.v1.SdurSeen.vote:type_name -> meridian.peer.v1.SdurVote
+	70,  // 126: meridian.peer.v1.SdurEarly.id:type_name -> meridian.peer.v1.SdurTxnId
+	76,  // 127: meridian.peer.v1.SdurEarly.votes:type_name -> meridian.peer.v1.SdurVote
+	73,  // 128: meridian.peer.v1.SdurState.threshold:type_name -> meridian.peer.v1.SdurThreshold
+	77,  // 129: meridian.peer.v1.SdurState.pending:type_name -> meridian.peer.v1.SdurPending
+	78,  // 130: meridian.peer.v1.SdurState.keys:type_name -> meridian.peer.v1.SdurKeyState
+	79,  // 131: meridian.peer.v1.SdurState.touched:type_name -> meridian.peer.v1.SdurTouch
+	75,  // 132: meridian.peer.v1.SdurState.waiting:type_name -> meridian.peer.v1.SdurEntry
+	80,  // 133: meridian.peer.v1.SdurState.seen:type_name -> meridian.peer.v1.SdurSeen
+	81,  // 134: meridian.peer.v1.SdurState.early:type_name -> meridian.peer.v1.SdurEarly
+	70,  // 135: meridian.peer.v1.TwopcPart.id:type_name -> meridian.peer.v1.SdurTxnId
+	83,  // 136: meridian.peer.v1.TwopcPart.reads:type_name -> meridian.peer.v1.TwopcRead
+	71,  // 137: meridian.peer.v1.TwopcPart.writes:type_name -> meridian.peer.v1.SdurWrite
+	84,  // 138: meridian.peer.v1.TwopcEntry.part:type_name -> meridian.peer.v1.TwopcPart
+	70,  // 139: meridian.peer.v1.TwopcEntry.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 140: meridian.peer.v1.TwopcVote.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 141: meridian.peer.v1.TwopcDecided.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 142: meridian.peer.v1.TwopcCoordinating.txn:type_name -> meridian.peer.v1.SdurTxnId
+	86,  // 143: meridian.peer.v1.TwopcCoordinating.votes:type_name -> meridian.peer.v1.TwopcVote
+	88,  // 144: meridian.peer.v1.TwopcState.last_writes:type_name -> meridian.peer.v1.TwopcLastWrite
+	84,  // 145: meridian.peer.v1.TwopcState.prepared:type_name -> meridian.peer.v1.TwopcPart
+	87,  // 146: meridian.peer.v1.TwopcState.decided:type_name -> meridian.peer.v1.TwopcDecided
+	89,  // 147: meridian.peer.v1.TwopcState.coordinating:type_name -> meridian.peer.v1.TwopcCoordinating
+	70,  // 148: meridian.peer.v1.TxnMessage.vote_request:type_name -> meridian.peer.v1.SdurTxnId
+	96,  // 149: meridian.peer.v1.TxnMessage.outcome:type_name -> meridian.peer.v1.TxnOutcome
+	92,  // 150: meridian.peer.v1.TxnMessage.seq_query:type_name -> meridian.peer.v1.TxnSeqQuery
+	94,  // 151: meridian.peer.v1.TxnMessage.seq_reply:type_name -> meridian.peer.v1.TxnSeqReply
+	95,  // 152: meridian.peer.v1.TxnMessage.vector:type_name -> meridian.peer.v1.TxnVector
+	70,  // 153: meridian.peer.v1.TxnSeqQuery.status:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 154: meridian.peer.v1.TxnCompletedGlobal.txn:type_name -> meridian.peer.v1.SdurTxnId
+	93,  // 155: meridian.peer.v1.TxnSeqReply.globals:type_name -> meridian.peer.v1.TxnCompletedGlobal
+	97,  // 156: meridian.peer.v1.TxnVector.components:type_name -> meridian.peer.v1.TxnSnapshotRef
+	70,  // 157: meridian.peer.v1.TxnOutcome.txn:type_name -> meridian.peer.v1.SdurTxnId
+	97,  // 158: meridian.peer.v1.TxnReadArgs.snapshots:type_name -> meridian.peer.v1.TxnSnapshotRef
+	97,  // 159: meridian.peer.v1.TxnReadDone.snapshot:type_name -> meridian.peer.v1.TxnSnapshotRef
+	93,  // 160: meridian.peer.v1.TxnSavedState.completed:type_name -> meridian.peer.v1.TxnCompletedGlobal
+	95,  // 161: meridian.peer.v1.TxnSavedState.vector:type_name -> meridian.peer.v1.TxnVector
+	101, // 162: meridian.peer.v1.CatenaeTxn.id:type_name -> meridian.peer.v1.CatenaeTxnId
+	102, // 163: meridian.peer.v1.CatenaeTxn.ops:type_name -> meridian.peer.v1.CatenaeOp
+	103, // 164: meridian.peer.v1.CatenaeEpochInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
+	101, // 165: meridian.peer.v1.CatenaeVote.txn:type_name -> meridian.peer.v1.CatenaeTxnId
+	104, // 166: meridian.peer.v1.CatenaeEpochMsg.epochs:type_name -> meridian.peer.v1.CatenaeEpochInput
+	105, // 167: meridian.peer.v1.CatenaeEpochMsg.votes:type_name -> meridian.peer.v1.CatenaeVote
+	106, // 168: meridian.peer.v1.CatenaeMessage.epoch:type_name -> meridian.peer.v1.CatenaeEpochMsg
+	107, // 169: meridian.peer.v1.CatenaeMessage.request:type_name -> meridian.peer.v1.CatenaeRequest
+	110, // 170: meridian.peer.v1.CatenaeSaved.own:type_name -> meridian.peer.v1.CatenaeOwnInput
+	112, // 171: meridian.peer.v1.CatenaeSaved.store:type_name -> meridian.peer.v1.CatenaeKeyVersions
+	114, // 172: meridian.peer.v1.CatenaeSaved.history:type_name -> meridian.peer.v1.CatenaeTxnState
+	115, // 173: meridian.peer.v1.CatenaeSaved.waiting:type_name -> meridian.peer.v1.CatenaeWaiting
+	105, // 174: meridian.peer.v1.CatenaeSaved.my_votes:type_name -> meridian.peer.v1.CatenaeVote
+	116, // 175: meridian.peer.v1.CatenaeSaved.unvalidated:type_name -> meridian.peer.v1.CatenaeEpochCount
+	117, // 176: meridian.peer.v1.CatenaeSaved.peer_closed:type_name -> meridian.peer.v1.CatenaeDcEpoch
+	117, // 177: meridian.peer.v1.CatenaeSaved.peer_validated:type_name -> meridian.peer.v1.CatenaeDcEpoch
+	103, // 178: meridian.peer.v1.CatenaeOwnInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
+	101, // 179: meridian.peer.v1.CatenaeVersion.writer:type_name -> meridian.peer.v1.CatenaeTxnId
+	111, // 180: meridian.peer.v1.CatenaeKeyVersions.versions:type_name -> meridian.peer.v1.CatenaeVersion
+	103, // 181: meridian.peer.v1.CatenaeTxnState.txn:type_name -> meridian.peer.v1.CatenaeTxn
+	113, // 182: meridian.peer.v1.CatenaeTxnState.writes:type_name -> meridian.peer.v1.CatenaeWrite
+	101, // 183: meridian.peer.v1.CatenaeTxnState.deps:type_name -> meridian.peer.v1.CatenaeTxnId
+	101, // 184: meridian.peer.v1.CatenaeWaiting.id:type_name -> meridian.peer.v1.CatenaeTxnId
+	114, // 185: meridian.peer.v1.CatenaeWaiting.state:type_name -> meridian.peer.v1.CatenaeTxnState
+	119, // 186: meridian.peer.v1.CatenaeEnvelope.hello:type_name -> meridian.peer.v1.CatenaeHello
+	71,  // 187: meridian.peer.v1.CatenaeForward.writes:type_name -> meridian.peer.v1.SdurWrite
+	123, // 188: meridian.peer.v1.CanopusEnvelope.raft:type_name -> meridian.peer.v1.CanopusRaft
+	124, // 189: meridian.peer.v1.CanopusEnvelope.fetch:type_name -> meridian.peer.v1.CanopusFetch
+	125, // 190: meridian.peer.v1.CanopusEnvelope.state:type_name -> meridian.peer.v1.CanopusState
+	128, // 191: meridian.peer.v1.CanopusEnvelope.rejoin:type_name -> meridian.peer.v1.CanopusRejoin
+	126, // 192: meridian.peer.v1.CanopusState.sets:type_name -> meridian.peer.v1.CanopusSet
+	127, // 193: meridian.peer.v1.CanopusSet.admits:type_name -> meridian.peer.v1.CanopusAdmit
+	130, // 194: meridian.peer.v1.CanopusEntry.proposal:type_name -> meridian.peer.v1.CanopusProposal
+	131, // 195: meridian.peer.v1.CanopusEntry.close:type_name -> meridian.peer.v1.CanopusClose
+	125, // 196: meridian.peer.v1.CanopusEntry.remote:type_name -> meridian.peer.v1.CanopusState
+	126, // 197: meridian.peer.v1.CanopusProposal.set:type_name -> meridian.peer.v1.CanopusSet
+	133, // 198: meridian.peer.v1.CanopusApplied.epochs:type_name -> meridian.peer.v1.CanopusEpoch
+	67,  // 199: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	69,  // 200: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
+	68,  // 201: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	68,  // 202: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
+	201, // [201:203] is the sub-list for method output_type
+	199, // [199:201] is the sub-list for method input_type
+	199, // [199:199] is the sub-list for extension type_name
+	199, // [199:199] is the sub-list for extension extendee
+	0,   // [0:199] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -11923,6 +12943,7 @@ func file_meridian_v1_peer_proto_init() {
 		(*Envelope_MoveSnapshotChunk)(nil),
 		(*Envelope_MoveNote)(nil),
 		(*Envelope_NodeStats)(nil),
+		(*Envelope_Canopus)(nil),
 	}
 	file_meridian_v1_peer_proto_msgTypes[91].OneofWrappers = []any{
 		(*TxnMessage_SdurVote)(nil),
@@ -11944,13 +12965,24 @@ func file_meridian_v1_peer_proto_init() {
 		(*CatenaeEnvelope_Hello)(nil),
 	}
 	file_meridian_v1_peer_proto_msgTypes[120].OneofWrappers = []any{}
+	file_meridian_v1_peer_proto_msgTypes[122].OneofWrappers = []any{
+		(*CanopusEnvelope_Raft)(nil),
+		(*CanopusEnvelope_Fetch)(nil),
+		(*CanopusEnvelope_State)(nil),
+		(*CanopusEnvelope_Rejoin)(nil),
+	}
+	file_meridian_v1_peer_proto_msgTypes[129].OneofWrappers = []any{
+		(*CanopusEntry_Proposal)(nil),
+		(*CanopusEntry_Close)(nil),
+		(*CanopusEntry_Remote)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   122,
+			NumMessages:   135,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,1022 @@
+package canopus
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"meridian/internal/engine"
+	"meridian/internal/raftlog"
+	"meridian/internal/storage"
+	"meridian/internal/topology"
+	"meridian/internal/wire/peerpb"
+)
+
+// Options are one Canopus instance's timings and limits (config.CanopusOptions gives them from
+// a keyspace's options; docs/canopus.md explains each).
+type Options struct {
+	// CycleInterval: a node with requests waiting starts its next cycle this long after its
+	// last one (4.5.1; 5 ms in 4.6.2), or at once when BatchMax requests wait.
+	CycleInterval time.Duration
+	BatchMax      int
+	// MaxInFlight is the pipeline depth p (4.5; the thesis leaves it undefined): a node
+	// proposes cycle c only once it has committed cycle c−p. A membership change decided in
+	// cycle c takes effect in cycle c+p+1, past every cycle any node may have computed.
+	MaxInFlight int
+	// Representatives is r (4.2.5): how many members of a super-leaf fetch the other
+	// vertices' states (vertex v by the (v mod r)-th); any member fetches a state it has
+	// waited FetchTimeout for.
+	Representatives int
+	TreeHeight      int
+	FetchTimeout    time.Duration
+	// Tick is the broadcast groups' Raft tick; HeartbeatTicks and ElectionTicks their
+	// timings in ticks.
+	Tick                          time.Duration
+	HeartbeatTicks, ElectionTicks int
+	// MaxBuffered bounds the proposal-requests held for states not computed yet.
+	MaxBuffered int
+}
+
+// Validate checks the options.
+func (o Options) Validate() error {
+	switch {
+	case o.CycleInterval <= 0:
+		return fmt.Errorf("canopus: cycle interval %v: want > 0", o.CycleInterval)
+	case o.BatchMax < 1:
+		return fmt.Errorf("canopus: batch max %d: want ≥ 1", o.BatchMax)
+	case o.MaxInFlight < 1:
+		return fmt.Errorf("canopus: max cycles in flight %d: want ≥ 1", o.MaxInFlight)
+	case o.Representatives < 1:
+		return fmt.Errorf("canopus: representatives %d: want ≥ 1", o.Representatives)
+	case o.TreeHeight < 2:
+		return fmt.Errorf("canopus: tree height %d: want ≥ 2", o.TreeHeight)
+	case o.FetchTimeout <= 0 || o.Tick <= 0:
+		return fmt.Errorf("canopus: fetch timeout %v, tick %v: want > 0", o.FetchTimeout, o.Tick)
+	case o.HeartbeatTicks < 1 || o.ElectionTicks <= o.HeartbeatTicks:
+		return fmt.Errorf("canopus: heartbeat %d ticks, election %d ticks: want 1 ≤ heartbeat < election", o.HeartbeatTicks, o.ElectionTicks)
+	case o.MaxBuffered < 1:
+		return fmt.Errorf("canopus: max buffered %d: want ≥ 1", o.MaxBuffered)
+	}
+	return nil
+}
+
+// Config builds one node's instance.
+type Config struct {
+	ID       uint32
+	Members  []Member
+	Topology *topology.Topology
+	Options  Options
+	// Rand draws proposal numbers (4.2.2); injected, so a simulated run replays.
+	Rand *rand.Rand
+	// Store holds the broadcast groups' logs under Prefix (raw keys).
+	Store  engine.Reader
+	Prefix []byte
+	// Applied is what the instance stored with the last cycle it applied (nil: none).
+	Applied  *peerpb.CanopusApplied
+	Mutation string
+	Logger   etcdraft.Logger
+}
+
+// Message is a message for another node's instance; the engine names the keyspace and
+// partition.
+type Message struct {
+	To   uint32
+	Body *peerpb.CanopusEnvelope
+}
+
+// Committed is a cycle the node committed: every node commits the same sets in the same
+// order (Theorem 1).
+type Committed struct {
+	Cycle uint64
+	// TimeNanos is the cycle's version time (above every earlier cycle's).
+	TimeNanos int64
+	Sets      []RequestSet
+	// Own: this node's proposal of the cycle is in it; reads waiting for the cycle may be
+	// served. Dropped are the requests the node proposed for the cycle that are not in it
+	// (its epoch was closed first): they will never apply.
+	Own     bool
+	Dropped [][]byte
+	// Applied is to be stored with the cycle's writes.
+	Applied *peerpb.CanopusApplied
+}
+
+// Ready is the instance's output: Raw (the groups' logs) must be durable before Messages
+// leave, as every engine's Ready.
+type Ready struct {
+	Messages  []Message
+	Raw       []storage.RawOp
+	Committed []Committed
+}
+
+type vkey struct {
+	cycle uint64
+	v     VNode
+}
+
+type pkey struct{ cycle, epoch uint64 }
+
+type epochSpan struct{ epoch, from uint64 }
+
+type ownProp struct {
+	p  *peerpb.CanopusProposal
+	at time.Time
+}
+
+type want struct {
+	since, fetchedAt time.Time
+	tries            int
+}
+
+// bgroup is this node's replica of the broadcast group of super-leaf member owner (4.2.3):
+// the owner proposes into it; every member reads every group's committed log, and derives
+// from it the owner's proposal (or its absence) in each cycle.
+type bgroup struct {
+	owner uint32
+	rn    *etcdraft.RawNode
+	log   *raftlog.LogStore
+	lead  uint64
+	// props holds the first proposal of each (cycle, epoch) that precedes a close of the
+	// epoch in the committed log; closed the epochs closed so far. Both are functions of the
+	// log alone, so every member derives the same.
+	props  map[pkey]*peerpb.CanopusProposal
+	closed map[uint64]bool
+	// closeAt is when this node, leading the group, last proposed a close; leadSince when
+	// it came to lead it.
+	closeAt, leadSince time.Time
+	// electionElapsed counts ticks without hearing the leader; at electionDeadline (drawn
+	// from [ElectionTicks, 2·ElectionTicks)) a follower campaigns.
+	electionElapsed, electionDeadline int
+}
+
+// Node is one node's Canopus instance (a keyspace partition's): a sans-IO state machine.
+type Node struct {
+	cfg   Config
+	opts  Options
+	lot   *LOT
+	peers []uint32 // this super-leaf's members, sorted
+	anc   []VNode  // anc[h]: this node's ancestor at height h (anc[0] unused)
+	// index of this node among peers
+	rank   int
+	groups map[uint32]*bgroup
+
+	now      time.Time
+	tickedAt time.Time
+
+	// committed is the last committed cycle; timeNanos its version time; epochs each
+	// member's membership epochs by the cycle they start at.
+	committed uint64
+	timeNanos int64
+	epochs    map[uint32][]epochSpan
+
+	// proposed is the highest cycle of this node's proposals; target the highest cycle it
+	// knows some node has started (self-synchronisation, 4.2.4).
+	proposed, target uint64
+	pending          [][]byte
+	lastProposal     time.Time
+	own              map[uint64]*ownProp
+	admits           []Admit
+
+	states   map[vkey]*State
+	wants    map[vkey]*want
+	buffered map[vkey][]uint32
+	nBuf     int
+	rejoinAt time.Time
+
+	out Ready
+	err error
+}
+
+// NewNode loads (or founds) the instance's broadcast groups and its committed position.
+func NewNode(cfg Config) (*Node, error) {
+	if err := cfg.Options.Validate(); err != nil {
+		return nil, err
+	}
+	lot, err := NewLOT(cfg.Members, cfg.Topology, cfg.Options.TreeHeight)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, opts: cfg.Options, lot: lot, groups: map[uint32]*bgroup{},
+		epochs: map[uint32][]epochSpan{}, own: map[uint64]*ownProp{}, states: map[vkey]*State{},
+		wants: map[vkey]*want{}, buffered: map[vkey][]uint32{}}
+	n.peers = lot.SuperLeafOf(cfg.ID)
+	if n.peers == nil {
+		return nil, fmt.Errorf("canopus: node %d is not a member", cfg.ID)
+	}
+	n.rank = slices.Index(n.peers, cfg.ID)
+	n.anc = make([]VNode, lot.Height+1)
+	for h := 1; h <= lot.Height; h++ {
+		n.anc[h], _ = lot.Ancestor(cfg.ID, h)
+	}
+	if a := cfg.Applied; a != nil {
+		n.committed, n.timeNanos = a.GetCycle(), a.GetTimeNanos()
+		for _, e := range a.GetEpochs() {
+			n.epochs[e.GetNode()] = append(n.epochs[e.GetNode()], epochSpan{e.GetEpoch(), e.GetFromCycle()})
+		}
+	}
+	n.proposed, n.target = n.committed, n.committed
+	for _, owner := range n.peers {
+		if err := n.loadGroup(owner); err != nil {
+			return nil, err
+		}
+	}
+	// A restarted node goes on after the proposals its log holds, committed or not: a second
+	// proposal of the same cycle and epoch would be ignored (the first counts), and the
+	// requests in it lost.
+	me := n.groups[cfg.ID].log.Memory()
+	first, _ := me.FirstIndex()
+	last, _ := me.LastIndex()
+	if last >= first {
+		ents, err := me.Entries(first, last+1, 1<<62)
+		if err != nil {
+			return nil, fmt.Errorf("canopus: read own log: %w", err)
+		}
+		for _, ent := range ents {
+			var ce peerpb.CanopusEntry
+			if ent.GetType() != raftpb.EntryType_EntryNormal || proto.Unmarshal(ent.GetData(), &ce) != nil {
+				continue
+			}
+			if p := ce.GetProposal(); p != nil && p.GetSet().GetNode() == cfg.ID {
+				n.proposed = max(n.proposed, p.GetCycle())
+				if p.GetCycle() > n.committed && n.own[p.GetCycle()] == nil {
+					// Proposed again by maybePropose's retry if its group lost it.
+					n.own[p.GetCycle()] = &ownProp{p: p, at: n.now}
+				}
+			}
+		}
+	}
+	n.target = n.proposed
+	return n, nil
+}
+
+func (n *Node) groupPrefix(owner uint32) []byte {
+	return append(append(append([]byte{}, n.cfg.Prefix...), 'g'), byte(owner>>24), byte(owner>>16), byte(owner>>8), byte(owner))
+}
+
+// loadGroup loads owner's group, or founds it from a snapshot at index 1 whose configuration
+// is the super-leaf (every member the same way, so none waits for another to start it).
+func (n *Node) loadGroup(owner uint32) error {
+	name := fmt.Sprintf("canopus group of %d", owner)
+	ls, err := raftlog.Load(n.cfg.Store, n.groupPrefix(owner), name)
+	if err != nil {
+		return err
+	}
+	hs, _, err := ls.Storage().InitialState()
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	fresh := etcdraft.IsEmptyHardState(hs)
+	if fresh {
+		voters := make([]uint64, len(n.peers))
+		for i, p := range n.peers {
+			voters[i] = uint64(p)
+		}
+		snap := &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(1), Term: proto.Uint64(1), ConfState: &raftpb.ConfState{Voters: voters}}}
+		ops, err := ls.Save(&raftpb.HardState{Term: proto.Uint64(1), Commit: proto.Uint64(1)}, snap, nil)
+		if err != nil {
+			return err
+		}
+		n.out.Raw = append(n.out.Raw, ops...)
+	}
+	first, _ := ls.Storage().FirstIndex()
+	rn, err := etcdraft.NewRawNode(&etcdraft.Config{
+		ID:            uint64(n.cfg.ID),
+		ElectionTick:  n.opts.ElectionTicks,
+		HeartbeatTick: n.opts.HeartbeatTicks,
+		Storage:       ls.Storage(),
+		// Every committed entry is handed again at start: the derived state of the group
+		// (proposals, closes, remote states) is rebuilt from the log.
+		Applied:                   first - 1,
+		MaxSizePerMsg:             1 << 20,
+		MaxInflightMsgs:           256,
+		MaxUncommittedEntriesSize: 64 << 20,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		Logger:                    n.cfg.Logger,
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	g := &bgroup{owner: owner, rn: rn, log: ls, props: map[pkey]*peerpb.CanopusProposal{}, closed: map[uint64]bool{}}
+	n.groups[owner] = g
+	if owner == n.cfg.ID {
+		// Each node leads its own group (4.2.3), after a restart too: a peer that takes it
+		// over closes the node's epoch.
+		_ = rn.Campaign()
+	}
+	return nil
+}
+
+// Err is the fatal error that stopped the instance, if any (a log the raft library refused).
+func (n *Node) Err() error { return n.err }
+
+// Committed is the last committed cycle.
+func (n *Node) Committed() uint64 { return n.committed }
+
+// epochAt is member x's membership epoch in cycle c.
+func (n *Node) epochAt(x uint32, c uint64) uint64 {
+	var e uint64
+	for _, s := range n.epochs[x] {
+		if s.from <= c {
+			e = s.epoch
+		}
+	}
+	return e
+}
+
+// latestEpoch is member x's epoch in the newest cycles this node may compute.
+func (n *Node) latestEpoch(x uint32) uint64 {
+	spans := n.epochs[x]
+	if len(spans) == 0 {
+		return 0
+	}
+	return spans[len(spans)-1].epoch
+}
+
+// Closed reports whether this node is out of its super-leaf's cycles (its epoch closed, not
+// yet readmitted): it cannot serve requests until it is readmitted.
+func (n *Node) Closed() bool {
+	return n.groups[n.cfg.ID].closed[n.latestEpoch(n.cfg.ID)]
+}
+
+// Write queues a write request (opaque bytes) for this node's next proposal.
+func (n *Node) Write(now time.Time, req []byte) {
+	n.now = now
+	n.pending = append(n.pending, req)
+	n.advance()
+}
+
+// ReadFence returns the cycle a read arriving now must wait for: the one after this node's
+// newest proposal. Every write acknowledged before now is in a cycle this node had proposed
+// in (a cycle commits only with every member's proposal or the close of its epoch), and a
+// close of this node's epoch after its proposal of the fence cycle is ordered after it in its
+// group's log, so the state after the fence cycle holds every such write (4.3: a read waits
+// for the end of the next cycle). The read may be served once that cycle commits with Own.
+func (n *Node) ReadFence(now time.Time) uint64 {
+	n.now = now
+	f := n.proposed + 1
+	n.target = max(n.target, f)
+	n.advance()
+	return f
+}
+
+// Tick advances time.
+func (n *Node) Tick(now time.Time) {
+	n.now = now
+	if n.tickedAt.IsZero() {
+		n.tickedAt = now
+	}
+	for k := 0; now.Sub(n.tickedAt) >= n.opts.Tick && k < 100; k++ {
+		n.tickedAt = n.tickedAt.Add(n.opts.Tick)
+		for _, id := range n.peers {
+			n.tickGroup(n.groups[id])
+		}
+	}
+	if now.Sub(n.tickedAt) >= n.opts.Tick {
+		n.tickedAt = now
+	}
+	n.advance()
+}
+
+// tickGroup advances g by one tick. A leader ticks normally (heartbeats, CheckQuorum); a
+// follower advances etcd raft's election clock without campaigning and campaigns on this
+// node's own timer, drawn from the injected generator (etcd raft draws its election timeouts
+// from crypto/rand, which would make a simulated run impossible to replay), reset whenever
+// the leader is heard from.
+func (n *Node) tickGroup(g *bgroup) {
+	if g.lead == uint64(n.cfg.ID) {
+		g.rn.Tick()
+		return
+	}
+	g.rn.TickQuiesced()
+	g.electionElapsed++
+	if g.electionDeadline == 0 {
+		g.electionDeadline = n.opts.ElectionTicks + n.cfg.Rand.IntN(n.opts.ElectionTicks)
+	}
+	if g.electionElapsed < g.electionDeadline {
+		return
+	}
+	g.electionElapsed = 0
+	g.electionDeadline = n.opts.ElectionTicks + n.cfg.Rand.IntN(n.opts.ElectionTicks)
+	_ = g.rn.Campaign()
+}
+
+// Step handles a message from another node's instance.
+func (n *Node) Step(now time.Time, from uint32, env *peerpb.CanopusEnvelope) {
+	n.now = now
+	switch b := env.GetBody().(type) {
+	case *peerpb.CanopusEnvelope_Raft:
+		g := n.groups[b.Raft.GetOwner()]
+		if g == nil || !slices.Contains(n.peers, from) {
+			return
+		}
+		var m raftpb.Message
+		if err := proto.Unmarshal(b.Raft.GetMessage(), &m); err != nil {
+			return // a corrupt message is a lost one
+		}
+		if m.GetFrom() != uint64(from) || m.GetTo() != uint64(n.cfg.ID) {
+			return
+		}
+		if uint64(from) == g.lead {
+			g.electionElapsed = 0
+		}
+		_ = g.rn.Step(&m)
+	case *peerpb.CanopusEnvelope_Fetch:
+		f := b.Fetch
+		c := f.GetCycle()
+		v := VNode{int(f.GetHeight()), int(f.GetIndex())}
+		if v.Height < 1 || v.Height > n.lot.Height || n.anc[v.Height] != v || c == 0 {
+			return // not a vertex this node emulates
+		}
+		n.target = max(n.target, c) // a proposal-request starts the cycle (4.2.4)
+		if st := n.states[vkey{c, v}]; st != nil {
+			n.send(from, &peerpb.CanopusEnvelope{Body: &peerpb.CanopusEnvelope_State{State: encodeState(st)}})
+			return
+		}
+		k := vkey{c, v}
+		if c <= n.committed {
+			// A committed cycle another super-leaf still needs (it lags, or lost it in a
+			// crash): computed again from the proposals kept, if it is not too old.
+			if !n.old(c) && n.computeUpTo(c, v.Height) {
+				n.send(from, &peerpb.CanopusEnvelope{Body: &peerpb.CanopusEnvelope_State{State: encodeState(n.states[k])}})
+			}
+			return
+		}
+		if slices.Contains(n.buffered[k], from) || n.nBuf >= n.opts.MaxBuffered {
+			return // held already, or the buffer is full (the requester asks again)
+		}
+		n.buffered[k] = append(n.buffered[k], from) // buffered until computed (4.2.2)
+		n.nBuf++
+	case *peerpb.CanopusEnvelope_State:
+		st, err := decodeState(b.State)
+		if err != nil {
+			return
+		}
+		k := vkey{st.Cycle, st.VNode}
+		if _, ok := n.wants[k]; !ok || n.states[k] != nil {
+			return
+		}
+		// A representative makes the state known to its whole super-leaf through its own
+		// group (4.2.2, round i).
+		n.propose(n.cfg.ID, &peerpb.CanopusEntry{Body: &peerpb.CanopusEntry_Remote{Remote: b.State}})
+	case *peerpb.CanopusEnvelope_Rejoin:
+		// Any member carries a readmission (every member of a super-leaf may be closed, and
+		// none of them can propose): a peer checks the close in the owner's group; another
+		// super-leaf's member cannot, and a needless readmission only starts a new epoch.
+		if from == n.cfg.ID || !slices.Contains(n.lot.Emulators(n.lot.Root()), from) {
+			return
+		}
+		e := b.Rejoin.GetEpoch()
+		if n.latestEpoch(from) != e || (slices.Contains(n.peers, from) && !n.groups[from].closed[e]) {
+			return
+		}
+		a := Admit{Node: from, Epoch: e}
+		if !slices.Contains(n.admits, a) {
+			n.admits = append(n.admits, a)
+		}
+		n.target = max(n.target, n.proposed+1)
+	}
+	n.advance()
+}
+
+func (n *Node) send(to uint32, body *peerpb.CanopusEnvelope) {
+	n.out.Messages = append(n.out.Messages, Message{To: to, Body: body})
+}
+
+// propose appends an entry to owner's group (forwarded to its leader by etcd raft when this
+// node does not lead it).
+func (n *Node) propose(owner uint32, ent *peerpb.CanopusEntry) {
+	b, err := proto.Marshal(ent)
+	if err != nil {
+		n.fail(fmt.Errorf("canopus: encode entry: %w", err))
+		return
+	}
+	_ = n.groups[owner].rn.Propose(b) // dropped without a leader: retried by its owner's timers
+}
+
+func (n *Node) fail(err error) {
+	if n.err == nil {
+		n.err = err
+	}
+}
+
+// HasReady reports whether there is output.
+func (n *Node) HasReady() bool {
+	if len(n.out.Messages) > 0 || len(n.out.Raw) > 0 || len(n.out.Committed) > 0 {
+		return true
+	}
+	for _, id := range n.peers {
+		if n.groups[id].rn.HasReady() {
+			return true
+		}
+	}
+	return false
+}
+
+// Ready returns the output since the last call.
+func (n *Node) Ready() Ready {
+	for range 4 { // applying entries may produce more raft work; a few passes take it
+		progressed := false
+		for _, id := range n.peers {
+			if n.groups[id].rn.HasReady() {
+				n.readyGroup(n.groups[id])
+				progressed = true
+			}
+		}
+		if !progressed {
+			break
+		}
+		n.advance()
+	}
+	rd := n.out
+	n.out = Ready{}
+	return rd
+}
+
+func (n *Node) readyGroup(g *bgroup) {
+	rd := g.rn.Ready()
+	if ss := rd.SoftState; ss != nil {
+		if ss.Lead != g.lead && ss.Lead != etcdraft.None {
+			// Proposals made without a leader were dropped: make them again now.
+			if g.owner == n.cfg.ID {
+				for _, op := range n.own {
+					op.at = time.Time{}
+				}
+			}
+			g.closeAt = time.Time{}
+		}
+		g.lead = ss.Lead
+		g.electionElapsed = 0
+	}
+	ops, err := g.log.Save(rd.HardState, rd.Snapshot, rd.Entries)
+	if err != nil {
+		n.fail(err)
+		return
+	}
+	n.out.Raw = append(n.out.Raw, ops...)
+	for _, m := range rd.Messages {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			n.fail(fmt.Errorf("canopus: encode raft message: %w", err))
+			continue
+		}
+		n.send(uint32(m.GetTo()), &peerpb.CanopusEnvelope{Body: &peerpb.CanopusEnvelope_Raft{Raft: &peerpb.CanopusRaft{Owner: g.owner, Message: b}}})
+	}
+	for _, ent := range rd.CommittedEntries {
+		if ent.GetType() != raftpb.EntryType_EntryNormal || len(ent.GetData()) == 0 {
+			continue
+		}
+		var ce peerpb.CanopusEntry
+		if err := proto.Unmarshal(ent.GetData(), &ce); err != nil {
+			n.fail(fmt.Errorf("canopus: group of %d: entry %d: %w", g.owner, ent.GetIndex(), err))
+			continue
+		}
+		n.applyEntry(g, &ce)
+	}
+	g.rn.Advance(rd)
+}
+
+// applyEntry folds a committed entry of g into what the node knows.
+func (n *Node) applyEntry(g *bgroup, ce *peerpb.CanopusEntry) {
+	switch b := ce.GetBody().(type) {
+	case *peerpb.CanopusEntry_Proposal:
+		p := b.Proposal
+		k := pkey{p.GetCycle(), p.GetEpoch()}
+		if g.closed[k.epoch] || g.props[k] != nil {
+			return // after the close of its epoch, or a copy: the first one counts
+		}
+		if n.old(k.cycle) {
+			return // committed long ago (replayed at a restart): nothing reads it again
+		}
+		g.props[k] = p
+		n.target = max(n.target, k.cycle) // a peer started the cycle (4.2.4)
+	case *peerpb.CanopusEntry_Close:
+		g.closed[b.Close.GetEpoch()] = true
+	case *peerpb.CanopusEntry_Remote:
+		st, err := decodeState(b.Remote)
+		if err != nil || n.old(st.Cycle) {
+			return
+		}
+		k := vkey{st.Cycle, st.VNode}
+		if n.states[k] == nil && st.VNode.Height >= 1 && (st.Cycle > n.committed || st.VNode.Height < n.lot.Height-1) && st.VNode.Height < n.lot.Height && n.anc[st.VNode.Height] != st.VNode {
+			n.states[k] = &st
+			delete(n.wants, k)
+		}
+		n.target = max(n.target, st.Cycle)
+	}
+}
+
+// contribution is member x's round-1 state in cycle c: its proposal, empty (its epoch closed
+// before it proposed), or not known yet.
+func (n *Node) contribution(x uint32, c uint64) (st *State, known bool) {
+	g := n.groups[x]
+	e := n.epochAt(x, c)
+	if p := g.props[pkey{c, e}]; p != nil {
+		s := Proposal(c, x, p.GetNumber(), p.GetSet().GetRequests())
+		s.Sets[0].StampNanos = p.GetSet().GetStampNanos()
+		for _, a := range p.GetSet().GetAdmits() {
+			s.Sets[0].Admits = append(s.Sets[0].Admits, Admit{a.GetNode(), a.GetEpoch()})
+		}
+		return &s, true
+	}
+	if g.closed[e] {
+		return nil, true
+	}
+	return nil, false
+}
+
+// compute derives what it can of cycle c's states, bottom up; it reports whether the root
+// state is known.
+func (n *Node) compute(c uint64) bool { return n.computeUpTo(c, n.lot.Height) }
+
+// computeUpTo derives cycle c's states of this node's vertices up to height top.
+func (n *Node) computeUpTo(c uint64, top int) bool {
+	if c > n.committed+uint64(n.opts.MaxInFlight)+1 {
+		return false // membership of cycle c may not be decided yet
+	}
+	for h := 1; h <= top; h++ {
+		v := n.anc[h]
+		k := vkey{c, v}
+		if n.states[k] != nil {
+			continue
+		}
+		var children []State
+		if h == 1 {
+			for _, x := range n.peers {
+				st, known := n.contribution(x, c)
+				if !known {
+					return false
+				}
+				if st != nil {
+					children = append(children, *st)
+				}
+			}
+		} else {
+			missing := false
+			for _, ch := range n.lot.Children(v) {
+				st := n.states[vkey{c, ch}]
+				if st == nil {
+					missing = true
+					if ch != n.anc[h-1] && c > n.committed {
+						n.need(vkey{c, ch})
+					}
+					continue
+				}
+				children = append(children, *st)
+			}
+			if missing {
+				return false
+			}
+		}
+		st := State{Cycle: c, VNode: v}
+		if len(children) > 0 {
+			var err error
+			if st, err = Merge(c, v, children); err != nil {
+				n.fail(err)
+				return false
+			}
+		}
+		if n.cfg.Mutation == MutationMergeOrder && h == n.lot.Height && n.cfg.ID%2 == 1 {
+			slices.Reverse(st.Sets)
+		}
+		n.states[k] = &st
+		for _, to := range n.buffered[k] {
+			n.send(to, &peerpb.CanopusEnvelope{Body: &peerpb.CanopusEnvelope_State{State: encodeState(&st)}})
+		}
+		n.nBuf -= len(n.buffered[k])
+		delete(n.buffered, k)
+	}
+	return true
+}
+
+// need notes that this node waits for a sibling vertex's state.
+func (n *Node) need(k vkey) {
+	if _, ok := n.wants[k]; !ok {
+		n.wants[k] = &want{since: n.now}
+	}
+}
+
+// advance runs the protocol as far as the node's knowledge lets it.
+func (n *Node) advance() {
+	if n.err != nil {
+		return
+	}
+	// Compute and commit cycles in order (4.5.1: never out of order).
+	for c := n.committed + 1; c <= n.committed+uint64(n.opts.MaxInFlight)+1 && c <= max(n.target, n.proposed); c++ {
+		// Every cycle in the pipeline is computed as far as it can be (its fetches go out
+		// now, not when the cycles before it have committed); commits stay in order.
+		if !n.compute(c) {
+			continue
+		}
+		if c == n.committed+1 {
+			n.commit(c)
+		}
+	}
+	n.maybePropose()
+	n.fetch()
+	n.closeSilent()
+	n.maybeRejoin()
+}
+
+// commit commits cycle c, whose root state is known.
+func (n *Node) commit(c uint64) {
+	root := n.states[vkey{c, n.lot.Root()}]
+	t := n.timeNanos + 1
+	own := false
+	for _, s := range root.Sets {
+		t = max(t, s.StampNanos)
+		if s.Node == n.cfg.ID {
+			own = true
+		}
+	}
+	// Membership updates take effect MaxInFlight+1 cycles on (Options.MaxInFlight).
+	for _, s := range root.Sets {
+		for _, a := range s.Admits {
+			if n.latestEpoch(a.Node) == a.Epoch && slices.Contains(n.lot.Emulators(n.lot.Root()), a.Node) {
+				n.epochs[a.Node] = append(n.epochs[a.Node], epochSpan{a.Epoch + 1, c + uint64(n.opts.MaxInFlight) + 1})
+			}
+		}
+	}
+	var dropped [][]byte
+	if op := n.own[c]; op != nil && !own {
+		dropped = op.p.GetSet().GetRequests()
+	}
+	delete(n.own, c)
+	n.committed, n.timeNanos = c, t
+	n.prune()
+	n.out.Committed = append(n.out.Committed, Committed{Cycle: c, TimeNanos: t, Sets: root.Sets, Own: own, Dropped: dropped, Applied: n.appliedState()})
+}
+
+// keep is how many committed cycles a node keeps the proposals and states of: another
+// super-leaf may still fetch a state of them. No node is more than MaxInFlight+1 cycles behind
+// the slowest super-leaf's commits (a cycle needs every super-leaf's state, and a node proposes
+// only MaxInFlight cycles past its own commits), so twice that is enough.
+func (n *Node) keep() uint64 { return uint64(2*n.opts.MaxInFlight + 2) }
+
+// old reports whether committed cycle c is past the window kept for fetches.
+func (n *Node) old(c uint64) bool { return c+n.keep() <= n.committed }
+
+// prune drops what no longer serves: states and wants of committed cycles, proposals long
+// committed, epoch spans superseded before the committed cycle.
+func (n *Node) prune() {
+	c := n.committed
+	for k := range n.states {
+		if n.old(k.cycle) || (k.cycle <= c && k.v.Height == n.lot.Height) {
+			delete(n.states, k)
+		}
+	}
+	for k := range n.wants {
+		if k.cycle <= c {
+			delete(n.wants, k)
+		}
+	}
+	for k, to := range n.buffered {
+		if k.cycle <= c {
+			n.nBuf -= len(to)
+			delete(n.buffered, k)
+		}
+	}
+	for _, g := range n.groups {
+		for k := range g.props {
+			if n.old(k.cycle) {
+				delete(g.props, k)
+			}
+		}
+	}
+	low := uint64(0)
+	if c > n.keep() {
+		low = c - n.keep()
+	}
+	for x, spans := range n.epochs {
+		i := 0
+		for i+1 < len(spans) && spans[i+1].from <= low {
+			i++
+		}
+		n.epochs[x] = spans[i:]
+	}
+}
+
+func (n *Node) appliedState() *peerpb.CanopusApplied {
+	a := &peerpb.CanopusApplied{Cycle: n.committed, TimeNanos: n.timeNanos}
+	for _, x := range slices.Sorted(func(yield func(uint32) bool) {
+		for x := range n.epochs {
+			if !yield(x) {
+				return
+			}
+		}
+	}) {
+		for _, s := range n.epochs[x] {
+			a.Epochs = append(a.Epochs, &peerpb.CanopusEpoch{Node: x, Epoch: s.epoch, FromCycle: s.from})
+		}
+	}
+	return a
+}
+
+// maybePropose starts this node's next cycles: on the cycle timer or a full batch when
+// requests wait, and at once for a cycle another node started (self-synchronisation, 4.2.4);
+// never beyond the pipeline depth, never skipping a cycle (4.5.1). It also proposes again a
+// proposal its group has not committed after an election timeout (etcd raft drops proposals
+// it has no leader for).
+func (n *Node) maybePropose() {
+	me := n.groups[n.cfg.ID]
+	if n.Closed() {
+		return
+	}
+	for n.proposed < n.committed+uint64(n.opts.MaxInFlight) {
+		next := n.proposed + 1
+		due := n.target >= next || n.admitting(next) ||
+			(len(n.pending) > 0 && (len(n.pending) >= n.opts.BatchMax || n.now.Sub(n.lastProposal) >= n.opts.CycleInterval)) ||
+			len(n.admits) > 0
+		if !due {
+			break
+		}
+		if n.epochAt(n.cfg.ID, next) != n.latestEpoch(n.cfg.ID) {
+			break // readmitted from a later cycle: propose from there
+		}
+		take := min(len(n.pending), n.opts.BatchMax)
+		set := &peerpb.CanopusSet{Node: n.cfg.ID, Requests: n.pending[:take:take], StampNanos: n.now.UnixNano()}
+		n.pending = slices.Clone(n.pending[take:])
+		for _, a := range n.admits {
+			set.Admits = append(set.Admits, &peerpb.CanopusAdmit{Node: a.Node, Epoch: a.Epoch})
+		}
+		n.admits = nil
+		p := &peerpb.CanopusProposal{Cycle: next, Epoch: n.epochAt(n.cfg.ID, next), Number: n.cfg.Rand.Uint64(), Set: set}
+		n.own[next] = &ownProp{p: p, at: n.now}
+		n.proposed = next
+		n.target = max(n.target, next)
+		n.lastProposal = n.now
+		n.propose(n.cfg.ID, &peerpb.CanopusEntry{Body: &peerpb.CanopusEntry_Proposal{Proposal: p}})
+	}
+	// A proposal whose cycle has not committed after an election timeout may have been
+	// dropped (no leader, or a leader change): propose it again. The first copy in the log
+	// counts; the others are ignored.
+	retry := 2 * time.Duration(n.opts.HeartbeatTicks) * n.opts.Tick
+	for c := n.committed + 1; c <= n.proposed; c++ {
+		op := n.own[c]
+		if op == nil || n.now.Sub(op.at) < retry || me.props[pkey{c, op.p.GetEpoch()}] != nil {
+			continue
+		}
+		op.at = n.now
+		n.propose(n.cfg.ID, &peerpb.CanopusEntry{Body: &peerpb.CanopusEntry_Proposal{Proposal: op.p}})
+	}
+}
+
+// admitting reports whether a readmission takes effect at or after cycle c: the super-leaf's
+// members drive cycles to it (with no requests, cycles would not start and the readmitted
+// member would wait for ever).
+func (n *Node) admitting(c uint64) bool {
+	for _, x := range n.peers {
+		if spans := n.epochs[x]; len(spans) > 0 && spans[len(spans)-1].from >= c {
+			return true
+		}
+	}
+	return false
+}
+
+// fetch asks an emulator for each sibling state this node needs: the representative for the
+// vertex at once, every other member after FetchTimeout (4.2.5: a representative that fails
+// is replaced).
+func (n *Node) fetch() {
+	if len(n.wants) == 0 {
+		return
+	}
+	keys := slices.SortedFunc(func(yield func(vkey) bool) {
+		for k := range n.wants {
+			if !yield(k) {
+				return
+			}
+		}
+	}, func(a, b vkey) int {
+		if c := cmp.Compare(a.cycle, b.cycle); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.v.Height, b.v.Height); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.v.Index, b.v.Index)
+	})
+	r := min(n.opts.Representatives, len(n.peers))
+	for _, k := range keys {
+		w := n.wants[k]
+		rep := n.rank == k.v.Index%r
+		if !rep && n.now.Sub(w.since) < n.opts.FetchTimeout {
+			continue
+		}
+		if !w.fetchedAt.IsZero() && n.now.Sub(w.fetchedAt) < n.opts.FetchTimeout {
+			continue
+		}
+		ems := n.lot.Emulators(k.v)
+		if len(ems) == 0 {
+			continue
+		}
+		to := ems[(n.rank+w.tries)%len(ems)]
+		w.tries++
+		w.fetchedAt = n.now
+		n.send(to, &peerpb.CanopusEnvelope{Body: &peerpb.CanopusEnvelope_Fetch{Fetch: &peerpb.CanopusFetch{Cycle: k.cycle, Height: uint32(k.v.Height), Index: uint32(k.v.Index)}}})
+	}
+}
+
+// closeSilent closes the epoch of a member whose group this node has come to lead (4.2.3:
+// when a member fails, a new leader is elected for its group and ends it): its cycles with no
+// proposal before the close are empty, so the super-leaf goes on without it. It hands the
+// group back once the owner, readmitted, is active again.
+func (n *Node) closeSilent() {
+	timeout := time.Duration(n.opts.ElectionTicks) * n.opts.Tick
+	for _, x := range n.peers {
+		if x == n.cfg.ID {
+			continue
+		}
+		g := n.groups[x]
+		if g.lead != uint64(n.cfg.ID) {
+			g.leadSince = time.Time{}
+			continue
+		}
+		if g.leadSince.IsZero() {
+			g.leadSince = n.now
+		}
+		pr, ok := g.rn.Status().Progress[uint64(x)]
+		if ok && pr.RecentActive {
+			// The owner is back: it leads its group again (closed or not; once readmitted it
+			// proposes into it).
+			g.rn.TransferLeader(uint64(x))
+			continue
+		}
+		e := n.latestEpoch(x)
+		if g.closed[e] || n.now.Sub(g.leadSince) < timeout || n.now.Sub(g.closeAt) < timeout {
+			continue
+		}
+		g.closeAt = n.now
+		n.propose(x, &peerpb.CanopusEntry{Body: &peerpb.CanopusEntry_Close{Close: &peerpb.CanopusClose{Epoch: e}}})
+	}
+}
+
+// maybeRejoin asks the super-leaf to readmit this node once its epoch is closed.
+func (n *Node) maybeRejoin() {
+	if !n.Closed() {
+		return
+	}
+	if !n.rejoinAt.IsZero() && n.now.Sub(n.rejoinAt) < time.Duration(n.opts.ElectionTicks)*n.opts.Tick {
+		return
+	}
+	n.rejoinAt = n.now
+	for _, p := range n.lot.Emulators(n.lot.Root()) {
+		if p != n.cfg.ID {
+			n.send(p, &peerpb.CanopusEnvelope{Body: &peerpb.CanopusEnvelope_Rejoin{Rejoin: &peerpb.CanopusRejoin{Epoch: n.latestEpoch(n.cfg.ID)}}})
+		}
+	}
+}
+
+// Describe is a one-line summary for traces and invariants.
+func (n *Node) Describe() string {
+	return fmt.Sprintf("committed=%d proposed=%d target=%d states=%d wants=%d closed=%v", n.committed, n.proposed, n.target, len(n.states), len(n.wants), n.Closed())
+}
+
+func encodeState(st *State) *peerpb.CanopusState {
+	out := &peerpb.CanopusState{Cycle: st.Cycle, Height: uint32(st.VNode.Height), Index: uint32(st.VNode.Index), Number: st.Number, Drawer: st.Drawer}
+	for _, s := range st.Sets {
+		ps := &peerpb.CanopusSet{Node: s.Node, Requests: s.Requests, StampNanos: s.StampNanos}
+		for _, a := range s.Admits {
+			ps.Admits = append(ps.Admits, &peerpb.CanopusAdmit{Node: a.Node, Epoch: a.Epoch})
+		}
+		out.Sets = append(out.Sets, ps)
+	}
+	return out
+}
+
+// maxSetsPerState bounds a decoded state (a hostile or corrupt message).
+const maxSetsPerState = 1 << 16
+
+func decodeState(p *peerpb.CanopusState) (State, error) {
+	if p.GetCycle() == 0 || p.GetHeight() == 0 || len(p.GetSets()) > maxSetsPerState {
+		return State{}, fmt.Errorf("canopus: malformed state (cycle %d, height %d, %d sets)", p.GetCycle(), p.GetHeight(), len(p.GetSets()))
+	}
+	st := State{Cycle: p.GetCycle(), VNode: VNode{int(p.GetHeight()), int(p.GetIndex())}, Number: p.GetNumber(), Drawer: p.GetDrawer()}
+	for _, s := range p.GetSets() {
+		rs := RequestSet{Node: s.GetNode(), Requests: s.GetRequests(), StampNanos: s.GetStampNanos()}
+		for _, a := range s.GetAdmits() {
+			rs.Admits = append(rs.Admits, Admit{a.GetNode(), a.GetEpoch()})
+		}
+		st.Sets = append(st.Sets, rs)
+	}
+	return st, nil
+}
+
+// SameSets reports whether two committed cycles hold the same sets in the same order (the
+// simulator's identical-log invariant).
+func SameSets(a, b []RequestSet) bool {
+	return slices.EqualFunc(a, b, func(x, y RequestSet) bool {
+		return x.Node == y.Node && slices.EqualFunc(x.Requests, y.Requests, bytes.Equal)
+	})
+}
+
+// Mutations of the core (each must be caught by the simulator).
+const (
+	// MutationMergeOrder: odd-numbered nodes order the root's request sets the other way.
+	MutationMergeOrder = "merge-order-differs"
+)

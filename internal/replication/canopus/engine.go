@@ -1,0 +1,498 @@
+// Package canopus is the engine of protocol canopus: one Canopus instance
+// (internal/canopus, thesis chapter 4) per partition of a canopus keyspace that this node
+// replicates. It turns client writes into requests of the node's proposals, applies every
+// committed cycle to storage in the committed order (the same at every node), acknowledges
+// the node's own writes once their cycle is applied, and serves reads from the local
+// replica after the cycle that follows them commits (4.3).
+package canopus
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	core "meridian/internal/canopus"
+	"meridian/internal/config"
+	"meridian/internal/engine"
+	"meridian/internal/errs"
+	"meridian/internal/hlc"
+	"meridian/internal/placement"
+	"meridian/internal/raftlog"
+	"meridian/internal/storage"
+	"meridian/internal/wire/peerpb"
+)
+
+// Limits of one instance.
+const (
+	// maxPendingWrites bounds the writes a node holds for its proposals or their cycles; more
+	// are refused as overloaded.
+	maxPendingWrites = 100_000
+	// maxPendingReads bounds the reads waiting for their cycle.
+	maxPendingReads = 100_000
+	// maxBuffered bounds the proposal-requests held for states not computed yet.
+	maxBuffered = 4096
+	// digestsKept is how many committed cycles' digests an instance keeps for the simulator's
+	// identical-log invariant.
+	digestsKept = 1024
+	// expiryInterval is how often pending requests are checked against their deadlines.
+	expiryInterval = 20 * time.Millisecond
+)
+
+// Mutations are canopus's broken variants; the simulator must catch each.
+var Mutations = map[string]string{
+	core.MutationMergeOrder: "odd-numbered nodes order a cycle's merged request sets the other way (a round merged in a different order at two nodes)",
+	mutationReadEarly:       "reads are served from the local replica at once, without waiting for the next cycle to commit",
+}
+
+const mutationReadEarly = "read-before-cycle-commits"
+
+type instKey struct {
+	keyspace  string
+	partition uint32
+}
+
+type instance struct {
+	key    instKey
+	node   *core.Node
+	failed error
+	writes map[uint64]engine.Request
+	// reads wait by fence cycle.
+	reads  map[uint64][]engine.Request
+	nReads int
+	// digests[c] is a digest of committed cycle c's sets (the identical-log invariant).
+	digests map[uint64]uint64
+}
+
+// Engine is one node's canopus engine.
+type Engine struct {
+	cfg   engine.Config
+	store engine.Reader
+	// incarnation tells this run's writes from those of earlier runs of the node in a
+	// replayed cycle (request IDs start again after a restart).
+	incarnation uint64
+	pmap        *placement.Map
+	insts       map[instKey]*instance
+	order       []instKey
+	out         engine.Ready
+	now         time.Time
+	lastExpiry  time.Time
+}
+
+// New returns the engine of node cfg.NodeID.
+func New(cfg engine.Config, store engine.Reader) *Engine {
+	rng := rand.New(rand.NewPCG(cfg.RandSeed, uint64(cfg.NodeID)))
+	return &Engine{cfg: cfg, store: store, incarnation: rng.Uint64() | 1, insts: map[instKey]*instance{}}
+}
+
+func prefix(k instKey) []byte {
+	b := append([]byte{'P'}, k.keyspace...)
+	b = append(b, 0)
+	return binary.BigEndian.AppendUint32(b, k.partition)
+}
+
+func appliedKey(k instKey) []byte { return append(prefix(k), 'a') }
+
+// SetPlacement creates an instance for every partition of a canopus keyspace this node
+// replicates.
+func (e *Engine) SetPlacement(m *placement.Map) {
+	e.pmap = m
+	seen := map[instKey]bool{}
+	for name, ks := range m.Keyspaces {
+		if ks.Spec.Protocol != config.ProtocolCanopus {
+			continue
+		}
+		for _, p := range ks.Partitions {
+			if !slices.Contains(p.Replicas, e.cfg.NodeID) {
+				continue
+			}
+			k := instKey{name, p.ID}
+			seen[k] = true
+			if e.insts[k] == nil {
+				e.insts[k] = e.newInstance(k, ks, p)
+			}
+		}
+	}
+	for k, inst := range e.insts {
+		if !seen[k] {
+			e.failAll(inst, errs.New(errs.NotFound, "keyspace %q partition %d left this node's map", k.keyspace, k.partition))
+			delete(e.insts, k)
+		}
+	}
+	e.order = slices.SortedFunc(func(yield func(instKey) bool) {
+		for k := range e.insts {
+			if !yield(k) {
+				return
+			}
+		}
+	}, func(a, b instKey) int {
+		if a.keyspace != b.keyspace {
+			if a.keyspace < b.keyspace {
+				return -1
+			}
+			return 1
+		}
+		return int(a.partition) - int(b.partition)
+	})
+}
+
+// Options returns the core options of a keyspace on topology regions: its options with the
+// automatic ones derived from the largest round trip between its regions.
+func Options(spec config.Keyspace, maxRTT time.Duration) (core.Options, error) {
+	co, err := config.CanopusOptionsOf(spec.Options)
+	if err != nil {
+		return core.Options{}, err
+	}
+	o := core.Options{CycleInterval: co.CycleInterval, BatchMax: co.BatchMax, MaxInFlight: co.MaxInFlight,
+		Representatives: co.Representatives, TreeHeight: co.TreeHeight, FetchTimeout: co.FetchTimeout,
+		Tick: config.CanopusTick, HeartbeatTicks: int(co.HeartbeatInterval / config.CanopusTick),
+		ElectionTicks: int(co.ElectionTimeout / config.CanopusTick), MaxBuffered: maxBuffered}
+	if o.MaxInFlight == 0 {
+		// A cycle takes about the largest round trip; one starts every cycle interval.
+		o.MaxInFlight = min(int(math.Ceil(float64(maxRTT)/float64(co.CycleInterval)))+1, 64)
+	}
+	if o.FetchTimeout == 0 {
+		o.FetchTimeout = 2*maxRTT + 20*time.Millisecond
+	}
+	return o, o.Validate()
+}
+
+func (e *Engine) newInstance(k instKey, ks *placement.Keyspace, p placement.Partition) *instance {
+	inst := &instance{key: k, writes: map[uint64]engine.Request{}, reads: map[uint64][]engine.Request{}, digests: map[uint64]uint64{}}
+	var members []core.Member
+	var regions []string
+	for _, id := range p.Replicas {
+		r := e.regionOf(id)
+		members = append(members, core.Member{ID: id, Region: r})
+		if !slices.Contains(regions, r) {
+			regions = append(regions, r)
+		}
+	}
+	var maxRTT time.Duration
+	if t := e.cfg.Topology; t != nil {
+		for _, a := range regions {
+			for _, b := range regions {
+				if t.HasRegion(a) && t.HasRegion(b) {
+					maxRTT = max(maxRTT, t.RTT(a, b))
+				}
+			}
+		}
+	}
+	opts, err := Options(ks.Spec, maxRTT)
+	if err != nil {
+		inst.failed = errs.New(errs.Internal, "keyspace %q: %v", k.keyspace, err)
+		return inst
+	}
+	var applied *peerpb.CanopusApplied
+	if b, ok, err := e.store.GetRaw(appliedKey(k)); err != nil {
+		inst.failed = errs.New(errs.Internal, "keyspace %q partition %d: read applied state: %v", k.keyspace, k.partition, err)
+		return inst
+	} else if ok {
+		applied = &peerpb.CanopusApplied{}
+		if err := proto.Unmarshal(b, applied); err != nil {
+			inst.failed = errs.New(errs.Internal, "keyspace %q partition %d: applied state: %v (%v)", k.keyspace, k.partition, err, storage.ErrCorrupt)
+			return inst
+		}
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s/%d", k.keyspace, k.partition)
+	node, err := core.NewNode(core.Config{ID: e.cfg.NodeID, Members: members, Topology: e.cfg.Topology, Options: opts,
+		Rand: rand.New(rand.NewPCG(e.cfg.RandSeed^uint64(e.cfg.NodeID), h.Sum64())), Store: e.store, Prefix: prefix(k),
+		Applied: applied, Mutation: e.cfg.Mutation, Logger: raftlog.DiscardLogger{}})
+	if err != nil {
+		inst.failed = errs.New(errs.Internal, "keyspace %q partition %d: %v", k.keyspace, k.partition, err)
+		return inst
+	}
+	inst.node = node
+	return inst
+}
+
+func (e *Engine) regionOf(id uint32) string {
+	for _, n := range e.cfg.Nodes {
+		if n.ID == id {
+			return n.Region
+		}
+	}
+	return ""
+}
+
+func (e *Engine) reply(r engine.Result) { e.out.Replies = append(e.out.Replies, r) }
+
+// Propose starts a client request.
+func (e *Engine) Propose(now time.Time, req engine.Request) {
+	e.now = now
+	ks, ok := e.pmap.Keyspace(req.Keyspace)
+	if !ok || ks.Spec.Protocol != config.ProtocolCanopus {
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.NotFound, "keyspace %q is not a canopus keyspace of this node's map", req.Keyspace)})
+		return
+	}
+	key := req.Key
+	if req.Op == engine.OpScan {
+		parts := ks.Overlapping(req.Start, req.End)
+		if len(parts) != 1 {
+			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Invalid, "keyspace %q (canopus): a scan covers one partition (each partition is a consensus instance of its own; this range covers %d): split the range at the partitions' bounds", req.Keyspace, len(parts))})
+			return
+		}
+		key = parts[0].Start
+	}
+	p := ks.Lookup(key)
+	inst := e.insts[instKey{req.Keyspace, p.ID}]
+	switch {
+	case inst == nil:
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Unavailable, "this node does not replicate keyspace %q partition %d; send the request to one of its replicas %v", req.Keyspace, p.ID, p.Replicas)})
+		return
+	case inst.failed != nil:
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: inst.failed})
+		return
+	case inst.node.Closed():
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Unavailable, "this node is out of its super-leaf's cycles (its group closed its epoch while it was unreachable) until it is readmitted; retry, or use another node of the region")})
+		return
+	}
+	switch req.Op {
+	case engine.OpPut, engine.OpDelete:
+		if len(inst.writes) >= maxPendingWrites {
+			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Overloaded, "keyspace %q partition %d: %d writes wait for their cycles; retry later", req.Keyspace, p.ID, len(inst.writes))})
+			return
+		}
+		b, err := proto.Marshal(&peerpb.CanopusWrite{RequestId: req.ID, Key: req.Key, Value: req.Value, Tombstone: req.Op == engine.OpDelete, Incarnation: e.incarnation})
+		if err != nil {
+			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Internal, "encode write: %v", err)})
+			return
+		}
+		inst.writes[req.ID] = req
+		inst.node.Write(now, b)
+	case engine.OpGet, engine.OpScan:
+		if e.cfg.Mutation == mutationReadEarly {
+			e.out.Reads = append(e.out.Reads, readFor(req))
+			return
+		}
+		if inst.nReads >= maxPendingReads {
+			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Overloaded, "keyspace %q partition %d: %d reads wait for their cycles; retry later", req.Keyspace, p.ID, inst.nReads)})
+			return
+		}
+		f := inst.node.ReadFence(now)
+		inst.reads[f] = append(inst.reads[f], req)
+		inst.nReads++
+	default:
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Invalid, "keyspace %q (canopus) serves Get, Put, Delete and Scan, not %s", req.Keyspace, req.Op)})
+	}
+}
+
+// readFor reads the local replica (run once every earlier Ready's writes are in storage).
+func readFor(req engine.Request) engine.Read {
+	return engine.Read{ID: req.ID, Op: req.Op, Run: func(store engine.Reader) engine.Result {
+		res := engine.Result{ID: req.ID, Op: req.Op, Path: "cycle"}
+		if req.Op == engine.OpScan {
+			err := store.Scan(storage.Span{Keyspace: req.Keyspace, Start: req.Start, End: req.End}, 0, func(r storage.Record) bool {
+				if r.Tombstone {
+					return true
+				}
+				if len(res.Items) == req.Limit {
+					res.More = true
+					return false
+				}
+				res.Items = append(res.Items, r)
+				return true
+			})
+			if err != nil {
+				res.Err = errs.New(errs.Internal, "scan: %v", err)
+			}
+			return res
+		}
+		rec, found, err := store.Get(req.Keyspace, req.Key)
+		switch {
+		case err != nil:
+			res.Err = errs.New(errs.Internal, "read: %v", err)
+		case rec.Tombstone:
+			res.Version = rec.Version
+		default:
+			res.Found, res.Value, res.Version = found, rec.Value, rec.Version
+		}
+		return res
+	}}
+}
+
+// Step delivers a peer message.
+func (e *Engine) Step(now time.Time, env *peerpb.Envelope) {
+	e.now = now
+	c := env.GetCanopus()
+	if c == nil {
+		return
+	}
+	inst := e.insts[instKey{c.GetKeyspace(), c.GetPartition()}]
+	if inst == nil || inst.node == nil {
+		return
+	}
+	inst.node.Step(now, env.GetFrom(), c)
+}
+
+// Tick advances time.
+func (e *Engine) Tick(now time.Time) {
+	e.now = now
+	for _, k := range e.order {
+		if inst := e.insts[k]; inst.node != nil {
+			inst.node.Tick(now)
+		}
+	}
+	if now.Sub(e.lastExpiry) >= expiryInterval {
+		e.lastExpiry = now
+		e.expire(now)
+	}
+}
+
+// expire fails requests past their deadline: a write's outcome is unknown (its cycle may still
+// commit), a read simply was not served.
+func (e *Engine) expire(now time.Time) {
+	for _, k := range e.order {
+		inst := e.insts[k]
+		for _, id := range slices.Sorted(maps.Keys(inst.writes)) {
+			req := inst.writes[id]
+			if !req.Deadline.IsZero() && now.After(req.Deadline) {
+				delete(inst.writes, id)
+				e.reply(engine.Result{ID: id, Op: req.Op, Err: errs.New(errs.Timeout, "the write's cycle had not committed by its deadline; it may still apply")})
+			}
+		}
+		for _, f := range slices.Sorted(maps.Keys(inst.reads)) {
+			reqs := inst.reads[f]
+			kept := reqs[:0]
+			for _, req := range reqs {
+				if !req.Deadline.IsZero() && now.After(req.Deadline) {
+					inst.nReads--
+					e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Timeout, "cycle %d, which the read waits for, had not committed by its deadline", f)})
+					continue
+				}
+				kept = append(kept, req)
+			}
+			if len(kept) == 0 {
+				delete(inst.reads, f)
+			} else {
+				inst.reads[f] = kept
+			}
+		}
+	}
+}
+
+// failAll fails every request an instance holds.
+func (e *Engine) failAll(inst *instance, err error) {
+	for _, id := range slices.Sorted(maps.Keys(inst.writes)) {
+		e.reply(engine.Result{ID: id, Op: inst.writes[id].Op, Err: err})
+	}
+	for _, f := range slices.Sorted(maps.Keys(inst.reads)) {
+		reqs := inst.reads[f]
+		for _, req := range reqs {
+			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: err})
+		}
+	}
+	inst.writes, inst.reads, inst.nReads = map[uint64]engine.Request{}, map[uint64][]engine.Request{}, 0
+}
+
+// HasReady reports whether there is output.
+func (e *Engine) HasReady() bool {
+	if !e.out.Empty() {
+		return true
+	}
+	for _, k := range e.order {
+		if inst := e.insts[k]; inst.node != nil && inst.node.HasReady() {
+			return true
+		}
+	}
+	return false
+}
+
+// Ready returns the output: each instance's log writes, messages and committed cycles, the
+// cycles applied to storage in the same batch.
+func (e *Engine) Ready() engine.Ready {
+	for _, k := range e.order {
+		inst := e.insts[k]
+		if inst.node == nil || !inst.node.HasReady() {
+			continue
+		}
+		rd := inst.node.Ready()
+		if err := inst.node.Err(); err != nil {
+			inst.failed = errs.New(errs.Internal, "keyspace %q partition %d: %v", k.keyspace, k.partition, err)
+			e.failAll(inst, inst.failed)
+			inst.node = nil
+			continue
+		}
+		e.out.Raw = append(e.out.Raw, rd.Raw...)
+		for _, m := range rd.Messages {
+			m.Body.Keyspace, m.Body.Partition = k.keyspace, k.partition
+			e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: m.To, Msg: &peerpb.Envelope_Canopus{Canopus: m.Body}})
+		}
+		for _, c := range rd.Committed {
+			e.apply(inst, c)
+		}
+	}
+	rd := e.out
+	e.out = engine.Ready{}
+	return rd
+}
+
+// apply writes a committed cycle's requests in the committed order, each at the cycle's
+// version time and its position in the cycle (versions follow the order at every node), and
+// answers what waited for the cycle.
+func (e *Engine) apply(inst *instance, c core.Committed) {
+	k := inst.key
+	h := fnv.New64a()
+	pos := uint32(0)
+	for _, set := range c.Sets {
+		fmt.Fprintf(h, "|%d:", set.Node)
+		for _, b := range set.Requests {
+			h.Write(b)
+			var w peerpb.CanopusWrite
+			if err := proto.Unmarshal(b, &w); err != nil {
+				// Every node skips the same undecodable request: the replicas stay equal.
+				pos++
+				continue
+			}
+			v := hlc.Version{WallNanos: c.TimeNanos, Logical: pos, NodeID: set.Node}
+			pos++
+			e.out.Writes = append(e.out.Writes, storage.Record{Keyspace: k.keyspace, Key: w.GetKey(), Value: w.GetValue(), Tombstone: w.GetTombstone(), Version: v})
+			if set.Node == e.cfg.NodeID && w.GetIncarnation() == e.incarnation {
+				if req, ok := inst.writes[w.GetRequestId()]; ok {
+					delete(inst.writes, w.GetRequestId())
+					e.reply(engine.Result{ID: req.ID, Op: req.Op, Version: v, Path: "cycle"})
+				}
+			}
+		}
+	}
+	for _, b := range c.Dropped {
+		var w peerpb.CanopusWrite
+		if proto.Unmarshal(b, &w) != nil || w.GetIncarnation() != e.incarnation {
+			continue
+		}
+		if req, ok := inst.writes[w.GetRequestId()]; ok {
+			delete(inst.writes, w.GetRequestId())
+			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Unavailable, "the write was not ordered: this node's epoch was closed before its proposal of cycle %d committed (it will never apply); retry", c.Cycle)})
+		}
+	}
+	ab, err := proto.Marshal(c.Applied)
+	if err != nil {
+		inst.failed = errs.New(errs.Internal, "encode applied state: %v", err)
+		return
+	}
+	e.out.Raw = append(e.out.Raw, storage.RawOp{Key: appliedKey(k), Value: ab})
+	inst.digests[c.Cycle] = h.Sum64()
+	delete(inst.digests, c.Cycle-digestsKept)
+	for _, f := range slices.Sorted(maps.Keys(inst.reads)) {
+		reqs := inst.reads[f]
+		if f > c.Cycle {
+			continue
+		}
+		for _, req := range reqs {
+			inst.nReads--
+			if c.Own && f == c.Cycle {
+				e.out.Reads = append(e.out.Reads, readFor(req))
+				continue
+			}
+			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Unavailable, "this node's epoch was closed before cycle %d, which the read waited for: it cannot tell the read is linearizable; retry", c.Cycle)})
+		}
+		delete(inst.reads, f)
+	}
+}
