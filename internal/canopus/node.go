@@ -837,7 +837,10 @@ func (n *Node) maybePropose() {
 			break
 		}
 		if n.epochAt(n.cfg.ID, next) != n.latestEpoch(n.cfg.ID) {
-			break // readmitted from a later cycle: propose from there
+			// Readmitted from a later cycle: the cycles before it are not this node's.
+			spans := n.epochs[n.cfg.ID]
+			n.proposed = max(n.proposed, spans[len(spans)-1].from-1)
+			continue
 		}
 		take := min(len(n.pending), n.opts.BatchMax)
 		set := &peerpb.CanopusSet{Node: n.cfg.ID, Requests: n.pending[:take:take], StampNanos: n.now.UnixNano()}
