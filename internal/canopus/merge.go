@@ -18,6 +18,8 @@ type RequestSet struct {
 	// Admits are membership updates riding on the proposal (4.2.6): nodes readmitted after
 	// their epoch was closed.
 	Admits []Admit
+	// LeaseKeys are the keys whose write leases the proposer asks for (4.5.2, leases.go).
+	LeaseKeys [][]byte
 }
 
 // Admit readmits Node, whose membership epoch Epoch was closed, in epoch Epoch+1.

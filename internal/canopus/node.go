@@ -40,8 +40,13 @@ type Options struct {
 	// timings in ticks.
 	Tick                          time.Duration
 	HeartbeatTicks, ElectionTicks int
-	// MaxBuffered bounds the proposal-requests held for states not computed yet.
+	// MaxBuffered bounds the proposal-requests held for states not computed yet (and the
+	// reads being confirmed for the lease path).
 	MaxBuffered int
+	// WriteLeases turns on write leases (4.5.2, leases.go): reads of keys not written
+	// recently are served at once. LeaseCycles is how many cycles a lease lasts.
+	WriteLeases bool
+	LeaseCycles int
 }
 
 // Validate checks the options.
@@ -63,6 +68,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("canopus: heartbeat %d ticks, election %d ticks: want 1 ≤ heartbeat < election", o.HeartbeatTicks, o.ElectionTicks)
 	case o.MaxBuffered < 1:
 		return fmt.Errorf("canopus: max buffered %d: want ≥ 1", o.MaxBuffered)
+	case o.WriteLeases && o.LeaseCycles < 4*(o.MaxInFlight+1):
+		return fmt.Errorf("canopus: lease of %d cycles: want at least 4×(max cycles in flight + 1) = %d, so that a key written often is renewed before its lease ends", o.LeaseCycles, 4*(o.MaxInFlight+1))
 	}
 	return nil
 }
@@ -113,6 +120,10 @@ type Ready struct {
 	Messages  []Message
 	Raw       []storage.RawOp
 	Committed []Committed
+	// ReadsNow are reads started by ReadNow that may be served now from the committed state
+	// (every earlier Committed applied); ReadsFenced those that must wait for a cycle.
+	ReadsNow    []uint64
+	ReadsFenced []FencedRead
 }
 
 type vkey struct {
@@ -147,6 +158,8 @@ type bgroup struct {
 	// log alone, so every member derives the same.
 	props  map[pkey]*peerpb.CanopusProposal
 	closed map[uint64]bool
+	// applied is the index of the last committed entry handed to this node.
+	applied uint64
 	// closeAt is when this node, leading the group, last proposed a close; leadSince when
 	// it came to lead it.
 	closeAt, leadSince time.Time
@@ -178,7 +191,7 @@ type Node struct {
 	// proposed is the highest cycle of this node's proposals; target the highest cycle it
 	// knows some node has started (self-synchronisation, 4.2.4).
 	proposed, target uint64
-	pending          [][]byte
+	pending          []pendingWrite
 	lastProposal     time.Time
 	own              map[uint64]*ownProp
 	admits           []Admit
@@ -188,6 +201,14 @@ type Node struct {
 	buffered map[vkey][]uint32
 	nBuf     int
 	rejoinAt time.Time
+
+	// leases is the write-lease table (leases.go), leaseEnds its keys by the cycle their
+	// last span ends, leaseAsked the keys this node asked a lease for (by the cycle it
+	// asked in), confirming the reads waiting for their read index.
+	leases     map[string][]leaseSpan
+	leaseEnds  map[uint64][]string
+	leaseAsked map[string]uint64
+	confirming map[uint64]confirmRead
 
 	out Ready
 	err error
@@ -204,7 +225,8 @@ func NewNode(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, opts: cfg.Options, lot: lot, groups: map[uint32]*bgroup{},
 		epochs: map[uint32][]epochSpan{}, own: map[uint64]*ownProp{}, states: map[vkey]*State{},
-		wants: map[vkey]*want{}, buffered: map[vkey][]uint32{}}
+		wants: map[vkey]*want{}, buffered: map[vkey][]uint32{}, leases: map[string][]leaseSpan{},
+		leaseEnds: map[uint64][]string{}, leaseAsked: map[string]uint64{}, confirming: map[uint64]confirmRead{}}
 	n.peers = lot.SuperLeafOf(cfg.ID)
 	if n.peers == nil {
 		return nil, fmt.Errorf("canopus: node %d is not a member", cfg.ID)
@@ -221,6 +243,9 @@ func NewNode(cfg Config) (*Node, error) {
 		}
 	}
 	n.proposed, n.target = n.committed, n.committed
+	if err := n.loadLeases(); err != nil {
+		return nil, err
+	}
 	for _, owner := range n.peers {
 		if err := n.loadGroup(owner); err != nil {
 			return nil, err
@@ -345,12 +370,17 @@ func (n *Node) Closed() bool {
 	return n.groups[n.cfg.ID].closed[n.latestEpoch(n.cfg.ID)]
 }
 
-// Write queues a write request (opaque bytes) for this node's next proposal.
-func (n *Node) Write(now time.Time, req []byte) {
+// Write queues a write request (opaque bytes) of key for this node's next proposal (with
+// write leases, the first one whose cycle the key's lease covers).
+func (n *Node) Write(now time.Time, key, req []byte) {
+	defer n.guard()
 	n.now = now
-	n.pending = append(n.pending, req)
+	n.pending = append(n.pending, pendingWrite{key: key, req: req})
 	n.advance()
 }
+
+// PendingWrites is how many writes wait for a proposal.
+func (n *Node) PendingWrites() int { return len(n.pending) }
 
 // ReadFence returns the cycle a read arriving now must wait for: the one after this node's
 // newest proposal. Every write acknowledged before now is in a cycle this node had proposed
@@ -359,15 +389,23 @@ func (n *Node) Write(now time.Time, req []byte) {
 // group's log, so the state after the fence cycle holds every such write (4.3: a read waits
 // for the end of the next cycle). The read may be served once that cycle commits with Own.
 func (n *Node) ReadFence(now time.Time) uint64 {
+	defer n.guard()
 	n.now = now
+	f := n.fence()
+	n.advance()
+	return f
+}
+
+// fence is ReadFence without advancing.
+func (n *Node) fence() uint64 {
 	f := n.proposed + 1
 	n.target = max(n.target, f)
-	n.advance()
 	return f
 }
 
 // Tick advances time.
 func (n *Node) Tick(now time.Time) {
+	defer n.guard()
 	n.now = now
 	if n.tickedAt.IsZero() {
 		n.tickedAt = now
@@ -409,6 +447,7 @@ func (n *Node) tickGroup(g *bgroup) {
 
 // Step handles a message from another node's instance.
 func (n *Node) Step(now time.Time, from uint32, env *peerpb.CanopusEnvelope) {
+	defer n.guard()
 	n.now = now
 	switch b := env.GetBody().(type) {
 	case *peerpb.CanopusEnvelope_Raft:
@@ -500,6 +539,15 @@ func (n *Node) propose(owner uint32, ent *peerpb.CanopusEntry) {
 	_ = n.groups[owner].rn.Propose(b) // dropped without a leader: retried by its owner's timers
 }
 
+// guard turns a panic of etcd raft — its answer to a log that lost acknowledged entries, a
+// broken durability assumption — into the node's fatal error: the node stops, visibly, rather
+// than the process.
+func (n *Node) guard() {
+	if r := recover(); r != nil {
+		n.fail(fmt.Errorf("canopus: a broadcast group refused this node's log (%v): its durable state was lost or corrupted; the instance stops", r))
+	}
+}
+
 func (n *Node) fail(err error) {
 	if n.err == nil {
 		n.err = err
@@ -508,7 +556,7 @@ func (n *Node) fail(err error) {
 
 // HasReady reports whether there is output.
 func (n *Node) HasReady() bool {
-	if len(n.out.Messages) > 0 || len(n.out.Raw) > 0 || len(n.out.Committed) > 0 {
+	if len(n.out.Messages) > 0 || len(n.out.Raw) > 0 || len(n.out.Committed) > 0 || len(n.out.ReadsNow) > 0 || len(n.out.ReadsFenced) > 0 {
 		return true
 	}
 	for _, id := range n.peers {
@@ -521,6 +569,7 @@ func (n *Node) HasReady() bool {
 
 // Ready returns the output since the last call.
 func (n *Node) Ready() Ready {
+	defer n.guard()
 	for range 4 { // applying entries may produce more raft work; a few passes take it
 		progressed := false
 		for _, id := range n.peers {
@@ -567,6 +616,16 @@ func (n *Node) readyGroup(g *bgroup) {
 			continue
 		}
 		n.send(uint32(m.GetTo()), &peerpb.CanopusEnvelope{Body: &peerpb.CanopusEnvelope_Raft{Raft: &peerpb.CanopusRaft{Owner: g.owner, Message: b}}})
+		if m.GetType() == raftpb.MessageType_MsgSnap {
+			// A broadcast group's only snapshot is its founding one (its log is never
+			// compacted: a node rebuilds what it knows from the whole log), which travels
+			// in the message itself. Reported done at once, so that a lost MsgSnap leaves
+			// the follower in probe (retried) rather than paused for ever.
+			g.rn.ReportSnapshot(m.GetTo(), etcdraft.SnapshotFinish)
+		}
+	}
+	if g.owner == n.cfg.ID {
+		n.confirmReads(rd.ReadStates)
 	}
 	for _, ent := range rd.CommittedEntries {
 		if ent.GetType() != raftpb.EntryType_EntryNormal || len(ent.GetData()) == 0 {
@@ -578,6 +637,9 @@ func (n *Node) readyGroup(g *bgroup) {
 			continue
 		}
 		n.applyEntry(g, &ce)
+	}
+	if k := len(rd.CommittedEntries); k > 0 {
+		g.applied = rd.CommittedEntries[k-1].GetIndex()
 	}
 	g.rn.Advance(rd)
 }
@@ -620,6 +682,7 @@ func (n *Node) contribution(x uint32, c uint64) (st *State, known bool) {
 	if p := g.props[pkey{c, e}]; p != nil {
 		s := Proposal(c, x, p.GetNumber(), p.GetSet().GetRequests())
 		s.Sets[0].StampNanos = p.GetSet().GetStampNanos()
+		s.Sets[0].LeaseKeys = p.GetSet().GetLeaseKeys()
 		for _, a := range p.GetSet().GetAdmits() {
 			s.Sets[0].Admits = append(s.Sets[0].Admits, Admit{a.GetNode(), a.GetEpoch()})
 		}
@@ -719,6 +782,7 @@ func (n *Node) advance() {
 		}
 	}
 	n.maybePropose()
+	n.resolveReads()
 	n.fetch()
 	n.closeSilent()
 	n.maybeRejoin()
@@ -741,6 +805,12 @@ func (n *Node) commit(c uint64) {
 			if n.latestEpoch(a.Node) == a.Epoch && slices.Contains(n.lot.Emulators(n.lot.Root()), a.Node) {
 				n.epochs[a.Node] = append(n.epochs[a.Node], epochSpan{a.Epoch + 1, c + uint64(n.opts.MaxInFlight) + 1})
 			}
+		}
+	}
+	n.applyLeases(c, root.Sets)
+	for k, at := range n.leaseAsked {
+		if at <= c {
+			delete(n.leaseAsked, k) // its cycle committed: the lease is decided (or asked again)
 		}
 	}
 	var dropped [][]byte
@@ -842,9 +912,8 @@ func (n *Node) maybePropose() {
 			n.proposed = max(n.proposed, spans[len(spans)-1].from-1)
 			continue
 		}
-		take := min(len(n.pending), n.opts.BatchMax)
-		set := &peerpb.CanopusSet{Node: n.cfg.ID, Requests: n.pending[:take:take], StampNanos: n.now.UnixNano()}
-		n.pending = slices.Clone(n.pending[take:])
+		set := &peerpb.CanopusSet{Node: n.cfg.ID, StampNanos: n.now.UnixNano()}
+		n.takePending(set, next)
 		for _, a := range n.admits {
 			set.Admits = append(set.Admits, &peerpb.CanopusAdmit{Node: a.Node, Epoch: a.Epoch})
 		}
@@ -882,6 +951,37 @@ func (n *Node) admitting(c uint64) bool {
 	return false
 }
 
+// takePending moves into set the pending writes its cycle may carry (at most BatchMax, in
+// arrival order): with write leases, those whose key's lease is active in cycle c; for the
+// others, and for leases about to end, it asks for the lease (4.5.2).
+func (n *Node) takePending(set *peerpb.CanopusSet, c uint64) {
+	ask := func(key []byte) {
+		if _, asked := n.leaseAsked[string(key)]; !asked {
+			n.leaseAsked[string(key)] = c
+			set.LeaseKeys = append(set.LeaseKeys, key)
+		}
+	}
+	kept := n.pending[:0]
+	renewBy := c + 2*uint64(n.opts.MaxInFlight+1)
+	for _, w := range n.pending {
+		if len(set.Requests) >= n.opts.BatchMax {
+			kept = append(kept, w)
+			continue
+		}
+		if !n.leaseActive(w.key, c) {
+			ask(w.key)
+			kept = append(kept, w)
+			continue
+		}
+		if n.opts.WriteLeases && n.leaseEnd(w.key, c) <= renewBy {
+			ask(w.key) // written still: renewed before it ends
+		}
+		set.Requests = append(set.Requests, w.req)
+	}
+	clear(n.pending[len(kept):])
+	n.pending = kept
+}
+
 // fetch asks an emulator for each sibling state this node needs: the representative for the
 // vertex at once, every other member after FetchTimeout (4.2.5: a representative that fails
 // is replaced).
@@ -889,13 +989,19 @@ func (n *Node) fetch() {
 	if len(n.wants) == 0 {
 		return
 	}
-	keys := slices.SortedFunc(func(yield func(vkey) bool) {
-		for k := range n.wants {
-			if !yield(k) {
-				return
-			}
+	r := min(n.opts.Representatives, len(n.peers))
+	var keys []vkey // the wants due now, in a deterministic order
+	for k, w := range n.wants {
+		rep := n.rank == k.v.Index%r
+		if !rep && n.now.Sub(w.since) < n.opts.FetchTimeout {
+			continue
 		}
-	}, func(a, b vkey) int {
+		if !w.fetchedAt.IsZero() && n.now.Sub(w.fetchedAt) < n.opts.FetchTimeout {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b vkey) int {
 		if c := cmp.Compare(a.cycle, b.cycle); c != 0 {
 			return c
 		}
@@ -904,16 +1010,8 @@ func (n *Node) fetch() {
 		}
 		return cmp.Compare(a.v.Index, b.v.Index)
 	})
-	r := min(n.opts.Representatives, len(n.peers))
 	for _, k := range keys {
 		w := n.wants[k]
-		rep := n.rank == k.v.Index%r
-		if !rep && n.now.Sub(w.since) < n.opts.FetchTimeout {
-			continue
-		}
-		if !w.fetchedAt.IsZero() && n.now.Sub(w.fetchedAt) < n.opts.FetchTimeout {
-			continue
-		}
 		ems := n.lot.Emulators(k.v)
 		if len(ems) == 0 {
 			continue
@@ -983,7 +1081,7 @@ func (n *Node) Describe() string {
 func encodeState(st *State) *peerpb.CanopusState {
 	out := &peerpb.CanopusState{Cycle: st.Cycle, Height: uint32(st.VNode.Height), Index: uint32(st.VNode.Index), Number: st.Number, Drawer: st.Drawer}
 	for _, s := range st.Sets {
-		ps := &peerpb.CanopusSet{Node: s.Node, Requests: s.Requests, StampNanos: s.StampNanos}
+		ps := &peerpb.CanopusSet{Node: s.Node, Requests: s.Requests, StampNanos: s.StampNanos, LeaseKeys: s.LeaseKeys}
 		for _, a := range s.Admits {
 			ps.Admits = append(ps.Admits, &peerpb.CanopusAdmit{Node: a.Node, Epoch: a.Epoch})
 		}
@@ -1001,7 +1099,7 @@ func decodeState(p *peerpb.CanopusState) (State, error) {
 	}
 	st := State{Cycle: p.GetCycle(), VNode: VNode{int(p.GetHeight()), int(p.GetIndex())}, Number: p.GetNumber(), Drawer: p.GetDrawer()}
 	for _, s := range p.GetSets() {
-		rs := RequestSet{Node: s.GetNode(), Requests: s.GetRequests(), StampNanos: s.GetStampNanos()}
+		rs := RequestSet{Node: s.GetNode(), Requests: s.GetRequests(), StampNanos: s.GetStampNanos(), LeaseKeys: s.GetLeaseKeys()}
 		for _, a := range s.GetAdmits() {
 			rs.Admits = append(rs.Admits, Admit{a.GetNode(), a.GetEpoch()})
 		}

@@ -175,7 +175,7 @@ func TestDataDriven(t *testing.T) {
 				return ""
 			case "write":
 				for _, line := range strings.Fields(d.Input) {
-					c.nodes[node].Write(c.now, []byte(line))
+					c.nodes[node].Write(c.now, []byte(line), []byte(line))
 				}
 				c.flush(node)
 				return ""
@@ -271,7 +271,8 @@ func agreeOverSeeds(t *testing.T, seeds uint64, mutation string) error {
 		for step := range 60 {
 			id := ids[rng.IntN(len(ids))]
 			if !c.down[id] && !c.nodes[id].Closed() {
-				c.nodes[id].Write(c.now, fmt.Appendf(nil, "w%d", step))
+				w := fmt.Appendf(nil, "w%d", step)
+				c.nodes[id].Write(c.now, w[:2], w)
 				c.flush(id)
 				sent++
 			}

@@ -521,6 +521,8 @@ var canopusOptionSpecs = []OptionSpec{
 	{Name: "representatives", Default: "2", Doc: "members of each super-leaf that fetch other super-leaves' states (4.2.5); any member fetches a state it waited fetch_timeout for; 1..16", Normalize: intRange(1, 16)},
 	{Name: "tree_height", Default: "2", Doc: "height of the leaf-only tree: 2 puts every region under the root (the thesis's); taller trees group regions by round trip; 2..8", Normalize: intRange(2, 8)},
 	{Name: "fetch_timeout", Default: "auto", Doc: "a state fetched from another super-leaf and not received after this long is fetched again, by any member (auto: twice the largest round trip plus 20ms); 1ms..1m or auto", Normalize: normalizeAutoOr(durationRange(time.Millisecond, time.Minute))},
+	{Name: "write_leases", Default: "true", Doc: "write leases (thesis 4.5.2): a key not written recently is read at once from the node's committed state (after a round trip inside its region), while a write to a key without a lease first asks for it and waits max_cycles_in_flight+1 cycles; false: every read waits for the next cycle", Normalize: normalizeBool},
+	{Name: "lease_cycles", Default: "auto", Doc: "cycles a write lease lasts; a node still writing the key renews it before it ends (auto: 4×(max_cycles_in_flight+1)); at least 4×(max_cycles_in_flight+1); 8..1000000 or auto", Normalize: normalizeAutoOr(intRange(8, 1_000_000))},
 	{Name: "heartbeat_interval", Default: "100ms", Doc: "heartbeats of each member's broadcast group (a multiple of the 10ms tick); 10ms..10s", Normalize: durationRange(10*time.Millisecond, 10*time.Second)},
 	{Name: "election_timeout", Default: "1s", Doc: "a member whose group hears nothing of it this long is replaced as its group's leader, which closes its epoch: its cycles go on without it until it is readmitted (4.2.3); at least 3 heartbeat intervals; 30ms..2m", Normalize: durationRange(30*time.Millisecond, 2*time.Minute)},
 }
@@ -533,6 +535,8 @@ const CanopusTick = 10 * time.Millisecond
 type CanopusOptions struct {
 	CycleInterval, FetchTimeout, HeartbeatInterval, ElectionTimeout time.Duration
 	BatchMax, MaxInFlight, Representatives, TreeHeight              int
+	WriteLeases                                                     bool
+	LeaseCycles                                                     int // 0: auto
 }
 
 // CanopusOptionsOf parses a canopus keyspace's options (missing ones take their defaults).
@@ -558,6 +562,10 @@ func CanopusOptionsOf(opts map[string]string) (CanopusOptions, error) {
 		o.MaxInFlight = num("max_cycles_in_flight")
 	}
 	o.BatchMax, o.Representatives, o.TreeHeight = num("batch_max"), num("representatives"), num("tree_height")
+	o.WriteLeases = norm["write_leases"] == "true"
+	if norm["lease_cycles"] != "auto" {
+		o.LeaseCycles = num("lease_cycles")
+	}
 	if o.HeartbeatInterval%CanopusTick != 0 {
 		return o, fmt.Errorf("options.heartbeat_interval: %s is not a multiple of the %s tick", o.HeartbeatInterval, CanopusTick)
 	}

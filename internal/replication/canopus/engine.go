@@ -47,8 +47,9 @@ const (
 
 // Mutations are canopus's broken variants; the simulator must catch each.
 var Mutations = map[string]string{
-	core.MutationMergeOrder: "odd-numbered nodes order a cycle's merged request sets the other way (a round merged in a different order at two nodes)",
-	mutationReadEarly:       "reads are served from the local replica at once, without waiting for the next cycle to commit",
+	core.MutationMergeOrder:          "odd-numbered nodes order a cycle's merged request sets the other way (a round merged in a different order at two nodes)",
+	mutationReadEarly:                "reads are served from the local replica at once, without waiting for the next cycle to commit",
+	core.MutationLeaseIgnoresPending: "a read served at once under the lease rule checks the key's lease in the next cycle only, not in every cycle in flight (a write lease that ignores a pending write)",
 }
 
 const mutationReadEarly = "read-before-cycle-commits"
@@ -63,11 +64,16 @@ type instance struct {
 	node   *core.Node
 	failed error
 	writes map[uint64]engine.Request
-	// reads wait by fence cycle.
-	reads  map[uint64][]engine.Request
-	nReads int
+	// reads wait by fence cycle; confirming those on the lease path (by request ID).
+	reads      map[uint64][]engine.Request
+	confirming map[uint64]engine.Request
+	nReads     int
 	// digests[c] is a digest of committed cycle c's sets (the identical-log invariant).
 	digests map[uint64]uint64
+	// checked is the last cycle the simulator's invariant compared.
+	checked uint64
+	// fatal is the error that stopped the instance (its node is gone).
+	fatal error
 }
 
 // Engine is one node's canopus engine.
@@ -152,10 +158,14 @@ func Options(spec config.Keyspace, maxRTT time.Duration) (core.Options, error) {
 	o := core.Options{CycleInterval: co.CycleInterval, BatchMax: co.BatchMax, MaxInFlight: co.MaxInFlight,
 		Representatives: co.Representatives, TreeHeight: co.TreeHeight, FetchTimeout: co.FetchTimeout,
 		Tick: config.CanopusTick, HeartbeatTicks: int(co.HeartbeatInterval / config.CanopusTick),
-		ElectionTicks: int(co.ElectionTimeout / config.CanopusTick), MaxBuffered: maxBuffered}
+		ElectionTicks: int(co.ElectionTimeout / config.CanopusTick), MaxBuffered: maxBuffered,
+		WriteLeases: co.WriteLeases, LeaseCycles: co.LeaseCycles}
 	if o.MaxInFlight == 0 {
 		// A cycle takes about the largest round trip; one starts every cycle interval.
 		o.MaxInFlight = min(int(math.Ceil(float64(maxRTT)/float64(co.CycleInterval)))+1, 64)
+	}
+	if o.LeaseCycles == 0 {
+		o.LeaseCycles = 4 * (o.MaxInFlight + 1)
 	}
 	if o.FetchTimeout == 0 {
 		o.FetchTimeout = 2*maxRTT + 20*time.Millisecond
@@ -164,7 +174,8 @@ func Options(spec config.Keyspace, maxRTT time.Duration) (core.Options, error) {
 }
 
 func (e *Engine) newInstance(k instKey, ks *placement.Keyspace, p placement.Partition) *instance {
-	inst := &instance{key: k, writes: map[uint64]engine.Request{}, reads: map[uint64][]engine.Request{}, digests: map[uint64]uint64{}}
+	inst := &instance{key: k, writes: map[uint64]engine.Request{}, reads: map[uint64][]engine.Request{},
+		confirming: map[uint64]engine.Request{}, digests: map[uint64]uint64{}}
 	var members []core.Member
 	var regions []string
 	for _, id := range p.Replicas {
@@ -266,7 +277,7 @@ func (e *Engine) Propose(now time.Time, req engine.Request) {
 			return
 		}
 		inst.writes[req.ID] = req
-		inst.node.Write(now, b)
+		inst.node.Write(now, req.Key, b)
 	case engine.OpGet, engine.OpScan:
 		if e.cfg.Mutation == mutationReadEarly {
 			e.out.Reads = append(e.out.Reads, readFor(req))
@@ -276,9 +287,13 @@ func (e *Engine) Propose(now time.Time, req engine.Request) {
 			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Overloaded, "keyspace %q partition %d: %d reads wait for their cycles; retry later", req.Keyspace, p.ID, inst.nReads)})
 			return
 		}
+		inst.nReads++
+		if req.Op == engine.OpGet && inst.node.ReadNow(now, req.ID, req.Key) {
+			inst.confirming[req.ID] = req // served at once, or fenced after all (Ready)
+			return
+		}
 		f := inst.node.ReadFence(now)
 		inst.reads[f] = append(inst.reads[f], req)
-		inst.nReads++
 	default:
 		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Invalid, "keyspace %q (canopus) serves Get, Put, Delete and Scan, not %s", req.Keyspace, req.Op)})
 	}
@@ -389,7 +404,10 @@ func (e *Engine) failAll(inst *instance, err error) {
 			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: err})
 		}
 	}
-	inst.writes, inst.reads, inst.nReads = map[uint64]engine.Request{}, map[uint64][]engine.Request{}, 0
+	for _, id := range slices.Sorted(maps.Keys(inst.confirming)) {
+		e.reply(engine.Result{ID: id, Op: inst.confirming[id].Op, Err: err})
+	}
+	inst.writes, inst.reads, inst.confirming, inst.nReads = map[uint64]engine.Request{}, map[uint64][]engine.Request{}, map[uint64]engine.Request{}, 0
 }
 
 // HasReady reports whether there is output.
@@ -416,6 +434,7 @@ func (e *Engine) Ready() engine.Ready {
 		rd := inst.node.Ready()
 		if err := inst.node.Err(); err != nil {
 			inst.failed = errs.New(errs.Internal, "keyspace %q partition %d: %v", k.keyspace, k.partition, err)
+			inst.fatal = err
 			e.failAll(inst, inst.failed)
 			inst.node = nil
 			continue
@@ -427,6 +446,27 @@ func (e *Engine) Ready() engine.Ready {
 		}
 		for _, c := range rd.Committed {
 			e.apply(inst, c)
+		}
+		// After the cycles above: a read served now sees every committed cycle.
+		for _, id := range rd.ReadsNow {
+			if req, ok := inst.confirming[id]; ok {
+				delete(inst.confirming, id)
+				inst.nReads--
+				r := readFor(req)
+				run := r.Run
+				r.Run = func(store engine.Reader) engine.Result {
+					res := run(store)
+					res.Path = "lease"
+					return res
+				}
+				e.out.Reads = append(e.out.Reads, r)
+			}
+		}
+		for _, fr := range rd.ReadsFenced {
+			if req, ok := inst.confirming[fr.ID]; ok {
+				delete(inst.confirming, fr.ID)
+				inst.reads[fr.Fence] = append(inst.reads[fr.Fence], req)
+			}
 		}
 	}
 	rd := e.out

@@ -88,14 +88,18 @@ func sameCommittedCycles(_ []time.Time, engines []engine.Engine, _ []bool) strin
 		}
 		for _, k := range a.order {
 			ia := a.insts[k]
+			if ia.fatal != nil {
+				return fmt.Sprintf("canopus: node %d stopped: %v", a.cfg.NodeID, ia.fatal)
+			}
 			if ia.node == nil {
 				continue
 			}
 			c := ia.node.Committed()
 			da, ok := ia.digests[c]
-			if !ok {
-				continue
+			if !ok || ia.checked == c {
+				continue // compared already (the invariant runs after every event)
 			}
+			ia.checked = c
 			for j, b := range all {
 				if b == nil || j == i {
 					continue
@@ -125,7 +129,7 @@ func DescribeMessage(env *peerpb.Envelope, _ func(*peerpb.Version) string) (stri
 		if proto.Unmarshal(b.Raft.GetMessage(), &m) != nil {
 			return "canopus raft (undecodable)", true
 		}
-		return fmt.Sprintf("canopus group %d: %s term=%d index=%d commit=%d entries=%d reject=%v", b.Raft.GetOwner(), m.GetType(), m.GetTerm(), m.GetIndex(), m.GetCommit(), len(m.GetEntries()), m.GetReject()), true
+		return fmt.Sprintf("canopus %d->%d group %d: %s term=%d index=%d logterm=%d commit=%d entries=%d reject=%v hint=%d", env.GetFrom(), env.GetTo(), b.Raft.GetOwner(), m.GetType(), m.GetTerm(), m.GetIndex(), m.GetLogTerm(), m.GetCommit(), len(m.GetEntries()), m.GetReject(), m.GetRejectHint()), true
 	case *peerpb.CanopusEnvelope_Fetch:
 		return fmt.Sprintf("canopus fetch cycle %d v%d.%d", b.Fetch.GetCycle(), b.Fetch.GetHeight(), b.Fetch.GetIndex()), true
 	case *peerpb.CanopusEnvelope_State:

@@ -10940,11 +10940,13 @@ func (x *CanopusState) GetSets() []*CanopusSet {
 // CanopusSet is one node's requests of one cycle, never split (4.3), with the membership
 // updates it carries (4.2.6) and its proposer's clock (the cycle's version time).
 type CanopusSet struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          uint32                 `protobuf:"varint,1,opt,name=node,proto3" json:"node,omitempty"`
-	Requests      [][]byte               `protobuf:"bytes,2,rep,name=requests,proto3" json:"requests,omitempty"`
-	StampNanos    int64                  `protobuf:"varint,3,opt,name=stamp_nanos,json=stampNanos,proto3" json:"stamp_nanos,omitempty"`
-	Admits        []*CanopusAdmit        `protobuf:"bytes,4,rep,name=admits,proto3" json:"admits,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Node       uint32                 `protobuf:"varint,1,opt,name=node,proto3" json:"node,omitempty"`
+	Requests   [][]byte               `protobuf:"bytes,2,rep,name=requests,proto3" json:"requests,omitempty"`
+	StampNanos int64                  `protobuf:"varint,3,opt,name=stamp_nanos,json=stampNanos,proto3" json:"stamp_nanos,omitempty"`
+	Admits     []*CanopusAdmit        `protobuf:"bytes,4,rep,name=admits,proto3" json:"admits,omitempty"`
+	// lease_keys are keys whose write leases the proposer asks for (4.5.2).
+	LeaseKeys     [][]byte `protobuf:"bytes,5,rep,name=lease_keys,json=leaseKeys,proto3" json:"lease_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -11003,6 +11005,13 @@ func (x *CanopusSet) GetStampNanos() int64 {
 func (x *CanopusSet) GetAdmits() []*CanopusAdmit {
 	if x != nil {
 		return x.Admits
+	}
+	return nil
+}
+
+func (x *CanopusSet) GetLeaseKeys() [][]byte {
+	if x != nil {
+		return x.LeaseKeys
 	}
 	return nil
 }
@@ -12471,14 +12480,16 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x05index\x18\x03 \x01(\rR\x05index\x12\x16\n" +
 	"\x06number\x18\x04 \x01(\x04R\x06number\x12\x16\n" +
 	"\x06drawer\x18\x05 \x01(\rR\x06drawer\x120\n" +
-	"\x04sets\x18\x06 \x03(\v2\x1c.meridian.peer.v1.CanopusSetR\x04sets\"\x95\x01\n" +
+	"\x04sets\x18\x06 \x03(\v2\x1c.meridian.peer.v1.CanopusSetR\x04sets\"\xb4\x01\n" +
 	"\n" +
 	"CanopusSet\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\rR\x04node\x12\x1a\n" +
 	"\brequests\x18\x02 \x03(\fR\brequests\x12\x1f\n" +
 	"\vstamp_nanos\x18\x03 \x01(\x03R\n" +
 	"stampNanos\x126\n" +
-	"\x06admits\x18\x04 \x03(\v2\x1e.meridian.peer.v1.CanopusAdmitR\x06admits\"8\n" +
+	"\x06admits\x18\x04 \x03(\v2\x1e.meridian.peer.v1.CanopusAdmitR\x06admits\x12\x1d\n" +
+	"\n" +
+	"lease_keys\x18\x05 \x03(\fR\tleaseKeys\"8\n" +
 	"\fCanopusAdmit\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\rR\x04node\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"%\n" +
