@@ -175,6 +175,8 @@ type Node struct {
 	lot   *LOT
 	peers []uint32 // this super-leaf's members, sorted
 	anc   []VNode  // anc[h]: this node's ancestor at height h (anc[0] unused)
+	// children[h] are anc[h]'s children.
+	children [][]VNode
 	// index of this node among peers
 	rank   int
 	groups map[uint32]*bgroup
@@ -193,6 +195,7 @@ type Node struct {
 	proposed, target uint64
 	pending          []pendingWrite
 	lastProposal     time.Time
+	retriedAt        time.Time // the last look for proposals to make again
 	own              map[uint64]*ownProp
 	admits           []Admit
 
@@ -233,8 +236,10 @@ func NewNode(cfg Config) (*Node, error) {
 	}
 	n.rank = slices.Index(n.peers, cfg.ID)
 	n.anc = make([]VNode, lot.Height+1)
+	n.children = make([][]VNode, lot.Height+1)
 	for h := 1; h <= lot.Height; h++ {
 		n.anc[h], _ = lot.Ancestor(cfg.ID, h)
+		n.children[h] = lot.Children(n.anc[h])
 	}
 	if a := cfg.Applied; a != nil {
 		n.committed, n.timeNanos = a.GetCycle(), a.GetTimeNanos()
@@ -410,16 +415,22 @@ func (n *Node) Tick(now time.Time) {
 	if n.tickedAt.IsZero() {
 		n.tickedAt = now
 	}
+	ticked := false
 	for k := 0; now.Sub(n.tickedAt) >= n.opts.Tick && k < 100; k++ {
 		n.tickedAt = n.tickedAt.Add(n.opts.Tick)
 		for _, id := range n.peers {
 			n.tickGroup(n.groups[id])
 		}
+		ticked = true
 	}
 	if now.Sub(n.tickedAt) >= n.opts.Tick {
 		n.tickedAt = now
 	}
-	n.advance()
+	// The timers advance looks at: the raft tick (fetch and proposal retries, closes,
+	// rejoins), the cycle timer of waiting writes; anything else moves on input.
+	if ticked || (len(n.pending) > 0 && now.Sub(n.lastProposal) >= n.opts.CycleInterval) {
+		n.advance()
+	}
 }
 
 // tickGroup advances g by one tick. A leader ticks normally (heartbeats, CheckQuorum); a
@@ -597,6 +608,7 @@ func (n *Node) readyGroup(g *bgroup) {
 				for _, op := range n.own {
 					op.at = time.Time{}
 				}
+				n.retriedAt = time.Time{}
 			}
 			g.closeAt = time.Time{}
 		}
@@ -694,6 +706,13 @@ func (n *Node) contribution(x uint32, c uint64) (st *State, known bool) {
 	return nil, false
 }
 
+// contributionKnown reports whether member x's round-1 state in cycle c is known.
+func (n *Node) contributionKnown(x uint32, c uint64) bool {
+	g := n.groups[x]
+	e := n.epochAt(x, c)
+	return g.props[pkey{c, e}] != nil || g.closed[e]
+}
+
 // compute derives what it can of cycle c's states, bottom up; it reports whether the root
 // state is known.
 func (n *Node) compute(c uint64) bool { return n.computeUpTo(c, n.lot.Height) }
@@ -711,30 +730,34 @@ func (n *Node) computeUpTo(c uint64, top int) bool {
 		}
 		var children []State
 		if h == 1 {
+			// Known for every member first (cheap), then built.
 			for _, x := range n.peers {
-				st, known := n.contribution(x, c)
-				if !known {
+				if !n.contributionKnown(x, c) {
 					return false
 				}
-				if st != nil {
+			}
+			for _, x := range n.peers {
+				if st, _ := n.contribution(x, c); st != nil {
 					children = append(children, *st)
 				}
 			}
 		} else {
+			// Present for every child first (registering the fetches of the missing
+			// siblings), then gathered.
 			missing := false
-			for _, ch := range n.lot.Children(v) {
-				st := n.states[vkey{c, ch}]
-				if st == nil {
+			for _, ch := range n.children[h] {
+				if n.states[vkey{c, ch}] == nil {
 					missing = true
 					if ch != n.anc[h-1] && c > n.committed {
 						n.need(vkey{c, ch})
 					}
-					continue
 				}
-				children = append(children, *st)
 			}
 			if missing {
 				return false
+			}
+			for _, ch := range n.children[h] {
+				children = append(children, *n.states[vkey{c, ch}])
 			}
 		}
 		st := State{Cycle: c, VNode: v}
@@ -771,7 +794,11 @@ func (n *Node) advance() {
 		return
 	}
 	// Compute and commit cycles in order (4.5.1: never out of order).
+	root := n.lot.Root()
 	for c := n.committed + 1; c <= n.committed+uint64(n.opts.MaxInFlight)+1 && c <= max(n.target, n.proposed); c++ {
+		if c > n.committed+1 && n.states[vkey{c, root}] != nil {
+			continue // computed; it commits after the cycles before it
+		}
 		// Every cycle in the pipeline is computed as far as it can be (its fetches go out
 		// now, not when the cycles before it have committed); commits stay in order.
 		if !n.compute(c) {
@@ -928,6 +955,10 @@ func (n *Node) maybePropose() {
 	// A proposal whose cycle has not committed after an election timeout may have been
 	// dropped (no leader, or a leader change): propose it again. The first copy in the log
 	// counts; the others are ignored.
+	if n.now.Sub(n.retriedAt) < n.opts.Tick {
+		return // looked at within this tick
+	}
+	n.retriedAt = n.now
 	retry := 2 * time.Duration(n.opts.HeartbeatTicks) * n.opts.Tick
 	for c := n.committed + 1; c <= n.proposed; c++ {
 		op := n.own[c]
