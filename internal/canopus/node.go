@@ -484,6 +484,12 @@ func (n *Node) Step(now time.Time, from uint32, env *peerpb.CanopusEnvelope) {
 		if v.Height < 1 || v.Height > n.lot.Height || n.anc[v.Height] != v || c == 0 {
 			return // not a vertex this node emulates
 		}
+		if c > n.committed+2*uint64(n.opts.MaxInFlight+1) {
+			// No node proposes more than MaxInFlight cycles past its commits, and none
+			// commits a cycle this node's super-leaf has not computed: this one is out of
+			// reach until this node catches up through its groups' logs.
+			return
+		}
 		n.target = max(n.target, c) // a proposal-request starts the cycle (4.2.4)
 		if st := n.states[vkey{c, v}]; st != nil {
 			n.send(from, &peerpb.CanopusEnvelope{Body: &peerpb.CanopusEnvelope_State{State: encodeState(st)}})

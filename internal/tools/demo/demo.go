@@ -27,6 +27,7 @@ var Configs = []bench.Config{
 	{Protocol: "meteorshower", ReadLevel: "QUORUM", WriteLevel: "QUORUM", Options: map[string]string{"theta": "upper"}},
 	{Protocol: "globlease"},
 	{Protocol: "raft", ReadLevel: "LINEARIZABLE"},
+	{Protocol: "canopus"},
 }
 
 // Explanations are printed under the table, one per protocol, to say what the reader sees.
@@ -50,7 +51,13 @@ var Explanations = map[string]string{
 	"raft": "raft (etcd raft, one group per partition): writes go to the partition's leader — wherever " +
 		"the election put it — and commit at a majority; a LINEARIZABLE read asks the leader to confirm " +
 		"its leadership with a majority (ReadIndex), so it costs the round trip to the leader plus the " +
-		"leader's nearest majority. The only linearizable configuration here (docs/raft.md).",
+		"leader's nearest majority (docs/raft.md).",
+	"canopus": "canopus (thesis chapter 4): no leader — every region's nodes propose in consensus cycles " +
+		"that gather every region's requests, so a write costs the round trip to the farthest region from " +
+		"anywhere. Reads are linearizable too: a key not written recently is read at once under the " +
+		"write-lease rule (4.5.2), after a round trip inside the region; a key written recently waits for " +
+		"the next cycle; a write to a key without a lease first waits for its lease, about one more round " +
+		"trip (docs/canopus.md).",
 }
 
 // Options configures the demo.
