@@ -80,6 +80,8 @@ sim-ci: build
 	# Canopus (docs/canopus.md): nine nodes of 27 broadcast groups run about 8 simulated
 	# seconds per wall second, so CI runs 30 seeds (a manual run covers 2,000).
 	$(BIN) sim --protocol canopus --seeds 30 --faults all
+	# A short pipeline: logs compacted and readmissions applied within a run.
+	$(BIN) sim --protocol canopus --seeds 30 --faults all --option max_cycles_in_flight=4
 	$(BIN) sim --protocol canopus --mutations --mutation-seeds 200 --faults all
 
 # The README's first command: an in-process cluster on the emulated WAN, latency per region.

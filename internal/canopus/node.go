@@ -160,6 +160,13 @@ type bgroup struct {
 	closed map[uint64]bool
 	// applied is the index of the last committed entry handed to this node.
 	applied uint64
+	// reported is the highest committed cycle the owner reported in its proposals; entries
+	// are the applied entries not compacted yet with the cycle each concerns (0: a close),
+	// in log order (compact.go).
+	reported uint64
+	entries  []entryCycle
+	// compactedCloses are the epochs closed by entries compacted away (stored, compact.go).
+	compactedCloses map[uint64]bool
 	// closeAt is when this node, leading the group, last proposed a close; leadSince when
 	// it came to lead it.
 	closeAt, leadSince time.Time
@@ -333,7 +340,10 @@ func (n *Node) loadGroup(owner uint32) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	g := &bgroup{owner: owner, rn: rn, log: ls, props: map[pkey]*peerpb.CanopusProposal{}, closed: map[uint64]bool{}}
+	g := &bgroup{owner: owner, rn: rn, log: ls, props: map[pkey]*peerpb.CanopusProposal{}, closed: map[uint64]bool{}, compactedCloses: map[uint64]bool{}}
+	if err := n.loadClosed(g); err != nil {
+		return err
+	}
 	n.groups[owner] = g
 	if owner == n.cfg.ID {
 		// Each node leads its own group (4.2.3), after a restart too: a peer that takes it
@@ -621,6 +631,13 @@ func (n *Node) readyGroup(g *bgroup) {
 		g.lead = ss.Lead
 		g.electionElapsed = 0
 	}
+	if !etcdraft.IsEmptySnap(rd.Snapshot) && rd.Snapshot.GetMetadata().GetIndex() > 1 {
+		// Logs are compacted only behind what every member has committed (compact.go): a
+		// member that still needs a snapshot has lost its state, which a state transfer
+		// would have to restore.
+		n.fail(fmt.Errorf("canopus: group of %d sent a snapshot at index %d: this node's log is behind every compaction (its storage was lost); it needs a state transfer", g.owner, rd.Snapshot.GetMetadata().GetIndex()))
+		return
+	}
 	ops, err := g.log.Save(rd.HardState, rd.Snapshot, rd.Entries)
 	if err != nil {
 		n.fail(err)
@@ -655,6 +672,11 @@ func (n *Node) readyGroup(g *bgroup) {
 			continue
 		}
 		n.applyEntry(g, &ce)
+		ec := entryCycle{index: ent.GetIndex(), cycle: entryCycleOf(&ce)}
+		if cl := ce.GetClose(); cl != nil {
+			ec.close, ec.epoch = true, cl.GetEpoch()
+		}
+		g.entries = append(g.entries, ec)
 	}
 	if k := len(rd.CommittedEntries); k > 0 {
 		g.applied = rd.CommittedEntries[k-1].GetIndex()
@@ -667,6 +689,7 @@ func (n *Node) applyEntry(g *bgroup, ce *peerpb.CanopusEntry) {
 	switch b := ce.GetBody().(type) {
 	case *peerpb.CanopusEntry_Proposal:
 		p := b.Proposal
+		g.reported = max(g.reported, p.GetCommitted())
 		k := pkey{p.GetCycle(), p.GetEpoch()}
 		if g.closed[k.epoch] || g.props[k] != nil {
 			return // after the close of its epoch, or a copy: the first one counts
@@ -815,6 +838,7 @@ func (n *Node) advance() {
 		}
 	}
 	n.maybePropose()
+	n.maybeCompact()
 	n.resolveReads()
 	n.fetch()
 	n.closeSilent()
@@ -951,7 +975,7 @@ func (n *Node) maybePropose() {
 			set.Admits = append(set.Admits, &peerpb.CanopusAdmit{Node: a.Node, Epoch: a.Epoch})
 		}
 		n.admits = nil
-		p := &peerpb.CanopusProposal{Cycle: next, Epoch: n.epochAt(n.cfg.ID, next), Number: n.cfg.Rand.Uint64(), Set: set}
+		p := &peerpb.CanopusProposal{Cycle: next, Epoch: n.epochAt(n.cfg.ID, next), Number: n.cfg.Rand.Uint64(), Set: set, Committed: n.committed}
 		n.own[next] = &ownProp{p: p, at: n.now}
 		n.proposed = next
 		n.target = max(n.target, next)

@@ -349,3 +349,51 @@ func agreeOverSeeds(t *testing.T, seeds uint64, mutation string) error {
 	}
 	return nil
 }
+
+// TestLogsAreCompacted: once every member has committed past them, the groups' entries are
+// dropped, and a node restarted afterwards still goes on (it needs no snapshot).
+func TestLogsAreCompacted(t *testing.T) {
+	c := newCluster(t, 2, 3, "")
+	c.run(300 * time.Millisecond)
+	for i := range 400 {
+		w := fmt.Appendf(nil, "w%d", i)
+		c.nodes[c.ids()[i%6]].Write(c.now, w, w)
+		c.flush(c.ids()[i%6])
+		c.run(20 * time.Millisecond)
+	}
+	first, _ := c.nodes[11].groups[12].log.Memory().FirstIndex()
+	if first < compactBatch {
+		t.Fatalf("group of 12 at node 11 starts at index %d: not compacted", first)
+	}
+	c.down[13] = true
+	c.run(200 * time.Millisecond)
+	c.down[13] = false
+	c.start(13, c.committed[13][len(c.committed[13])-1].Applied)
+	// Its epoch was closed while it was down: it is readmitted first (a write before that
+	// would be reported dropped).
+	c.run(time.Second)
+	if c.nodes[13].Closed() {
+		t.Fatalf("node 13 not readmitted: %s", c.nodes[13].Describe())
+	}
+	w := []byte("after")
+	c.nodes[13].Write(c.now, w, w)
+	c.flush(13)
+	c.run(3 * time.Second)
+	cs := c.committed[11]
+	last := cs[len(cs)-1]
+	found := false
+	for _, s := range last.Sets {
+		found = found || slices.ContainsFunc(s.Requests, func(r []byte) bool { return string(r) == "after" })
+	}
+	for _, cc := range cs[max(len(cs)-40, 0):] {
+		for _, s := range cc.Sets {
+			found = found || slices.ContainsFunc(s.Requests, func(r []byte) bool { return string(r) == "after" })
+		}
+	}
+	if !found {
+		for _, id := range c.ids() {
+			t.Logf("node %d: %s epochs=%v", id, c.nodes[id].Describe(), c.nodes[id].epochs)
+		}
+		t.Fatal("the restarted node's write was not committed")
+	}
+}

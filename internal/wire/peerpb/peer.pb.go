@@ -11215,11 +11215,15 @@ func (*CanopusEntry_Close) isCanopusEntry_Body() {}
 func (*CanopusEntry_Remote) isCanopusEntry_Body() {}
 
 type CanopusProposal struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cycle         uint64                 `protobuf:"varint,1,opt,name=cycle,proto3" json:"cycle,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Number        uint64                 `protobuf:"varint,3,opt,name=number,proto3" json:"number,omitempty"`
-	Set           *CanopusSet            `protobuf:"bytes,4,opt,name=set,proto3" json:"set,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Cycle  uint64                 `protobuf:"varint,1,opt,name=cycle,proto3" json:"cycle,omitempty"`
+	Epoch  uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Number uint64                 `protobuf:"varint,3,opt,name=number,proto3" json:"number,omitempty"`
+	Set    *CanopusSet            `protobuf:"bytes,4,opt,name=set,proto3" json:"set,omitempty"`
+	// committed is the proposer's last committed cycle when it proposed: once every member of
+	// the super-leaf has committed past an entry's cycle, no member needs the entry, and the
+	// groups' logs are compacted behind it.
+	Committed     uint64 `protobuf:"varint,5,opt,name=committed,proto3" json:"committed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -11280,6 +11284,13 @@ func (x *CanopusProposal) GetSet() *CanopusSet {
 		return x.Set
 	}
 	return nil
+}
+
+func (x *CanopusProposal) GetCommitted() uint64 {
+	if x != nil {
+		return x.Committed
+	}
+	return 0
 }
 
 type CanopusClose struct {
@@ -12499,12 +12510,13 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\bproposal\x18\x01 \x01(\v2!.meridian.peer.v1.CanopusProposalH\x00R\bproposal\x126\n" +
 	"\x05close\x18\x02 \x01(\v2\x1e.meridian.peer.v1.CanopusCloseH\x00R\x05close\x128\n" +
 	"\x06remote\x18\x03 \x01(\v2\x1e.meridian.peer.v1.CanopusStateH\x00R\x06remoteB\x06\n" +
-	"\x04body\"\x85\x01\n" +
+	"\x04body\"\xa3\x01\n" +
 	"\x0fCanopusProposal\x12\x14\n" +
 	"\x05cycle\x18\x01 \x01(\x04R\x05cycle\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x16\n" +
 	"\x06number\x18\x03 \x01(\x04R\x06number\x12.\n" +
-	"\x03set\x18\x04 \x01(\v2\x1c.meridian.peer.v1.CanopusSetR\x03set\"$\n" +
+	"\x03set\x18\x04 \x01(\v2\x1c.meridian.peer.v1.CanopusSetR\x03set\x12\x1c\n" +
+	"\tcommitted\x18\x05 \x01(\x04R\tcommitted\"$\n" +
 	"\fCanopusClose\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"}\n" +
 	"\x0eCanopusApplied\x12\x14\n" +
