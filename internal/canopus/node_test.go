@@ -14,6 +14,7 @@ import (
 
 	"meridian/internal/raftlog"
 	"meridian/internal/storage"
+	"meridian/internal/topology"
 	"meridian/internal/wire/peerpb"
 )
 
@@ -21,6 +22,7 @@ import (
 // test delivers by hand, and every node's committed cycles.
 type testCluster struct {
 	t       testing.TB
+	topo    *topology.Topology
 	now     time.Time
 	members []Member
 	opts    Options
@@ -32,6 +34,8 @@ type testCluster struct {
 	committed map[uint32][]Committed
 	down      map[uint32]bool
 	mutation  string
+	// onDeliver, when set, sees every delivered message.
+	onDeliver func(from uint32, m Message)
 }
 
 type queued struct {
@@ -67,7 +71,7 @@ func newCluster(t testing.TB, regions, perRegion int, mutation string) *testClus
 }
 
 func (c *testCluster) start(id uint32, applied *peerpb.CanopusApplied) {
-	n, err := NewNode(Config{ID: id, Members: c.members, Options: c.opts, Rand: rand.New(rand.NewPCG(uint64(id), 7)),
+	n, err := NewNode(Config{ID: id, Members: c.members, Topology: c.topo, Options: c.opts, Rand: rand.New(rand.NewPCG(uint64(id), 7)),
 		Store: c.stores[id], Prefix: []byte("P"), Applied: applied, Mutation: c.mutation, Logger: raftlog.DiscardLogger{}})
 	if err != nil {
 		c.t.Fatal(err)
@@ -103,6 +107,9 @@ func (c *testCluster) deliver(limit int) int {
 		c.queue = c.queue[1:]
 		if c.down[q.m.To] || c.down[q.from] || c.cut[[2]uint32{q.from, q.m.To}] {
 			continue
+		}
+		if c.onDeliver != nil {
+			c.onDeliver(q.from, q.m)
 		}
 		c.nodes[q.m.To].Step(c.now, q.from, q.m.Body)
 		c.flush(q.m.To)
@@ -395,5 +402,68 @@ func TestLogsAreCompacted(t *testing.T) {
 			t.Logf("node %d: %s epochs=%v", id, c.nodes[id].Describe(), c.nodes[id].epochs)
 		}
 		t.Fatal("the restarted node's write was not committed")
+	}
+}
+
+// TestTallerTreeSavesIntercontinentalMessages counts the messages between continents per
+// committed cycle on ec2-7 (three nodes per region) with the thesis's tree (height 2: every
+// region fetches every other region's state) and with the tree grouped by round trip (height
+// 3: Europe, the Americas, Asia-Pacific; a region fetches its continent's regions, then one
+// state per other continent). The issue asks for at least 30% fewer.
+func TestTallerTreeSavesIntercontinentalMessages(t *testing.T) {
+	topo, err := topology.Builtin("ec2-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	perCycle := map[int]float64{}
+	for _, height := range []int{2, 3} {
+		c := &testCluster{t: t, topo: topo, now: time.Unix(1_700_000_000, 0), opts: testOptions(), stores: map[uint32]*storage.Engine{},
+			nodes: map[uint32]*Node{}, cut: map[[2]uint32]bool{}, committed: map[uint32][]Committed{}, down: map[uint32]bool{}}
+		c.opts.TreeHeight = height
+		for r, region := range topo.Regions {
+			for i := range 3 {
+				c.members = append(c.members, Member{ID: uint32(10*(r+1) + i + 1), Region: region})
+			}
+		}
+		for _, m := range c.members {
+			st, err := storage.Open("/data", storage.Options{FS: vfs.NewMem()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			c.stores[m.ID] = st
+			c.start(m.ID, nil)
+		}
+		c.run(300 * time.Millisecond)
+		// The continents are the height-3 tree's: the same grouping for both counts.
+		lot3, err := NewLOT(c.members, topo, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		continent := func(id uint32) VNode { v, _ := lot3.Ancestor(id, 2); return v }
+		before := len(c.committed[11])
+		cross := 0
+		c.onDeliver = func(from uint32, m Message) {
+			if continent(from) != continent(m.To) {
+				cross++
+			}
+		}
+		for i := range 50 {
+			id := c.members[i%len(c.members)].ID
+			w := fmt.Appendf(nil, "w%d", i)
+			c.nodes[id].Write(c.now, w, w)
+			c.flush(id)
+			c.run(20 * time.Millisecond)
+		}
+		c.run(time.Second)
+		cycles := len(c.committed[11]) - before
+		if cycles == 0 {
+			t.Fatalf("height %d: no cycle committed", height)
+		}
+		perCycle[height] = float64(cross) / float64(cycles)
+		t.Logf("height %d: %d intercontinental messages over %d cycles (%.1f per cycle)", height, cross, cycles, perCycle[height])
+	}
+	if saved := 1 - perCycle[3]/perCycle[2]; saved < 0.30 {
+		t.Errorf("height 3 sends %.0f%% fewer intercontinental messages per cycle than height 2, want at least 30%%", 100*saved)
 	}
 }
