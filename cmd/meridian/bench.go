@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/dustin/go-humanize"
+	"meridian/internal/runtime/transport"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -45,6 +47,10 @@ type benchFlags struct {
 	maxClockOffset                         time.Duration
 	labDir                                 string         // the network lab (lab bench, lab run)
 	loopback                               loopbackTarget // bench loopback
+	// The emulated machines (--emulated): links between regions and each node's CPU.
+	linkBandwidth            string
+	cpuPerMessage, cpuPerKiB time.Duration
+	cpuCores                 int
 }
 
 func compareCmd(use string) *cobra.Command {
@@ -92,6 +98,55 @@ func addBenchFlags(cmd *cobra.Command, fp *benchFlags) {
 	fl.DurationVar(&f.p99Bound, "p99", 50*time.Millisecond, "p99 bound for --max")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the workload generators")
 	fl.DurationVar(&f.maxClockOffset, "max-clock-offset", 2*time.Millisecond, "ε of the emulated cluster")
+	fl.StringVar(&f.linkBandwidth, "link-bandwidth", "", "emulated: bandwidth of every link between two regions, each way, e.g. 10Gbit or 125MB (per second; messages share a link one after another)")
+	fl.DurationVar(&f.cpuPerMessage, "cpu-per-message", 0, "emulated: modelled CPU time each message costs the node that receives it (0: no CPU model)")
+	fl.DurationVar(&f.cpuPerKiB, "cpu-per-kib", 0, "emulated: modelled CPU time per KiB of a received message")
+	fl.IntVar(&f.cpuCores, "cpu-cores", 1, "emulated: modelled cores per node (with --cpu-per-message or --cpu-per-kib)")
+}
+
+// parseBandwidth reads a rate per second: bits ("10Gbit", "100Mbit": SI prefixes) or bytes
+// ("125MB", "1GiB").
+func parseBandwidth(v string) (float64, error) {
+	v = strings.TrimSpace(v)
+	if num, ok := strings.CutSuffix(strings.ToLower(v), "bit"); ok {
+		mult := 1.0
+		switch {
+		case strings.HasSuffix(num, "k"):
+			mult, num = 1e3, strings.TrimSuffix(num, "k")
+		case strings.HasSuffix(num, "m"):
+			mult, num = 1e6, strings.TrimSuffix(num, "m")
+		case strings.HasSuffix(num, "g"):
+			mult, num = 1e9, strings.TrimSuffix(num, "g")
+		}
+		x, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+		if err != nil || x <= 0 {
+			return 0, fmt.Errorf("%q: want a rate such as 10Gbit or 125MB", v)
+		}
+		return x * mult / 8, nil
+	}
+	n, err := humanize.ParseBytes(v)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("%q: want a rate such as 10Gbit or 125MB", v)
+	}
+	return float64(n), nil
+}
+
+// machineModel is the emulated machines' links and CPU from the flags.
+func (f benchFlags) machineModel() (linkBandwidth float64, cpu *transport.CPUModel, err error) {
+	if f.linkBandwidth != "" {
+		bw, err := parseBandwidth(f.linkBandwidth)
+		if err != nil {
+			return 0, nil, fmt.Errorf("--link-bandwidth: %w", err)
+		}
+		linkBandwidth = bw
+	}
+	if f.cpuPerMessage != 0 || f.cpuPerKiB != 0 {
+		cpu = &transport.CPUModel{PerMessage: f.cpuPerMessage, PerKiB: f.cpuPerKiB, Cores: f.cpuCores}
+		if err := cpu.Validate(); err != nil {
+			return 0, nil, fmt.Errorf("--cpu-per-message, --cpu-per-kib, --cpu-cores: %w", err)
+		}
+	}
+	return linkBandwidth, cpu, nil
 }
 
 func (f benchFlags) workloadSpec() (ycsb.Workload, error) {
@@ -182,7 +237,12 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 		if err != nil {
 			return err
 		}
-		target = &bench.EmulatedTarget{Topo: topo, NodesPerRegion: f.nodesPerRegion, ReplicasPerRegion: f.replicas, Partitions: f.partitions, Seed: f.seed, MaxClockOffset: f.maxClockOffset}
+		lbw, cpu, err := f.machineModel()
+		if err != nil {
+			return err
+		}
+		target = &bench.EmulatedTarget{Topo: topo, NodesPerRegion: f.nodesPerRegion, ReplicasPerRegion: f.replicas, Partitions: f.partitions, Seed: f.seed, MaxClockOffset: f.maxClockOffset,
+			LinkBandwidth: lbw, CPU: cpu}
 		nodes = f.nodesPerRegion * len(topo.Regions)
 	}
 	defer target.Close()

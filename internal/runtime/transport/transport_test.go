@@ -485,3 +485,78 @@ func TestGRPCMembershipChanges(t *testing.T) {
 		t.Fatal("a member without a peer address accepted")
 	}
 }
+
+// TestWANLinkBandwidthAndCPUBookInOrder checks the booking arithmetic with explicit times: a
+// region pair's link carries one message at a time; a node's cores take messages in arrival
+// order, the earliest free core first.
+func TestWANLinkBandwidthAndCPUBookInOrder(t *testing.T) {
+	topo := topology.Equidistant("t", []string{"a", "b"}, 40, 0)
+	w, err := NewWAN(WANOptions{Topology: topo, CPU: &CPUModel{PerMessage: time.Millisecond, Cores: 2},
+		LinkBandwidth: func(a, b string) float64 { return 1 << 20 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	t0 := time.Unix(100, 0)
+	pair := [2]string{"a", "b"}
+	// Two 1 MiB messages ready at once: the second leaves the link a second after the first.
+	if got := w.bookLink(pair, t0, 20*time.Millisecond, time.Second); !got.Equal(t0.Add(time.Second + 20*time.Millisecond)) {
+		t.Fatalf("first message arrives at %v", got.Sub(t0))
+	}
+	if got := w.bookLink(pair, t0, 20*time.Millisecond, time.Second); !got.Equal(t0.Add(2*time.Second + 20*time.Millisecond)) {
+		t.Fatalf("second message arrives at %v, want after the first has left the link", got.Sub(t0))
+	}
+	// The other direction is another link.
+	if got := w.bookLink([2]string{"b", "a"}, t0, 20*time.Millisecond, time.Second); !got.Equal(t0.Add(time.Second + 20*time.Millisecond)) {
+		t.Fatalf("the reverse link waited for the forward one: %v", got.Sub(t0))
+	}
+	// Three messages arriving together on two cores: two done after 1 ms, the third after 2.
+	var done []time.Duration
+	for range 3 {
+		done = append(done, w.process(7, t0, time.Millisecond).Sub(t0))
+	}
+	if done[0] != time.Millisecond || done[1] != time.Millisecond || done[2] != 2*time.Millisecond {
+		t.Fatalf("processing ends %v, want [1ms 1ms 2ms]", done)
+	}
+	if c := (CPUModel{PerMessage: time.Millisecond, PerKiB: 4 * time.Millisecond, Cores: 1}).cost(2048); c != 9*time.Millisecond {
+		t.Fatalf("cost of 2 KiB = %v, want 9ms", c)
+	}
+	for _, bad := range []WANOptions{
+		{Topology: topo, CPU: &CPUModel{Cores: 0}},
+		{Topology: topo, CPU: &CPUModel{PerMessage: -1, Cores: 1}},
+		{Topology: topo, LinkBandwidth: func(a, b string) float64 { return -1 }},
+	} {
+		if w, err := NewWAN(bad); err == nil {
+			w.Close()
+			t.Errorf("options %+v accepted", bad)
+		}
+	}
+}
+
+// TestWANLinkBandwidthDelaysDelivery: over a 64 KiB/s link, 16 messages of 4 KiB cannot all
+// arrive before a second plus the one-way delay (a lower bound the emulator guarantees).
+func TestWANLinkBandwidthDelaysDelivery(t *testing.T) {
+	topo := topology.Equidistant("t", []string{"a", "b"}, 10, 0)
+	w, err := NewWAN(WANOptions{Topology: topo, LinkBandwidth: func(a, b string) float64 { return 64 << 10 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	col := newCollector()
+	src, _ := w.Attach(1, "a", func(*peerpb.Envelope) {})
+	if _, err := w.Attach(2, "b", col.handle); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for i := range 16 {
+		env := hb(1, 2, int64(i))
+		env.Msg = &peerpb.Envelope_Canopus{Canopus: &peerpb.CanopusEnvelope{Keyspace: string(make([]byte, 4<<10))}}
+		if !src.Send(env) {
+			t.Fatal("send dropped")
+		}
+	}
+	col.wait(t, 16)
+	if d := col.at[15].Sub(start); d < time.Second+topo.OneWay("a", "b") {
+		t.Fatalf("16 × 4 KiB over 64 KiB/s delivered after %v", d)
+	}
+}

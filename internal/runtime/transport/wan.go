@@ -31,6 +31,41 @@ type WANOptions struct {
 	// moving replicas) then take the time a real link gives them, and delay the requests
 	// queued behind them, so that the emulated nodes, not the host, limit data movement.
 	NodeBandwidth float64
+	// LinkBandwidth, when set, gives the bandwidth in bytes per second of the link from
+	// region a to region b (a ≠ b; 0: unlimited). The messages between two regions share
+	// that link one after another, each holding it for its size over the bandwidth: the
+	// data-centre-pair links of the Canopus evaluation (thesis 4.6), where a link saturates
+	// before a node does.
+	LinkBandwidth func(a, b string) float64
+	// CPU, when set, is every node's processor, which handles each message it receives
+	// first come first served (CPUModel). It stands for the machines a benchmark emulates,
+	// so that they saturate on modelled work rather than on sharing the host's cores.
+	CPU *CPUModel
+}
+
+// CPUModel is the processing cost of one emulated node: a message received takes PerMessage
+// plus PerKiB for each KiB of it, on one of Cores processors (the earliest free), in arrival
+// order. The cost of sending a message is counted in its receiver's (a model of the pair).
+type CPUModel struct {
+	PerMessage time.Duration
+	PerKiB     time.Duration
+	Cores      int
+}
+
+// Validate checks the model.
+func (m CPUModel) Validate() error {
+	if m.PerMessage < 0 || m.PerKiB < 0 {
+		return fmt.Errorf("transport: CPU cost per message %v, per KiB %v: want ≥ 0", m.PerMessage, m.PerKiB)
+	}
+	if m.Cores < 1 || m.Cores > 1024 {
+		return fmt.Errorf("transport: CPU with %d cores: want 1..1024", m.Cores)
+	}
+	return nil
+}
+
+// cost is the processing time of a message of size bytes.
+func (m CPUModel) cost(size int) time.Duration {
+	return m.PerMessage + time.Duration(float64(m.PerKiB)*float64(size)/1024)
 }
 
 // WAN is an in-process network that delays every message by the one-way latency of its
@@ -46,15 +81,23 @@ type WAN struct {
 	lastDue  map[[2]uint32]time.Time // per link: due time of the last message (FIFO)
 	upFree   map[uint32]time.Time    // per node: when its uplink is free (NodeBandwidth)
 	downFree map[uint32]time.Time    // per node: when its downlink is free
-	wake     chan struct{}
-	stop     chan struct{}
-	done     chan struct{}
+	linkFree map[[2]string]time.Time // per region pair: when the link is free (LinkBandwidth)
+	cpuFree  map[uint32][]time.Time  // per node: when each of its cores is free (CPU)
+	// processedLast is per link the delivery time of its last processed message (CPU).
+	processedLast map[[2]uint32]time.Time
+	wake          chan struct{}
+	stop          chan struct{}
+	done          chan struct{}
 }
 
 type delivery struct {
 	due time.Time
 	seq uint64
 	env *peerpb.Envelope
+	// size is the message's size when a model needs it; processed says the receiver's CPU
+	// has handled it (CPU): it is delivered when due.
+	size      int
+	processed bool
 }
 
 type deliveryHeap []delivery
@@ -89,17 +132,34 @@ func NewWAN(opts WANOptions) (*WAN, error) {
 	if opts.NodeBandwidth < 0 {
 		return nil, fmt.Errorf("transport: WAN node bandwidth %v is negative", opts.NodeBandwidth)
 	}
+	if opts.CPU != nil {
+		if err := opts.CPU.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	if opts.LinkBandwidth != nil {
+		for _, a := range opts.Topology.Regions {
+			for _, b := range opts.Topology.Regions {
+				if bw := opts.LinkBandwidth(a, b); a != b && (bw < 0 || bw != bw) {
+					return nil, fmt.Errorf("transport: WAN link bandwidth %s→%s is %v: want ≥ 0", a, b, bw)
+				}
+			}
+		}
+	}
 	w := &WAN{
-		opts:     opts,
-		rng:      rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
-		regions:  map[uint32]string{},
-		nodes:    map[uint32]*wanEndpoint{},
-		lastDue:  map[[2]uint32]time.Time{},
-		upFree:   map[uint32]time.Time{},
-		downFree: map[uint32]time.Time{},
-		wake:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
+		opts:          opts,
+		rng:           rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
+		regions:       map[uint32]string{},
+		nodes:         map[uint32]*wanEndpoint{},
+		lastDue:       map[[2]uint32]time.Time{},
+		upFree:        map[uint32]time.Time{},
+		downFree:      map[uint32]time.Time{},
+		linkFree:      map[[2]string]time.Time{},
+		cpuFree:       map[uint32][]time.Time{},
+		processedLast: map[[2]uint32]time.Time{},
+		wake:          make(chan struct{}, 1),
+		stop:          make(chan struct{}),
+		done:          make(chan struct{}),
 	}
 	go w.run()
 	return w, nil
@@ -141,7 +201,7 @@ func (w *WAN) Close() {
 func (w *WAN) send(env *peerpb.Envelope) bool {
 	now := time.Now()
 	size := 0
-	if w.opts.NodeBandwidth > 0 {
+	if w.opts.NodeBandwidth > 0 || w.opts.LinkBandwidth != nil || w.opts.CPU != nil {
 		size = proto.Size(env)
 	}
 	w.mu.Lock()
@@ -156,7 +216,7 @@ func (w *WAN) send(env *peerpb.Envelope) bool {
 		delay += time.Duration(w.rng.Int64N(int64(w.opts.Jitter)))
 	}
 	due := now.Add(delay)
-	if size > 0 {
+	if size > 0 && w.opts.NodeBandwidth > 0 {
 		// The sender's uplink, the wire, then the receiver's downlink (each FIFO).
 		tx := time.Duration(float64(size) / w.opts.NodeBandwidth * float64(time.Second))
 		sent := maxTime(now, w.upFree[env.From]).Add(tx)
@@ -164,13 +224,21 @@ func (w *WAN) send(env *peerpb.Envelope) bool {
 		due = maxTime(sent.Add(delay), w.downFree[env.To].Add(tx))
 		w.downFree[env.To] = due
 	}
+	if w.opts.LinkBandwidth != nil && from != to {
+		if bw := w.opts.LinkBandwidth(from, to); bw > 0 {
+			// The region pair's link: it carries one message at a time, for its size over
+			// the link's bandwidth, before the message travels the one-way delay.
+			tx := time.Duration(float64(size) / bw * float64(time.Second))
+			due = w.bookLink([2]string{from, to}, due.Add(-delay), delay, tx)
+		}
+	}
 	link := [2]uint32{env.From, env.To}
 	if last := w.lastDue[link]; due.Before(last) {
 		due = last
 	}
 	w.lastDue[link] = due
 	w.seq++
-	heap.Push(&w.queue, delivery{due: due, seq: w.seq, env: env})
+	heap.Push(&w.queue, delivery{due: due, seq: w.seq, env: env, size: size, processed: w.opts.CPU == nil})
 	first := w.queue[0].seq == w.seq
 	w.mu.Unlock()
 	if first {
@@ -180,6 +248,32 @@ func (w *WAN) send(env *peerpb.Envelope) bool {
 		}
 	}
 	return true
+}
+
+// bookLink books a message ready to leave at ready on a region pair's link for tx and
+// returns when it arrives, delay after it has left the link.
+func (w *WAN) bookLink(pair [2]string, ready time.Time, delay, tx time.Duration) time.Time {
+	left := maxTime(ready, w.linkFree[pair]).Add(tx)
+	w.linkFree[pair] = left
+	return left.Add(delay)
+}
+
+// process books cost on node's earliest free core from arrival on and returns when it is done.
+func (w *WAN) process(node uint32, arrival time.Time, cost time.Duration) time.Time {
+	cores := w.cpuFree[node]
+	if cores == nil {
+		cores = make([]time.Time, w.opts.CPU.Cores)
+		w.cpuFree[node] = cores
+	}
+	k := 0
+	for i := range cores {
+		if cores[i].Before(cores[k]) {
+			k = i
+		}
+	}
+	done := maxTime(arrival, cores[k]).Add(cost)
+	cores[k] = done
+	return done
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -199,7 +293,22 @@ func (w *WAN) run() {
 		now := time.Now()
 		batch = batch[:0]
 		for len(w.queue) > 0 && !w.queue[0].due.After(now) && len(batch) < 4096 {
-			batch = append(batch, heap.Pop(&w.queue).(delivery))
+			d := heap.Pop(&w.queue).(delivery)
+			if !d.processed {
+				// Arrived: it waits for a core of its receiver, in arrival order, and is
+				// delivered when that core has processed it.
+				d.due = w.process(d.env.To, d.due, w.opts.CPU.cost(d.size))
+				// Several cores may finish out of order: a link's messages stay in order.
+				link := [2]uint32{d.env.From, d.env.To}
+				d.due = maxTime(d.due, w.processedLast[link])
+				w.processedLast[link] = d.due
+				d.processed = true
+				w.seq++
+				d.seq = w.seq
+				heap.Push(&w.queue, d)
+				continue
+			}
+			batch = append(batch, d)
 		}
 		var wait time.Duration = time.Hour
 		if len(w.queue) > 0 {

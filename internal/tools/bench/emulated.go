@@ -61,6 +61,13 @@ type ClusterOptions struct {
 	// NodeBandwidth, when > 0, is every node's network bandwidth in bytes per second
 	// (transport.WANOptions.NodeBandwidth): data movement takes the time a link gives it.
 	NodeBandwidth float64
+	// LinkBandwidth, when > 0, is the bandwidth in bytes per second of every link between two
+	// regions, each way (transport.WANOptions.LinkBandwidth: messages share it one after
+	// another).
+	LinkBandwidth float64
+	// CPU, when set, is every node's modelled processor (transport.CPUModel): each message a
+	// node receives costs it modelled time, so emulated nodes saturate on modelled work.
+	CPU *transport.CPUModel
 	// Elasticity, when set, runs the placement driver with these settings (validated
 	// defaults for the zero fields); nil: the driver is off, so partitions and replicas stay
 	// as placed and benchmarks compare like with like.
@@ -248,7 +255,11 @@ func StartCluster(o ClusterOptions) (*Cluster, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("demo: cluster configuration: %w", err)
 	}
-	wan, err := transport.NewWAN(transport.WANOptions{Topology: o.Topology, Jitter: o.Jitter, Seed: o.Seed, NodeBandwidth: o.NodeBandwidth})
+	wo := transport.WANOptions{Topology: o.Topology, Jitter: o.Jitter, Seed: o.Seed, NodeBandwidth: o.NodeBandwidth, CPU: o.CPU}
+	if bw := o.LinkBandwidth; bw > 0 {
+		wo.LinkBandwidth = func(a, b string) float64 { return bw }
+	}
+	wan, err := transport.NewWAN(wo)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"meridian/internal/runtime/transport"
 	"time"
 
 	"meridian/api/meridianpb"
@@ -75,6 +76,10 @@ type EmulatedTarget struct {
 	MaxClockOffset time.Duration
 	// NodeCapacityOps gives each node a service capacity (ClusterOptions.NodeCapacityOps).
 	NodeCapacityOps float64
+	// LinkBandwidth and CPU model the links between regions and each node's processor
+	// (ClusterOptions).
+	LinkBandwidth float64
+	CPU           *transport.CPUModel
 }
 
 func (t *EmulatedTarget) Name() string                 { return "emulated " + t.Topo.Name }
@@ -102,6 +107,8 @@ func (t *EmulatedTarget) Prepare(ctx context.Context, cfg Config) (Session, erro
 		Seed:            t.Seed,
 		MaxClockOffset:  t.MaxClockOffset,
 		NodeCapacityOps: t.NodeCapacityOps,
+		LinkBandwidth:   t.LinkBandwidth,
+		CPU:             t.CPU,
 		Logger:          slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
