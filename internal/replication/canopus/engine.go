@@ -14,6 +14,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -76,8 +77,36 @@ type instance struct {
 	fatal error
 }
 
+// counters count what the engine did (engine.Counted; read from any goroutine). Messages
+// and bytes are split by link class: inside the node's region (the super-leaf's broadcast)
+// and between regions (proposal-requests and states), the classes of Canopus's cost model.
+type counters struct {
+	writes, readsCycle, readsLease, readsFenced, dropped, expired, cycles atomic.Int64
+	msgsIntra, msgsInter, bytesIntra, bytesInter                          atomic.Int64
+}
+
+// counterNames are CounterSnapshot's keys.
+var counterNames = []string{"writes", "reads_cycle", "reads_lease", "reads_fenced", "writes_dropped", "expired", "cycles",
+	"peer_msgs_intra", "peer_msgs_inter", "peer_bytes_intra", "peer_bytes_inter"}
+
+func (c *counters) byName() map[string]*atomic.Int64 {
+	return map[string]*atomic.Int64{"writes": &c.writes, "reads_cycle": &c.readsCycle, "reads_lease": &c.readsLease,
+		"reads_fenced": &c.readsFenced, "writes_dropped": &c.dropped, "expired": &c.expired, "cycles": &c.cycles,
+		"peer_msgs_intra": &c.msgsIntra, "peer_msgs_inter": &c.msgsInter, "peer_bytes_intra": &c.bytesIntra, "peer_bytes_inter": &c.bytesInter}
+}
+
+// CounterSnapshot returns the counters (engine.Counted).
+func (e *Engine) CounterSnapshot() map[string]int64 {
+	out := map[string]int64{}
+	for name, c := range e.stats.byName() {
+		out[name] = c.Load()
+	}
+	return out
+}
+
 // Engine is one node's canopus engine.
 type Engine struct {
+	stats counters
 	cfg   engine.Config
 	store engine.Reader
 	// incarnation tells this run's writes from those of earlier runs of the node in a
@@ -277,6 +306,7 @@ func (e *Engine) Propose(now time.Time, req engine.Request) {
 			return
 		}
 		inst.writes[req.ID] = req
+		e.stats.writes.Add(1)
 		inst.node.Write(now, req.Key, b)
 	case engine.OpGet, engine.OpScan:
 		if e.cfg.Mutation == mutationReadEarly {
@@ -370,6 +400,7 @@ func (e *Engine) expire(now time.Time) {
 			req := inst.writes[id]
 			if !req.Deadline.IsZero() && now.After(req.Deadline) {
 				delete(inst.writes, id)
+				e.stats.expired.Add(1)
 				e.reply(engine.Result{ID: id, Op: req.Op, Err: errs.New(errs.Timeout, "the write's cycle had not committed by its deadline; it may still apply")})
 			}
 		}
@@ -440,9 +471,18 @@ func (e *Engine) Ready() engine.Ready {
 			continue
 		}
 		e.out.Raw = append(e.out.Raw, rd.Raw...)
+		self := e.regionOf(e.cfg.NodeID)
 		for _, m := range rd.Messages {
 			m.Body.Keyspace, m.Body.Partition = k.keyspace, k.partition
-			e.out.Messages = append(e.out.Messages, &peerpb.Envelope{From: e.cfg.NodeID, To: m.To, Msg: &peerpb.Envelope_Canopus{Canopus: m.Body}})
+			env := &peerpb.Envelope{From: e.cfg.NodeID, To: m.To, Msg: &peerpb.Envelope_Canopus{Canopus: m.Body}}
+			e.out.Messages = append(e.out.Messages, env)
+			if e.regionOf(m.To) == self {
+				e.stats.msgsIntra.Add(1)
+				e.stats.bytesIntra.Add(int64(proto.Size(env)))
+			} else {
+				e.stats.msgsInter.Add(1)
+				e.stats.bytesInter.Add(int64(proto.Size(env)))
+			}
 		}
 		for _, c := range rd.Committed {
 			e.apply(inst, c)
@@ -452,6 +492,7 @@ func (e *Engine) Ready() engine.Ready {
 			if req, ok := inst.confirming[id]; ok {
 				delete(inst.confirming, id)
 				inst.nReads--
+				e.stats.readsLease.Add(1)
 				r := readFor(req)
 				run := r.Run
 				r.Run = func(store engine.Reader) engine.Result {
@@ -464,6 +505,7 @@ func (e *Engine) Ready() engine.Ready {
 		}
 		for _, fr := range rd.ReadsFenced {
 			if req, ok := inst.confirming[fr.ID]; ok {
+				e.stats.readsFenced.Add(1)
 				delete(inst.confirming, fr.ID)
 				inst.reads[fr.Fence] = append(inst.reads[fr.Fence], req)
 			}
@@ -509,6 +551,7 @@ func (e *Engine) apply(inst *instance, c core.Committed) {
 		}
 		if req, ok := inst.writes[w.GetRequestId()]; ok {
 			delete(inst.writes, w.GetRequestId())
+			e.stats.dropped.Add(1)
 			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Unavailable, "the write was not ordered: this node's epoch was closed before its proposal of cycle %d committed (it will never apply); retry", c.Cycle)})
 		}
 	}
@@ -519,6 +562,7 @@ func (e *Engine) apply(inst *instance, c core.Committed) {
 	}
 	e.out.Raw = append(e.out.Raw, storage.RawOp{Key: appliedKey(k), Value: ab})
 	inst.digests[c.Cycle] = h.Sum64()
+	e.stats.cycles.Add(1)
 	delete(inst.digests, c.Cycle-digestsKept)
 	for _, f := range slices.Sorted(maps.Keys(inst.reads)) {
 		reqs := inst.reads[f]
@@ -528,6 +572,7 @@ func (e *Engine) apply(inst *instance, c core.Committed) {
 		for _, req := range reqs {
 			inst.nReads--
 			if c.Own && f == c.Cycle {
+				e.stats.readsCycle.Add(1)
 				e.out.Reads = append(e.out.Reads, readFor(req))
 				continue
 			}

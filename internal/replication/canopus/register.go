@@ -2,6 +2,9 @@ package canopus
 
 import (
 	"fmt"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -30,6 +33,16 @@ func init() {
 			"the next cycle commits: there is one level, linearizable",
 		LowerBoundMs: lowerBoundMs,
 		Mutations:    Mutations,
+		Metrics: func(reg prometheus.Registerer, e engine.Engine) {
+			byName := e.(*Engine).stats.byName()
+			for _, name := range counterNames {
+				c := byName[name]
+				reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+					Name: "meridian_canopus_" + name + "_total",
+					Help: "Canopus engine: " + strings.ReplaceAll(name, "_", " ") + " (internal/replication/canopus).",
+				}, func() float64 { return float64(c.Load()) }))
+			}
+		},
 		Sim: engine.SimSupport{
 			DescribeMessage: DescribeMessage,
 			// Three nodes per region, all replicas: a super-leaf of three tolerates one

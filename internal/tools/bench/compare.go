@@ -202,6 +202,13 @@ func PrintCompare(w io.Writer, rep *Report) {
 		if run.StatusBytesPerNodePerS > 0 {
 			fmt.Fprintf(w, ", status traffic %.0f bytes/s per node", run.StatusBytesPerNodePerS)
 		}
+		if c := run.ProtocolCounters; c != nil && c["peer_msgs_inter"]+c["peer_msgs_intra"] > 0 {
+			if ops := run.Ops(); ops > 0 {
+				fmt.Fprintf(w, ", peer messages per op %.1f within regions + %.1f between (bytes %.0f + %.0f)",
+					float64(c["peer_msgs_intra"])/float64(ops), float64(c["peer_msgs_inter"])/float64(ops),
+					float64(c["peer_bytes_intra"])/float64(ops), float64(c["peer_bytes_inter"])/float64(ops))
+			}
+		}
 		fmt.Fprintln(w)
 	}
 }

@@ -69,6 +69,18 @@ type Run struct {
 	ProtocolCounters map[string]int64 `json:"protocol_counters,omitempty"`
 }
 
+// Ops is the number of measured operations, every region's.
+func (r Run) Ops() int64 {
+	var n int64
+	for _, s := range r.Regions {
+		n += s.Read.Count + s.Write.Count
+		if s.RMW != nil {
+			n += s.RMW.Count
+		}
+	}
+	return n
+}
+
 // Label names the run in tables and chart legends, e.g. "quorum QUORUM/QUORUM" or
 // "meteorshower QUORUM/QUORUM theta=upper".
 func (r Run) Label() string {
