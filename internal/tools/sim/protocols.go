@@ -99,7 +99,12 @@ func prepare(p Protocol, o *Options) {
 		o.NodesPerRegion = p.Sim.NodesPerRegion
 	}
 	if o.ReplicasPerRegion == 0 {
+		// The protocol's default, within the nodes the caller asked for (canopus: every node
+		// of a region is a replica).
 		o.ReplicasPerRegion = p.Sim.ReplicasPerRegion
+		if o.NodesPerRegion > 0 && o.ReplicasPerRegion > o.NodesPerRegion {
+			o.ReplicasPerRegion = o.NodesPerRegion
+		}
 	}
 	if o.Partitions == 0 {
 		o.Partitions = p.Sim.Partitions
