@@ -51,11 +51,20 @@ func testOptions() Options {
 
 // newCluster builds regions×perRegion nodes: region r's nodes are r*10+1.. .
 func newCluster(t testing.TB, regions, perRegion int, mutation string) *testCluster {
-	c := &testCluster{t: t, now: time.Unix(1_700_000_000, 0), opts: testOptions(), stores: map[uint32]*storage.Engine{},
-		nodes: map[uint32]*Node{}, cut: map[[2]uint32]bool{}, committed: map[uint32][]Committed{}, down: map[uint32]bool{}, mutation: mutation}
+	var names []string
 	for r := range regions {
+		names = append(names, fmt.Sprintf("r%d", r+1))
+	}
+	return newClusterIn(t, names, perRegion, nil, testOptions(), mutation)
+}
+
+// newClusterIn builds perRegion nodes in each of regions (on topo when not nil), with opts.
+func newClusterIn(t testing.TB, regions []string, perRegion int, topo *topology.Topology, opts Options, mutation string) *testCluster {
+	c := &testCluster{t: t, topo: topo, now: time.Unix(1_700_000_000, 0), opts: opts, stores: map[uint32]*storage.Engine{},
+		nodes: map[uint32]*Node{}, cut: map[[2]uint32]bool{}, committed: map[uint32][]Committed{}, down: map[uint32]bool{}, mutation: mutation}
+	for r, region := range regions {
 		for i := range perRegion {
-			c.members = append(c.members, Member{ID: uint32(10*(r+1) + i + 1), Region: fmt.Sprintf("r%d", r+1)})
+			c.members = append(c.members, Member{ID: uint32(10*(r+1) + i + 1), Region: region})
 		}
 	}
 	for _, m := range c.members {
@@ -417,23 +426,9 @@ func TestTallerTreeSavesIntercontinentalMessages(t *testing.T) {
 	}
 	perCycle := map[int]float64{}
 	for _, height := range []int{2, 3} {
-		c := &testCluster{t: t, topo: topo, now: time.Unix(1_700_000_000, 0), opts: testOptions(), stores: map[uint32]*storage.Engine{},
-			nodes: map[uint32]*Node{}, cut: map[[2]uint32]bool{}, committed: map[uint32][]Committed{}, down: map[uint32]bool{}}
-		c.opts.TreeHeight = height
-		for r, region := range topo.Regions {
-			for i := range 3 {
-				c.members = append(c.members, Member{ID: uint32(10*(r+1) + i + 1), Region: region})
-			}
-		}
-		for _, m := range c.members {
-			st, err := storage.Open("/data", storage.Options{FS: vfs.NewMem()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = st.Close() })
-			c.stores[m.ID] = st
-			c.start(m.ID, nil)
-		}
+		opts := testOptions()
+		opts.TreeHeight = height
+		c := newClusterIn(t, topo.Regions, 3, topo, opts, "")
 		c.run(300 * time.Millisecond)
 		// The continents are the height-3 tree's: the same grouping for both counts.
 		lot3, err := NewLOT(c.members, topo, 3)

@@ -455,3 +455,22 @@ func (c *Config) AllowPull(now time.Time, n int64) bool {
 type Counted interface {
 	CounterSnapshot() map[string]int64
 }
+
+// ScanLive reads span's live records into res (Items, More): deleted keys (tombstones) are
+// skipped and not counted, at most limit are kept, and a storage error becomes res.Err.
+func ScanLive(store Reader, span storage.Span, limit int, res *Result) {
+	err := store.Scan(span, 0, func(r storage.Record) bool {
+		if r.Tombstone {
+			return true
+		}
+		if len(res.Items) == limit {
+			res.More = true
+			return false
+		}
+		res.Items = append(res.Items, r)
+		return true
+	})
+	if err != nil {
+		res.Err = errs.New(errs.Internal, "scan: %v", err)
+	}
+}

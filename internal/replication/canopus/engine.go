@@ -334,20 +334,7 @@ func readFor(req engine.Request) engine.Read {
 	return engine.Read{ID: req.ID, Op: req.Op, Run: func(store engine.Reader) engine.Result {
 		res := engine.Result{ID: req.ID, Op: req.Op, Path: "cycle"}
 		if req.Op == engine.OpScan {
-			err := store.Scan(storage.Span{Keyspace: req.Keyspace, Start: req.Start, End: req.End}, 0, func(r storage.Record) bool {
-				if r.Tombstone {
-					return true
-				}
-				if len(res.Items) == req.Limit {
-					res.More = true
-					return false
-				}
-				res.Items = append(res.Items, r)
-				return true
-			})
-			if err != nil {
-				res.Err = errs.New(errs.Internal, "scan: %v", err)
-			}
+			engine.ScanLive(store, storage.Span{Keyspace: req.Keyspace, Start: req.Start, End: req.End}, req.Limit, &res)
 			return res
 		}
 		rec, found, err := store.Get(req.Keyspace, req.Key)

@@ -558,21 +558,7 @@ func (e *Engine) scanRead(g *group, sub engine.Request, path string, validUntil 
 	limit := sub.Limit
 	return engine.Read{ID: sub.ID, Op: engine.OpScan, ValidUntil: validUntil, Wrap: e.wrapForward(fwd), Run: func(store engine.Reader) engine.Result {
 		res := engine.Result{ID: sub.ID, Op: engine.OpScan, Path: path}
-		// Deleted keys (tombstones) are skipped and not counted.
-		err := store.Scan(storage.Span{Keyspace: k.keyspace, Start: sub.Start, End: sub.End}, 0, func(r storage.Record) bool {
-			if r.Tombstone {
-				return true
-			}
-			if len(res.Items) == limit {
-				res.More = true
-				return false
-			}
-			res.Items = append(res.Items, r)
-			return true
-		})
-		if err != nil {
-			res.Err = errs.New(errs.Internal, "scan: %v", err)
-		}
+		engine.ScanLive(store, storage.Span{Keyspace: k.keyspace, Start: sub.Start, End: sub.End}, limit, &res)
 		return res
 	}}
 }
