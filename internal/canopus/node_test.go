@@ -89,6 +89,20 @@ func (c *testCluster) start(id uint32, applied *peerpb.CanopusApplied) {
 	c.flush(id)
 }
 
+// restartDown restarts every node that is down from what it had applied.
+func (c *testCluster) restartDown() {
+	for _, v := range c.ids() {
+		if c.down[v] {
+			c.down[v] = false
+			var applied *peerpb.CanopusApplied
+			if cs := c.committed[v]; len(cs) > 0 {
+				applied = cs[len(cs)-1].Applied
+			}
+			c.start(v, applied)
+		}
+	}
+}
+
 // flush takes a node's Ready: raw ops to its store, messages to the queue, committed cycles
 // to its record.
 func (c *testCluster) flush(id uint32) {
@@ -297,29 +311,11 @@ func agreeOverSeeds(t *testing.T, seeds uint64, mutation string) error {
 				victim := ids[rng.IntN(len(ids))]
 				c.down[victim] = true
 			case 1:
-				for _, v := range ids {
-					if c.down[v] {
-						c.down[v] = false
-						var applied *peerpb.CanopusApplied
-						if cs := c.committed[v]; len(cs) > 0 {
-							applied = cs[len(cs)-1].Applied
-						}
-						c.start(v, applied)
-					}
-				}
+				c.restartDown()
 			}
 			c.run(time.Duration(10+rng.IntN(40)) * time.Millisecond)
 		}
-		for _, v := range ids {
-			if c.down[v] {
-				c.down[v] = false
-				var applied *peerpb.CanopusApplied
-				if cs := c.committed[v]; len(cs) > 0 {
-					applied = cs[len(cs)-1].Applied
-				}
-				c.start(v, applied)
-			}
-		}
+		c.restartDown()
 		c.run(3 * time.Second)
 		// Restarted nodes keep their committed record from before the crash: compare the
 		// cycles every node has.

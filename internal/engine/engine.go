@@ -474,3 +474,16 @@ func ScanLive(store Reader, span storage.Span, limit int, res *Result) {
 		res.Err = errs.New(errs.Internal, "scan: %v", err)
 	}
 }
+
+// GetLive fills a get's result from what store.Get returned: a deleted key is not found but
+// keeps its tombstone's version; a storage error becomes res.Err.
+func GetLive(rec storage.Record, found bool, err error, res *Result) {
+	switch {
+	case err != nil:
+		res.Err = errs.New(errs.Internal, "read: %v", err)
+	case rec.Tombstone:
+		res.Version = rec.Version
+	default:
+		res.Found, res.Value, res.Version = found, rec.Value, rec.Version
+	}
+}

@@ -338,14 +338,7 @@ func readFor(req engine.Request) engine.Read {
 			return res
 		}
 		rec, found, err := store.Get(req.Keyspace, req.Key)
-		switch {
-		case err != nil:
-			res.Err = errs.New(errs.Internal, "read: %v", err)
-		case rec.Tombstone:
-			res.Version = rec.Version
-		default:
-			res.Found, res.Value, res.Version = found, rec.Value, rec.Version
-		}
+		engine.GetLive(rec, found, err, &res)
 		return res
 	}}
 }

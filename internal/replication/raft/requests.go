@@ -306,14 +306,7 @@ func (e *Engine) readAt(g *group, req engine.Request, path string, staleness tim
 	return engine.Read{ID: req.ID, Op: req.Op, ValidUntil: validUntil, Wrap: e.wrapForward(fwd), Run: func(store engine.Reader) engine.Result {
 		rec, found, err := store.Get(k.keyspace, req.Key)
 		res := engine.Result{ID: req.ID, Op: req.Op, Path: path, Staleness: staleness}
-		switch {
-		case err != nil:
-			res.Err = errs.New(errs.Internal, "read: %v", err)
-		case rec.Tombstone:
-			res.Version = rec.Version
-		default:
-			res.Found, res.Value, res.Version = found, rec.Value, rec.Version
-		}
+		engine.GetLive(rec, found, err, &res)
 		return res
 	}}
 }
