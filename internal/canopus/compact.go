@@ -3,6 +3,7 @@ package canopus
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -110,7 +111,7 @@ func (n *Node) closedKey(owner uint32) []byte {
 
 // closedOp stores the epochs g's log has closed.
 func (n *Node) closedOp(g *bgroup) storage.RawOp {
-	epochs := slices.Sorted(mapKeys(g.compactedCloses))
+	epochs := slices.Sorted(maps.Keys(g.compactedCloses))
 	b := make([]byte, 0, 8*len(epochs))
 	for _, e := range epochs {
 		b = binary.BigEndian.AppendUint64(b, e)

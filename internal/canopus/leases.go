@@ -3,6 +3,7 @@ package canopus
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -105,7 +106,7 @@ func (n *Node) applyLeases(c uint64, sets []RequestSet) {
 		changed[k] = true
 	}
 	delete(n.leaseEnds, c+1)
-	for _, k := range slices.Sorted(mapKeys(changed)) {
+	for _, k := range slices.Sorted(maps.Keys(changed)) {
 		spans := n.leases[k]
 		if len(spans) == 0 {
 			n.out.Raw = append(n.out.Raw, storage.RawOp{Key: n.leaseKey(k), Delete: true})
@@ -213,7 +214,7 @@ func (n *Node) resolveReads() {
 	}
 	g := n.groups[n.cfg.ID]
 	timeout := time.Duration(n.opts.ElectionTicks) * n.opts.Tick
-	for _, id := range slices.Sorted(mapKeys(n.confirming)) {
+	for _, id := range slices.Sorted(maps.Keys(n.confirming)) {
 		cr := n.confirming[id]
 		switch {
 		case cr.index != 0 && g.applied >= cr.index:
@@ -234,16 +235,6 @@ func (n *Node) resolveReads() {
 type FencedRead struct {
 	ID    uint64
 	Fence uint64
-}
-
-func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // Lease mutations.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -931,13 +932,7 @@ func (n *Node) prune() {
 
 func (n *Node) appliedState() *peerpb.CanopusApplied {
 	a := &peerpb.CanopusApplied{Cycle: n.committed, TimeNanos: n.timeNanos}
-	for _, x := range slices.Sorted(func(yield func(uint32) bool) {
-		for x := range n.epochs {
-			if !yield(x) {
-				return
-			}
-		}
-	}) {
+	for _, x := range slices.Sorted(maps.Keys(n.epochs)) {
 		for _, s := range n.epochs[x] {
 			a.Epochs = append(a.Epochs, &peerpb.CanopusEpoch{Node: x, Epoch: s.epoch, FromCycle: s.from})
 		}

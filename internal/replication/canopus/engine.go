@@ -7,6 +7,7 @@
 package canopus
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
@@ -118,6 +119,7 @@ type Engine struct {
 	out         engine.Ready
 	now         time.Time
 	lastExpiry  time.Time
+	regions     map[uint32]string // node → region (regionOf)
 }
 
 // New returns the engine of node cfg.NodeID.
@@ -160,20 +162,8 @@ func (e *Engine) SetPlacement(m *placement.Map) {
 			delete(e.insts, k)
 		}
 	}
-	e.order = slices.SortedFunc(func(yield func(instKey) bool) {
-		for k := range e.insts {
-			if !yield(k) {
-				return
-			}
-		}
-	}, func(a, b instKey) int {
-		if a.keyspace != b.keyspace {
-			if a.keyspace < b.keyspace {
-				return -1
-			}
-			return 1
-		}
-		return int(a.partition) - int(b.partition)
+	e.order = slices.SortedFunc(maps.Keys(e.insts), func(a, b instKey) int {
+		return cmp.Or(cmp.Compare(a.keyspace, b.keyspace), cmp.Compare(a.partition, b.partition))
 	})
 }
 
@@ -253,13 +243,15 @@ func (e *Engine) newInstance(k instKey, ks *placement.Keyspace, p placement.Part
 	return inst
 }
 
+// regionOf is a node's region (cached: every message sent asks it).
 func (e *Engine) regionOf(id uint32) string {
-	for _, n := range e.cfg.Nodes {
-		if n.ID == id {
-			return n.Region
+	if e.regions == nil {
+		e.regions = make(map[uint32]string, len(e.cfg.Nodes))
+		for _, n := range e.cfg.Nodes {
+			e.regions[n.ID] = n.Region
 		}
 	}
-	return ""
+	return e.regions[id]
 }
 
 func (e *Engine) reply(r engine.Result) { e.out.Replies = append(e.out.Replies, r) }
