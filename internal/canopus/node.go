@@ -702,6 +702,10 @@ func (n *Node) applyEntry(g *bgroup, ce *peerpb.CanopusEntry) {
 		n.target = max(n.target, k.cycle) // a peer started the cycle (4.2.4)
 	case *peerpb.CanopusEntry_Close:
 		g.closed[b.Close.GetEpoch()] = true
+		if n.cfg.Mutation == MutationClosesFirst && !g.compactedCloses[b.Close.GetEpoch()] {
+			g.compactedCloses[b.Close.GetEpoch()] = true
+			n.out.Raw = append(n.out.Raw, n.closedOp(g))
+		}
 	case *peerpb.CanopusEntry_Remote:
 		st, err := decodeState(b.Remote)
 		if err != nil || n.old(st.Cycle) {

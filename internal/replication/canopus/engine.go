@@ -51,6 +51,7 @@ const (
 var Mutations = map[string]string{
 	core.MutationMergeOrder:          "odd-numbered nodes order a cycle's merged request sets the other way (a round merged in a different order at two nodes)",
 	mutationReadEarly:                "reads are served from the local replica at once, without waiting for the next cycle to commit",
+	core.MutationClosesFirst:         "every close is stored when applied and loaded before a restarted node replays its logs, so it ignores the proposals that preceded the close",
 	core.MutationLeaseIgnoresPending: "a read served at once under the lease rule checks the key's lease in the next cycle only, not in every cycle in flight (a write lease that ignores a pending write)",
 }
 
