@@ -9,13 +9,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"meridian/internal/config"
+	"meridian/internal/tools/seedpool"
 	"meridian/internal/tools/sim"
 )
 
 func simCmd() *cobra.Command {
 	var (
 		protocol, faults, topo, mutate, readLevel, writeLevel                                                                string
-		seeds, mutationSeeds, replicaRegions, nodesPerRegion                                                                 int
+		seeds, mutationSeeds, replicaRegions, nodesPerRegion, workers                                                        int
 		seedStart                                                                                                            uint64
 		listMutations, mutations, roam, sessions, lin, verbose                                                               bool
 		duration, maxOffset, quiesce, clockStep, partitionEvery, repartitionEvery, moveEvery, moveCheckAfter, requestTimeout time.Duration
@@ -26,7 +27,7 @@ func simCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sim --protocol NAME [--seeds N] [--seed-start S] [--faults LIST|all|none] [--topology NAME] [--mutate NAME]",
 		Short: "Deterministic simulation of a protocol under faults, checked for consistency",
-		Long: `Runs whole clusters of a protocol's state machines on virtual time, one seed at a time, with
+		Long: `Runs whole clusters of a protocol's state machines on virtual time, a seed per core at once, with
 the faults named in --faults (loss, dup, reorder, partition, crash, slowdisk, clock; "all";
 clock-beyond lets clock offsets exceed ε), and checks every history for sequential
 consistency, durability and convergence (and linearizability with --linearizability).
@@ -61,6 +62,9 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 			wl, err := simLevel(writeLevel)
 			if err != nil {
 				return fmt.Errorf("--write-level: %w", err)
+			}
+			if workers < 0 || workers > seedpool.MaxWorkers {
+				return fmt.Errorf("--workers %d out of range 0..%d", workers, seedpool.MaxWorkers)
 			}
 			if seeds < 1 || seeds > 10_000_000 {
 				return fmt.Errorf("--seeds %d out of range 1..10000000", seeds)
@@ -116,10 +120,11 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 			}
 			if verbose {
 				base.Trace = func(line string) { fmt.Fprintln(os.Stderr, line) }
+				workers = 1 // one trace at a time
 			}
 			if mutations {
 				fmt.Printf("mutation suite: protocol %s, faults %s, topology %s, up to %d seeds each\n", protocol, sim.FaultList(fs), t.Name, mutationSeeds)
-				results, err := sim.RunMutations(base, mutationSeeds, os.Stdout)
+				results, err := sim.RunMutations(base, mutationSeeds, workers, os.Stdout)
 				if err != nil {
 					return err
 				}
@@ -133,7 +138,7 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 			eff := base.Effective()
 			fmt.Printf("simulating %s: seeds %d..%d, faults %s, topology %s, levels %s/%s%s\n",
 				protocol, seedStart, seedStart+uint64(seeds)-1, sim.FaultList(fs), t.Name, eff.ReadLevel, eff.WriteLevel, mutationNote(mutate))
-			res, err := sim.RunSeeds(sim.SeedsOptions{Base: base, Seeds: seeds, SeedStart: seedStart, Out: os.Stdout, Progress: progressEvery(seeds)})
+			res, err := sim.RunSeeds(sim.SeedsOptions{Base: base, Seeds: seeds, SeedStart: seedStart, Out: os.Stdout, Progress: progressEvery(seeds), Workers: workers})
 			if err != nil {
 				return err
 			}
@@ -153,6 +158,7 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 	f := cmd.Flags()
 	f.StringVar(&protocol, "protocol", "quorum", "protocol to simulate")
 	f.IntVar(&seeds, "seeds", 100, "number of seeds")
+	f.IntVar(&workers, "workers", 0, "seeds run at once (0: one per core); the output and the seed a run stops at do not depend on it")
 	f.Uint64Var(&seedStart, "seed-start", 1, "first seed")
 	f.StringVar(&faults, "faults", "all", "faults: comma-separated list, all or none")
 	f.StringVar(&topo, "topology", "gcp-meteorshower-3", "built-in topology or file")

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"meridian/internal/tools/seedpool"
 )
 
 // SeedsOptions runs many seeds of one configuration.
@@ -17,6 +19,9 @@ type SeedsOptions struct {
 	Out       io.Writer
 	// Progress prints a line every this many seeds (0: never).
 	Progress int
+	// Workers runs this many seeds at once (0: one per core). The result, the output and the
+	// seed a run stops at are the same for every value (seedpool.Run delivers in seed order).
+	Workers int
 }
 
 // SeedsResult summarises a multi-seed run.
@@ -44,17 +49,16 @@ func (r *SeedsResult) SimPerWall() float64 {
 	return r.SimSeconds / r.Wall.Seconds()
 }
 
-// RunSeeds runs seeds SeedStart.. SeedStart+Seeds-1 and stops at the first violation.
+// RunSeeds runs seeds SeedStart.. SeedStart+Seeds-1 and stops at the first violation (the
+// lowest failing seed, as a sequential run would).
 func RunSeeds(so SeedsOptions) (*SeedsResult, error) {
 	res := &SeedsResult{}
 	start := time.Now()
-	for i := range so.Seeds {
+	_, err := seedpool.Run(so.Seeds, so.Workers, func(i int) (*Report, error) {
 		o := so.Base
 		o.Seed = so.SeedStart + uint64(i)
-		rep, err := Run(o)
-		if err != nil {
-			return res, err
-		}
+		return Run(o)
+	}, func(_ int, rep *Report) bool {
 		res.Seeds++
 		res.Ops += rep.Ops
 		res.OK += rep.OK
@@ -73,15 +77,16 @@ func RunSeeds(so SeedsOptions) (*SeedsResult, error) {
 		}
 		if len(rep.Violations) > 0 {
 			res.Failed = rep
-			break
+			return true
 		}
 		if so.Progress > 0 && so.Out != nil && res.Seeds%so.Progress == 0 {
 			fmt.Fprintf(so.Out, "  %d seeds ok (%d ops, %.0f sim s, %.1f sim s per wall s)\n",
 				res.Seeds, res.Ops, res.SimSeconds, res.SimSeconds/time.Since(start).Seconds())
 		}
-	}
+		return false
+	})
 	res.Wall = time.Since(start)
-	return res, nil
+	return res, err
 }
 
 // Effective returns o as a run uses it: the protocol's simulation defaults and the general
@@ -206,8 +211,10 @@ func mutationOptions(p Protocol, base Options, m string) (Options, error) {
 }
 
 // RunMutations runs each mutation of the protocol over up to maxSeeds seeds with every
-// fault on, and records how many seeds it took the checkers to catch it.
-func RunMutations(base Options, maxSeeds int, out io.Writer) ([]MutationResult, error) {
+// fault on, and records how many seeds it took the checkers to catch it. Each mutation's
+// seeds run on workers goroutines (0: one per core); the seed reported is the lowest that
+// caught it, whatever the number of workers.
+func RunMutations(base Options, maxSeeds, workers int, out io.Writer) ([]MutationResult, error) {
 	if base.Protocol == "" {
 		base.Protocol = "quorum"
 	}
@@ -226,17 +233,20 @@ func RunMutations(base Options, maxSeeds int, out io.Writer) ([]MutationResult, 
 		}
 		o.Mutation = m
 		r := MutationResult{Mutation: m, Description: desc}
-		for i := range maxSeeds {
+		_, err = seedpool.Run(maxSeeds, workers, func(i int) (*Report, error) {
+			o := o
 			o.Seed = base.Seed + uint64(i)
-			rep, err := Run(o)
-			if err != nil {
-				return results, err
-			}
+			return Run(o)
+		}, func(i int, rep *Report) bool {
 			r.SeedsTried = i + 1
 			if len(rep.Violations) > 0 {
-				r.Caught, r.Seed, r.Checker = true, o.Seed, rep.Violations[0].Checker
-				break
+				r.Caught, r.Seed, r.Checker = true, rep.Seed, rep.Violations[0].Checker
+				return true
 			}
+			return false
+		})
+		if err != nil {
+			return results, err
 		}
 		if out != nil {
 			if r.Caught {

@@ -82,7 +82,7 @@ func TestMutationsAreCaught(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs up to hundreds of seeds")
 	}
-	results, err := RunMutations(Options{Topology: gcp(t), Faults: allFaults(t), Seed: 1}, 200, nil)
+	results, err := RunMutations(Options{Topology: gcp(t), Faults: allFaults(t), Seed: 1}, 200, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,5 +166,31 @@ func TestSessionsFixProxyTimestampAnomaly(t *testing.T) {
 		var b strings.Builder
 		PrintFailure(&b, with, res2.Failed)
 		t.Fatalf("with sessions:\n%s", b.String())
+	}
+}
+
+// Seeds run on several cores give the sequential run's answer: the same sums, and the same
+// first failing seed for a broken variant.
+func TestParallelSeedsMatchSequential(t *testing.T) {
+	for _, mutation := range []string{"", "one-one"} {
+		var got [2]*SeedsResult
+		for i, workers := range []int{1, 3} {
+			o := Options{Topology: gcp(t), Faults: allFaults(t), Mutation: mutation}
+			res, err := RunSeeds(SeedsOptions{Base: o, Seeds: 12, SeedStart: 1, Workers: workers})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[i] = res
+		}
+		a, b := got[0], got[1]
+		if a.Seeds != b.Seeds || a.Ops != b.Ops || a.OK != b.OK || a.Crashes != b.Crashes || a.SimSeconds != b.SimSeconds {
+			t.Fatalf("mutation %q: sequential %+v, parallel %+v", mutation, a, b)
+		}
+		if (a.Failed == nil) != (b.Failed == nil) || (a.Failed != nil && (a.Failed.Seed != b.Failed.Seed || a.Failed.TraceHash != b.Failed.TraceHash)) {
+			t.Fatalf("mutation %q: the first failure differs: %+v vs %+v", mutation, a.Failed, b.Failed)
+		}
+		if mutation != "" && a.Failed == nil {
+			t.Fatalf("mutation %q not caught in 12 seeds: the comparison proves nothing", mutation)
+		}
 	}
 }

@@ -51,7 +51,7 @@ func MustPassSeeds(t testing.TB, o sim.Options, n int, what string) *sim.SeedsRe
 // fails the test for each mutation no checker caught.
 func MustCatchMutations(t testing.TB, o sim.Options, maxSeeds int) []sim.MutationResult {
 	t.Helper()
-	results, err := sim.RunMutations(o, maxSeeds, nil)
+	results, err := sim.RunMutations(o, maxSeeds, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
