@@ -9,6 +9,7 @@ package seedpool
 import (
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync"
 )
 
@@ -29,11 +30,15 @@ func Workers(n int) int {
 // result past that index is delivered, and runs already started past it are waited for and
 // discarded. At most 2×workers results wait for delivery at any time.
 //
+// A run that panics returns an error carrying the panic and its stack: a run past the stop
+// (one a sequential loop would never have started) must not bring the process down.
+//
 // It returns the number of results delivered and the first error (a run's, in index order).
 func Run[T any](n, workers int, run func(i int) (T, error), deliver func(i int, result T) (stop bool)) (int, error) {
 	if n < 0 {
 		return 0, fmt.Errorf("seedpool: %d runs", n)
 	}
+	run = recovering(run)
 	workers = min(Workers(workers), max(n, 1))
 	if workers == 1 {
 		for i := range n {
@@ -125,4 +130,26 @@ func Run[T any](n, workers int, run func(i int) (T, error), deliver func(i int, 
 		}
 	}
 	return delivered, firstErr
+}
+
+// PanicError is a run's panic, with the stack where it happened.
+type PanicError struct {
+	Index int
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("run %d panicked: %v\n%s", e.Index, e.Value, e.Stack)
+}
+
+func recovering[T any](run func(i int) (T, error)) func(i int) (T, error) {
+	return func(i int) (r T, err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				err = &PanicError{Index: i, Value: v, Stack: debug.Stack()}
+			}
+		}()
+		return run(i)
+	}
 }

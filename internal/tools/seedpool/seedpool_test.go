@@ -78,3 +78,26 @@ func TestWorkersBounds(t *testing.T) {
 		t.Fatalf("empty run: %d %v", n, err)
 	}
 }
+
+// A panic past the stop is discarded; one before it is the run's error.
+func TestPanicsBecomeErrors(t *testing.T) {
+	n, err := Run(20, 2, func(i int) (int, error) {
+		if i >= 3 {
+			panic(fmt.Sprintf("index %d", i))
+		}
+		return i, nil
+	}, func(i, r int) bool { return i == 2 })
+	if err != nil || n != 3 {
+		t.Fatalf("stop before the panics: n=%d err=%v", n, err)
+	}
+	n, err = Run(20, 2, func(i int) (int, error) {
+		if i == 4 {
+			panic("index 4")
+		}
+		return i, nil
+	}, func(int, int) bool { return false })
+	var pe *PanicError
+	if !errors.As(err, &pe) || pe.Index != 4 || n != 4 {
+		t.Fatalf("n=%d err=%v; want the panic of index 4 after 4 deliveries", n, err)
+	}
+}

@@ -57,7 +57,11 @@ func RunSeeds(so SeedsOptions) (*SeedsResult, error) {
 	_, err := seedpool.Run(so.Seeds, so.Workers, func(i int) (*Report, error) {
 		o := so.Base
 		o.Seed = so.SeedStart + uint64(i)
-		return Run(o)
+		rep, err := Run(o)
+		if err != nil {
+			return nil, fmt.Errorf("seed %d (replay: %s): %w", o.Seed, ReplayCommand(o), err)
+		}
+		return rep, nil
 	}, func(_ int, rep *Report) bool {
 		res.Seeds++
 		res.Ops += rep.Ops
@@ -236,7 +240,11 @@ func RunMutations(base Options, maxSeeds, workers int, out io.Writer) ([]Mutatio
 		_, err = seedpool.Run(maxSeeds, workers, func(i int) (*Report, error) {
 			o := o
 			o.Seed = base.Seed + uint64(i)
-			return Run(o)
+			rep, err := Run(o)
+			if err != nil {
+				return nil, fmt.Errorf("mutation %s, seed %d (replay: %s): %w", m, o.Seed, ReplayCommand(o), err)
+			}
+			return rep, nil
 		}, func(i int, rep *Report) bool {
 			r.SeedsTried = i + 1
 			if len(rep.Violations) > 0 {
