@@ -24,6 +24,9 @@ const (
 	// ProtocolCanopus is Canopus (thesis chapter 4): consensus in cycles over a leaf-only tree
 	// of super-leaves, one per region (docs/canopus.md).
 	ProtocolCanopus = "canopus"
+	// ProtocolEPaxos is Egalitarian Paxos (Moraru et al., SOSP 2013), the leaderless
+	// baseline the Canopus thesis compares against (4.6; docs/epaxos.md).
+	ProtocolEPaxos = "epaxos"
 	// ProtocolMetadata is the cluster metadata group's: Raft with the catalog as its state
 	// machine, voters from the configuration and every other node a learner. Internal: no
 	// user keyspace uses it.
@@ -183,6 +186,14 @@ var protocols = []ProtocolSpec{
 		FixedOptions: true,
 		Check:        checkCanopus,
 		Options:      canopusOptionSpecs,
+	},
+	{
+		Name: ProtocolEPaxos,
+		Doc: "Egalitarian Paxos (Moraru et al., SOSP 2013; the Canopus thesis's baseline, 4.6): every replica leads its own instances; a command commits in one round trip to a fast quorum " +
+			"when no concurrent command interferes, else after a second round at a majority; reads are commands too (linearizable)",
+		FixedOptions: true,
+		Check:        checkEPaxos,
+		Options:      epaxosOptionSpecs,
 	},
 	{
 		Name:               ProtocolMetadata,
@@ -525,6 +536,47 @@ var canopusOptionSpecs = []OptionSpec{
 	{Name: "lease_cycles", Default: "auto", Doc: "cycles a write lease lasts; a node still writing the key renews it before it ends (auto: 4×(max_cycles_in_flight+1)); at least 4×(max_cycles_in_flight+1); 8..1000000 or auto", Normalize: normalizeAutoOr(intRange(8, 1_000_000))},
 	{Name: "heartbeat_interval", Default: "100ms", Doc: "heartbeats of each member's broadcast group (a multiple of the 10ms tick); 10ms..10s", Normalize: durationRange(10*time.Millisecond, 10*time.Second)},
 	{Name: "election_timeout", Default: "1s", Doc: "a member whose group hears nothing of it this long is replaced as its group's leader, which closes its epoch: its cycles go on without it until it is readmitted (4.2.3); at least 3 heartbeat intervals; 30ms..2m", Normalize: durationRange(30*time.Millisecond, 2*time.Minute)},
+}
+
+var epaxosOptionSpecs = []OptionSpec{
+	{Name: "batch_interval", Default: "5ms", Doc: "a replica with commands waiting starts an instance this long after the first arrived (the thesis ran EPaxos with Canopus's batching, 4.6.2: 5 ms); 100us..1s", Normalize: durationRange(100*time.Microsecond, time.Second)},
+	{Name: "batch_max", Default: "1000", Doc: "commands that start an instance at once (4.6.2: 1000); 1..100000", Normalize: intRange(1, 100_000)},
+	{Name: "fast_path_timeout", Default: "auto", Doc: "how long a command leader waits past a majority's replies for a fast quorum's before it takes the slow path (auto: the largest round trip between the keyspace's regions plus 20ms); 1ms..1m or auto", Normalize: normalizeAutoOr(durationRange(time.Millisecond, time.Minute))},
+	{Name: "recovery_timeout", Default: "auto", Doc: "a replica recovers (explicit prepare) an instance it knows of that has not committed after this long plus a random share of it (auto: four times the largest round trip plus 200ms); 10ms..10m or auto", Normalize: normalizeAutoOr(durationRange(10*time.Millisecond, 10*time.Minute))},
+	{Name: "report_interval", Default: "1s", Doc: "how often a replica tells the others how far it has executed: instances every replica executed are dropped, and a replica learns of instances it missed; 10ms..1m", Normalize: durationRange(10*time.Millisecond, time.Minute)},
+	{Name: "max_instances", Default: "100000", Doc: "instances a replica keeps until every replica has executed them; a leader at the bound refuses commands (Overloaded); 100..10000000", Normalize: intRange(100, 10_000_000)},
+}
+
+// EPaxosOptions are an epaxos keyspace's typed options (0 durations: auto).
+type EPaxosOptions struct {
+	BatchInterval, FastPathTimeout, RecoveryTimeout, ReportInterval time.Duration
+	BatchMax, MaxInstances                                          int
+}
+
+// EPaxosOptionsOf parses an epaxos keyspace's options (missing ones take their defaults).
+func EPaxosOptionsOf(opts map[string]string) (EPaxosOptions, error) {
+	norm, oerr := normalizeOptions(ProtocolSpec{Name: ProtocolEPaxos, Options: epaxosOptionSpecs}, opts)
+	if oerr != nil {
+		return EPaxosOptions{}, fmt.Errorf("options.%s: %s", oerr.key, oerr.msg)
+	}
+	dur := func(name string) time.Duration {
+		if norm[name] == "auto" {
+			return 0
+		}
+		d, _ := time.ParseDuration(norm[name]) // normalised above
+		return d
+	}
+	num := func(name string) int {
+		n, _ := strconv.Atoi(norm[name])
+		return n
+	}
+	return EPaxosOptions{BatchInterval: dur("batch_interval"), FastPathTimeout: dur("fast_path_timeout"), RecoveryTimeout: dur("recovery_timeout"),
+		ReportInterval: dur("report_interval"), BatchMax: num("batch_max"), MaxInstances: num("max_instances")}, nil
+}
+
+func checkEPaxos(opts map[string]string) error {
+	_, err := EPaxosOptionsOf(opts)
+	return err
 }
 
 // CanopusTick is the tick of Canopus's broadcast groups.

@@ -397,6 +397,17 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 			return reject(RejectTooLarge, "canopus message of %d bytes", proto.Size(c))
 		}
 		return nil
+	case *peerpb.Envelope_Epaxos:
+		// Between the replicas of an epaxos keyspace's partition; the core checks the
+		// attributes (one dependency per replica) and ignores what it cannot use.
+		x := m.Epaxos
+		if err := pc.partition(x.GetKeyspace(), x.GetPartition(), senderReplica, from, true); err != nil {
+			return err
+		}
+		if proto.Size(x) > MaxRaftMessageBytes(pc.Limits)*4 {
+			return reject(RejectTooLarge, "epaxos message of %d bytes", proto.Size(x))
+		}
+		return nil
 	case *peerpb.Envelope_CatenaeForward:
 		// From any node of the cluster (a region's nodes without a replica), to a replica.
 		f := m.CatenaeForward

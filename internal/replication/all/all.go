@@ -7,6 +7,7 @@ import (
 	_ "meridian/internal/metadata" // the cluster metadata group's protocol
 	_ "meridian/internal/replication/canopus"
 	_ "meridian/internal/replication/catenae"
+	_ "meridian/internal/replication/epaxos"
 	_ "meridian/internal/replication/globlease"
 	_ "meridian/internal/replication/meteorshower"
 	_ "meridian/internal/replication/quorum"

@@ -168,6 +168,9 @@ func applyMutationHints(p Protocol, m string, o *Options) error {
 	setIfPositive(&o.PartitionEvery, h.PartitionEvery)
 	setIfPositive(&o.RequestTimeout, h.RequestTimeout)
 	setIfPositive(&o.NodesPerRegion, h.NodesPerRegion)
+	if o.NodesPerRegion > 0 && o.ReplicasPerRegion > o.NodesPerRegion {
+		o.ReplicasPerRegion = o.NodesPerRegion // the protocol's default, within the hint's nodes
+	}
 	setIfPositive(&o.RepartitionEvery, h.RepartitionEvery)
 	setIfPositive(&o.MoveEvery, h.MoveEvery)
 	setIfPositive(&o.MoveCheckAfter, h.MoveCheckAfter)

@@ -5599,6 +5599,7 @@ type Envelope struct {
 	//	*Envelope_MoveNote
 	//	*Envelope_NodeStats
 	//	*Envelope_Canopus
+	//	*Envelope_Epaxos
 	Msg           isEnvelope_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -6155,6 +6156,15 @@ func (x *Envelope) GetCanopus() *CanopusEnvelope {
 	return nil
 }
 
+func (x *Envelope) GetEpaxos() *EPaxosEnvelope {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_Epaxos); ok {
+			return x.Epaxos
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Msg interface {
 	isEnvelope_Msg()
 }
@@ -6375,6 +6385,10 @@ type Envelope_Canopus struct {
 	Canopus *CanopusEnvelope `protobuf:"bytes,94,opt,name=canopus,proto3,oneof"`
 }
 
+type Envelope_Epaxos struct {
+	Epaxos *EPaxosEnvelope `protobuf:"bytes,95,opt,name=epaxos,proto3,oneof"`
+}
+
 func (*Envelope_Write) isEnvelope_Msg() {}
 
 func (*Envelope_WriteAck) isEnvelope_Msg() {}
@@ -6482,6 +6496,8 @@ func (*Envelope_MoveNote) isEnvelope_Msg() {}
 func (*Envelope_NodeStats) isEnvelope_Msg() {}
 
 func (*Envelope_Canopus) isEnvelope_Msg() {}
+
+func (*Envelope_Epaxos) isEnvelope_Msg() {}
 
 type StreamAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -11538,6 +11554,1115 @@ func (x *CanopusWrite) GetIncarnation() uint64 {
 	return 0
 }
 
+// EPaxos (internal/epaxos; Moraru, Andersen, Kaminsky, "There is more consensus in
+// egalitarian parliaments", SOSP 2013, with the two ballot variables of Sutra 2019).
+// EPaxosEnvelope is every message between two replicas of one partition.
+type EPaxosEnvelope struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace  string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Types that are valid to be assigned to Body:
+	//
+	//	*EPaxosEnvelope_PreAccept
+	//	*EPaxosEnvelope_PreAcceptReply
+	//	*EPaxosEnvelope_Accept
+	//	*EPaxosEnvelope_AcceptReply
+	//	*EPaxosEnvelope_Commit
+	//	*EPaxosEnvelope_Prepare
+	//	*EPaxosEnvelope_PrepareReply
+	//	*EPaxosEnvelope_Executed
+	Body          isEPaxosEnvelope_Body `protobuf_oneof:"body"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EPaxosEnvelope) Reset() {
+	*x = EPaxosEnvelope{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[135]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EPaxosEnvelope) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EPaxosEnvelope) ProtoMessage() {}
+
+func (x *EPaxosEnvelope) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[135]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EPaxosEnvelope.ProtoReflect.Descriptor instead.
+func (*EPaxosEnvelope) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{135}
+}
+
+func (x *EPaxosEnvelope) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *EPaxosEnvelope) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *EPaxosEnvelope) GetBody() isEPaxosEnvelope_Body {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *EPaxosEnvelope) GetPreAccept() *EPaxosPreAccept {
+	if x != nil {
+		if x, ok := x.Body.(*EPaxosEnvelope_PreAccept); ok {
+			return x.PreAccept
+		}
+	}
+	return nil
+}
+
+func (x *EPaxosEnvelope) GetPreAcceptReply() *EPaxosPreAcceptReply {
+	if x != nil {
+		if x, ok := x.Body.(*EPaxosEnvelope_PreAcceptReply); ok {
+			return x.PreAcceptReply
+		}
+	}
+	return nil
+}
+
+func (x *EPaxosEnvelope) GetAccept() *EPaxosAccept {
+	if x != nil {
+		if x, ok := x.Body.(*EPaxosEnvelope_Accept); ok {
+			return x.Accept
+		}
+	}
+	return nil
+}
+
+func (x *EPaxosEnvelope) GetAcceptReply() *EPaxosAcceptReply {
+	if x != nil {
+		if x, ok := x.Body.(*EPaxosEnvelope_AcceptReply); ok {
+			return x.AcceptReply
+		}
+	}
+	return nil
+}
+
+func (x *EPaxosEnvelope) GetCommit() *EPaxosCommit {
+	if x != nil {
+		if x, ok := x.Body.(*EPaxosEnvelope_Commit); ok {
+			return x.Commit
+		}
+	}
+	return nil
+}
+
+func (x *EPaxosEnvelope) GetPrepare() *EPaxosPrepare {
+	if x != nil {
+		if x, ok := x.Body.(*EPaxosEnvelope_Prepare); ok {
+			return x.Prepare
+		}
+	}
+	return nil
+}
+
+func (x *EPaxosEnvelope) GetPrepareReply() *EPaxosPrepareReply {
+	if x != nil {
+		if x, ok := x.Body.(*EPaxosEnvelope_PrepareReply); ok {
+			return x.PrepareReply
+		}
+	}
+	return nil
+}
+
+func (x *EPaxosEnvelope) GetExecuted() *EPaxosExecuted {
+	if x != nil {
+		if x, ok := x.Body.(*EPaxosEnvelope_Executed); ok {
+			return x.Executed
+		}
+	}
+	return nil
+}
+
+type isEPaxosEnvelope_Body interface {
+	isEPaxosEnvelope_Body()
+}
+
+type EPaxosEnvelope_PreAccept struct {
+	PreAccept *EPaxosPreAccept `protobuf:"bytes,3,opt,name=pre_accept,json=preAccept,proto3,oneof"`
+}
+
+type EPaxosEnvelope_PreAcceptReply struct {
+	PreAcceptReply *EPaxosPreAcceptReply `protobuf:"bytes,4,opt,name=pre_accept_reply,json=preAcceptReply,proto3,oneof"`
+}
+
+type EPaxosEnvelope_Accept struct {
+	Accept *EPaxosAccept `protobuf:"bytes,5,opt,name=accept,proto3,oneof"`
+}
+
+type EPaxosEnvelope_AcceptReply struct {
+	AcceptReply *EPaxosAcceptReply `protobuf:"bytes,6,opt,name=accept_reply,json=acceptReply,proto3,oneof"`
+}
+
+type EPaxosEnvelope_Commit struct {
+	Commit *EPaxosCommit `protobuf:"bytes,7,opt,name=commit,proto3,oneof"`
+}
+
+type EPaxosEnvelope_Prepare struct {
+	Prepare *EPaxosPrepare `protobuf:"bytes,8,opt,name=prepare,proto3,oneof"`
+}
+
+type EPaxosEnvelope_PrepareReply struct {
+	PrepareReply *EPaxosPrepareReply `protobuf:"bytes,9,opt,name=prepare_reply,json=prepareReply,proto3,oneof"`
+}
+
+type EPaxosEnvelope_Executed struct {
+	// executed: the sender has executed every instance of replica i up to executed[i]
+	// (garbage collection of instances every replica has executed).
+	Executed *EPaxosExecuted `protobuf:"bytes,10,opt,name=executed,proto3,oneof"`
+}
+
+func (*EPaxosEnvelope_PreAccept) isEPaxosEnvelope_Body() {}
+
+func (*EPaxosEnvelope_PreAcceptReply) isEPaxosEnvelope_Body() {}
+
+func (*EPaxosEnvelope_Accept) isEPaxosEnvelope_Body() {}
+
+func (*EPaxosEnvelope_AcceptReply) isEPaxosEnvelope_Body() {}
+
+func (*EPaxosEnvelope_Commit) isEPaxosEnvelope_Body() {}
+
+func (*EPaxosEnvelope_Prepare) isEPaxosEnvelope_Body() {}
+
+func (*EPaxosEnvelope_PrepareReply) isEPaxosEnvelope_Body() {}
+
+func (*EPaxosEnvelope_Executed) isEPaxosEnvelope_Body() {}
+
+// EPaxosBallot orders the attempts to decide an instance: (number, replica); the command
+// leader's initial ballot is (0, leader).
+type EPaxosBallot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Number        uint64                 `protobuf:"varint,1,opt,name=number,proto3" json:"number,omitempty"`
+	Replica       uint32                 `protobuf:"varint,2,opt,name=replica,proto3" json:"replica,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EPaxosBallot) Reset() {
+	*x = EPaxosBallot{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[136]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EPaxosBallot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EPaxosBallot) ProtoMessage() {}
+
+func (x *EPaxosBallot) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[136]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EPaxosBallot.ProtoReflect.Descriptor instead.
+func (*EPaxosBallot) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{136}
+}
+
+func (x *EPaxosBallot) GetNumber() uint64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *EPaxosBallot) GetReplica() uint32 {
+	if x != nil {
+		return x.Replica
+	}
+	return 0
+}
+
+// EPaxosAttrs are an instance's value: its commands, sequence number and dependencies
+// (deps[i]: the highest instance of the i-th replica, in replica order, it depends on).
+type EPaxosAttrs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Commands      []*EPaxosCommand       `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Deps          []uint64               `protobuf:"varint,3,rep,packed,name=deps,proto3" json:"deps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EPaxosAttrs) Reset() {
+	*x = EPaxosAttrs{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[137]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EPaxosAttrs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EPaxosAttrs) ProtoMessage() {}
+
+func (x *EPaxosAttrs) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[137]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EPaxosAttrs.ProtoReflect.Descriptor instead.
+func (*EPaxosAttrs) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{137}
+}
+
+func (x *EPaxosAttrs) GetCommands() []*EPaxosCommand {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
+func (x *EPaxosAttrs) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *EPaxosAttrs) GetDeps() []uint64 {
+	if x != nil {
+		return x.Deps
+	}
+	return nil
+}
+
+// EPaxosCommand is one client request: a write (or delete) of a key, a read of a key, or a
+// scan (which interferes with every write).
+type EPaxosCommand struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	RequestId   uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Incarnation uint64                 `protobuf:"varint,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Key         []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Value       []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Tombstone   bool                   `protobuf:"varint,5,opt,name=tombstone,proto3" json:"tombstone,omitempty"`
+	Write       bool                   `protobuf:"varint,6,opt,name=write,proto3" json:"write,omitempty"`
+	Scan        bool                   `protobuf:"varint,7,opt,name=scan,proto3" json:"scan,omitempty"`
+	End         []byte                 `protobuf:"bytes,8,opt,name=end,proto3" json:"end,omitempty"`
+	Limit       uint32                 `protobuf:"varint,9,opt,name=limit,proto3" json:"limit,omitempty"`
+	// time_nanos is the leader's clock when proposed: the version of the write is at least
+	// this (and above the key's previous version), the same at every replica.
+	TimeNanos     int64 `protobuf:"varint,10,opt,name=time_nanos,json=timeNanos,proto3" json:"time_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EPaxosCommand) Reset() {
+	*x = EPaxosCommand{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[138]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EPaxosCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EPaxosCommand) ProtoMessage() {}
+
+func (x *EPaxosCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[138]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EPaxosCommand.ProtoReflect.Descriptor instead.
+func (*EPaxosCommand) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{138}
+}
+
+func (x *EPaxosCommand) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *EPaxosCommand) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *EPaxosCommand) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *EPaxosCommand) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *EPaxosCommand) GetTombstone() bool {
+	if x != nil {
+		return x.Tombstone
+	}
+	return false
+}
+
+func (x *EPaxosCommand) GetWrite() bool {
+	if x != nil {
+		return x.Write
+	}
+	return false
+}
+
+func (x *EPaxosCommand) GetScan() bool {
+	if x != nil {
+		return x.Scan
+	}
+	return false
+}
+
+func (x *EPaxosCommand) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *EPaxosCommand) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *EPaxosCommand) GetTimeNanos() int64 {
+	if x != nil {
+		return x.TimeNanos
+	}
+	return 0
+}
+
+type EPaxosPreAccept struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Replica       uint32                 `protobuf:"varint,1,opt,name=replica,proto3" json:"replica,omitempty"`
+	Slot          uint64                 `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	Ballot        *EPaxosBallot          `protobuf:"bytes,3,opt,name=ballot,proto3" json:"ballot,omitempty"`
+	Attrs         *EPaxosAttrs           `protobuf:"bytes,4,opt,name=attrs,proto3" json:"attrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EPaxosPreAccept) Reset() {
+	*x = EPaxosPreAccept{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[139]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EPaxosPreAccept) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EPaxosPreAccept) ProtoMessage() {}
+
+func (x *EPaxosPreAccept) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[139]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EPaxosPreAccept.ProtoReflect.Descriptor instead.
+func (*EPaxosPreAccept) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{139}
+}
+
+func (x *EPaxosPreAccept) GetReplica() uint32 {
+	if x != nil {
+		return x.Replica
+	}
+	return 0
+}
+
+func (x *EPaxosPreAccept) GetSlot() uint64 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *EPaxosPreAccept) GetBallot() *EPaxosBallot {
+	if x != nil {
+		return x.Ballot
+	}
+	return nil
+}
+
+func (x *EPaxosPreAccept) GetAttrs() *EPaxosAttrs {
+	if x != nil {
+		return x.Attrs
+	}
+	return nil
+}
+
+type EPaxosPreAcceptReply struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Replica uint32                 `protobuf:"varint,1,opt,name=replica,proto3" json:"replica,omitempty"`
+	Slot    uint64                 `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	Ballot  *EPaxosBallot          `protobuf:"bytes,3,opt,name=ballot,proto3" json:"ballot,omitempty"`
+	Ok      bool                   `protobuf:"varint,4,opt,name=ok,proto3" json:"ok,omitempty"`
+	Seq     uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	Deps    []uint64               `protobuf:"varint,6,rep,packed,name=deps,proto3" json:"deps,omitempty"`
+	// promised is the replier's ballot when it refuses.
+	Promised      *EPaxosBallot `protobuf:"bytes,7,opt,name=promised,proto3" json:"promised,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EPaxosPreAcceptReply) Reset() {
+	*x = EPaxosPreAcceptReply{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[140]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EPaxosPreAcceptReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EPaxosPreAcceptReply) ProtoMessage() {}
+
+func (x *EPaxosPreAcceptReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[140]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EPaxosPreAcceptReply.ProtoReflect.Descriptor instead.
+func (*EPaxosPreAcceptReply) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{140}
+}
+
+func (x *EPaxosPreAcceptReply) GetReplica() uint32 {
+	if x != nil {
+		return x.Replica
+	}
+	return 0
+}
+
+func (x *EPaxosPreAcceptReply) GetSlot() uint64 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *EPaxosPreAcceptReply) GetBallot() *EPaxosBallot {
+	if x != nil {
+		return x.Ballot
+	}
+	return nil
+}
+
+func (x *EPaxosPreAcceptReply) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *EPaxosPreAcceptReply) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *EPaxosPreAcceptReply) GetDeps() []uint64 {
+	if x != nil {
+		return x.Deps
+	}
+	return nil
+}
+
+func (x *EPaxosPreAcceptReply) GetPromised() *EPaxosBallot {
+	if x != nil {
+		return x.Promised
+	}
+	return nil
+}
+
+type EPaxosAccept struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Replica       uint32                 `protobuf:"varint,1,opt,name=replica,proto3" json:"replica,omitempty"`
+	Slot          uint64                 `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	Ballot        *EPaxosBallot          `protobuf:"bytes,3,opt,name=ballot,proto3" json:"ballot,omitempty"`
+	Attrs         *EPaxosAttrs           `protobuf:"bytes,4,opt,name=attrs,proto3" json:"attrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EPaxosAccept) Reset() {
+	*x = EPaxosAccept{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[141]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EPaxosAccept) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EPaxosAccept) ProtoMessage() {}
+
+func (x *EPaxosAccept) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[141]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EPaxosAccept.ProtoReflect.Descriptor instead.
+func (*EPaxosAccept) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{141}
+}
+
+func (x *EPaxosAccept) GetReplica() uint32 {
+	if x != nil {
+		return x.Replica
+	}
+	return 0
+}
+
+func (x *EPaxosAccept) GetSlot() uint64 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *EPaxosAccept) GetBallot() *EPaxosBallot {
+	if x != nil {
+		return x.Ballot
+	}
+	return nil
+}
+
+func (x *EPaxosAccept) GetAttrs() *EPaxosAttrs {
+	if x != nil {
+		return x.Attrs
+	}
+	return nil
+}
+
+type EPaxosAcceptReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Replica       uint32                 `protobuf:"varint,1,opt,name=replica,proto3" json:"replica,omitempty"`
+	Slot          uint64                 `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	Ballot        *EPaxosBallot          `protobuf:"bytes,3,opt,name=ballot,proto3" json:"ballot,omitempty"`
+	Ok            bool                   `protobuf:"varint,4,opt,name=ok,proto3" json:"ok,omitempty"`
+	Promised      *EPaxosBallot          `protobuf:"bytes,5,opt,name=promised,proto3" json:"promised,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EPaxosAcceptReply) Reset() {
+	*x = EPaxosAcceptReply{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[142]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EPaxosAcceptReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EPaxosAcceptReply) ProtoMessage() {}
+
+func (x *EPaxosAcceptReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[142]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EPaxosAcceptReply.ProtoReflect.Descriptor instead.
+func (*EPaxosAcceptReply) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{142}
+}
+
+func (x *EPaxosAcceptReply) GetReplica() uint32 {
+	if x != nil {
+		return x.Replica
+	}
+	return 0
+}
+
+func (x *EPaxosAcceptReply) GetSlot() uint64 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *EPaxosAcceptReply) GetBallot() *EPaxosBallot {
+	if x != nil {
+		return x.Ballot
+	}
+	return nil
+}
+
+func (x *EPaxosAcceptReply) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *EPaxosAcceptReply) GetPromised() *EPaxosBallot {
+	if x != nil {
+		return x.Promised
+	}
+	return nil
+}
+
+type EPaxosCommit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Replica       uint32                 `protobuf:"varint,1,opt,name=replica,proto3" json:"replica,omitempty"`
+	Slot          uint64                 `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	Attrs         *EPaxosAttrs           `protobuf:"bytes,3,opt,name=attrs,proto3" json:"attrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EPaxosCommit) Reset() {
+	*x = EPaxosCommit{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[143]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EPaxosCommit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EPaxosCommit) ProtoMessage() {}
+
+func (x *EPaxosCommit) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[143]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EPaxosCommit.ProtoReflect.Descriptor instead.
+func (*EPaxosCommit) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{143}
+}
+
+func (x *EPaxosCommit) GetReplica() uint32 {
+	if x != nil {
+		return x.Replica
+	}
+	return 0
+}
+
+func (x *EPaxosCommit) GetSlot() uint64 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *EPaxosCommit) GetAttrs() *EPaxosAttrs {
+	if x != nil {
+		return x.Attrs
+	}
+	return nil
+}
+
+type EPaxosPrepare struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Replica       uint32                 `protobuf:"varint,1,opt,name=replica,proto3" json:"replica,omitempty"`
+	Slot          uint64                 `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	Ballot        *EPaxosBallot          `protobuf:"bytes,3,opt,name=ballot,proto3" json:"ballot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EPaxosPrepare) Reset() {
+	*x = EPaxosPrepare{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[144]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EPaxosPrepare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EPaxosPrepare) ProtoMessage() {}
+
+func (x *EPaxosPrepare) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[144]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EPaxosPrepare.ProtoReflect.Descriptor instead.
+func (*EPaxosPrepare) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{144}
+}
+
+func (x *EPaxosPrepare) GetReplica() uint32 {
+	if x != nil {
+		return x.Replica
+	}
+	return 0
+}
+
+func (x *EPaxosPrepare) GetSlot() uint64 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *EPaxosPrepare) GetBallot() *EPaxosBallot {
+	if x != nil {
+		return x.Ballot
+	}
+	return nil
+}
+
+// EPaxosPrepareReply carries the replier's value and the ballot it took it in (vballot), apart
+// from the ballot it promised (Sutra 2019: one variable for both lets replicas diverge).
+type EPaxosPrepareReply struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Replica  uint32                 `protobuf:"varint,1,opt,name=replica,proto3" json:"replica,omitempty"`
+	Slot     uint64                 `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	Ballot   *EPaxosBallot          `protobuf:"bytes,3,opt,name=ballot,proto3" json:"ballot,omitempty"`
+	Ok       bool                   `protobuf:"varint,4,opt,name=ok,proto3" json:"ok,omitempty"`
+	Promised *EPaxosBallot          `protobuf:"bytes,5,opt,name=promised,proto3" json:"promised,omitempty"`
+	Status   uint32                 `protobuf:"varint,6,opt,name=status,proto3" json:"status,omitempty"`
+	Vballot  *EPaxosBallot          `protobuf:"bytes,7,opt,name=vballot,proto3" json:"vballot,omitempty"`
+	Attrs    *EPaxosAttrs           `protobuf:"bytes,8,opt,name=attrs,proto3" json:"attrs,omitempty"`
+	// unchanged: the replier pre-accepted in the leader's own ballot and left the leader's
+	// attributes as they were (only such replies can make a fast quorum).
+	Unchanged     bool `protobuf:"varint,9,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EPaxosPrepareReply) Reset() {
+	*x = EPaxosPrepareReply{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[145]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EPaxosPrepareReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EPaxosPrepareReply) ProtoMessage() {}
+
+func (x *EPaxosPrepareReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[145]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EPaxosPrepareReply.ProtoReflect.Descriptor instead.
+func (*EPaxosPrepareReply) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{145}
+}
+
+func (x *EPaxosPrepareReply) GetReplica() uint32 {
+	if x != nil {
+		return x.Replica
+	}
+	return 0
+}
+
+func (x *EPaxosPrepareReply) GetSlot() uint64 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *EPaxosPrepareReply) GetBallot() *EPaxosBallot {
+	if x != nil {
+		return x.Ballot
+	}
+	return nil
+}
+
+func (x *EPaxosPrepareReply) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *EPaxosPrepareReply) GetPromised() *EPaxosBallot {
+	if x != nil {
+		return x.Promised
+	}
+	return nil
+}
+
+func (x *EPaxosPrepareReply) GetStatus() uint32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *EPaxosPrepareReply) GetVballot() *EPaxosBallot {
+	if x != nil {
+		return x.Vballot
+	}
+	return nil
+}
+
+func (x *EPaxosPrepareReply) GetAttrs() *EPaxosAttrs {
+	if x != nil {
+		return x.Attrs
+	}
+	return nil
+}
+
+func (x *EPaxosPrepareReply) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
+	}
+	return false
+}
+
+type EPaxosExecuted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Executed      []uint64               `protobuf:"varint,1,rep,packed,name=executed,proto3" json:"executed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EPaxosExecuted) Reset() {
+	*x = EPaxosExecuted{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[146]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EPaxosExecuted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EPaxosExecuted) ProtoMessage() {}
+
+func (x *EPaxosExecuted) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[146]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EPaxosExecuted.ProtoReflect.Descriptor instead.
+func (*EPaxosExecuted) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{146}
+}
+
+func (x *EPaxosExecuted) GetExecuted() []uint64 {
+	if x != nil {
+		return x.Executed
+	}
+	return nil
+}
+
+// EPaxosInstance is an instance as a replica stores it.
+type EPaxosInstance struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Replica       uint32                 `protobuf:"varint,1,opt,name=replica,proto3" json:"replica,omitempty"`
+	Slot          uint64                 `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	Status        uint32                 `protobuf:"varint,3,opt,name=status,proto3" json:"status,omitempty"`
+	Ballot        *EPaxosBallot          `protobuf:"bytes,4,opt,name=ballot,proto3" json:"ballot,omitempty"`
+	Vballot       *EPaxosBallot          `protobuf:"bytes,5,opt,name=vballot,proto3" json:"vballot,omitempty"`
+	Attrs         *EPaxosAttrs           `protobuf:"bytes,6,opt,name=attrs,proto3" json:"attrs,omitempty"`
+	Unchanged     bool                   `protobuf:"varint,7,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EPaxosInstance) Reset() {
+	*x = EPaxosInstance{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[147]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EPaxosInstance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EPaxosInstance) ProtoMessage() {}
+
+func (x *EPaxosInstance) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[147]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EPaxosInstance.ProtoReflect.Descriptor instead.
+func (*EPaxosInstance) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{147}
+}
+
+func (x *EPaxosInstance) GetReplica() uint32 {
+	if x != nil {
+		return x.Replica
+	}
+	return 0
+}
+
+func (x *EPaxosInstance) GetSlot() uint64 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *EPaxosInstance) GetStatus() uint32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *EPaxosInstance) GetBallot() *EPaxosBallot {
+	if x != nil {
+		return x.Ballot
+	}
+	return nil
+}
+
+func (x *EPaxosInstance) GetVballot() *EPaxosBallot {
+	if x != nil {
+		return x.Vballot
+	}
+	return nil
+}
+
+func (x *EPaxosInstance) GetAttrs() *EPaxosAttrs {
+	if x != nil {
+		return x.Attrs
+	}
+	return nil
+}
+
+func (x *EPaxosInstance) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
+	}
+	return false
+}
+
 var File_meridian_v1_peer_proto protoreflect.FileDescriptor
 
 const file_meridian_v1_peer_proto_rawDesc = "" +
@@ -12052,7 +13177,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"conf_index\x18\x03 \x01(\x04R\tconfIndex\x12\x19\n" +
 	"\x05group\x18\x04 \x01(\rH\x00R\x05group\x88\x01\x01B\b\n" +
-	"\x06_group\"\xbc\x1d\n" +
+	"\x06_group\"\xf8\x1d\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\rR\x02to\x12\x16\n" +
@@ -12124,7 +13249,8 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\tmove_note\x18\\ \x01(\v2\x1a.meridian.peer.v1.MoveNoteH\x00R\bmoveNote\x12<\n" +
 	"\n" +
 	"node_stats\x18] \x01(\v2\x1b.meridian.peer.v1.NodeStatsH\x00R\tnodeStats\x12=\n" +
-	"\acanopus\x18^ \x01(\v2!.meridian.peer.v1.CanopusEnvelopeH\x00R\acanopusB\x05\n" +
+	"\acanopus\x18^ \x01(\v2!.meridian.peer.v1.CanopusEnvelopeH\x00R\acanopus\x12:\n" +
+	"\x06epaxos\x18_ \x01(\v2 .meridian.peer.v1.EPaxosEnvelopeH\x00R\x06epaxosB\x05\n" +
 	"\x03msg\"\v\n" +
 	"\tStreamAck\"I\n" +
 	"\rEnvelopeBatch\x128\n" +
@@ -12535,7 +13661,94 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x1c\n" +
 	"\ttombstone\x18\x04 \x01(\bR\ttombstone\x12 \n" +
-	"\vincarnation\x18\x05 \x01(\x04R\vincarnation2\x9c\x01\n" +
+	"\vincarnation\x18\x05 \x01(\x04R\vincarnation\"\xf2\x04\n" +
+	"\x0eEPaxosEnvelope\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12B\n" +
+	"\n" +
+	"pre_accept\x18\x03 \x01(\v2!.meridian.peer.v1.EPaxosPreAcceptH\x00R\tpreAccept\x12R\n" +
+	"\x10pre_accept_reply\x18\x04 \x01(\v2&.meridian.peer.v1.EPaxosPreAcceptReplyH\x00R\x0epreAcceptReply\x128\n" +
+	"\x06accept\x18\x05 \x01(\v2\x1e.meridian.peer.v1.EPaxosAcceptH\x00R\x06accept\x12H\n" +
+	"\faccept_reply\x18\x06 \x01(\v2#.meridian.peer.v1.EPaxosAcceptReplyH\x00R\vacceptReply\x128\n" +
+	"\x06commit\x18\a \x01(\v2\x1e.meridian.peer.v1.EPaxosCommitH\x00R\x06commit\x12;\n" +
+	"\aprepare\x18\b \x01(\v2\x1f.meridian.peer.v1.EPaxosPrepareH\x00R\aprepare\x12K\n" +
+	"\rprepare_reply\x18\t \x01(\v2$.meridian.peer.v1.EPaxosPrepareReplyH\x00R\fprepareReply\x12>\n" +
+	"\bexecuted\x18\n" +
+	" \x01(\v2 .meridian.peer.v1.EPaxosExecutedH\x00R\bexecutedB\x06\n" +
+	"\x04body\"@\n" +
+	"\fEPaxosBallot\x12\x16\n" +
+	"\x06number\x18\x01 \x01(\x04R\x06number\x12\x18\n" +
+	"\areplica\x18\x02 \x01(\rR\areplica\"p\n" +
+	"\vEPaxosAttrs\x12;\n" +
+	"\bcommands\x18\x01 \x03(\v2\x1f.meridian.peer.v1.EPaxosCommandR\bcommands\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04deps\x18\x03 \x03(\x04R\x04deps\"\x87\x02\n" +
+	"\rEPaxosCommand\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12 \n" +
+	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\x12\x1c\n" +
+	"\ttombstone\x18\x05 \x01(\bR\ttombstone\x12\x14\n" +
+	"\x05write\x18\x06 \x01(\bR\x05write\x12\x12\n" +
+	"\x04scan\x18\a \x01(\bR\x04scan\x12\x10\n" +
+	"\x03end\x18\b \x01(\fR\x03end\x12\x14\n" +
+	"\x05limit\x18\t \x01(\rR\x05limit\x12\x1d\n" +
+	"\n" +
+	"time_nanos\x18\n" +
+	" \x01(\x03R\ttimeNanos\"\xac\x01\n" +
+	"\x0fEPaxosPreAccept\x12\x18\n" +
+	"\areplica\x18\x01 \x01(\rR\areplica\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\x04R\x04slot\x126\n" +
+	"\x06ballot\x18\x03 \x01(\v2\x1e.meridian.peer.v1.EPaxosBallotR\x06ballot\x123\n" +
+	"\x05attrs\x18\x04 \x01(\v2\x1d.meridian.peer.v1.EPaxosAttrsR\x05attrs\"\xee\x01\n" +
+	"\x14EPaxosPreAcceptReply\x12\x18\n" +
+	"\areplica\x18\x01 \x01(\rR\areplica\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\x04R\x04slot\x126\n" +
+	"\x06ballot\x18\x03 \x01(\v2\x1e.meridian.peer.v1.EPaxosBallotR\x06ballot\x12\x0e\n" +
+	"\x02ok\x18\x04 \x01(\bR\x02ok\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04deps\x18\x06 \x03(\x04R\x04deps\x12:\n" +
+	"\bpromised\x18\a \x01(\v2\x1e.meridian.peer.v1.EPaxosBallotR\bpromised\"\xa9\x01\n" +
+	"\fEPaxosAccept\x12\x18\n" +
+	"\areplica\x18\x01 \x01(\rR\areplica\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\x04R\x04slot\x126\n" +
+	"\x06ballot\x18\x03 \x01(\v2\x1e.meridian.peer.v1.EPaxosBallotR\x06ballot\x123\n" +
+	"\x05attrs\x18\x04 \x01(\v2\x1d.meridian.peer.v1.EPaxosAttrsR\x05attrs\"\xc5\x01\n" +
+	"\x11EPaxosAcceptReply\x12\x18\n" +
+	"\areplica\x18\x01 \x01(\rR\areplica\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\x04R\x04slot\x126\n" +
+	"\x06ballot\x18\x03 \x01(\v2\x1e.meridian.peer.v1.EPaxosBallotR\x06ballot\x12\x0e\n" +
+	"\x02ok\x18\x04 \x01(\bR\x02ok\x12:\n" +
+	"\bpromised\x18\x05 \x01(\v2\x1e.meridian.peer.v1.EPaxosBallotR\bpromised\"q\n" +
+	"\fEPaxosCommit\x12\x18\n" +
+	"\areplica\x18\x01 \x01(\rR\areplica\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\x04R\x04slot\x123\n" +
+	"\x05attrs\x18\x03 \x01(\v2\x1d.meridian.peer.v1.EPaxosAttrsR\x05attrs\"u\n" +
+	"\rEPaxosPrepare\x12\x18\n" +
+	"\areplica\x18\x01 \x01(\rR\areplica\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\x04R\x04slot\x126\n" +
+	"\x06ballot\x18\x03 \x01(\v2\x1e.meridian.peer.v1.EPaxosBallotR\x06ballot\"\xeb\x02\n" +
+	"\x12EPaxosPrepareReply\x12\x18\n" +
+	"\areplica\x18\x01 \x01(\rR\areplica\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\x04R\x04slot\x126\n" +
+	"\x06ballot\x18\x03 \x01(\v2\x1e.meridian.peer.v1.EPaxosBallotR\x06ballot\x12\x0e\n" +
+	"\x02ok\x18\x04 \x01(\bR\x02ok\x12:\n" +
+	"\bpromised\x18\x05 \x01(\v2\x1e.meridian.peer.v1.EPaxosBallotR\bpromised\x12\x16\n" +
+	"\x06status\x18\x06 \x01(\rR\x06status\x128\n" +
+	"\avballot\x18\a \x01(\v2\x1e.meridian.peer.v1.EPaxosBallotR\avballot\x123\n" +
+	"\x05attrs\x18\b \x01(\v2\x1d.meridian.peer.v1.EPaxosAttrsR\x05attrs\x12\x1c\n" +
+	"\tunchanged\x18\t \x01(\bR\tunchanged\",\n" +
+	"\x0eEPaxosExecuted\x12\x1a\n" +
+	"\bexecuted\x18\x01 \x03(\x04R\bexecuted\"\x9b\x02\n" +
+	"\x0eEPaxosInstance\x12\x18\n" +
+	"\areplica\x18\x01 \x01(\rR\areplica\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\x04R\x04slot\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\rR\x06status\x126\n" +
+	"\x06ballot\x18\x04 \x01(\v2\x1e.meridian.peer.v1.EPaxosBallotR\x06ballot\x128\n" +
+	"\avballot\x18\x05 \x01(\v2\x1e.meridian.peer.v1.EPaxosBallotR\avballot\x123\n" +
+	"\x05attrs\x18\x06 \x01(\v2\x1d.meridian.peer.v1.EPaxosAttrsR\x05attrs\x12\x1c\n" +
+	"\tunchanged\x18\a \x01(\bR\tunchanged2\x9c\x01\n" +
 	"\x04Peer\x12C\n" +
 	"\x06Stream\x12\x1a.meridian.peer.v1.Envelope\x1a\x1b.meridian.peer.v1.StreamAck(\x01\x12O\n" +
 	"\rStreamBatches\x12\x1f.meridian.peer.v1.EnvelopeBatch\x1a\x1b.meridian.peer.v1.StreamAck(\x01B\x1fZ\x1dmeridian/internal/wire/peerpbb\x06proto3"
@@ -12552,143 +13765,156 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 135)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 148)
 var file_meridian_v1_peer_proto_goTypes = []any{
-	(*Version)(nil),             // 0: meridian.peer.v1.Version
-	(*Record)(nil),              // 1: meridian.peer.v1.Record
-	(*WriteRequest)(nil),        // 2: meridian.peer.v1.WriteRequest
-	(*WriteAck)(nil),            // 3: meridian.peer.v1.WriteAck
-	(*ReadRequest)(nil),         // 4: meridian.peer.v1.ReadRequest
-	(*ReadReply)(nil),           // 5: meridian.peer.v1.ReadReply
-	(*ScanRequest)(nil),         // 6: meridian.peer.v1.ScanRequest
-	(*ScanReply)(nil),           // 7: meridian.peer.v1.ScanReply
-	(*AEDigest)(nil),            // 8: meridian.peer.v1.AEDigest
-	(*KeyVersion)(nil),          // 9: meridian.peer.v1.KeyVersion
-	(*AEKeys)(nil),              // 10: meridian.peer.v1.AEKeys
-	(*AEPull)(nil),              // 11: meridian.peer.v1.AEPull
-	(*MoveSnapshotRequest)(nil), // 12: meridian.peer.v1.MoveSnapshotRequest
-	(*MoveSnapshotChunk)(nil),   // 13: meridian.peer.v1.MoveSnapshotChunk
-	(*NodeStats)(nil),           // 14: meridian.peer.v1.NodeStats
-	(*PartitionStats)(nil),      // 15: meridian.peer.v1.PartitionStats
-	(*MoveNote)(nil),            // 16: meridian.peer.v1.MoveNote
-	(*AEPush)(nil),              // 17: meridian.peer.v1.AEPush
-	(*StatusEntry)(nil),         // 18: meridian.peer.v1.StatusEntry
-	(*StatusBatch)(nil),         // 19: meridian.peer.v1.StatusBatch
-	(*Status)(nil),              // 20: meridian.peer.v1.Status
-	(*WriteNotification)(nil),   // 21: meridian.peer.v1.WriteNotification
-	(*FullStatusRequest)(nil),   // 22: meridian.peer.v1.FullStatusRequest
-	(*FullStatus)(nil),          // 23: meridian.peer.v1.FullStatus
-	(*ClockPing)(nil),           // 24: meridian.peer.v1.ClockPing
-	(*ClockPong)(nil),           // 25: meridian.peer.v1.ClockPong
-	(*Heartbeat)(nil),           // 26: meridian.peer.v1.Heartbeat
-	(*GlTable)(nil),             // 27: meridian.peer.v1.GlTable
-	(*GlOverride)(nil),          // 28: meridian.peer.v1.GlOverride
-	(*GlBallot)(nil),            // 29: meridian.peer.v1.GlBallot
-	(*GlForward)(nil),           // 30: meridian.peer.v1.GlForward
-	(*GlForwardReply)(nil),      // 31: meridian.peer.v1.GlForwardReply
-	(*GlLeaseAck)(nil),          // 32: meridian.peer.v1.GlLeaseAck
-	(*GlUpdate)(nil),            // 33: meridian.peer.v1.GlUpdate
-	(*GlUpdateAck)(nil),         // 34: meridian.peer.v1.GlUpdateAck
-	(*GlCommit)(nil),            // 35: meridian.peer.v1.GlCommit
-	(*GlPartVersion)(nil),       // 36: meridian.peer.v1.GlPartVersion
-	(*GlHeartbeat)(nil),         // 37: meridian.peer.v1.GlHeartbeat
-	(*GlHeartbeatAck)(nil),      // 38: meridian.peer.v1.GlHeartbeatAck
-	(*GlPrepare)(nil),           // 39: meridian.peer.v1.GlPrepare
-	(*GlPromise)(nil),           // 40: meridian.peer.v1.GlPromise
-	(*GlAccept)(nil),            // 41: meridian.peer.v1.GlAccept
-	(*GlAccepted)(nil),          // 42: meridian.peer.v1.GlAccepted
-	(*GlCommitTable)(nil),       // 43: meridian.peer.v1.GlCommitTable
-	(*GlRevoke)(nil),            // 44: meridian.peer.v1.GlRevoke
-	(*GlRevokeAck)(nil),         // 45: meridian.peer.v1.GlRevokeAck
-	(*GlAcceptorState)(nil),     // 46: meridian.peer.v1.GlAcceptorState
-	(*GlFetch)(nil),             // 47: meridian.peer.v1.GlFetch
-	(*GlFetchReply)(nil),        // 48: meridian.peer.v1.GlFetchReply
-	(*RaftMessage)(nil),         // 49: meridian.peer.v1.RaftMessage
-	(*RaftCommand)(nil),         // 50: meridian.peer.v1.RaftCommand
-	(*RaftSplit)(nil),           // 51: meridian.peer.v1.RaftSplit
-	(*RaftFreeze)(nil),          // 52: meridian.peer.v1.RaftFreeze
-	(*RaftMerge)(nil),           // 53: meridian.peer.v1.RaftMerge
-	(*RaftBatch)(nil),           // 54: meridian.peer.v1.RaftBatch
-	(*RaftAppliedState)(nil),    // 55: meridian.peer.v1.RaftAppliedState
-	(*RaftOriginApplied)(nil),   // 56: meridian.peer.v1.RaftOriginApplied
-	(*RaftSnapshotMarker)(nil),  // 57: meridian.peer.v1.RaftSnapshotMarker
-	(*RaftSnapshotOffer)(nil),   // 58: meridian.peer.v1.RaftSnapshotOffer
-	(*RaftSnapshotRequest)(nil), // 59: meridian.peer.v1.RaftSnapshotRequest
-	(*RaftSnapshotChunk)(nil),   // 60: meridian.peer.v1.RaftSnapshotChunk
-	(*RaftSnapshotStored)(nil),  // 61: meridian.peer.v1.RaftSnapshotStored
-	(*RaftSnapshotReady)(nil),   // 62: meridian.peer.v1.RaftSnapshotReady
-	(*RaftForward)(nil),         // 63: meridian.peer.v1.RaftForward
-	(*RaftForwardReply)(nil),    // 64: meridian.peer.v1.RaftForwardReply
-	(*RaftApplied)(nil),         // 65: meridian.peer.v1.RaftApplied
-	(*RaftRemoved)(nil),         // 66: meridian.peer.v1.RaftRemoved
-	(*Envelope)(nil),            // 67: meridian.peer.v1.Envelope
-	(*StreamAck)(nil),           // 68: meridian.peer.v1.StreamAck
-	(*EnvelopeBatch)(nil),       // 69: meridian.peer.v1.EnvelopeBatch
-	(*SdurTxnId)(nil),           // 70: meridian.peer.v1.SdurTxnId
-	(*SdurWrite)(nil),           // 71: meridian.peer.v1.SdurWrite
-	(*SdurPart)(nil),            // 72: meridian.peer.v1.SdurPart
-	(*SdurThreshold)(nil),       // 73: meridian.peer.v1.SdurThreshold
-	(*SdurAbortRequest)(nil),    // 74: meridian.peer.v1.SdurAbortRequest
-	(*SdurEntry)(nil),           // 75: meridian.peer.v1.SdurEntry
-	(*SdurVote)(nil),            // 76: meridian.peer.v1.SdurVote
-	(*SdurPending)(nil),         // 77: meridian.peer.v1.SdurPending
-	(*SdurKeyState)(nil),        // 78: meridian.peer.v1.SdurKeyState
-	(*SdurTouch)(nil),           // 79: meridian.peer.v1.SdurTouch
-	(*SdurSeen)(nil),            // 80: meridian.peer.v1.SdurSeen
-	(*SdurEarly)(nil),           // 81: meridian.peer.v1.SdurEarly
-	(*SdurState)(nil),           // 82: meridian.peer.v1.SdurState
-	(*TwopcRead)(nil),           // 83: meridian.peer.v1.TwopcRead
-	(*TwopcPart)(nil),           // 84: meridian.peer.v1.TwopcPart
-	(*TwopcEntry)(nil),          // 85: meridian.peer.v1.TwopcEntry
-	(*TwopcVote)(nil),           // 86: meridian.peer.v1.TwopcVote
-	(*TwopcDecided)(nil),        // 87: meridian.peer.v1.TwopcDecided
-	(*TwopcLastWrite)(nil),      // 88: meridian.peer.v1.TwopcLastWrite
-	(*TwopcCoordinating)(nil),   // 89: meridian.peer.v1.TwopcCoordinating
-	(*TwopcState)(nil),          // 90: meridian.peer.v1.TwopcState
-	(*TxnMessage)(nil),          // 91: meridian.peer.v1.TxnMessage
-	(*TxnSeqQuery)(nil),         // 92: meridian.peer.v1.TxnSeqQuery
-	(*TxnCompletedGlobal)(nil),  // 93: meridian.peer.v1.TxnCompletedGlobal
-	(*TxnSeqReply)(nil),         // 94: meridian.peer.v1.TxnSeqReply
-	(*TxnVector)(nil),           // 95: meridian.peer.v1.TxnVector
-	(*TxnOutcome)(nil),          // 96: meridian.peer.v1.TxnOutcome
-	(*TxnSnapshotRef)(nil),      // 97: meridian.peer.v1.TxnSnapshotRef
-	(*TxnReadArgs)(nil),         // 98: meridian.peer.v1.TxnReadArgs
-	(*TxnReadDone)(nil),         // 99: meridian.peer.v1.TxnReadDone
-	(*TxnSavedState)(nil),       // 100: meridian.peer.v1.TxnSavedState
-	(*CatenaeTxnId)(nil),        // 101: meridian.peer.v1.CatenaeTxnId
-	(*CatenaeOp)(nil),           // 102: meridian.peer.v1.CatenaeOp
-	(*CatenaeTxn)(nil),          // 103: meridian.peer.v1.CatenaeTxn
-	(*CatenaeEpochInput)(nil),   // 104: meridian.peer.v1.CatenaeEpochInput
-	(*CatenaeVote)(nil),         // 105: meridian.peer.v1.CatenaeVote
-	(*CatenaeEpochMsg)(nil),     // 106: meridian.peer.v1.CatenaeEpochMsg
-	(*CatenaeRequest)(nil),      // 107: meridian.peer.v1.CatenaeRequest
-	(*CatenaeMessage)(nil),      // 108: meridian.peer.v1.CatenaeMessage
-	(*CatenaeSaved)(nil),        // 109: meridian.peer.v1.CatenaeSaved
-	(*CatenaeOwnInput)(nil),     // 110: meridian.peer.v1.CatenaeOwnInput
-	(*CatenaeVersion)(nil),      // 111: meridian.peer.v1.CatenaeVersion
-	(*CatenaeKeyVersions)(nil),  // 112: meridian.peer.v1.CatenaeKeyVersions
-	(*CatenaeWrite)(nil),        // 113: meridian.peer.v1.CatenaeWrite
-	(*CatenaeTxnState)(nil),     // 114: meridian.peer.v1.CatenaeTxnState
-	(*CatenaeWaiting)(nil),      // 115: meridian.peer.v1.CatenaeWaiting
-	(*CatenaeEpochCount)(nil),   // 116: meridian.peer.v1.CatenaeEpochCount
-	(*CatenaeDcEpoch)(nil),      // 117: meridian.peer.v1.CatenaeDcEpoch
-	(*CatenaeEnvelope)(nil),     // 118: meridian.peer.v1.CatenaeEnvelope
-	(*CatenaeHello)(nil),        // 119: meridian.peer.v1.CatenaeHello
-	(*CatenaeForward)(nil),      // 120: meridian.peer.v1.CatenaeForward
-	(*CatenaeForwardReply)(nil), // 121: meridian.peer.v1.CatenaeForwardReply
-	(*CanopusEnvelope)(nil),     // 122: meridian.peer.v1.CanopusEnvelope
-	(*CanopusRaft)(nil),         // 123: meridian.peer.v1.CanopusRaft
-	(*CanopusFetch)(nil),        // 124: meridian.peer.v1.CanopusFetch
-	(*CanopusState)(nil),        // 125: meridian.peer.v1.CanopusState
-	(*CanopusSet)(nil),          // 126: meridian.peer.v1.CanopusSet
-	(*CanopusAdmit)(nil),        // 127: meridian.peer.v1.CanopusAdmit
-	(*CanopusRejoin)(nil),       // 128: meridian.peer.v1.CanopusRejoin
-	(*CanopusEntry)(nil),        // 129: meridian.peer.v1.CanopusEntry
-	(*CanopusProposal)(nil),     // 130: meridian.peer.v1.CanopusProposal
-	(*CanopusClose)(nil),        // 131: meridian.peer.v1.CanopusClose
-	(*CanopusApplied)(nil),      // 132: meridian.peer.v1.CanopusApplied
-	(*CanopusEpoch)(nil),        // 133: meridian.peer.v1.CanopusEpoch
-	(*CanopusWrite)(nil),        // 134: meridian.peer.v1.CanopusWrite
+	(*Version)(nil),              // 0: meridian.peer.v1.Version
+	(*Record)(nil),               // 1: meridian.peer.v1.Record
+	(*WriteRequest)(nil),         // 2: meridian.peer.v1.WriteRequest
+	(*WriteAck)(nil),             // 3: meridian.peer.v1.WriteAck
+	(*ReadRequest)(nil),          // 4: meridian.peer.v1.ReadRequest
+	(*ReadReply)(nil),            // 5: meridian.peer.v1.ReadReply
+	(*ScanRequest)(nil),          // 6: meridian.peer.v1.ScanRequest
+	(*ScanReply)(nil),            // 7: meridian.peer.v1.ScanReply
+	(*AEDigest)(nil),             // 8: meridian.peer.v1.AEDigest
+	(*KeyVersion)(nil),           // 9: meridian.peer.v1.KeyVersion
+	(*AEKeys)(nil),               // 10: meridian.peer.v1.AEKeys
+	(*AEPull)(nil),               // 11: meridian.peer.v1.AEPull
+	(*MoveSnapshotRequest)(nil),  // 12: meridian.peer.v1.MoveSnapshotRequest
+	(*MoveSnapshotChunk)(nil),    // 13: meridian.peer.v1.MoveSnapshotChunk
+	(*NodeStats)(nil),            // 14: meridian.peer.v1.NodeStats
+	(*PartitionStats)(nil),       // 15: meridian.peer.v1.PartitionStats
+	(*MoveNote)(nil),             // 16: meridian.peer.v1.MoveNote
+	(*AEPush)(nil),               // 17: meridian.peer.v1.AEPush
+	(*StatusEntry)(nil),          // 18: meridian.peer.v1.StatusEntry
+	(*StatusBatch)(nil),          // 19: meridian.peer.v1.StatusBatch
+	(*Status)(nil),               // 20: meridian.peer.v1.Status
+	(*WriteNotification)(nil),    // 21: meridian.peer.v1.WriteNotification
+	(*FullStatusRequest)(nil),    // 22: meridian.peer.v1.FullStatusRequest
+	(*FullStatus)(nil),           // 23: meridian.peer.v1.FullStatus
+	(*ClockPing)(nil),            // 24: meridian.peer.v1.ClockPing
+	(*ClockPong)(nil),            // 25: meridian.peer.v1.ClockPong
+	(*Heartbeat)(nil),            // 26: meridian.peer.v1.Heartbeat
+	(*GlTable)(nil),              // 27: meridian.peer.v1.GlTable
+	(*GlOverride)(nil),           // 28: meridian.peer.v1.GlOverride
+	(*GlBallot)(nil),             // 29: meridian.peer.v1.GlBallot
+	(*GlForward)(nil),            // 30: meridian.peer.v1.GlForward
+	(*GlForwardReply)(nil),       // 31: meridian.peer.v1.GlForwardReply
+	(*GlLeaseAck)(nil),           // 32: meridian.peer.v1.GlLeaseAck
+	(*GlUpdate)(nil),             // 33: meridian.peer.v1.GlUpdate
+	(*GlUpdateAck)(nil),          // 34: meridian.peer.v1.GlUpdateAck
+	(*GlCommit)(nil),             // 35: meridian.peer.v1.GlCommit
+	(*GlPartVersion)(nil),        // 36: meridian.peer.v1.GlPartVersion
+	(*GlHeartbeat)(nil),          // 37: meridian.peer.v1.GlHeartbeat
+	(*GlHeartbeatAck)(nil),       // 38: meridian.peer.v1.GlHeartbeatAck
+	(*GlPrepare)(nil),            // 39: meridian.peer.v1.GlPrepare
+	(*GlPromise)(nil),            // 40: meridian.peer.v1.GlPromise
+	(*GlAccept)(nil),             // 41: meridian.peer.v1.GlAccept
+	(*GlAccepted)(nil),           // 42: meridian.peer.v1.GlAccepted
+	(*GlCommitTable)(nil),        // 43: meridian.peer.v1.GlCommitTable
+	(*GlRevoke)(nil),             // 44: meridian.peer.v1.GlRevoke
+	(*GlRevokeAck)(nil),          // 45: meridian.peer.v1.GlRevokeAck
+	(*GlAcceptorState)(nil),      // 46: meridian.peer.v1.GlAcceptorState
+	(*GlFetch)(nil),              // 47: meridian.peer.v1.GlFetch
+	(*GlFetchReply)(nil),         // 48: meridian.peer.v1.GlFetchReply
+	(*RaftMessage)(nil),          // 49: meridian.peer.v1.RaftMessage
+	(*RaftCommand)(nil),          // 50: meridian.peer.v1.RaftCommand
+	(*RaftSplit)(nil),            // 51: meridian.peer.v1.RaftSplit
+	(*RaftFreeze)(nil),           // 52: meridian.peer.v1.RaftFreeze
+	(*RaftMerge)(nil),            // 53: meridian.peer.v1.RaftMerge
+	(*RaftBatch)(nil),            // 54: meridian.peer.v1.RaftBatch
+	(*RaftAppliedState)(nil),     // 55: meridian.peer.v1.RaftAppliedState
+	(*RaftOriginApplied)(nil),    // 56: meridian.peer.v1.RaftOriginApplied
+	(*RaftSnapshotMarker)(nil),   // 57: meridian.peer.v1.RaftSnapshotMarker
+	(*RaftSnapshotOffer)(nil),    // 58: meridian.peer.v1.RaftSnapshotOffer
+	(*RaftSnapshotRequest)(nil),  // 59: meridian.peer.v1.RaftSnapshotRequest
+	(*RaftSnapshotChunk)(nil),    // 60: meridian.peer.v1.RaftSnapshotChunk
+	(*RaftSnapshotStored)(nil),   // 61: meridian.peer.v1.RaftSnapshotStored
+	(*RaftSnapshotReady)(nil),    // 62: meridian.peer.v1.RaftSnapshotReady
+	(*RaftForward)(nil),          // 63: meridian.peer.v1.RaftForward
+	(*RaftForwardReply)(nil),     // 64: meridian.peer.v1.RaftForwardReply
+	(*RaftApplied)(nil),          // 65: meridian.peer.v1.RaftApplied
+	(*RaftRemoved)(nil),          // 66: meridian.peer.v1.RaftRemoved
+	(*Envelope)(nil),             // 67: meridian.peer.v1.Envelope
+	(*StreamAck)(nil),            // 68: meridian.peer.v1.StreamAck
+	(*EnvelopeBatch)(nil),        // 69: meridian.peer.v1.EnvelopeBatch
+	(*SdurTxnId)(nil),            // 70: meridian.peer.v1.SdurTxnId
+	(*SdurWrite)(nil),            // 71: meridian.peer.v1.SdurWrite
+	(*SdurPart)(nil),             // 72: meridian.peer.v1.SdurPart
+	(*SdurThreshold)(nil),        // 73: meridian.peer.v1.SdurThreshold
+	(*SdurAbortRequest)(nil),     // 74: meridian.peer.v1.SdurAbortRequest
+	(*SdurEntry)(nil),            // 75: meridian.peer.v1.SdurEntry
+	(*SdurVote)(nil),             // 76: meridian.peer.v1.SdurVote
+	(*SdurPending)(nil),          // 77: meridian.peer.v1.SdurPending
+	(*SdurKeyState)(nil),         // 78: meridian.peer.v1.SdurKeyState
+	(*SdurTouch)(nil),            // 79: meridian.peer.v1.SdurTouch
+	(*SdurSeen)(nil),             // 80: meridian.peer.v1.SdurSeen
+	(*SdurEarly)(nil),            // 81: meridian.peer.v1.SdurEarly
+	(*SdurState)(nil),            // 82: meridian.peer.v1.SdurState
+	(*TwopcRead)(nil),            // 83: meridian.peer.v1.TwopcRead
+	(*TwopcPart)(nil),            // 84: meridian.peer.v1.TwopcPart
+	(*TwopcEntry)(nil),           // 85: meridian.peer.v1.TwopcEntry
+	(*TwopcVote)(nil),            // 86: meridian.peer.v1.TwopcVote
+	(*TwopcDecided)(nil),         // 87: meridian.peer.v1.TwopcDecided
+	(*TwopcLastWrite)(nil),       // 88: meridian.peer.v1.TwopcLastWrite
+	(*TwopcCoordinating)(nil),    // 89: meridian.peer.v1.TwopcCoordinating
+	(*TwopcState)(nil),           // 90: meridian.peer.v1.TwopcState
+	(*TxnMessage)(nil),           // 91: meridian.peer.v1.TxnMessage
+	(*TxnSeqQuery)(nil),          // 92: meridian.peer.v1.TxnSeqQuery
+	(*TxnCompletedGlobal)(nil),   // 93: meridian.peer.v1.TxnCompletedGlobal
+	(*TxnSeqReply)(nil),          // 94: meridian.peer.v1.TxnSeqReply
+	(*TxnVector)(nil),            // 95: meridian.peer.v1.TxnVector
+	(*TxnOutcome)(nil),           // 96: meridian.peer.v1.TxnOutcome
+	(*TxnSnapshotRef)(nil),       // 97: meridian.peer.v1.TxnSnapshotRef
+	(*TxnReadArgs)(nil),          // 98: meridian.peer.v1.TxnReadArgs
+	(*TxnReadDone)(nil),          // 99: meridian.peer.v1.TxnReadDone
+	(*TxnSavedState)(nil),        // 100: meridian.peer.v1.TxnSavedState
+	(*CatenaeTxnId)(nil),         // 101: meridian.peer.v1.CatenaeTxnId
+	(*CatenaeOp)(nil),            // 102: meridian.peer.v1.CatenaeOp
+	(*CatenaeTxn)(nil),           // 103: meridian.peer.v1.CatenaeTxn
+	(*CatenaeEpochInput)(nil),    // 104: meridian.peer.v1.CatenaeEpochInput
+	(*CatenaeVote)(nil),          // 105: meridian.peer.v1.CatenaeVote
+	(*CatenaeEpochMsg)(nil),      // 106: meridian.peer.v1.CatenaeEpochMsg
+	(*CatenaeRequest)(nil),       // 107: meridian.peer.v1.CatenaeRequest
+	(*CatenaeMessage)(nil),       // 108: meridian.peer.v1.CatenaeMessage
+	(*CatenaeSaved)(nil),         // 109: meridian.peer.v1.CatenaeSaved
+	(*CatenaeOwnInput)(nil),      // 110: meridian.peer.v1.CatenaeOwnInput
+	(*CatenaeVersion)(nil),       // 111: meridian.peer.v1.CatenaeVersion
+	(*CatenaeKeyVersions)(nil),   // 112: meridian.peer.v1.CatenaeKeyVersions
+	(*CatenaeWrite)(nil),         // 113: meridian.peer.v1.CatenaeWrite
+	(*CatenaeTxnState)(nil),      // 114: meridian.peer.v1.CatenaeTxnState
+	(*CatenaeWaiting)(nil),       // 115: meridian.peer.v1.CatenaeWaiting
+	(*CatenaeEpochCount)(nil),    // 116: meridian.peer.v1.CatenaeEpochCount
+	(*CatenaeDcEpoch)(nil),       // 117: meridian.peer.v1.CatenaeDcEpoch
+	(*CatenaeEnvelope)(nil),      // 118: meridian.peer.v1.CatenaeEnvelope
+	(*CatenaeHello)(nil),         // 119: meridian.peer.v1.CatenaeHello
+	(*CatenaeForward)(nil),       // 120: meridian.peer.v1.CatenaeForward
+	(*CatenaeForwardReply)(nil),  // 121: meridian.peer.v1.CatenaeForwardReply
+	(*CanopusEnvelope)(nil),      // 122: meridian.peer.v1.CanopusEnvelope
+	(*CanopusRaft)(nil),          // 123: meridian.peer.v1.CanopusRaft
+	(*CanopusFetch)(nil),         // 124: meridian.peer.v1.CanopusFetch
+	(*CanopusState)(nil),         // 125: meridian.peer.v1.CanopusState
+	(*CanopusSet)(nil),           // 126: meridian.peer.v1.CanopusSet
+	(*CanopusAdmit)(nil),         // 127: meridian.peer.v1.CanopusAdmit
+	(*CanopusRejoin)(nil),        // 128: meridian.peer.v1.CanopusRejoin
+	(*CanopusEntry)(nil),         // 129: meridian.peer.v1.CanopusEntry
+	(*CanopusProposal)(nil),      // 130: meridian.peer.v1.CanopusProposal
+	(*CanopusClose)(nil),         // 131: meridian.peer.v1.CanopusClose
+	(*CanopusApplied)(nil),       // 132: meridian.peer.v1.CanopusApplied
+	(*CanopusEpoch)(nil),         // 133: meridian.peer.v1.CanopusEpoch
+	(*CanopusWrite)(nil),         // 134: meridian.peer.v1.CanopusWrite
+	(*EPaxosEnvelope)(nil),       // 135: meridian.peer.v1.EPaxosEnvelope
+	(*EPaxosBallot)(nil),         // 136: meridian.peer.v1.EPaxosBallot
+	(*EPaxosAttrs)(nil),          // 137: meridian.peer.v1.EPaxosAttrs
+	(*EPaxosCommand)(nil),        // 138: meridian.peer.v1.EPaxosCommand
+	(*EPaxosPreAccept)(nil),      // 139: meridian.peer.v1.EPaxosPreAccept
+	(*EPaxosPreAcceptReply)(nil), // 140: meridian.peer.v1.EPaxosPreAcceptReply
+	(*EPaxosAccept)(nil),         // 141: meridian.peer.v1.EPaxosAccept
+	(*EPaxosAcceptReply)(nil),    // 142: meridian.peer.v1.EPaxosAcceptReply
+	(*EPaxosCommit)(nil),         // 143: meridian.peer.v1.EPaxosCommit
+	(*EPaxosPrepare)(nil),        // 144: meridian.peer.v1.EPaxosPrepare
+	(*EPaxosPrepareReply)(nil),   // 145: meridian.peer.v1.EPaxosPrepareReply
+	(*EPaxosExecuted)(nil),       // 146: meridian.peer.v1.EPaxosExecuted
+	(*EPaxosInstance)(nil),       // 147: meridian.peer.v1.EPaxosInstance
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,   // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -12805,100 +14031,127 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	16,  // 111: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
 	14,  // 112: meridian.peer.v1.Envelope.node_stats:type_name -> meridian.peer.v1.NodeStats
 	122, // 113: meridian.peer.v1.Envelope.canopus:type_name -> meridian.peer.v1.CanopusEnvelope
-	67,  // 114: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
-	70,  // 115: meridian.peer.v1.SdurPart.id:type_name -> meridian.peer.v1.SdurTxnId
-	71,  // 116: meridian.peer.v1.SdurPart.writes:type_name -> meridian.peer.v1.SdurWrite
-	70,  // 117: meridian.peer.v1.SdurAbortRequest.txn:type_name -> meridian.peer.v1.SdurTxnId
-	72,  // 118: meridian.peer.v1.SdurEntry.txn:type_name -> meridian.peer.v1.SdurPart
-	74,  // 119: meridian.peer.v1.SdurEntry.abort:type_name -> meridian.peer.v1.SdurAbortRequest
-	73,  // 120: meridian.peer.v1.SdurEntry.threshold:type_name -> meridian.peer.v1.SdurThreshold
-	70,  // 121: meridian.peer.v1.SdurVote.txn:type_name -> meridian.peer.v1.SdurTxnId
-	72,  // 122: meridian.peer.v1.SdurPending.part:type_name -> meridian.peer.v1.SdurPart
-	76,  // 123: meridian.peer.v1.SdurPending.votes:type_name -> meridian.peer.v1.SdurVote
-	70,  // 124: meridian.peer.v1.SdurSeen.id:type_name -> meridian.peer.v1.SdurTxnId
-	76,  // 125: meridian.peer.v1.SdurSeen.vote:type_name -> meridian.peer.v1.SdurVote
-	70,  // 126: meridian.peer.v1.SdurEarly.id:type_name -> meridian.peer.v1.SdurTxnId
-	76,  // 127: meridian.peer.v1.SdurEarly.votes:type_name -> meridian.peer.v1.SdurVote
-	73,  // 128: meridian.peer.v1.SdurState.threshold:type_name -> meridian.peer.v1.SdurThreshold
-	77,  // 129: meridian.peer.v1.SdurState.pending:type_name -> meridian.peer.v1.SdurPending
-	78,  // 130: meridian.peer.v1.SdurState.keys:type_name -> meridian.peer.v1.SdurKeyState
-	79,  // 131: meridian.peer.v1.SdurState.touched:type_name -> meridian.peer.v1.SdurTouch
-	75,  // 132: meridian.peer.v1.SdurState.waiting:type_name -> meridian.peer.v1.SdurEntry
-	80,  // 133: meridian.peer.v1.SdurState.seen:type_name -> meridian.peer.v1.SdurSeen
-	81,  // 134: meridian.peer.v1.SdurState.early:type_name -> meridian.peer.v1.SdurEarly
-	70,  // 135: meridian.peer.v1.TwopcPart.id:type_name -> meridian.peer.v1.SdurTxnId
-	83,  // 136: meridian.peer.v1.TwopcPart.reads:type_name -> meridian.peer.v1.TwopcRead
-	71,  // 137: meridian.peer.v1.TwopcPart.writes:type_name -> meridian.peer.v1.SdurWrite
-	84,  // 138: meridian.peer.v1.TwopcEntry.part:type_name -> meridian.peer.v1.TwopcPart
-	70,  // 139: meridian.peer.v1.TwopcEntry.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 140: meridian.peer.v1.TwopcVote.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 141: meridian.peer.v1.TwopcDecided.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 142: meridian.peer.v1.TwopcCoordinating.txn:type_name -> meridian.peer.v1.SdurTxnId
-	86,  // 143: meridian.peer.v1.TwopcCoordinating.votes:type_name -> meridian.peer.v1.TwopcVote
-	88,  // 144: meridian.peer.v1.TwopcState.last_writes:type_name -> meridian.peer.v1.TwopcLastWrite
-	84,  // 145: meridian.peer.v1.TwopcState.prepared:type_name -> meridian.peer.v1.TwopcPart
-	87,  // 146: meridian.peer.v1.TwopcState.decided:type_name -> meridian.peer.v1.TwopcDecided
-	89,  // 147: meridian.peer.v1.TwopcState.coordinating:type_name -> meridian.peer.v1.TwopcCoordinating
-	70,  // 148: meridian.peer.v1.TxnMessage.vote_request:type_name -> meridian.peer.v1.SdurTxnId
-	96,  // 149: meridian.peer.v1.TxnMessage.outcome:type_name -> meridian.peer.v1.TxnOutcome
-	92,  // 150: meridian.peer.v1.TxnMessage.seq_query:type_name -> meridian.peer.v1.TxnSeqQuery
-	94,  // 151: meridian.peer.v1.TxnMessage.seq_reply:type_name -> meridian.peer.v1.TxnSeqReply
-	95,  // 152: meridian.peer.v1.TxnMessage.vector:type_name -> meridian.peer.v1.TxnVector
-	70,  // 153: meridian.peer.v1.TxnSeqQuery.status:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 154: meridian.peer.v1.TxnCompletedGlobal.txn:type_name -> meridian.peer.v1.SdurTxnId
-	93,  // 155: meridian.peer.v1.TxnSeqReply.globals:type_name -> meridian.peer.v1.TxnCompletedGlobal
-	97,  // 156: meridian.peer.v1.TxnVector.components:type_name -> meridian.peer.v1.TxnSnapshotRef
-	70,  // 157: meridian.peer.v1.TxnOutcome.txn:type_name -> meridian.peer.v1.SdurTxnId
-	97,  // 158: meridian.peer.v1.TxnReadArgs.snapshots:type_name -> meridian.peer.v1.TxnSnapshotRef
-	97,  // 159: meridian.peer.v1.TxnReadDone.snapshot:type_name -> meridian.peer.v1.TxnSnapshotRef
-	93,  // 160: meridian.peer.v1.TxnSavedState.completed:type_name -> meridian.peer.v1.TxnCompletedGlobal
-	95,  // 161: meridian.peer.v1.TxnSavedState.vector:type_name -> meridian.peer.v1.TxnVector
-	101, // 162: meridian.peer.v1.CatenaeTxn.id:type_name -> meridian.peer.v1.CatenaeTxnId
-	102, // 163: meridian.peer.v1.CatenaeTxn.ops:type_name -> meridian.peer.v1.CatenaeOp
-	103, // 164: meridian.peer.v1.CatenaeEpochInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
-	101, // 165: meridian.peer.v1.CatenaeVote.txn:type_name -> meridian.peer.v1.CatenaeTxnId
-	104, // 166: meridian.peer.v1.CatenaeEpochMsg.epochs:type_name -> meridian.peer.v1.CatenaeEpochInput
-	105, // 167: meridian.peer.v1.CatenaeEpochMsg.votes:type_name -> meridian.peer.v1.CatenaeVote
-	106, // 168: meridian.peer.v1.CatenaeMessage.epoch:type_name -> meridian.peer.v1.CatenaeEpochMsg
-	107, // 169: meridian.peer.v1.CatenaeMessage.request:type_name -> meridian.peer.v1.CatenaeRequest
-	110, // 170: meridian.peer.v1.CatenaeSaved.own:type_name -> meridian.peer.v1.CatenaeOwnInput
-	112, // 171: meridian.peer.v1.CatenaeSaved.store:type_name -> meridian.peer.v1.CatenaeKeyVersions
-	114, // 172: meridian.peer.v1.CatenaeSaved.history:type_name -> meridian.peer.v1.CatenaeTxnState
-	115, // 173: meridian.peer.v1.CatenaeSaved.waiting:type_name -> meridian.peer.v1.CatenaeWaiting
-	105, // 174: meridian.peer.v1.CatenaeSaved.my_votes:type_name -> meridian.peer.v1.CatenaeVote
-	116, // 175: meridian.peer.v1.CatenaeSaved.unvalidated:type_name -> meridian.peer.v1.CatenaeEpochCount
-	117, // 176: meridian.peer.v1.CatenaeSaved.peer_closed:type_name -> meridian.peer.v1.CatenaeDcEpoch
-	117, // 177: meridian.peer.v1.CatenaeSaved.peer_validated:type_name -> meridian.peer.v1.CatenaeDcEpoch
-	103, // 178: meridian.peer.v1.CatenaeOwnInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
-	101, // 179: meridian.peer.v1.CatenaeVersion.writer:type_name -> meridian.peer.v1.CatenaeTxnId
-	111, // 180: meridian.peer.v1.CatenaeKeyVersions.versions:type_name -> meridian.peer.v1.CatenaeVersion
-	103, // 181: meridian.peer.v1.CatenaeTxnState.txn:type_name -> meridian.peer.v1.CatenaeTxn
-	113, // 182: meridian.peer.v1.CatenaeTxnState.writes:type_name -> meridian.peer.v1.CatenaeWrite
-	101, // 183: meridian.peer.v1.CatenaeTxnState.deps:type_name -> meridian.peer.v1.CatenaeTxnId
-	101, // 184: meridian.peer.v1.CatenaeWaiting.id:type_name -> meridian.peer.v1.CatenaeTxnId
-	114, // 185: meridian.peer.v1.CatenaeWaiting.state:type_name -> meridian.peer.v1.CatenaeTxnState
-	119, // 186: meridian.peer.v1.CatenaeEnvelope.hello:type_name -> meridian.peer.v1.CatenaeHello
-	71,  // 187: meridian.peer.v1.CatenaeForward.writes:type_name -> meridian.peer.v1.SdurWrite
-	123, // 188: meridian.peer.v1.CanopusEnvelope.raft:type_name -> meridian.peer.v1.CanopusRaft
-	124, // 189: meridian.peer.v1.CanopusEnvelope.fetch:type_name -> meridian.peer.v1.CanopusFetch
-	125, // 190: meridian.peer.v1.CanopusEnvelope.state:type_name -> meridian.peer.v1.CanopusState
-	128, // 191: meridian.peer.v1.CanopusEnvelope.rejoin:type_name -> meridian.peer.v1.CanopusRejoin
-	126, // 192: meridian.peer.v1.CanopusState.sets:type_name -> meridian.peer.v1.CanopusSet
-	127, // 193: meridian.peer.v1.CanopusSet.admits:type_name -> meridian.peer.v1.CanopusAdmit
-	130, // 194: meridian.peer.v1.CanopusEntry.proposal:type_name -> meridian.peer.v1.CanopusProposal
-	131, // 195: meridian.peer.v1.CanopusEntry.close:type_name -> meridian.peer.v1.CanopusClose
-	125, // 196: meridian.peer.v1.CanopusEntry.remote:type_name -> meridian.peer.v1.CanopusState
-	126, // 197: meridian.peer.v1.CanopusProposal.set:type_name -> meridian.peer.v1.CanopusSet
-	133, // 198: meridian.peer.v1.CanopusApplied.epochs:type_name -> meridian.peer.v1.CanopusEpoch
-	67,  // 199: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	69,  // 200: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
-	68,  // 201: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	68,  // 202: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
-	201, // [201:203] is the sub-list for method output_type
-	199, // [199:201] is the sub-list for method input_type
-	199, // [199:199] is the sub-list for extension type_name
-	199, // [199:199] is the sub-list for extension extendee
-	0,   // [0:199] is the sub-list for field type_name
+	135, // 114: meridian.peer.v1.Envelope.epaxos:type_name -> meridian.peer.v1.EPaxosEnvelope
+	67,  // 115: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
+	70,  // 116: meridian.peer.v1.SdurPart.id:type_name -> meridian.peer.v1.SdurTxnId
+	71,  // 117: meridian.peer.v1.SdurPart.writes:type_name -> meridian.peer.v1.SdurWrite
+	70,  // 118: meridian.peer.v1.SdurAbortRequest.txn:type_name -> meridian.peer.v1.SdurTxnId
+	72,  // 119: meridian.peer.v1.SdurEntry.txn:type_name -> meridian.peer.v1.SdurPart
+	74,  // 120: meridian.peer.v1.SdurEntry.abort:type_name -> meridian.peer.v1.SdurAbortRequest
+	73,  // 121: meridian.peer.v1.SdurEntry.threshold:type_name -> meridian.peer.v1.SdurThreshold
+	70,  // 122: meridian.peer.v1.SdurVote.txn:type_name -> meridian.peer.v1.SdurTxnId
+	72,  // 123: meridian.peer.v1.SdurPending.part:type_name -> meridian.peer.v1.SdurPart
+	76,  // 124: meridian.peer.v1.SdurPending.votes:type_name -> meridian.peer.v1.SdurVote
+	70,  // 125: meridian.peer.v1.SdurSeen.id:type_name -> meridian.peer.v1.SdurTxnId
+	76,  // 126: meridian.peer.v1.SdurSeen.vote:type_name -> meridian.peer.v1.SdurVote
+	70,  // 127: meridian.peer.v1.SdurEarly.id:type_name -> meridian.peer.v1.SdurTxnId
+	76,  // 128: meridian.peer.v1.SdurEarly.votes:type_name -> meridian.peer.v1.SdurVote
+	73,  // 129: meridian.peer.v1.SdurState.threshold:type_name -> meridian.peer.v1.SdurThreshold
+	77,  // 130: meridian.peer.v1.SdurState.pending:type_name -> meridian.peer.v1.SdurPending
+	78,  // 131: meridian.peer.v1.SdurState.keys:type_name -> meridian.peer.v1.SdurKeyState
+	79,  // 132: meridian.peer.v1.SdurState.touched:type_name -> meridian.peer.v1.SdurTouch
+	75,  // 133: meridian.peer.v1.SdurState.waiting:type_name -> meridian.peer.v1.SdurEntry
+	80,  // 134: meridian.peer.v1.SdurState.seen:type_name -> meridian.peer.v1.SdurSeen
+	81,  // 135: meridian.peer.v1.SdurState.early:type_name -> meridian.peer.v1.SdurEarly
+	70,  // 136: meridian.peer.v1.TwopcPart.id:type_name -> meridian.peer.v1.SdurTxnId
+	83,  // 137: meridian.peer.v1.TwopcPart.reads:type_name -> meridian.peer.v1.TwopcRead
+	71,  // 138: meridian.peer.v1.TwopcPart.writes:type_name -> meridian.peer.v1.SdurWrite
+	84,  // 139: meridian.peer.v1.TwopcEntry.part:type_name -> meridian.peer.v1.TwopcPart
+	70,  // 140: meridian.peer.v1.TwopcEntry.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 141: meridian.peer.v1.TwopcVote.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 142: meridian.peer.v1.TwopcDecided.txn:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 143: meridian.peer.v1.TwopcCoordinating.txn:type_name -> meridian.peer.v1.SdurTxnId
+	86,  // 144: meridian.peer.v1.TwopcCoordinating.votes:type_name -> meridian.peer.v1.TwopcVote
+	88,  // 145: meridian.peer.v1.TwopcState.last_writes:type_name -> meridian.peer.v1.TwopcLastWrite
+	84,  // 146: meridian.peer.v1.TwopcState.prepared:type_name -> meridian.peer.v1.TwopcPart
+	87,  // 147: meridian.peer.v1.TwopcState.decided:type_name -> meridian.peer.v1.TwopcDecided
+	89,  // 148: meridian.peer.v1.TwopcState.coordinating:type_name -> meridian.peer.v1.TwopcCoordinating
+	70,  // 149: meridian.peer.v1.TxnMessage.vote_request:type_name -> meridian.peer.v1.SdurTxnId
+	96,  // 150: meridian.peer.v1.TxnMessage.outcome:type_name -> meridian.peer.v1.TxnOutcome
+	92,  // 151: meridian.peer.v1.TxnMessage.seq_query:type_name -> meridian.peer.v1.TxnSeqQuery
+	94,  // 152: meridian.peer.v1.TxnMessage.seq_reply:type_name -> meridian.peer.v1.TxnSeqReply
+	95,  // 153: meridian.peer.v1.TxnMessage.vector:type_name -> meridian.peer.v1.TxnVector
+	70,  // 154: meridian.peer.v1.TxnSeqQuery.status:type_name -> meridian.peer.v1.SdurTxnId
+	70,  // 155: meridian.peer.v1.TxnCompletedGlobal.txn:type_name -> meridian.peer.v1.SdurTxnId
+	93,  // 156: meridian.peer.v1.TxnSeqReply.globals:type_name -> meridian.peer.v1.TxnCompletedGlobal
+	97,  // 157: meridian.peer.v1.TxnVector.components:type_name -> meridian.peer.v1.TxnSnapshotRef
+	70,  // 158: meridian.peer.v1.TxnOutcome.txn:type_name -> meridian.peer.v1.SdurTxnId
+	97,  // 159: meridian.peer.v1.TxnReadArgs.snapshots:type_name -> meridian.peer.v1.TxnSnapshotRef
+	97,  // 160: meridian.peer.v1.TxnReadDone.snapshot:type_name -> meridian.peer.v1.TxnSnapshotRef
+	93,  // 161: meridian.peer.v1.TxnSavedState.completed:type_name -> meridian.peer.v1.TxnCompletedGlobal
+	95,  // 162: meridian.peer.v1.TxnSavedState.vector:type_name -> meridian.peer.v1.TxnVector
+	101, // 163: meridian.peer.v1.CatenaeTxn.id:type_name -> meridian.peer.v1.CatenaeTxnId
+	102, // 164: meridian.peer.v1.CatenaeTxn.ops:type_name -> meridian.peer.v1.CatenaeOp
+	103, // 165: meridian.peer.v1.CatenaeEpochInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
+	101, // 166: meridian.peer.v1.CatenaeVote.txn:type_name -> meridian.peer.v1.CatenaeTxnId
+	104, // 167: meridian.peer.v1.CatenaeEpochMsg.epochs:type_name -> meridian.peer.v1.CatenaeEpochInput
+	105, // 168: meridian.peer.v1.CatenaeEpochMsg.votes:type_name -> meridian.peer.v1.CatenaeVote
+	106, // 169: meridian.peer.v1.CatenaeMessage.epoch:type_name -> meridian.peer.v1.CatenaeEpochMsg
+	107, // 170: meridian.peer.v1.CatenaeMessage.request:type_name -> meridian.peer.v1.CatenaeRequest
+	110, // 171: meridian.peer.v1.CatenaeSaved.own:type_name -> meridian.peer.v1.CatenaeOwnInput
+	112, // 172: meridian.peer.v1.CatenaeSaved.store:type_name -> meridian.peer.v1.CatenaeKeyVersions
+	114, // 173: meridian.peer.v1.CatenaeSaved.history:type_name -> meridian.peer.v1.CatenaeTxnState
+	115, // 174: meridian.peer.v1.CatenaeSaved.waiting:type_name -> meridian.peer.v1.CatenaeWaiting
+	105, // 175: meridian.peer.v1.CatenaeSaved.my_votes:type_name -> meridian.peer.v1.CatenaeVote
+	116, // 176: meridian.peer.v1.CatenaeSaved.unvalidated:type_name -> meridian.peer.v1.CatenaeEpochCount
+	117, // 177: meridian.peer.v1.CatenaeSaved.peer_closed:type_name -> meridian.peer.v1.CatenaeDcEpoch
+	117, // 178: meridian.peer.v1.CatenaeSaved.peer_validated:type_name -> meridian.peer.v1.CatenaeDcEpoch
+	103, // 179: meridian.peer.v1.CatenaeOwnInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
+	101, // 180: meridian.peer.v1.CatenaeVersion.writer:type_name -> meridian.peer.v1.CatenaeTxnId
+	111, // 181: meridian.peer.v1.CatenaeKeyVersions.versions:type_name -> meridian.peer.v1.CatenaeVersion
+	103, // 182: meridian.peer.v1.CatenaeTxnState.txn:type_name -> meridian.peer.v1.CatenaeTxn
+	113, // 183: meridian.peer.v1.CatenaeTxnState.writes:type_name -> meridian.peer.v1.CatenaeWrite
+	101, // 184: meridian.peer.v1.CatenaeTxnState.deps:type_name -> meridian.peer.v1.CatenaeTxnId
+	101, // 185: meridian.peer.v1.CatenaeWaiting.id:type_name -> meridian.peer.v1.CatenaeTxnId
+	114, // 186: meridian.peer.v1.CatenaeWaiting.state:type_name -> meridian.peer.v1.CatenaeTxnState
+	119, // 187: meridian.peer.v1.CatenaeEnvelope.hello:type_name -> meridian.peer.v1.CatenaeHello
+	71,  // 188: meridian.peer.v1.CatenaeForward.writes:type_name -> meridian.peer.v1.SdurWrite
+	123, // 189: meridian.peer.v1.CanopusEnvelope.raft:type_name -> meridian.peer.v1.CanopusRaft
+	124, // 190: meridian.peer.v1.CanopusEnvelope.fetch:type_name -> meridian.peer.v1.CanopusFetch
+	125, // 191: meridian.peer.v1.CanopusEnvelope.state:type_name -> meridian.peer.v1.CanopusState
+	128, // 192: meridian.peer.v1.CanopusEnvelope.rejoin:type_name -> meridian.peer.v1.CanopusRejoin
+	126, // 193: meridian.peer.v1.CanopusState.sets:type_name -> meridian.peer.v1.CanopusSet
+	127, // 194: meridian.peer.v1.CanopusSet.admits:type_name -> meridian.peer.v1.CanopusAdmit
+	130, // 195: meridian.peer.v1.CanopusEntry.proposal:type_name -> meridian.peer.v1.CanopusProposal
+	131, // 196: meridian.peer.v1.CanopusEntry.close:type_name -> meridian.peer.v1.CanopusClose
+	125, // 197: meridian.peer.v1.CanopusEntry.remote:type_name -> meridian.peer.v1.CanopusState
+	126, // 198: meridian.peer.v1.CanopusProposal.set:type_name -> meridian.peer.v1.CanopusSet
+	133, // 199: meridian.peer.v1.CanopusApplied.epochs:type_name -> meridian.peer.v1.CanopusEpoch
+	139, // 200: meridian.peer.v1.EPaxosEnvelope.pre_accept:type_name -> meridian.peer.v1.EPaxosPreAccept
+	140, // 201: meridian.peer.v1.EPaxosEnvelope.pre_accept_reply:type_name -> meridian.peer.v1.EPaxosPreAcceptReply
+	141, // 202: meridian.peer.v1.EPaxosEnvelope.accept:type_name -> meridian.peer.v1.EPaxosAccept
+	142, // 203: meridian.peer.v1.EPaxosEnvelope.accept_reply:type_name -> meridian.peer.v1.EPaxosAcceptReply
+	143, // 204: meridian.peer.v1.EPaxosEnvelope.commit:type_name -> meridian.peer.v1.EPaxosCommit
+	144, // 205: meridian.peer.v1.EPaxosEnvelope.prepare:type_name -> meridian.peer.v1.EPaxosPrepare
+	145, // 206: meridian.peer.v1.EPaxosEnvelope.prepare_reply:type_name -> meridian.peer.v1.EPaxosPrepareReply
+	146, // 207: meridian.peer.v1.EPaxosEnvelope.executed:type_name -> meridian.peer.v1.EPaxosExecuted
+	138, // 208: meridian.peer.v1.EPaxosAttrs.commands:type_name -> meridian.peer.v1.EPaxosCommand
+	136, // 209: meridian.peer.v1.EPaxosPreAccept.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	137, // 210: meridian.peer.v1.EPaxosPreAccept.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	136, // 211: meridian.peer.v1.EPaxosPreAcceptReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	136, // 212: meridian.peer.v1.EPaxosPreAcceptReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
+	136, // 213: meridian.peer.v1.EPaxosAccept.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	137, // 214: meridian.peer.v1.EPaxosAccept.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	136, // 215: meridian.peer.v1.EPaxosAcceptReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	136, // 216: meridian.peer.v1.EPaxosAcceptReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
+	137, // 217: meridian.peer.v1.EPaxosCommit.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	136, // 218: meridian.peer.v1.EPaxosPrepare.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	136, // 219: meridian.peer.v1.EPaxosPrepareReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	136, // 220: meridian.peer.v1.EPaxosPrepareReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
+	136, // 221: meridian.peer.v1.EPaxosPrepareReply.vballot:type_name -> meridian.peer.v1.EPaxosBallot
+	137, // 222: meridian.peer.v1.EPaxosPrepareReply.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	136, // 223: meridian.peer.v1.EPaxosInstance.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	136, // 224: meridian.peer.v1.EPaxosInstance.vballot:type_name -> meridian.peer.v1.EPaxosBallot
+	137, // 225: meridian.peer.v1.EPaxosInstance.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	67,  // 226: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	69,  // 227: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
+	68,  // 228: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	68,  // 229: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
+	228, // [228:230] is the sub-list for method output_type
+	226, // [226:228] is the sub-list for method input_type
+	226, // [226:226] is the sub-list for extension type_name
+	226, // [226:226] is the sub-list for extension extendee
+	0,   // [0:226] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -12967,6 +14220,7 @@ func file_meridian_v1_peer_proto_init() {
 		(*Envelope_MoveNote)(nil),
 		(*Envelope_NodeStats)(nil),
 		(*Envelope_Canopus)(nil),
+		(*Envelope_Epaxos)(nil),
 	}
 	file_meridian_v1_peer_proto_msgTypes[91].OneofWrappers = []any{
 		(*TxnMessage_SdurVote)(nil),
@@ -12999,13 +14253,23 @@ func file_meridian_v1_peer_proto_init() {
 		(*CanopusEntry_Close)(nil),
 		(*CanopusEntry_Remote)(nil),
 	}
+	file_meridian_v1_peer_proto_msgTypes[135].OneofWrappers = []any{
+		(*EPaxosEnvelope_PreAccept)(nil),
+		(*EPaxosEnvelope_PreAcceptReply)(nil),
+		(*EPaxosEnvelope_Accept)(nil),
+		(*EPaxosEnvelope_AcceptReply)(nil),
+		(*EPaxosEnvelope_Commit)(nil),
+		(*EPaxosEnvelope_Prepare)(nil),
+		(*EPaxosEnvelope_PrepareReply)(nil),
+		(*EPaxosEnvelope_Executed)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   135,
+			NumMessages:   148,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
