@@ -42,6 +42,7 @@ fuzz:
 	GO=$(GO) scripts/fuzz-one.sh FuzzDecodeInput ./internal/catenae/ $(FUZZTIME) $(TAGS)
 	GO=$(GO) scripts/fuzz-one.sh FuzzDecodeMeta ./internal/replication/catenae/ $(FUZZTIME) $(TAGS)
 	GO=$(GO) scripts/fuzz-one.sh FuzzDecodeEnvelope ./internal/replication/canopus/ $(FUZZTIME) $(TAGS)
+	GO=$(GO) scripts/fuzz-one.sh FuzzStep ./internal/epaxos/ $(FUZZTIME) $(TAGS)
 
 # Deterministic simulation: SIMSEEDS seeds of every protocol with every fault on, then the
 # mutation suite (every broken variant must be caught). Exits non-zero on any violation.
@@ -83,6 +84,10 @@ sim-ci: build
 	# A short pipeline: logs compacted and readmissions applied within a run.
 	$(BIN) sim --protocol canopus --seeds 30 --faults all --option max_cycles_in_flight=4
 	$(BIN) sim --protocol canopus --mutations --mutation-seeds 200 --faults all
+	# EPaxos (docs/epaxos.md): six replicas (fast quorum 4) and three (fast quorum 2).
+	$(BIN) sim --protocol epaxos --seeds $(SIMSEEDS) --faults all
+	$(BIN) sim --protocol epaxos --seeds $(SIMSEEDS) --faults all --nodes-per-region 1
+	$(BIN) sim --protocol epaxos --mutations --mutation-seeds 200 --faults all
 
 # The README's first command: an in-process cluster on the emulated WAN, latency per region.
 demo:
