@@ -134,6 +134,8 @@ type BoundQuery struct {
 	ReadLevel, WriteLevel config.Level
 	// Options are the keyspace's options.
 	Options map[string]string
+	// ReplicasPerRegion is the keyspace's replicas in each of the topology's regions (≥ 1).
+	ReplicasPerRegion int
 }
 
 // SimHints adjust the simulated runs of one mutation.

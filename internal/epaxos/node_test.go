@@ -18,7 +18,10 @@ import (
 // memStore is a replica's saved state (raw keys).
 type memStore struct{ kv map[string][]byte }
 
-func (m *memStore) GetRaw(k []byte) ([]byte, bool, error) { v, ok := m.kv[string(k)]; return v, ok, nil }
+func (m *memStore) GetRaw(k []byte) ([]byte, bool, error) {
+	v, ok := m.kv[string(k)]
+	return v, ok, nil
+}
 func (m *memStore) ScanRaw(start, end []byte, _ int, fn func(k, v []byte) bool) error {
 	var keys []string
 	for k := range m.kv {

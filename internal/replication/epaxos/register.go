@@ -73,15 +73,18 @@ func check(ks *placement.Keyspace, req *engine.Request, level string) error {
 	return errs.New(errs.Invalid, "keyspace %q (epaxos) serves Get, Put, Delete and Scan, not %s", ks.Spec.Name, req.Op)
 }
 
-// lowerBoundMs: a command (a read too) commits on the fast path when a fast quorum of N−1
-// replicas has answered its leader: the round trip to the (N−2)-th nearest other replica,
-// with the replicas spread as the simulator and the benchmarks place them (every node of
-// every region). Reported for one replica per region beside the node's own; the engine's
-// batching adds up to batch_interval.
+// lowerBoundMs: a command (a read too) commits on the fast path once a fast quorum (the
+// leader included) has the pre-accept: the round trip to the (FQ−1)-th nearest other replica,
+// with q.ReplicasPerRegion replicas in every region and the leader in the client's region.
+// The engine's batching adds up to batch_interval.
 func lowerBoundMs(t *topology.Topology, q engine.BoundQuery) (float64, bool) {
+	per := max(1, q.ReplicasPerRegion)
 	var rtts []float64
 	for _, r := range t.Regions {
-		if r != q.Region {
+		for i := range per {
+			if r == q.Region && i == 0 {
+				continue // the leader itself
+			}
 			rtts = append(rtts, float64(t.RTT(q.Region, r).Microseconds())/1000)
 		}
 	}
@@ -89,9 +92,10 @@ func lowerBoundMs(t *topology.Topology, q engine.BoundQuery) (float64, bool) {
 		return 0, true
 	}
 	slices.Sort(rtts)
-	// With one replica per region, N−1 replicas answer the leader itself included: the
-	// farthest but one other region.
-	return rtts[max(0, len(rtts)-2)], true
+	n := len(rtts) + 1
+	majority := n/2 + 1
+	fast := max(majority, 2*(n-majority)) // as core.NewNode
+	return rtts[fast-2], true
 }
 
 // sameExecutedInstances is the simulator's invariant: every instance two nodes executed has

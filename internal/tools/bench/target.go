@@ -32,6 +32,9 @@ type Config struct {
 	ReadLevel  string
 	WriteLevel string
 	Options    map[string]string
+	// ReplicasPerRegion is the keyspace's replicas in each region, for bounds that depend
+	// on it (0: one).
+	ReplicasPerRegion int
 }
 
 // Label names the configuration.
@@ -114,6 +117,7 @@ func (t *EmulatedTarget) Prepare(ctx context.Context, cfg Config) (Session, erro
 	if err != nil {
 		return nil, err
 	}
+	cfg.ReplicasPerRegion = max(1, t.ReplicasPerRegion)
 	return &emulatedSession{c: c, cfg: cfg, topo: t.Topo}, nil
 }
 
@@ -374,7 +378,8 @@ func LowerBoundMs(t *topology.Topology, cfg Config, region, op string) float64 {
 		}
 	}
 	if p, ok := engine.Lookup(cfg.Protocol); ok && p.LowerBoundMs != nil {
-		q := engine.BoundQuery{Region: region, Op: op, ReadLevel: config.Level(cfg.ReadLevel), WriteLevel: config.Level(cfg.WriteLevel), Options: cfg.Options}
+		q := engine.BoundQuery{Region: region, Op: op, ReadLevel: config.Level(cfg.ReadLevel), WriteLevel: config.Level(cfg.WriteLevel), Options: cfg.Options,
+			ReplicasPerRegion: max(1, cfg.ReplicasPerRegion)}
 		if v, ok := p.LowerBoundMs(t, q); ok {
 			return v
 		}
