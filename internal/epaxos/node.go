@@ -219,10 +219,12 @@ type instance struct {
 }
 
 // keyConflicts are, per replica index, the highest instance holding a command on a key,
-// and the highest holding a write of it; seq is the highest sequence number among them.
+// and the highest holding a write of it; seqAny and seqWrite are the highest sequence numbers
+// among each (a read takes only the writes', so reads of a key never change each other's
+// attributes: they do not interfere, and the fast path stays open to them).
 type keyConflicts struct {
-	any, write []uint64
-	seq        uint64
+	any, write       []uint64
+	seqAny, seqWrite uint64
 }
 
 // Node is one replica.
@@ -552,15 +554,15 @@ func (n *Node) attributes(id ID, cmds []*peerpb.EPaxosCommand, seq uint64, deps 
 	for _, c := range cmds {
 		switch {
 		case c.GetScan():
-			merge(n.writes.write, n.writes.seq)
+			merge(n.writes.write, n.writes.seqWrite)
 		case c.GetWrite():
-			merge(n.scans.any, n.scans.seq)
+			merge(n.scans.any, n.scans.seqAny)
 			if kc := n.conflicts[string(c.GetKey())]; kc != nil {
-				merge(kc.any, kc.seq)
+				merge(kc.any, kc.seqAny)
 			}
 		default:
 			if kc := n.conflicts[string(c.GetKey())]; kc != nil {
-				merge(kc.write, kc.seq)
+				merge(kc.write, kc.seqWrite)
 			}
 		}
 	}
@@ -581,10 +583,10 @@ func (n *Node) noteConflicts(inst *instance) {
 		switch {
 		case c.GetScan():
 			n.scans.any[i] = max(n.scans.any[i], s)
-			n.scans.seq = max(n.scans.seq, seq)
+			n.scans.seqAny = max(n.scans.seqAny, seq)
 		case c.GetWrite():
 			n.writes.write[i] = max(n.writes.write[i], s)
-			n.writes.seq = max(n.writes.seq, seq)
+			n.writes.seqWrite = max(n.writes.seqWrite, seq)
 			fallthrough
 		default:
 			k := string(c.GetKey())
@@ -594,10 +596,11 @@ func (n *Node) noteConflicts(inst *instance) {
 				n.conflicts[k] = kc
 			}
 			kc.any[i] = max(kc.any[i], s)
+			kc.seqAny = max(kc.seqAny, seq)
 			if c.GetWrite() {
 				kc.write[i] = max(kc.write[i], s)
+				kc.seqWrite = max(kc.seqWrite, seq)
 			}
-			kc.seq = max(kc.seq, seq)
 		}
 	}
 }

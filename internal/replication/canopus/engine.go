@@ -142,19 +142,11 @@ func appliedKey(k instKey) []byte { return append(prefix(k), 'a') }
 func (e *Engine) SetPlacement(m *placement.Map) {
 	e.pmap = m
 	seen := map[instKey]bool{}
-	for name, ks := range m.Keyspaces {
-		if ks.Spec.Protocol != config.ProtocolCanopus {
-			continue
-		}
-		for _, p := range ks.Partitions {
-			if !slices.Contains(p.Replicas, e.cfg.NodeID) {
-				continue
-			}
-			k := instKey{name, p.ID}
-			seen[k] = true
-			if e.insts[k] == nil {
-				e.insts[k] = e.newInstance(k, ks, p)
-			}
+	for _, lp := range engine.LocalPartitions(m, config.ProtocolCanopus, e.cfg.NodeID) {
+		k := instKey{lp.Keyspace.Spec.Name, lp.Partition.ID}
+		seen[k] = true
+		if e.insts[k] == nil {
+			e.insts[k] = e.newInstance(k, lp.Keyspace, lp.Partition)
 		}
 	}
 	for k, inst := range e.insts {

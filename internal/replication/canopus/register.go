@@ -2,7 +2,6 @@ package canopus
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -34,14 +33,7 @@ func init() {
 		LowerBoundMs: lowerBoundMs,
 		Mutations:    Mutations,
 		Metrics: func(reg prometheus.Registerer, e engine.Engine) {
-			byName := e.(*Engine).stats.byName()
-			for _, name := range counterNames {
-				c := byName[name]
-				reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-					Name: "meridian_canopus_" + name + "_total",
-					Help: "Canopus engine: " + strings.ReplaceAll(name, "_", " ") + " (internal/replication/canopus).",
-				}, func() float64 { return float64(c.Load()) }))
-			}
+			engine.RegisterCounters(reg, "meridian_canopus_", "Canopus engine (internal/replication/canopus)", counterNames, e.(*Engine).stats.byName())
 		},
 		Sim: engine.SimSupport{
 			DescribeMessage: DescribeMessage,

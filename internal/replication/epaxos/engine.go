@@ -134,19 +134,11 @@ func prefix(k spaceKey) []byte {
 func (e *Engine) SetPlacement(m *placement.Map) {
 	e.pmap = m
 	seen := map[spaceKey]bool{}
-	for name, ks := range m.Keyspaces {
-		if ks.Spec.Protocol != config.ProtocolEPaxos {
-			continue
-		}
-		for _, p := range ks.Partitions {
-			if !slices.Contains(p.Replicas, e.cfg.NodeID) {
-				continue
-			}
-			k := spaceKey{name, p.ID}
-			seen[k] = true
-			if e.spaces[k] == nil {
-				e.spaces[k] = e.newSpace(k, ks, p)
-			}
+	for _, lp := range engine.LocalPartitions(m, config.ProtocolEPaxos, e.cfg.NodeID) {
+		k := spaceKey{lp.Keyspace.Spec.Name, lp.Partition.ID}
+		seen[k] = true
+		if e.spaces[k] == nil {
+			e.spaces[k] = e.newSpace(k, lp.Keyspace, lp.Partition)
 		}
 	}
 	for k, sp := range e.spaces {

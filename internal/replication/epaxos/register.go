@@ -3,7 +3,6 @@ package epaxos
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,14 +30,7 @@ func init() {
 		LowerBoundMs: lowerBoundMs,
 		Mutations:    Mutations,
 		Metrics: func(reg prometheus.Registerer, e engine.Engine) {
-			byName := e.(*Engine).stats.byName()
-			for _, name := range counterNames {
-				c := byName[name]
-				reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-					Name: "meridian_epaxos_" + name + "_total",
-					Help: "EPaxos engine: " + strings.ReplaceAll(name, "_", " ") + " (internal/replication/epaxos).",
-				}, func() float64 { return float64(c.Load()) }))
-			}
+			engine.RegisterCounters(reg, "meridian_epaxos_", "EPaxos engine (internal/replication/epaxos)", counterNames, e.(*Engine).stats.byName())
 		},
 		Sim: engine.SimSupport{
 			DescribeMessage: DescribeMessage,
