@@ -251,6 +251,10 @@ type Node struct {
 	// pending are committed instances not yet executed; open those not committed.
 	pending, open map[ID]bool
 
+	// wakeAt is the earliest time an open instance needs Tick (a recovery or fast-path
+	// deadline): ticks before it skip the open instances (hundreds are in flight at load).
+	wakeAt time.Time
+
 	batch      []*peerpb.EPaxosCommand
 	batchStart time.Time
 	lastReport time.Time
@@ -400,23 +404,30 @@ func (n *Node) Tick(now time.Time) {
 	if len(n.batch) > 0 && now.Sub(n.batchStart) >= n.cfg.Options.BatchInterval {
 		n.flush()
 	}
-	for _, id := range sortIDs(n.open) {
-		inst := n.insts[id]
-		if inst == nil || inst.status >= StatusCommitted {
-			delete(n.open, id)
-			continue
-		}
-		if l := inst.lead; l != nil && l.phase == phasePreAccept && l.ballot.Number == 0 && len(l.oks)+1 >= n.majority &&
-			now.Sub(l.started) >= n.cfg.Options.FastPathTimeout {
-			n.slowPath(inst)
-			continue
-		}
-		if inst.recoverAt.IsZero() {
-			n.scheduleRecovery(inst)
-			continue
-		}
-		if !now.Before(inst.recoverAt) {
-			n.startPrepare(inst)
+	if !now.Before(n.wakeAt) {
+		n.wakeAt = now.Add(time.Hour)
+		for _, id := range sortIDs(n.open) {
+			inst := n.insts[id]
+			if inst == nil || inst.status >= StatusCommitted {
+				delete(n.open, id)
+				continue
+			}
+			if l := inst.lead; l != nil && l.phase == phasePreAccept && l.ballot.Number == 0 {
+				if deadline := l.started.Add(n.cfg.Options.FastPathTimeout); now.Before(deadline) {
+					n.wake(deadline)
+				} else if len(l.oks)+1 >= n.majority {
+					n.slowPath(inst)
+					continue
+				}
+			}
+			switch {
+			case inst.recoverAt.IsZero():
+				n.scheduleRecovery(inst)
+			case !now.Before(inst.recoverAt):
+				n.startPrepare(inst)
+			default:
+				n.wake(inst.recoverAt)
+			}
 		}
 	}
 	if now.Sub(n.lastReport) >= n.cfg.Options.ReportInterval {
@@ -441,6 +452,14 @@ func sortIDs(set map[ID]bool) []ID {
 func (n *Node) scheduleRecovery(inst *instance) {
 	t := n.cfg.Options.RecoveryTimeout
 	inst.recoverAt = n.now.Add(t + time.Duration(n.cfg.Rand.Int64N(int64(t))))
+	n.wake(inst.recoverAt)
+}
+
+// wake makes Tick look at the open instances at t at the latest.
+func (n *Node) wake(t time.Time) {
+	if t.Before(n.wakeAt) || n.wakeAt.IsZero() {
+		n.wakeAt = t
+	}
 }
 
 // HasReady reports whether there is output.
@@ -489,6 +508,7 @@ func (n *Node) get(id ID) *instance {
 		inst = &instance{id: id}
 		n.insts[id] = inst
 		n.open[id] = true
+		n.wake(n.now)
 		if id.Replica == n.cfg.ID && id.Slot >= n.nextSlot {
 			// Only a slot this replica saved before it sent anything is known elsewhere;
 			// never reuse one.
@@ -530,6 +550,7 @@ func (n *Node) preAcceptAt(inst *instance, b Ballot) {
 	inst.lead = &lead{phase: phasePreAccept, ballot: b, initSeq: seq, initDeps: slices.Clone(deps), allEqual: true,
 		seq: seq, deps: slices.Clone(deps), oks: map[uint32]bool{}, started: n.now}
 	n.scheduleRecovery(inst)
+	n.wake(n.now.Add(n.cfg.Options.FastPathTimeout))
 	attrs := inst.attrs
 	n.broadcast(func() *peerpb.EPaxosEnvelope {
 		return &peerpb.EPaxosEnvelope{Body: &peerpb.EPaxosEnvelope_PreAccept{PreAccept: &peerpb.EPaxosPreAccept{
