@@ -406,12 +406,28 @@ func (n *Node) Tick(now time.Time) {
 	}
 	if !now.Before(n.wakeAt) {
 		n.wakeAt = now.Add(time.Hour)
-		for _, id := range sortIDs(n.open) {
+		// The due instances, in a fixed order (runs replay); the others only move wakeAt.
+		due := map[ID]bool{}
+		for id := range n.open {
 			inst := n.insts[id]
 			if inst == nil || inst.status >= StatusCommitted {
 				delete(n.open, id)
 				continue
 			}
+			next := inst.recoverAt
+			if l := inst.lead; l != nil && l.phase == phasePreAccept && l.ballot.Number == 0 {
+				if d := l.started.Add(n.cfg.Options.FastPathTimeout); d.Before(next) {
+					next = d
+				}
+			}
+			if inst.recoverAt.IsZero() || !now.Before(next) {
+				due[id] = true
+			} else {
+				n.wake(next)
+			}
+		}
+		for _, id := range sortIDs(due) {
+			inst := n.insts[id]
 			if l := inst.lead; l != nil && l.phase == phasePreAccept && l.ballot.Number == 0 {
 				if deadline := l.started.Add(n.cfg.Options.FastPathTimeout); now.Before(deadline) {
 					n.wake(deadline)
