@@ -43,6 +43,7 @@ type benchFlags struct {
 	sweep                                  string
 	maxMode                                bool
 	p99Bound, p50Bound                     time.Duration
+	maxStart                               float64
 	seed                                   uint64
 	maxClockOffset                         time.Duration
 	labDir                                 string         // the network lab (lab bench, lab run)
@@ -96,6 +97,7 @@ func addBenchFlags(cmd *cobra.Command, fp *benchFlags) {
 	fl.StringVar(&f.sweep, "sweep-rtt", "", "repeat over an equidistant 3-region topology at each RTT (ms), e.g. 0,50,100,200")
 	fl.BoolVar(&f.maxMode, "max", false, "find the highest throughput whose p99 stays under --p99 (each configuration in turn)")
 	fl.DurationVar(&f.p99Bound, "p99", 50*time.Millisecond, "p99 bound for --max")
+	fl.Float64Var(&f.maxStart, "max-start", 200, "with --max, the first probe's rate per region (ops/s); the search doubles it until a probe breaks the bounds (start below a system's capacity: an overloaded system's backlog can outlast the cooldown)")
 	fl.DurationVar(&f.p50Bound, "p50", 0, "with --max, a bound on every region's median as well (the Canopus thesis's criterion: 1.5× the base latency; 0: none)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the workload generators")
 	fl.DurationVar(&f.maxClockOffset, "max-clock-offset", 2*time.Millisecond, "ε of the emulated cluster")
@@ -249,6 +251,9 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 	defer target.Close()
 
 	if f.maxMode {
+		if f.maxStart <= 0 || f.maxStart > 1e7 {
+			return fmt.Errorf("bench: --max-start %v: want a rate in (0, 1e7] ops/s per region", f.maxStart)
+		}
 		if f.p50Bound < 0 || f.p99Bound <= 0 {
 			return fmt.Errorf("bench: --p99 %v and --p50 %v: want a positive p99 bound and a p50 bound ≥ 0", f.p99Bound, f.p50Bound)
 		}
@@ -257,7 +262,7 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 		for _, cfg := range cfgs {
 			// Servers in other processes: the whole machine's CPU (clients, servers, router).
 			mo := bench.MaxOptions{P99BoundMs: float64(f.p99Bound.Microseconds()) / 1000, P50BoundMs: float64(f.p50Bound.Microseconds()) / 1000,
-				MachineCPU: f.labDir != "" || f.loopback != nil}
+				StartRatePerRegion: f.maxStart, MachineCPU: f.labDir != "" || f.loopback != nil}
 			res, err := bench.FindMax(ctx, target, cfg, nodes, ro, mo, os.Stdout)
 			if err != nil {
 				return err
