@@ -251,8 +251,8 @@ func TestInvalid(t *testing.T) {
 		{name: "bad keyspace name", old: "name: demo", new: "name: 1demo", path: "keyspaces[0].name", msg: "not a valid keyspace name"},
 		{name: "keyspace name with dash", old: "name: demo", new: "name: my-demo", path: "keyspaces[0].name", msg: "not a valid keyspace name"},
 		{name: "duplicate keyspace", new: "  - {name: demo, protocol: quorum}\n", path: "keyspaces[1].name", msg: "duplicate keyspace name"},
-		{name: "missing protocol", old: "    protocol: quorum\n", new: "", path: "keyspaces[0].protocol", msg: "required (known protocols: canopus, catenae, globlease, meteorshower, quorum, raft)"},
-		{name: "unknown protocol", old: "protocol: quorum", new: "protocol: paxos", path: "keyspaces[0].protocol", msg: `unknown protocol "paxos" (known protocols: canopus, catenae, globlease, meteorshower, quorum, raft)`},
+		{name: "missing protocol", old: "    protocol: quorum\n", new: "", path: "keyspaces[0].protocol", msg: "required (known protocols: canopus, catenae, epaxos, globlease, meteorshower, quorum, raft)"},
+		{name: "unknown protocol", old: "protocol: quorum", new: "protocol: paxos", path: "keyspaces[0].protocol", msg: `unknown protocol "paxos" (known protocols: canopus, catenae, epaxos, globlease, meteorshower, quorum, raft)`},
 		{name: "zero partitions", old: "    protocol: quorum\n", new: "    protocol: quorum\n    partitions: 0\n", path: "keyspaces[0].partitions", msg: "between 1 and 4096"},
 		{name: "too many partitions", old: "    protocol: quorum\n", new: "    protocol: quorum\n    partitions: 5000\n", path: "keyspaces[0].partitions", msg: "between 1 and 4096, got 5000"},
 		{name: "fractional partitions", old: "    protocol: quorum\n", new: "    protocol: quorum\n    partitions: 1.5\n", path: "keyspaces[0].partitions", msg: "expected an integer"},
@@ -521,7 +521,7 @@ func TestParseLevel(t *testing.T) {
 }
 
 func TestProtocolTable(t *testing.T) {
-	if got := Protocols(); !reflect.DeepEqual(got, []string{"canopus", "catenae", "globlease", "meteorshower", "quorum", "raft"}) {
+	if got := Protocols(); !reflect.DeepEqual(got, []string{"canopus", "catenae", "epaxos", "globlease", "meteorshower", "quorum", "raft"}) {
 		t.Errorf("Protocols() = %v", got)
 	}
 	for _, name := range Protocols() {
@@ -634,5 +634,21 @@ func TestBwManDefaults(t *testing.T) {
 	c = threeRegionCluster(t)
 	if err := c.Validate(); err != nil || c.BwMan.Mode != "off" || c.BwMan.ChunkBytes != 512<<10 {
 		t.Fatalf("default mode %q chunk %d, %v", c.BwMan.Mode, c.BwMan.ChunkBytes, err)
+	}
+}
+
+func TestEPaxosOptions(t *testing.T) {
+	o, err := EPaxosOptionsOf(nil)
+	if err != nil || o.BatchInterval != 5*time.Millisecond || o.BatchMax != 1000 || o.FastPathTimeout != 0 || o.RecoveryTimeout != 0 || o.MaxInstances != 100_000 {
+		t.Fatalf("defaults: %+v, %v", o, err)
+	}
+	o, err = EPaxosOptionsOf(map[string]string{"recovery_timeout": "2s", "batch_max": "10"})
+	if err != nil || o.RecoveryTimeout != 2*time.Second || o.BatchMax != 10 {
+		t.Fatalf("set: %+v, %v", o, err)
+	}
+	for _, bad := range []map[string]string{{"batch_max": "0"}, {"batch_interval": "10s"}, {"recovery_timeout": "1ms"}, {"max_instances": "5"}, {"quorum": "fast"}} {
+		if _, err := EPaxosOptionsOf(bad); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
 	}
 }

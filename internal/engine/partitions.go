@@ -49,3 +49,27 @@ func RegisterCounters(reg prometheus.Registerer, prefix, help string, names []st
 		}, func() float64 { return float64(c.Load()) }))
 	}
 }
+
+// Reconcile keeps one instance per local partition: it creates the missing ones, drops (after
+// calling drop) those whose partition is no longer local, and returns the keys in local's
+// order (by keyspace, then partition).
+func Reconcile[K comparable, V any](instances map[K]V, local []LocalPartition, key func(LocalPartition) K,
+	create func(K, LocalPartition) V, drop func(K, V)) []K {
+	order := make([]K, 0, len(local))
+	seen := make(map[K]bool, len(local))
+	for _, lp := range local {
+		k := key(lp)
+		seen[k] = true
+		order = append(order, k)
+		if _, ok := instances[k]; !ok {
+			instances[k] = create(k, lp)
+		}
+	}
+	for k, v := range instances {
+		if !seen[k] {
+			drop(k, v)
+			delete(instances, k)
+		}
+	}
+	return order
+}

@@ -7,7 +7,6 @@
 package canopus
 
 import (
-	"cmp"
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
@@ -141,23 +140,14 @@ func appliedKey(k instKey) []byte { return append(prefix(k), 'a') }
 // replicates.
 func (e *Engine) SetPlacement(m *placement.Map) {
 	e.pmap = m
-	seen := map[instKey]bool{}
-	for _, lp := range engine.LocalPartitions(m, config.ProtocolCanopus, e.cfg.NodeID) {
-		k := instKey{lp.Keyspace.Spec.Name, lp.Partition.ID}
-		seen[k] = true
-		if e.insts[k] == nil {
-			e.insts[k] = e.newInstance(k, lp.Keyspace, lp.Partition)
-		}
-	}
-	for k, inst := range e.insts {
-		if !seen[k] {
+	e.order = engine.Reconcile(e.insts, engine.LocalPartitions(m, config.ProtocolCanopus, e.cfg.NodeID),
+		func(lp engine.LocalPartition) instKey { return instKey{lp.Keyspace.Spec.Name, lp.Partition.ID} },
+		func(k instKey, lp engine.LocalPartition) *instance {
+			return e.newInstance(k, lp.Keyspace, lp.Partition)
+		},
+		func(k instKey, inst *instance) {
 			e.failAll(inst, errs.New(errs.NotFound, "keyspace %q partition %d left this node's map", k.keyspace, k.partition))
-			delete(e.insts, k)
-		}
-	}
-	e.order = slices.SortedFunc(maps.Keys(e.insts), func(a, b instKey) int {
-		return cmp.Or(cmp.Compare(a.keyspace, b.keyspace), cmp.Compare(a.partition, b.partition))
-	})
+		})
 }
 
 // Options returns the core options of a keyspace on topology regions: its options with the

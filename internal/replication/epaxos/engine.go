@@ -7,7 +7,6 @@
 package epaxos
 
 import (
-	"cmp"
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
@@ -133,23 +132,12 @@ func prefix(k spaceKey) []byte {
 // SetPlacement creates a replica for every partition of an epaxos keyspace this node holds.
 func (e *Engine) SetPlacement(m *placement.Map) {
 	e.pmap = m
-	seen := map[spaceKey]bool{}
-	for _, lp := range engine.LocalPartitions(m, config.ProtocolEPaxos, e.cfg.NodeID) {
-		k := spaceKey{lp.Keyspace.Spec.Name, lp.Partition.ID}
-		seen[k] = true
-		if e.spaces[k] == nil {
-			e.spaces[k] = e.newSpace(k, lp.Keyspace, lp.Partition)
-		}
-	}
-	for k, sp := range e.spaces {
-		if !seen[k] {
+	e.order = engine.Reconcile(e.spaces, engine.LocalPartitions(m, config.ProtocolEPaxos, e.cfg.NodeID),
+		func(lp engine.LocalPartition) spaceKey { return spaceKey{lp.Keyspace.Spec.Name, lp.Partition.ID} },
+		func(k spaceKey, lp engine.LocalPartition) *space { return e.newSpace(k, lp.Keyspace, lp.Partition) },
+		func(k spaceKey, sp *space) {
 			e.failAll(sp, errs.New(errs.NotFound, "keyspace %q partition %d left this node's map", k.keyspace, k.partition))
-			delete(e.spaces, k)
-		}
-	}
-	e.order = slices.SortedFunc(maps.Keys(e.spaces), func(a, b spaceKey) int {
-		return cmp.Or(cmp.Compare(a.keyspace, b.keyspace), cmp.Compare(a.partition, b.partition))
-	})
+		})
 }
 
 // Options returns the core options of a keyspace whose replicas are at most maxRTT apart.
