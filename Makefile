@@ -3,9 +3,12 @@
 GO       ?= go
 TAGS     ?= pebblegozstd
 BIN      ?= bin/meridian
-FUZZTIME ?= 10s
+FUZZTIME ?= 5s
 
 SIMSEEDS ?= 200
+# The slowest configurations (replica moves and repartitions together) run half as many in CI;
+# docs/simulation.md lists the larger manual runs.
+SIMSEEDS_SLOW ?= 100
 
 .PHONY: build test test-short fuzz sim-ci demo vet proto bench-throughput clean
 
@@ -51,16 +54,16 @@ sim-ci: build
 	$(BIN) sim --protocol quorum --mutations --mutation-seeds 200 --faults all
 	$(BIN) sim --protocol quorum --seeds $(SIMSEEDS) --faults all --nodes-per-region 2 --repartition-every 100ms
 	$(BIN) sim --protocol quorum --seeds $(SIMSEEDS) --faults all --nodes-per-region 2 --move-every 300ms
-	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --nodes-per-region 2 --move-every 300ms
+	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS_SLOW) --faults all --nodes-per-region 2 --move-every 300ms
 	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --repartition-every 100ms
 	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --option theta=lower
 	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --option theta=upper
 	$(BIN) sim --protocol meteorshower --mutations --mutation-seeds 200 --faults all
 	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS) --faults all
 	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS) --faults all --nodes-per-region 1
-	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS) --faults all --nodes-per-region 3 --move-every 300ms
-	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS) --faults all --repartition-every 200ms --linearizability
-	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS) --faults all --nodes-per-region 3 --move-every 300ms --repartition-every 200ms
+	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS_SLOW) --faults all --nodes-per-region 3 --move-every 300ms
+	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS_SLOW) --faults all --repartition-every 200ms --linearizability
+	$(BIN) sim --protocol globlease --seeds $(SIMSEEDS_SLOW) --faults all --nodes-per-region 3 --move-every 300ms --repartition-every 200ms
 	$(BIN) sim --protocol globlease --mutations --mutation-seeds 200 --faults all
 	$(BIN) sim --protocol raft --seeds $(SIMSEEDS) --faults all
 	$(BIN) sim --protocol raft --seeds $(SIMSEEDS) --faults all --nodes-per-region 3 --move-every 300ms
