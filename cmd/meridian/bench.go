@@ -78,9 +78,9 @@ func addBenchFlags(cmd *cobra.Command, fp *benchFlags) {
 	fl.StringVar(&f.configPath, "config", "", "benchmark a running cluster described by this configuration file instead")
 	fl.StringVar(&f.keyspace, "keyspace", "bench", "keyspace of the running cluster (--config)")
 	fl.StringVar(&f.target, "target", "", "noop: measure the benchmark client alone (runs on one core)")
-	fl.IntVar(&f.nodesPerRegion, "nodes-per-region", 1, "emulated nodes per region")
-	fl.IntVar(&f.replicas, "replicas-per-region", 1, "emulated keyspace replicas per region")
-	fl.IntVar(&f.partitions, "partitions", 16, "emulated keyspace partitions")
+	fl.IntVar(&f.nodesPerRegion, "nodes-per-region", 1, "nodes per region (emulated; in the lab, Meridian servers per region)")
+	fl.IntVar(&f.replicas, "replicas-per-region", 1, "keyspace replicas per region (emulated and lab)")
+	fl.IntVar(&f.partitions, "partitions", 16, "keyspace partitions (emulated and lab)")
 	fl.StringVar(&f.protocols, "protocols", "quorum:QUORUM/QUORUM,quorum:ALL/ONE", "configurations: PROTOCOL[:READ/WRITE][:opt=v+opt=v], comma-separated")
 	fl.StringVar(&f.workload, "workload", "b", "YCSB core workload a..f")
 	fl.StringVar(&f.mix, "mix", "", "custom mix instead of --workload, e.g. read=0.9,update=0.1,dist=uniform")
@@ -224,6 +224,9 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 	case f.labDir != "":
 		lt, err := newLabTarget(f.labDir)
 		if err != nil {
+			return err
+		}
+		if err := lt.SetKeyspaceShape(f.replicas, f.partitions); err != nil {
 			return err
 		}
 		target = lt

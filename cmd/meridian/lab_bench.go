@@ -65,6 +65,13 @@ tears the lab down — on success, error or signal.`,
 			if err != nil {
 				return err
 			}
+			// --nodes-per-region (the emulated cluster's flag) means the same in the lab.
+			if cmd.Flags().Changed("nodes-per-region") {
+				if cmd.Flags().Changed("meridian-per-region") && perRegion != f.nodesPerRegion {
+					return fmt.Errorf("lab run: --nodes-per-region %d and --meridian-per-region %d disagree", f.nodesPerRegion, perRegion)
+				}
+				perRegion = f.nodesPerRegion
+			}
 			if _, err := lab.Up(cmd.Context(), lab.UpOptions{Dir: *dir, Topology: t, MeridianPerRegion: perRegion, Peers: peers, Seed: f.seed, Log: os.Stderr}); err != nil {
 				return err
 			}

@@ -56,6 +56,29 @@ type Target struct {
 	log      io.Writer
 	mu       sync.Mutex
 	peers    map[string]PeerCluster // running, by role
+	// replicasPerRegion and partitions shape Meridian's benchmark keyspace (SetKeyspaceShape;
+	// default one replica per region, 16 partitions).
+	replicasPerRegion, partitions int
+}
+
+// SetKeyspaceShape sets the replicas per region and partitions of the keyspace each Meridian
+// configuration is benchmarked on. Replicas per region cannot exceed the Meridian servers of a
+// region.
+func (t *Target) SetKeyspaceShape(replicasPerRegion, partitions int) error {
+	servers := map[string]int{}
+	for _, h := range t.meridian.Hosts() {
+		servers[h.Region]++
+	}
+	for region, n := range servers {
+		if replicasPerRegion > n {
+			return fmt.Errorf("lab: %d replicas per region, but region %s has %d Meridian servers (--meridian-per-region or --nodes-per-region)", replicasPerRegion, region, n)
+		}
+	}
+	if replicasPerRegion < 1 || partitions < 1 || partitions > 4096 {
+		return fmt.Errorf("lab: keyspace shape %d replicas per region, %d partitions: want ≥ 1 replica and 1..4096 partitions", replicasPerRegion, partitions)
+	}
+	t.replicasPerRegion, t.partitions = replicasPerRegion, partitions
+	return nil
 }
 
 // NewTarget benchmarks the lab up in dir.
@@ -161,7 +184,11 @@ func (t *Target) Prepare(ctx context.Context, cfg bench.Config) (bench.Session, 
 		return nil, fmt.Errorf("lab: unknown protocol %q (Meridian's: %v; peers: cassandra, etcd)", cfg.Protocol, config.Protocols())
 	}
 	// YCSB keys all start with "user": split where they spread (ycsb.SplitPoints).
-	ks := config.Keyspace{Name: "bench", Protocol: cfg.Protocol, Partitions: 16, SplitPoints: ycsb.SplitPoints(16), ReplicasPerRegion: 1, Options: map[string]string{}}
+	replicas, partitions := max(1, t.replicasPerRegion), t.partitions
+	if partitions == 0 {
+		partitions = 16
+	}
+	ks := config.Keyspace{Name: "bench", Protocol: cfg.Protocol, Partitions: partitions, SplitPoints: ycsb.SplitPoints(partitions), ReplicasPerRegion: replicas, Options: map[string]string{}}
 	maps.Copy(ks.Options, cfg.Options)
 	if cfg.ReadLevel != "" {
 		ks.Options["read_level"] = cfg.ReadLevel
@@ -172,6 +199,7 @@ func (t *Target) Prepare(ctx context.Context, cfg bench.Config) (bench.Session, 
 	if err := t.meridian.Start(ctx, ks); err != nil {
 		return nil, err
 	}
+	cfg.ReplicasPerRegion = replicas
 	return &meridianSession{t: t, cfg: cfg}, nil
 }
 
