@@ -8,7 +8,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"meridian/internal/errs"
 	"meridian/internal/placement"
+	"meridian/internal/storage"
 )
 
 // LocalPartition is a partition of a keyspace that a node replicates.
@@ -72,4 +74,38 @@ func Reconcile[K comparable, V any](instances map[K]V, local []LocalPartition, k
 		}
 	}
 	return order
+}
+
+// LocalRead reads req (a Get or a Scan) from the node's own replica once the Ready that
+// carries it is applied, answering with path as the read path.
+func LocalRead(req Request, path string) Read {
+	return Read{ID: req.ID, Op: req.Op, Run: func(store Reader) Result {
+		res := Result{ID: req.ID, Op: req.Op, Path: path}
+		if req.Op == OpScan {
+			ScanLive(store, storage.Span{Keyspace: req.Keyspace, Start: req.Start, End: req.End}, req.Limit, &res)
+			return res
+		}
+		rec, found, err := store.Get(req.Keyspace, req.Key)
+		GetLive(rec, found, err, &res)
+		return res
+	}}
+}
+
+// RoutePartition finds the partition of a keyspace of protocol that req addresses: its key's,
+// or, for a scan, the one partition the range lies in (protocols whose partitions are
+// consensus instances of their own serve no scan across them).
+func RoutePartition(m *placement.Map, protocol string, req Request) (*placement.Keyspace, *placement.Partition, error) {
+	ks, ok := m.Keyspace(req.Keyspace)
+	if !ok || ks.Spec.Protocol != protocol {
+		return nil, nil, errs.New(errs.NotFound, "keyspace %q is not a %s keyspace of this node's map", req.Keyspace, protocol)
+	}
+	key := req.Key
+	if req.Op == OpScan {
+		parts := ks.Overlapping(req.Start, req.End)
+		if len(parts) != 1 {
+			return nil, nil, errs.New(errs.Invalid, "keyspace %q (%s): a scan covers one partition (each partition is a consensus instance of its own; this range covers %d): split the range at the partitions' bounds", req.Keyspace, protocol, len(parts))
+		}
+		key = parts[0].Start
+	}
+	return ks, ks.Lookup(key), nil
 }

@@ -242,21 +242,11 @@ func (e *Engine) reply(r engine.Result) { e.out.Replies = append(e.out.Replies, 
 // Propose starts a client request.
 func (e *Engine) Propose(now time.Time, req engine.Request) {
 	e.now = now
-	ks, ok := e.pmap.Keyspace(req.Keyspace)
-	if !ok || ks.Spec.Protocol != config.ProtocolCanopus {
-		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.NotFound, "keyspace %q is not a canopus keyspace of this node's map", req.Keyspace)})
+	_, p, err := engine.RoutePartition(e.pmap, config.ProtocolCanopus, req)
+	if err != nil {
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: err})
 		return
 	}
-	key := req.Key
-	if req.Op == engine.OpScan {
-		parts := ks.Overlapping(req.Start, req.End)
-		if len(parts) != 1 {
-			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Invalid, "keyspace %q (canopus): a scan covers one partition (each partition is a consensus instance of its own; this range covers %d): split the range at the partitions' bounds", req.Keyspace, len(parts))})
-			return
-		}
-		key = parts[0].Start
-	}
-	p := ks.Lookup(key)
 	inst := e.insts[instKey{req.Keyspace, p.ID}]
 	switch {
 	case inst == nil:
@@ -285,7 +275,7 @@ func (e *Engine) Propose(now time.Time, req engine.Request) {
 		inst.node.Write(now, req.Key, b)
 	case engine.OpGet, engine.OpScan:
 		if e.cfg.Mutation == mutationReadEarly {
-			e.out.Reads = append(e.out.Reads, readFor(req))
+			e.out.Reads = append(e.out.Reads, engine.LocalRead(req, "cycle"))
 			return
 		}
 		if inst.nReads >= maxPendingReads {
@@ -302,20 +292,6 @@ func (e *Engine) Propose(now time.Time, req engine.Request) {
 	default:
 		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Invalid, "keyspace %q (canopus) serves Get, Put, Delete and Scan, not %s", req.Keyspace, req.Op)})
 	}
-}
-
-// readFor reads the local replica (run once every earlier Ready's writes are in storage).
-func readFor(req engine.Request) engine.Read {
-	return engine.Read{ID: req.ID, Op: req.Op, Run: func(store engine.Reader) engine.Result {
-		res := engine.Result{ID: req.ID, Op: req.Op, Path: "cycle"}
-		if req.Op == engine.OpScan {
-			engine.ScanLive(store, storage.Span{Keyspace: req.Keyspace, Start: req.Start, End: req.End}, req.Limit, &res)
-			return res
-		}
-		rec, found, err := store.Get(req.Keyspace, req.Key)
-		engine.GetLive(rec, found, err, &res)
-		return res
-	}}
 }
 
 // Step delivers a peer message.
@@ -448,14 +424,7 @@ func (e *Engine) Ready() engine.Ready {
 				delete(inst.confirming, id)
 				inst.nReads--
 				e.stats.readsLease.Add(1)
-				r := readFor(req)
-				run := r.Run
-				r.Run = func(store engine.Reader) engine.Result {
-					res := run(store)
-					res.Path = "lease"
-					return res
-				}
-				e.out.Reads = append(e.out.Reads, r)
+				e.out.Reads = append(e.out.Reads, engine.LocalRead(req, "lease"))
 			}
 		}
 		for _, fr := range rd.ReadsFenced {
@@ -528,7 +497,7 @@ func (e *Engine) apply(inst *instance, c core.Committed) {
 			inst.nReads--
 			if c.Own && f == c.Cycle {
 				e.stats.readsCycle.Add(1)
-				e.out.Reads = append(e.out.Reads, readFor(req))
+				e.out.Reads = append(e.out.Reads, engine.LocalRead(req, "cycle"))
 				continue
 			}
 			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Unavailable, "this node's epoch was closed before cycle %d, which the read waited for: it cannot tell the read is linearizable; retry", c.Cycle)})

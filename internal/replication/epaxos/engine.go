@@ -202,21 +202,11 @@ func (e *Engine) reply(r engine.Result) { e.out.Replies = append(e.out.Replies, 
 
 // Propose starts a client request.
 func (e *Engine) Propose(now time.Time, req engine.Request) {
-	ks, ok := e.pmap.Keyspace(req.Keyspace)
-	if !ok || ks.Spec.Protocol != config.ProtocolEPaxos {
-		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.NotFound, "keyspace %q is not an epaxos keyspace of this node's map", req.Keyspace)})
+	_, p, err := engine.RoutePartition(e.pmap, config.ProtocolEPaxos, req)
+	if err != nil {
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: err})
 		return
 	}
-	key := req.Key
-	if req.Op == engine.OpScan {
-		parts := ks.Overlapping(req.Start, req.End)
-		if len(parts) != 1 {
-			e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Invalid, "keyspace %q (epaxos): a scan covers one partition (each is an instance space of its own; this range covers %d): split the range at the partitions' bounds", req.Keyspace, len(parts))})
-			return
-		}
-		key = parts[0].Start
-	}
-	p := ks.Lookup(key)
 	sp := e.spaces[spaceKey{req.Keyspace, p.ID}]
 	switch {
 	case sp == nil:
@@ -368,8 +358,9 @@ func (e *Engine) apply(sp *space, ex core.Executed) {
 	fmt.Fprintf(h, "%d %v|", ex.Attrs.GetSeq(), ex.Attrs.GetDeps())
 	own := ex.ID.Replica == e.cfg.NodeID
 	for _, c := range ex.Attrs.GetCommands() {
-		b, _ := proto.Marshal(c)
-		h.Write(b)
+		// The fields that decide the outcome, without encoding the command again.
+		fmt.Fprintf(h, "%d.%d %t%t%t %q %q %q %d %d|", c.GetRequestId(), c.GetIncarnation(), c.GetWrite(), c.GetScan(), c.GetTombstone(),
+			c.GetKey(), c.GetValue(), c.GetEnd(), c.GetLimit(), c.GetTimeNanos())
 		var req engine.Request
 		mine := false
 		if own && c.GetIncarnation() == e.incarnation {
@@ -380,7 +371,7 @@ func (e *Engine) apply(sp *space, ex core.Executed) {
 		}
 		if !c.GetWrite() {
 			if mine {
-				e.out.Reads = append(e.out.Reads, readFor(req))
+				e.out.Reads = append(e.out.Reads, engine.LocalRead(req, "instance"))
 			}
 			continue
 		}
@@ -428,18 +419,4 @@ func (e *Engine) forgetVersions() {
 			delete(e.versions, vk)
 		}
 	}
-}
-
-// readFor reads the local replica, once every earlier write is applied (engine.Ready.Reads).
-func readFor(req engine.Request) engine.Read {
-	return engine.Read{ID: req.ID, Op: req.Op, Run: func(store engine.Reader) engine.Result {
-		res := engine.Result{ID: req.ID, Op: req.Op, Path: "instance"}
-		if req.Op == engine.OpScan {
-			engine.ScanLive(store, storage.Span{Keyspace: req.Keyspace, Start: req.Start, End: req.End}, req.Limit, &res)
-			return res
-		}
-		rec, found, err := store.Get(req.Keyspace, req.Key)
-		engine.GetLive(rec, found, err, &res)
-		return res
-	}}
 }
