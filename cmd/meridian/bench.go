@@ -43,7 +43,8 @@ type benchFlags struct {
 	sweep                                  string
 	maxMode                                bool
 	p99Bound, p50Bound                     time.Duration
-	maxStart                               float64
+	maxStart, p50Factor                    float64
+	maxFresh                               bool
 	seed                                   uint64
 	maxClockOffset                         time.Duration
 	labDir                                 string         // the network lab (lab bench, lab run)
@@ -98,6 +99,8 @@ func addBenchFlags(cmd *cobra.Command, fp *benchFlags) {
 	fl.BoolVar(&f.maxMode, "max", false, "find the highest throughput whose p99 stays under --p99 (each configuration in turn)")
 	fl.DurationVar(&f.p99Bound, "p99", 50*time.Millisecond, "p99 bound for --max")
 	fl.Float64Var(&f.maxStart, "max-start", 200, "with --max, the first probe's rate per region (ops/s); the search doubles it until a probe breaks the bounds (start below a system's capacity: an overloaded system's backlog can outlast the cooldown)")
+	fl.BoolVar(&f.maxFresh, "max-fresh", false, "with --max, run every probe on a fresh cluster with the data loaded again (no backlog carried from an overloaded probe into the next; emulated and loopback targets)")
+	fl.Float64Var(&f.p50Factor, "p50-factor", 0, "with --max, every region's median must stay under this factor times its unloaded median, measured first at --max-start/4 (the Canopus thesis's 1.5; also reports the medians at 70% of the highest rate; 0: none)")
 	fl.DurationVar(&f.p50Bound, "p50", 0, "with --max, a bound on every region's median as well (the Canopus thesis's criterion: 1.5× the base latency; 0: none)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the workload generators")
 	fl.DurationVar(&f.maxClockOffset, "max-clock-offset", 2*time.Millisecond, "ε of the emulated cluster")
@@ -265,7 +268,7 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 		for _, cfg := range cfgs {
 			// Servers in other processes: the whole machine's CPU (clients, servers, router).
 			mo := bench.MaxOptions{P99BoundMs: float64(f.p99Bound.Microseconds()) / 1000, P50BoundMs: float64(f.p50Bound.Microseconds()) / 1000,
-				StartRatePerRegion: f.maxStart, MachineCPU: f.labDir != "" || f.loopback != nil}
+				P50Factor: f.p50Factor, Fresh: f.maxFresh, StartRatePerRegion: f.maxStart, MachineCPU: f.labDir != "" || f.loopback != nil}
 			res, err := bench.FindMax(ctx, target, cfg, nodes, ro, mo, os.Stdout)
 			if err != nil {
 				return err
@@ -274,12 +277,16 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 			if f.p50Bound > 0 {
 				bound += fmt.Sprintf(", p50 < %v", f.p50Bound)
 			}
+			if f.p50Factor > 0 {
+				bound += fmt.Sprintf(", every region's p50 < %.2f× its base", f.p50Factor)
+			}
 			fmt.Printf("%s, workload %s: highest throughput with %s: %.0f ops/s (p50 %.1f ms, p99 %.1f ms) = %.0f ops/s per node, %.0f ops/s per core, %.0f CPU µs/op (%s, %.2f cores)\n",
 				res.Config, res.Workload, bound, res.BestOps, res.BestP50Ms, res.BestP99Ms, res.OpsPerNode, res.OpsPerCore, res.CPUUsPerOp, res.CPUNote, res.CPUCores)
 			all = append(all, res)
 		}
 		fmt.Println()
 		bench.PrintMax(os.Stdout, all)
+		bench.PrintMaxMedians(os.Stdout, all)
 		if f.jsonPath != "" {
 			if len(all) == 1 {
 				return bench.WriteJSON(f.jsonPath, all[0])

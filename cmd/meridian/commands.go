@@ -584,13 +584,34 @@ func readValue(ctx context.Context, c *client.Client, path string, stdin io.Read
 }
 
 func loadTopology(ref string) (*topology.Topology, error) {
+	// NAME:N keeps the first N regions of NAME (in its file order), NAME:a+b+c those regions:
+	// the Canopus thesis's 3- and 5-datacentre runs are subsets of ec2-7 (4.6.2).
+	if base, sel, ok := strings.Cut(ref, ":"); ok && !fileExists(ref) {
+		t, err := loadTopology(base)
+		if err != nil {
+			return nil, err
+		}
+		regions := strings.Split(sel, "+")
+		if k, err := strconv.Atoi(sel); err == nil {
+			if k < 1 || k > len(t.Regions) {
+				return nil, fmt.Errorf("topology %q: %d regions: %s has %d", ref, k, t.Name, len(t.Regions))
+			}
+			regions = t.Regions[:k]
+		}
+		return t.Subset(t.Name+"-"+strings.ReplaceAll(sel, "+", "-"), regions)
+	}
 	if topology.IsBuiltin(ref) {
 		return topology.Builtin(ref)
 	}
 	if _, err := os.Stat(ref); err == nil {
 		return topology.Load(ref)
 	}
-	return nil, fmt.Errorf("topology %q is neither a built-in (%v) nor a readable file", ref, topology.BuiltinNames())
+	return nil, fmt.Errorf("topology %q is neither a built-in (%v) nor a readable file (NAME:N or NAME:a+b selects regions)", ref, topology.BuiltinNames())
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 func splitList(s string) []string {

@@ -434,3 +434,28 @@ func (t *Topology) NthRTTMs(region string, count int) float64 {
 	}
 	return rtts[count-1]
 }
+
+// Subset returns the topology restricted to regions (each one of t's, at least one, none
+// twice), in the order given, with t's RTTs: the Canopus thesis runs its 3- and 5-datacentre
+// experiments on subsets of its 7-datacentre table (4.6.2, Table 4.1). name names the result.
+func (t *Topology) Subset(name string, regions []string) (*Topology, error) {
+	spec := Spec{Name: name, Source: fmt.Sprintf("%s restricted to %v", t.Name, regions), Regions: regions,
+		IntraRegionRTTMs: make(map[string]float64, len(regions)), RTTMs: make(map[string]map[string]float64, len(regions))}
+	for i, a := range regions {
+		ia, ok := t.index[a]
+		if !ok {
+			return nil, t.unknownRegion(a)
+		}
+		spec.IntraRegionRTTMs[a] = t.rtt[ia][ia]
+		row := make(map[string]float64, len(regions)-i-1)
+		for _, b := range regions[i+1:] {
+			ib, ok := t.index[b]
+			if !ok {
+				return nil, t.unknownRegion(b)
+			}
+			row[b] = t.rtt[ia][ib]
+		}
+		spec.RTTMs[a] = row
+	}
+	return New(spec)
+}

@@ -302,3 +302,31 @@ func TestLoad(t *testing.T) {
 		t.Errorf("Load of a missing file: %v, want ErrNotExist", err)
 	}
 }
+
+func TestSubsetKeepsTheRTTsOfTheRegionsItNames(t *testing.T) {
+	ec2, err := Builtin("ec2-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := ec2.Subset("ec2-7-3", []string{"tokyo", "ireland", "frankfurt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sub.Regions; len(got) != 3 || got[0] != "tokyo" || got[2] != "frankfurt" {
+		t.Fatalf("regions %v: want the order given", got)
+	}
+	for _, p := range [][2]string{{"tokyo", "ireland"}, {"ireland", "frankfurt"}, {"frankfurt", "tokyo"}, {"tokyo", "tokyo"}} {
+		want, _ := ec2.RTTMs(p[0], p[1])
+		if got, _ := sub.RTTMs(p[0], p[1]); got != want {
+			t.Errorf("RTT %s–%s: %v, want %v (the full table's)", p[0], p[1], got, want)
+		}
+	}
+	if sub.HasRegion("sydney") {
+		t.Error("sydney is not in the subset")
+	}
+	for _, bad := range [][]string{nil, {"mars"}, {"tokyo", "tokyo"}} {
+		if _, err := ec2.Subset("x", bad); err == nil {
+			t.Errorf("subset %v: no error", bad)
+		}
+	}
+}

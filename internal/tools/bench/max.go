@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -20,6 +22,14 @@ type MaxOptions struct {
 	// (the Canopus thesis reports the throughput where latency reaches 1.5× its base,
 	// 4.6.2).
 	P50BoundMs float64
+	// P50Factor, when set: every region's median of every operation must stay under this
+	// factor times its median at BaseRatePerRegion, measured first (the thesis's criterion,
+	// "the throughput when the latency touches 1.5 times the base latency", 4.6.2, per region
+	// since each region has its own base). The search then also measures the medians at 70%
+	// of the highest rate found (the thesis's "median at 70% load").
+	P50Factor float64
+	// BaseRatePerRegion is the rate of the base probe (default StartRatePerRegion/4).
+	BaseRatePerRegion float64
 	// StartRatePerRegion is the first probe's open-loop rate (default 200 ops/s per region).
 	StartRatePerRegion float64
 	// Probe is the measured time of each probe (default 5s, plus 1s warm-up).
@@ -34,6 +44,11 @@ type MaxOptions struct {
 	// MachineCPU samples the whole machine's CPU (/proc/stat) instead of this process's:
 	// in the lab the servers are other processes.
 	MachineCPU bool
+	// Fresh runs every probe on a fresh session (FindMax prepares the target and loads the
+	// data again): a system that fell behind in one probe does not carry its backlog into
+	// the next (EPaxos on bandwidth-limited links measured 0 ops/s at every rate after its
+	// first overload, 2026-11-27), as the thesis ran each rate as its own experiment.
+	Fresh bool
 }
 
 // Probe is one measured rate.
@@ -49,7 +64,9 @@ type Probe struct {
 	WorstP50Ms float64 `json:"worst_p50_ms"`
 	// ServerCPUCores is the servers' CPU (sessions that are ServerProcesses), 0 otherwise.
 	ServerCPUCores float64 `json:"server_cpu_cores,omitempty"`
-	OK             bool    `json:"ok"`
+	// RegionP50Ms is each region's highest median over its operations.
+	RegionP50Ms map[string]float64 `json:"region_p50_ms,omitempty"`
+	OK          bool               `json:"ok"`
 }
 
 // ServerProcesses is a session whose servers are processes of this machine: FindMax then
@@ -101,7 +118,13 @@ type MaxResult struct {
 	ServerCPUCores   float64 `json:"server_cpu_cores,omitempty"`
 	ServerCPUUsPerOp float64 `json:"server_cpu_us_per_op,omitempty"`
 	Probes           []Probe `json:"probes"`
-	CPUNote          string  `json:"cpu_note"`
+	// Base is the unloaded probe (P50Factor) whose medians the bounds scale; Load70 the probe
+	// at 70% of BestOps's rate.
+	Base   *Probe `json:"base,omitempty"`
+	Load70 *Probe `json:"load70,omitempty"`
+	// P50Factor is MaxOptions.P50Factor.
+	P50Factor float64 `json:"p50_factor,omitempty"`
+	CPUNote   string  `json:"cpu_note"`
 }
 
 // ensureDefaults fills the options' documented defaults and checks the bound.
@@ -120,6 +143,12 @@ func (mo *MaxOptions) ensureDefaults() error {
 	}
 	if mo.Cooldown <= 0 {
 		mo.Cooldown = mo.Probe
+	}
+	if mo.P50Factor < 0 || (mo.P50Factor > 0 && mo.P50Factor <= 1) {
+		return fmt.Errorf("bench: p50 factor %v: want > 1 (or 0: none)", mo.P50Factor)
+	}
+	if mo.BaseRatePerRegion <= 0 {
+		mo.BaseRatePerRegion = mo.StartRatePerRegion / 4
 	}
 	return nil
 }
@@ -143,6 +172,21 @@ func FindMax(ctx context.Context, t Target, cfg Config, nodes int, o RunOptions,
 	if err := Load(ctx, sess, o.Workload, regions, 256); err != nil {
 		return nil, err
 	}
+	if mo.Fresh {
+		sess.Close() // only the check that the target prepares and loads
+		fresh := func() (Session, func(), error) {
+			s, err := t.Prepare(ctx, cfg)
+			if err != nil {
+				return nil, nil, err
+			}
+			if err := Load(ctx, s, o.Workload, regions, 256); err != nil {
+				s.Close()
+				return nil, nil, err
+			}
+			return s, func() { s.Close() }, nil
+		}
+		return searchMax(ctx, fresh, regions, cfg, nodes, o, mo, log)
+	}
 	if o.Warmup > time.Second {
 		// Settle before the first probe: a JVM peer compiles its hot paths and a freshly
 		// loaded store compacts during the first tens of seconds, and a probe measured then
@@ -162,17 +206,30 @@ func FindMax(ctx context.Context, t Target, cfg Config, nodes int, o RunOptions,
 // the open-loop rate doubles from mo.StartRatePerRegion until a probe breaks the p99 bound,
 // then bisects.
 func SearchMax(ctx context.Context, sess Session, regions []string, cfg Config, nodes int, o RunOptions, mo MaxOptions, log io.Writer) (*MaxResult, error) {
+	same := func() (Session, func(), error) { return sess, func() {}, nil }
+	return searchMax(ctx, same, regions, cfg, nodes, o, mo, log)
+}
+
+// searchMax is SearchMax with the session of each probe from next (the same one, or a
+// fresh one with MaxOptions.Fresh); done releases it.
+func searchMax(ctx context.Context, next func() (sess Session, done func(), err error), regions []string, cfg Config, nodes int, o RunOptions, mo MaxOptions, log io.Writer) (*MaxResult, error) {
 	if err := mo.ensureDefaults(); err != nil {
 		return nil, err
 	}
 	res := &MaxResult{Config: cfg.Label(), Workload: o.Workload.Name, Nodes: nodes, P99BoundMs: mo.P99BoundMs, P50BoundMs: mo.P50BoundMs,
-		CPUNote: fmt.Sprintf("CPU of this process (nodes and clients together) on a %d-core machine", runtime.NumCPU())}
+		P50Factor: mo.P50Factor,
+		CPUNote:   fmt.Sprintf("CPU of this process (nodes and clients together) on a %d-core machine", runtime.NumCPU())}
 	cpuSeconds := processCPUSeconds
 	if mo.MachineCPU {
 		cpuSeconds = machineCPUSeconds
 		res.CPUNote = fmt.Sprintf("CPU of the whole machine (servers, clients and, in the lab, the router) on a %d-core machine", runtime.NumCPU())
 	}
-	probe := func(rate float64) (Probe, error) {
+	probe := func(rate float64, candidate bool) (Probe, error) {
+		sess, done, err := next()
+		if err != nil {
+			return Probe{}, err
+		}
+		defer done()
 		po := o
 		po.SkipLoad = true
 		po.RatePerRegion = rate
@@ -190,15 +247,16 @@ func SearchMax(ctx context.Context, sess Session, regions []string, cfg Config, 
 			return Probe{}, err
 		}
 		wall := time.Since(wall0).Seconds()
-		p := Probe{RatePerRegion: rate, Achieved: run.ThroughputOps, CPUCores: (cpuSeconds() - cpu0) / wall}
+		p := Probe{RatePerRegion: rate, Achieved: run.ThroughputOps, CPUCores: (cpuSeconds() - cpu0) / wall, RegionP50Ms: map[string]float64{}}
 		if len(pids) > 0 {
 			p.ServerCPUCores = (serverCPUSeconds(pids) - server0) / wall
 		}
-		for _, rs := range run.Regions {
+		for region, rs := range run.Regions {
 			for _, s := range []*OpStats{&rs.Read, &rs.Write, rs.Scan, rs.Insert, rs.RMW} {
 				if s != nil && s.Count > 0 {
 					p.WorstP99Ms = max(p.WorstP99Ms, s.P99Ms)
 					p.WorstP50Ms = max(p.WorstP50Ms, s.P50Ms)
+					p.RegionP50Ms[region] = max(p.RegionP50Ms[region], s.P50Ms)
 				}
 				if s != nil {
 					p.Errors += s.Errors
@@ -213,6 +271,9 @@ func SearchMax(ctx context.Context, sess Session, regions []string, cfg Config, 
 		want := rate * float64(len(regions))
 		p.Dropped = run.DroppedArrivals
 		p.OK = p.Errors == 0 && p.Dropped == 0 && p.WorstP99Ms < mo.P99BoundMs && (mo.P50BoundMs <= 0 || p.WorstP50Ms < mo.P50BoundMs) && (p.Achieved >= 0.8*want || want*mo.Probe.Seconds() < 200)
+		if res.Base != nil && !withinBase(p, *res.Base, mo.P50Factor) {
+			p.OK = false
+		}
 		if log != nil {
 			servers := ""
 			if len(pids) > 0 {
@@ -221,8 +282,11 @@ func SearchMax(ctx context.Context, sess Session, regions []string, cfg Config, 
 			fmt.Fprintf(log, "  probe %6.0f ops/s per region: achieved %7.0f ops/s, worst p50 %6.1f ms, p99 %7.1f ms, errors %d, CPU %.2f cores%s -> %s\n",
 				rate, p.Achieved, p.WorstP50Ms, p.WorstP99Ms, p.Errors, p.CPUCores, servers, map[bool]string{true: "ok", false: "over"}[p.OK])
 		}
+		if !candidate {
+			return p, nil // the base or the 70% probe: neither a candidate nor a cooldown
+		}
 		res.Probes = append(res.Probes, p)
-		if !p.OK {
+		if !p.OK && !mo.Fresh {
 			select {
 			case <-ctx.Done():
 			case <-time.After(mo.Cooldown):
@@ -238,11 +302,24 @@ func SearchMax(ctx context.Context, sess Session, regions []string, cfg Config, 
 	// must not cap the whole search below the rate the system holds (bench elastic: one
 	// 600 ms p99 at half the saturated rate ended a search at 0.4 of it).
 	confirmed := func(rate float64) (Probe, error) {
-		p, err := probe(rate)
+		p, err := probe(rate, true)
 		if err != nil || p.OK {
 			return p, err
 		}
-		return probe(rate)
+		return probe(rate, true)
+	}
+	if mo.P50Factor > 0 {
+		base, err := probe(mo.BaseRatePerRegion, false)
+		if err != nil {
+			return res, fmt.Errorf("bench: base probe: %w", err)
+		}
+		if base.Errors > 0 || len(base.RegionP50Ms) == 0 {
+			return res, fmt.Errorf("bench: base probe at %.0f ops/s per region: %d errors, medians %v: no base latency to scale", mo.BaseRatePerRegion, base.Errors, base.RegionP50Ms)
+		}
+		res.Base = &base
+		if log != nil {
+			fmt.Fprintf(log, "  base medians %s: bounds ×%.2f\n", formatRegionMs(base.RegionP50Ms), mo.P50Factor)
+		}
 	}
 	good, bad := 0.0, 0.0
 	for rate := mo.StartRatePerRegion; rate < 1e7; rate *= 2 {
@@ -270,6 +347,14 @@ func SearchMax(ctx context.Context, sess Session, regions []string, cfg Config, 
 		} else {
 			bad = mid
 		}
+	}
+	if mo.P50Factor > 0 && good > 0 && ctx.Err() == nil {
+		// The thesis's "median at 70% load": 70% of the highest rate that held the bounds.
+		p, err := probe(0.7*good, false)
+		if err != nil {
+			return res, err
+		}
+		res.Load70 = &p
 	}
 	if nodes > 0 {
 		res.OpsPerNode = res.BestOps / float64(nodes)
@@ -330,4 +415,53 @@ func PrintMax(w io.Writer, rs []*MaxResult) {
 		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.1f\t%.0f\t%.2f\t%.0f\t%s\t\n", r.Config, r.BestOps, r.BestP50Ms, r.BestP99Ms, r.OpsPerNode, r.CPUCores, r.CPUUsPerOp, server)
 	}
 	tw.Flush()
+}
+
+// formatRegionMs prints region medians in a stable order.
+func formatRegionMs(m map[string]float64) string {
+	var b strings.Builder
+	for i, r := range slices.Sorted(maps.Keys(m)) {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s=%.1f", r, m[r])
+	}
+	return b.String()
+}
+
+// PrintMaxMedians writes, for the searches with a relative median bound (P50Factor), each
+// region's median unloaded and at 70% of the highest rate (the Canopus thesis's Fig. 4.6/4.7
+// report both); nothing when no search had one.
+func PrintMaxMedians(w io.Writer, rs []*MaxResult) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+	header := false
+	for _, r := range rs {
+		if r.Base == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(tw, "configuration\tregion\tbase p50 ms\tbound ms\t70% load ops/s\tp50 ms\t")
+			header = true
+		}
+		for _, region := range slices.Sorted(maps.Keys(r.Base.RegionP50Ms)) {
+			at70, rate70 := "-", "-"
+			if r.Load70 != nil {
+				at70, rate70 = fmt.Sprintf("%.1f", r.Load70.RegionP50Ms[region]), fmt.Sprintf("%.0f", r.Load70.Achieved)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%s\t%s\t\n", r.Config, region, r.Base.RegionP50Ms[region], r.P50Factor*r.Base.RegionP50Ms[region], rate70, at70)
+		}
+	}
+	tw.Flush()
+}
+
+// withinBase reports whether every region's median in p stays under factor times its median
+// in base; a region base measured that p lacks (no operation completed there) is over.
+func withinBase(p, base Probe, factor float64) bool {
+	for region, b := range base.RegionP50Ms {
+		got, ok := p.RegionP50Ms[region]
+		if !ok || got >= factor*b {
+			return false
+		}
+	}
+	return true
 }
