@@ -21,9 +21,9 @@ func labCmd() *cobra.Command {
 		Use:   "lab",
 		Short: "The network lab: real processes in network namespaces under a user-space WAN router (needs root)",
 		Long: `The network lab runs real Meridian servers, and the peers a user would pick instead
-(Apache Cassandra, etcd), in network namespaces joined by a user-space WAN router that delays
-each packet by the one-way latency of its region pair. Needs root. One lab per machine; its
-state lives in --dir. See docs/lab.md.`,
+(Apache Cassandra, etcd, Apache ZooKeeper), in network namespaces joined by a user-space WAN
+router that delays each packet by the one-way latency of its region pair. Needs root. One lab
+per machine; its state lives in --dir. See docs/lab.md.`,
 	}
 	cmd.PersistentFlags().StringVar(&dir, "dir", lab.DefaultDir, "the lab's state directory")
 	cmd.AddCommand(labUpCmd(&dir), labDownCmd(&dir), labRouterCmd(&dir), labStatusCmd(&dir), labWANCmd(&dir),
@@ -33,11 +33,11 @@ state lives in --dir. See docs/lab.md.`,
 
 func labUpCmd(dir *string) *cobra.Command {
 	var topo, peers string
-	var perRegion int
+	var perRegion, peersPerRegion int
 	var seed uint64
 	var withMeridian bool
 	cmd := &cobra.Command{
-		Use:   "up [--topology T] [--meridian-per-region N] [--peers cassandra,etcd]",
+		Use:   "up [--topology T] [--meridian-per-region N] [--peers cassandra,etcd,zookeeper] [--peers-per-region N]",
 		Short: "Create the hosts and the WAN router, and start Meridian servers",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -45,7 +45,11 @@ func labUpCmd(dir *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			st, err := lab.Up(cmd.Context(), lab.UpOptions{Dir: *dir, Topology: t, MeridianPerRegion: perRegion, Peers: splitList(peers), Seed: seed, Log: os.Stderr})
+			if !cmd.Flags().Changed("peers-per-region") {
+				peersPerRegion = perRegion // every system on as many servers as Meridian
+			}
+			st, err := lab.Up(cmd.Context(), lab.UpOptions{Dir: *dir, Topology: t, MeridianPerRegion: perRegion, Peers: splitList(peers),
+				PeersPerRegion: peersPerRegion, Seed: seed, Log: os.Stderr})
 			if err != nil {
 				return err
 			}
@@ -62,7 +66,8 @@ func labUpCmd(dir *string) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&topo, "topology", "gcp-meteorshower-3", "regions and RTTs (built-in name or file)")
 	cmd.Flags().IntVar(&perRegion, "meridian-per-region", 1, "Meridian servers per region")
-	cmd.Flags().StringVar(&peers, "peers", "", "peer hosts to add, one per region each: cassandra, etcd")
+	cmd.Flags().StringVar(&peers, "peers", "", "peer hosts to add in every region: cassandra, etcd, zookeeper")
+	cmd.Flags().IntVar(&peersPerRegion, "peers-per-region", 1, "hosts of each peer in each region (default: --meridian-per-region)")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the router's jitter and loss")
 	cmd.Flags().BoolVar(&withMeridian, "meridian", true, "start Meridian servers (keyspace bench, quorum)")
 	return cmd

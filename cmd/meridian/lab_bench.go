@@ -42,7 +42,7 @@ const SideBySide = "cassandra:QUORUM/QUORUM,cassandra:ALL/ONE,quorum:QUORUM/QUOR
 func labRunCmd(dir *string) *cobra.Command {
 	var f benchFlags
 	var topo string
-	var perRegion int
+	var perRegion, peersPerRegion int
 	cmd := &cobra.Command{
 		Use:   "run --topology T --workload W --duration D --json FILE [--targets LIST]",
 		Short: "Bring the lab up, run the benchmark from every region against each target, and tear it down",
@@ -72,7 +72,13 @@ tears the lab down — on success, error or signal.`,
 				}
 				perRegion = f.nodesPerRegion
 			}
-			if _, err := lab.Up(cmd.Context(), lab.UpOptions{Dir: *dir, Topology: t, MeridianPerRegion: perRegion, Peers: peers, Seed: f.seed, Log: os.Stderr}); err != nil {
+			// The peers run on as many servers per region as Meridian (the thesis compares
+			// systems of the same size), unless --peers-per-region says otherwise.
+			if !cmd.Flags().Changed("peers-per-region") {
+				peersPerRegion = perRegion
+			}
+			if _, err := lab.Up(cmd.Context(), lab.UpOptions{Dir: *dir, Topology: t, MeridianPerRegion: perRegion, Peers: peers,
+				PeersPerRegion: peersPerRegion, Seed: f.seed, Log: os.Stderr}); err != nil {
 				return err
 			}
 			defer func() {
@@ -90,9 +96,10 @@ tears the lab down — on success, error or signal.`,
 	addBenchFlags(cmd, &f)
 	cmd.Flags().StringVar(&topo, "topology", "gcp-meteorshower-3", "regions and RTTs (built-in name or file)")
 	cmd.Flags().IntVar(&perRegion, "meridian-per-region", 1, "Meridian servers per region")
+	cmd.Flags().IntVar(&peersPerRegion, "peers-per-region", 1, "hosts of each peer in each region (default: the Meridian servers per region)")
 	// --targets is the lab's name for --protocols.
 	cmd.Flags().Lookup("protocols").Usage = "the targets (same as --targets)"
-	cmd.Flags().StringVar(&f.protocols, "targets", SideBySide, "configurations to run: PROTOCOL[:READ/WRITE][:opt=v], Meridian's protocols and the peers cassandra:LEVEL/LEVEL, etcd:linearizable|serializable")
+	cmd.Flags().StringVar(&f.protocols, "targets", SideBySide, "configurations to run: PROTOCOL[:READ/WRITE][:opt=v], Meridian's protocols and the peers cassandra:LEVEL/LEVEL, etcd:linearizable|serializable, zookeeper:linearizable|sequential")
 	return cmd
 }
 

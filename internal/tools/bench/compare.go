@@ -13,12 +13,17 @@ import (
 )
 
 // Peer protocols in the lab (issue 7): Apache Cassandra takes Cassandra's levels
-// (cassandra:QUORUM/QUORUM); etcd takes its read mode (etcd:linearizable, etcd:serializable).
+// (cassandra:QUORUM/QUORUM); etcd takes its read mode (etcd:linearizable, etcd:serializable);
+// ZooKeeper takes its read mode too (zookeeper:linearizable, a sync before each read;
+// zookeeper:sequential, the server's local state).
 const (
-	ProtocolCassandra = "cassandra"
-	ProtocolEtcd      = "etcd"
-	EtcdLinearizable  = "linearizable"
-	EtcdSerializable  = "serializable"
+	ProtocolCassandra     = "cassandra"
+	ProtocolEtcd          = "etcd"
+	EtcdLinearizable      = "linearizable"
+	EtcdSerializable      = "serializable"
+	ProtocolZooKeeper     = "zookeeper"
+	ZooKeeperLinearizable = "linearizable"
+	ZooKeeperSequential   = "sequential"
 )
 
 // ParseConfigs parses a --protocols list: entries separated by ';' or ',' of the form
@@ -53,6 +58,17 @@ func ParseConfigs(s string) ([]Config, error) {
 				c.ReadLevel = strings.ToLower(f[1])
 				if c.ReadLevel != EtcdLinearizable && c.ReadLevel != EtcdSerializable {
 					return nil, fmt.Errorf("bench: %q: etcd reads are %s or %s", part, EtcdLinearizable, EtcdSerializable)
+				}
+			}
+			f = f[:min(len(f), 1)]
+		}
+		if c.Protocol == ProtocolZooKeeper {
+			// ZooKeeper, like etcd, has one write path (Zab through the leader) and two reads.
+			c.ReadLevel, c.WriteLevel = ZooKeeperLinearizable, ""
+			if len(f) > 1 && f[1] != "" {
+				c.ReadLevel = strings.ToLower(f[1])
+				if c.ReadLevel != ZooKeeperLinearizable && c.ReadLevel != ZooKeeperSequential {
+					return nil, fmt.Errorf("bench: %q: zookeeper reads are %s or %s", part, ZooKeeperLinearizable, ZooKeeperSequential)
 				}
 			}
 			f = f[:min(len(f), 1)]

@@ -59,6 +59,55 @@ func TestPlan(t *testing.T) {
 	}
 }
 
+// The thesis's comparison: nine Meridian servers beside nine ZooKeeper servers and nine etcd
+// members, three per region; one peer host per region keeps its old name.
+func TestPlanPeersPerRegion(t *testing.T) {
+	topo := mustTopology(t, "gcp-meteorshower-3")
+	l, err := Plan(PlanOptions{Topology: topo, MeridianPerRegion: 3, Peers: []string{RoleZooKeeper, RoleEtcd}, PeersPerRegion: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(l.Hosts); n != 3*(3+1+2*3) {
+		t.Fatalf("%d hosts, want 30 (3 Meridian, a client, 3 ZooKeeper and 3 etcd per region)", n)
+	}
+	zk := l.ByRole(RoleZooKeeper)
+	if len(zk) != 9 || zk[0].Name != "europe-zookeeper1" || zk[8].Name != "asia-zookeeper3" || zk[8].Region != "asia" {
+		t.Fatalf("ZooKeeper hosts %+v", zk)
+	}
+	if len(l.ByRole(RoleEtcd)) != 9 {
+		t.Fatalf("%d etcd hosts, want 9", len(l.ByRole(RoleEtcd)))
+	}
+	seen := map[string]bool{}
+	for _, h := range l.Hosts {
+		if seen[h.Addr.String()] || seen[h.Netns] {
+			t.Fatalf("%s reuses an address or namespace", h.Name)
+		}
+		seen[h.Addr.String()], seen[h.Netns] = true, true
+	}
+	one, err := Plan(PlanOptions{Topology: topo, Peers: []string{RoleZooKeeper}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := one.ByRole(RoleZooKeeper); len(h) != 3 || h[1].Name != "us-zookeeper" {
+		t.Fatalf("one per region: %+v", h)
+	}
+	for _, bad := range []PlanOptions{
+		{Topology: topo, Peers: []string{RoleEtcd}, PeersPerRegion: -1},
+		{Topology: topo, Peers: []string{RoleEtcd, RoleEtcd}},
+		{Topology: topo, Peers: []string{RoleZooKeeper}, PeersPerRegion: MaxHostsPerRegion},
+	} {
+		if _, err := Plan(bad); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+	if r := PeerRole(bench.ProtocolZooKeeper); r != RoleZooKeeper {
+		t.Errorf("zookeeper runs on %q hosts", r)
+	}
+	if _, ok := peerStarters[RoleZooKeeper]; !ok {
+		t.Error("no ZooKeeper starter registered")
+	}
+}
+
 func wanHost(h Host) wan.Host { return wan.Host{Name: h.Name, Region: h.Region, Addr: h.Addr} }
 
 func TestOutcomeOf(t *testing.T) {

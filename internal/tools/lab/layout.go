@@ -1,5 +1,5 @@
 // Package lab is Meridian's network lab (issue 7): real server processes — Meridian's and
-// the peers' (Apache Cassandra, etcd) — in network namespaces joined by a user-space WAN
+// the peers' (Apache Cassandra, etcd, Apache ZooKeeper) — in network namespaces joined by a user-space WAN
 // router (package wan) that delays every packet by the one-way latency of its region pair,
 // so that every system is measured in the same run under the same WAN, and faults are real:
 // kill -9, cut links, skewed clocks. DESIGN.md section 4 ("lab" runtime).
@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"meridian/internal/tools/lab/wan"
 	"meridian/internal/topology"
@@ -27,7 +28,11 @@ const (
 	RoleClient    = "client"    // where the region's benchmark clients connect from
 	RoleCassandra = "cassandra" // an Apache Cassandra node
 	RoleEtcd      = "etcd"      // an etcd member
+	RoleZooKeeper = "zookeeper" // an Apache ZooKeeper server
 )
+
+// PeerRoles are the peer systems the lab can run, in the order their hosts are laid out.
+var PeerRoles = []string{RoleCassandra, RoleEtcd, RoleZooKeeper}
 
 // Host is one lab host.
 type Host struct {
@@ -53,15 +58,19 @@ type PlanOptions struct {
 	Topology *topology.Topology
 	// MeridianPerRegion Meridian servers in each region (default 1).
 	MeridianPerRegion int
-	// Peers adds one host per region for each peer: RoleCassandra, RoleEtcd.
+	// Peers adds hosts in every region for each peer: RoleCassandra, RoleEtcd, RoleZooKeeper.
 	Peers []string
+	// PeersPerRegion is the number of hosts each peer gets in each region (default 1). The
+	// thesis's comparisons run every system on as many servers as Meridian: `lab run` sets it
+	// to the Meridian servers per region unless told otherwise.
+	PeersPerRegion int
 }
 
 // MaxHostsPerRegion bounds the hosts of a region (the last address byte).
 const MaxHostsPerRegion = 200
 
-// Plan lays out the hosts: per region, the Meridian servers, one client host, and one host
-// per peer system.
+// Plan lays out the hosts: per region, the Meridian servers, one client host, and
+// PeersPerRegion hosts per peer system.
 func Plan(o PlanOptions) (*Layout, error) {
 	t := o.Topology
 	if t == nil {
@@ -76,13 +85,22 @@ func Plan(o PlanOptions) (*Layout, error) {
 	if o.MeridianPerRegion == 0 {
 		o.MeridianPerRegion = 1
 	}
-	for _, p := range o.Peers {
-		if p != RoleCassandra && p != RoleEtcd {
-			return nil, fmt.Errorf("lab: unknown peer %q (cassandra, etcd)", p)
+	if o.PeersPerRegion < 0 {
+		return nil, fmt.Errorf("lab: %d peer hosts per region; give 1 or more (0: the default, 1)", o.PeersPerRegion)
+	}
+	if o.PeersPerRegion == 0 {
+		o.PeersPerRegion = 1
+	}
+	for i, p := range o.Peers {
+		if !slices.Contains(PeerRoles, p) {
+			return nil, fmt.Errorf("lab: unknown peer %q (%s)", p, strings.Join(PeerRoles, ", "))
+		}
+		if slices.Contains(o.Peers[:i], p) {
+			return nil, fmt.Errorf("lab: peer %q given twice", p)
 		}
 	}
-	if o.MeridianPerRegion+1+len(o.Peers) > MaxHostsPerRegion {
-		return nil, fmt.Errorf("lab: %d hosts per region; at most %d", o.MeridianPerRegion+1+len(o.Peers), MaxHostsPerRegion)
+	if n := o.MeridianPerRegion + 1 + len(o.Peers)*o.PeersPerRegion; n > MaxHostsPerRegion {
+		return nil, fmt.Errorf("lab: %d hosts per region; at most %d", n, MaxHostsPerRegion)
 	}
 	l := &Layout{Topology: t, TopologySpec: t.Spec()}
 	for ri, region := range t.Regions {
@@ -99,7 +117,15 @@ func Plan(o PlanOptions) (*Layout, error) {
 		}
 		add(region+"-client", RoleClient)
 		for _, p := range o.Peers {
-			add(region+"-"+p, p)
+			// One host keeps the name it always had (europe-etcd); several are numbered
+			// (europe-etcd1, europe-etcd2, ...), as Meridian's servers are.
+			if o.PeersPerRegion == 1 {
+				add(region+"-"+p, p)
+				continue
+			}
+			for i := range o.PeersPerRegion {
+				add(fmt.Sprintf("%s-%s%d", region, p, i+1), p)
+			}
 		}
 	}
 	if err := l.validateNames(); err != nil {

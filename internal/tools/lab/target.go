@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 
 	"meridian/client"
@@ -21,7 +22,7 @@ import (
 	"meridian/internal/topology"
 )
 
-// PeerCluster is a running peer system (Cassandra, etcd).
+// PeerCluster is a running peer system (Cassandra, etcd, ZooKeeper).
 type PeerCluster interface {
 	Target() bench.Target
 	Stop() error
@@ -40,6 +41,8 @@ func PeerRole(protocol string) string {
 		return RoleCassandra
 	case bench.ProtocolEtcd:
 		return RoleEtcd
+	case bench.ProtocolZooKeeper:
+		return RoleZooKeeper
 	}
 	return ""
 }
@@ -181,7 +184,7 @@ func (t *Target) Prepare(ctx context.Context, cfg bench.Config) (bench.Session, 
 		return nil, err
 	}
 	if !slices.Contains(config.Protocols(), cfg.Protocol) {
-		return nil, fmt.Errorf("lab: unknown protocol %q (Meridian's: %v; peers: cassandra, etcd)", cfg.Protocol, config.Protocols())
+		return nil, fmt.Errorf("lab: unknown protocol %q (Meridian's: %v; peers: %s)", cfg.Protocol, config.Protocols(), strings.Join(PeerRoles, ", "))
 	}
 	// YCSB keys all start with "user": split where they spread (ycsb.SplitPoints).
 	replicas, partitions := max(1, t.replicasPerRegion), t.partitions

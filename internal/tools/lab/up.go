@@ -32,6 +32,8 @@ type UpOptions struct {
 	Topology          *topology.Topology
 	MeridianPerRegion int
 	Peers             []string
+	// PeersPerRegion is each peer's hosts per region (0: one; PlanOptions.PeersPerRegion).
+	PeersPerRegion int
 	// Exe is the meridian binary the router and servers run (default: this process's).
 	Exe string
 	// Seed makes the router's jitter and loss reproducible.
@@ -69,7 +71,7 @@ func Up(ctx context.Context, o UpOptions) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	layout, err := Plan(PlanOptions{Topology: o.Topology, MeridianPerRegion: o.MeridianPerRegion, Peers: o.Peers})
+	layout, err := Plan(PlanOptions{Topology: o.Topology, MeridianPerRegion: o.MeridianPerRegion, Peers: o.Peers, PeersPerRegion: o.PeersPerRegion})
 	if err != nil {
 		return nil, err
 	}

@@ -93,6 +93,31 @@ func (p *Process) Running() bool {
 	return !exited
 }
 
+// Stop asks the process's group to exit (SIGTERM: a JVM runs its shutdown hooks, which close
+// its files and flush its log), waits at most grace for it, then kills it as Kill does
+// (waiting at most limit). A process that was never started or has exited is not an error.
+func (p *Process) Stop(grace, limit time.Duration) error {
+	p.mu.Lock()
+	pid, done := p.pid, p.done
+	p.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	select {
+	case <-done:
+		return nil
+	case <-time.After(grace):
+	}
+	return p.Kill(limit)
+}
+
 // Kill sends SIGKILL to the process's group and waits, at most limit, for it to exit. A
 // process that was never started or has exited is not an error.
 func (p *Process) Kill(limit time.Duration) error {

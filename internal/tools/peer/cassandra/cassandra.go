@@ -537,48 +537,22 @@ func resolveLibDir(ctx context.Context, co Options, log io.Writer) (string, erro
 			return "", err
 		}
 	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", script, co.Version)
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
-	if log != nil {
-		fmt.Fprintf(log, "cassandra: resolving jars with %s %s\n", script, co.Version)
+	lib, err := peer.FetchLibDir(ctx, script, co.Version, log)
+	if err != nil {
+		return "", fmt.Errorf("cassandra: %w", err)
 	}
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("cassandra: %s %s: %w\n%s", script, co.Version, err, lastLines(stderr.String(), 20))
-	}
-	out := strings.Fields(stdout.String())
-	if len(out) == 0 {
-		return "", fmt.Errorf("cassandra: %s printed no lib directory\n%s", script, lastLines(stderr.String(), 20))
-	}
-	return out[len(out)-1], nil
+	return lib, nil
 }
 
 // findFetchScript looks for scripts/fetch-cassandra.sh above the working directory, then
-// above this source file (tests and `go run` from a checkout).
+// above the source tree (tests and `go run` from a checkout).
 func findFetchScript() (string, error) {
 	const rel = "scripts/fetch-cassandra.sh"
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
+	p, err := peer.FindScript(rel)
+	if err != nil {
+		return "", fmt.Errorf("cassandra: no jar directory: set Options.LibDir or $%s, or run from the repository (%s not found)", LibDirEnv, rel)
 	}
-	if _, file, _, ok := runtime.Caller(0); ok {
-		starts = append(starts, filepath.Dir(file))
-	}
-	for _, d := range starts {
-		for {
-			p := filepath.Join(d, rel)
-			if _, err := os.Stat(p); err == nil {
-				return p, nil
-			}
-			parent := filepath.Dir(d)
-			if parent == d {
-				break
-			}
-			d = parent
-		}
-	}
-	return "", fmt.Errorf("cassandra: no jar directory: set Options.LibDir or $%s, or run from the repository (%s not found)", LibDirEnv, rel)
+	return p, nil
 }
 
 // checkLibDir checks that dir holds a cassandra-all jar.
@@ -588,12 +562,4 @@ func checkLibDir(dir string) error {
 		return fmt.Errorf("cassandra: %s holds no cassandra-all-*.jar (run scripts/fetch-cassandra.sh)", dir)
 	}
 	return nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
