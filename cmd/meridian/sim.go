@@ -18,7 +18,7 @@ func simCmd() *cobra.Command {
 		protocol, faults, topo, mutate, readLevel, writeLevel                                                                string
 		seeds, mutationSeeds, replicaRegions, nodesPerRegion, workers                                                        int
 		seedStart                                                                                                            uint64
-		listMutations, mutations, roam, sessions, lin, verbose                                                               bool
+		listMutations, mutations, roam, sessions, lin, verbose, loseRegion                                                   bool
 		duration, maxOffset, quiesce, clockStep, partitionEvery, repartitionEvery, moveEvery, moveCheckAfter, requestTimeout time.Duration
 		spikeProb, readFraction                                                                                              float64
 		clientsPerRegion                                                                                                     int
@@ -73,7 +73,7 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 				Mutation: mutate, Roam: roam, NoSessions: !sessions, Linearizability: lin, Duration: duration,
 				ReplicaRegions: replicaRegions, NodesPerRegion: nodesPerRegion, KeyspaceOptions: map[string]string{},
 				DelaySpikeProb: spikeProb, MaxClockOffset: maxOffset, Quiesce: quiesce, ClockStepEvery: clockStep, PartitionEvery: partitionEvery, RequestTimeout: requestTimeout,
-				RepartitionEvery: repartitionEvery, MoveEvery: moveEvery, MoveCheckAfter: moveCheckAfter,
+				RepartitionEvery: repartitionEvery, MoveEvery: moveEvery, MoveCheckAfter: moveCheckAfter, LoseRegion: loseRegion,
 				ReadFraction: readFraction, ClientsPerRegion: clientsPerRegion}
 			if readFraction < 0 || readFraction > 1 {
 				return fmt.Errorf("--read-fraction %v out of range [0, 1]", readFraction)
@@ -181,6 +181,7 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 	f.IntVar(&clientsPerRegion, "clients-per-region", 2, "sequential clients in each region")
 	f.DurationVar(&requestTimeout, "request-timeout", time.Second, "each client request's deadline")
 	f.DurationVar(&moveCheckAfter, "move-check-after", 0, "how long after its start (and after each check) the driver checks a replica move still in progress, aborting it if its new replica is down and otherwise by chance while the workload runs (0: 4s)")
+	f.BoolVar(&loseRegion, "lose-region", false, "crash every node of a random region for good during the workload: the protocol must exclude it and go on (canopus with --option exclude_after=1s; the workload lasts at least 10s)")
 	f.DurationVar(&moveEvery, "move-every", 0, "start a replica move this often on average: a random replica to a node of its region that holds none, finished when the new replica has caught up, some aborted (protocols that move replicas; needs --nodes-per-region above the replicas per region; 0: never)")
 	f.DurationVar(&repartitionEvery, "repartition-every", 0, "split or merge a partition this often on average, each node installing the new map after its own delay (protocols that repartition; 0: never)")
 	f.DurationVar(&partitionEvery, "partition-every", 0, "with the partition fault, start a partition this often on average, one after another (0: one or two a run)")

@@ -33,6 +33,10 @@ type entryCycle struct {
 	index, cycle uint64
 	close        bool
 	epoch        uint64
+	// wedge or unwedge: an exclusion entry of attempt round (of super-leaf wedgeIndex).
+	wedge, unwedge bool
+	round          uint64
+	wedgeIndex     int
 }
 
 func entryCycleOf(ce *peerpb.CanopusEntry) uint64 {
@@ -99,14 +103,21 @@ func (n *Node) maybeCompact() {
 			return
 		}
 		n.out.Raw = append(n.out.Raw, ops...)
-		closes := false
+		closes, wedges := false, false
 		for _, e := range g.entries[:k] {
 			if e.close && !g.compactedCloses[e.epoch] {
 				g.compactedCloses[e.epoch], closes = true, true
 			}
+			if e.wedge || e.unwedge {
+				g.compactedWedges.apply(e)
+				wedges = true
+			}
 		}
 		if closes {
 			n.out.Raw = append(n.out.Raw, n.closedOp(g))
+		}
+		if wedges {
+			n.out.Raw = append(n.out.Raw, storage.RawOp{Key: n.wedgeKey(g.owner), Value: g.compactedWedges.encode()})
 		}
 		g.entries = slices.Delete(g.entries, 0, k)
 	}
@@ -149,6 +160,72 @@ func (n *Node) loadClosed(g *bgroup) error {
 	for i := 0; i < len(b); i += 8 {
 		e := binary.BigEndian.Uint64(b[i:])
 		g.closed[e], g.compactedCloses[e] = true, true
+	}
+	return nil
+}
+
+// wedgeState is what a group's wedge and unwedge entries (exclusion.go) amount to, folded in
+// log order: like closes, those a compaction drops are stored beside the log (and only those:
+// one still in the log is read again in its place).
+type wedgeState struct {
+	round    uint64
+	index    int
+	unwedged []uint64
+}
+
+// maxUnwedged bounds the cancelled exclusion attempts a group remembers.
+const maxUnwedged = 1024
+
+func (w *wedgeState) apply(e entryCycle) {
+	switch {
+	case e.wedge && e.round != 0 && w.round == 0 && !slices.Contains(w.unwedged, e.round):
+		w.round, w.index = e.round, e.wedgeIndex
+	case e.unwedge && e.round != 0 && (slices.Contains(w.unwedged, e.round) || len(w.unwedged) < maxUnwedged):
+		if !slices.Contains(w.unwedged, e.round) {
+			w.unwedged = append(w.unwedged, e.round)
+		}
+		if w.round == e.round {
+			w.round = 0
+		}
+	}
+}
+
+func (w *wedgeState) encode() []byte {
+	b := binary.BigEndian.AppendUint64(nil, w.round)
+	b = binary.BigEndian.AppendUint32(b, uint32(w.index))
+	for _, r := range w.unwedged {
+		b = binary.BigEndian.AppendUint64(b, r)
+	}
+	return b
+}
+
+func (n *Node) wedgeKey(owner uint32) []byte {
+	return binary.BigEndian.AppendUint32(append(append([]byte{}, n.cfg.Prefix...), 'w'), owner)
+}
+
+// loadWedges reads the wedge state of g's compacted entries.
+func (n *Node) loadWedges(g *bgroup) error {
+	b, ok, err := n.cfg.Store.GetRaw(n.wedgeKey(g.owner))
+	if err != nil {
+		return fmt.Errorf("canopus: read the wedges of %d: %w", g.owner, err)
+	}
+	if !ok {
+		return nil
+	}
+	if len(b) < 12 || (len(b)-12)%8 != 0 || len(b) > 12+8*maxUnwedged {
+		return fmt.Errorf("canopus: wedges of %d: %d bytes (%w)", g.owner, len(b), storage.ErrCorrupt)
+	}
+	w := wedgeState{round: binary.BigEndian.Uint64(b), index: int(binary.BigEndian.Uint32(b[8:]))}
+	for i := 12; i < len(b); i += 8 {
+		w.unwedged = append(w.unwedged, binary.BigEndian.Uint64(b[i:]))
+	}
+	if w.index >= len(n.lot.SuperLeaves) {
+		return fmt.Errorf("canopus: wedges of %d: super-leaf %d of %d (%w)", g.owner, w.index, len(n.lot.SuperLeaves), storage.ErrCorrupt)
+	}
+	g.compactedWedges = w
+	g.wedgeRound, g.wedgeIndex = w.round, w.index
+	for _, r := range w.unwedged {
+		g.unwedged[r] = true
 	}
 	return nil
 }

@@ -48,6 +48,10 @@ type Options struct {
 	// recently are served at once. LeaseCycles is how many cycles a lease lasts.
 	WriteLeases bool
 	LeaseCycles int
+	// ExcludeAfter turns on region exclusion (exclusion.go): a super-leaf that has stalled
+	// the next cycle this long is reported, and the metadata group may exclude it. 0: off
+	// (a lost super-leaf stalls the partition until it returns, 4.4).
+	ExcludeAfter time.Duration
 }
 
 // Validate checks the options.
@@ -69,6 +73,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("canopus: heartbeat %d ticks, election %d ticks: want 1 ≤ heartbeat < election", o.HeartbeatTicks, o.ElectionTicks)
 	case o.MaxBuffered < 1:
 		return fmt.Errorf("canopus: max buffered %d: want ≥ 1", o.MaxBuffered)
+	case o.ExcludeAfter < 0 || (o.ExcludeAfter > 0 && o.TreeHeight != 2):
+		return fmt.Errorf("canopus: exclude after %v with tree height %d: want 0 (off), or > 0 with tree height 2", o.ExcludeAfter, o.TreeHeight)
 	case o.WriteLeases && o.LeaseCycles < 4*(o.MaxInFlight+1):
 		return fmt.Errorf("canopus: lease of %d cycles: want at least 4×(max cycles in flight + 1) = %d, so that a key written often is renewed before its lease ends", o.LeaseCycles, 4*(o.MaxInFlight+1))
 	}
@@ -87,9 +93,15 @@ type Config struct {
 	Store  engine.Reader
 	Prefix []byte
 	// Applied is what the instance stored with the last cycle it applied (nil: none).
-	Applied  *peerpb.CanopusApplied
-	Mutation string
-	Logger   etcdraft.Logger
+	Applied *peerpb.CanopusApplied
+	// ExcludedRegion and ExcludedFrom are the placement's exclusion of the partition when
+	// the instance starts (SetExclusion; "" none, From 0 pending): the logs replay under it.
+	ExcludedRegion     string
+	ExcludedRound      uint64
+	ExcludedFrom       uint64
+	ExclusionCancelled uint64
+	Mutation           string
+	Logger             etcdraft.Logger
 }
 
 // Message is a message for another node's instance; the engine names the keyspace and
@@ -125,6 +137,8 @@ type Ready struct {
 	// (every earlier Committed applied); ReadsFenced those that must wait for a cycle.
 	ReadsNow    []uint64
 	ReadsFenced []FencedRead
+	// Exclusions are steps of a region's exclusion for the metadata group (exclusion.go).
+	Exclusions []ExclusionReport
 }
 
 type vkey struct {
@@ -174,6 +188,16 @@ type bgroup struct {
 	// electionElapsed counts ticks without hearing the leader; at electionDeadline (drawn
 	// from [ElectionTicks, 2·ElectionTicks)) a follower campaigns.
 	electionElapsed, electionDeadline int
+	// wedgeRound is the exclusion attempt whose wedge the group's log holds, not yet ended
+	// by an unwedge (0: none; exclusion.go), wedgeIndex its super-leaf; unwedged the
+	// attempts the log ended (a wedge of one proposed again later is void); wedgeAt is when
+	// this node last proposed a wedge or an unwedge.
+	wedgeRound uint64
+	wedgeIndex int
+	unwedged   map[uint64]bool
+	wedgeAt    time.Time
+	// compactedWedges is what the compacted entries' wedges amount to (compact.go).
+	compactedWedges wedgeState
 }
 
 // Node is one node's Canopus instance (a keyspace partition's): a sans-IO state machine.
@@ -221,6 +245,17 @@ type Node struct {
 	leaseAsked map[string]uint64
 	confirming map[uint64]confirmRead
 
+	// Region exclusion (exclusion.go): the placement's exclusion, the sibling states whose
+	// super-leaf answered holding this one's (from the logs), the carried states proposed,
+	// when the next cycle began to wait, when this node last reported.
+	excl       exclusionState
+	cancelled  uint64 // the last exclusion attempt the metadata group cancelled
+	acked      map[vkey]bool
+	carrying   map[vkey]bool
+	stallSince time.Time
+	reportAt   time.Time
+	heardAt    map[int]time.Time // by super-leaf: the last fetch or state from one of its nodes
+
 	out Ready
 	err error
 }
@@ -237,7 +272,8 @@ func NewNode(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, opts: cfg.Options, lot: lot, groups: map[uint32]*bgroup{},
 		epochs: map[uint32][]epochSpan{}, own: map[uint64]*ownProp{}, states: map[vkey]*State{},
 		wants: map[vkey]*want{}, buffered: map[vkey][]uint32{}, leases: map[string][]leaseSpan{},
-		leaseEnds: map[uint64][]string{}, leaseAsked: map[string]uint64{}, confirming: map[uint64]confirmRead{}}
+		leaseEnds: map[uint64][]string{}, leaseAsked: map[string]uint64{}, confirming: map[uint64]confirmRead{},
+		acked: map[vkey]bool{}, carrying: map[vkey]bool{}, heardAt: map[int]time.Time{}}
 	n.peers = lot.SuperLeafOf(cfg.ID)
 	if n.peers == nil {
 		return nil, fmt.Errorf("canopus: node %d is not a member", cfg.ID)
@@ -256,6 +292,12 @@ func NewNode(cfg Config) (*Node, error) {
 		}
 	}
 	n.proposed, n.target = n.committed, n.committed
+	n.cancelled = cfg.ExclusionCancelled
+	if cfg.ExcludedRegion != "" && n.exclOn() {
+		if i := slices.Index(lot.SuperLeaves, cfg.ExcludedRegion); i >= 0 {
+			n.excl = exclusionState{set: true, index: i, round: cfg.ExcludedRound, from: cfg.ExcludedFrom, seenAt: time.Time{}}
+		}
+	}
 	if err := n.loadLeases(); err != nil {
 		return nil, err
 	}
@@ -341,8 +383,11 @@ func (n *Node) loadGroup(owner uint32) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	g := &bgroup{owner: owner, rn: rn, log: ls, props: map[pkey]*peerpb.CanopusProposal{}, closed: map[uint64]bool{}, compactedCloses: map[uint64]bool{}}
+	g := &bgroup{owner: owner, rn: rn, log: ls, props: map[pkey]*peerpb.CanopusProposal{}, closed: map[uint64]bool{}, compactedCloses: map[uint64]bool{}, unwedged: map[uint64]bool{}}
 	if err := n.loadClosed(g); err != nil {
+		return err
+	}
+	if err := n.loadWedges(g); err != nil {
 		return err
 	}
 	n.groups[owner] = g
@@ -489,11 +534,24 @@ func (n *Node) Step(now time.Time, from uint32, env *peerpb.CanopusEnvelope) {
 		}
 		_ = g.rn.Step(&m)
 	case *peerpb.CanopusEnvelope_Fetch:
+		n.heard(from)
 		f := b.Fetch
 		c := f.GetCycle()
 		v := VNode{int(f.GetHeight()), int(f.GetIndex())}
+		if n.excl.from > 0 && v == n.exclVertex() && c < n.excl.from && c > 0 {
+			// An excluded super-leaf's state of a cycle before its exclusion, which a
+			// survivor may hold (exclusion.go, step 4).
+			if st := n.states[vkey{c, v}]; st != nil {
+				n.send(from, &peerpb.CanopusEnvelope{Body: &peerpb.CanopusEnvelope_State{State: encodeState(st)}})
+			}
+			return
+		}
 		if v.Height < 1 || v.Height > n.lot.Height || n.anc[v.Height] != v || c == 0 {
 			return // not a vertex this node emulates
+		}
+		w, _ := n.lot.Ancestor(from, v.Height) // the requester's own vertex
+		if n.Excluded() || n.excludedAt(w, c) {
+			return
 		}
 		if c > n.committed+2*uint64(n.opts.MaxInFlight+1) {
 			// No node proposes more than MaxInFlight cycles past its commits, and none
@@ -502,8 +560,9 @@ func (n *Node) Step(now time.Time, from uint32, env *peerpb.CanopusEnvelope) {
 			return
 		}
 		n.target = max(n.target, c) // a proposal-request starts the cycle (4.2.4)
-		if st := n.states[vkey{c, v}]; st != nil {
-			n.send(from, &peerpb.CanopusEnvelope{Body: &peerpb.CanopusEnvelope_State{State: encodeState(st)}})
+		n.takeCarried(from, v, f.GetCarried())
+		if st := n.states[vkey{c, v}]; st != nil && n.mayAnswer(c, w) {
+			n.answer(from, st)
 			return
 		}
 		k := vkey{c, v}
@@ -511,7 +570,7 @@ func (n *Node) Step(now time.Time, from uint32, env *peerpb.CanopusEnvelope) {
 			// A committed cycle another super-leaf still needs (it lags, or lost it in a
 			// crash): computed again from the proposals kept, if it is not too old.
 			if !n.old(c) && n.computeUpTo(c, v.Height) {
-				n.send(from, &peerpb.CanopusEnvelope{Body: &peerpb.CanopusEnvelope_State{State: encodeState(n.states[k])}})
+				n.answer(from, n.states[k])
 			}
 			return
 		}
@@ -521,13 +580,17 @@ func (n *Node) Step(now time.Time, from uint32, env *peerpb.CanopusEnvelope) {
 		n.buffered[k] = append(n.buffered[k], from) // buffered until computed (4.2.2)
 		n.nBuf++
 	case *peerpb.CanopusEnvelope_State:
+		n.heard(from)
 		st, err := decodeState(b.State)
 		if err != nil {
 			return
 		}
 		k := vkey{st.Cycle, st.VNode}
-		if _, ok := n.wants[k]; !ok || n.states[k] != nil {
+		if _, ok := n.wants[k]; !ok {
 			return
+		}
+		if n.states[k] != nil && !(b.State.GetHoldsYours() && n.needsAck(k.v, k.cycle) && !n.acked[k]) {
+			return // known, and acknowledged if that is needed
 		}
 		// A representative makes the state known to its whole super-leaf through its own
 		// group (4.2.2, round i).
@@ -584,7 +647,7 @@ func (n *Node) fail(err error) {
 
 // HasReady reports whether there is output.
 func (n *Node) HasReady() bool {
-	if len(n.out.Messages) > 0 || len(n.out.Raw) > 0 || len(n.out.Committed) > 0 || len(n.out.ReadsNow) > 0 || len(n.out.ReadsFenced) > 0 {
+	if len(n.out.Messages) > 0 || len(n.out.Raw) > 0 || len(n.out.Committed) > 0 || len(n.out.ReadsNow) > 0 || len(n.out.ReadsFenced) > 0 || len(n.out.Exclusions) > 0 {
 		return true
 	}
 	for _, id := range n.peers {
@@ -677,6 +740,12 @@ func (n *Node) readyGroup(g *bgroup) {
 		if cl := ce.GetClose(); cl != nil {
 			ec.close, ec.epoch = true, cl.GetEpoch()
 		}
+		if w := ce.GetWedge(); w != nil {
+			ec.wedge, ec.round, ec.wedgeIndex = true, w.GetRound(), int(w.GetIndex())
+		}
+		if w := ce.GetUnwedge(); w != nil {
+			ec.unwedge, ec.round = true, w.GetRound()
+		}
 		g.entries = append(g.entries, ec)
 	}
 	if k := len(rd.CommittedEntries); k > 0 {
@@ -708,15 +777,41 @@ func (n *Node) applyEntry(g *bgroup, ce *peerpb.CanopusEntry) {
 		}
 	case *peerpb.CanopusEntry_Remote:
 		st, err := decodeState(b.Remote)
-		if err != nil || n.old(st.Cycle) {
+		if err != nil || n.old(st.Cycle) || n.ignoresRemote(g, st.VNode, st.Cycle) {
 			return
 		}
 		k := vkey{st.Cycle, st.VNode}
-		if n.states[k] == nil && st.VNode.Height >= 1 && (st.Cycle > n.committed || st.VNode.Height < n.lot.Height-1) && st.VNode.Height < n.lot.Height && n.anc[st.VNode.Height] != st.VNode {
-			n.states[k] = &st
-			delete(n.wants, k)
+		// With exclusion on, a sibling's state of a committed cycle is kept too (until old):
+		// after an exclusion the survivors fetch the excluded super-leaf's states from each
+		// other, and a restarted survivor must still hold what its logs hold.
+		keepCommitted := st.VNode.Height < n.lot.Height-1 || n.exclOn()
+		if st.VNode.Height >= 1 && (st.Cycle > n.committed || keepCommitted) && st.VNode.Height < n.lot.Height && n.anc[st.VNode.Height] != st.VNode {
+			if n.states[k] == nil {
+				n.states[k] = &st
+			}
+			if b.Remote.GetHoldsYours() {
+				n.acked[k] = true
+			}
+			if !n.needsAck(k.v, k.cycle) || n.acked[k] {
+				delete(n.wants, k)
+			}
+			// Fetches from that vertex's nodes waited for this super-leaf to hold it.
+			n.flush(vkey{st.Cycle, n.anc[st.VNode.Height]})
 		}
 		n.target = max(n.target, st.Cycle)
+	case *peerpb.CanopusEntry_Wedge:
+		r, i := b.Wedge.GetRound(), int(b.Wedge.GetIndex())
+		if g.wedgeRound == 0 && r != 0 && !g.unwedged[r] && i < len(n.lot.SuperLeaves) {
+			g.wedgeRound, g.wedgeIndex = r, i
+		}
+	case *peerpb.CanopusEntry_Unwedge:
+		// Bounded like wedgeState.apply, so that a restart from the stored state agrees.
+		if r := b.Unwedge.GetRound(); r != 0 && (g.unwedged[r] || len(g.unwedged) < maxUnwedged) {
+			g.unwedged[r] = true
+			if g.wedgeRound == r {
+				g.wedgeRound = 0
+			}
+		}
 	}
 }
 
@@ -780,10 +875,14 @@ func (n *Node) computeUpTo(c uint64, top int) bool {
 			// siblings), then gathered.
 			missing := false
 			for _, ch := range n.children[h] {
-				if n.states[vkey{c, ch}] == nil {
+				if n.excludedAt(ch, c) {
+					continue // out of the partition from this cycle on (exclusion.go)
+				}
+				k := vkey{c, ch}
+				if n.states[k] == nil || (n.needsAck(ch, c) && !n.acked[k] && c > n.committed) {
 					missing = true
 					if ch != n.anc[h-1] && c > n.committed {
-						n.need(vkey{c, ch})
+						n.need(k)
 					}
 				}
 			}
@@ -791,7 +890,9 @@ func (n *Node) computeUpTo(c uint64, top int) bool {
 				return false
 			}
 			for _, ch := range n.children[h] {
-				children = append(children, *n.states[vkey{c, ch}])
+				if !n.excludedAt(ch, c) {
+					children = append(children, *n.states[vkey{c, ch}])
+				}
 			}
 		}
 		st := State{Cycle: c, VNode: v}
@@ -806,11 +907,7 @@ func (n *Node) computeUpTo(c uint64, top int) bool {
 			slices.Reverse(st.Sets)
 		}
 		n.states[k] = &st
-		for _, to := range n.buffered[k] {
-			n.send(to, &peerpb.CanopusEnvelope{Body: &peerpb.CanopusEnvelope_State{State: encodeState(&st)}})
-		}
-		n.nBuf -= len(n.buffered[k])
-		delete(n.buffered, k)
+		n.flush(k)
 	}
 	return true
 }
@@ -824,7 +921,7 @@ func (n *Node) need(k vkey) {
 
 // advance runs the protocol as far as the node's knowledge lets it.
 func (n *Node) advance() {
-	if n.err != nil {
+	if n.err != nil || n.Excluded() {
 		return
 	}
 	// Compute and commit cycles in order (4.5.1: never out of order).
@@ -848,6 +945,7 @@ func (n *Node) advance() {
 	n.fetch()
 	n.closeSilent()
 	n.maybeRejoin()
+	n.maintainExclusion()
 }
 
 // commit commits cycle c, whose root state is known.
@@ -881,6 +979,7 @@ func (n *Node) commit(c uint64) {
 	}
 	delete(n.own, c)
 	n.committed, n.timeNanos = c, t
+	n.stallSince = n.now
 	n.prune()
 	n.out.Committed = append(n.out.Committed, Committed{Cycle: c, TimeNanos: t, Sets: root.Sets, Own: own, Dropped: dropped, Applied: n.appliedState()})
 }
@@ -906,6 +1005,16 @@ func (n *Node) prune() {
 	for k := range n.wants {
 		if k.cycle <= c {
 			delete(n.wants, k)
+		}
+	}
+	for k := range n.acked {
+		if k.cycle <= c {
+			delete(n.acked, k)
+		}
+	}
+	for k := range n.carrying {
+		if k.cycle <= c {
+			delete(n.carrying, k)
 		}
 	}
 	for k, to := range n.buffered {
@@ -1073,13 +1182,23 @@ func (n *Node) fetch() {
 	for _, k := range keys {
 		w := n.wants[k]
 		ems := n.lot.Emulators(k.v)
+		if n.excl.from > 0 && k.v == n.exclVertex() {
+			ems = n.survivors() // before its exclusion: a survivor holds its state
+		}
 		if len(ems) == 0 {
 			continue
 		}
 		to := ems[(n.rank+w.tries)%len(ems)]
 		w.tries++
 		w.fetchedAt = n.now
-		n.send(to, &peerpb.CanopusEnvelope{Body: &peerpb.CanopusEnvelope_Fetch{Fetch: &peerpb.CanopusFetch{Cycle: k.cycle, Height: uint32(k.v.Height), Index: uint32(k.v.Index)}}})
+		f := &peerpb.CanopusFetch{Cycle: k.cycle, Height: uint32(k.v.Height), Index: uint32(k.v.Index)}
+		if n.exclOn() && k.v.Height == 1 && !(n.excl.from > 0 && k.v == n.exclVertex()) {
+			// The ack rule: the answer comes once the other super-leaf holds this one's state.
+			if own := n.states[vkey{k.cycle, n.anc[k.v.Height]}]; own != nil {
+				f.Carried = encodeState(own)
+			}
+		}
+		n.send(to, &peerpb.CanopusEnvelope{Body: &peerpb.CanopusEnvelope_Fetch{Fetch: f}})
 	}
 }
 
@@ -1135,7 +1254,19 @@ func (n *Node) maybeRejoin() {
 
 // Describe is a one-line summary for traces and invariants.
 func (n *Node) Describe() string {
-	return fmt.Sprintf("committed=%d proposed=%d target=%d states=%d wants=%d closed=%v", n.committed, n.proposed, n.target, len(n.states), len(n.wants), n.Closed())
+	var wants []string
+	for _, k := range slices.SortedFunc(maps.Keys(n.wants), func(a, b vkey) int { return cmp.Compare(a.cycle, b.cycle) }) {
+		if len(wants) == 4 {
+			wants = append(wants, "...")
+			break
+		}
+		wants = append(wants, fmt.Sprintf("%d/%v(state %v, ack %v)", k.cycle, k.v, n.states[k] != nil, n.acked[k]))
+	}
+	excl := "none"
+	if n.excl.set {
+		excl = fmt.Sprintf("%s round %d from %d", n.lot.SuperLeaves[n.excl.index], n.excl.round, n.excl.from)
+	}
+	return fmt.Sprintf("committed=%d proposed=%d target=%d states=%d wants=%v closed=%v exclusion=%s", n.committed, n.proposed, n.target, len(n.states), wants, n.Closed(), excl)
 }
 
 func encodeState(st *State) *peerpb.CanopusState {

@@ -94,6 +94,10 @@ type ProtocolSpec struct {
 	// FixedOptions: the options are fixed when the keyspace is created (alter refuses to
 	// change them): the replicas agree on them and nothing orders a change among them.
 	FixedOptions bool
+	// RegionExclusion: the protocol can go on without a lost region's replicas of a
+	// partition once the metadata group has excluded them (placement.Exclusion;
+	// metadata exclude_start / exclude_report).
+	RegionExclusion bool
 }
 
 func normalizeRaftReadLevel(v string) (string, error) {
@@ -183,9 +187,10 @@ var protocols = []ProtocolSpec{
 		Name: ProtocolCanopus,
 		Doc: "Canopus consensus (thesis chapter 4): the nodes of each region form a super-leaf that broadcasts its members' proposals through one Raft group per member; " +
 			"super-leaves exchange their states up a leaf-only tree in cycles, every node commits the same order, and reads are served by the local node after the next cycle commits (linearizable)",
-		FixedOptions: true,
-		Check:        checkCanopus,
-		Options:      canopusOptionSpecs,
+		FixedOptions:    true,
+		RegionExclusion: true,
+		Check:           checkCanopus,
+		Options:         canopusOptionSpecs,
 	},
 	{
 		Name: ProtocolEPaxos,
@@ -536,6 +541,20 @@ var canopusOptionSpecs = []OptionSpec{
 	{Name: "lease_cycles", Default: "auto", Doc: "cycles a write lease lasts; a node still writing the key renews it before it ends (auto: 4×(max_cycles_in_flight+1)); at least 4×(max_cycles_in_flight+1); 8..1000000 or auto", Normalize: normalizeAutoOr(intRange(8, 1_000_000))},
 	{Name: "heartbeat_interval", Default: "100ms", Doc: "heartbeats of each member's broadcast group (a multiple of the 10ms tick); 10ms..10s", Normalize: durationRange(10*time.Millisecond, 10*time.Second)},
 	{Name: "election_timeout", Default: "1s", Doc: "a member whose group hears nothing of it this long is replaced as its group's leader, which closes its epoch: its cycles go on without it until it is readmitted (4.2.3); at least 3 heartbeat intervals; 30ms..2m", Normalize: durationRange(30*time.Millisecond, 2*time.Minute)},
+	{Name: "exclude_after", Default: "0s", Doc: "region exclusion (beyond the thesis, 4.4): a region whose super-leaf has stalled the cycles this long is excluded through the metadata group, and the others go on without it; costs every cycle one more local log commit and each super-leaf's state crossing each region pair twice (a fetch carries the requester's state), and needs tree_height 2; 0s: off, a lost region stalls the keyspace until it returns (the thesis's Canopus); 0s or 1s..1h", Normalize: normalizeExcludeAfter},
+}
+
+// normalizeExcludeAfter accepts 0s (off) or a duration in [1s, 1h]: shorter would exclude a
+// region on a passing delay, and exclusion is permanent.
+func normalizeExcludeAfter(v string) (string, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil {
+		return "", fmt.Errorf("invalid duration %q", v)
+	}
+	if d != 0 && (d < time.Second || d > time.Hour) {
+		return "", fmt.Errorf("%s: want 0s (off) or 1s..1h (an exclusion is permanent: a shorter wait would exclude a region on a passing delay)", d)
+	}
+	return d.String(), nil
 }
 
 var epaxosOptionSpecs = []OptionSpec{
@@ -586,9 +605,11 @@ const CanopusTick = 10 * time.Millisecond
 // auto).
 type CanopusOptions struct {
 	CycleInterval, FetchTimeout, HeartbeatInterval, ElectionTimeout time.Duration
-	BatchMax, MaxInFlight, Representatives, TreeHeight              int
-	WriteLeases                                                     bool
-	LeaseCycles                                                     int // 0: auto
+	// ExcludeAfter: 0 off; else how long a stall lasts before the region is excluded.
+	ExcludeAfter                                       time.Duration
+	BatchMax, MaxInFlight, Representatives, TreeHeight int
+	WriteLeases                                        bool
+	LeaseCycles                                        int // 0: auto
 }
 
 // CanopusOptionsOf parses a canopus keyspace's options (missing ones take their defaults).
@@ -615,6 +636,10 @@ func CanopusOptionsOf(opts map[string]string) (CanopusOptions, error) {
 	}
 	o.BatchMax, o.Representatives, o.TreeHeight = num("batch_max"), num("representatives"), num("tree_height")
 	o.WriteLeases = norm["write_leases"] == "true"
+	o.ExcludeAfter = dur("exclude_after")
+	if o.ExcludeAfter > 0 && o.TreeHeight != 2 {
+		return o, fmt.Errorf("options.exclude_after: region exclusion needs tree_height 2 (a taller tree's merged states would have to be split back into regions)")
+	}
 	if norm["lease_cycles"] != "auto" {
 		o.LeaseCycles = num("lease_cycles")
 	}

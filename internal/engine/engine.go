@@ -294,6 +294,18 @@ const (
 	// reached them; Raft: its learner has applied what its leader had committed); the
 	// move may finish. Repeated while the move lasts, in case a report is lost.
 	ReportMoveCaughtUp ReportKind = iota + 1
+	// ReportExcludeStart: the partition has stalled on Region longer than its protocol
+	// allows; the runtime proposes exclude_start (placement.Exclusion). Repeated while the
+	// stall lasts.
+	ReportExcludeStart
+	// ReportExcludePosition: the reporting replica's region (Reporter) has frozen what it
+	// holds of Region's state; Position is the first position it does not hold. The runtime
+	// proposes exclude_report. Repeated until the exclusion is decided.
+	ReportExcludePosition
+	// ReportExcludeCancel: the exclusion attempt Round of Region has been pending longer
+	// than the protocol allows (a region suspected by mistake, or another one lost before
+	// it reported); the runtime proposes exclude_cancel.
+	ReportExcludeCancel
 )
 
 // Report is something an engine tells its runtime, which acts on the cluster metadata (the
@@ -303,6 +315,9 @@ type Report struct {
 	Keyspace  string
 	Partition uint32
 	MoveID    uint64
+	// Region, Reporter and Position: the exclusion reports.
+	Region, Reporter string
+	Position, Round  uint64
 }
 
 // Ready is an engine's output since the last call to Ready.

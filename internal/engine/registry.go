@@ -96,8 +96,9 @@ type SimSupport struct {
 	// protocol whose operations are not key reads and writes (the cluster metadata).
 	NewWorkload func() SimWorkload
 	// Invariant, when set, is checked after every delivered message and tick: engines[i] is
-	// node i's engine of this protocol (nil if it has none), now[i] its clock, up[i] whether
-	// it runs. A non-empty string is a violation.
+	// node i's engine of this protocol (nil if it has none; for a node lost for good with
+	// its region, its engine frozen at the loss), now[i] its clock, up[i] whether it runs. A
+	// non-empty string is a violation.
 	Invariant func(now []time.Time, engines []Engine, up []bool) string
 }
 
@@ -145,6 +146,8 @@ type SimHints struct {
 	NoSessions     bool
 	Roam           bool
 	ReplicaRegions int
+	// LoseRegion: the runs lose a region for good (sim.Options.LoseRegion).
+	LoseRegion bool
 	// MaxClockOffset, when set, is the run's ε (a timing rule that ignores ε shows only when
 	// ε is large against the network's delays).
 	MaxClockOffset time.Duration

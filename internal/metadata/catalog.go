@@ -168,6 +168,14 @@ type Command struct {
 	NodeID      uint32 `json:"node_id,omitempty"`
 	State       string `json:"state,omitempty"`
 	ExpectState string `json:"expect_state,omitempty"`
+	// Region, Reporter and Position (exclude_start, exclude_report): the region being
+	// excluded from Partition, and the reporting region's frozen position
+	// (placement.Exclusion).
+	Region   string `json:"region,omitempty"`
+	Reporter string `json:"reporter,omitempty"`
+	Position uint64 `json:"position,omitempty"`
+	// Round (exclude_report, exclude_cancel): the attempt, its exclude_start's index.
+	Round uint64 `json:"round,omitempty"`
 }
 
 // Command ops.
@@ -182,6 +190,11 @@ const (
 	OpMoveFinish   = "move_finish"
 	OpMoveAbort    = "move_abort"
 	OpNodeState    = "node_state"
+	// OpExcludeStart and OpExcludeReport exclude a lost region's replicas of a partition
+	// (placement.Exclusion; protocols with config.ProtocolSpec.RegionExclusion).
+	OpExcludeStart  = "exclude_start"
+	OpExcludeReport = "exclude_report"
+	OpExcludeCancel = "exclude_cancel"
 )
 
 // commandVersion is the Command format this code writes and understands.
@@ -313,6 +326,8 @@ func (c *Catalog) Apply(index uint64, cmd Command) ([]storage.Record, Outcome, e
 		return c.repartition(index, cmd)
 	case OpMoveStart, OpMoveFinish, OpMoveAbort:
 		return c.move(index, cmd)
+	case OpExcludeStart, OpExcludeReport, OpExcludeCancel:
+		return c.exclude(index, cmd)
 	}
 	return nil, Outcome{}, errs.New(errs.Invalid, "metadata command %q is not known", cmd.Op)
 }
@@ -481,6 +496,47 @@ func (c *Catalog) move(index uint64, cmd Command) ([]storage.Record, Outcome, er
 	rec := &KeyspaceRecord{Spec: old.Spec, Partitions: pk.Partitions, NextPartitionID: pk.NextPartitionID, Version: index, Created: old.Created, ReplicasVersion: old.ReplicasVersion}
 	c.keyspaces[old.Spec.Name] = rec
 	return []storage.Record{keyspaceRecord(rec)}, Outcome{Version: index, Keyspace: rec}, nil
+}
+
+// exclude starts the exclusion of a lost region's replicas from a partition, or records a
+// region's report on it (placement.Exclusion decides once every other region has reported).
+func (c *Catalog) exclude(index uint64, cmd Command) ([]storage.Record, Outcome, error) {
+	old, err := c.conditional(cmd, cmd.Op)
+	if err != nil {
+		return nil, Outcome{}, err
+	}
+	if p, _ := config.Protocol(old.Spec.Protocol); !p.RegionExclusion {
+		return nil, Outcome{}, errs.New(errs.Invalid, "%s keyspace %q: protocol %s does not exclude regions", cmd.Op, cmd.Name, old.Spec.Protocol)
+	}
+	var pk *placement.Keyspace
+	switch cmd.Op {
+	case OpExcludeStart:
+		pk, err = old.Placement().StartExclusion(cmd.Partition, cmd.Region, index)
+	case OpExcludeReport:
+		pk, err = old.Placement().ReportExclusion(cmd.Partition, cmd.Region, cmd.Round, cmd.Reporter, cmd.Position)
+	default:
+		pk, err = old.Placement().CancelExclusion(cmd.Partition, cmd.Region, cmd.Round)
+	}
+	if err != nil {
+		// Another region's exclusion under way, or a report on one that is not: the
+		// reporter's view is stale, not its request malformed.
+		return nil, Outcome{}, errs.New(errs.Conflict, "%s keyspace %q: %v", cmd.Op, cmd.Name, err)
+	}
+	if err := pk.Check(); err != nil {
+		return nil, Outcome{}, errs.New(errs.Internal, "%s keyspace %q: %v", cmd.Op, cmd.Name, err)
+	}
+	before, _ := old.Placement().Partition(cmd.Partition)
+	after, _ := pk.Partition(cmd.Partition)
+	if before != nil && after != nil && before.Exclusion != nil && sameExclusion(before.Exclusion, after.Exclusion) {
+		return nil, Outcome{Version: old.Version, Keyspace: old}, nil // repeated: nothing changes
+	}
+	rec := &KeyspaceRecord{Spec: old.Spec, Partitions: pk.Partitions, NextPartitionID: pk.NextPartitionID, Version: index, Created: old.Created, ReplicasVersion: old.ReplicasVersion}
+	c.keyspaces[old.Spec.Name] = rec
+	return []storage.Record{keyspaceRecord(rec)}, Outcome{Version: index, Keyspace: rec}, nil
+}
+
+func sameExclusion(a, b *placement.Exclusion) bool {
+	return a != nil && b != nil && a.Region == b.Region && a.Round == b.Round && a.From == b.From && maps.Equal(a.Reports, b.Reports)
 }
 
 // checkMoveNodes checks a move's nodes against the membership: all known, Add and Remove

@@ -217,3 +217,44 @@ func TestStateMachineKnowsConfiguredVoters(t *testing.T) {
 		t.Fatalf("without configured voters: %v, want the default five", got)
 	}
 }
+
+func TestExcludeCommands(t *testing.T) {
+	cat := testCatalog(t, 1)
+	for i, ks := range []config.Keyspace{{Name: "c", Protocol: "canopus", Partitions: 1}, {Name: "q", Protocol: "quorum", Partitions: 1}} {
+		if _, _, err := cat.Apply(uint64(10+i), Command{Op: OpCreate, Spec: &ks}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := cat.Apply(20, Command{Op: OpExcludeStart, Name: "q", Region: "asia"}); errs.KindOf(err) != errs.Invalid {
+		t.Fatalf("excluding a region of a quorum keyspace: %v, want Invalid (the protocol cannot go on without it)", err)
+	}
+	if _, _, err := cat.Apply(21, Command{Op: OpExcludeReport, Name: "c", Region: "asia", Round: 1, Reporter: "europe", Position: 5}); errs.KindOf(err) != errs.Conflict {
+		t.Fatalf("a report before the exclusion started: %v, want Conflict", err)
+	}
+	if _, _, err := cat.Apply(22, Command{Op: OpExcludeStart, Name: "c", Region: "asia"}); err != nil {
+		t.Fatal(err)
+	}
+	if recs, out, err := cat.Apply(23, Command{Op: OpExcludeStart, Name: "c", Region: "asia"}); err != nil || len(recs) != 0 || out.Version != 22 {
+		t.Fatalf("starting it again: %v, %d records, version %d: want a no-op at 22", err, len(recs), out.Version)
+	}
+	if _, _, err := cat.Apply(24, Command{Op: OpExcludeStart, Name: "c", Region: "europe"}); errs.KindOf(err) != errs.Conflict {
+		t.Fatalf("a second region's exclusion: %v, want Conflict", err)
+	}
+	for i, r := range []struct {
+		reporter string
+		pos      uint64
+	}{{"europe", 7}, {"us", 9}} {
+		if _, _, err := cat.Apply(uint64(25+i), Command{Op: OpExcludeReport, Name: "c", Region: "asia", Round: 22, Reporter: r.reporter, Position: r.pos}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := cat.keyspaces["c"]
+	if ex := rec.Partitions[0].Exclusion; !ex.Decided() || ex.From != 9 || rec.ReplicasVersion != 10 {
+		t.Fatalf("exclusion %+v, replicas version %d: want decided from 9, replicas version unchanged (peers keep talking)", ex, rec.ReplicasVersion)
+	}
+	// The record round-trips (a restarted node loads the exclusion from its catalog).
+	back, err := DecodeKeyspace(keyspaceRecord(rec).Value)
+	if err != nil || back.Partitions[0].Exclusion.From != 9 {
+		t.Fatalf("decoded record: %v, %+v", err, back)
+	}
+}

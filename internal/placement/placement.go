@@ -61,6 +61,11 @@ type Partition struct {
 	// joined (GlobLease's mastership table) starts a new configuration of it at each
 	// generation; the others ignore it.
 	Generation uint64 `json:"generation,omitempty"`
+	// Exclusion is the exclusion of a lost region's replicas (exclusion.go; nil: none).
+	Exclusion *Exclusion `json:"exclusion,omitempty"`
+	// ExclusionCancelled is the last exclusion attempt cancelled (0: none): a replica ends
+	// its wedges of that attempt and of every earlier one, never of a later one.
+	ExclusionCancelled uint64 `json:"exclusion_cancelled,omitempty"`
 }
 
 // MoveStage is where a replica move stands.
@@ -636,6 +641,7 @@ func clonePartition(p Partition) Partition {
 		mv := *p.Move
 		p.Move = &mv
 	}
+	p.Exclusion = cloneExclusion(p.Exclusion)
 	p.Start, p.End = bytes.Clone(p.Start), bytes.Clone(p.End)
 	if p.Start == nil {
 		p.Start = []byte{}

@@ -14,6 +14,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -140,7 +141,8 @@ func appliedKey(k instKey) []byte { return append(prefix(k), 'a') }
 // replicates.
 func (e *Engine) SetPlacement(m *placement.Map) {
 	e.pmap = m
-	e.order = engine.Reconcile(e.insts, engine.LocalPartitions(m, config.ProtocolCanopus, e.cfg.NodeID),
+	local := engine.LocalPartitions(m, config.ProtocolCanopus, e.cfg.NodeID)
+	e.order = engine.Reconcile(e.insts, local,
 		func(lp engine.LocalPartition) instKey { return instKey{lp.Keyspace.Spec.Name, lp.Partition.ID} },
 		func(k instKey, lp engine.LocalPartition) *instance {
 			return e.newInstance(k, lp.Keyspace, lp.Partition)
@@ -148,6 +150,36 @@ func (e *Engine) SetPlacement(m *placement.Map) {
 		func(k instKey, inst *instance) {
 			e.failAll(inst, errs.New(errs.NotFound, "keyspace %q partition %d left this node's map", k.keyspace, k.partition))
 		})
+	// A region's exclusion (placement.Exclusion) reaches the instances already running.
+	for _, lp := range local {
+		ex := lp.Partition.Exclusion
+		inst := e.insts[instKey{lp.Keyspace.Spec.Name, lp.Partition.ID}]
+		if inst == nil || inst.node == nil {
+			continue
+		}
+		cancelled := lp.Partition.ExclusionCancelled
+		if ex == nil {
+			inst.node.SetExclusion(e.now, "", 0, 0, cancelled) // none, or the attempt was cancelled
+			continue
+		}
+		inst.node.SetExclusion(e.now, ex.Region, ex.Round, ex.From, cancelled)
+		if inst.node.Excluded() {
+			// A write waiting here may be in a cycle before the exclusion, which the other
+			// regions commit: its outcome is unknown (Timeout), where a read's is not.
+			for _, id := range slices.Sorted(maps.Keys(inst.writes)) {
+				e.reply(engine.Result{ID: id, Op: inst.writes[id].Op, Err: errs.New(errs.Timeout,
+					"%v; this write may have been ordered in a cycle before it (read it back from another region)", excludedErr(inst.key, ex))})
+			}
+			inst.writes = map[uint64]engine.Request{}
+			e.failAll(inst, excludedErr(inst.key, ex))
+		}
+	}
+}
+
+// excludedErr is the answer of a node whose region was excluded from the partition.
+func excludedErr(k instKey, ex *placement.Exclusion) error {
+	return errs.New(errs.Unavailable, "keyspace %q partition %d: region %s was excluded from it from cycle %d (its super-leaf was lost and the others went on without it); "+
+		"this node serves it no more: use a replica in another region", k.keyspace, k.partition, ex.Region, ex.From)
 }
 
 // Options returns the core options of a keyspace on topology regions: its options with the
@@ -161,7 +193,7 @@ func Options(spec config.Keyspace, maxRTT time.Duration) (core.Options, error) {
 		Representatives: co.Representatives, TreeHeight: co.TreeHeight, FetchTimeout: co.FetchTimeout,
 		Tick: config.CanopusTick, HeartbeatTicks: int(co.HeartbeatInterval / config.CanopusTick),
 		ElectionTicks: int(co.ElectionTimeout / config.CanopusTick), MaxBuffered: maxBuffered,
-		WriteLeases: co.WriteLeases, LeaseCycles: co.LeaseCycles}
+		WriteLeases: co.WriteLeases, LeaseCycles: co.LeaseCycles, ExcludeAfter: co.ExcludeAfter}
 	if o.MaxInFlight == 0 {
 		// A cycle takes about the largest round trip; one starts every cycle interval.
 		o.MaxInFlight = min(int(math.Ceil(float64(maxRTT)/float64(co.CycleInterval)))+1, 64)
@@ -215,9 +247,14 @@ func (e *Engine) newInstance(k instKey, ks *placement.Keyspace, p placement.Part
 	}
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s/%d", k.keyspace, k.partition)
-	node, err := core.NewNode(core.Config{ID: e.cfg.NodeID, Members: members, Topology: e.cfg.Topology, Options: opts,
+	cc := core.Config{ID: e.cfg.NodeID, Members: members, Topology: e.cfg.Topology, Options: opts,
 		Rand: rand.New(rand.NewPCG(e.cfg.RandSeed^uint64(e.cfg.NodeID), h.Sum64())), Store: e.store, Prefix: prefix(k),
-		Applied: applied, Mutation: e.cfg.Mutation, Logger: raftlog.DiscardLogger{}})
+		Applied: applied, Mutation: e.cfg.Mutation, Logger: raftlog.DiscardLogger{}}
+	if ex := p.Exclusion; ex != nil {
+		cc.ExcludedRegion, cc.ExcludedRound, cc.ExcludedFrom = ex.Region, ex.Round, ex.From
+	}
+	cc.ExclusionCancelled = p.ExclusionCancelled
+	node, err := core.NewNode(cc)
 	if err != nil {
 		inst.failed = errs.New(errs.Internal, "keyspace %q partition %d: %v", k.keyspace, k.partition, err)
 		return inst
@@ -254,6 +291,9 @@ func (e *Engine) Propose(now time.Time, req engine.Request) {
 		return
 	case inst.failed != nil:
 		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: inst.failed})
+		return
+	case inst.node.Excluded():
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: excludedErr(inst.key, p.Exclusion)})
 		return
 	case inst.node.Closed():
 		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Unavailable, "this node is out of its super-leaf's cycles (its group closed its epoch while it was unreachable) until it is readmitted; retry, or use another node of the region")})
@@ -418,6 +458,17 @@ func (e *Engine) Ready() engine.Ready {
 		for _, c := range rd.Committed {
 			e.apply(inst, c)
 		}
+		for _, x := range rd.Exclusions {
+			r := engine.Report{Kind: engine.ReportExcludePosition, Keyspace: k.keyspace, Partition: k.partition, Region: x.Region, Round: x.Round,
+				Reporter: x.Reporter, Position: x.Position}
+			switch {
+			case x.Start:
+				r.Kind = engine.ReportExcludeStart
+			case x.Cancel:
+				r.Kind = engine.ReportExcludeCancel
+			}
+			e.out.Reports = append(e.out.Reports, r)
+		}
 		// After the cycles above: a read served now sees every committed cycle.
 		for _, id := range rd.ReadsNow {
 			if req, ok := inst.confirming[id]; ok {
@@ -504,4 +555,19 @@ func (e *Engine) apply(inst *instance, c core.Committed) {
 		}
 		delete(inst.reads, f)
 	}
+}
+
+// DebugState is every instance's state, one line each (the simulator's final trace).
+func (e *Engine) DebugState() string {
+	var b strings.Builder
+	for _, k := range e.order {
+		inst := e.insts[k]
+		switch {
+		case inst.node != nil:
+			fmt.Fprintf(&b, "%s/%d: %s\n", k.keyspace, k.partition, inst.node.Describe())
+		case inst.failed != nil:
+			fmt.Fprintf(&b, "%s/%d: failed: %v\n", k.keyspace, k.partition, inst.failed)
+		}
+	}
+	return b.String()
 }

@@ -23,11 +23,17 @@ const moveFinishTimeout = 10 * time.Second
 type moveReports struct {
 	mu       sync.Mutex
 	inflight map[uint64]bool
+	// exclusions are the exclusion proposals in flight (handleExclusionReport).
+	exclusions map[exclusionKey]bool
 }
 
 // handleReports acts on an engine's reports (called by the committer, which must not block).
 func (n *Node) handleReports(reports []engine.Report) {
 	for _, r := range reports {
+		if r.Kind == engine.ReportExcludeStart || r.Kind == engine.ReportExcludePosition || r.Kind == engine.ReportExcludeCancel {
+			n.handleExclusionReport(r)
+			continue
+		}
 		if r.Kind != engine.ReportMoveCaughtUp {
 			continue
 		}
@@ -63,4 +69,54 @@ func (n *Node) handleReports(reports []engine.Report) {
 			}
 		}(r)
 	}
+}
+
+// handleExclusionReport proposes an engine's exclusion report (engine.ReportExcludeStart,
+// ReportExcludePosition) to the metadata group, one proposal per partition and kind at a
+// time: the engine repeats its reports, so a lost or refused one is made again.
+func (n *Node) handleExclusionReport(r engine.Report) {
+	cmd := metadata.Command{Op: metadata.OpExcludeStart, Name: r.Keyspace, Partition: r.Partition, Region: r.Region, Round: r.Round}
+	switch r.Kind {
+	case engine.ReportExcludePosition:
+		cmd.Op, cmd.Reporter, cmd.Position = metadata.OpExcludeReport, r.Reporter, r.Position
+	case engine.ReportExcludeCancel:
+		cmd.Op = metadata.OpExcludeCancel
+	}
+	key := exclusionKey{keyspace: r.Keyspace, partition: r.Partition, op: cmd.Op}
+	n.moves.mu.Lock()
+	if n.moves.exclusions == nil {
+		n.moves.exclusions = map[exclusionKey]bool{}
+	}
+	busy := n.moves.exclusions[key]
+	n.moves.exclusions[key] = true
+	n.moves.mu.Unlock()
+	if busy {
+		return
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer func() {
+			n.moves.mu.Lock()
+			delete(n.moves.exclusions, key)
+			n.moves.mu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), moveFinishTimeout)
+		defer cancel()
+		_, _, err := n.metaCommand(ctx, cmd, moveFinishTimeout, false)
+		switch {
+		case err == nil:
+			n.log.Warn("region exclusion", "op", cmd.Op, "keyspace", r.Keyspace, "partition", r.Partition, "region", r.Region, "reporter", r.Reporter, "position", r.Position)
+		case errs.KindOf(err) == errs.Conflict:
+			// Another region's exclusion under way, or this one decided meanwhile.
+		default:
+			n.log.Warn("could not propose a region exclusion step yet; the engine reports it again", "op", cmd.Op, "keyspace", r.Keyspace, "partition", r.Partition, "region", r.Region, "err", err)
+		}
+	}()
+}
+
+type exclusionKey struct {
+	keyspace  string
+	partition uint32
+	op        string
 }

@@ -147,6 +147,10 @@ type Options struct {
 	// DelaySpikeProb, when set, is the share of messages the delay fault holds back
 	// (default: 0.5%–2.5%, drawn per seed).
 	DelaySpikeProb float64
+	// LoseRegion: every node of a random region crashes for good during the workload; the
+	// protocol must exclude the region and go on (regionloss.go). The workload lasts at
+	// least 10s.
+	LoseRegion bool
 	// Mutation names a deliberately broken variant (protocol or runtime).
 	Mutation string
 	// Linearizability also runs the Porcupine check (quorum does not promise it).
@@ -181,6 +185,9 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.Duration <= 0 {
 		o.Duration = 5 * time.Second
+	}
+	if o.LoseRegion {
+		o.Duration = max(o.Duration, minLossDuration)
 	}
 	if o.Quiesce <= 0 {
 		o.Quiesce = 5 * time.Second

@@ -152,6 +152,9 @@ func applyMutationHints(p Protocol, m string, o *Options) error {
 	if h.Roam {
 		o.Roam = true
 	}
+	if h.LoseRegion {
+		o.LoseRegion = true
+	}
 	if h.ReplicaRegions > 0 {
 		o.ReplicaRegions = h.ReplicaRegions
 	}

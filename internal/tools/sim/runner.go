@@ -118,6 +118,9 @@ func ReplayCommand(o Options) string {
 	if o.Roam {
 		b.WriteString(" --roam")
 	}
+	if o.LoseRegion {
+		b.WriteString(" --lose-region")
+	}
 	if o.NoSessions {
 		b.WriteString(" --sessions=false")
 	}

@@ -69,18 +69,21 @@ const (
 	evMoveStart  // the driver starts a replica move
 	evMoveFinish // the metadata applies move_finish (cli: partition, req: move ID)
 	evMoveCheck  // a move still in progress may be aborted (cli: partition, req: move ID)
+	evLoseRegion // every node of the lost region crashes for good (regionloss.go)
+	evExclusion  // the metadata applies an exclusion report (event.report)
 )
 
 type event struct {
-	at   int64
-	seq  uint64
-	kind eventKind
-	node int
-	env  *peerpb.Envelope
-	cli  int
-	req  uint64
-	cut  *cut
-	pmap *placement.Map
+	at     int64
+	seq    uint64
+	kind   eventKind
+	node   int
+	env    *peerpb.Envelope
+	cli    int
+	req    uint64
+	cut    *cut
+	pmap   *placement.Map
+	report *engine.Report
 }
 
 type eventHeap []event
@@ -122,6 +125,10 @@ type simNode struct {
 	// pmap is the placement map this node serves under; s.pmap is the newest one, which
 	// nodes install after their own delays (repartition.go).
 	pmap *placement.Map
+	// lostEngine is the protocol engine of a node lost for good (regionloss.go), frozen at
+	// the loss, for the step invariant: the survivors must not decide differently what it
+	// had decided.
+	lostEngine engine.Engine
 }
 
 type client struct {
@@ -178,6 +185,13 @@ type simulator struct {
 	// own (engine.SimSupport.NewWorkload).
 	workload engine.SimWorkload
 	wops     map[uint64]*workloadOp
+	// Region loss (regionloss.go): the region, its nodes (never restarted), when it was
+	// lost and when its exclusion was decided (virtual ns; 0: not yet).
+	lostRegion         string
+	lost               map[int]bool
+	lostAt, excludedAt int64
+	excludedRegion     string
+	exclusionSeq       uint64
 }
 
 // workloadOp is a request of the protocol's own workload in flight.
@@ -207,10 +221,10 @@ func Run(o Options) (*Report, error) {
 		o: o, proto: p,
 		rng:         rand.New(rand.NewPCG(o.Seed, o.Seed^0x6d65726964696e)),
 		byID:        map[uint32]int{},
-		moveStarted: map[uint64]int64{},
-		reqs:        map[uint64]int{},
-		lastDue:     map[[2]uint32]int64{},
-		hash:        fnv.New64a(),
+		moveStarted: map[uint64]int64{}, lost: map[int]bool{},
+		reqs:    map[uint64]int{},
+		lastDue: map[[2]uint32]int64{},
+		hash:    fnv.New64a(),
 	}
 	s.report.Seed = o.Seed
 	s.readLvl, s.writeLvl = levels(p, o.Mutation, o.ReadLevel, o.WriteLevel)
@@ -332,6 +346,9 @@ func (s *simulator) setup() error {
 		}
 	}
 	s.scheduleFaults()
+	if err := s.scheduleRegionLoss(); err != nil {
+		return err
+	}
 	s.scheduleClockSteps()
 	if err := s.scheduleRepartitions(); err != nil {
 		return err
@@ -534,6 +551,10 @@ func (s *simulator) handle(e event) error {
 		s.finishMove(uint32(e.cli), e.req)
 	case evMoveCheck:
 		s.checkMove(uint32(e.cli), e.req)
+	case evLoseRegion:
+		return s.loseRegion()
+	case evExclusion:
+		s.applyExclusion(e.report)
 	case evInstallMap:
 		n := s.nodes[e.node]
 		if n.up && e.pmap.Version > n.pmap.Version {
@@ -549,7 +570,7 @@ func (s *simulator) handle(e event) error {
 	case evCrash:
 		return s.crash(e.node)
 	case evRestart:
-		if !s.nodes[e.node].up {
+		if !s.nodes[e.node].up && !s.lost[e.node] {
 			s.trace("restart %s", s.nodes[e.node].cfg.Name)
 			return s.startNode(e.node)
 		}
@@ -566,7 +587,7 @@ func (s *simulator) handle(e event) error {
 		s.cuts = nil
 		s.lossProb, s.dupProb, s.spikeProb = 0, 0, 0
 		for i, n := range s.nodes {
-			if !n.up {
+			if !n.up && !s.lost[i] {
 				s.trace("restart %s", n.cfg.Name)
 				if err := s.startNode(i); err != nil {
 					return err
@@ -596,6 +617,8 @@ func (s *simulator) checkInvariant() {
 		now[i], up[i] = s.localTime(i), n.up
 		if n.host != nil {
 			engines[i], _ = n.host.Engine(s.proto.Name)
+		} else if s.lost[i] {
+			engines[i] = n.lostEngine // frozen at the loss: what it committed stays on record
 		}
 	}
 	if msg := s.proto.Sim.Invariant(now, engines, up); msg != "" {
@@ -739,6 +762,7 @@ func (s *simulator) release(i int, rd engine.Ready) error {
 		s.reply(i, r)
 	}
 	for _, r := range rd.Reports {
+		s.exclusionReport(r)
 		if r.Kind == engine.ReportMoveCaughtUp && r.Keyspace == "sim" {
 			// The report becomes a move_finish the metadata group commits a round trip later.
 			s.schedule(event{at: s.now + s.rng.Int64N(int64(maxInstallDelay)+1), kind: evMoveFinish, cli: int(r.Partition), req: r.MoveID})
@@ -910,8 +934,8 @@ func (s *simulator) clientOp(ci int) error {
 	if cl.inflight != nil || cl.stopped {
 		return nil
 	}
-	if s.workloadOver {
-		cl.stopped = true
+	if s.workloadOver || (s.lostAt > 0 && cl.region == s.lostRegion) {
+		cl.stopped = true // the region's clients are lost with it
 		return nil
 	}
 	if s.workload != nil {
@@ -1111,6 +1135,9 @@ func (s *simulator) otherNodeIn(region string, cur int) int {
 
 func (s *simulator) finish() (*Report, error) {
 	for _, n := range s.nodes {
+		if !n.up {
+			continue // lost with its region
+		}
 		_, engines := n.host.Engines()
 		for _, e := range engines {
 			if d, ok := e.(interface{ DebugState() string }); ok && n.up {
@@ -1134,6 +1161,9 @@ func (s *simulator) finish() (*Report, error) {
 		p := ks.Lookup([]byte(key))
 		for _, id := range p.Replicas {
 			n := s.nodes[s.byID[id]]
+			if s.lost[s.byID[id]] || (p.Exclusion.Decided() && p.Exclusion.Region == n.cfg.Region) {
+				continue // lost, or excluded, with its region: it keeps the state it was cut off at
+			}
 			rec, found, err := n.engine.Get("sim", []byte(key))
 			if err != nil {
 				return nil, fmt.Errorf("sim: final read on %s: %w", n.cfg.Name, err)
@@ -1151,6 +1181,9 @@ func (s *simulator) finish() (*Report, error) {
 	}
 	s.report.Violations = check.CheckAll(s.history, final, check.Options{Linearizability: s.o.Linearizability, LinearizabilityTimeout: 10 * time.Second})
 	if v := s.moveProgress(); v != nil {
+		s.report.Violations = append(s.report.Violations, v)
+	}
+	if v := s.regionLossProgress(); v != nil {
 		s.report.Violations = append(s.report.Violations, v)
 	}
 	if s.invariantBroken != nil {

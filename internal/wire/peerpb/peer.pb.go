@@ -10808,10 +10808,14 @@ func (x *CanopusRaft) GetMessage() []byte {
 }
 
 type CanopusFetch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cycle         uint64                 `protobuf:"varint,1,opt,name=cycle,proto3" json:"cycle,omitempty"`
-	Height        uint32                 `protobuf:"varint,2,opt,name=height,proto3" json:"height,omitempty"`
-	Index         uint32                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Cycle  uint64                 `protobuf:"varint,1,opt,name=cycle,proto3" json:"cycle,omitempty"`
+	Height uint32                 `protobuf:"varint,2,opt,name=height,proto3" json:"height,omitempty"`
+	Index  uint32                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	// carried is the requester's own sibling vertex's state of the cycle, with region
+	// exclusion on (docs/canopus.md, "Exclusion of a lost region"): the answer comes only once
+	// the answering super-leaf holds it in its logs.
+	Carried       *CanopusState `protobuf:"bytes,4,opt,name=carried,proto3" json:"carried,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -10867,16 +10871,28 @@ func (x *CanopusFetch) GetIndex() uint32 {
 	return 0
 }
 
+func (x *CanopusFetch) GetCarried() *CanopusState {
+	if x != nil {
+		return x.Carried
+	}
+	return nil
+}
+
 // CanopusState is a vertex's state in a cycle: its pnodes' request sets in merged order, and
 // the largest proposal number below it with the node that drew it.
 type CanopusState struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cycle         uint64                 `protobuf:"varint,1,opt,name=cycle,proto3" json:"cycle,omitempty"`
-	Height        uint32                 `protobuf:"varint,2,opt,name=height,proto3" json:"height,omitempty"`
-	Index         uint32                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
-	Number        uint64                 `protobuf:"varint,4,opt,name=number,proto3" json:"number,omitempty"`
-	Drawer        uint32                 `protobuf:"varint,5,opt,name=drawer,proto3" json:"drawer,omitempty"`
-	Sets          []*CanopusSet          `protobuf:"bytes,6,rep,name=sets,proto3" json:"sets,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Cycle  uint64                 `protobuf:"varint,1,opt,name=cycle,proto3" json:"cycle,omitempty"`
+	Height uint32                 `protobuf:"varint,2,opt,name=height,proto3" json:"height,omitempty"`
+	Index  uint32                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	Number uint64                 `protobuf:"varint,4,opt,name=number,proto3" json:"number,omitempty"`
+	Drawer uint32                 `protobuf:"varint,5,opt,name=drawer,proto3" json:"drawer,omitempty"`
+	Sets   []*CanopusSet          `protobuf:"bytes,6,rep,name=sets,proto3" json:"sets,omitempty"`
+	// holds_yours (an answer to a fetch, with region exclusion on): the sender's super-leaf
+	// holds the requester's sibling state of this cycle in its logs. A super-leaf commits a
+	// cycle only once every other one holds its state, so a lost super-leaf's committed cycles
+	// are known to the survivors.
+	HoldsYours    bool `protobuf:"varint,7,opt,name=holds_yours,json=holdsYours,proto3" json:"holds_yours,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -10951,6 +10967,13 @@ func (x *CanopusState) GetSets() []*CanopusSet {
 		return x.Sets
 	}
 	return nil
+}
+
+func (x *CanopusState) GetHoldsYours() bool {
+	if x != nil {
+		return x.HoldsYours
+	}
+	return false
 }
 
 // CanopusSet is one node's requests of one cycle, never split (4.3), with the membership
@@ -11136,6 +11159,8 @@ type CanopusEntry struct {
 	//	*CanopusEntry_Proposal
 	//	*CanopusEntry_Close
 	//	*CanopusEntry_Remote
+	//	*CanopusEntry_Wedge
+	//	*CanopusEntry_Unwedge
 	Body          isCanopusEntry_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -11205,6 +11230,24 @@ func (x *CanopusEntry) GetRemote() *CanopusState {
 	return nil
 }
 
+func (x *CanopusEntry) GetWedge() *CanopusWedge {
+	if x != nil {
+		if x, ok := x.Body.(*CanopusEntry_Wedge); ok {
+			return x.Wedge
+		}
+	}
+	return nil
+}
+
+func (x *CanopusEntry) GetUnwedge() *CanopusWedge {
+	if x != nil {
+		if x, ok := x.Body.(*CanopusEntry_Unwedge); ok {
+			return x.Unwedge
+		}
+	}
+	return nil
+}
+
 type isCanopusEntry_Body interface {
 	isCanopusEntry_Body()
 }
@@ -11224,11 +11267,81 @@ type CanopusEntry_Remote struct {
 	Remote *CanopusState `protobuf:"bytes,3,opt,name=remote,proto3,oneof"`
 }
 
+type CanopusEntry_Wedge struct {
+	// wedge freezes, in this group, what the super-leaf holds of super-leaf `index`, whose
+	// exclusion the metadata group has started: its states later in the log are ignored.
+	Wedge *CanopusWedge `protobuf:"bytes,4,opt,name=wedge,proto3,oneof"`
+}
+
+type CanopusEntry_Unwedge struct {
+	// unwedge ends the wedge of a cancelled exclusion attempt: the super-leaf's states are
+	// taken again from here on.
+	Unwedge *CanopusWedge `protobuf:"bytes,5,opt,name=unwedge,proto3,oneof"`
+}
+
 func (*CanopusEntry_Proposal) isCanopusEntry_Body() {}
 
 func (*CanopusEntry_Close) isCanopusEntry_Body() {}
 
 func (*CanopusEntry_Remote) isCanopusEntry_Body() {}
+
+func (*CanopusEntry_Wedge) isCanopusEntry_Body() {}
+
+func (*CanopusEntry_Unwedge) isCanopusEntry_Body() {}
+
+// CanopusWedge names an exclusion attempt: the super-leaf and the attempt's round (the
+// metadata index of its exclude_start).
+type CanopusWedge struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Round         uint64                 `protobuf:"varint,2,opt,name=round,proto3" json:"round,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CanopusWedge) Reset() {
+	*x = CanopusWedge{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[130]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CanopusWedge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CanopusWedge) ProtoMessage() {}
+
+func (x *CanopusWedge) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[130]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CanopusWedge.ProtoReflect.Descriptor instead.
+func (*CanopusWedge) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{130}
+}
+
+func (x *CanopusWedge) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *CanopusWedge) GetRound() uint64 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
 
 type CanopusProposal struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -11246,7 +11359,7 @@ type CanopusProposal struct {
 
 func (x *CanopusProposal) Reset() {
 	*x = CanopusProposal{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[130]
+	mi := &file_meridian_v1_peer_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11258,7 +11371,7 @@ func (x *CanopusProposal) String() string {
 func (*CanopusProposal) ProtoMessage() {}
 
 func (x *CanopusProposal) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[130]
+	mi := &file_meridian_v1_peer_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11271,7 +11384,7 @@ func (x *CanopusProposal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusProposal.ProtoReflect.Descriptor instead.
 func (*CanopusProposal) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{130}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *CanopusProposal) GetCycle() uint64 {
@@ -11318,7 +11431,7 @@ type CanopusClose struct {
 
 func (x *CanopusClose) Reset() {
 	*x = CanopusClose{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[131]
+	mi := &file_meridian_v1_peer_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11330,7 +11443,7 @@ func (x *CanopusClose) String() string {
 func (*CanopusClose) ProtoMessage() {}
 
 func (x *CanopusClose) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[131]
+	mi := &file_meridian_v1_peer_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11343,7 +11456,7 @@ func (x *CanopusClose) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusClose.ProtoReflect.Descriptor instead.
 func (*CanopusClose) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{131}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *CanopusClose) GetEpoch() uint64 {
@@ -11365,7 +11478,7 @@ type CanopusApplied struct {
 
 func (x *CanopusApplied) Reset() {
 	*x = CanopusApplied{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[132]
+	mi := &file_meridian_v1_peer_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11377,7 +11490,7 @@ func (x *CanopusApplied) String() string {
 func (*CanopusApplied) ProtoMessage() {}
 
 func (x *CanopusApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[132]
+	mi := &file_meridian_v1_peer_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11390,7 +11503,7 @@ func (x *CanopusApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusApplied.ProtoReflect.Descriptor instead.
 func (*CanopusApplied) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{132}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *CanopusApplied) GetCycle() uint64 {
@@ -11426,7 +11539,7 @@ type CanopusEpoch struct {
 
 func (x *CanopusEpoch) Reset() {
 	*x = CanopusEpoch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[133]
+	mi := &file_meridian_v1_peer_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11438,7 +11551,7 @@ func (x *CanopusEpoch) String() string {
 func (*CanopusEpoch) ProtoMessage() {}
 
 func (x *CanopusEpoch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[133]
+	mi := &file_meridian_v1_peer_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11451,7 +11564,7 @@ func (x *CanopusEpoch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusEpoch.ProtoReflect.Descriptor instead.
 func (*CanopusEpoch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{133}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *CanopusEpoch) GetNode() uint32 {
@@ -11491,7 +11604,7 @@ type CanopusWrite struct {
 
 func (x *CanopusWrite) Reset() {
 	*x = CanopusWrite{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[134]
+	mi := &file_meridian_v1_peer_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11503,7 +11616,7 @@ func (x *CanopusWrite) String() string {
 func (*CanopusWrite) ProtoMessage() {}
 
 func (x *CanopusWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[134]
+	mi := &file_meridian_v1_peer_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11516,7 +11629,7 @@ func (x *CanopusWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusWrite.ProtoReflect.Descriptor instead.
 func (*CanopusWrite) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{134}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *CanopusWrite) GetRequestId() uint64 {
@@ -11578,7 +11691,7 @@ type EPaxosEnvelope struct {
 
 func (x *EPaxosEnvelope) Reset() {
 	*x = EPaxosEnvelope{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[135]
+	mi := &file_meridian_v1_peer_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11590,7 +11703,7 @@ func (x *EPaxosEnvelope) String() string {
 func (*EPaxosEnvelope) ProtoMessage() {}
 
 func (x *EPaxosEnvelope) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[135]
+	mi := &file_meridian_v1_peer_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11603,7 +11716,7 @@ func (x *EPaxosEnvelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosEnvelope.ProtoReflect.Descriptor instead.
 func (*EPaxosEnvelope) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{135}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *EPaxosEnvelope) GetKeyspace() string {
@@ -11765,7 +11878,7 @@ type EPaxosBallot struct {
 
 func (x *EPaxosBallot) Reset() {
 	*x = EPaxosBallot{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[136]
+	mi := &file_meridian_v1_peer_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11777,7 +11890,7 @@ func (x *EPaxosBallot) String() string {
 func (*EPaxosBallot) ProtoMessage() {}
 
 func (x *EPaxosBallot) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[136]
+	mi := &file_meridian_v1_peer_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11790,7 +11903,7 @@ func (x *EPaxosBallot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosBallot.ProtoReflect.Descriptor instead.
 func (*EPaxosBallot) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{136}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{137}
 }
 
 func (x *EPaxosBallot) GetNumber() uint64 {
@@ -11820,7 +11933,7 @@ type EPaxosAttrs struct {
 
 func (x *EPaxosAttrs) Reset() {
 	*x = EPaxosAttrs{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[137]
+	mi := &file_meridian_v1_peer_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11832,7 +11945,7 @@ func (x *EPaxosAttrs) String() string {
 func (*EPaxosAttrs) ProtoMessage() {}
 
 func (x *EPaxosAttrs) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[137]
+	mi := &file_meridian_v1_peer_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11845,7 +11958,7 @@ func (x *EPaxosAttrs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosAttrs.ProtoReflect.Descriptor instead.
 func (*EPaxosAttrs) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{137}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *EPaxosAttrs) GetCommands() []*EPaxosCommand {
@@ -11891,7 +12004,7 @@ type EPaxosCommand struct {
 
 func (x *EPaxosCommand) Reset() {
 	*x = EPaxosCommand{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[138]
+	mi := &file_meridian_v1_peer_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11903,7 +12016,7 @@ func (x *EPaxosCommand) String() string {
 func (*EPaxosCommand) ProtoMessage() {}
 
 func (x *EPaxosCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[138]
+	mi := &file_meridian_v1_peer_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11916,7 +12029,7 @@ func (x *EPaxosCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosCommand.ProtoReflect.Descriptor instead.
 func (*EPaxosCommand) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{138}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{139}
 }
 
 func (x *EPaxosCommand) GetRequestId() uint64 {
@@ -12001,7 +12114,7 @@ type EPaxosPreAccept struct {
 
 func (x *EPaxosPreAccept) Reset() {
 	*x = EPaxosPreAccept{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[139]
+	mi := &file_meridian_v1_peer_proto_msgTypes[140]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12013,7 +12126,7 @@ func (x *EPaxosPreAccept) String() string {
 func (*EPaxosPreAccept) ProtoMessage() {}
 
 func (x *EPaxosPreAccept) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[139]
+	mi := &file_meridian_v1_peer_proto_msgTypes[140]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12026,7 +12139,7 @@ func (x *EPaxosPreAccept) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosPreAccept.ProtoReflect.Descriptor instead.
 func (*EPaxosPreAccept) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{139}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{140}
 }
 
 func (x *EPaxosPreAccept) GetReplica() uint32 {
@@ -12073,7 +12186,7 @@ type EPaxosPreAcceptReply struct {
 
 func (x *EPaxosPreAcceptReply) Reset() {
 	*x = EPaxosPreAcceptReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[140]
+	mi := &file_meridian_v1_peer_proto_msgTypes[141]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12085,7 +12198,7 @@ func (x *EPaxosPreAcceptReply) String() string {
 func (*EPaxosPreAcceptReply) ProtoMessage() {}
 
 func (x *EPaxosPreAcceptReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[140]
+	mi := &file_meridian_v1_peer_proto_msgTypes[141]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12098,7 +12211,7 @@ func (x *EPaxosPreAcceptReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosPreAcceptReply.ProtoReflect.Descriptor instead.
 func (*EPaxosPreAcceptReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{140}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{141}
 }
 
 func (x *EPaxosPreAcceptReply) GetReplica() uint32 {
@@ -12162,7 +12275,7 @@ type EPaxosAccept struct {
 
 func (x *EPaxosAccept) Reset() {
 	*x = EPaxosAccept{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[141]
+	mi := &file_meridian_v1_peer_proto_msgTypes[142]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12174,7 +12287,7 @@ func (x *EPaxosAccept) String() string {
 func (*EPaxosAccept) ProtoMessage() {}
 
 func (x *EPaxosAccept) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[141]
+	mi := &file_meridian_v1_peer_proto_msgTypes[142]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12187,7 +12300,7 @@ func (x *EPaxosAccept) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosAccept.ProtoReflect.Descriptor instead.
 func (*EPaxosAccept) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{141}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{142}
 }
 
 func (x *EPaxosAccept) GetReplica() uint32 {
@@ -12231,7 +12344,7 @@ type EPaxosAcceptReply struct {
 
 func (x *EPaxosAcceptReply) Reset() {
 	*x = EPaxosAcceptReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[142]
+	mi := &file_meridian_v1_peer_proto_msgTypes[143]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12243,7 +12356,7 @@ func (x *EPaxosAcceptReply) String() string {
 func (*EPaxosAcceptReply) ProtoMessage() {}
 
 func (x *EPaxosAcceptReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[142]
+	mi := &file_meridian_v1_peer_proto_msgTypes[143]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12256,7 +12369,7 @@ func (x *EPaxosAcceptReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosAcceptReply.ProtoReflect.Descriptor instead.
 func (*EPaxosAcceptReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{142}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{143}
 }
 
 func (x *EPaxosAcceptReply) GetReplica() uint32 {
@@ -12305,7 +12418,7 @@ type EPaxosCommit struct {
 
 func (x *EPaxosCommit) Reset() {
 	*x = EPaxosCommit{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[143]
+	mi := &file_meridian_v1_peer_proto_msgTypes[144]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12317,7 +12430,7 @@ func (x *EPaxosCommit) String() string {
 func (*EPaxosCommit) ProtoMessage() {}
 
 func (x *EPaxosCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[143]
+	mi := &file_meridian_v1_peer_proto_msgTypes[144]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12330,7 +12443,7 @@ func (x *EPaxosCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosCommit.ProtoReflect.Descriptor instead.
 func (*EPaxosCommit) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{143}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{144}
 }
 
 func (x *EPaxosCommit) GetReplica() uint32 {
@@ -12365,7 +12478,7 @@ type EPaxosPrepare struct {
 
 func (x *EPaxosPrepare) Reset() {
 	*x = EPaxosPrepare{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[144]
+	mi := &file_meridian_v1_peer_proto_msgTypes[145]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12377,7 +12490,7 @@ func (x *EPaxosPrepare) String() string {
 func (*EPaxosPrepare) ProtoMessage() {}
 
 func (x *EPaxosPrepare) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[144]
+	mi := &file_meridian_v1_peer_proto_msgTypes[145]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12390,7 +12503,7 @@ func (x *EPaxosPrepare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosPrepare.ProtoReflect.Descriptor instead.
 func (*EPaxosPrepare) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{144}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{145}
 }
 
 func (x *EPaxosPrepare) GetReplica() uint32 {
@@ -12435,7 +12548,7 @@ type EPaxosPrepareReply struct {
 
 func (x *EPaxosPrepareReply) Reset() {
 	*x = EPaxosPrepareReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[145]
+	mi := &file_meridian_v1_peer_proto_msgTypes[146]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12447,7 +12560,7 @@ func (x *EPaxosPrepareReply) String() string {
 func (*EPaxosPrepareReply) ProtoMessage() {}
 
 func (x *EPaxosPrepareReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[145]
+	mi := &file_meridian_v1_peer_proto_msgTypes[146]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12460,7 +12573,7 @@ func (x *EPaxosPrepareReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosPrepareReply.ProtoReflect.Descriptor instead.
 func (*EPaxosPrepareReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{145}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{146}
 }
 
 func (x *EPaxosPrepareReply) GetReplica() uint32 {
@@ -12535,7 +12648,7 @@ type EPaxosExecuted struct {
 
 func (x *EPaxosExecuted) Reset() {
 	*x = EPaxosExecuted{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[146]
+	mi := &file_meridian_v1_peer_proto_msgTypes[147]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12547,7 +12660,7 @@ func (x *EPaxosExecuted) String() string {
 func (*EPaxosExecuted) ProtoMessage() {}
 
 func (x *EPaxosExecuted) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[146]
+	mi := &file_meridian_v1_peer_proto_msgTypes[147]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12560,7 +12673,7 @@ func (x *EPaxosExecuted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosExecuted.ProtoReflect.Descriptor instead.
 func (*EPaxosExecuted) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{146}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{147}
 }
 
 func (x *EPaxosExecuted) GetExecuted() []uint64 {
@@ -12586,7 +12699,7 @@ type EPaxosInstance struct {
 
 func (x *EPaxosInstance) Reset() {
 	*x = EPaxosInstance{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[147]
+	mi := &file_meridian_v1_peer_proto_msgTypes[148]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12598,7 +12711,7 @@ func (x *EPaxosInstance) String() string {
 func (*EPaxosInstance) ProtoMessage() {}
 
 func (x *EPaxosInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[147]
+	mi := &file_meridian_v1_peer_proto_msgTypes[148]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12611,7 +12724,7 @@ func (x *EPaxosInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosInstance.ProtoReflect.Descriptor instead.
 func (*EPaxosInstance) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{147}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{148}
 }
 
 func (x *EPaxosInstance) GetReplica() uint32 {
@@ -13606,18 +13719,21 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x04body\"=\n" +
 	"\vCanopusRaft\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\rR\x05owner\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\fR\amessage\"R\n" +
+	"\amessage\x18\x02 \x01(\fR\amessage\"\x8c\x01\n" +
 	"\fCanopusFetch\x12\x14\n" +
 	"\x05cycle\x18\x01 \x01(\x04R\x05cycle\x12\x16\n" +
 	"\x06height\x18\x02 \x01(\rR\x06height\x12\x14\n" +
-	"\x05index\x18\x03 \x01(\rR\x05index\"\xb4\x01\n" +
+	"\x05index\x18\x03 \x01(\rR\x05index\x128\n" +
+	"\acarried\x18\x04 \x01(\v2\x1e.meridian.peer.v1.CanopusStateR\acarried\"\xd5\x01\n" +
 	"\fCanopusState\x12\x14\n" +
 	"\x05cycle\x18\x01 \x01(\x04R\x05cycle\x12\x16\n" +
 	"\x06height\x18\x02 \x01(\rR\x06height\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\rR\x05index\x12\x16\n" +
 	"\x06number\x18\x04 \x01(\x04R\x06number\x12\x16\n" +
 	"\x06drawer\x18\x05 \x01(\rR\x06drawer\x120\n" +
-	"\x04sets\x18\x06 \x03(\v2\x1c.meridian.peer.v1.CanopusSetR\x04sets\"\xb4\x01\n" +
+	"\x04sets\x18\x06 \x03(\v2\x1c.meridian.peer.v1.CanopusSetR\x04sets\x12\x1f\n" +
+	"\vholds_yours\x18\a \x01(\bR\n" +
+	"holdsYours\"\xb4\x01\n" +
 	"\n" +
 	"CanopusSet\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\rR\x04node\x12\x1a\n" +
@@ -13631,12 +13747,17 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\rR\x04node\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"%\n" +
 	"\rCanopusRejoin\x12\x14\n" +
-	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"\xc9\x01\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"\xbd\x02\n" +
 	"\fCanopusEntry\x12?\n" +
 	"\bproposal\x18\x01 \x01(\v2!.meridian.peer.v1.CanopusProposalH\x00R\bproposal\x126\n" +
 	"\x05close\x18\x02 \x01(\v2\x1e.meridian.peer.v1.CanopusCloseH\x00R\x05close\x128\n" +
-	"\x06remote\x18\x03 \x01(\v2\x1e.meridian.peer.v1.CanopusStateH\x00R\x06remoteB\x06\n" +
-	"\x04body\"\xa3\x01\n" +
+	"\x06remote\x18\x03 \x01(\v2\x1e.meridian.peer.v1.CanopusStateH\x00R\x06remote\x126\n" +
+	"\x05wedge\x18\x04 \x01(\v2\x1e.meridian.peer.v1.CanopusWedgeH\x00R\x05wedge\x12:\n" +
+	"\aunwedge\x18\x05 \x01(\v2\x1e.meridian.peer.v1.CanopusWedgeH\x00R\aunwedgeB\x06\n" +
+	"\x04body\":\n" +
+	"\fCanopusWedge\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x14\n" +
+	"\x05round\x18\x02 \x01(\x04R\x05round\"\xa3\x01\n" +
 	"\x0fCanopusProposal\x12\x14\n" +
 	"\x05cycle\x18\x01 \x01(\x04R\x05cycle\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x16\n" +
@@ -13765,7 +13886,7 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 148)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 149)
 var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Version)(nil),              // 0: meridian.peer.v1.Version
 	(*Record)(nil),               // 1: meridian.peer.v1.Record
@@ -13897,24 +14018,25 @@ var file_meridian_v1_peer_proto_goTypes = []any{
 	(*CanopusAdmit)(nil),         // 127: meridian.peer.v1.CanopusAdmit
 	(*CanopusRejoin)(nil),        // 128: meridian.peer.v1.CanopusRejoin
 	(*CanopusEntry)(nil),         // 129: meridian.peer.v1.CanopusEntry
-	(*CanopusProposal)(nil),      // 130: meridian.peer.v1.CanopusProposal
-	(*CanopusClose)(nil),         // 131: meridian.peer.v1.CanopusClose
-	(*CanopusApplied)(nil),       // 132: meridian.peer.v1.CanopusApplied
-	(*CanopusEpoch)(nil),         // 133: meridian.peer.v1.CanopusEpoch
-	(*CanopusWrite)(nil),         // 134: meridian.peer.v1.CanopusWrite
-	(*EPaxosEnvelope)(nil),       // 135: meridian.peer.v1.EPaxosEnvelope
-	(*EPaxosBallot)(nil),         // 136: meridian.peer.v1.EPaxosBallot
-	(*EPaxosAttrs)(nil),          // 137: meridian.peer.v1.EPaxosAttrs
-	(*EPaxosCommand)(nil),        // 138: meridian.peer.v1.EPaxosCommand
-	(*EPaxosPreAccept)(nil),      // 139: meridian.peer.v1.EPaxosPreAccept
-	(*EPaxosPreAcceptReply)(nil), // 140: meridian.peer.v1.EPaxosPreAcceptReply
-	(*EPaxosAccept)(nil),         // 141: meridian.peer.v1.EPaxosAccept
-	(*EPaxosAcceptReply)(nil),    // 142: meridian.peer.v1.EPaxosAcceptReply
-	(*EPaxosCommit)(nil),         // 143: meridian.peer.v1.EPaxosCommit
-	(*EPaxosPrepare)(nil),        // 144: meridian.peer.v1.EPaxosPrepare
-	(*EPaxosPrepareReply)(nil),   // 145: meridian.peer.v1.EPaxosPrepareReply
-	(*EPaxosExecuted)(nil),       // 146: meridian.peer.v1.EPaxosExecuted
-	(*EPaxosInstance)(nil),       // 147: meridian.peer.v1.EPaxosInstance
+	(*CanopusWedge)(nil),         // 130: meridian.peer.v1.CanopusWedge
+	(*CanopusProposal)(nil),      // 131: meridian.peer.v1.CanopusProposal
+	(*CanopusClose)(nil),         // 132: meridian.peer.v1.CanopusClose
+	(*CanopusApplied)(nil),       // 133: meridian.peer.v1.CanopusApplied
+	(*CanopusEpoch)(nil),         // 134: meridian.peer.v1.CanopusEpoch
+	(*CanopusWrite)(nil),         // 135: meridian.peer.v1.CanopusWrite
+	(*EPaxosEnvelope)(nil),       // 136: meridian.peer.v1.EPaxosEnvelope
+	(*EPaxosBallot)(nil),         // 137: meridian.peer.v1.EPaxosBallot
+	(*EPaxosAttrs)(nil),          // 138: meridian.peer.v1.EPaxosAttrs
+	(*EPaxosCommand)(nil),        // 139: meridian.peer.v1.EPaxosCommand
+	(*EPaxosPreAccept)(nil),      // 140: meridian.peer.v1.EPaxosPreAccept
+	(*EPaxosPreAcceptReply)(nil), // 141: meridian.peer.v1.EPaxosPreAcceptReply
+	(*EPaxosAccept)(nil),         // 142: meridian.peer.v1.EPaxosAccept
+	(*EPaxosAcceptReply)(nil),    // 143: meridian.peer.v1.EPaxosAcceptReply
+	(*EPaxosCommit)(nil),         // 144: meridian.peer.v1.EPaxosCommit
+	(*EPaxosPrepare)(nil),        // 145: meridian.peer.v1.EPaxosPrepare
+	(*EPaxosPrepareReply)(nil),   // 146: meridian.peer.v1.EPaxosPrepareReply
+	(*EPaxosExecuted)(nil),       // 147: meridian.peer.v1.EPaxosExecuted
+	(*EPaxosInstance)(nil),       // 148: meridian.peer.v1.EPaxosInstance
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,   // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -14031,7 +14153,7 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	16,  // 111: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
 	14,  // 112: meridian.peer.v1.Envelope.node_stats:type_name -> meridian.peer.v1.NodeStats
 	122, // 113: meridian.peer.v1.Envelope.canopus:type_name -> meridian.peer.v1.CanopusEnvelope
-	135, // 114: meridian.peer.v1.Envelope.epaxos:type_name -> meridian.peer.v1.EPaxosEnvelope
+	136, // 114: meridian.peer.v1.Envelope.epaxos:type_name -> meridian.peer.v1.EPaxosEnvelope
 	67,  // 115: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
 	70,  // 116: meridian.peer.v1.SdurPart.id:type_name -> meridian.peer.v1.SdurTxnId
 	71,  // 117: meridian.peer.v1.SdurPart.writes:type_name -> meridian.peer.v1.SdurWrite
@@ -14110,48 +14232,51 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	124, // 190: meridian.peer.v1.CanopusEnvelope.fetch:type_name -> meridian.peer.v1.CanopusFetch
 	125, // 191: meridian.peer.v1.CanopusEnvelope.state:type_name -> meridian.peer.v1.CanopusState
 	128, // 192: meridian.peer.v1.CanopusEnvelope.rejoin:type_name -> meridian.peer.v1.CanopusRejoin
-	126, // 193: meridian.peer.v1.CanopusState.sets:type_name -> meridian.peer.v1.CanopusSet
-	127, // 194: meridian.peer.v1.CanopusSet.admits:type_name -> meridian.peer.v1.CanopusAdmit
-	130, // 195: meridian.peer.v1.CanopusEntry.proposal:type_name -> meridian.peer.v1.CanopusProposal
-	131, // 196: meridian.peer.v1.CanopusEntry.close:type_name -> meridian.peer.v1.CanopusClose
-	125, // 197: meridian.peer.v1.CanopusEntry.remote:type_name -> meridian.peer.v1.CanopusState
-	126, // 198: meridian.peer.v1.CanopusProposal.set:type_name -> meridian.peer.v1.CanopusSet
-	133, // 199: meridian.peer.v1.CanopusApplied.epochs:type_name -> meridian.peer.v1.CanopusEpoch
-	139, // 200: meridian.peer.v1.EPaxosEnvelope.pre_accept:type_name -> meridian.peer.v1.EPaxosPreAccept
-	140, // 201: meridian.peer.v1.EPaxosEnvelope.pre_accept_reply:type_name -> meridian.peer.v1.EPaxosPreAcceptReply
-	141, // 202: meridian.peer.v1.EPaxosEnvelope.accept:type_name -> meridian.peer.v1.EPaxosAccept
-	142, // 203: meridian.peer.v1.EPaxosEnvelope.accept_reply:type_name -> meridian.peer.v1.EPaxosAcceptReply
-	143, // 204: meridian.peer.v1.EPaxosEnvelope.commit:type_name -> meridian.peer.v1.EPaxosCommit
-	144, // 205: meridian.peer.v1.EPaxosEnvelope.prepare:type_name -> meridian.peer.v1.EPaxosPrepare
-	145, // 206: meridian.peer.v1.EPaxosEnvelope.prepare_reply:type_name -> meridian.peer.v1.EPaxosPrepareReply
-	146, // 207: meridian.peer.v1.EPaxosEnvelope.executed:type_name -> meridian.peer.v1.EPaxosExecuted
-	138, // 208: meridian.peer.v1.EPaxosAttrs.commands:type_name -> meridian.peer.v1.EPaxosCommand
-	136, // 209: meridian.peer.v1.EPaxosPreAccept.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	137, // 210: meridian.peer.v1.EPaxosPreAccept.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
-	136, // 211: meridian.peer.v1.EPaxosPreAcceptReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	136, // 212: meridian.peer.v1.EPaxosPreAcceptReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
-	136, // 213: meridian.peer.v1.EPaxosAccept.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	137, // 214: meridian.peer.v1.EPaxosAccept.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
-	136, // 215: meridian.peer.v1.EPaxosAcceptReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	136, // 216: meridian.peer.v1.EPaxosAcceptReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
-	137, // 217: meridian.peer.v1.EPaxosCommit.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
-	136, // 218: meridian.peer.v1.EPaxosPrepare.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	136, // 219: meridian.peer.v1.EPaxosPrepareReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	136, // 220: meridian.peer.v1.EPaxosPrepareReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
-	136, // 221: meridian.peer.v1.EPaxosPrepareReply.vballot:type_name -> meridian.peer.v1.EPaxosBallot
-	137, // 222: meridian.peer.v1.EPaxosPrepareReply.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
-	136, // 223: meridian.peer.v1.EPaxosInstance.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	136, // 224: meridian.peer.v1.EPaxosInstance.vballot:type_name -> meridian.peer.v1.EPaxosBallot
-	137, // 225: meridian.peer.v1.EPaxosInstance.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
-	67,  // 226: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	69,  // 227: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
-	68,  // 228: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	68,  // 229: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
-	228, // [228:230] is the sub-list for method output_type
-	226, // [226:228] is the sub-list for method input_type
-	226, // [226:226] is the sub-list for extension type_name
-	226, // [226:226] is the sub-list for extension extendee
-	0,   // [0:226] is the sub-list for field type_name
+	125, // 193: meridian.peer.v1.CanopusFetch.carried:type_name -> meridian.peer.v1.CanopusState
+	126, // 194: meridian.peer.v1.CanopusState.sets:type_name -> meridian.peer.v1.CanopusSet
+	127, // 195: meridian.peer.v1.CanopusSet.admits:type_name -> meridian.peer.v1.CanopusAdmit
+	131, // 196: meridian.peer.v1.CanopusEntry.proposal:type_name -> meridian.peer.v1.CanopusProposal
+	132, // 197: meridian.peer.v1.CanopusEntry.close:type_name -> meridian.peer.v1.CanopusClose
+	125, // 198: meridian.peer.v1.CanopusEntry.remote:type_name -> meridian.peer.v1.CanopusState
+	130, // 199: meridian.peer.v1.CanopusEntry.wedge:type_name -> meridian.peer.v1.CanopusWedge
+	130, // 200: meridian.peer.v1.CanopusEntry.unwedge:type_name -> meridian.peer.v1.CanopusWedge
+	126, // 201: meridian.peer.v1.CanopusProposal.set:type_name -> meridian.peer.v1.CanopusSet
+	134, // 202: meridian.peer.v1.CanopusApplied.epochs:type_name -> meridian.peer.v1.CanopusEpoch
+	140, // 203: meridian.peer.v1.EPaxosEnvelope.pre_accept:type_name -> meridian.peer.v1.EPaxosPreAccept
+	141, // 204: meridian.peer.v1.EPaxosEnvelope.pre_accept_reply:type_name -> meridian.peer.v1.EPaxosPreAcceptReply
+	142, // 205: meridian.peer.v1.EPaxosEnvelope.accept:type_name -> meridian.peer.v1.EPaxosAccept
+	143, // 206: meridian.peer.v1.EPaxosEnvelope.accept_reply:type_name -> meridian.peer.v1.EPaxosAcceptReply
+	144, // 207: meridian.peer.v1.EPaxosEnvelope.commit:type_name -> meridian.peer.v1.EPaxosCommit
+	145, // 208: meridian.peer.v1.EPaxosEnvelope.prepare:type_name -> meridian.peer.v1.EPaxosPrepare
+	146, // 209: meridian.peer.v1.EPaxosEnvelope.prepare_reply:type_name -> meridian.peer.v1.EPaxosPrepareReply
+	147, // 210: meridian.peer.v1.EPaxosEnvelope.executed:type_name -> meridian.peer.v1.EPaxosExecuted
+	139, // 211: meridian.peer.v1.EPaxosAttrs.commands:type_name -> meridian.peer.v1.EPaxosCommand
+	137, // 212: meridian.peer.v1.EPaxosPreAccept.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	138, // 213: meridian.peer.v1.EPaxosPreAccept.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	137, // 214: meridian.peer.v1.EPaxosPreAcceptReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	137, // 215: meridian.peer.v1.EPaxosPreAcceptReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
+	137, // 216: meridian.peer.v1.EPaxosAccept.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	138, // 217: meridian.peer.v1.EPaxosAccept.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	137, // 218: meridian.peer.v1.EPaxosAcceptReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	137, // 219: meridian.peer.v1.EPaxosAcceptReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
+	138, // 220: meridian.peer.v1.EPaxosCommit.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	137, // 221: meridian.peer.v1.EPaxosPrepare.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	137, // 222: meridian.peer.v1.EPaxosPrepareReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	137, // 223: meridian.peer.v1.EPaxosPrepareReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
+	137, // 224: meridian.peer.v1.EPaxosPrepareReply.vballot:type_name -> meridian.peer.v1.EPaxosBallot
+	138, // 225: meridian.peer.v1.EPaxosPrepareReply.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	137, // 226: meridian.peer.v1.EPaxosInstance.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	137, // 227: meridian.peer.v1.EPaxosInstance.vballot:type_name -> meridian.peer.v1.EPaxosBallot
+	138, // 228: meridian.peer.v1.EPaxosInstance.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	67,  // 229: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	69,  // 230: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
+	68,  // 231: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	68,  // 232: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
+	231, // [231:233] is the sub-list for method output_type
+	229, // [229:231] is the sub-list for method input_type
+	229, // [229:229] is the sub-list for extension type_name
+	229, // [229:229] is the sub-list for extension extendee
+	0,   // [0:229] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -14252,8 +14377,10 @@ func file_meridian_v1_peer_proto_init() {
 		(*CanopusEntry_Proposal)(nil),
 		(*CanopusEntry_Close)(nil),
 		(*CanopusEntry_Remote)(nil),
+		(*CanopusEntry_Wedge)(nil),
+		(*CanopusEntry_Unwedge)(nil),
 	}
-	file_meridian_v1_peer_proto_msgTypes[135].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[136].OneofWrappers = []any{
 		(*EPaxosEnvelope_PreAccept)(nil),
 		(*EPaxosEnvelope_PreAcceptReply)(nil),
 		(*EPaxosEnvelope_Accept)(nil),
@@ -14269,7 +14396,7 @@ func file_meridian_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   148,
+			NumMessages:   149,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
