@@ -20,7 +20,7 @@ CPU_MSG=${CPU_MSG:-20us}
 PROTOCOLS=${PROTOCOLS:-"canopus::write_leases=false,epaxos,raft:LINEARIZABLE/"}
 REGIONS=${REGIONS:-"3 5 7"}
 MIXES=${MIXES:-"0.01 0.5"}
-common=(--nodes-per-region 3 --replicas-per-region 3 --partitions 1 --records 20000 --field-length 16
+common=(--nodes-per-region 3 --replicas-per-region 3 --partitions 1 --records 5000 --field-length 16
 	--max --max-fresh --p50-factor 1.5 --p99 5s --max-start "${START:-25}" --clients 256
 	--link-bandwidth "$LINK" --cpu-per-message "$CPU_MSG")
 run() { # NAME TOPOLOGY WRITE_FRACTION

@@ -109,14 +109,14 @@ func (eo Options) withDefaults(o *peer.Options) (Options, error) {
 		return eo, fmt.Errorf("etcd: election timeout %v exceeds etcd's limit of %v", eo.ElectionTimeout, maxElectionTimeout)
 	}
 	if eo.LeaderRegion == "" {
-		eo.LeaderRegion = defaultLeaderRegion(o)
+		eo.LeaderRegion = peer.FirstRegion(o)
 	}
 	found := false
 	for _, h := range o.Hosts {
 		found = found || h.Region == eo.LeaderRegion
 	}
 	if !found {
-		return eo, fmt.Errorf("etcd: leader region %q has no member (members are in %s)", eo.LeaderRegion, strings.Join(memberRegions(o.Hosts), ", "))
+		return eo, fmt.Errorf("etcd: leader region %q has no member (members are in %s)", eo.LeaderRegion, strings.Join(peer.Regions(o.Hosts), ", "))
 	}
 	if eo.QuotaBackendBytes == 0 {
 		eo.QuotaBackendBytes = DefaultQuotaBackendBytes
@@ -140,25 +140,6 @@ func DefaultHeartbeat(o *peer.Options) time.Duration {
 	}
 	hb := time.Duration(math.Ceil(maxMs/10)) * 10 * time.Millisecond
 	return max(hb, minHeartbeat)
-}
-
-func defaultLeaderRegion(o *peer.Options) string {
-	for _, r := range o.Topology.Regions {
-		for _, h := range o.Hosts {
-			if h.Region == r {
-				return r
-			}
-		}
-	}
-	return o.Hosts[0].Region
-}
-
-func memberRegions(hosts []peer.Host) []string {
-	out := make([]string, len(hosts))
-	for i, h := range hosts {
-		out[i] = h.Region
-	}
-	return out
 }
 
 // findBinary resolves the etcd executable.

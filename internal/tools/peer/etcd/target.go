@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -13,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"meridian/internal/tools/bench"
+	"meridian/internal/tools/peer"
 	"meridian/internal/topology"
 )
 
@@ -55,33 +55,7 @@ func LowerBoundMs(t *topology.Topology, members []string, leader, readLevel, reg
 		}
 		return max(best, 0)
 	}
-	return rttMs(t, region, leader) + majorityMs(t, members, leader)
-}
-
-// majorityMs is the ⌊n/2⌋-th smallest RTT from leader to the other members.
-func majorityMs(t *topology.Topology, members []string, leader string) float64 {
-	var rtts []float64
-	skipped := false
-	for _, m := range members {
-		if m == leader && !skipped {
-			skipped = true // the leader itself
-			continue
-		}
-		rtts = append(rtts, rttMs(t, leader, m))
-	}
-	slices.Sort(rtts)
-	need := len(members) / 2
-	if need == 0 || need > len(rtts) {
-		return 0
-	}
-	return rtts[need-1]
-}
-
-func rttMs(t *topology.Topology, a, b string) float64 {
-	if a == b {
-		return 0
-	}
-	return float64(t.RTT(a, b).Microseconds()) / 1000
+	return peer.RTTMs(t, region, leader) + peer.QuorumMs(t, members, leader)
 }
 
 // Target is the cluster as a benchmark target. Close does not stop the cluster (Stop does).
@@ -236,7 +210,7 @@ func (s *session) Connect(region string, i int) (bench.KV, error) {
 
 // LowerBoundMs uses the leader observed at Prepare and the members' regions.
 func (s *session) LowerBoundMs(region, op string) float64 {
-	return LowerBoundMs(s.c.o.Topology, memberRegions(s.c.o.Hosts), s.cfg.Options[OptionLeader], s.cfg.ReadLevel, region, op)
+	return LowerBoundMs(s.c.o.Topology, peer.Regions(s.c.o.Hosts), s.cfg.Options[OptionLeader], s.cfg.ReadLevel, region, op)
 }
 
 func (s *session) Close() error {

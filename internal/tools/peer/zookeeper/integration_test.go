@@ -119,7 +119,7 @@ func TestEnsembleIntegration(t *testing.T) {
 	if l := c.Leader(); l != "europe" {
 		t.Errorf("leader in %q, want europe", l)
 	}
-	if v := hostRegions(c.Voters()); !slices.Equal(v, []string{"europe", "us", "asia"}) {
+	if v := peer.Regions(c.Voters()); !slices.Equal(v, []string{"europe", "us", "asia"}) {
 		t.Errorf("voters in %v", v)
 	}
 	if st, err := c.state(ctx, c.members[3]); err != nil || st != "observer" {

@@ -12,6 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"meridian/internal/tools/bench"
+	"meridian/internal/tools/peer"
 	"meridian/internal/topology"
 )
 
@@ -74,35 +75,9 @@ func LowerBoundMs(t *topology.Topology, voters []string, leader, readLevel, regi
 		return max(best, 0)
 	}
 	if op == "read" {
-		return rttMs(t, region, leader)
+		return peer.RTTMs(t, region, leader)
 	}
-	return rttMs(t, region, leader) + majorityMs(t, voters, leader)
-}
-
-// majorityMs is the ⌊v/2⌋-th smallest RTT from leader to the other voters.
-func majorityMs(t *topology.Topology, voters []string, leader string) float64 {
-	var rtts []float64
-	skipped := false
-	for _, v := range voters {
-		if v == leader && !skipped {
-			skipped = true // the leader itself
-			continue
-		}
-		rtts = append(rtts, rttMs(t, leader, v))
-	}
-	slices.Sort(rtts)
-	need := len(voters) / 2
-	if need == 0 || need > len(rtts) {
-		return 0
-	}
-	return rtts[need-1]
-}
-
-func rttMs(t *topology.Topology, a, b string) float64 {
-	if a == b {
-		return 0
-	}
-	return float64(t.RTT(a, b).Microseconds()) / 1000
+	return peer.RTTMs(t, region, leader) + peer.QuorumMs(t, voters, leader)
 }
 
 // Target is the ensemble as a benchmark target. Close does not stop the ensemble (Stop does).
@@ -292,7 +267,7 @@ func (s *session) Connect(region string, i int) (bench.KV, error) {
 
 // LowerBoundMs uses the leader observed at Prepare and the voters' regions.
 func (s *session) LowerBoundMs(region, op string) float64 {
-	return LowerBoundMs(s.c.o.Topology, hostRegions(s.c.Voters()), s.leader, s.cfg.ReadLevel, region, op)
+	return LowerBoundMs(s.c.o.Topology, peer.Regions(s.c.Voters()), s.leader, s.cfg.ReadLevel, region, op)
 }
 
 // Close closes every ZooKeeper session (each close is a request to the server, bounded by a

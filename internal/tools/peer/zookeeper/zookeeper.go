@@ -122,10 +122,10 @@ func (zo Options) withDefaults(o *peer.Options) (Options, error) {
 	}
 	zo.Voters = min(zo.Voters, len(o.Hosts))
 	if zo.LeaderRegion == "" {
-		zo.LeaderRegion = defaultLeaderRegion(o)
+		zo.LeaderRegion = peer.FirstRegion(o)
 	}
 	if !slices.ContainsFunc(o.Hosts, func(h peer.Host) bool { return h.Region == zo.LeaderRegion }) {
-		return zo, fmt.Errorf("zookeeper: leader region %q has no host (hosts are in %s)", zo.LeaderRegion, strings.Join(hostRegions(o.Hosts), ", "))
+		return zo, fmt.Errorf("zookeeper: leader region %q has no host (hosts are in %s)", zo.LeaderRegion, strings.Join(peer.Regions(o.Hosts), ", "))
 	}
 	if zo.HeapMB == 0 {
 		zo.HeapMB = DefaultHeapMB
@@ -162,25 +162,6 @@ func (zo Options) withDefaults(o *peer.Options) (Options, error) {
 		}
 	}
 	return zo, nil
-}
-
-func defaultLeaderRegion(o *peer.Options) string {
-	for _, r := range o.Topology.Regions {
-		for _, h := range o.Hosts {
-			if h.Region == r {
-				return r
-			}
-		}
-	}
-	return o.Hosts[0].Region
-}
-
-func hostRegions(hosts []peer.Host) []string {
-	out := make([]string, len(hosts))
-	for i, h := range hosts {
-		out[i] = h.Region
-	}
-	return out
 }
 
 // Cluster is a running ZooKeeper ensemble: one server per peer.Host.
