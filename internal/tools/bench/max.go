@@ -127,6 +127,9 @@ type MaxResult struct {
 	CPUNote   string  `json:"cpu_note"`
 }
 
+// freshLoadAttempts bounds the fresh clusters tried for one probe (MaxOptions.Fresh).
+const freshLoadAttempts = 3
+
 // ensureDefaults fills the options' documented defaults and checks the bound.
 func (mo *MaxOptions) ensureDefaults() error {
 	if mo.P99BoundMs <= 0 {
@@ -175,15 +178,21 @@ func FindMax(ctx context.Context, t Target, cfg Config, nodes int, o RunOptions,
 	if mo.Fresh {
 		sess.Close() // only the check that the target prepares and loads
 		fresh := func() (Session, func(), error) {
-			s, err := t.Prepare(ctx, cfg)
-			if err != nil {
-				return nil, nil, err
-			}
-			if err := Load(ctx, s, o.Workload, regions, 256); err != nil {
+			// A fresh cluster may still be electing its leaders when the load starts (a Raft
+			// load once timed out on record 224): a failed load is tried again on another
+			// fresh cluster, a bounded number of times.
+			var lastErr error
+			for range freshLoadAttempts {
+				s, err := t.Prepare(ctx, cfg)
+				if err != nil {
+					return nil, nil, err
+				}
+				if lastErr = Load(ctx, s, o.Workload, regions, 256); lastErr == nil {
+					return s, func() { s.Close() }, nil
+				}
 				s.Close()
-				return nil, nil, err
 			}
-			return s, func() { s.Close() }, nil
+			return nil, nil, fmt.Errorf("bench: loading a fresh cluster for a probe, %d attempts: %w", freshLoadAttempts, lastErr)
 		}
 		return searchMax(ctx, fresh, regions, cfg, nodes, o, mo, log)
 	}
