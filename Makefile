@@ -87,6 +87,10 @@ sim-ci: build
 	# A short pipeline: logs compacted and readmissions applied within a run.
 	$(BIN) sim --protocol canopus --seeds 30 --faults all --option max_cycles_in_flight=4
 	$(BIN) sim --protocol canopus --mutations --mutation-seeds 200 --faults all
+	# Region exclusion: a region lost for good (excluded, the others go on), and exclusion on
+	# with every region kept (the ack rule, mistaken exclusions).
+	$(BIN) sim --protocol canopus --seeds 40 --faults all --lose-region --option exclude_after=1s
+	$(BIN) sim --protocol canopus --seeds 30 --faults all --option exclude_after=1s
 	# EPaxos (docs/epaxos.md): six replicas (fast quorum 4) and three (fast quorum 2).
 	$(BIN) sim --protocol epaxos --seeds $(SIMSEEDS) --faults all
 	$(BIN) sim --protocol epaxos --seeds $(SIMSEEDS) --faults all --nodes-per-region 1
