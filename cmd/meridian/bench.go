@@ -99,7 +99,7 @@ func addBenchFlags(cmd *cobra.Command, fp *benchFlags) {
 	fl.BoolVar(&f.maxMode, "max", false, "find the highest throughput whose p99 stays under --p99 (each configuration in turn)")
 	fl.DurationVar(&f.p99Bound, "p99", 50*time.Millisecond, "p99 bound for --max")
 	fl.Float64Var(&f.maxStart, "max-start", 200, "with --max, the first probe's rate per region (ops/s); the search doubles it until a probe breaks the bounds (start below a system's capacity: an overloaded system's backlog can outlast the cooldown)")
-	fl.BoolVar(&f.maxFresh, "max-fresh", false, "with --max, run every probe on a fresh cluster with the data loaded again (no backlog carried from an overloaded probe into the next; emulated and loopback targets)")
+	fl.BoolVar(&f.maxFresh, "max-fresh", false, "with --max, run every probe on a fresh cluster with the data loaded again (no backlog carried from an overloaded probe into the next; the emulated target only)")
 	fl.Float64Var(&f.p50Factor, "p50-factor", 0, "with --max, every region's median must stay under this factor times its unloaded median, measured first at --max-start/4 (the Canopus thesis's 1.5; also reports the medians at 70% of the highest rate; 0: none)")
 	fl.DurationVar(&f.p50Bound, "p50", 0, "with --max, a bound on every region's median as well (the Canopus thesis's criterion: 1.5× the base latency; 0: none)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the workload generators")
@@ -259,6 +259,9 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 	if f.maxMode {
 		if f.maxStart <= 0 || f.maxStart > 1e7 {
 			return fmt.Errorf("bench: --max-start %v: want a rate in (0, 1e7] ops/s per region", f.maxStart)
+		}
+		if f.maxFresh && (f.labDir != "" || f.loopback != nil || f.configPath != "" || f.target != "") {
+			return fmt.Errorf("bench: --max-fresh needs the emulated target (it starts a new in-process cluster for every probe; a lab, loopback or running cluster is not restarted per probe)")
 		}
 		if f.p50Bound < 0 || f.p99Bound <= 0 {
 			return fmt.Errorf("bench: --p99 %v and --p50 %v: want a positive p99 bound and a p50 bound ≥ 0", f.p99Bound, f.p50Bound)

@@ -166,12 +166,8 @@ func (e *Engine) SetPlacement(m *placement.Map) {
 		if inst.node.Excluded() {
 			// A write waiting here may be in a cycle before the exclusion, which the other
 			// regions commit: its outcome is unknown (Timeout), where a read's is not.
-			for _, id := range slices.Sorted(maps.Keys(inst.writes)) {
-				e.reply(engine.Result{ID: id, Op: inst.writes[id].Op, Err: errs.New(errs.Timeout,
-					"%v; this write may have been ordered in a cycle before it (read it back from another region)", excludedErr(inst.key, ex))})
-			}
-			inst.writes = map[uint64]engine.Request{}
-			e.failAll(inst, excludedErr(inst.key, ex))
+			err := excludedErr(inst.key, ex)
+			e.failAllWrites(inst, errs.New(errs.Timeout, "%v; this write may have been ordered in a cycle before it (read it back from another region)", err), err)
 		}
 	}
 }
@@ -396,9 +392,12 @@ func (e *Engine) expire(now time.Time) {
 }
 
 // failAll fails every request an instance holds.
-func (e *Engine) failAll(inst *instance, err error) {
+func (e *Engine) failAll(inst *instance, err error) { e.failAllWrites(inst, err, err) }
+
+// failAllWrites fails the instance's pending writes with writeErr and its reads with err.
+func (e *Engine) failAllWrites(inst *instance, writeErr, err error) {
 	for _, id := range slices.Sorted(maps.Keys(inst.writes)) {
-		e.reply(engine.Result{ID: id, Op: inst.writes[id].Op, Err: err})
+		e.reply(engine.Result{ID: id, Op: inst.writes[id].Op, Err: writeErr})
 	}
 	for _, f := range slices.Sorted(maps.Keys(inst.reads)) {
 		reqs := inst.reads[f]

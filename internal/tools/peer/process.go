@@ -97,47 +97,41 @@ func (p *Process) Running() bool {
 // its files and flush its log), waits at most grace for it, then kills it as Kill does
 // (waiting at most limit). A process that was never started or has exited is not an error.
 func (p *Process) Stop(grace, limit time.Duration) error {
+	if _, exited := p.signalAndWait(syscall.SIGTERM, grace); exited {
+		return nil
+	}
+	return p.Kill(limit)
+}
+
+// signalAndWait sends sig to the process's group and waits, at most wait, for it to exit;
+// exited is true also when it was never started or had exited already.
+func (p *Process) signalAndWait(sig syscall.Signal, wait time.Duration) (pid int, exited bool) {
 	p.mu.Lock()
 	pid, done := p.pid, p.done
 	p.mu.Unlock()
 	if done == nil {
-		return nil
+		return pid, true
 	}
 	select {
 	case <-done:
-		return nil
+		return pid, true
 	default:
 	}
-	_ = syscall.Kill(-pid, syscall.SIGTERM)
-	_ = syscall.Kill(pid, syscall.SIGTERM)
+	_ = syscall.Kill(-pid, sig)
+	_ = syscall.Kill(pid, sig)
 	select {
 	case <-done:
-		return nil
-	case <-time.After(grace):
+		return pid, true
+	case <-time.After(wait):
+		return pid, false
 	}
-	return p.Kill(limit)
 }
 
 // Kill sends SIGKILL to the process's group and waits, at most limit, for it to exit. A
 // process that was never started or has exited is not an error.
 func (p *Process) Kill(limit time.Duration) error {
-	p.mu.Lock()
-	pid, done := p.pid, p.done
-	p.mu.Unlock()
-	if done == nil {
-		return nil
-	}
-	select {
-	case <-done:
-		return nil
-	default:
-	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	_ = syscall.Kill(pid, syscall.SIGKILL)
-	select {
-	case <-done:
-		return nil
-	case <-time.After(limit):
+	if pid, exited := p.signalAndWait(syscall.SIGKILL, limit); !exited {
 		return fmt.Errorf("peer: pid %d did not exit within %v of SIGKILL", pid, limit)
 	}
+	return nil
 }
