@@ -822,7 +822,12 @@ func (s *simulator) crash(i int) error {
 	}
 	s.report.Crashes++
 	s.trace("crash %s (%d readies unsynced)", n.cfg.Name, len(n.pending))
-	// The crash keeps every synced byte and a random share of the unsynced ones.
+	// The crash keeps every synced byte and a random share of the unsynced ones, of a store
+	// whose background work has settled (storage.Engine.WaitIdle): otherwise what survives
+	// depends on the host's scheduling, and a seed would not replay.
+	if !n.engine.WaitIdle(10 * time.Second) {
+		return fmt.Errorf("sim: node %s: storage still busy with flushes or compactions after 10s", n.cfg.Name)
+	}
 	clone := n.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: s.rng.IntN(101), RNG: rand.New(rand.NewPCG(s.rng.Uint64(), 1))})
 	n.engine.Close()
 	n.engine = nil
