@@ -90,7 +90,7 @@ func (n *Node) SetExclusion(now time.Time, region string, round, from, cancelled
 	n.cancelled = max(n.cancelled, cancelled)
 	if region == "" {
 		n.excl = exclusionState{}
-		n.advance()
+		n.dirty = true
 		return
 	}
 	idx := slices.Index(n.lot.SuperLeaves, region)
@@ -115,7 +115,7 @@ func (n *Node) SetExclusion(now time.Time, region string, round, from, cancelled
 			}
 		}
 	}
-	n.advance()
+	n.dirty = true
 }
 
 // Excluded reports whether this node's region has been excluded: it serves nothing more.

@@ -212,6 +212,8 @@ type Node struct {
 	// index of this node among peers
 	rank   int
 	groups map[uint32]*bgroup
+	// dirty: inputs arrived since advance last ran (settle).
+	dirty bool
 
 	now      time.Time
 	tickedAt time.Time
@@ -332,6 +334,7 @@ func NewNode(cfg Config) (*Node, error) {
 		}
 	}
 	n.target = n.proposed
+	n.dirty = true
 	return n, nil
 }
 
@@ -437,7 +440,7 @@ func (n *Node) Write(now time.Time, key, req []byte) {
 	defer n.guard()
 	n.now = now
 	n.pending = append(n.pending, pendingWrite{key: key, req: req})
-	n.advance()
+	n.dirty = true
 }
 
 // PendingWrites is how many writes wait for a proposal.
@@ -453,7 +456,7 @@ func (n *Node) ReadFence(now time.Time) uint64 {
 	defer n.guard()
 	n.now = now
 	f := n.fence()
-	n.advance()
+	n.dirty = true
 	return f
 }
 
@@ -485,7 +488,7 @@ func (n *Node) Tick(now time.Time) {
 	// The timers advance looks at: the raft tick (fetch and proposal retries, closes,
 	// rejoins), the cycle timer of waiting writes; anything else moves on input.
 	if ticked || (len(n.pending) > 0 && now.Sub(n.lastProposal) >= n.opts.CycleInterval) {
-		n.advance()
+		n.dirty = true
 	}
 }
 
@@ -612,7 +615,7 @@ func (n *Node) Step(now time.Time, from uint32, env *peerpb.CanopusEnvelope) {
 		}
 		n.target = max(n.target, n.proposed+1)
 	}
-	n.advance()
+	n.dirty = true
 }
 
 func (n *Node) send(to uint32, body *peerpb.CanopusEnvelope) {
@@ -645,8 +648,22 @@ func (n *Node) fail(err error) {
 	}
 }
 
-// HasReady reports whether there is output.
+// settle runs advance once for every input since the last one (Step, Write, ReadFence, Tick
+// and SetExclusion only mark the node dirty): under load the runtime hands a node many
+// messages before it asks for a Ready, and advance walks every cycle in flight, so running it
+// per input cost a third of a loaded node's CPU (pprof, docs/canopus.md "CPU per operation").
+// What advance does depends only on the state the inputs left, not on when it runs.
+func (n *Node) settle() {
+	if n.dirty {
+		n.dirty = false
+		n.advance()
+	}
+}
+
+// HasReady reports whether there is output (after settling the inputs so far).
 func (n *Node) HasReady() bool {
+	defer n.guard()
+	n.settle()
 	if len(n.out.Messages) > 0 || len(n.out.Raw) > 0 || len(n.out.Committed) > 0 || len(n.out.ReadsNow) > 0 || len(n.out.ReadsFenced) > 0 || len(n.out.Exclusions) > 0 {
 		return true
 	}
@@ -661,6 +678,7 @@ func (n *Node) HasReady() bool {
 // Ready returns the output since the last call.
 func (n *Node) Ready() Ready {
 	defer n.guard()
+	n.settle()
 	for range 4 { // applying entries may produce more raft work; a few passes take it
 		progressed := false
 		for _, id := range n.peers {
