@@ -564,11 +564,13 @@ var epaxosOptionSpecs = []OptionSpec{
 	{Name: "recovery_timeout", Default: "auto", Doc: "a replica recovers (explicit prepare) an instance it knows of that has not committed after this long plus a random share of it (auto: four times the largest round trip plus 200ms); 10ms..10m or auto", Normalize: normalizeAutoOr(durationRange(10*time.Millisecond, 10*time.Minute))},
 	{Name: "report_interval", Default: "1s", Doc: "how often a replica tells the others how far it has executed: instances every replica executed are dropped, and a replica learns of instances it missed; 10ms..1m", Normalize: durationRange(10*time.Millisecond, time.Minute)},
 	{Name: "max_instances", Default: "100000", Doc: "instances a replica keeps until every replica has executed them; a leader at the bound refuses commands (Overloaded); 100..10000000", Normalize: intRange(100, 10_000_000)},
+	{Name: "overload_after", Default: "auto", Doc: "a replica refuses new commands (Overloaded) while the oldest of its clients' commands has waited this long, so that an overload leaves a backlog of at most this much work on the links, which then drains (auto: eight times the largest round trip between the keyspace's regions, at least 1s); 100ms..10m or auto", Normalize: normalizeAutoOr(durationRange(100*time.Millisecond, 10*time.Minute))},
 }
 
 // EPaxosOptions are an epaxos keyspace's typed options (0 durations: auto).
 type EPaxosOptions struct {
 	BatchInterval, FastPathTimeout, RecoveryTimeout, ReportInterval time.Duration
+	OverloadAfter                                                   time.Duration
 	BatchMax, MaxInstances                                          int
 }
 
@@ -590,7 +592,7 @@ func EPaxosOptionsOf(opts map[string]string) (EPaxosOptions, error) {
 		return n
 	}
 	return EPaxosOptions{BatchInterval: dur("batch_interval"), FastPathTimeout: dur("fast_path_timeout"), RecoveryTimeout: dur("recovery_timeout"),
-		ReportInterval: dur("report_interval"), BatchMax: num("batch_max"), MaxInstances: num("max_instances")}, nil
+		ReportInterval: dur("report_interval"), OverloadAfter: dur("overload_after"), BatchMax: num("batch_max"), MaxInstances: num("max_instances")}, nil
 }
 
 func checkEPaxos(opts map[string]string) error {

@@ -64,11 +64,63 @@ type space struct {
 	fatal  error
 	// waiting are this node's requests in its instances, by request ID.
 	waiting map[uint64]engine.Request
+	// unexecuted are this node's requests (this incarnation) whose commands have not
+	// executed: the waiting ones and those that expired meanwhile, whose commands still
+	// travel. arrivals are their arrival times in order (entries of executed requests are
+	// skipped when they reach the front). overloadAfter is the oldest an unexecuted command
+	// may be before new requests are refused (admit).
+	unexecuted    map[uint64]struct{}
+	arrivals      []arrival
+	overloadAfter time.Duration
 	// digests: executed instance → digest of its attributes, in execution order (the
 	// agreement invariant); checked is how many the invariant has compared.
 	digests map[core.ID]uint64
 	order   []core.ID
 	checked int
+}
+
+type arrival struct {
+	id uint64
+	at time.Time
+}
+
+// admit reports how long the oldest unexecuted command of this node's clients has waited,
+// and whether a new request may join it: not once that is overloadAfter or more. Without it
+// a replica under more load than the links carry keeps proposing, the commands of expired
+// requests stay in their instances, and the backlog they leave on the links outlasts the
+// overload by minutes (docs/epaxos.md, "Overload"). Refused requests cost nothing on the
+// links; the backlog drains, and admission resumes by itself. A command whose instance
+// recovery replaced with a no-op never executes: it is forgotten 2 × overloadAfter after it
+// arrived, so it holds admission shut for at most overloadAfter.
+func (sp *space) admit(now time.Time) (waited time.Duration, ok bool) {
+	k := 0
+	for k < len(sp.arrivals) {
+		a := sp.arrivals[k]
+		if _, still := sp.unexecuted[a.id]; still && now.Sub(a.at) < 2*sp.overloadAfter {
+			break
+		}
+		delete(sp.unexecuted, a.id)
+		k++
+	}
+	if k > 0 {
+		sp.arrivals = slices.Delete(sp.arrivals, 0, k)
+	}
+	if len(sp.arrivals) == 0 {
+		return 0, true
+	}
+	waited = now.Sub(sp.arrivals[0].at)
+	return waited, waited < sp.overloadAfter
+}
+
+// arrived records a request whose command this node proposes now.
+func (sp *space) arrived(id uint64, now time.Time) {
+	if len(sp.arrivals) > 2*len(sp.unexecuted)+maxPending {
+		// Executed requests behind a long-waiting one: drop their entries (amortised: at
+		// least maxPending go each time).
+		sp.arrivals = slices.DeleteFunc(sp.arrivals, func(a arrival) bool { _, still := sp.unexecuted[a.id]; return !still })
+	}
+	sp.unexecuted[id] = struct{}{}
+	sp.arrivals = append(sp.arrivals, arrival{id: id, at: now})
 }
 
 type versionKey struct {
@@ -157,8 +209,18 @@ func Options(spec config.Keyspace, maxRTT time.Duration) (core.Options, error) {
 	return o, o.Validate()
 }
 
+// overloadAfter is the keyspace's overload_after (auto: eight largest round trips, at least
+// a second: far beyond any latency the replicas reach unloaded, so only a backlog trips it).
+func overloadAfter(spec config.Keyspace, maxRTT time.Duration) time.Duration {
+	eo, err := config.EPaxosOptionsOf(spec.Options)
+	if err == nil && eo.OverloadAfter > 0 {
+		return eo.OverloadAfter
+	}
+	return max(time.Second, 8*maxRTT)
+}
+
 func (e *Engine) newSpace(k spaceKey, ks *placement.Keyspace, p placement.Partition) *space {
-	sp := &space{key: k, waiting: map[uint64]engine.Request{}, digests: map[core.ID]uint64{}}
+	sp := &space{key: k, waiting: map[uint64]engine.Request{}, unexecuted: map[uint64]struct{}{}, digests: map[core.ID]uint64{}}
 	var maxRTT time.Duration
 	if t := e.cfg.Topology; t != nil {
 		for _, a := range p.Replicas {
@@ -175,6 +237,7 @@ func (e *Engine) newSpace(k spaceKey, ks *placement.Keyspace, p placement.Partit
 		sp.failed = errs.New(errs.Internal, "keyspace %q: %v", k.keyspace, err)
 		return sp
 	}
+	sp.overloadAfter = overloadAfter(ks.Spec, maxRTT)
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s/%d", k.keyspace, k.partition)
 	node, err := core.NewNode(core.Config{ID: e.cfg.NodeID, Replicas: p.Replicas, Options: opts,
@@ -215,8 +278,13 @@ func (e *Engine) Propose(now time.Time, req engine.Request) {
 	case sp.failed != nil:
 		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: sp.failed})
 		return
-	case len(sp.waiting) >= maxPending:
-		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Overloaded, "keyspace %q partition %d: %d requests wait for their instances; retry later", req.Keyspace, p.ID, len(sp.waiting))})
+	case len(sp.waiting) >= maxPending || len(sp.unexecuted) >= 2*maxPending:
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Overloaded, "keyspace %q partition %d: %d requests wait for their instances (%d commands unexecuted); retry later", req.Keyspace, p.ID, len(sp.waiting), len(sp.unexecuted))})
+		return
+	}
+	if waited, ok := sp.admit(now); !ok {
+		e.stats.refused.Add(1)
+		e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Overloaded, "keyspace %q partition %d: the oldest of this replica's %d unexecuted commands has waited %v (overload_after %v): the replicas are behind; retry later", req.Keyspace, p.ID, len(sp.unexecuted), waited.Round(time.Millisecond), sp.overloadAfter)})
 		return
 	}
 	cmd := &peerpb.EPaxosCommand{RequestId: req.ID, Incarnation: e.incarnation, Key: req.Key}
@@ -234,6 +302,7 @@ func (e *Engine) Propose(now time.Time, req engine.Request) {
 		return
 	}
 	sp.waiting[req.ID] = req
+	sp.arrived(req.ID, now)
 	sp.node.Propose(now, cmd)
 }
 
@@ -287,6 +356,7 @@ func (e *Engine) failAll(sp *space, err error) {
 		e.reply(engine.Result{ID: id, Op: sp.waiting[id].Op, Err: err})
 	}
 	sp.waiting = map[uint64]engine.Request{}
+	sp.unexecuted, sp.arrivals = map[uint64]struct{}{}, nil
 }
 
 // HasReady reports whether there is output.
@@ -338,6 +408,7 @@ func (e *Engine) Ready() engine.Ready {
 		for _, c := range rd.Refused {
 			if req, ok := sp.waiting[c.GetRequestId()]; ok && c.GetIncarnation() == e.incarnation {
 				delete(sp.waiting, c.GetRequestId())
+				delete(sp.unexecuted, c.GetRequestId())
 				e.stats.refused.Add(1)
 				e.reply(engine.Result{ID: req.ID, Op: req.Op, Err: errs.New(errs.Overloaded, "keyspace %q partition %d: the replica holds as many instances as max_instances allows until every replica has executed them; retry later", k.keyspace, k.partition)})
 			}
@@ -364,6 +435,7 @@ func (e *Engine) apply(sp *space, ex core.Executed) {
 		var req engine.Request
 		mine := false
 		if own && c.GetIncarnation() == e.incarnation {
+			delete(sp.unexecuted, c.GetRequestId())
 			req, mine = sp.waiting[c.GetRequestId()]
 			if mine {
 				delete(sp.waiting, c.GetRequestId())
