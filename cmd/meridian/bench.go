@@ -52,6 +52,7 @@ type benchFlags struct {
 	// The emulated machines (--emulated): links between regions and each node's CPU.
 	linkBandwidth            string
 	cpuPerMessage, cpuPerKiB time.Duration
+	cpuPerRequest            time.Duration
 	cpuCores                 int
 }
 
@@ -107,7 +108,8 @@ func addBenchFlags(cmd *cobra.Command, fp *benchFlags) {
 	fl.StringVar(&f.linkBandwidth, "link-bandwidth", "", "emulated: bandwidth of every link between two regions, each way, e.g. 10Gbit or 125MB (per second; messages share a link one after another)")
 	fl.DurationVar(&f.cpuPerMessage, "cpu-per-message", 0, "emulated: modelled CPU time each message costs the node that receives it (0: no CPU model)")
 	fl.DurationVar(&f.cpuPerKiB, "cpu-per-kib", 0, "emulated: modelled CPU time per KiB of a received message")
-	fl.IntVar(&f.cpuCores, "cpu-cores", 1, "emulated: modelled cores per node (with --cpu-per-message or --cpu-per-kib)")
+	fl.DurationVar(&f.cpuPerRequest, "cpu-per-request", 0, "emulated: modelled CPU time each client request costs the node it is sent to, on the same cores as its messages")
+	fl.IntVar(&f.cpuCores, "cpu-cores", 1, "emulated: modelled cores per node (with --cpu-per-message, --cpu-per-kib or --cpu-per-request)")
 }
 
 // parseBandwidth reads a rate per second: bits ("10Gbit", "100Mbit": SI prefixes) or bytes
@@ -146,10 +148,10 @@ func (f benchFlags) machineModel() (linkBandwidth float64, cpu *transport.CPUMod
 		}
 		linkBandwidth = bw
 	}
-	if f.cpuPerMessage != 0 || f.cpuPerKiB != 0 {
-		cpu = &transport.CPUModel{PerMessage: f.cpuPerMessage, PerKiB: f.cpuPerKiB, Cores: f.cpuCores}
+	if f.cpuPerMessage != 0 || f.cpuPerKiB != 0 || f.cpuPerRequest != 0 {
+		cpu = &transport.CPUModel{PerMessage: f.cpuPerMessage, PerKiB: f.cpuPerKiB, PerRequest: f.cpuPerRequest, Cores: f.cpuCores}
 		if err := cpu.Validate(); err != nil {
-			return 0, nil, fmt.Errorf("--cpu-per-message, --cpu-per-kib, --cpu-cores: %w", err)
+			return 0, nil, fmt.Errorf("--cpu-per-message, --cpu-per-kib, --cpu-per-request, --cpu-cores: %w", err)
 		}
 	}
 	return linkBandwidth, cpu, nil

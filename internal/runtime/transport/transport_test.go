@@ -524,12 +524,51 @@ func TestWANLinkBandwidthAndCPUBookInOrder(t *testing.T) {
 	for _, bad := range []WANOptions{
 		{Topology: topo, CPU: &CPUModel{Cores: 0}},
 		{Topology: topo, CPU: &CPUModel{PerMessage: -1, Cores: 1}},
+		{Topology: topo, CPU: &CPUModel{PerRequest: -1, Cores: 1}},
 		{Topology: topo, LinkBandwidth: func(a, b string) float64 { return -1 }},
 	} {
 		if w, err := NewWAN(bad); err == nil {
 			w.Close()
 			t.Errorf("options %+v accepted", bad)
 		}
+	}
+}
+
+// TestWANChargeRequestSharesTheCores: client requests queue on the same modelled cores as
+// messages (a node busy with messages serves requests later), and cost nothing without a
+// cost per request.
+func TestWANChargeRequestSharesTheCores(t *testing.T) {
+	topo := topology.Equidistant("t", []string{"a"}, 0, 0)
+	w, err := NewWAN(WANOptions{Topology: topo, CPU: &CPUModel{PerMessage: time.Hour, PerRequest: time.Hour, Cores: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	before := time.Now()
+	first := w.ChargeRequest(3)
+	if first.Sub(before) < time.Hour {
+		t.Fatalf("a request on an idle core is done %v after it arrived, want its cost (1h)", first.Sub(before))
+	}
+	// The core is booked until first: a message arriving now waits for it, then the next
+	// request waits for both.
+	msg := w.process(3, time.Now(), time.Hour)
+	if !msg.Equal(first.Add(time.Hour)) {
+		t.Fatalf("a message behind a request is done at +%v, want +1h after the request", msg.Sub(first))
+	}
+	if next := w.ChargeRequest(3); !next.Equal(msg.Add(time.Hour)) {
+		t.Fatalf("a request behind a message is done at +%v, want +1h after it", next.Sub(msg))
+	}
+	// Another node has its own core.
+	if other := w.ChargeRequest(4); other.After(first.Add(time.Minute)) {
+		t.Fatalf("node 4's request waited for node 3's core")
+	}
+	free, err := NewWAN(WANOptions{Topology: topo, CPU: &CPUModel{PerMessage: time.Hour, Cores: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer free.Close()
+	if d := time.Until(free.ChargeRequest(3)); d > time.Minute {
+		t.Fatalf("without a cost per request a request waits %v", d)
 	}
 }
 

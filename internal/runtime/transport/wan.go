@@ -46,16 +46,20 @@ type WANOptions struct {
 // CPUModel is the processing cost of one emulated node: a message received takes PerMessage
 // plus PerKiB for each KiB of it, on one of Cores processors (the earliest free), in arrival
 // order. The cost of sending a message is counted in its receiver's (a model of the pair).
+// A client request takes PerRequest on the same processors (ChargeRequest): without it a
+// protocol that serves reads locally (Canopus) would read for free, and only the host's
+// cores would bound it.
 type CPUModel struct {
 	PerMessage time.Duration
 	PerKiB     time.Duration
+	PerRequest time.Duration
 	Cores      int
 }
 
 // Validate checks the model.
 func (m CPUModel) Validate() error {
-	if m.PerMessage < 0 || m.PerKiB < 0 {
-		return fmt.Errorf("transport: CPU cost per message %v, per KiB %v: want ≥ 0", m.PerMessage, m.PerKiB)
+	if m.PerMessage < 0 || m.PerKiB < 0 || m.PerRequest < 0 {
+		return fmt.Errorf("transport: CPU cost per message %v, per KiB %v, per request %v: want ≥ 0", m.PerMessage, m.PerKiB, m.PerRequest)
 	}
 	if m.Cores < 1 || m.Cores > 1024 {
 		return fmt.Errorf("transport: CPU with %d cores: want 1..1024", m.Cores)
@@ -256,6 +260,19 @@ func (w *WAN) bookLink(pair [2]string, ready time.Time, delay, tx time.Duration)
 	left := maxTime(ready, w.linkFree[pair]).Add(tx)
 	w.linkFree[pair] = left
 	return left.Add(delay)
+}
+
+// ChargeRequest books a client request's processing (CPUModel.PerRequest) on node's
+// processors from now on and returns when it is done: the caller hands the request to the
+// node then. Without a CPU model, or with no cost per request, it returns now.
+func (w *WAN) ChargeRequest(node uint32) time.Time {
+	now := time.Now()
+	if w.opts.CPU == nil || w.opts.CPU.PerRequest == 0 {
+		return now
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.process(node, now, w.opts.CPU.PerRequest)
 }
 
 // process books cost on node's earliest free core from arrival on and returns when it is done.

@@ -470,6 +470,24 @@ func (c *Cluster) Work() map[string][2]int64 {
 	return out
 }
 
+// chargeRequest books a client request on svc's node's modelled processor
+// (transport.WAN.ChargeRequest) and returns when it is done.
+func (c *Cluster) chargeRequest(svc serviceAPI) time.Time {
+	c.mu.Lock()
+	var id uint32
+	for j, s := range c.Services {
+		if serviceAPI(s) == svc {
+			id = c.Nodes[j].ID()
+			break
+		}
+	}
+	c.mu.Unlock()
+	if id == 0 {
+		return time.Now() // a node that left: nothing to book
+	}
+	return c.wan.ChargeRequest(id)
+}
+
 // capacityIn returns the service queue of the node ServiceIn(region, i) returns.
 func (c *Cluster) capacityIn(region string, i int) *capacity {
 	c.mu.Lock()

@@ -151,6 +151,9 @@ func (s *emulatedSession) Connect(region string, i int) (KV, error) {
 		return nil, fmt.Errorf("bench: no node in region %q", region)
 	}
 	kv := &serviceKV{svc: svc, cap: s.c.capacityIn(region, i)}
+	if cpu := s.c.opts.CPU; cpu != nil && cpu.PerRequest > 0 {
+		kv.charge = s.c.chargeRequest
+	}
 	if s.replicaAware {
 		kv.route = func(key []byte) (serviceAPI, *capacity) { return s.c.replicaIn(region, i, key, kv.svc, kv.cap) }
 	}
@@ -207,6 +210,33 @@ type serviceKV struct {
 	// route, when set, picks the node (and its queue) of each key's request
 	// (ReplicaAwareSessionOf); nil: always svc.
 	route func(key []byte) (serviceAPI, *capacity)
+	// charge, when set, books the request on the receiving node's modelled processor
+	// (transport.CPUModel.PerRequest) and returns when it is done.
+	charge func(serviceAPI) time.Time
+}
+
+// admit waits for the node's service queue and modelled processor before a request.
+func (k *serviceKV) admit(ctx context.Context, svc serviceAPI, cp *capacity) error {
+	if cp != nil {
+		if err := cp.wait(ctx); err != nil {
+			return err
+		}
+	}
+	if k.charge == nil {
+		return nil
+	}
+	d := time.Until(k.charge(svc))
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // target returns the node serving key's request and its service queue.
@@ -219,10 +249,8 @@ func (k *serviceKV) target(key []byte) (serviceAPI, *capacity) {
 
 func (k *serviceKV) Read(ctx context.Context, key []byte) error {
 	svc, cp := k.target(key)
-	if cp != nil {
-		if err := cp.wait(ctx); err != nil {
-			return err
-		}
+	if err := k.admit(ctx, svc, cp); err != nil {
+		return err
 	}
 	_, err := svc.Get(ctx, &meridianpb.GetRequest{Keyspace: "bench", Key: bytes.Clone(key)})
 	return err
@@ -230,10 +258,8 @@ func (k *serviceKV) Read(ctx context.Context, key []byte) error {
 
 func (k *serviceKV) Update(ctx context.Context, key, value []byte) error {
 	svc, cp := k.target(key)
-	if cp != nil {
-		if err := cp.wait(ctx); err != nil {
-			return err
-		}
+	if err := k.admit(ctx, svc, cp); err != nil {
+		return err
 	}
 	_, err := svc.Put(ctx, &meridianpb.PutRequest{Keyspace: "bench", Key: bytes.Clone(key), Value: bytes.Clone(value)})
 	return err
@@ -244,6 +270,9 @@ func (k *serviceKV) Insert(ctx context.Context, key, value []byte) error {
 }
 
 func (k *serviceKV) Scan(ctx context.Context, start []byte, count int) error {
+	if err := k.admit(ctx, k.svc, nil); err != nil {
+		return err
+	}
 	_, err := k.svc.Scan(ctx, &meridianpb.ScanRequest{Keyspace: "bench", Start: bytes.Clone(start), Limit: uint32(count)})
 	return err
 }
