@@ -1,0 +1,284 @@
+package mayflower
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// TestMaxMinShares checks progressive filling on hand-computed cases and its invariants on
+// random ones: no share above its demand, the sum is min(capacity, Σ demands), and a flow
+// below its demand gets at least every other flow's share (no one can gain without taking
+// from a poorer one).
+func TestMaxMinShares(t *testing.T) {
+	for _, tc := range []struct {
+		capacity float64
+		demands  []float64
+		want     []float64
+	}{
+		{10, []float64{6, 2, 2, 10}, []float64{3, 2, 2, 3}}, // Fig. 3.2b, the second link
+		{10, []float64{10, 10}, []float64{5, 5}},             // Fig. 3.2b, the third link
+		{10, []float64{10, 3}, []float64{7, 3}},
+		{10, []float64{1, 1}, []float64{1, 1}},
+		{10, nil, []float64{}},
+		{10, []float64{0, 20}, []float64{0, 10}},
+	} {
+		got := MaxMinShares(tc.capacity, tc.demands)
+		for i := range tc.want {
+			if !near(got[i], tc.want[i]) {
+				t.Fatalf("MaxMinShares(%v, %v) = %v, want %v", tc.capacity, tc.demands, got, tc.want)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		capacity := 1 + rng.Float64()*100
+		demands := make([]float64, rng.IntN(12))
+		total := 0.0
+		for i := range demands {
+			demands[i] = rng.Float64() * 40
+			total += demands[i]
+		}
+		got := MaxMinShares(capacity, demands)
+		sum, top := 0.0, 0.0
+		for i, s := range got {
+			if s > demands[i]+1e-9 || s < 0 {
+				t.Fatalf("share %v of demand %v", s, demands[i])
+			}
+			sum += s
+			top = math.Max(top, s)
+		}
+		if math.Abs(sum-math.Min(capacity, total)) > 1e-6 {
+			t.Fatalf("shares of %v sum to %v, want %v", demands, sum, math.Min(capacity, total))
+		}
+		for i, s := range got {
+			if s < demands[i]-1e-9 && s < top-1e-9 {
+				t.Fatalf("flow %d is held below its demand (%v < %v) while another gets %v", i, s, demands[i], top)
+			}
+		}
+	}
+}
+
+// fig32 builds the thesis's worked example (Fig. 3.2): two equal paths of 10 Mbps links
+// from the source's edge switch to the reader's, through two aggregate switches. Path 1's
+// second link carries flows of 6, 2 and 2 Mbps and its third one of 10; path 2's second link
+// carries 2, 2 and 4, its third one 8 (the figure's values, which give the costs the text
+// states). Every existing flow has 6 Mb left; the new read is 9 Mb. Units: Mb and Mbps.
+func fig32(t *testing.T) (*Model, []Candidate) {
+	t.Helper()
+	m := NewModel()
+	for _, l := range []LinkID{"src-e1", "e1-a1", "a1-e2", "e1-a2", "a2-e2", "e2-dst"} {
+		if err := m.SetLink(l, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := FlowID(0)
+	add := func(l LinkID, rate float64) {
+		id++
+		if err := m.AddFlow(Flow{ID: id, Path: []LinkID{l}, Rate: rate, Remaining: 6, RemainingKnown: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("e1-a1", 6)
+	add("e1-a1", 2)
+	add("e1-a1", 2)
+	add("a1-e2", 10)
+	add("e1-a2", 2)
+	add("e1-a2", 2)
+	add("e1-a2", 4)
+	add("a2-e2", 8)
+	return m, []Candidate{
+		{Replica: "r", Path: []LinkID{"src-e1", "e1-a1", "a1-e2", "e2-dst"}},
+		{Replica: "r", Path: []LinkID{"src-e1", "e1-a2", "a2-e2", "e2-dst"}},
+	}
+}
+
+// TestFig32WorkedExample: the new flow gets 3 Mbps on either path (9/3 = 3 s); on path 1 it
+// slows the 6 Mbps flow to 3 (+1 s) and the 10 Mbps one to 7 (+0.257 s): 4.257, the
+// thesis's "4.25"; on path 2 it slows the 4 Mbps flow to 3 (+0.5 s) and the 8 Mbps one to 7
+// (+0.107 s): 3.607, the thesis's "3.6". Path 2 is chosen.
+func TestFig32WorkedExample(t *testing.T) {
+	m, cands := fig32(t)
+	ch, err := m.Choose(cands, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e1, e2 := ch.Estimates[0], ch.Estimates[1]
+	if !near(e1.Rate, 3) || !near(e2.Rate, 3) {
+		t.Fatalf("new flow's shares %v, %v; want 3 on both paths", e1.Rate, e2.Rate)
+	}
+	if !near(e1.Cost, 3+1+(6.0/7-6.0/10)) || math.Abs(e1.Cost-4.25) > 0.01 {
+		t.Fatalf("path 1 costs %v, want 4.257 (the thesis's 4.25)", e1.Cost)
+	}
+	if !near(e2.Cost, 3+0.5+(6.0/7-6.0/8)) || math.Abs(e2.Cost-3.6) > 0.01 {
+		t.Fatalf("path 2 costs %v, want 3.607 (the thesis's 3.6)", e2.Cost)
+	}
+	if ch.Best != 1 {
+		t.Fatalf("chose path %d, want path 2 (index 1)", ch.Best+1)
+	}
+	// The estimate changes nothing in the model.
+	if f, _ := m.Flow(1); f.Rate != 6 {
+		t.Fatalf("estimating changed flow 1's rate to %v", f.Rate)
+	}
+}
+
+// TestUnknownSizeTakesTheDefault: a background flow of unknown size counts with the model's
+// DefaultRemaining (3.2.2); with none it delays nothing.
+func TestUnknownSizeTakesTheDefault(t *testing.T) {
+	m := NewModel()
+	if err := m.SetLink("l", 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.AddFlow(Flow{ID: 1, Path: []LinkID{"l"}, Rate: 10}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := m.Estimate([]LinkID{"l"}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !near(e.Cost, 2) {
+		t.Fatalf("cost %v, want 2 (10 at 5, no delay counted)", e.Cost)
+	}
+	m.DefaultRemaining = 10
+	e, _ = m.Estimate([]LinkID{"l"}, 10)
+	if !near(e.Cost, 2+(10.0/5-10.0/10)) {
+		t.Fatalf("cost %v, want 3 (2 + the background flow's second)", e.Cost)
+	}
+}
+
+// TestSplitOverTwoReplicas: two replicas on disjoint idle paths of 10 and 5. Reading 30 from
+// the faster alone takes 3 s. The makespan rule splits 20/10 (both parts end at 2 s); the
+// thesis's literal rule, which costs each subflow as the whole read (3 + 6 = 9 > 3), does not.
+func TestSplitOverTwoReplicas(t *testing.T) {
+	m := NewModel()
+	for l, c := range map[LinkID]float64{"a": 10, "b": 5} {
+		if err := m.SetLink(l, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cands := []Candidate{{Replica: "slow", Path: []LinkID{"b"}}, {Replica: "fast", Path: []LinkID{"a"}}}
+	p, err := m.Plan(cands, 30, SplitMakespan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Parts) != 2 || p.Parts[0].Candidate != 1 || p.Parts[1].Candidate != 0 || !near(p.Parts[0].Bytes, 20) || !near(p.Parts[1].Bytes, 10) || !near(p.Cost, 2) {
+		t.Fatalf("makespan plan %+v, want 20 from fast and 10 from slow at cost 2", p)
+	}
+	if !near(p.Parts[0].Bytes/p.Parts[0].Rate, p.Parts[1].Bytes/p.Parts[1].Rate) {
+		t.Fatalf("parts end at %v and %v, want together", p.Parts[0].Bytes/p.Parts[0].Rate, p.Parts[1].Bytes/p.Parts[1].Rate)
+	}
+	p, err = m.Plan(cands, 30, SplitLiteral)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Parts) != 1 || p.Parts[0].Candidate != 1 || !near(p.SplitCost, 9) {
+		t.Fatalf("literal plan %+v, want one part from fast (split costed 9 > 3)", p)
+	}
+	// Same replica twice is not a split.
+	p, _ = m.Plan([]Candidate{{Replica: "x", Path: []LinkID{"a"}}, {Replica: "x", Path: []LinkID{"b"}}}, 30, SplitMakespan)
+	if len(p.Parts) != 1 {
+		t.Fatalf("split over one replica: %+v", p)
+	}
+}
+
+// TestSplitSharesABottleneck: when both replicas' paths share the reader's link, the second
+// subflow takes its bandwidth from the first; a split gains nothing and is not made.
+func TestSplitSharesABottleneck(t *testing.T) {
+	m := NewModel()
+	for l, c := range map[LinkID]float64{"a": 10, "b": 10, "reader": 10} {
+		if err := m.SetLink(l, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cands := []Candidate{{Replica: "1", Path: []LinkID{"a", "reader"}}, {Replica: "2", Path: []LinkID{"b", "reader"}}}
+	p, err := m.Plan(cands, 30, SplitMakespan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Parts) != 1 {
+		t.Fatalf("split through a shared bottleneck: %+v", p)
+	}
+}
+
+// TestBadInput: every malformed call gets an error and changes nothing.
+func TestBadInput(t *testing.T) {
+	m := NewModel()
+	for _, c := range []float64{0, -1, math.Inf(1), math.NaN()} {
+		if m.SetLink("l", c) == nil {
+			t.Errorf("capacity %v accepted", c)
+		}
+	}
+	if m.SetLink("", 1) == nil {
+		t.Error("an unnamed link accepted")
+	}
+	if err := m.SetLink("l", 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []Flow{
+		{ID: 1},
+		{ID: 1, Path: []LinkID{"nope"}},
+		{ID: 1, Path: []LinkID{"l", "l"}},
+		{ID: 1, Path: []LinkID{"l"}, Rate: -1},
+		{ID: 1, Path: []LinkID{"l"}, Remaining: math.NaN()},
+	} {
+		if m.AddFlow(f) == nil {
+			t.Errorf("flow %+v accepted", f)
+		}
+	}
+	if m.Flows() != 0 {
+		t.Fatalf("%d flows after refused adds", m.Flows())
+	}
+	if err := m.AddFlow(Flow{ID: 1, Path: []LinkID{"l"}, Rate: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if m.AddFlow(Flow{ID: 1, Path: []LinkID{"l"}}) == nil {
+		t.Error("a flow ID added twice")
+	}
+	if m.UpdateFlow(2, 1, 1) == nil || m.UpdateFlow(1, -1, 0) == nil {
+		t.Error("a bad update accepted")
+	}
+	for _, size := range []float64{0, -1, math.Inf(1)} {
+		if _, err := m.Estimate([]LinkID{"l"}, size); err == nil {
+			t.Errorf("read of %v accepted", size)
+		}
+	}
+	if _, err := m.Choose(nil, 1); err == nil {
+		t.Error("no candidates accepted")
+	}
+	m.RemoveFlow(1)
+	m.RemoveFlow(1)
+	if m.Flows() != 0 || len(m.onLink) != 0 {
+		t.Fatalf("after removal: %d flows, %d links with flows", m.Flows(), len(m.onLink))
+	}
+}
+
+// TestAFlowOnTwoLinksOfThePathTakesTheLowerShare: flow f crosses both links of the new
+// read's path at 5. On A (beside h at 5) it would keep 3.75 next to the new flow's 2.5; on B
+// (beside two flows at 2.5) only 2.5. It runs at the lower, so its delay is 6/2.5 − 6/5.
+func TestAFlowOnTwoLinksOfThePathTakesTheLowerShare(t *testing.T) {
+	m := NewModel()
+	for _, l := range []LinkID{"A", "B"} {
+		if err := m.SetLink(l, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []Flow{
+		{ID: 1, Path: []LinkID{"A", "B"}, Rate: 5, Remaining: 6, RemainingKnown: true},
+		{ID: 2, Path: []LinkID{"A"}, Rate: 5},
+		{ID: 3, Path: []LinkID{"B"}, Rate: 2.5},
+		{ID: 4, Path: []LinkID{"B"}, Rate: 2.5},
+	} {
+		if err := m.AddFlow(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e, err := m.Estimate([]LinkID{"A", "B"}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !near(e.Rate, 2.5) || !near(e.Delay, 6/2.5-6.0/5) || !near(e.slowed[1], 2.5) {
+		t.Fatalf("estimate %+v; want rate 2.5 and flow 1 slowed to 2.5 (delay 1.2)", e)
+	}
+}
