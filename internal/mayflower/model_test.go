@@ -19,7 +19,7 @@ func TestMaxMinShares(t *testing.T) {
 		want     []float64
 	}{
 		{10, []float64{6, 2, 2, 10}, []float64{3, 2, 2, 3}}, // Fig. 3.2b, the second link
-		{10, []float64{10, 10}, []float64{5, 5}},             // Fig. 3.2b, the third link
+		{10, []float64{10, 10}, []float64{5, 5}},            // Fig. 3.2b, the third link
 		{10, []float64{10, 3}, []float64{7, 3}},
 		{10, []float64{1, 1}, []float64{1, 1}},
 		{10, nil, []float64{}},
