@@ -198,3 +198,76 @@ func MaxMinShares(capacity float64, demands []float64) []float64 {
 	}
 	return shares
 }
+
+// FairRates computes the network-wide max-min fair rates of the model's flows by progressive
+// filling: every flow's rate rises at the same pace until a link it crosses is full or it
+// reaches its demand, then it stays. A flow's demand is demands[id] when given (a rate
+// limit, e.g. a sender's), else unlimited. This is how TCP flows sharing links settle,
+// roughly; the flow-level simulator moves bytes at these rates, and the Flowserver's own
+// estimates (Estimate) approximate them path by path. Flows crossing a link of capacity 0
+// get 0. The result holds every flow of the model.
+func (m *Model) FairRates(demands map[FlowID]float64) map[FlowID]float64 {
+	rates := make(map[FlowID]float64, len(m.flows))
+	active := make(map[FlowID]bool, len(m.flows))
+	for id := range m.flows {
+		rates[id] = 0
+		if d, ok := demands[id]; !ok || d > 0 {
+			active[id] = true
+		}
+	}
+	left := make(map[LinkID]float64, len(m.onLink))
+	for l := range m.onLink {
+		left[l] = m.capacity[l]
+	}
+	// Each round freezes at least one flow (the one whose link or demand binds first), so
+	// the loop ends within len(flows) rounds.
+	for round := 0; len(active) > 0 && round <= len(m.flows); round++ {
+		// The smallest equal increase that fills a link or meets a demand.
+		inc := math.Inf(1)
+		users := make(map[LinkID]int, len(left))
+		for id := range active {
+			for _, l := range m.flows[id].Path {
+				users[l]++
+			}
+			if d, ok := demands[id]; ok {
+				inc = math.Min(inc, d-rates[id])
+			}
+		}
+		for l, n := range users {
+			inc = math.Min(inc, left[l]/float64(n))
+		}
+		if math.IsInf(inc, 1) {
+			break // no link and no demand binds: cannot happen with finite capacities
+		}
+		inc = math.Max(inc, 0)
+		for id := range active {
+			rates[id] += inc
+		}
+		for l, n := range users {
+			left[l] -= inc * float64(n)
+		}
+		const eps = 1e-9
+		for _, id := range sortedFlowIDs(active) {
+			full := false
+			for _, l := range m.flows[id].Path {
+				if left[l] <= eps*m.capacity[l] {
+					full = true
+					break
+				}
+			}
+			if d, ok := demands[id]; full || (ok && rates[id] >= d-eps*math.Max(1, d)) {
+				delete(active, id)
+			}
+		}
+	}
+	return rates
+}
+
+func sortedFlowIDs(set map[FlowID]bool) []FlowID {
+	ids := make([]FlowID, 0, len(set))
+	for id := range set {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}

@@ -3,6 +3,7 @@ package mayflower
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -280,5 +281,101 @@ func TestAFlowOnTwoLinksOfThePathTakesTheLowerShare(t *testing.T) {
 	}
 	if !near(e.Rate, 2.5) || !near(e.Delay, 6/2.5-6.0/5) || !near(e.slowed[1], 2.5) {
 		t.Fatalf("estimate %+v; want rate 2.5 and flow 1 slowed to 2.5 (delay 1.2)", e)
+	}
+}
+
+// TestFairRates: on hand-computed networks, and on random ones the max-min properties: no
+// link over capacity, no flow over its demand, and every flow either at its demand or on a
+// full link where no other flow gets more (so it is that link's largest: its bottleneck).
+func TestFairRates(t *testing.T) {
+	m := NewModel()
+	for l, c := range map[LinkID]float64{"a": 10, "b": 4} {
+		if err := m.SetLink(l, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []Flow{{ID: 1, Path: []LinkID{"a", "b"}}, {ID: 2, Path: []LinkID{"b"}}, {ID: 3, Path: []LinkID{"a"}}, {ID: 4, Path: []LinkID{"a"}}} {
+		if err := m.AddFlow(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// b (4) is shared by flows 1 and 2: 2 each; flows 3 and 4 share the rest of a: 4 each.
+	got := m.FairRates(nil)
+	for id, want := range map[FlowID]float64{1: 2, 2: 2, 3: 4, 4: 4} {
+		if !near(got[id], want) {
+			t.Fatalf("rates %v, want 1,2 → 2 and 3,4 → 4", got)
+		}
+	}
+	// Flow 3 limited to 1: flow 4 takes 10 − 2 − 1 = 7.
+	got = m.FairRates(map[FlowID]float64{3: 1})
+	if !near(got[3], 1) || !near(got[4], 7) || !near(got[1], 2) {
+		t.Fatalf("rates with flow 3 limited to 1: %v", got)
+	}
+
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 300 {
+		m := NewModel()
+		links := []LinkID{"l0", "l1", "l2", "l3", "l4", "l5"}
+		for _, l := range links {
+			if err := m.SetLink(l, 1+rng.Float64()*20); err != nil {
+				t.Fatal(err)
+			}
+		}
+		demands := map[FlowID]float64{}
+		for id := FlowID(1); id <= FlowID(1+rng.IntN(15)); id++ {
+			var path []LinkID
+			for _, l := range links {
+				if rng.IntN(3) == 0 {
+					path = append(path, l)
+				}
+			}
+			if len(path) == 0 {
+				path = []LinkID{links[rng.IntN(len(links))]}
+			}
+			if err := m.AddFlow(Flow{ID: id, Path: path}); err != nil {
+				t.Fatal(err)
+			}
+			if rng.IntN(3) == 0 {
+				demands[id] = rng.Float64() * 5
+			}
+		}
+		rates := m.FairRates(demands)
+		load := map[LinkID]float64{}
+		for id, f := range m.flows {
+			for _, l := range f.Path {
+				load[l] += rates[id]
+			}
+		}
+		for l, v := range load {
+			if v > m.capacity[l]*(1+1e-6) {
+				t.Fatalf("link %s carries %v over its %v", l, v, m.capacity[l])
+			}
+		}
+		for id, f := range m.flows {
+			if d, ok := demands[id]; ok && rates[id] >= d-1e-6 {
+				if rates[id] > d+1e-6 {
+					t.Fatalf("flow %d at %v over its demand %v", id, rates[id], d)
+				}
+				continue
+			}
+			bottleneck := false
+			for _, l := range f.Path {
+				if load[l] < m.capacity[l]*(1-1e-6) {
+					continue
+				}
+				largest := true
+				for other, g := range m.flows {
+					if other != id && slices.Contains(g.Path, l) && rates[other] > rates[id]+1e-6 {
+						largest = false
+					}
+				}
+				if largest {
+					bottleneck = true
+				}
+			}
+			if !bottleneck {
+				t.Fatalf("flow %d at %v has no bottleneck link (not max-min fair): rates %v", id, rates[id], rates)
+			}
+		}
 	}
 }
