@@ -25,7 +25,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Benchmarks (commands, not tests): YCSB workloads, protocol comparisons, throughput"}
-	cmd.AddCommand(throughputCmd(), compareCmd("compare"), compareCmd("run"), globleaseFiguresCmd(), globleaseSpikeCmd(), benchLoopbackCmd(), benchElasticCmd(), benchSDURCmd(), benchCatenaeCmd(), benchBwManCmd(), benchAutoscaleCmd())
+	cmd.AddCommand(throughputCmd(), compareCmd("compare"), compareCmd("run"), globleaseFiguresCmd(), globleaseSpikeCmd(), benchLoopbackCmd(), benchElasticCmd(), benchSDURCmd(), benchCatenaeCmd(), benchBwManCmd(), benchAutoscaleCmd(), benchMayflowerCmd())
 	return cmd
 }
 

@@ -141,6 +141,19 @@ func (m *Model) UpdateFlow(id FlowID, rate, remaining float64) error {
 	return nil
 }
 
+// SetRate sets a flow's measured rate, leaving what the model knows of its size.
+func (m *Model) SetRate(id FlowID, rate float64) error {
+	f, ok := m.flows[id]
+	if !ok {
+		return fmt.Errorf("mayflower: flow %d is not in the model", id)
+	}
+	if !(rate >= 0) || math.IsInf(rate, 0) {
+		return fmt.Errorf("mayflower: flow %d: rate %v: want a finite value ≥ 0", id, rate)
+	}
+	f.Rate = rate
+	return nil
+}
+
 // RemoveFlow drops a flow (ended or cancelled); removing an unknown flow does nothing.
 func (m *Model) RemoveFlow(id FlowID) {
 	f, ok := m.flows[id]

@@ -379,3 +379,20 @@ func TestFairRates(t *testing.T) {
 		}
 	}
 }
+
+// TestPlaceAppliesTheEstimate: placing the read of Fig. 3.2 on path 2 adds it at 3 Mbps and
+// slows the 4 Mbps flow to 3 and the 8 Mbps one to 7, as the estimate said.
+func TestPlaceAppliesTheEstimate(t *testing.T) {
+	m, cands := fig32(t)
+	if _, err := m.Place(100, cands[1].Path, 9); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[FlowID]float64{100: 3, 7: 3, 8: 7, 5: 2, 1: 6} {
+		if f, _ := m.Flow(id); !near(f.Rate, want) {
+			t.Fatalf("flow %d at %v after the placement, want %v", id, f.Rate, want)
+		}
+	}
+	if _, err := m.Place(100, cands[1].Path, 9); err == nil {
+		t.Fatal("a flow placed twice")
+	}
+}

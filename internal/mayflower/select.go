@@ -298,3 +298,21 @@ func (m *Model) Plan(cands []Candidate, size float64, rule SplitRule) (Plan, err
 		Cost: cost, Single: e1, SplitCost: cost,
 	}, nil
 }
+
+// Place adds a flow the Flowserver has just assigned to path, at its estimated rate, and
+// gives the flows it slows their estimated new rates (3.2.2, "Slack in updating bandwidth
+// utilization": the model is corrected by the next measurements). size is what the flow
+// will transfer. It returns the estimate it applied.
+func (m *Model) Place(id FlowID, path []LinkID, size float64) (Estimate, error) {
+	e, err := m.Estimate(path, size)
+	if err != nil {
+		return Estimate{}, err
+	}
+	if err := m.AddFlow(Flow{ID: id, Path: path, Rate: e.Rate, Remaining: size, RemainingKnown: true}); err != nil {
+		return Estimate{}, err
+	}
+	for fid, r := range e.slowed {
+		m.flows[fid].Rate = r
+	}
+	return e, nil
+}

@@ -1,0 +1,82 @@
+package flowsim
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Comparison is every scheme run on the same seeds.
+type Comparison struct {
+	Options Options
+	Seeds   []uint64
+	// Results are per scheme, over every seed's jobs pooled.
+	Results []Result
+}
+
+// Compare runs each scheme on seeds first..first+seeds−1 (the same workload for every
+// scheme: the seed fixes files, replicas, arrivals and clients) and pools their jobs.
+func Compare(o Options, schemes []Scheme, first uint64, seeds int) (Comparison, error) {
+	if seeds < 1 || seeds > 1000 {
+		return Comparison{}, fmt.Errorf("flowsim: %d seeds: want 1..1000", seeds)
+	}
+	if len(schemes) == 0 {
+		return Comparison{}, fmt.Errorf("flowsim: no scheme to compare")
+	}
+	o.EnsureDefaults()
+	c := Comparison{Options: o}
+	for k := range seeds {
+		c.Seeds = append(c.Seeds, first+uint64(k))
+	}
+	for _, sc := range schemes {
+		var pooled []float64
+		splits, sim := 0, 0.0
+		for _, seed := range c.Seeds {
+			oo := o
+			oo.Scheme, oo.Seed = sc, seed
+			r, times, err := run(oo)
+			if err != nil {
+				return Comparison{}, fmt.Errorf("flowsim: %s, seed %d: %w", sc, seed, err)
+			}
+			pooled = append(pooled, times...)
+			splits += r.Split
+			sim += r.SimSeconds
+		}
+		r := summarise(pooled)
+		r.Scheme, r.Split, r.SimSeconds = sc, splits, sim
+		c.Results = append(c.Results, r)
+	}
+	return c, nil
+}
+
+// Result returns the comparison's result of a scheme.
+func (c Comparison) Result(sc Scheme) (Result, bool) {
+	for _, r := range c.Results {
+		if r.Scheme == sc {
+			return r, true
+		}
+	}
+	return Result{}, false
+}
+
+// Markdown is the comparison as a table, with each scheme's mean completion time over
+// Mayflower-P's under the thesis's literal split rule and under the makespan rule.
+func (c Comparison) Markdown() string {
+	var b strings.Builder
+	o := c.Options
+	fmt.Fprintf(&b, "Flow-level testbed: %d pods × %d racks × %d hosts, %.0f Mbps edges, oversubscription %.0f:1 (%.0f at the racks × %.0f at the pods); %d files, Zipf %.2f; %.0f MB jobs in %.0f MB chunks; %.2f jobs/s per host; locality %v; %d background flows; %d jobs per seed, seeds %v.\n\n",
+		o.Testbed.Pods, o.Testbed.RacksPerPod, o.Testbed.HostsPerRack, o.Testbed.EdgeBps*8/1e6, o.Testbed.Oversubscription(), o.Testbed.RackOversubscription, o.Testbed.PodOversubscription,
+		o.Files, o.Zipf, o.JobBytes/(1<<20), o.ChunkBytes/(1<<20), o.RatePerHost, o.Locality, o.Background, o.Jobs, c.Seeds)
+	lit, _ := c.Result(MayflowerP)
+	mk, _ := c.Result(MayflowerPMakespan)
+	b.WriteString("| scheme | jobs | mean s | p50 s | p95 s | p99 s | split jobs | mean / Mayflower-P (literal) | mean / Mayflower-P (makespan) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	ratio := func(x, y float64) string {
+		if y <= 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", x/y)
+	}
+	for _, r := range c.Results {
+		fmt.Fprintf(&b, "| %s | %d | %.2f | %.2f | %.2f | %.2f | %d | %s | %s |\n", r.Scheme, r.Jobs, r.Mean, r.P50, r.P95, r.P99, r.Split, ratio(r.Mean, lit.Mean), ratio(r.Mean, mk.Mean))
+	}
+	return b.String()
+}

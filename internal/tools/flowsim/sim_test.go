@@ -1,0 +1,102 @@
+package flowsim
+
+import (
+	"testing"
+)
+
+// TestTestbedPaths: the thesis's testbed has 64 hosts; paths within a rack, a pod and
+// across pods have 2, 4 and 6 links, 1, 2 and 8 of them; every link a path names exists.
+func TestTestbedPaths(t *testing.T) {
+	tb := DefaultTestbed()
+	if err := tb.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if tb.Hosts() != 64 {
+		t.Fatalf("%d hosts, want 64", tb.Hosts())
+	}
+	links := tb.Links()
+	for _, tc := range []struct{ a, b, n, hops, dist int }{{0, 1, 1, 2, 1}, {0, 4, 2, 4, 2}, {0, 16, 8, 6, 3}, {63, 0, 8, 6, 3}} {
+		ps := tb.Paths(tc.a, tc.b)
+		if len(ps) != tc.n || tb.Distance(tc.a, tc.b) != tc.dist {
+			t.Fatalf("%d→%d: %d paths, distance %d; want %d, %d", tc.a, tc.b, len(ps), tb.Distance(tc.a, tc.b), tc.n, tc.dist)
+		}
+		for _, p := range ps {
+			if len(p) != tc.hops {
+				t.Fatalf("%d→%d: path %v, want %d links", tc.a, tc.b, p, tc.hops)
+			}
+			for _, l := range p {
+				if _, ok := links[l]; !ok {
+					t.Fatalf("path %v names link %s, which does not exist", p, l)
+				}
+			}
+		}
+	}
+	for h := range tb.Hosts() {
+		if tb.HostAt(tb.Place(h)) != h {
+			t.Fatalf("host %d placed at %+v maps back to %d", h, tb.Place(h), tb.HostAt(tb.Place(h)))
+		}
+	}
+	// 8:1 as 2 × 4: a rack's four 1 Gbps hosts share two uplinks of 1 Gbps; an
+	// aggregation switch's four 1 Gbps rack uplinks share two core uplinks of 0.5 Gbps.
+	if up, core := links["tor0.0>agg0.0"], links["agg0.0>core0"]; up != tb.EdgeBps || core != tb.EdgeBps/2 || tb.Oversubscription() != 8 {
+		t.Fatalf("rack uplink %v, core uplink %v bytes/s; want %v and %v", up, core, tb.EdgeBps, tb.EdgeBps/2)
+	}
+}
+
+// TestRunIsDeterministicAndBounded: one seed gives the same result twice; every job ends.
+func TestRunIsDeterministicAndBounded(t *testing.T) {
+	o := Options{Scheme: MayflowerP, Seed: 3, Jobs: 150}
+	a, err := Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != b {
+		t.Fatalf("two runs of one seed differ: %+v / %+v", a, b)
+	}
+	if a.Jobs != 150 || !(a.Mean > 0) || a.P95 < a.P50 {
+		t.Fatalf("result %+v", a)
+	}
+	// A 128 MB read cannot beat a 1 Gbps edge link: at least 1.07 s.
+	if a.P50 < 128<<20/DefaultTestbed().EdgeBps*(1-1e-9) {
+		t.Fatalf("median %v s below the edge link's bound", a.P50)
+	}
+}
+
+// TestCompareRunsEverySchemeOnTheSameWorkload: the comparison holds every scheme with the
+// seeds' jobs, and on this workload (seed 1, 400 jobs, the thesis's defaults) the cost-based
+// selection beats nearest-replica with ECMP on average, as in every run of Fig. 3.3's
+// setting; the thesis's literal split rule never splits here, the makespan rule does.
+func TestCompareRunsEverySchemeOnTheSameWorkload(t *testing.T) {
+	c, err := Compare(Options{Jobs: 400}, Schemes, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Results) != len(Schemes) {
+		t.Fatalf("%d results for %d schemes", len(c.Results), len(Schemes))
+	}
+	for _, r := range c.Results {
+		if r.Jobs != 400 {
+			t.Fatalf("%s: %d jobs, want 400", r.Scheme, r.Jobs)
+		}
+	}
+	near, _ := c.Result(NearestECMP)
+	mf, _ := c.Result(MayflowerPMakespan)
+	lit, _ := c.Result(MayflowerP)
+	b, _ := c.Result(MayflowerB)
+	if !(mf.Mean < near.Mean) || mf.Split == 0 || lit.Split != 0 || lit != (Result{Scheme: MayflowerP, Jobs: b.Jobs, Mean: b.Mean, P50: b.P50, P95: b.P95, P99: b.P99, SimSeconds: b.SimSeconds}) {
+		t.Fatalf("nearest-ecmp %+v, mayflower-p (makespan) %+v, literal %+v, b %+v", near, mf, lit, b)
+	}
+	if _, err := Compare(Options{}, nil, 1, 1); err == nil {
+		t.Fatal("a comparison of no scheme accepted")
+	}
+	if _, err := Run(Options{Scheme: "nope"}); err == nil {
+		t.Fatal("an unknown scheme accepted")
+	}
+	if _, err := Run(Options{Scheme: MayflowerB, Locality: [3]float64{0.5, 0.5, 0.5}}); err == nil {
+		t.Fatal("a locality summing to 1.5 accepted")
+	}
+}
