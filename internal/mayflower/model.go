@@ -14,6 +14,7 @@ package mayflower
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 )
@@ -260,7 +261,7 @@ func (m *Model) FairRates(demands map[FlowID]float64) map[FlowID]float64 {
 			left[l] -= inc * float64(n)
 		}
 		const eps = 1e-9
-		for _, id := range sortedFlowIDs(active) {
+		for _, id := range slices.Sorted(maps.Keys(active)) {
 			full := false
 			for _, l := range m.flows[id].Path {
 				if left[l] <= eps*m.capacity[l] {
@@ -274,13 +275,4 @@ func (m *Model) FairRates(demands map[FlowID]float64) map[FlowID]float64 {
 		}
 	}
 	return rates
-}
-
-func sortedFlowIDs(set map[FlowID]bool) []FlowID {
-	ids := make([]FlowID, 0, len(set))
-	for id := range set {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
 }

@@ -3,6 +3,7 @@ package mayflower
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 )
@@ -128,7 +129,7 @@ func (m *Model) estimate(o *overlay, path []LinkID, size float64) (Estimate, err
 			}
 		}
 	}
-	for _, id := range sortedIDs(e.slowed) {
+	for _, id := range slices.Sorted(maps.Keys(e.slowed)) {
 		old, nw, r := m.rate(o, id), e.slowed[id], m.remaining(o, id)
 		if r == 0 {
 			continue
@@ -141,15 +142,6 @@ func (m *Model) estimate(o *overlay, path []LinkID, size float64) (Estimate, err
 	}
 	e.Cost = e.Own + e.Delay
 	return e, nil
-}
-
-func sortedIDs(m map[FlowID]float64) []FlowID {
-	ids := make([]FlowID, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
 }
 
 // Choice is a selection among candidates.

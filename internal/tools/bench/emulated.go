@@ -192,6 +192,11 @@ func (c *capacity) wait(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("bench: node overloaded (more than %v of queued work)", maxQueue)
 	}
+	return waitUntil(ctx, at)
+}
+
+// waitUntil returns at time at, or with the context's error if it ends first.
+func waitUntil(ctx context.Context, at time.Time) error {
 	d := time.Until(at)
 	if d <= 0 {
 		return nil

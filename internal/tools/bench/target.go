@@ -225,18 +225,7 @@ func (k *serviceKV) admit(ctx context.Context, svc serviceAPI, cp *capacity) err
 	if k.charge == nil {
 		return nil
 	}
-	d := time.Until(k.charge(svc))
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return waitUntil(ctx, k.charge(svc))
 }
 
 // target returns the node serving key's request and its service queue.
