@@ -79,6 +79,7 @@ func benchMayflowerCmd() *cobra.Command {
 	f.Float64Var(&chunkMB, "chunk-mb", 32, "a chunk's size, MiB")
 	f.IntVar(&o.Background, "background", 0, "long-lived background flows between random hosts")
 	f.Float64Var(&o.PollInterval, "poll", 1, "seconds between the Flowserver's counter polls")
+	f.BoolVar(&o.EndpointOnly, "endpoint-only", false, "the Flowserver learns only what the reads' endpoints report (no switch counters; background flows unseen)")
 	f.StringVar(&jsOut, "json", "", "write the results as JSON")
 	f.StringVar(&mdOut, "markdown", "", "write the table as Markdown")
 	return cmd

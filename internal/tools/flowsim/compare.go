@@ -63,9 +63,13 @@ func (c Comparison) Result(sc Scheme) (Result, bool) {
 func (c Comparison) Markdown() string {
 	var b strings.Builder
 	o := c.Options
-	fmt.Fprintf(&b, "Flow-level testbed: %d pods × %d racks × %d hosts, %.0f Mbps edges, oversubscription %.0f:1 (%.0f at the racks × %.0f at the pods); %d files, Zipf %.2f; %.0f MB jobs in %.0f MB chunks; %.2f jobs/s per host; locality %v; %d background flows; %d jobs per seed, seeds %v.\n\n",
+	view := "the Flowserver reads switch counters"
+	if o.EndpointOnly {
+		view = "the Flowserver sees only what the reads' endpoints report"
+	}
+	fmt.Fprintf(&b, "Flow-level testbed: %d pods × %d racks × %d hosts, %.0f Mbps edges, oversubscription %.0f:1 (%.0f at the racks × %.0f at the pods); %d files, Zipf %.2f; %.0f MB jobs in %.0f MB chunks; %.2f jobs/s per host; locality %v; %d background flows (%s); %d jobs per seed, seeds %v.\n\n",
 		o.Testbed.Pods, o.Testbed.RacksPerPod, o.Testbed.HostsPerRack, o.Testbed.EdgeBps*8/1e6, o.Testbed.Oversubscription(), o.Testbed.RackOversubscription, o.Testbed.PodOversubscription,
-		o.Files, o.Zipf, o.JobBytes/(1<<20), o.ChunkBytes/(1<<20), o.RatePerHost, o.Locality, o.Background, o.Jobs, c.Seeds)
+		o.Files, o.Zipf, o.JobBytes/(1<<20), o.ChunkBytes/(1<<20), o.RatePerHost, o.Locality, o.Background, view, o.Jobs, c.Seeds)
 	lit, _ := c.Result(MayflowerP)
 	mk, _ := c.Result(MayflowerPMakespan)
 	b.WriteString("| scheme | jobs | mean s | p50 s | p95 s | p99 s | split jobs | mean / Mayflower-P (literal) | mean / Mayflower-P (makespan) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")

@@ -55,6 +55,11 @@ type Options struct {
 	// Background is how many long-lived background flows run between random hosts on ECMP
 	// paths (3.4.7), of a size the selectors do not know.
 	Background int
+	// EndpointOnly is the Flowserver without switch counters (3.5.2's alternative, the one
+	// Meridian can build): it learns of flows only from the endpoints of the reads it
+	// places, which report their rates and remaining bytes every poll; background flows
+	// are invisible to it.
+	EndpointOnly bool
 }
 
 // EnsureDefaults fills zero fields with the thesis's values.
@@ -270,8 +275,10 @@ func (s *sim) startBackground() error {
 		if err := s.truth.AddFlow(mayflower.Flow{ID: s.nextID, Path: path}); err != nil {
 			return err
 		}
-		if err := s.view.AddFlow(mayflower.Flow{ID: s.nextID, Path: path}); err != nil {
-			return err
+		if !s.o.EndpointOnly {
+			if err := s.view.AddFlow(mayflower.Flow{ID: s.nextID, Path: path}); err != nil {
+				return err
+			}
 		}
 		s.flows[s.nextID] = &flowState{remaining: math.Inf(1), placedAt: math.Inf(-1)}
 	}
@@ -404,7 +411,8 @@ func (s *sim) poll(rates map[mayflower.FlowID]float64) {
 			}
 		}
 		if math.IsInf(f.remaining, 1) {
-			_ = s.view.SetRate(id, rate) // a background flow: its size stays unknown
+			// A background flow: its size stays unknown (absent from an endpoint-only view).
+			_ = s.view.SetRate(id, rate)
 			continue
 		}
 		_ = s.view.UpdateFlow(id, rate, f.remaining)

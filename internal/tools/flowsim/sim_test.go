@@ -100,3 +100,22 @@ func TestCompareRunsEverySchemeOnTheSameWorkload(t *testing.T) {
 		t.Fatal("a locality summing to 1.5 accepted")
 	}
 }
+
+// TestEndpointOnlyIgnoresBackground: without background flows the endpoint-only view sees
+// everything the counters do, so the runs are identical; with them it differs (it cannot
+// see them).
+func TestEndpointOnlyIgnoresBackground(t *testing.T) {
+	run := func(bg int, endpoint bool) Result {
+		r, err := Run(Options{Scheme: MayflowerB, Seed: 5, Jobs: 200, Background: bg, EndpointOnly: endpoint})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if a, b := run(0, false), run(0, true); a != b {
+		t.Fatalf("no background: counters %+v, endpoints %+v; want the same", a, b)
+	}
+	if a, b := run(16, false), run(16, true); a == b {
+		t.Fatalf("16 background flows: the endpoint-only view chose as the counters did (%+v)", a)
+	}
+}
