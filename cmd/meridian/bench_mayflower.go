@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"meridian/internal/tools/chart"
 	"meridian/internal/tools/flowsim"
 )
 
@@ -17,6 +18,7 @@ func benchMayflowerCmd() *cobra.Command {
 	var (
 		o                                        flowsim.Options
 		schemes, locality, oversub, mdOut, jsOut string
+		chartOut                                 string
 		seeds                                    int
 		first                                    uint64
 		jobMB, chunkMB                           float64
@@ -62,6 +64,19 @@ func benchMayflowerCmd() *cobra.Command {
 			}
 			md := c.Markdown()
 			fmt.Print(md)
+			if chartOut != "" {
+				var series []chart.Series
+				for _, r := range c.Results {
+					s := chart.Series{Name: string(r.Scheme)}
+					for _, p := range c.CDF(r.Scheme, 200) {
+						s.Points = append(s.Points, [2]float64{p[0] * 1000, p[1]})
+					}
+					series = append(series, s)
+				}
+				if err := chart.CombinedCDF("Job completion times (Mayflower thesis Fig. 3.3b), flow-level testbed", series, chartOut); err != nil {
+					return fmt.Errorf("bench mayflower: --chart: %w", err)
+				}
+			}
 			return writeReproOutputs("bench mayflower", md, mdOut, jsOut, c)
 		},
 	}
@@ -82,5 +97,6 @@ func benchMayflowerCmd() *cobra.Command {
 	f.BoolVar(&o.EndpointOnly, "endpoint-only", false, "the Flowserver learns only what the reads' endpoints report (no switch counters; background flows unseen)")
 	f.StringVar(&jsOut, "json", "", "write the results as JSON")
 	f.StringVar(&mdOut, "markdown", "", "write the table as Markdown")
+	f.StringVar(&chartOut, "chart", "", "draw the schemes' completion-time CDFs (.png or .svg)")
 	return cmd
 }

@@ -11,6 +11,24 @@ type Comparison struct {
 	Seeds   []uint64
 	// Results are per scheme, over every seed's jobs pooled.
 	Results []Result
+	// times are each scheme's pooled completion times, sorted (for CDF).
+	times map[Scheme][]float64
+}
+
+// CDF returns a scheme's completion-time distribution as (seconds, cumulative fraction)
+// points, at most points of them (≥ 2), evenly spaced in rank; nil for a scheme not run.
+func (c Comparison) CDF(sc Scheme, points int) [][2]float64 {
+	ts := c.times[sc]
+	if len(ts) == 0 {
+		return nil
+	}
+	points = max(2, min(points, len(ts)))
+	out := make([][2]float64, 0, points)
+	for k := range points {
+		i := k * (len(ts) - 1) / (points - 1)
+		out = append(out, [2]float64{ts[i], float64(i+1) / float64(len(ts))})
+	}
+	return out
 }
 
 // Compare runs each scheme on seeds first..first+seeds−1 (the same workload for every
@@ -23,7 +41,7 @@ func Compare(o Options, schemes []Scheme, first uint64, seeds int) (Comparison, 
 		return Comparison{}, fmt.Errorf("flowsim: no scheme to compare")
 	}
 	o.EnsureDefaults()
-	c := Comparison{Options: o}
+	c := Comparison{Options: o, times: map[Scheme][]float64{}}
 	for k := range seeds {
 		c.Seeds = append(c.Seeds, first+uint64(k))
 	}
@@ -41,9 +59,10 @@ func Compare(o Options, schemes []Scheme, first uint64, seeds int) (Comparison, 
 			splits += r.Split
 			sim += r.SimSeconds
 		}
-		r := summarise(pooled)
+		r := summarise(pooled) // sorts pooled
 		r.Scheme, r.Split, r.SimSeconds = sc, splits, sim
 		c.Results = append(c.Results, r)
+		c.times[sc] = pooled
 	}
 	return c, nil
 }

@@ -90,6 +90,18 @@ func TestCompareRunsEverySchemeOnTheSameWorkload(t *testing.T) {
 	if !(mf.Mean < near.Mean) || mf.Split == 0 || lit.Split != 0 || lit != (Result{Scheme: MayflowerP, Jobs: b.Jobs, Mean: b.Mean, P50: b.P50, P95: b.P95, P99: b.P99, SimSeconds: b.SimSeconds}) {
 		t.Fatalf("nearest-ecmp %+v, mayflower-p (makespan) %+v, literal %+v, b %+v", near, mf, lit, b)
 	}
+	cdf := c.CDF(MayflowerB, 50)
+	if len(cdf) != 50 || cdf[len(cdf)-1][1] != 1 || cdf[len(cdf)-1][0] < b.P99 || cdf[0][0] > b.P50 {
+		t.Fatalf("CDF of %d points ending at %v", len(cdf), cdf[len(cdf)-1])
+	}
+	for i := 1; i < len(cdf); i++ {
+		if cdf[i][0] < cdf[i-1][0] || cdf[i][1] <= cdf[i-1][1] {
+			t.Fatalf("CDF not increasing at %d: %v then %v", i, cdf[i-1], cdf[i])
+		}
+	}
+	if c.CDF("nope", 10) != nil {
+		t.Fatal("a CDF for a scheme not run")
+	}
 	if _, err := Compare(Options{}, nil, 1, 1); err == nil {
 		t.Fatal("a comparison of no scheme accepted")
 	}
