@@ -181,6 +181,16 @@ func (m *Model) Flow(id FlowID) (Flow, bool) {
 	return cp, true
 }
 
+// LinkLoad is the sum of the rates of the flows crossing link l, in the order they were
+// added (so the same model always sums to the same value).
+func (m *Model) LinkLoad(l LinkID) float64 {
+	load := 0.0
+	for _, id := range m.onLink[l] {
+		load += m.flows[id].Rate
+	}
+	return load
+}
+
 // Flows is the number of flows in the model.
 func (m *Model) Flows() int { return len(m.flows) }
 

@@ -93,17 +93,22 @@ func (m *Model) estimate(o *overlay, path []LinkID, size float64) (Estimate, err
 	if !(size > 0) || math.IsInf(size, 0) {
 		return Estimate{}, fmt.Errorf("mayflower: read of %v bytes: want a finite size > 0", size)
 	}
-	// The new flow's share: its max-min share on each link, the smallest of them.
-	newRate := math.Inf(1)
-	for _, l := range path {
-		ids := m.flowsOn(o, l)
-		demands := make([]float64, 0, len(ids)+1)
-		for _, id := range ids {
-			demands = append(demands, m.rate(o, id))
+	// Each link's flows and their demands (current rates), gathered once.
+	ids := make([][]FlowID, len(path))
+	rates := make([][]float64, len(path))
+	for i, l := range path {
+		ids[i] = m.flowsOn(o, l)
+		rates[i] = make([]float64, len(ids[i]), len(ids[i])+1)
+		for k, id := range ids[i] {
+			rates[i][k] = m.rate(o, id)
 		}
+	}
+	// The new flow's share: its max-min share on each link (demanding the link's
+	// capacity), the smallest of them.
+	newRate := math.Inf(1)
+	for i, l := range path {
 		c := m.capacity[l]
-		demands = append(demands, c)
-		newRate = math.Min(newRate, MaxMinShares(c, demands)[len(ids)])
+		newRate = math.Min(newRate, MaxMinShares(c, append(rates[i], c))[len(ids[i])])
 	}
 	e := Estimate{Rate: newRate, slowed: map[FlowID]float64{}}
 	if !(newRate > 0) {
@@ -112,17 +117,10 @@ func (m *Model) estimate(o *overlay, path []LinkID, size float64) (Estimate, err
 	}
 	e.Own = size / newRate
 	// The existing flows' shares beside a new flow demanding newRate.
-	for _, l := range path {
-		ids := m.flowsOn(o, l)
-		demands := make([]float64, 0, len(ids)+1)
-		for _, id := range ids {
-			demands = append(demands, m.rate(o, id))
-		}
-		demands = append(demands, newRate)
-		shares := MaxMinShares(m.capacity[l], demands)
-		for k, id := range ids {
-			old := m.rate(o, id)
-			if shares[k] < old {
+	for i, l := range path {
+		shares := MaxMinShares(m.capacity[l], append(rates[i], newRate))
+		for k, id := range ids[i] {
+			if shares[k] < rates[i][k] {
 				if prev, ok := e.slowed[id]; !ok || shares[k] < prev {
 					e.slowed[id] = shares[k]
 				}

@@ -460,20 +460,17 @@ type chosen struct {
 	share float64
 }
 
-func (s *sim) candidates(c int, reps []int) []mayflower.Candidate {
+// candidates lists every path from each replica to client c, and each one's replica host.
+func (s *sim) candidates(c int, reps []int) ([]mayflower.Candidate, []int) {
 	var out []mayflower.Candidate
+	var hosts []int
 	for _, r := range reps {
 		for _, p := range s.pathsOf(r, c) {
 			out = append(out, mayflower.Candidate{Replica: fmt.Sprint(r), Path: linkIDs(p)})
+			hosts = append(hosts, r)
 		}
 	}
-	return out
-}
-
-func (s *sim) replicaOf(c mayflower.Candidate) int {
-	var r int
-	fmt.Sscan(c.Replica, &r)
-	return r
+	return out, hosts
 }
 
 // choose runs the scheme: which replica(s), which path(s).
@@ -509,19 +506,19 @@ func (s *sim) choose(c int, reps [3]int) ([]chosen, error) {
 	case MayflowerPMakespan:
 		rule = mayflower.SplitMakespan
 	}
-	cands := s.candidates(c, reps[:])
+	cands, hosts := s.candidates(c, reps[:])
 	plan, err := s.view.Plan(cands, s.o.JobBytes, rule)
 	if err != nil {
 		return nil, err
 	}
 	if len(plan.Parts) == 1 {
-		cd := cands[plan.Parts[0].Candidate]
-		return single(s.replicaOf(cd), cd.Path), nil
+		k := plan.Parts[0].Candidate
+		return single(hosts[k], cands[k].Path), nil
 	}
 	var out []chosen
 	for _, pt := range plan.Parts {
-		cd := cands[pt.Candidate]
-		out = append(out, chosen{p: &part{replica: s.replicaOf(cd), path: cd.Path}, share: pt.Bytes / s.o.JobBytes})
+		k := pt.Candidate
+		out = append(out, chosen{p: &part{replica: hosts[k], path: cands[k].Path}, share: pt.Bytes / s.o.JobBytes})
 	}
 	return out, nil
 }
@@ -533,7 +530,7 @@ func (s *sim) pathFor(c, r int, byCost bool) ([]chosen, error) {
 	if !byCost {
 		return []chosen{{p: &part{replica: r, path: linkIDs(ps[s.rng.IntN(len(ps))])}, share: 1}}, nil
 	}
-	cands := s.candidates(c, []int{r})
+	cands, _ := s.candidates(c, []int{r})
 	ch, err := s.view.Choose(cands, s.o.JobBytes)
 	if err != nil {
 		return nil, err
@@ -571,13 +568,7 @@ func isUplink(l string) bool {
 }
 
 func (s *sim) utilisation(l mayflower.LinkID) float64 {
-	load := 0.0
-	for id := range s.flows {
-		if f, ok := s.view.Flow(id); ok && slices.Contains(f.Path, l) {
-			load += f.Rate
-		}
-	}
-	return load / s.view.Capacity(l)
+	return s.view.LinkLoad(l) / s.view.Capacity(l)
 }
 
 func (s *sim) startChunk(j *job, p *part) error {
