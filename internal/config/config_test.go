@@ -642,11 +642,11 @@ func TestEPaxosOptions(t *testing.T) {
 	if err != nil || o.BatchInterval != 5*time.Millisecond || o.BatchMax != 1000 || o.FastPathTimeout != 0 || o.RecoveryTimeout != 0 || o.MaxInstances != 100_000 {
 		t.Fatalf("defaults: %+v, %v", o, err)
 	}
-	o, err = EPaxosOptionsOf(map[string]string{"recovery_timeout": "2s", "batch_max": "10"})
-	if err != nil || o.RecoveryTimeout != 2*time.Second || o.BatchMax != 10 {
+	o, err = EPaxosOptionsOf(map[string]string{"recovery_timeout": "2s", "batch_max": "10", "overload_after": "3s"})
+	if err != nil || o.RecoveryTimeout != 2*time.Second || o.BatchMax != 10 || o.OverloadAfter != 3*time.Second {
 		t.Fatalf("set: %+v, %v", o, err)
 	}
-	for _, bad := range []map[string]string{{"batch_max": "0"}, {"batch_interval": "10s"}, {"recovery_timeout": "1ms"}, {"max_instances": "5"}, {"quorum": "fast"}} {
+	for _, bad := range []map[string]string{{"batch_max": "0"}, {"batch_interval": "10s"}, {"recovery_timeout": "1ms"}, {"max_instances": "5"}, {"quorum": "fast"}, {"overload_after": "10ms"}, {"overload_after": "1h"}, {"overload_after": "soon"}} {
 		if _, err := EPaxosOptionsOf(bad); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
