@@ -54,6 +54,10 @@ sim-ci: build
 	$(BIN) sim --protocol quorum --mutations --mutation-seeds 200 --faults all
 	$(BIN) sim --protocol quorum --seeds $(SIMSEEDS) --faults all --nodes-per-region 2 --repartition-every 100ms
 	$(BIN) sim --protocol quorum --seeds $(SIMSEEDS) --faults all --nodes-per-region 2 --move-every 300ms
+	# Large reads (docs/mayflower.md): every value fetched in one-byte chunks from one or two
+	# replicas, while replicas move.
+	$(BIN) sim --protocol quorum --seeds 100 --faults all --nodes-per-region 2 --move-every 300ms --option read_selector=mayflower --option large_read_bytes=1 --option read_chunk_bytes=1 --option read_window=2
+	$(BIN) sim --protocol quorum --seeds 50 --faults all --option read_selector=hedged --option hedge_after=5ms --option large_read_bytes=1 --option read_chunk_bytes=2
 	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS_SLOW) --faults all --nodes-per-region 2 --move-every 300ms
 	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --repartition-every 100ms
 	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --option theta=lower

@@ -31,6 +31,7 @@ type Cluster struct {
 	Metadata    Metadata
 	Elasticity  Elasticity
 	BwMan       BwMan
+	Network     Network
 	// AllowInternal lets keyspaces use internal protocols (the cluster metadata protocol):
 	// the simulator's clusters only; never from a file.
 	AllowInternal bool `yaml:"-"`
@@ -100,6 +101,26 @@ type BwMan struct {
 	// Parsed forms (set by validation).
 	LinkBytesPerSec, StaticBytesPerSec float64 `yaml:"-"`
 	ChunkBytes                         int     `yaml:"-"`
+}
+
+// Network describes the links large reads cross, for the Mayflower selector (keyspace option
+// read_selector: mayflower; docs/mayflower.md): each node's network interface and the links
+// between regions, each way. Mayflower costs a read on them with the transfers every node
+// reports (thesis 3.5.2, endpoint-only flow tracking).
+type Network struct {
+	// NodeBandwidth is each node's interface, each way, bytes per second (e.g. 125MB for
+	// 1 Gbit/s). Mayflower needs it; without it its keyspaces read from the nearest replica
+	// and count the fallback (meridian_large_reads_total{selector="mayflower-unconfigured"}).
+	NodeBandwidth string `yaml:"node_bandwidth"`
+	// WANBandwidth is each link between two regions, each way (unset: the regions' links are
+	// not a bottleneck, only the nodes' interfaces are).
+	WANBandwidth string `yaml:"wan_bandwidth"`
+	// ReportInterval is how often a node tells the others about the transfers it receives
+	// (the thesis polls switch counters every second). Default 1s; 50ms to 1m.
+	ReportInterval time.Duration `yaml:"report_interval"`
+
+	// Parsed forms (set by validation).
+	NodeBytesPerSec, WANBytesPerSec float64 `yaml:"-"`
 }
 
 // DriverOn reports whether the placement driver runs.

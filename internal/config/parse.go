@@ -38,6 +38,7 @@ type rawCluster struct {
 	Metadata    Metadata    `yaml:"metadata"`
 	Elasticity  Elasticity  `yaml:"elasticity"`
 	BwMan       BwMan       `yaml:"bwman"`
+	Network     Network     `yaml:"network"`
 }
 
 // Load reads, parses and validates a configuration file. A topology file named in it is
@@ -94,6 +95,7 @@ func parse(data []byte, baseDir, file string) (*Cluster, error) {
 		AntiEntropy: raw.AntiEntropy,
 		Elasticity:  raw.Elasticity,
 		BwMan:       raw.BwMan,
+		Network:     raw.Network,
 		Metadata:    raw.Metadata,
 	}
 	if err := validateName(c.Name); err != nil {

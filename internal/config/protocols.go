@@ -6,6 +6,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -146,7 +147,7 @@ var protocols = []ProtocolSpec{
 				Doc:       "how long a read waits for a replica before asking another one; a Go duration ≥ 0, 0 = automatic",
 				Normalize: normalizeNonNegativeDuration,
 			},
-		}, elasticOptionSpecs...),
+		}, append(largeReadOptionSpecs, elasticOptionSpecs...)...),
 	},
 	{
 		Name:        ProtocolMeteorShower,
@@ -485,6 +486,54 @@ var elasticOptionSpecs = []OptionSpec{
 	{Name: "merge_bytes", Default: "128MiB", Doc: "Θmin: two adjacent partitions on the same replicas holding together less merge (0: never); at most half of split_bytes", Normalize: byteSize},
 	{Name: "split_ops", Default: "2500", Doc: "a partition serving more requests per second splits at the middle of its recent requests (0: never by load), as CockroachDB's load-based splitting", Normalize: floatRange(0, 1e9, true)},
 	{Name: "min_partitions", Default: "0", Doc: "N: merges stop at this many partitions (0: as many as the keyspace was created with)", Normalize: intRange(0, MaxPartitions)},
+}
+
+// largeReadOptionSpecs configure large reads (docs/mayflower.md): a read at a level that needs
+// one replica's answer whose value is larger than large_read_bytes is fetched in chunks, from
+// the replica (or the two replicas) its selector picks.
+var largeReadOptionSpecs = []OptionSpec{
+	{Name: "read_selector", Default: ReadSelectorNearest, Doc: "where a large read fetches its value: nearest (the nearest live replica), snitch (Cassandra's dynamic snitch: the replica with the lowest decayed latency per byte when the nearest is 10% worse), hedged (the nearest, and after hedge_after the next nearest as well, the first copy of each chunk wins: The Tail at Scale's hedged requests) or mayflower (the replica, or the two replicas, of least cost over the links and the transfers every node reports; thesis 3.2, needs network.node_bandwidth)", Normalize: oneOf(ReadSelectorNearest, ReadSelectorSnitch, ReadSelectorHedged, ReadSelectorMayflower)},
+	{Name: "large_read_bytes", Default: "1.0MiB", Doc: "values larger than this are large reads (fetched in chunks by read_selector); 0: none, every value comes whole from the nearest replica", Normalize: byteSizeZeroOr(1, 64<<20)},
+	{Name: "read_chunk_bytes", Default: "256KiB", Doc: "the chunks of a large read, 1B to 4MiB (each chunk is a message: below some KiB the messages cost more than the bytes)", Normalize: byteSizeZeroOr(1, 4<<20)},
+	{Name: "read_window", Default: "8", Doc: "chunks a large read keeps in flight from each replica it reads from, 1 to 64", Normalize: intRange(1, 64)},
+	{Name: "hedge_after", Default: "0s", Doc: "hedged: how long the nearest replica has before the next nearest is asked too; 0 = the 95th percentile of this node's recent large reads' time per byte, times the size", Normalize: normalizeNonNegativeDuration},
+	{Name: "mayflower_split", Default: "makespan", Doc: "mayflower: whether a read is split over two replicas: never, literal (thesis 3.2.3's rule, which counts the job twice) or makespan (when the split's completion time plus the delays both parts cause is lower)", Normalize: oneOf("never", "literal", "makespan")},
+}
+
+// The large-read selectors (option read_selector).
+const (
+	ReadSelectorNearest   = "nearest"
+	ReadSelectorSnitch    = "snitch"
+	ReadSelectorHedged    = "hedged"
+	ReadSelectorMayflower = "mayflower"
+)
+
+// oneOf accepts the listed words (case-insensitive).
+func oneOf(words ...string) func(string) (string, error) {
+	return func(v string) (string, error) {
+		w := strings.ToLower(strings.TrimSpace(v))
+		if slices.Contains(words, w) {
+			return w, nil
+		}
+		return "", fmt.Errorf("%q is not one of %s", v, strings.Join(words, ", "))
+	}
+}
+
+// byteSizeZeroOr accepts 0 or a size from lo to hi bytes.
+func byteSizeZeroOr(lo, hi uint64) func(string) (string, error) {
+	return func(v string) (string, error) {
+		n, err := humanize.ParseBytes(strings.TrimSpace(v))
+		if err != nil {
+			return "", fmt.Errorf("invalid size %q (e.g. 256KiB, 1MiB)", v)
+		}
+		if n != 0 && (n < lo || n > hi) {
+			return "", fmt.Errorf("size %q must be 0 or from %s to %s", v, strings.ReplaceAll(humanize.IBytes(lo), " ", ""), strings.ReplaceAll(humanize.IBytes(hi), " ", ""))
+		}
+		if n == 0 {
+			return "0", nil
+		}
+		return strings.ReplaceAll(humanize.IBytes(n), " ", ""), nil
+	}
 }
 
 // keyedError is a Check error about one option (normalizeOptions reports it under that key).
@@ -848,6 +897,17 @@ type QuorumOptions struct {
 	ReadLevel        Level         // default level of reads
 	WriteLevel       Level         // default level of writes
 	SpeculativeRetry time.Duration // 0 = automatic
+	LargeReads       LargeReadOptions
+}
+
+// LargeReadOptions are a keyspace's large-read options (largeReadOptionSpecs).
+type LargeReadOptions struct {
+	Selector       string
+	ThresholdBytes int // 0: no large reads
+	ChunkBytes     int
+	Window         int
+	HedgeAfter     time.Duration // 0: automatic
+	Split          string        // never, literal, makespan
 }
 
 // QuorumOptionsOf parses the options of a quorum keyspace. Missing options take their
@@ -862,11 +922,58 @@ func QuorumOptionsOf(opts map[string]string) (QuorumOptions, error) {
 	if err != nil {
 		return QuorumOptions{}, fmt.Errorf("options.speculative_retry: %v", err)
 	}
+	lr, err := largeReadOptionsOf(norm)
+	if err != nil {
+		return QuorumOptions{}, err
+	}
 	return QuorumOptions{
 		ReadLevel:        Level(norm["read_level"]),
 		WriteLevel:       Level(norm["write_level"]),
 		SpeculativeRetry: d,
+		LargeReads:       lr,
 	}, nil
+}
+
+// LargeReadOptionsOf parses a keyspace's large-read options. A protocol that has none (only
+// the quorum protocol's reads take them) gets the zero options: no large reads.
+func LargeReadOptionsOf(protocol string, opts map[string]string) (LargeReadOptions, error) {
+	p, ok := Protocol(protocol)
+	if !ok || !slices.ContainsFunc(p.Options, func(o OptionSpec) bool { return o.Name == "read_selector" }) {
+		return LargeReadOptions{}, nil
+	}
+	norm, oerr := normalizeOptions(p, opts)
+	if oerr != nil {
+		return LargeReadOptions{}, fmt.Errorf("options.%s: %s", oerr.key, oerr.msg)
+	}
+	return largeReadOptionsOf(norm)
+}
+
+func largeReadOptionsOf(norm map[string]string) (LargeReadOptions, error) {
+	o := LargeReadOptions{Selector: norm["read_selector"], Split: norm["mayflower_split"]}
+	size := func(key string) (int, error) {
+		n, err := humanize.ParseBytes(norm[key])
+		if err != nil {
+			return 0, fmt.Errorf("options.%s: %v", key, err)
+		}
+		return int(n), nil
+	}
+	var err error
+	if o.ThresholdBytes, err = size("large_read_bytes"); err != nil {
+		return o, err
+	}
+	if o.ChunkBytes, err = size("read_chunk_bytes"); err != nil {
+		return o, err
+	}
+	if o.ChunkBytes == 0 {
+		o.ChunkBytes = 256 << 10
+	}
+	if _, err := fmt.Sscanf(norm["read_window"], "%d", &o.Window); err != nil {
+		return o, fmt.Errorf("options.read_window: %v", err)
+	}
+	if o.HedgeAfter, err = time.ParseDuration(norm["hedge_after"]); err != nil {
+		return o, fmt.Errorf("options.hedge_after: %v", err)
+	}
+	return o, nil
 }
 
 // KeyRange maps keys ≥ Start (up to the next range's Start) to a value.

@@ -67,6 +67,9 @@ func (c *Cluster) validate(explicit explicitFn) error {
 	if err := c.validateBwMan(); err != nil {
 		return err
 	}
+	if err := c.validateNetwork(); err != nil {
+		return err
+	}
 	if err := c.validateAntiEntropy(explicit); err != nil {
 		return err
 	}
@@ -250,6 +253,34 @@ func (c *Cluster) validateMetadata() error {
 			return errorf(strictyaml.Index("metadata.voters", i), "node %q named twice", name)
 		}
 		seen[name] = true
+	}
+	return nil
+}
+
+func (c *Cluster) validateNetwork() error {
+	n := &c.Network
+	rate := func(path, v string) (float64, error) {
+		if v == "" {
+			return 0, nil
+		}
+		b, err := humanize.ParseBytes(strings.TrimSpace(v))
+		if err != nil || b == 0 {
+			return 0, errorf(path, "%q is not a positive byte rate (bytes per second, e.g. 125MB)", v)
+		}
+		return float64(b), nil
+	}
+	var err error
+	if n.NodeBytesPerSec, err = rate("network.node_bandwidth", n.NodeBandwidth); err != nil {
+		return err
+	}
+	if n.WANBytesPerSec, err = rate("network.wan_bandwidth", n.WANBandwidth); err != nil {
+		return err
+	}
+	if n.ReportInterval == 0 {
+		n.ReportInterval = time.Second
+	}
+	if n.ReportInterval < 50*time.Millisecond || n.ReportInterval > time.Minute {
+		return errorf("network.report_interval", "must be between 50ms and 1m, got %s", n.ReportInterval)
 	}
 	return nil
 }

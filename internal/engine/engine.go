@@ -439,6 +439,9 @@ type Config struct {
 	// joining node's downlink carries its clients' traffic too, and several sources sending
 	// at their own allowed rates would fill it). nil: unpaced (the simulator).
 	PullBudget PullBudget
+	// Network describes the links large reads cross (config.Network, validated): the
+	// Mayflower selector's capacities and the transfer report interval.
+	Network config.Network
 }
 
 // DefaultSystemChunkBytes is a snapshot pull's chunk size unless configured.

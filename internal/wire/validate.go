@@ -73,6 +73,14 @@ func reject(reason, format string, a ...any) *Rejection {
 // max_scan_limit), low enough to refuse a message built to exhaust memory.
 const maxListLen = 1 << 20
 
+// MaxReadChunkBytes bounds one chunk of a large read (ReadChunkRequest.length and the data of
+// its reply); the keyspace option read_chunk_bytes is at most this.
+const MaxReadChunkBytes = 4 << 20
+
+// MaxReportedTransfers bounds one TransferReport: a node reports at most this many of the
+// transfers it receives (the largest remaining first).
+const MaxReportedTransfers = 4096
+
 // Envelope validates env as received by pc.Self. It returns nil when env may be stepped.
 func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 	if env == nil || env.Msg == nil {
@@ -95,10 +103,49 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		r := m.Read
 		return pc.keyRef(r.Keyspace, r.Key, noSenderCheck, from, true)
 	case *peerpb.Envelope_ReadReply:
-		if m.ReadReply.Record == nil {
+		r := m.ReadReply
+		if r.ValueOmitted && (r.ValueSize == 0 || r.ValueSize > uint64(pc.Limits.MaxValueBytes) || r.Record == nil) {
+			return reject(RejectMalformed, "read reply omits a value of %d bytes (max_value_bytes %d) or has no record", r.ValueSize, pc.Limits.MaxValueBytes)
+		}
+		if r.Record == nil {
 			return nil
 		}
-		return pc.record(m.ReadReply.Record, senderReplica, from, false)
+		return pc.record(r.Record, senderReplica, from, false)
+	case *peerpb.Envelope_ReadChunk:
+		r := m.ReadChunk
+		if err := pc.keyRef(r.Keyspace, r.Key, noSenderCheck, from, true); err != nil {
+			return err
+		}
+		if err := pc.version(r.Version, true); err != nil {
+			return err
+		}
+		if r.Length == 0 || r.Length > MaxReadChunkBytes || r.Offset+uint64(r.Length) > uint64(pc.Limits.MaxValueBytes) {
+			return reject(RejectMalformed, "read chunk [%d, +%d) outside a value of at most %d bytes in chunks of at most %d", r.Offset, r.Length, pc.Limits.MaxValueBytes, MaxReadChunkBytes)
+		}
+		return nil
+	case *peerpb.Envelope_ReadChunkReply:
+		r := m.ReadChunkReply
+		if len(r.Data) > MaxReadChunkBytes || r.Offset+uint64(len(r.Data)) > uint64(pc.Limits.MaxValueBytes) {
+			return reject(RejectTooLarge, "read chunk reply of %d bytes at %d (chunks ≤ %d, values ≤ %d)", len(r.Data), r.Offset, MaxReadChunkBytes, pc.Limits.MaxValueBytes)
+		}
+		return nil
+	case *peerpb.Envelope_TransferReport:
+		t := m.TransferReport
+		if len(t.Transfers) > MaxReportedTransfers {
+			return reject(RejectTooLarge, "transfer report: %d transfers (at most %d)", len(t.Transfers), MaxReportedTransfers)
+		}
+		if t.IntervalMs == 0 || t.IntervalMs > 60_000 {
+			return reject(RejectMalformed, "transfer report interval %d ms (want 1..60000)", t.IntervalMs)
+		}
+		for _, x := range t.Transfers {
+			if !pc.Members(x.Source) {
+				return reject(RejectMalformed, "transfer report names node %d, not a member", x.Source)
+			}
+			if !(x.RateBytesPerSec >= 0) || x.RateBytesPerSec > 1e15 {
+				return reject(RejectMalformed, "transfer report rate %v", x.RateBytesPerSec)
+			}
+		}
+		return nil
 	case *peerpb.Envelope_Scan:
 		s := m.Scan
 		return pc.span(s.Keyspace, s.Start, s.End, noSenderCheck, from, true)

@@ -133,6 +133,8 @@ type Core struct {
 	reads       map[uint64]*pendingRead  // by peer request ID (including repair writes)
 	scans       map[uint64]*scanRound    // by peer request ID
 	scanOps     map[uint64]*pendingScan  // by client request ID
+	fetches     map[uint64]*fetch        // large reads' transfers, by peer request ID
+	lr          largeReads
 
 	timers timers
 	live   liveness
@@ -156,6 +158,7 @@ func New(cfg Config, store Reader, ext Extension) *Core {
 		reads:   map[uint64]*pendingRead{},
 		scans:   map[uint64]*scanRound{},
 		scanOps: map[uint64]*pendingScan{},
+		fetches: map[uint64]*fetch{},
 	}
 	for _, n := range cfg.Nodes {
 		c.Region[n.ID] = n.Region
@@ -194,6 +197,7 @@ func (c *Core) SetPlacement(m *placement.Map) {
 		}
 		c.live.setPeers(m.Nodes)
 	}
+	c.lr.opts, c.lr.mayflowerUsed = nil, nil // options may have changed
 	c.syncMoves(c.LastTick, old, m)
 	if c.ext != nil {
 		c.ext.PlacementChanged(c.LastTick, old, m)
@@ -406,6 +410,12 @@ func (c *Core) Step(now time.Time, env *peerpb.Envelope) {
 		c.handleMoveSnapshotRequest(now, env.From, m.MoveSnapshotRequest)
 	case *peerpb.Envelope_MoveSnapshotChunk:
 		c.handleMoveSnapshotChunk(now, env.From, m.MoveSnapshotChunk)
+	case *peerpb.Envelope_ReadChunk:
+		c.handleReadChunk(now, env.From, m.ReadChunk)
+	case *peerpb.Envelope_ReadChunkReply:
+		c.handleReadChunkReply(now, env.From, m.ReadChunkReply)
+	case *peerpb.Envelope_TransferReport:
+		c.handleTransferReport(now, env.From, m.TransferReport)
 	case *peerpb.Envelope_Heartbeat:
 		// liveness already recorded
 	default:
@@ -431,6 +441,8 @@ func (c *Core) Tick(now time.Time) {
 			c.expireScan(t.id)
 		case timerScanSpeculate:
 			c.speculateScan(now, t.id)
+		case timerFetchHedge:
+			c.hedgeFetch(now, t.id)
 		default:
 			if t.kind >= TimerExtension && c.ext != nil {
 				c.ext.Timer(t.kind, t.id)
@@ -443,6 +455,8 @@ func (c *Core) Tick(now time.Time) {
 	c.live.update(now, c.Cfg.FailureTimeout)
 	c.tickAE(now)
 	c.tickMoves(now)
+	c.tickFetches(now)
+	c.tickTransfers(now)
 	if c.ext != nil {
 		c.ext.AfterTick(now)
 	}

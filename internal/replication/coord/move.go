@@ -116,6 +116,11 @@ type inMove struct {
 	// move waited up to 2 s more for the next round, which made actions' times vary in steps
 	// of that (`meridian bench autoscale --emulated --repeat`).
 	early map[uint32]earlyDigest
+	// pullBytes are the snapshot bytes received since pullSampleAt; pullRate the measured
+	// rate (bytes/s): the transfer this node reports (transfers.go).
+	pullBytes    int64
+	pullRate     float64
+	pullSampleAt time.Time
 }
 
 // earlyDigest is a catch-up round that reached the new replica before its snapshot was in.
@@ -690,6 +695,7 @@ func (c *Core) handleMoveSnapshotChunk(now time.Time, from uint32, m *peerpb.Mov
 		return
 	}
 	in.progress = now
+	in.pullBytes += int64(len(m.Data))
 	c.AddJob(moveWriteJob{self: c.Cfg.NodeID, in: noteOf(in), file: in.file(), offset: m.Offset, data: m.Data})
 }
 

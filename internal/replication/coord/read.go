@@ -15,6 +15,10 @@ import (
 type readReply struct {
 	found bool
 	rec   storage.Record
+	// omitted: the value was larger than the request's max_value_bytes and left out (rec has
+	// no value); size is its length (largeread.go).
+	omitted bool
+	size    int
 }
 
 func (r readReply) version() hlc.Version {
@@ -42,9 +46,20 @@ type pendingRead struct {
 	holders   map[uint32]bool // replicas known to hold newest
 	done      bool
 	path      string
+	// fetch is the transfer of newest's value when the replies omitted it (largeread.go);
+	// fetched: it is in newest. restarts counts how often the read started over.
+	fetch    *fetch
+	fetched  bool
+	restarts int
+	// maxValueBytes is what the read's requests ask (0: whole values).
+	maxValueBytes int
 }
 
 func (c *Core) StartRead(now time.Time, ks *placement.Keyspace, req Request, path string) {
+	c.startRead(now, ks, req, path, 0)
+}
+
+func (c *Core) startRead(now time.Time, ks *placement.Keyspace, req Request, path string, restarts int) {
 	p := ks.Lookup(req.Key)
 	q, err := c.quorumFor(p, req.Level)
 	if err != nil {
@@ -86,8 +101,9 @@ func (c *Core) StartRead(now time.Time, ks *placement.Keyspace, req Request, pat
 	}
 	id := c.newPeerReq()
 	r := &pendingRead{
-		req: req, part: p, q: q, path: path,
+		req: req, part: p, q: q, path: path, restarts: restarts,
 		contacted: map[uint32]bool{}, replies: map[uint32]readReply{}, holders: map[uint32]bool{},
+		maxValueBytes: c.largeReadOptions(ks).ThresholdBytes,
 	}
 	for _, n := range alive {
 		if !slices.Contains(first, n) {
@@ -141,6 +157,7 @@ func (c *Core) askReplicas(id uint64, r *pendingRead, nodes []uint32) {
 		}
 		c.Send(n, &peerpb.Envelope{Msg: &peerpb.Envelope_Read{Read: &peerpb.ReadRequest{
 			RequestId: id, Keyspace: r.req.Keyspace, Partition: r.part.ID, Key: r.req.Key, MoveEpoch: r.part.MoveEpoch,
+			MaxValueBytes: uint64(r.maxValueBytes),
 		}}})
 	}
 }
@@ -150,20 +167,30 @@ func (c *Core) maybeFinishRead(now time.Time, id uint64, r *pendingRead) {
 		return
 	}
 	if !r.repairing {
-		if !r.q.satisfied(r.replied) {
+		switch {
+		case r.fetch == nil:
+			if !r.q.satisfied(r.replied) {
+				return
+			}
+			for _, rep := range r.replies {
+				if r.newest.version().Less(rep.version()) {
+					r.newest = rep
+				}
+			}
+			if c.Cfg.Mutation == "first-reply" {
+				// Broken on purpose: answer with whatever arrived first, repair nothing.
+				r.newest = r.replies[r.order[0]]
+				for n := range r.replies {
+					r.holders[n] = true
+				}
+			}
+			if r.newest.omitted {
+				// A large value: fetch it in chunks first (largeread.go), which calls back.
+				c.startFetch(now, id, r)
+				return
+			}
+		case !r.fetched:
 			return
-		}
-		for _, rep := range r.replies {
-			if r.newest.version().Less(rep.version()) {
-				r.newest = rep
-			}
-		}
-		if c.Cfg.Mutation == "first-reply" {
-			// Broken on purpose: answer with whatever arrived first, repair nothing.
-			r.newest = r.replies[r.order[0]]
-			for n := range r.replies {
-				r.holders[n] = true
-			}
 		}
 		if r.newest.found {
 			c.Clock.Observe(now, r.newest.rec.Version)
@@ -235,6 +262,12 @@ func (c *Core) handleRead(now time.Time, from uint32, m *peerpb.ReadRequest) {
 	}
 	reply := &peerpb.ReadReply{RequestId: m.RequestId, Found: found}
 	if found {
+		if m.MaxValueBytes > 0 && uint64(len(rec.Value)) > m.MaxValueBytes && !rec.Tombstone {
+			// A large value: the version and the size only; the coordinator fetches the value
+			// in chunks from the replicas it chooses (largeread.go).
+			reply.ValueOmitted, reply.ValueSize = true, uint64(len(rec.Value))
+			rec.Value = nil
+		}
 		reply.Record = wire.RecordToPB(rec)
 	}
 	c.Send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_ReadReply{ReadReply: reply}})
@@ -242,7 +275,7 @@ func (c *Core) handleRead(now time.Time, from uint32, m *peerpb.ReadRequest) {
 
 func (c *Core) handleReadReply(now time.Time, from uint32, m *peerpb.ReadReply) {
 	r, ok := c.reads[m.RequestId]
-	if !ok || r.done || r.repairing || !r.contacted[from] {
+	if !ok || r.done || r.repairing || r.fetch != nil || !r.contacted[from] {
 		return
 	}
 	rep := readReply{found: m.Found}
@@ -252,6 +285,12 @@ func (c *Core) handleReadReply(now time.Time, from uint32, m *peerpb.ReadReply) 
 			return
 		}
 		rep.rec = rec
+		if m.ValueOmitted {
+			if r.maxValueBytes <= 0 || m.ValueSize <= uint64(r.maxValueBytes) || rec.Tombstone || len(rec.Value) != 0 {
+				return // not what this read asked for
+			}
+			rep.omitted, rep.size = true, int(m.ValueSize)
+		}
 	}
 	if _, dup := r.replies[from]; !dup {
 		r.order = append(r.order, from)
@@ -262,7 +301,7 @@ func (c *Core) handleReadReply(now time.Time, from uint32, m *peerpb.ReadReply) 
 
 func (c *Core) speculateRead(now time.Time, id uint64) {
 	r, ok := c.reads[id]
-	if !ok || r.done || r.repairing {
+	if !ok || r.done || r.repairing || r.fetch != nil {
 		return
 	}
 	c.askReplicas(id, r, r.spare)
@@ -278,6 +317,13 @@ func (c *Core) expireRead(id uint64) {
 	r.done = true
 	c.Inflight--
 	delete(c.reads, id)
+	if f := r.fetch; f != nil && !r.fetched {
+		delete(c.fetches, id)
+		c.Fail(r.req, errs.New(errs.Timeout,
+			"read timed out at consistency %s fetching a %d-byte value: %d of %d chunks in (%s, from %v)",
+			r.req.Level, f.size, f.gotN, f.n, f.label, c.NodeNames(f.nodes())))
+		return
+	}
 	var missing []uint32
 	for _, n := range r.q.union {
 		if !r.contacted[n] {

@@ -15,6 +15,7 @@ const (
 	timerReadSpeculate
 	timerScanDeadline
 	timerScanSpeculate
+	timerFetchHedge
 )
 
 // TimerExtension is the first timer kind of an extension (Extension.Timer fires it).

@@ -40,7 +40,7 @@ func init() {
 		Name:      config.ProtocolQuorum,
 		ID:        ID,
 		New:       func(cfg engine.Config, store engine.Reader) engine.Engine { return NewEngine(cfg, store) },
-		Mutations: coord.WithMoveMutations(Mutations, coord.MoveMutations),
-		Sim:       engine.SimSupport{MutationLevels: OneOneLevels, MutationHints: coord.MoveMutationHints},
+		Mutations: coord.WithMoveMutations(coord.WithMoveMutations(Mutations, coord.MoveMutations), coord.LargeReadMutations),
+		Sim:       engine.SimSupport{MutationLevels: OneOneLevels, MutationHints: coord.WithMoveMutations(coord.MoveMutationHints, coord.LargeReadMutationHints)},
 	})
 }

@@ -77,7 +77,19 @@ func NewWithPlacement(t testing.TB, protocol string, regions, partitions int, op
 	if options == nil {
 		options = map[string]string{}
 	}
-	c.Keyspaces = []config.Keyspace{{Name: "ks", Protocol: protocol, ReplicasPerRegion: 1, Partitions: partitions, Options: options}}
+	// Options named network.* configure the cluster's network section (large reads).
+	ksOptions := map[string]string{}
+	for k, v := range options {
+		switch k {
+		case "network.node_bandwidth":
+			c.Network.NodeBandwidth = v
+		case "network.wan_bandwidth":
+			c.Network.WANBandwidth = v
+		default:
+			ksOptions[k] = v
+		}
+	}
+	c.Keyspaces = []config.Keyspace{{Name: "ks", Protocol: protocol, ReplicasPerRegion: 1, Partitions: partitions, Options: ksOptions}}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
 	}
@@ -98,7 +110,7 @@ func NewWithPlacement(t testing.TB, protocol string, regions, partitions int, op
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { e.Close() })
-		host := engine.NewHost(engine.Config{NodeID: n.ID, Nodes: c.Nodes, Topology: topo, Limits: c.Limits, AntiEntropyInterval: c.AntiEntropy.Interval, RandSeed: uint64(n.ID)}, e, nil)
+		host := engine.NewHost(engine.Config{NodeID: n.ID, Nodes: c.Nodes, Topology: topo, Limits: c.Limits, AntiEntropyInterval: c.AntiEntropy.Interval, RandSeed: uint64(n.ID), Network: c.Network}, e, nil)
 		host.SetPlacement(pm)
 		h.Hosts[n.ID] = host
 		h.Stores[n.ID] = e
@@ -119,7 +131,7 @@ func (h *Harness) Restart(node uint32) {
 		}
 	}
 	host := engine.NewHost(engine.Config{NodeID: nd.ID, Nodes: h.Cluster.Nodes, Topology: h.Cluster.Topology, Limits: h.Cluster.Limits,
-		AntiEntropyInterval: h.Cluster.AntiEntropy.Interval, RandSeed: uint64(nd.ID) + uint64(h.Now.UnixNano())}, h.Stores[node], nil)
+		AntiEntropyInterval: h.Cluster.AntiEntropy.Interval, RandSeed: uint64(nd.ID) + uint64(h.Now.UnixNano()), Network: h.Cluster.Network}, h.Stores[node], nil)
 	host.SetPlacement(old.Placement())
 	h.Hosts[node] = host
 	h.Flush(node)
@@ -327,11 +339,23 @@ func (h *Harness) fmtEnv(env *peerpb.Envelope) string {
 	case *peerpb.Envelope_Read:
 		fmt.Fprintf(&b, "read id=%d %s", m.Read.RequestId, m.Read.Key)
 	case *peerpb.Envelope_ReadReply:
-		if m.ReadReply.Found {
+		if m.ReadReply.ValueOmitted {
+			fmt.Fprintf(&b, "read_reply id=%d <%d bytes omitted> v=%s", m.ReadReply.RequestId, m.ReadReply.ValueSize, h.fmtVersion(versionOf(m.ReadReply.Record.Version)))
+		} else if m.ReadReply.Found {
 			fmt.Fprintf(&b, "read_reply id=%d %s v=%s", m.ReadReply.RequestId, m.ReadReply.Record.Value, h.fmtVersion(versionOf(m.ReadReply.Record.Version)))
 		} else {
 			fmt.Fprintf(&b, "read_reply id=%d not-found", m.ReadReply.RequestId)
 		}
+	case *peerpb.Envelope_ReadChunk:
+		fmt.Fprintf(&b, "read_chunk id=%d %s v=%s [%d,+%d)", m.ReadChunk.RequestId, m.ReadChunk.Key, h.fmtVersion(versionOf(m.ReadChunk.Version)), m.ReadChunk.Offset, m.ReadChunk.Length)
+	case *peerpb.Envelope_ReadChunkReply:
+		if m.ReadChunkReply.Missing {
+			fmt.Fprintf(&b, "read_chunk_reply id=%d at=%d missing", m.ReadChunkReply.RequestId, m.ReadChunkReply.Offset)
+		} else {
+			fmt.Fprintf(&b, "read_chunk_reply id=%d at=%d %d bytes", m.ReadChunkReply.RequestId, m.ReadChunkReply.Offset, len(m.ReadChunkReply.Data))
+		}
+	case *peerpb.Envelope_TransferReport:
+		fmt.Fprintf(&b, "transfer_report transfers=%d", len(m.TransferReport.Transfers))
 	case *peerpb.Envelope_Scan:
 		fmt.Fprintf(&b, "scan id=%d p=%d [%q,%q) limit=%d", m.Scan.RequestId, m.Scan.Partition, m.Scan.Start, m.Scan.End, m.Scan.Limit)
 	case *peerpb.Envelope_ScanReply:

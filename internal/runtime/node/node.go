@@ -224,6 +224,7 @@ func Start(opts Options) (*Node, error) {
 		RandSeed:         uint64(time.Now().UnixNano()) ^ uint64(self.ID)<<32,
 		MetadataVoters:   opts.Cluster.Metadata.Voters,
 		SystemChunkBytes: opts.Cluster.BwMan.ChunkBytes,
+		Network:          opts.Cluster.Network,
 		PullBudget:       n.bw.pullBudget(),
 	}, store, n.engineCreated)
 	n.host.SetPlacement(pm)

@@ -269,7 +269,10 @@ func (s *simulator) schedule(e event) {
 func (s *simulator) setup() error {
 	t := s.o.Topology
 	c := &config.Cluster{Name: "sim", Topology: t, TopologyRef: t.Name,
-		Clock: config.Clock{MaxOffset: s.o.MaxClockOffset}, AllowInternal: true}
+		Clock: config.Clock{MaxOffset: s.o.MaxClockOffset}, AllowInternal: true,
+		// A network for the Mayflower selector of large reads (read_selector: mayflower):
+		// the model it costs reads on; the simulated links do not limit bandwidth.
+		Network: config.Network{NodeBandwidth: "100MB", WANBandwidth: "50MB", ReportInterval: 500 * time.Millisecond}}
 	id := uint32(0)
 	for _, r := range t.Regions {
 		for i := range s.o.NodesPerRegion {
@@ -438,6 +441,7 @@ func (s *simulator) startNode(i int) error {
 		AntiEntropyInterval: 500 * time.Millisecond, Mutation: s.o.Mutation, MaxClockOffset: s.cluster.Clock.MaxOffset,
 		MaxFutureVersion: s.cluster.Clock.MaxFutureVersion(),
 		RandSeed:         s.o.Seed<<20 ^ uint64(n.cfg.ID)<<8 ^ uint64(n.epoch),
+		Network:          s.cluster.Network,
 	}
 	if s.o.Seed%2 == 0 {
 		// Even seeds move data as BwMan shapes it (docs/elasticity.md): small chunks, and

@@ -278,7 +278,11 @@ type ReadRequest struct {
 	Partition uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
 	Key       []byte                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
 	// As WriteRequest.move_epoch.
-	MoveEpoch     uint64 `protobuf:"varint,5,opt,name=move_epoch,json=moveEpoch,proto3" json:"move_epoch,omitempty"`
+	MoveEpoch uint64 `protobuf:"varint,5,opt,name=move_epoch,json=moveEpoch,proto3" json:"move_epoch,omitempty"`
+	// max_value_bytes > 0: a value larger than this is not sent; the reply carries the record
+	// without it and its size (value_size), and the coordinator fetches it in chunks
+	// (ReadChunkRequest) from replicas it chooses (large reads, docs/mayflower.md).
+	MaxValueBytes uint64 `protobuf:"varint,6,opt,name=max_value_bytes,json=maxValueBytes,proto3" json:"max_value_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -348,11 +352,22 @@ func (x *ReadRequest) GetMoveEpoch() uint64 {
 	return 0
 }
 
+func (x *ReadRequest) GetMaxValueBytes() uint64 {
+	if x != nil {
+		return x.MaxValueBytes
+	}
+	return 0
+}
+
 type ReadReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Found         bool                   `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"`
-	Record        *Record                `protobuf:"bytes,3,opt,name=record,proto3" json:"record,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Found     bool                   `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"`
+	Record    *Record                `protobuf:"bytes,3,opt,name=record,proto3" json:"record,omitempty"`
+	// value_omitted: the record's value is larger than the request's max_value_bytes and was
+	// left out; value_size is its length.
+	ValueOmitted  bool   `protobuf:"varint,4,opt,name=value_omitted,json=valueOmitted,proto3" json:"value_omitted,omitempty"`
+	ValueSize     uint64 `protobuf:"varint,5,opt,name=value_size,json=valueSize,proto3" json:"value_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -408,6 +423,318 @@ func (x *ReadReply) GetRecord() *Record {
 	return nil
 }
 
+func (x *ReadReply) GetValueOmitted() bool {
+	if x != nil {
+		return x.ValueOmitted
+	}
+	return false
+}
+
+func (x *ReadReply) GetValueSize() uint64 {
+	if x != nil {
+		return x.ValueSize
+	}
+	return 0
+}
+
+// ReadChunkRequest asks a replica for bytes [offset, offset+length) of key's value at exactly
+// version (a large read's transfer, pinned to the version its header read found).
+type ReadChunkRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Keyspace      string                 `protobuf:"bytes,2,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Partition     uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	Key           []byte                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	Version       *Version               `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`
+	Offset        uint64                 `protobuf:"varint,6,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        uint32                 `protobuf:"varint,7,opt,name=length,proto3" json:"length,omitempty"`
+	MoveEpoch     uint64                 `protobuf:"varint,8,opt,name=move_epoch,json=moveEpoch,proto3" json:"move_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadChunkRequest) Reset() {
+	*x = ReadChunkRequest{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadChunkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadChunkRequest) ProtoMessage() {}
+
+func (x *ReadChunkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadChunkRequest.ProtoReflect.Descriptor instead.
+func (*ReadChunkRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ReadChunkRequest) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *ReadChunkRequest) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *ReadChunkRequest) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ReadChunkRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *ReadChunkRequest) GetVersion() *Version {
+	if x != nil {
+		return x.Version
+	}
+	return nil
+}
+
+func (x *ReadChunkRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadChunkRequest) GetLength() uint32 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *ReadChunkRequest) GetMoveEpoch() uint64 {
+	if x != nil {
+		return x.MoveEpoch
+	}
+	return 0
+}
+
+// ReadChunkReply carries the chunk, or missing: the replica does not hold that version (it
+// has not received it yet, or holds a newer one only).
+type ReadChunkReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Offset        uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Data          []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	Missing       bool                   `protobuf:"varint,4,opt,name=missing,proto3" json:"missing,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadChunkReply) Reset() {
+	*x = ReadChunkReply{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadChunkReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadChunkReply) ProtoMessage() {}
+
+func (x *ReadChunkReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadChunkReply.ProtoReflect.Descriptor instead.
+func (*ReadChunkReply) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ReadChunkReply) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *ReadChunkReply) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadChunkReply) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ReadChunkReply) GetMissing() bool {
+	if x != nil {
+		return x.Missing
+	}
+	return false
+}
+
+// TransferReport is what a node tells the others, every report interval, about the transfers
+// it is receiving (endpoint-only flow tracking, thesis 3.5.2): each flow's source, what it has
+// left and its measured rate. Replaces the sender's previous report.
+type TransferReport struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Transfers []*Transfer            `protobuf:"bytes,1,rep,name=transfers,proto3" json:"transfers,omitempty"`
+	// interval_ms: the report interval; a report older than three of them is dropped.
+	IntervalMs    uint32 `protobuf:"varint,2,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferReport) Reset() {
+	*x = TransferReport{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferReport) ProtoMessage() {}
+
+func (x *TransferReport) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferReport.ProtoReflect.Descriptor instead.
+func (*TransferReport) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TransferReport) GetTransfers() []*Transfer {
+	if x != nil {
+		return x.Transfers
+	}
+	return nil
+}
+
+func (x *TransferReport) GetIntervalMs() uint32 {
+	if x != nil {
+		return x.IntervalMs
+	}
+	return 0
+}
+
+type Transfer struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Source         uint32                 `protobuf:"varint,1,opt,name=source,proto3" json:"source,omitempty"`
+	RemainingBytes uint64                 `protobuf:"varint,2,opt,name=remaining_bytes,json=remainingBytes,proto3" json:"remaining_bytes,omitempty"`
+	// remaining_known is false for a flow whose size is not known (the model then assumes the
+	// average elephant, 3.2.2).
+	RemainingKnown  bool    `protobuf:"varint,3,opt,name=remaining_known,json=remainingKnown,proto3" json:"remaining_known,omitempty"`
+	RateBytesPerSec float64 `protobuf:"fixed64,4,opt,name=rate_bytes_per_sec,json=rateBytesPerSec,proto3" json:"rate_bytes_per_sec,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Transfer) Reset() {
+	*x = Transfer{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Transfer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Transfer) ProtoMessage() {}
+
+func (x *Transfer) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Transfer.ProtoReflect.Descriptor instead.
+func (*Transfer) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Transfer) GetSource() uint32 {
+	if x != nil {
+		return x.Source
+	}
+	return 0
+}
+
+func (x *Transfer) GetRemainingBytes() uint64 {
+	if x != nil {
+		return x.RemainingBytes
+	}
+	return 0
+}
+
+func (x *Transfer) GetRemainingKnown() bool {
+	if x != nil {
+		return x.RemainingKnown
+	}
+	return false
+}
+
+func (x *Transfer) GetRateBytesPerSec() float64 {
+	if x != nil {
+		return x.RateBytesPerSec
+	}
+	return 0
+}
+
 type ScanRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -424,7 +751,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[6]
+	mi := &file_meridian_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -436,7 +763,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[6]
+	mi := &file_meridian_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -449,7 +776,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{6}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ScanRequest) GetRequestId() uint64 {
@@ -514,7 +841,7 @@ type ScanReply struct {
 
 func (x *ScanReply) Reset() {
 	*x = ScanReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[7]
+	mi := &file_meridian_v1_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -526,7 +853,7 @@ func (x *ScanReply) String() string {
 func (*ScanReply) ProtoMessage() {}
 
 func (x *ScanReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[7]
+	mi := &file_meridian_v1_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -539,7 +866,7 @@ func (x *ScanReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanReply.ProtoReflect.Descriptor instead.
 func (*ScanReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{7}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ScanReply) GetRequestId() uint64 {
@@ -590,7 +917,7 @@ type AEDigest struct {
 
 func (x *AEDigest) Reset() {
 	*x = AEDigest{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[8]
+	mi := &file_meridian_v1_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +929,7 @@ func (x *AEDigest) String() string {
 func (*AEDigest) ProtoMessage() {}
 
 func (x *AEDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[8]
+	mi := &file_meridian_v1_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +942,7 @@ func (x *AEDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AEDigest.ProtoReflect.Descriptor instead.
 func (*AEDigest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{8}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AEDigest) GetRoundId() uint64 {
@@ -691,7 +1018,7 @@ type KeyVersion struct {
 
 func (x *KeyVersion) Reset() {
 	*x = KeyVersion{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[9]
+	mi := &file_meridian_v1_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +1030,7 @@ func (x *KeyVersion) String() string {
 func (*KeyVersion) ProtoMessage() {}
 
 func (x *KeyVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[9]
+	mi := &file_meridian_v1_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +1043,7 @@ func (x *KeyVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyVersion.ProtoReflect.Descriptor instead.
 func (*KeyVersion) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KeyVersion) GetKey() []byte {
@@ -757,7 +1084,7 @@ type AEKeys struct {
 
 func (x *AEKeys) Reset() {
 	*x = AEKeys{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[10]
+	mi := &file_meridian_v1_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +1096,7 @@ func (x *AEKeys) String() string {
 func (*AEKeys) ProtoMessage() {}
 
 func (x *AEKeys) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[10]
+	mi := &file_meridian_v1_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +1109,7 @@ func (x *AEKeys) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AEKeys.ProtoReflect.Descriptor instead.
 func (*AEKeys) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AEKeys) GetRoundId() uint64 {
@@ -881,7 +1208,7 @@ type AEPull struct {
 
 func (x *AEPull) Reset() {
 	*x = AEPull{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[11]
+	mi := &file_meridian_v1_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -893,7 +1220,7 @@ func (x *AEPull) String() string {
 func (*AEPull) ProtoMessage() {}
 
 func (x *AEPull) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[11]
+	mi := &file_meridian_v1_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -906,7 +1233,7 @@ func (x *AEPull) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AEPull.ProtoReflect.Descriptor instead.
 func (*AEPull) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AEPull) GetRoundId() uint64 {
@@ -956,7 +1283,7 @@ type MoveSnapshotRequest struct {
 
 func (x *MoveSnapshotRequest) Reset() {
 	*x = MoveSnapshotRequest{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[12]
+	mi := &file_meridian_v1_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -968,7 +1295,7 @@ func (x *MoveSnapshotRequest) String() string {
 func (*MoveSnapshotRequest) ProtoMessage() {}
 
 func (x *MoveSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[12]
+	mi := &file_meridian_v1_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -981,7 +1308,7 @@ func (x *MoveSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*MoveSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MoveSnapshotRequest) GetKeyspace() string {
@@ -1051,7 +1378,7 @@ type MoveSnapshotChunk struct {
 
 func (x *MoveSnapshotChunk) Reset() {
 	*x = MoveSnapshotChunk{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[13]
+	mi := &file_meridian_v1_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1390,7 @@ func (x *MoveSnapshotChunk) String() string {
 func (*MoveSnapshotChunk) ProtoMessage() {}
 
 func (x *MoveSnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[13]
+	mi := &file_meridian_v1_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1403,7 @@ func (x *MoveSnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSnapshotChunk.ProtoReflect.Descriptor instead.
 func (*MoveSnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MoveSnapshotChunk) GetKeyspace() string {
@@ -1168,7 +1495,7 @@ type NodeStats struct {
 
 func (x *NodeStats) Reset() {
 	*x = NodeStats{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[14]
+	mi := &file_meridian_v1_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1507,7 @@ func (x *NodeStats) String() string {
 func (*NodeStats) ProtoMessage() {}
 
 func (x *NodeStats) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[14]
+	mi := &file_meridian_v1_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1520,7 @@ func (x *NodeStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStats.ProtoReflect.Descriptor instead.
 func (*NodeStats) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{14}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NodeStats) GetSeq() uint64 {
@@ -1284,7 +1611,7 @@ type PartitionStats struct {
 
 func (x *PartitionStats) Reset() {
 	*x = PartitionStats{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[15]
+	mi := &file_meridian_v1_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1623,7 @@ func (x *PartitionStats) String() string {
 func (*PartitionStats) ProtoMessage() {}
 
 func (x *PartitionStats) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[15]
+	mi := &file_meridian_v1_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1636,7 @@ func (x *PartitionStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStats.ProtoReflect.Descriptor instead.
 func (*PartitionStats) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{15}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PartitionStats) GetKeyspace() string {
@@ -1413,7 +1740,7 @@ type MoveNote struct {
 
 func (x *MoveNote) Reset() {
 	*x = MoveNote{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[16]
+	mi := &file_meridian_v1_peer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1752,7 @@ func (x *MoveNote) String() string {
 func (*MoveNote) ProtoMessage() {}
 
 func (x *MoveNote) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[16]
+	mi := &file_meridian_v1_peer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +1765,7 @@ func (x *MoveNote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveNote.ProtoReflect.Descriptor instead.
 func (*MoveNote) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{16}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MoveNote) GetKeyspace() string {
@@ -1539,7 +1866,7 @@ type AEPush struct {
 
 func (x *AEPush) Reset() {
 	*x = AEPush{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[17]
+	mi := &file_meridian_v1_peer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1551,7 +1878,7 @@ func (x *AEPush) String() string {
 func (*AEPush) ProtoMessage() {}
 
 func (x *AEPush) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[17]
+	mi := &file_meridian_v1_peer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1564,7 +1891,7 @@ func (x *AEPush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AEPush.ProtoReflect.Descriptor instead.
 func (*AEPush) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{17}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AEPush) GetRoundId() uint64 {
@@ -1609,7 +1936,7 @@ type StatusEntry struct {
 
 func (x *StatusEntry) Reset() {
 	*x = StatusEntry{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[18]
+	mi := &file_meridian_v1_peer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1948,7 @@ func (x *StatusEntry) String() string {
 func (*StatusEntry) ProtoMessage() {}
 
 func (x *StatusEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[18]
+	mi := &file_meridian_v1_peer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1961,7 @@ func (x *StatusEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusEntry.ProtoReflect.Descriptor instead.
 func (*StatusEntry) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{18}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StatusEntry) GetKeyspace() string {
@@ -1676,7 +2003,7 @@ type StatusBatch struct {
 
 func (x *StatusBatch) Reset() {
 	*x = StatusBatch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[19]
+	mi := &file_meridian_v1_peer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +2015,7 @@ func (x *StatusBatch) String() string {
 func (*StatusBatch) ProtoMessage() {}
 
 func (x *StatusBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[19]
+	mi := &file_meridian_v1_peer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +2028,7 @@ func (x *StatusBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusBatch.ProtoReflect.Descriptor instead.
 func (*StatusBatch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{19}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StatusBatch) GetSeq() uint64 {
@@ -1738,7 +2065,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[20]
+	mi := &file_meridian_v1_peer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1750,7 +2077,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[20]
+	mi := &file_meridian_v1_peer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1763,7 +2090,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{20}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Status) GetIncarnation() uint64 {
@@ -1797,7 +2124,7 @@ type WriteNotification struct {
 
 func (x *WriteNotification) Reset() {
 	*x = WriteNotification{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[21]
+	mi := &file_meridian_v1_peer_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +2136,7 @@ func (x *WriteNotification) String() string {
 func (*WriteNotification) ProtoMessage() {}
 
 func (x *WriteNotification) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[21]
+	mi := &file_meridian_v1_peer_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +2149,7 @@ func (x *WriteNotification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteNotification.ProtoReflect.Descriptor instead.
 func (*WriteNotification) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{21}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WriteNotification) GetRecord() *Record {
@@ -1842,7 +2169,7 @@ type FullStatusRequest struct {
 
 func (x *FullStatusRequest) Reset() {
 	*x = FullStatusRequest{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[22]
+	mi := &file_meridian_v1_peer_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +2181,7 @@ func (x *FullStatusRequest) String() string {
 func (*FullStatusRequest) ProtoMessage() {}
 
 func (x *FullStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[22]
+	mi := &file_meridian_v1_peer_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +2194,7 @@ func (x *FullStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FullStatusRequest.ProtoReflect.Descriptor instead.
 func (*FullStatusRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{22}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *FullStatusRequest) GetIncarnation() uint64 {
@@ -1892,7 +2219,7 @@ type FullStatus struct {
 
 func (x *FullStatus) Reset() {
 	*x = FullStatus{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[23]
+	mi := &file_meridian_v1_peer_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2231,7 @@ func (x *FullStatus) String() string {
 func (*FullStatus) ProtoMessage() {}
 
 func (x *FullStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[23]
+	mi := &file_meridian_v1_peer_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2244,7 @@ func (x *FullStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FullStatus.ProtoReflect.Descriptor instead.
 func (*FullStatus) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{23}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FullStatus) GetIncarnation() uint64 {
@@ -1965,7 +2292,7 @@ type ClockPing struct {
 
 func (x *ClockPing) Reset() {
 	*x = ClockPing{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[24]
+	mi := &file_meridian_v1_peer_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2304,7 @@ func (x *ClockPing) String() string {
 func (*ClockPing) ProtoMessage() {}
 
 func (x *ClockPing) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[24]
+	mi := &file_meridian_v1_peer_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2317,7 @@ func (x *ClockPing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockPing.ProtoReflect.Descriptor instead.
 func (*ClockPing) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{24}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ClockPing) GetT1UnixNanos() int64 {
@@ -2010,7 +2337,7 @@ type ClockPong struct {
 
 func (x *ClockPong) Reset() {
 	*x = ClockPong{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[25]
+	mi := &file_meridian_v1_peer_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2349,7 @@ func (x *ClockPong) String() string {
 func (*ClockPong) ProtoMessage() {}
 
 func (x *ClockPong) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[25]
+	mi := &file_meridian_v1_peer_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2362,7 @@ func (x *ClockPong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockPong.ProtoReflect.Descriptor instead.
 func (*ClockPong) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{25}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ClockPong) GetT1UnixNanos() int64 {
@@ -2062,7 +2389,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[26]
+	mi := &file_meridian_v1_peer_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2074,7 +2401,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[26]
+	mi := &file_meridian_v1_peer_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2087,7 +2414,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{26}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Heartbeat) GetSentUnixNanos() int64 {
@@ -2129,7 +2456,7 @@ type GlTable struct {
 
 func (x *GlTable) Reset() {
 	*x = GlTable{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[27]
+	mi := &file_meridian_v1_peer_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2468,7 @@ func (x *GlTable) String() string {
 func (*GlTable) ProtoMessage() {}
 
 func (x *GlTable) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[27]
+	mi := &file_meridian_v1_peer_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2481,7 @@ func (x *GlTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlTable.ProtoReflect.Descriptor instead.
 func (*GlTable) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{27}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GlTable) GetKeyspace() string {
@@ -2237,7 +2564,7 @@ type GlOverride struct {
 
 func (x *GlOverride) Reset() {
 	*x = GlOverride{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[28]
+	mi := &file_meridian_v1_peer_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2576,7 @@ func (x *GlOverride) String() string {
 func (*GlOverride) ProtoMessage() {}
 
 func (x *GlOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[28]
+	mi := &file_meridian_v1_peer_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2589,7 @@ func (x *GlOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlOverride.ProtoReflect.Descriptor instead.
 func (*GlOverride) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{28}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GlOverride) GetKey() []byte {
@@ -2293,7 +2620,7 @@ type GlBallot struct {
 
 func (x *GlBallot) Reset() {
 	*x = GlBallot{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[29]
+	mi := &file_meridian_v1_peer_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2632,7 @@ func (x *GlBallot) String() string {
 func (*GlBallot) ProtoMessage() {}
 
 func (x *GlBallot) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[29]
+	mi := &file_meridian_v1_peer_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2645,7 @@ func (x *GlBallot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlBallot.ProtoReflect.Descriptor instead.
 func (*GlBallot) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{29}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GlBallot) GetRound() uint64 {
@@ -2367,7 +2694,7 @@ type GlForward struct {
 
 func (x *GlForward) Reset() {
 	*x = GlForward{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[30]
+	mi := &file_meridian_v1_peer_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2706,7 @@ func (x *GlForward) String() string {
 func (*GlForward) ProtoMessage() {}
 
 func (x *GlForward) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[30]
+	mi := &file_meridian_v1_peer_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2719,7 @@ func (x *GlForward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlForward.ProtoReflect.Descriptor instead.
 func (*GlForward) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{30}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GlForward) GetRequestId() uint64 {
@@ -2516,7 +2843,7 @@ type GlForwardReply struct {
 
 func (x *GlForwardReply) Reset() {
 	*x = GlForwardReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[31]
+	mi := &file_meridian_v1_peer_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2528,7 +2855,7 @@ func (x *GlForwardReply) String() string {
 func (*GlForwardReply) ProtoMessage() {}
 
 func (x *GlForwardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[31]
+	mi := &file_meridian_v1_peer_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2541,7 +2868,7 @@ func (x *GlForwardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlForwardReply.ProtoReflect.Descriptor instead.
 func (*GlForwardReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{31}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GlForwardReply) GetRequestId() uint64 {
@@ -2670,7 +2997,7 @@ type GlLeaseAck struct {
 
 func (x *GlLeaseAck) Reset() {
 	*x = GlLeaseAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[32]
+	mi := &file_meridian_v1_peer_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2682,7 +3009,7 @@ func (x *GlLeaseAck) String() string {
 func (*GlLeaseAck) ProtoMessage() {}
 
 func (x *GlLeaseAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[32]
+	mi := &file_meridian_v1_peer_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2695,7 +3022,7 @@ func (x *GlLeaseAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlLeaseAck.ProtoReflect.Descriptor instead.
 func (*GlLeaseAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{32}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GlLeaseAck) GetKeyspace() string {
@@ -2757,7 +3084,7 @@ type GlUpdate struct {
 
 func (x *GlUpdate) Reset() {
 	*x = GlUpdate{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[33]
+	mi := &file_meridian_v1_peer_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2769,7 +3096,7 @@ func (x *GlUpdate) String() string {
 func (*GlUpdate) ProtoMessage() {}
 
 func (x *GlUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[33]
+	mi := &file_meridian_v1_peer_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2782,7 +3109,7 @@ func (x *GlUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlUpdate.ProtoReflect.Descriptor instead.
 func (*GlUpdate) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{33}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GlUpdate) GetWriteId() uint64 {
@@ -2857,7 +3184,7 @@ type GlUpdateAck struct {
 
 func (x *GlUpdateAck) Reset() {
 	*x = GlUpdateAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[34]
+	mi := &file_meridian_v1_peer_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2869,7 +3196,7 @@ func (x *GlUpdateAck) String() string {
 func (*GlUpdateAck) ProtoMessage() {}
 
 func (x *GlUpdateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[34]
+	mi := &file_meridian_v1_peer_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2882,7 +3209,7 @@ func (x *GlUpdateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlUpdateAck.ProtoReflect.Descriptor instead.
 func (*GlUpdateAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{34}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GlUpdateAck) GetWriteId() uint64 {
@@ -2926,7 +3253,7 @@ type GlCommit struct {
 
 func (x *GlCommit) Reset() {
 	*x = GlCommit{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[35]
+	mi := &file_meridian_v1_peer_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +3265,7 @@ func (x *GlCommit) String() string {
 func (*GlCommit) ProtoMessage() {}
 
 func (x *GlCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[35]
+	mi := &file_meridian_v1_peer_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +3278,7 @@ func (x *GlCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlCommit.ProtoReflect.Descriptor instead.
 func (*GlCommit) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{35}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GlCommit) GetKeyspace() string {
@@ -2996,7 +3323,7 @@ type GlPartVersion struct {
 
 func (x *GlPartVersion) Reset() {
 	*x = GlPartVersion{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[36]
+	mi := &file_meridian_v1_peer_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3008,7 +3335,7 @@ func (x *GlPartVersion) String() string {
 func (*GlPartVersion) ProtoMessage() {}
 
 func (x *GlPartVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[36]
+	mi := &file_meridian_v1_peer_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3021,7 +3348,7 @@ func (x *GlPartVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlPartVersion.ProtoReflect.Descriptor instead.
 func (*GlPartVersion) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{36}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GlPartVersion) GetKeyspace() string {
@@ -3064,7 +3391,7 @@ type GlHeartbeat struct {
 
 func (x *GlHeartbeat) Reset() {
 	*x = GlHeartbeat{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[37]
+	mi := &file_meridian_v1_peer_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3076,7 +3403,7 @@ func (x *GlHeartbeat) String() string {
 func (*GlHeartbeat) ProtoMessage() {}
 
 func (x *GlHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[37]
+	mi := &file_meridian_v1_peer_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3089,7 +3416,7 @@ func (x *GlHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlHeartbeat.ProtoReflect.Descriptor instead.
 func (*GlHeartbeat) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{37}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GlHeartbeat) GetSeq() uint64 {
@@ -3117,7 +3444,7 @@ type GlHeartbeatAck struct {
 
 func (x *GlHeartbeatAck) Reset() {
 	*x = GlHeartbeatAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[38]
+	mi := &file_meridian_v1_peer_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +3456,7 @@ func (x *GlHeartbeatAck) String() string {
 func (*GlHeartbeatAck) ProtoMessage() {}
 
 func (x *GlHeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[38]
+	mi := &file_meridian_v1_peer_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +3469,7 @@ func (x *GlHeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlHeartbeatAck.ProtoReflect.Descriptor instead.
 func (*GlHeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{38}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GlHeartbeatAck) GetSeq() uint64 {
@@ -3178,7 +3505,7 @@ type GlPrepare struct {
 
 func (x *GlPrepare) Reset() {
 	*x = GlPrepare{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[39]
+	mi := &file_meridian_v1_peer_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3190,7 +3517,7 @@ func (x *GlPrepare) String() string {
 func (*GlPrepare) ProtoMessage() {}
 
 func (x *GlPrepare) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[39]
+	mi := &file_meridian_v1_peer_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3203,7 +3530,7 @@ func (x *GlPrepare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlPrepare.ProtoReflect.Descriptor instead.
 func (*GlPrepare) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{39}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GlPrepare) GetKeyspace() string {
@@ -3253,7 +3580,7 @@ type GlPromise struct {
 
 func (x *GlPromise) Reset() {
 	*x = GlPromise{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[40]
+	mi := &file_meridian_v1_peer_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3265,7 +3592,7 @@ func (x *GlPromise) String() string {
 func (*GlPromise) ProtoMessage() {}
 
 func (x *GlPromise) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[40]
+	mi := &file_meridian_v1_peer_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3278,7 +3605,7 @@ func (x *GlPromise) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlPromise.ProtoReflect.Descriptor instead.
 func (*GlPromise) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{40}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GlPromise) GetKeyspace() string {
@@ -3359,7 +3686,7 @@ type GlAccept struct {
 
 func (x *GlAccept) Reset() {
 	*x = GlAccept{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[41]
+	mi := &file_meridian_v1_peer_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3371,7 +3698,7 @@ func (x *GlAccept) String() string {
 func (*GlAccept) ProtoMessage() {}
 
 func (x *GlAccept) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[41]
+	mi := &file_meridian_v1_peer_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3384,7 +3711,7 @@ func (x *GlAccept) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlAccept.ProtoReflect.Descriptor instead.
 func (*GlAccept) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{41}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GlAccept) GetBallot() *GlBallot {
@@ -3423,7 +3750,7 @@ type GlAccepted struct {
 
 func (x *GlAccepted) Reset() {
 	*x = GlAccepted{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[42]
+	mi := &file_meridian_v1_peer_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3435,7 +3762,7 @@ func (x *GlAccepted) String() string {
 func (*GlAccepted) ProtoMessage() {}
 
 func (x *GlAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[42]
+	mi := &file_meridian_v1_peer_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3448,7 +3775,7 @@ func (x *GlAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlAccepted.ProtoReflect.Descriptor instead.
 func (*GlAccepted) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{42}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GlAccepted) GetKeyspace() string {
@@ -3509,7 +3836,7 @@ type GlCommitTable struct {
 
 func (x *GlCommitTable) Reset() {
 	*x = GlCommitTable{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[43]
+	mi := &file_meridian_v1_peer_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3521,7 +3848,7 @@ func (x *GlCommitTable) String() string {
 func (*GlCommitTable) ProtoMessage() {}
 
 func (x *GlCommitTable) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[43]
+	mi := &file_meridian_v1_peer_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3534,7 +3861,7 @@ func (x *GlCommitTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlCommitTable.ProtoReflect.Descriptor instead.
 func (*GlCommitTable) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{43}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GlCommitTable) GetTable() *GlTable {
@@ -3562,7 +3889,7 @@ type GlRevoke struct {
 
 func (x *GlRevoke) Reset() {
 	*x = GlRevoke{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[44]
+	mi := &file_meridian_v1_peer_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3574,7 +3901,7 @@ func (x *GlRevoke) String() string {
 func (*GlRevoke) ProtoMessage() {}
 
 func (x *GlRevoke) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[44]
+	mi := &file_meridian_v1_peer_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3587,7 +3914,7 @@ func (x *GlRevoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlRevoke.ProtoReflect.Descriptor instead.
 func (*GlRevoke) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{44}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GlRevoke) GetKeyspace() string {
@@ -3643,7 +3970,7 @@ type GlRevokeAck struct {
 
 func (x *GlRevokeAck) Reset() {
 	*x = GlRevokeAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[45]
+	mi := &file_meridian_v1_peer_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3655,7 +3982,7 @@ func (x *GlRevokeAck) String() string {
 func (*GlRevokeAck) ProtoMessage() {}
 
 func (x *GlRevokeAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[45]
+	mi := &file_meridian_v1_peer_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3668,7 +3995,7 @@ func (x *GlRevokeAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlRevokeAck.ProtoReflect.Descriptor instead.
 func (*GlRevokeAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{45}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GlRevokeAck) GetKeyspace() string {
@@ -3711,7 +4038,7 @@ type GlAcceptorState struct {
 
 func (x *GlAcceptorState) Reset() {
 	*x = GlAcceptorState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[46]
+	mi := &file_meridian_v1_peer_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3723,7 +4050,7 @@ func (x *GlAcceptorState) String() string {
 func (*GlAcceptorState) ProtoMessage() {}
 
 func (x *GlAcceptorState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[46]
+	mi := &file_meridian_v1_peer_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3736,7 +4063,7 @@ func (x *GlAcceptorState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlAcceptorState.ProtoReflect.Descriptor instead.
 func (*GlAcceptorState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{46}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GlAcceptorState) GetCommitted() *GlTable {
@@ -3795,7 +4122,7 @@ type GlFetch struct {
 
 func (x *GlFetch) Reset() {
 	*x = GlFetch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[47]
+	mi := &file_meridian_v1_peer_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3807,7 +4134,7 @@ func (x *GlFetch) String() string {
 func (*GlFetch) ProtoMessage() {}
 
 func (x *GlFetch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[47]
+	mi := &file_meridian_v1_peer_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3820,7 +4147,7 @@ func (x *GlFetch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlFetch.ProtoReflect.Descriptor instead.
 func (*GlFetch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{47}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GlFetch) GetRequestId() uint64 {
@@ -3862,7 +4189,7 @@ type GlFetchReply struct {
 
 func (x *GlFetchReply) Reset() {
 	*x = GlFetchReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[48]
+	mi := &file_meridian_v1_peer_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3874,7 +4201,7 @@ func (x *GlFetchReply) String() string {
 func (*GlFetchReply) ProtoMessage() {}
 
 func (x *GlFetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[48]
+	mi := &file_meridian_v1_peer_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3887,7 +4214,7 @@ func (x *GlFetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlFetchReply.ProtoReflect.Descriptor instead.
 func (*GlFetchReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{48}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GlFetchReply) GetRequestId() uint64 {
@@ -3930,7 +4257,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[49]
+	mi := &file_meridian_v1_peer_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3942,7 +4269,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[49]
+	mi := &file_meridian_v1_peer_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3955,7 +4282,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{49}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RaftMessage) GetKeyspace() string {
@@ -4016,7 +4343,7 @@ type RaftCommand struct {
 
 func (x *RaftCommand) Reset() {
 	*x = RaftCommand{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[50]
+	mi := &file_meridian_v1_peer_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4028,7 +4355,7 @@ func (x *RaftCommand) String() string {
 func (*RaftCommand) ProtoMessage() {}
 
 func (x *RaftCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[50]
+	mi := &file_meridian_v1_peer_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4041,7 +4368,7 @@ func (x *RaftCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftCommand.ProtoReflect.Descriptor instead.
 func (*RaftCommand) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{50}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RaftCommand) GetOrigin() uint32 {
@@ -4136,7 +4463,7 @@ type RaftSplit struct {
 
 func (x *RaftSplit) Reset() {
 	*x = RaftSplit{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[51]
+	mi := &file_meridian_v1_peer_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4148,7 +4475,7 @@ func (x *RaftSplit) String() string {
 func (*RaftSplit) ProtoMessage() {}
 
 func (x *RaftSplit) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[51]
+	mi := &file_meridian_v1_peer_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4161,7 +4488,7 @@ func (x *RaftSplit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSplit.ProtoReflect.Descriptor instead.
 func (*RaftSplit) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{51}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RaftSplit) GetKeys() [][]byte {
@@ -4190,7 +4517,7 @@ type RaftFreeze struct {
 
 func (x *RaftFreeze) Reset() {
 	*x = RaftFreeze{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[52]
+	mi := &file_meridian_v1_peer_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4202,7 +4529,7 @@ func (x *RaftFreeze) String() string {
 func (*RaftFreeze) ProtoMessage() {}
 
 func (x *RaftFreeze) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[52]
+	mi := &file_meridian_v1_peer_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4215,7 +4542,7 @@ func (x *RaftFreeze) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftFreeze.ProtoReflect.Descriptor instead.
 func (*RaftFreeze) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{52}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RaftFreeze) GetInto() uint32 {
@@ -4246,7 +4573,7 @@ type RaftMerge struct {
 
 func (x *RaftMerge) Reset() {
 	*x = RaftMerge{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[53]
+	mi := &file_meridian_v1_peer_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4258,7 +4585,7 @@ func (x *RaftMerge) String() string {
 func (*RaftMerge) ProtoMessage() {}
 
 func (x *RaftMerge) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[53]
+	mi := &file_meridian_v1_peer_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4271,7 +4598,7 @@ func (x *RaftMerge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMerge.ProtoReflect.Descriptor instead.
 func (*RaftMerge) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{53}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RaftMerge) GetRight() uint32 {
@@ -4342,7 +4669,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[54]
+	mi := &file_meridian_v1_peer_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4354,7 +4681,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[54]
+	mi := &file_meridian_v1_peer_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4367,7 +4694,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{54}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RaftBatch) GetMessages() []*RaftMessage {
@@ -4410,7 +4737,7 @@ type RaftAppliedState struct {
 
 func (x *RaftAppliedState) Reset() {
 	*x = RaftAppliedState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[55]
+	mi := &file_meridian_v1_peer_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4422,7 +4749,7 @@ func (x *RaftAppliedState) String() string {
 func (*RaftAppliedState) ProtoMessage() {}
 
 func (x *RaftAppliedState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[55]
+	mi := &file_meridian_v1_peer_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4435,7 +4762,7 @@ func (x *RaftAppliedState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAppliedState.ProtoReflect.Descriptor instead.
 func (*RaftAppliedState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{55}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RaftAppliedState) GetIndex() uint64 {
@@ -4525,7 +4852,7 @@ type RaftOriginApplied struct {
 
 func (x *RaftOriginApplied) Reset() {
 	*x = RaftOriginApplied{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[56]
+	mi := &file_meridian_v1_peer_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4537,7 +4864,7 @@ func (x *RaftOriginApplied) String() string {
 func (*RaftOriginApplied) ProtoMessage() {}
 
 func (x *RaftOriginApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[56]
+	mi := &file_meridian_v1_peer_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4550,7 +4877,7 @@ func (x *RaftOriginApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftOriginApplied.ProtoReflect.Descriptor instead.
 func (*RaftOriginApplied) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{56}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RaftOriginApplied) GetNode() uint32 {
@@ -4582,7 +4909,7 @@ type RaftSnapshotMarker struct {
 
 func (x *RaftSnapshotMarker) Reset() {
 	*x = RaftSnapshotMarker{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[57]
+	mi := &file_meridian_v1_peer_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4594,7 +4921,7 @@ func (x *RaftSnapshotMarker) String() string {
 func (*RaftSnapshotMarker) ProtoMessage() {}
 
 func (x *RaftSnapshotMarker) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[57]
+	mi := &file_meridian_v1_peer_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4607,7 +4934,7 @@ func (x *RaftSnapshotMarker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotMarker.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotMarker) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{57}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RaftSnapshotMarker) GetFile() string {
@@ -4649,7 +4976,7 @@ type RaftSnapshotOffer struct {
 
 func (x *RaftSnapshotOffer) Reset() {
 	*x = RaftSnapshotOffer{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[58]
+	mi := &file_meridian_v1_peer_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4661,7 +4988,7 @@ func (x *RaftSnapshotOffer) String() string {
 func (*RaftSnapshotOffer) ProtoMessage() {}
 
 func (x *RaftSnapshotOffer) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[58]
+	mi := &file_meridian_v1_peer_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4674,7 +5001,7 @@ func (x *RaftSnapshotOffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotOffer.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotOffer) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{58}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RaftSnapshotOffer) GetKeyspace() string {
@@ -4737,7 +5064,7 @@ type RaftSnapshotRequest struct {
 
 func (x *RaftSnapshotRequest) Reset() {
 	*x = RaftSnapshotRequest{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[59]
+	mi := &file_meridian_v1_peer_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4749,7 +5076,7 @@ func (x *RaftSnapshotRequest) String() string {
 func (*RaftSnapshotRequest) ProtoMessage() {}
 
 func (x *RaftSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[59]
+	mi := &file_meridian_v1_peer_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4762,7 +5089,7 @@ func (x *RaftSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{59}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RaftSnapshotRequest) GetKeyspace() string {
@@ -4831,7 +5158,7 @@ type RaftSnapshotChunk struct {
 
 func (x *RaftSnapshotChunk) Reset() {
 	*x = RaftSnapshotChunk{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[60]
+	mi := &file_meridian_v1_peer_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4843,7 +5170,7 @@ func (x *RaftSnapshotChunk) String() string {
 func (*RaftSnapshotChunk) ProtoMessage() {}
 
 func (x *RaftSnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[60]
+	mi := &file_meridian_v1_peer_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4856,7 +5183,7 @@ func (x *RaftSnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotChunk.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{60}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RaftSnapshotChunk) GetKeyspace() string {
@@ -4928,7 +5255,7 @@ type RaftSnapshotStored struct {
 
 func (x *RaftSnapshotStored) Reset() {
 	*x = RaftSnapshotStored{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[61]
+	mi := &file_meridian_v1_peer_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4940,7 +5267,7 @@ func (x *RaftSnapshotStored) String() string {
 func (*RaftSnapshotStored) ProtoMessage() {}
 
 func (x *RaftSnapshotStored) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[61]
+	mi := &file_meridian_v1_peer_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4953,7 +5280,7 @@ func (x *RaftSnapshotStored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotStored.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotStored) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{61}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RaftSnapshotStored) GetKeyspace() string {
@@ -5028,7 +5355,7 @@ type RaftSnapshotReady struct {
 
 func (x *RaftSnapshotReady) Reset() {
 	*x = RaftSnapshotReady{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[62]
+	mi := &file_meridian_v1_peer_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5040,7 +5367,7 @@ func (x *RaftSnapshotReady) String() string {
 func (*RaftSnapshotReady) ProtoMessage() {}
 
 func (x *RaftSnapshotReady) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[62]
+	mi := &file_meridian_v1_peer_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5053,7 +5380,7 @@ func (x *RaftSnapshotReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotReady.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotReady) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{62}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RaftSnapshotReady) GetKeyspace() string {
@@ -5129,7 +5456,7 @@ type RaftForward struct {
 
 func (x *RaftForward) Reset() {
 	*x = RaftForward{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[63]
+	mi := &file_meridian_v1_peer_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5141,7 +5468,7 @@ func (x *RaftForward) String() string {
 func (*RaftForward) ProtoMessage() {}
 
 func (x *RaftForward) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[63]
+	mi := &file_meridian_v1_peer_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5154,7 +5481,7 @@ func (x *RaftForward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftForward.ProtoReflect.Descriptor instead.
 func (*RaftForward) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{63}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RaftForward) GetRequestId() uint64 {
@@ -5274,7 +5601,7 @@ type RaftForwardReply struct {
 
 func (x *RaftForwardReply) Reset() {
 	*x = RaftForwardReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[64]
+	mi := &file_meridian_v1_peer_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5286,7 +5613,7 @@ func (x *RaftForwardReply) String() string {
 func (*RaftForwardReply) ProtoMessage() {}
 
 func (x *RaftForwardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[64]
+	mi := &file_meridian_v1_peer_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5299,7 +5626,7 @@ func (x *RaftForwardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftForwardReply.ProtoReflect.Descriptor instead.
 func (*RaftForwardReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{64}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RaftForwardReply) GetRequestId() uint64 {
@@ -5398,7 +5725,7 @@ type RaftApplied struct {
 
 func (x *RaftApplied) Reset() {
 	*x = RaftApplied{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[65]
+	mi := &file_meridian_v1_peer_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5410,7 +5737,7 @@ func (x *RaftApplied) String() string {
 func (*RaftApplied) ProtoMessage() {}
 
 func (x *RaftApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[65]
+	mi := &file_meridian_v1_peer_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5423,7 +5750,7 @@ func (x *RaftApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftApplied.ProtoReflect.Descriptor instead.
 func (*RaftApplied) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{65}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RaftApplied) GetKeyspace() string {
@@ -5475,7 +5802,7 @@ type RaftRemoved struct {
 
 func (x *RaftRemoved) Reset() {
 	*x = RaftRemoved{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[66]
+	mi := &file_meridian_v1_peer_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5487,7 +5814,7 @@ func (x *RaftRemoved) String() string {
 func (*RaftRemoved) ProtoMessage() {}
 
 func (x *RaftRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[66]
+	mi := &file_meridian_v1_peer_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5500,7 +5827,7 @@ func (x *RaftRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemoved.ProtoReflect.Descriptor instead.
 func (*RaftRemoved) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{66}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RaftRemoved) GetKeyspace() string {
@@ -5600,6 +5927,9 @@ type Envelope struct {
 	//	*Envelope_NodeStats
 	//	*Envelope_Canopus
 	//	*Envelope_Epaxos
+	//	*Envelope_ReadChunk
+	//	*Envelope_ReadChunkReply
+	//	*Envelope_TransferReport
 	Msg           isEnvelope_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -5607,7 +5937,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[67]
+	mi := &file_meridian_v1_peer_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5619,7 +5949,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[67]
+	mi := &file_meridian_v1_peer_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5632,7 +5962,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{67}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *Envelope) GetFrom() uint32 {
@@ -6165,6 +6495,33 @@ func (x *Envelope) GetEpaxos() *EPaxosEnvelope {
 	return nil
 }
 
+func (x *Envelope) GetReadChunk() *ReadChunkRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_ReadChunk); ok {
+			return x.ReadChunk
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetReadChunkReply() *ReadChunkReply {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_ReadChunkReply); ok {
+			return x.ReadChunkReply
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetTransferReport() *TransferReport {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_TransferReport); ok {
+			return x.TransferReport
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Msg interface {
 	isEnvelope_Msg()
 }
@@ -6389,6 +6746,18 @@ type Envelope_Epaxos struct {
 	Epaxos *EPaxosEnvelope `protobuf:"bytes,95,opt,name=epaxos,proto3,oneof"`
 }
 
+type Envelope_ReadChunk struct {
+	ReadChunk *ReadChunkRequest `protobuf:"bytes,96,opt,name=read_chunk,json=readChunk,proto3,oneof"`
+}
+
+type Envelope_ReadChunkReply struct {
+	ReadChunkReply *ReadChunkReply `protobuf:"bytes,97,opt,name=read_chunk_reply,json=readChunkReply,proto3,oneof"`
+}
+
+type Envelope_TransferReport struct {
+	TransferReport *TransferReport `protobuf:"bytes,98,opt,name=transfer_report,json=transferReport,proto3,oneof"`
+}
+
 func (*Envelope_Write) isEnvelope_Msg() {}
 
 func (*Envelope_WriteAck) isEnvelope_Msg() {}
@@ -6499,6 +6868,12 @@ func (*Envelope_Canopus) isEnvelope_Msg() {}
 
 func (*Envelope_Epaxos) isEnvelope_Msg() {}
 
+func (*Envelope_ReadChunk) isEnvelope_Msg() {}
+
+func (*Envelope_ReadChunkReply) isEnvelope_Msg() {}
+
+func (*Envelope_TransferReport) isEnvelope_Msg() {}
+
 type StreamAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -6507,7 +6882,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[68]
+	mi := &file_meridian_v1_peer_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6519,7 +6894,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[68]
+	mi := &file_meridian_v1_peer_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6532,7 +6907,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{68}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{72}
 }
 
 // EnvelopeBatch is messages from one sender to one receiver that leave together: one gRPC
@@ -6548,7 +6923,7 @@ type EnvelopeBatch struct {
 
 func (x *EnvelopeBatch) Reset() {
 	*x = EnvelopeBatch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[69]
+	mi := &file_meridian_v1_peer_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6560,7 +6935,7 @@ func (x *EnvelopeBatch) String() string {
 func (*EnvelopeBatch) ProtoMessage() {}
 
 func (x *EnvelopeBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[69]
+	mi := &file_meridian_v1_peer_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6573,7 +6948,7 @@ func (x *EnvelopeBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvelopeBatch.ProtoReflect.Descriptor instead.
 func (*EnvelopeBatch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{69}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *EnvelopeBatch) GetEnvelopes() []*Envelope {
@@ -6596,7 +6971,7 @@ type SdurTxnId struct {
 
 func (x *SdurTxnId) Reset() {
 	*x = SdurTxnId{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[70]
+	mi := &file_meridian_v1_peer_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6608,7 +6983,7 @@ func (x *SdurTxnId) String() string {
 func (*SdurTxnId) ProtoMessage() {}
 
 func (x *SdurTxnId) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[70]
+	mi := &file_meridian_v1_peer_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6621,7 +6996,7 @@ func (x *SdurTxnId) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurTxnId.ProtoReflect.Descriptor instead.
 func (*SdurTxnId) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{70}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *SdurTxnId) GetNode() uint32 {
@@ -6649,7 +7024,7 @@ type SdurWrite struct {
 
 func (x *SdurWrite) Reset() {
 	*x = SdurWrite{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[71]
+	mi := &file_meridian_v1_peer_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6661,7 +7036,7 @@ func (x *SdurWrite) String() string {
 func (*SdurWrite) ProtoMessage() {}
 
 func (x *SdurWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[71]
+	mi := &file_meridian_v1_peer_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6674,7 +7049,7 @@ func (x *SdurWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurWrite.ProtoReflect.Descriptor instead.
 func (*SdurWrite) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{71}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *SdurWrite) GetKey() []byte {
@@ -6713,7 +7088,7 @@ type SdurPart struct {
 
 func (x *SdurPart) Reset() {
 	*x = SdurPart{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[72]
+	mi := &file_meridian_v1_peer_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6725,7 +7100,7 @@ func (x *SdurPart) String() string {
 func (*SdurPart) ProtoMessage() {}
 
 func (x *SdurPart) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[72]
+	mi := &file_meridian_v1_peer_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6738,7 +7113,7 @@ func (x *SdurPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurPart.ProtoReflect.Descriptor instead.
 func (*SdurPart) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{72}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *SdurPart) GetId() *SdurTxnId {
@@ -6801,7 +7176,7 @@ type SdurThreshold struct {
 
 func (x *SdurThreshold) Reset() {
 	*x = SdurThreshold{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[73]
+	mi := &file_meridian_v1_peer_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6813,7 +7188,7 @@ func (x *SdurThreshold) String() string {
 func (*SdurThreshold) ProtoMessage() {}
 
 func (x *SdurThreshold) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[73]
+	mi := &file_meridian_v1_peer_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6826,7 +7201,7 @@ func (x *SdurThreshold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurThreshold.ProtoReflect.Descriptor instead.
 func (*SdurThreshold) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{73}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *SdurThreshold) GetUnit() uint32 {
@@ -6854,7 +7229,7 @@ type SdurAbortRequest struct {
 
 func (x *SdurAbortRequest) Reset() {
 	*x = SdurAbortRequest{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[74]
+	mi := &file_meridian_v1_peer_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6866,7 +7241,7 @@ func (x *SdurAbortRequest) String() string {
 func (*SdurAbortRequest) ProtoMessage() {}
 
 func (x *SdurAbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[74]
+	mi := &file_meridian_v1_peer_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6879,7 +7254,7 @@ func (x *SdurAbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurAbortRequest.ProtoReflect.Descriptor instead.
 func (*SdurAbortRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{74}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *SdurAbortRequest) GetTxn() *SdurTxnId {
@@ -6917,7 +7292,7 @@ type SdurEntry struct {
 
 func (x *SdurEntry) Reset() {
 	*x = SdurEntry{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[75]
+	mi := &file_meridian_v1_peer_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6929,7 +7304,7 @@ func (x *SdurEntry) String() string {
 func (*SdurEntry) ProtoMessage() {}
 
 func (x *SdurEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[75]
+	mi := &file_meridian_v1_peer_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6942,7 +7317,7 @@ func (x *SdurEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurEntry.ProtoReflect.Descriptor instead.
 func (*SdurEntry) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{75}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *SdurEntry) GetKind() uint32 {
@@ -6994,7 +7369,7 @@ type SdurVote struct {
 
 func (x *SdurVote) Reset() {
 	*x = SdurVote{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[76]
+	mi := &file_meridian_v1_peer_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7006,7 +7381,7 @@ func (x *SdurVote) String() string {
 func (*SdurVote) ProtoMessage() {}
 
 func (x *SdurVote) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[76]
+	mi := &file_meridian_v1_peer_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7019,7 +7394,7 @@ func (x *SdurVote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurVote.ProtoReflect.Descriptor instead.
 func (*SdurVote) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{76}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *SdurVote) GetTxn() *SdurTxnId {
@@ -7078,7 +7453,7 @@ type SdurPending struct {
 
 func (x *SdurPending) Reset() {
 	*x = SdurPending{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[77]
+	mi := &file_meridian_v1_peer_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7090,7 +7465,7 @@ func (x *SdurPending) String() string {
 func (*SdurPending) ProtoMessage() {}
 
 func (x *SdurPending) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[77]
+	mi := &file_meridian_v1_peer_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7103,7 +7478,7 @@ func (x *SdurPending) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurPending.ProtoReflect.Descriptor instead.
 func (*SdurPending) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{77}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *SdurPending) GetPart() *SdurPart {
@@ -7162,7 +7537,7 @@ type SdurKeyState struct {
 
 func (x *SdurKeyState) Reset() {
 	*x = SdurKeyState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[78]
+	mi := &file_meridian_v1_peer_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7174,7 +7549,7 @@ func (x *SdurKeyState) String() string {
 func (*SdurKeyState) ProtoMessage() {}
 
 func (x *SdurKeyState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[78]
+	mi := &file_meridian_v1_peer_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7187,7 +7562,7 @@ func (x *SdurKeyState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurKeyState.ProtoReflect.Descriptor instead.
 func (*SdurKeyState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{78}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *SdurKeyState) GetKey() []byte {
@@ -7242,7 +7617,7 @@ type SdurTouch struct {
 
 func (x *SdurTouch) Reset() {
 	*x = SdurTouch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[79]
+	mi := &file_meridian_v1_peer_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7254,7 +7629,7 @@ func (x *SdurTouch) String() string {
 func (*SdurTouch) ProtoMessage() {}
 
 func (x *SdurTouch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[79]
+	mi := &file_meridian_v1_peer_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7267,7 +7642,7 @@ func (x *SdurTouch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurTouch.ProtoReflect.Descriptor instead.
 func (*SdurTouch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{79}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *SdurTouch) GetIndex() uint64 {
@@ -7296,7 +7671,7 @@ type SdurSeen struct {
 
 func (x *SdurSeen) Reset() {
 	*x = SdurSeen{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[80]
+	mi := &file_meridian_v1_peer_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7308,7 +7683,7 @@ func (x *SdurSeen) String() string {
 func (*SdurSeen) ProtoMessage() {}
 
 func (x *SdurSeen) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[80]
+	mi := &file_meridian_v1_peer_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7321,7 +7696,7 @@ func (x *SdurSeen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurSeen.ProtoReflect.Descriptor instead.
 func (*SdurSeen) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{80}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *SdurSeen) GetId() *SdurTxnId {
@@ -7362,7 +7737,7 @@ type SdurEarly struct {
 
 func (x *SdurEarly) Reset() {
 	*x = SdurEarly{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[81]
+	mi := &file_meridian_v1_peer_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7374,7 +7749,7 @@ func (x *SdurEarly) String() string {
 func (*SdurEarly) ProtoMessage() {}
 
 func (x *SdurEarly) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[81]
+	mi := &file_meridian_v1_peer_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7387,7 +7762,7 @@ func (x *SdurEarly) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurEarly.ProtoReflect.Descriptor instead.
 func (*SdurEarly) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{81}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *SdurEarly) GetId() *SdurTxnId {
@@ -7425,7 +7800,7 @@ type SdurState struct {
 
 func (x *SdurState) Reset() {
 	*x = SdurState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[82]
+	mi := &file_meridian_v1_peer_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7437,7 +7812,7 @@ func (x *SdurState) String() string {
 func (*SdurState) ProtoMessage() {}
 
 func (x *SdurState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[82]
+	mi := &file_meridian_v1_peer_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7450,7 +7825,7 @@ func (x *SdurState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurState.ProtoReflect.Descriptor instead.
 func (*SdurState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{82}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *SdurState) GetVersion() uint32 {
@@ -7555,7 +7930,7 @@ type TwopcRead struct {
 
 func (x *TwopcRead) Reset() {
 	*x = TwopcRead{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[83]
+	mi := &file_meridian_v1_peer_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7567,7 +7942,7 @@ func (x *TwopcRead) String() string {
 func (*TwopcRead) ProtoMessage() {}
 
 func (x *TwopcRead) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[83]
+	mi := &file_meridian_v1_peer_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7580,7 +7955,7 @@ func (x *TwopcRead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TwopcRead.ProtoReflect.Descriptor instead.
 func (*TwopcRead) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{83}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *TwopcRead) GetKey() []byte {
@@ -7612,7 +7987,7 @@ type TwopcPart struct {
 
 func (x *TwopcPart) Reset() {
 	*x = TwopcPart{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[84]
+	mi := &file_meridian_v1_peer_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7624,7 +7999,7 @@ func (x *TwopcPart) String() string {
 func (*TwopcPart) ProtoMessage() {}
 
 func (x *TwopcPart) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[84]
+	mi := &file_meridian_v1_peer_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7637,7 +8012,7 @@ func (x *TwopcPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TwopcPart.ProtoReflect.Descriptor instead.
 func (*TwopcPart) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{84}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *TwopcPart) GetId() *SdurTxnId {
@@ -7705,7 +8080,7 @@ type TwopcEntry struct {
 
 func (x *TwopcEntry) Reset() {
 	*x = TwopcEntry{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[85]
+	mi := &file_meridian_v1_peer_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7717,7 +8092,7 @@ func (x *TwopcEntry) String() string {
 func (*TwopcEntry) ProtoMessage() {}
 
 func (x *TwopcEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[85]
+	mi := &file_meridian_v1_peer_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7730,7 +8105,7 @@ func (x *TwopcEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TwopcEntry.ProtoReflect.Descriptor instead.
 func (*TwopcEntry) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{85}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *TwopcEntry) GetKind() uint32 {
@@ -7795,7 +8170,7 @@ type TwopcVote struct {
 
 func (x *TwopcVote) Reset() {
 	*x = TwopcVote{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[86]
+	mi := &file_meridian_v1_peer_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7807,7 +8182,7 @@ func (x *TwopcVote) String() string {
 func (*TwopcVote) ProtoMessage() {}
 
 func (x *TwopcVote) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[86]
+	mi := &file_meridian_v1_peer_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7820,7 +8195,7 @@ func (x *TwopcVote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TwopcVote.ProtoReflect.Descriptor instead.
 func (*TwopcVote) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{86}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *TwopcVote) GetTxn() *SdurTxnId {
@@ -7868,7 +8243,7 @@ type TwopcDecided struct {
 
 func (x *TwopcDecided) Reset() {
 	*x = TwopcDecided{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[87]
+	mi := &file_meridian_v1_peer_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7880,7 +8255,7 @@ func (x *TwopcDecided) String() string {
 func (*TwopcDecided) ProtoMessage() {}
 
 func (x *TwopcDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[87]
+	mi := &file_meridian_v1_peer_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7893,7 +8268,7 @@ func (x *TwopcDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TwopcDecided.ProtoReflect.Descriptor instead.
 func (*TwopcDecided) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{87}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *TwopcDecided) GetTxn() *SdurTxnId {
@@ -7920,7 +8295,7 @@ type TwopcLastWrite struct {
 
 func (x *TwopcLastWrite) Reset() {
 	*x = TwopcLastWrite{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[88]
+	mi := &file_meridian_v1_peer_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7932,7 +8307,7 @@ func (x *TwopcLastWrite) String() string {
 func (*TwopcLastWrite) ProtoMessage() {}
 
 func (x *TwopcLastWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[88]
+	mi := &file_meridian_v1_peer_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7945,7 +8320,7 @@ func (x *TwopcLastWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TwopcLastWrite.ProtoReflect.Descriptor instead.
 func (*TwopcLastWrite) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{88}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *TwopcLastWrite) GetKey() []byte {
@@ -7974,7 +8349,7 @@ type TwopcCoordinating struct {
 
 func (x *TwopcCoordinating) Reset() {
 	*x = TwopcCoordinating{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[89]
+	mi := &file_meridian_v1_peer_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7986,7 +8361,7 @@ func (x *TwopcCoordinating) String() string {
 func (*TwopcCoordinating) ProtoMessage() {}
 
 func (x *TwopcCoordinating) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[89]
+	mi := &file_meridian_v1_peer_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7999,7 +8374,7 @@ func (x *TwopcCoordinating) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TwopcCoordinating.ProtoReflect.Descriptor instead.
 func (*TwopcCoordinating) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{89}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *TwopcCoordinating) GetTxn() *SdurTxnId {
@@ -8045,7 +8420,7 @@ type TwopcState struct {
 
 func (x *TwopcState) Reset() {
 	*x = TwopcState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[90]
+	mi := &file_meridian_v1_peer_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8057,7 +8432,7 @@ func (x *TwopcState) String() string {
 func (*TwopcState) ProtoMessage() {}
 
 func (x *TwopcState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[90]
+	mi := &file_meridian_v1_peer_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8070,7 +8445,7 @@ func (x *TwopcState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TwopcState.ProtoReflect.Descriptor instead.
 func (*TwopcState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{90}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *TwopcState) GetVersion() uint32 {
@@ -8149,7 +8524,7 @@ type TxnMessage struct {
 
 func (x *TxnMessage) Reset() {
 	*x = TxnMessage{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[91]
+	mi := &file_meridian_v1_peer_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8161,7 +8536,7 @@ func (x *TxnMessage) String() string {
 func (*TxnMessage) ProtoMessage() {}
 
 func (x *TxnMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[91]
+	mi := &file_meridian_v1_peer_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8174,7 +8549,7 @@ func (x *TxnMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnMessage.ProtoReflect.Descriptor instead.
 func (*TxnMessage) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{91}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *TxnMessage) GetKeyspace() string {
@@ -8365,7 +8740,7 @@ type TxnSeqQuery struct {
 
 func (x *TxnSeqQuery) Reset() {
 	*x = TxnSeqQuery{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[92]
+	mi := &file_meridian_v1_peer_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8377,7 +8752,7 @@ func (x *TxnSeqQuery) String() string {
 func (*TxnSeqQuery) ProtoMessage() {}
 
 func (x *TxnSeqQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[92]
+	mi := &file_meridian_v1_peer_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8390,7 +8765,7 @@ func (x *TxnSeqQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnSeqQuery.ProtoReflect.Descriptor instead.
 func (*TxnSeqQuery) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{92}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *TxnSeqQuery) GetRound() uint64 {
@@ -8434,7 +8809,7 @@ type TxnCompletedGlobal struct {
 
 func (x *TxnCompletedGlobal) Reset() {
 	*x = TxnCompletedGlobal{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[93]
+	mi := &file_meridian_v1_peer_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8446,7 +8821,7 @@ func (x *TxnCompletedGlobal) String() string {
 func (*TxnCompletedGlobal) ProtoMessage() {}
 
 func (x *TxnCompletedGlobal) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[93]
+	mi := &file_meridian_v1_peer_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8459,7 +8834,7 @@ func (x *TxnCompletedGlobal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnCompletedGlobal.ProtoReflect.Descriptor instead.
 func (*TxnCompletedGlobal) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{93}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *TxnCompletedGlobal) GetTxn() *SdurTxnId {
@@ -8498,7 +8873,7 @@ type TxnSeqReply struct {
 
 func (x *TxnSeqReply) Reset() {
 	*x = TxnSeqReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[94]
+	mi := &file_meridian_v1_peer_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8510,7 +8885,7 @@ func (x *TxnSeqReply) String() string {
 func (*TxnSeqReply) ProtoMessage() {}
 
 func (x *TxnSeqReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[94]
+	mi := &file_meridian_v1_peer_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8523,7 +8898,7 @@ func (x *TxnSeqReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnSeqReply.ProtoReflect.Descriptor instead.
 func (*TxnSeqReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{94}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *TxnSeqReply) GetRound() uint64 {
@@ -8572,7 +8947,7 @@ type TxnVector struct {
 
 func (x *TxnVector) Reset() {
 	*x = TxnVector{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[95]
+	mi := &file_meridian_v1_peer_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8584,7 +8959,7 @@ func (x *TxnVector) String() string {
 func (*TxnVector) ProtoMessage() {}
 
 func (x *TxnVector) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[95]
+	mi := &file_meridian_v1_peer_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8597,7 +8972,7 @@ func (x *TxnVector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnVector.ProtoReflect.Descriptor instead.
 func (*TxnVector) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{95}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *TxnVector) GetSeq() uint64 {
@@ -8628,7 +9003,7 @@ type TxnOutcome struct {
 
 func (x *TxnOutcome) Reset() {
 	*x = TxnOutcome{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[96]
+	mi := &file_meridian_v1_peer_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8640,7 +9015,7 @@ func (x *TxnOutcome) String() string {
 func (*TxnOutcome) ProtoMessage() {}
 
 func (x *TxnOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[96]
+	mi := &file_meridian_v1_peer_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8653,7 +9028,7 @@ func (x *TxnOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnOutcome.ProtoReflect.Descriptor instead.
 func (*TxnOutcome) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{96}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *TxnOutcome) GetTxn() *SdurTxnId {
@@ -8702,7 +9077,7 @@ type TxnSnapshotRef struct {
 
 func (x *TxnSnapshotRef) Reset() {
 	*x = TxnSnapshotRef{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[97]
+	mi := &file_meridian_v1_peer_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8714,7 +9089,7 @@ func (x *TxnSnapshotRef) String() string {
 func (*TxnSnapshotRef) ProtoMessage() {}
 
 func (x *TxnSnapshotRef) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[97]
+	mi := &file_meridian_v1_peer_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8727,7 +9102,7 @@ func (x *TxnSnapshotRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnSnapshotRef.ProtoReflect.Descriptor instead.
 func (*TxnSnapshotRef) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{97}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *TxnSnapshotRef) GetPartition() uint32 {
@@ -8754,7 +9129,7 @@ type TxnReadArgs struct {
 
 func (x *TxnReadArgs) Reset() {
 	*x = TxnReadArgs{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[98]
+	mi := &file_meridian_v1_peer_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8766,7 +9141,7 @@ func (x *TxnReadArgs) String() string {
 func (*TxnReadArgs) ProtoMessage() {}
 
 func (x *TxnReadArgs) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[98]
+	mi := &file_meridian_v1_peer_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8779,7 +9154,7 @@ func (x *TxnReadArgs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnReadArgs.ProtoReflect.Descriptor instead.
 func (*TxnReadArgs) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{98}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *TxnReadArgs) GetSnapshots() []*TxnSnapshotRef {
@@ -8800,7 +9175,7 @@ type TxnReadDone struct {
 
 func (x *TxnReadDone) Reset() {
 	*x = TxnReadDone{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[99]
+	mi := &file_meridian_v1_peer_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8812,7 +9187,7 @@ func (x *TxnReadDone) String() string {
 func (*TxnReadDone) ProtoMessage() {}
 
 func (x *TxnReadDone) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[99]
+	mi := &file_meridian_v1_peer_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8825,7 +9200,7 @@ func (x *TxnReadDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnReadDone.ProtoReflect.Descriptor instead.
 func (*TxnReadDone) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{99}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *TxnReadDone) GetSnapshot() *TxnSnapshotRef {
@@ -8860,7 +9235,7 @@ type TxnSavedState struct {
 
 func (x *TxnSavedState) Reset() {
 	*x = TxnSavedState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[100]
+	mi := &file_meridian_v1_peer_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8872,7 +9247,7 @@ func (x *TxnSavedState) String() string {
 func (*TxnSavedState) ProtoMessage() {}
 
 func (x *TxnSavedState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[100]
+	mi := &file_meridian_v1_peer_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8885,7 +9260,7 @@ func (x *TxnSavedState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnSavedState.ProtoReflect.Descriptor instead.
 func (*TxnSavedState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{100}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *TxnSavedState) GetIndex() uint64 {
@@ -8933,7 +9308,7 @@ type CatenaeTxnId struct {
 
 func (x *CatenaeTxnId) Reset() {
 	*x = CatenaeTxnId{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[101]
+	mi := &file_meridian_v1_peer_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8945,7 +9320,7 @@ func (x *CatenaeTxnId) String() string {
 func (*CatenaeTxnId) ProtoMessage() {}
 
 func (x *CatenaeTxnId) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[101]
+	mi := &file_meridian_v1_peer_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8958,7 +9333,7 @@ func (x *CatenaeTxnId) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeTxnId.ProtoReflect.Descriptor instead.
 func (*CatenaeTxnId) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{101}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *CatenaeTxnId) GetDc() uint32 {
@@ -8988,7 +9363,7 @@ type CatenaeOp struct {
 
 func (x *CatenaeOp) Reset() {
 	*x = CatenaeOp{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[102]
+	mi := &file_meridian_v1_peer_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9000,7 +9375,7 @@ func (x *CatenaeOp) String() string {
 func (*CatenaeOp) ProtoMessage() {}
 
 func (x *CatenaeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[102]
+	mi := &file_meridian_v1_peer_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9013,7 +9388,7 @@ func (x *CatenaeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeOp.ProtoReflect.Descriptor instead.
 func (*CatenaeOp) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{102}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *CatenaeOp) GetKind() uint32 {
@@ -9063,7 +9438,7 @@ type CatenaeTxn struct {
 
 func (x *CatenaeTxn) Reset() {
 	*x = CatenaeTxn{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[103]
+	mi := &file_meridian_v1_peer_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9075,7 +9450,7 @@ func (x *CatenaeTxn) String() string {
 func (*CatenaeTxn) ProtoMessage() {}
 
 func (x *CatenaeTxn) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[103]
+	mi := &file_meridian_v1_peer_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9088,7 +9463,7 @@ func (x *CatenaeTxn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeTxn.ProtoReflect.Descriptor instead.
 func (*CatenaeTxn) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{103}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *CatenaeTxn) GetId() *CatenaeTxnId {
@@ -9129,7 +9504,7 @@ type CatenaeEpochInput struct {
 
 func (x *CatenaeEpochInput) Reset() {
 	*x = CatenaeEpochInput{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[104]
+	mi := &file_meridian_v1_peer_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9141,7 +9516,7 @@ func (x *CatenaeEpochInput) String() string {
 func (*CatenaeEpochInput) ProtoMessage() {}
 
 func (x *CatenaeEpochInput) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[104]
+	mi := &file_meridian_v1_peer_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9154,7 +9529,7 @@ func (x *CatenaeEpochInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeEpochInput.ProtoReflect.Descriptor instead.
 func (*CatenaeEpochInput) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{104}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *CatenaeEpochInput) GetTxns() []*CatenaeTxn {
@@ -9176,7 +9551,7 @@ type CatenaeVote struct {
 
 func (x *CatenaeVote) Reset() {
 	*x = CatenaeVote{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[105]
+	mi := &file_meridian_v1_peer_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9188,7 +9563,7 @@ func (x *CatenaeVote) String() string {
 func (*CatenaeVote) ProtoMessage() {}
 
 func (x *CatenaeVote) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[105]
+	mi := &file_meridian_v1_peer_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9201,7 +9576,7 @@ func (x *CatenaeVote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeVote.ProtoReflect.Descriptor instead.
 func (*CatenaeVote) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{105}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *CatenaeVote) GetTxn() *CatenaeTxnId {
@@ -9246,7 +9621,7 @@ type CatenaeEpochMsg struct {
 
 func (x *CatenaeEpochMsg) Reset() {
 	*x = CatenaeEpochMsg{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[106]
+	mi := &file_meridian_v1_peer_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9258,7 +9633,7 @@ func (x *CatenaeEpochMsg) String() string {
 func (*CatenaeEpochMsg) ProtoMessage() {}
 
 func (x *CatenaeEpochMsg) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[106]
+	mi := &file_meridian_v1_peer_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9271,7 +9646,7 @@ func (x *CatenaeEpochMsg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeEpochMsg.ProtoReflect.Descriptor instead.
 func (*CatenaeEpochMsg) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{106}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *CatenaeEpochMsg) GetFrom() uint32 {
@@ -9326,7 +9701,7 @@ type CatenaeRequest struct {
 
 func (x *CatenaeRequest) Reset() {
 	*x = CatenaeRequest{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[107]
+	mi := &file_meridian_v1_peer_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9338,7 +9713,7 @@ func (x *CatenaeRequest) String() string {
 func (*CatenaeRequest) ProtoMessage() {}
 
 func (x *CatenaeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[107]
+	mi := &file_meridian_v1_peer_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9351,7 +9726,7 @@ func (x *CatenaeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeRequest.ProtoReflect.Descriptor instead.
 func (*CatenaeRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{107}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *CatenaeRequest) GetFrom() uint32 {
@@ -9383,7 +9758,7 @@ type CatenaeMessage struct {
 
 func (x *CatenaeMessage) Reset() {
 	*x = CatenaeMessage{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[108]
+	mi := &file_meridian_v1_peer_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9395,7 +9770,7 @@ func (x *CatenaeMessage) String() string {
 func (*CatenaeMessage) ProtoMessage() {}
 
 func (x *CatenaeMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[108]
+	mi := &file_meridian_v1_peer_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9408,7 +9783,7 @@ func (x *CatenaeMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeMessage.ProtoReflect.Descriptor instead.
 func (*CatenaeMessage) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{108}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *CatenaeMessage) GetTo() uint32 {
@@ -9488,7 +9863,7 @@ type CatenaeSaved struct {
 
 func (x *CatenaeSaved) Reset() {
 	*x = CatenaeSaved{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[109]
+	mi := &file_meridian_v1_peer_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9500,7 +9875,7 @@ func (x *CatenaeSaved) String() string {
 func (*CatenaeSaved) ProtoMessage() {}
 
 func (x *CatenaeSaved) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[109]
+	mi := &file_meridian_v1_peer_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9513,7 +9888,7 @@ func (x *CatenaeSaved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeSaved.ProtoReflect.Descriptor instead.
 func (*CatenaeSaved) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{109}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *CatenaeSaved) GetSelf() uint32 {
@@ -9652,7 +10027,7 @@ type CatenaeOwnInput struct {
 
 func (x *CatenaeOwnInput) Reset() {
 	*x = CatenaeOwnInput{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[110]
+	mi := &file_meridian_v1_peer_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9664,7 +10039,7 @@ func (x *CatenaeOwnInput) String() string {
 func (*CatenaeOwnInput) ProtoMessage() {}
 
 func (x *CatenaeOwnInput) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[110]
+	mi := &file_meridian_v1_peer_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9677,7 +10052,7 @@ func (x *CatenaeOwnInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeOwnInput.ProtoReflect.Descriptor instead.
 func (*CatenaeOwnInput) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{110}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *CatenaeOwnInput) GetEpoch() uint64 {
@@ -9708,7 +10083,7 @@ type CatenaeVersion struct {
 
 func (x *CatenaeVersion) Reset() {
 	*x = CatenaeVersion{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[111]
+	mi := &file_meridian_v1_peer_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9720,7 +10095,7 @@ func (x *CatenaeVersion) String() string {
 func (*CatenaeVersion) ProtoMessage() {}
 
 func (x *CatenaeVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[111]
+	mi := &file_meridian_v1_peer_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9733,7 +10108,7 @@ func (x *CatenaeVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeVersion.ProtoReflect.Descriptor instead.
 func (*CatenaeVersion) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{111}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *CatenaeVersion) GetEpoch() uint64 {
@@ -9788,7 +10163,7 @@ type CatenaeKeyVersions struct {
 
 func (x *CatenaeKeyVersions) Reset() {
 	*x = CatenaeKeyVersions{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[112]
+	mi := &file_meridian_v1_peer_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9800,7 +10175,7 @@ func (x *CatenaeKeyVersions) String() string {
 func (*CatenaeKeyVersions) ProtoMessage() {}
 
 func (x *CatenaeKeyVersions) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[112]
+	mi := &file_meridian_v1_peer_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9813,7 +10188,7 @@ func (x *CatenaeKeyVersions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeKeyVersions.ProtoReflect.Descriptor instead.
 func (*CatenaeKeyVersions) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{112}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *CatenaeKeyVersions) GetKey() []byte {
@@ -9841,7 +10216,7 @@ type CatenaeWrite struct {
 
 func (x *CatenaeWrite) Reset() {
 	*x = CatenaeWrite{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[113]
+	mi := &file_meridian_v1_peer_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9853,7 +10228,7 @@ func (x *CatenaeWrite) String() string {
 func (*CatenaeWrite) ProtoMessage() {}
 
 func (x *CatenaeWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[113]
+	mi := &file_meridian_v1_peer_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9866,7 +10241,7 @@ func (x *CatenaeWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeWrite.ProtoReflect.Descriptor instead.
 func (*CatenaeWrite) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{113}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *CatenaeWrite) GetKey() []byte {
@@ -9912,7 +10287,7 @@ type CatenaeTxnState struct {
 
 func (x *CatenaeTxnState) Reset() {
 	*x = CatenaeTxnState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[114]
+	mi := &file_meridian_v1_peer_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9924,7 +10299,7 @@ func (x *CatenaeTxnState) String() string {
 func (*CatenaeTxnState) ProtoMessage() {}
 
 func (x *CatenaeTxnState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[114]
+	mi := &file_meridian_v1_peer_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9937,7 +10312,7 @@ func (x *CatenaeTxnState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeTxnState.ProtoReflect.Descriptor instead.
 func (*CatenaeTxnState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{114}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *CatenaeTxnState) GetTxn() *CatenaeTxn {
@@ -10048,7 +10423,7 @@ type CatenaeWaiting struct {
 
 func (x *CatenaeWaiting) Reset() {
 	*x = CatenaeWaiting{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[115]
+	mi := &file_meridian_v1_peer_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10060,7 +10435,7 @@ func (x *CatenaeWaiting) String() string {
 func (*CatenaeWaiting) ProtoMessage() {}
 
 func (x *CatenaeWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[115]
+	mi := &file_meridian_v1_peer_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10073,7 +10448,7 @@ func (x *CatenaeWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeWaiting.ProtoReflect.Descriptor instead.
 func (*CatenaeWaiting) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{115}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *CatenaeWaiting) GetId() *CatenaeTxnId {
@@ -10100,7 +10475,7 @@ type CatenaeEpochCount struct {
 
 func (x *CatenaeEpochCount) Reset() {
 	*x = CatenaeEpochCount{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[116]
+	mi := &file_meridian_v1_peer_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10112,7 +10487,7 @@ func (x *CatenaeEpochCount) String() string {
 func (*CatenaeEpochCount) ProtoMessage() {}
 
 func (x *CatenaeEpochCount) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[116]
+	mi := &file_meridian_v1_peer_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10125,7 +10500,7 @@ func (x *CatenaeEpochCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeEpochCount.ProtoReflect.Descriptor instead.
 func (*CatenaeEpochCount) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{116}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *CatenaeEpochCount) GetEpoch() uint64 {
@@ -10152,7 +10527,7 @@ type CatenaeDcEpoch struct {
 
 func (x *CatenaeDcEpoch) Reset() {
 	*x = CatenaeDcEpoch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[117]
+	mi := &file_meridian_v1_peer_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10164,7 +10539,7 @@ func (x *CatenaeDcEpoch) String() string {
 func (*CatenaeDcEpoch) ProtoMessage() {}
 
 func (x *CatenaeDcEpoch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[117]
+	mi := &file_meridian_v1_peer_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10177,7 +10552,7 @@ func (x *CatenaeDcEpoch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeDcEpoch.ProtoReflect.Descriptor instead.
 func (*CatenaeDcEpoch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{117}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *CatenaeDcEpoch) GetDc() uint32 {
@@ -10210,7 +10585,7 @@ type CatenaeEnvelope struct {
 
 func (x *CatenaeEnvelope) Reset() {
 	*x = CatenaeEnvelope{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[118]
+	mi := &file_meridian_v1_peer_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10222,7 +10597,7 @@ func (x *CatenaeEnvelope) String() string {
 func (*CatenaeEnvelope) ProtoMessage() {}
 
 func (x *CatenaeEnvelope) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[118]
+	mi := &file_meridian_v1_peer_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10235,7 +10610,7 @@ func (x *CatenaeEnvelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeEnvelope.ProtoReflect.Descriptor instead.
 func (*CatenaeEnvelope) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{118}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *CatenaeEnvelope) GetKeyspace() string {
@@ -10300,7 +10675,7 @@ type CatenaeHello struct {
 
 func (x *CatenaeHello) Reset() {
 	*x = CatenaeHello{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[119]
+	mi := &file_meridian_v1_peer_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10312,7 +10687,7 @@ func (x *CatenaeHello) String() string {
 func (*CatenaeHello) ProtoMessage() {}
 
 func (x *CatenaeHello) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[119]
+	mi := &file_meridian_v1_peer_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10325,7 +10700,7 @@ func (x *CatenaeHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeHello.ProtoReflect.Descriptor instead.
 func (*CatenaeHello) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{119}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *CatenaeHello) GetProposal() uint64 {
@@ -10366,7 +10741,7 @@ type CatenaeForward struct {
 
 func (x *CatenaeForward) Reset() {
 	*x = CatenaeForward{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[120]
+	mi := &file_meridian_v1_peer_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10378,7 +10753,7 @@ func (x *CatenaeForward) String() string {
 func (*CatenaeForward) ProtoMessage() {}
 
 func (x *CatenaeForward) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[120]
+	mi := &file_meridian_v1_peer_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10391,7 +10766,7 @@ func (x *CatenaeForward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeForward.ProtoReflect.Descriptor instead.
 func (*CatenaeForward) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{120}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *CatenaeForward) GetRequestId() uint64 {
@@ -10500,7 +10875,7 @@ type CatenaeForwardReply struct {
 
 func (x *CatenaeForwardReply) Reset() {
 	*x = CatenaeForwardReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[121]
+	mi := &file_meridian_v1_peer_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10512,7 +10887,7 @@ func (x *CatenaeForwardReply) String() string {
 func (*CatenaeForwardReply) ProtoMessage() {}
 
 func (x *CatenaeForwardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[121]
+	mi := &file_meridian_v1_peer_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10525,7 +10900,7 @@ func (x *CatenaeForwardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeForwardReply.ProtoReflect.Descriptor instead.
 func (*CatenaeForwardReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{121}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *CatenaeForwardReply) GetRequestId() uint64 {
@@ -10638,7 +11013,7 @@ type CanopusEnvelope struct {
 
 func (x *CanopusEnvelope) Reset() {
 	*x = CanopusEnvelope{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[122]
+	mi := &file_meridian_v1_peer_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10650,7 +11025,7 @@ func (x *CanopusEnvelope) String() string {
 func (*CanopusEnvelope) ProtoMessage() {}
 
 func (x *CanopusEnvelope) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[122]
+	mi := &file_meridian_v1_peer_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10663,7 +11038,7 @@ func (x *CanopusEnvelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusEnvelope.ProtoReflect.Descriptor instead.
 func (*CanopusEnvelope) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{122}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *CanopusEnvelope) GetKeyspace() string {
@@ -10765,7 +11140,7 @@ type CanopusRaft struct {
 
 func (x *CanopusRaft) Reset() {
 	*x = CanopusRaft{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[123]
+	mi := &file_meridian_v1_peer_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10777,7 +11152,7 @@ func (x *CanopusRaft) String() string {
 func (*CanopusRaft) ProtoMessage() {}
 
 func (x *CanopusRaft) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[123]
+	mi := &file_meridian_v1_peer_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10790,7 +11165,7 @@ func (x *CanopusRaft) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusRaft.ProtoReflect.Descriptor instead.
 func (*CanopusRaft) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{123}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *CanopusRaft) GetOwner() uint32 {
@@ -10822,7 +11197,7 @@ type CanopusFetch struct {
 
 func (x *CanopusFetch) Reset() {
 	*x = CanopusFetch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[124]
+	mi := &file_meridian_v1_peer_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10834,7 +11209,7 @@ func (x *CanopusFetch) String() string {
 func (*CanopusFetch) ProtoMessage() {}
 
 func (x *CanopusFetch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[124]
+	mi := &file_meridian_v1_peer_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10847,7 +11222,7 @@ func (x *CanopusFetch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusFetch.ProtoReflect.Descriptor instead.
 func (*CanopusFetch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{124}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *CanopusFetch) GetCycle() uint64 {
@@ -10899,7 +11274,7 @@ type CanopusState struct {
 
 func (x *CanopusState) Reset() {
 	*x = CanopusState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[125]
+	mi := &file_meridian_v1_peer_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10911,7 +11286,7 @@ func (x *CanopusState) String() string {
 func (*CanopusState) ProtoMessage() {}
 
 func (x *CanopusState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[125]
+	mi := &file_meridian_v1_peer_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10924,7 +11299,7 @@ func (x *CanopusState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusState.ProtoReflect.Descriptor instead.
 func (*CanopusState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{125}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *CanopusState) GetCycle() uint64 {
@@ -10992,7 +11367,7 @@ type CanopusSet struct {
 
 func (x *CanopusSet) Reset() {
 	*x = CanopusSet{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[126]
+	mi := &file_meridian_v1_peer_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11004,7 +11379,7 @@ func (x *CanopusSet) String() string {
 func (*CanopusSet) ProtoMessage() {}
 
 func (x *CanopusSet) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[126]
+	mi := &file_meridian_v1_peer_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11017,7 +11392,7 @@ func (x *CanopusSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusSet.ProtoReflect.Descriptor instead.
 func (*CanopusSet) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{126}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *CanopusSet) GetNode() uint32 {
@@ -11065,7 +11440,7 @@ type CanopusAdmit struct {
 
 func (x *CanopusAdmit) Reset() {
 	*x = CanopusAdmit{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[127]
+	mi := &file_meridian_v1_peer_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11077,7 +11452,7 @@ func (x *CanopusAdmit) String() string {
 func (*CanopusAdmit) ProtoMessage() {}
 
 func (x *CanopusAdmit) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[127]
+	mi := &file_meridian_v1_peer_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11090,7 +11465,7 @@ func (x *CanopusAdmit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusAdmit.ProtoReflect.Descriptor instead.
 func (*CanopusAdmit) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{127}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *CanopusAdmit) GetNode() uint32 {
@@ -11116,7 +11491,7 @@ type CanopusRejoin struct {
 
 func (x *CanopusRejoin) Reset() {
 	*x = CanopusRejoin{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[128]
+	mi := &file_meridian_v1_peer_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11128,7 +11503,7 @@ func (x *CanopusRejoin) String() string {
 func (*CanopusRejoin) ProtoMessage() {}
 
 func (x *CanopusRejoin) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[128]
+	mi := &file_meridian_v1_peer_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11141,7 +11516,7 @@ func (x *CanopusRejoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusRejoin.ProtoReflect.Descriptor instead.
 func (*CanopusRejoin) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{128}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *CanopusRejoin) GetEpoch() uint64 {
@@ -11168,7 +11543,7 @@ type CanopusEntry struct {
 
 func (x *CanopusEntry) Reset() {
 	*x = CanopusEntry{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[129]
+	mi := &file_meridian_v1_peer_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11180,7 +11555,7 @@ func (x *CanopusEntry) String() string {
 func (*CanopusEntry) ProtoMessage() {}
 
 func (x *CanopusEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[129]
+	mi := &file_meridian_v1_peer_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11193,7 +11568,7 @@ func (x *CanopusEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusEntry.ProtoReflect.Descriptor instead.
 func (*CanopusEntry) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{129}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *CanopusEntry) GetBody() isCanopusEntry_Body {
@@ -11301,7 +11676,7 @@ type CanopusWedge struct {
 
 func (x *CanopusWedge) Reset() {
 	*x = CanopusWedge{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[130]
+	mi := &file_meridian_v1_peer_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11313,7 +11688,7 @@ func (x *CanopusWedge) String() string {
 func (*CanopusWedge) ProtoMessage() {}
 
 func (x *CanopusWedge) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[130]
+	mi := &file_meridian_v1_peer_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11326,7 +11701,7 @@ func (x *CanopusWedge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusWedge.ProtoReflect.Descriptor instead.
 func (*CanopusWedge) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{130}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *CanopusWedge) GetIndex() uint32 {
@@ -11359,7 +11734,7 @@ type CanopusProposal struct {
 
 func (x *CanopusProposal) Reset() {
 	*x = CanopusProposal{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[131]
+	mi := &file_meridian_v1_peer_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11371,7 +11746,7 @@ func (x *CanopusProposal) String() string {
 func (*CanopusProposal) ProtoMessage() {}
 
 func (x *CanopusProposal) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[131]
+	mi := &file_meridian_v1_peer_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11384,7 +11759,7 @@ func (x *CanopusProposal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusProposal.ProtoReflect.Descriptor instead.
 func (*CanopusProposal) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{131}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *CanopusProposal) GetCycle() uint64 {
@@ -11431,7 +11806,7 @@ type CanopusClose struct {
 
 func (x *CanopusClose) Reset() {
 	*x = CanopusClose{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[132]
+	mi := &file_meridian_v1_peer_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11443,7 +11818,7 @@ func (x *CanopusClose) String() string {
 func (*CanopusClose) ProtoMessage() {}
 
 func (x *CanopusClose) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[132]
+	mi := &file_meridian_v1_peer_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11456,7 +11831,7 @@ func (x *CanopusClose) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusClose.ProtoReflect.Descriptor instead.
 func (*CanopusClose) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{132}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *CanopusClose) GetEpoch() uint64 {
@@ -11478,7 +11853,7 @@ type CanopusApplied struct {
 
 func (x *CanopusApplied) Reset() {
 	*x = CanopusApplied{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[133]
+	mi := &file_meridian_v1_peer_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11490,7 +11865,7 @@ func (x *CanopusApplied) String() string {
 func (*CanopusApplied) ProtoMessage() {}
 
 func (x *CanopusApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[133]
+	mi := &file_meridian_v1_peer_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11503,7 +11878,7 @@ func (x *CanopusApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusApplied.ProtoReflect.Descriptor instead.
 func (*CanopusApplied) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{133}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{137}
 }
 
 func (x *CanopusApplied) GetCycle() uint64 {
@@ -11539,7 +11914,7 @@ type CanopusEpoch struct {
 
 func (x *CanopusEpoch) Reset() {
 	*x = CanopusEpoch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[134]
+	mi := &file_meridian_v1_peer_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11551,7 +11926,7 @@ func (x *CanopusEpoch) String() string {
 func (*CanopusEpoch) ProtoMessage() {}
 
 func (x *CanopusEpoch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[134]
+	mi := &file_meridian_v1_peer_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11564,7 +11939,7 @@ func (x *CanopusEpoch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusEpoch.ProtoReflect.Descriptor instead.
 func (*CanopusEpoch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{134}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *CanopusEpoch) GetNode() uint32 {
@@ -11604,7 +11979,7 @@ type CanopusWrite struct {
 
 func (x *CanopusWrite) Reset() {
 	*x = CanopusWrite{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[135]
+	mi := &file_meridian_v1_peer_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11616,7 +11991,7 @@ func (x *CanopusWrite) String() string {
 func (*CanopusWrite) ProtoMessage() {}
 
 func (x *CanopusWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[135]
+	mi := &file_meridian_v1_peer_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11629,7 +12004,7 @@ func (x *CanopusWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusWrite.ProtoReflect.Descriptor instead.
 func (*CanopusWrite) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{135}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{139}
 }
 
 func (x *CanopusWrite) GetRequestId() uint64 {
@@ -11691,7 +12066,7 @@ type EPaxosEnvelope struct {
 
 func (x *EPaxosEnvelope) Reset() {
 	*x = EPaxosEnvelope{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[136]
+	mi := &file_meridian_v1_peer_proto_msgTypes[140]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11703,7 +12078,7 @@ func (x *EPaxosEnvelope) String() string {
 func (*EPaxosEnvelope) ProtoMessage() {}
 
 func (x *EPaxosEnvelope) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[136]
+	mi := &file_meridian_v1_peer_proto_msgTypes[140]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11716,7 +12091,7 @@ func (x *EPaxosEnvelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosEnvelope.ProtoReflect.Descriptor instead.
 func (*EPaxosEnvelope) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{136}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{140}
 }
 
 func (x *EPaxosEnvelope) GetKeyspace() string {
@@ -11878,7 +12253,7 @@ type EPaxosBallot struct {
 
 func (x *EPaxosBallot) Reset() {
 	*x = EPaxosBallot{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[137]
+	mi := &file_meridian_v1_peer_proto_msgTypes[141]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11890,7 +12265,7 @@ func (x *EPaxosBallot) String() string {
 func (*EPaxosBallot) ProtoMessage() {}
 
 func (x *EPaxosBallot) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[137]
+	mi := &file_meridian_v1_peer_proto_msgTypes[141]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11903,7 +12278,7 @@ func (x *EPaxosBallot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosBallot.ProtoReflect.Descriptor instead.
 func (*EPaxosBallot) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{137}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{141}
 }
 
 func (x *EPaxosBallot) GetNumber() uint64 {
@@ -11933,7 +12308,7 @@ type EPaxosAttrs struct {
 
 func (x *EPaxosAttrs) Reset() {
 	*x = EPaxosAttrs{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[138]
+	mi := &file_meridian_v1_peer_proto_msgTypes[142]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11945,7 +12320,7 @@ func (x *EPaxosAttrs) String() string {
 func (*EPaxosAttrs) ProtoMessage() {}
 
 func (x *EPaxosAttrs) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[138]
+	mi := &file_meridian_v1_peer_proto_msgTypes[142]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11958,7 +12333,7 @@ func (x *EPaxosAttrs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosAttrs.ProtoReflect.Descriptor instead.
 func (*EPaxosAttrs) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{138}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{142}
 }
 
 func (x *EPaxosAttrs) GetCommands() []*EPaxosCommand {
@@ -12004,7 +12379,7 @@ type EPaxosCommand struct {
 
 func (x *EPaxosCommand) Reset() {
 	*x = EPaxosCommand{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[139]
+	mi := &file_meridian_v1_peer_proto_msgTypes[143]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12016,7 +12391,7 @@ func (x *EPaxosCommand) String() string {
 func (*EPaxosCommand) ProtoMessage() {}
 
 func (x *EPaxosCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[139]
+	mi := &file_meridian_v1_peer_proto_msgTypes[143]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12029,7 +12404,7 @@ func (x *EPaxosCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosCommand.ProtoReflect.Descriptor instead.
 func (*EPaxosCommand) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{139}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{143}
 }
 
 func (x *EPaxosCommand) GetRequestId() uint64 {
@@ -12114,7 +12489,7 @@ type EPaxosPreAccept struct {
 
 func (x *EPaxosPreAccept) Reset() {
 	*x = EPaxosPreAccept{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[140]
+	mi := &file_meridian_v1_peer_proto_msgTypes[144]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12126,7 +12501,7 @@ func (x *EPaxosPreAccept) String() string {
 func (*EPaxosPreAccept) ProtoMessage() {}
 
 func (x *EPaxosPreAccept) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[140]
+	mi := &file_meridian_v1_peer_proto_msgTypes[144]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12139,7 +12514,7 @@ func (x *EPaxosPreAccept) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosPreAccept.ProtoReflect.Descriptor instead.
 func (*EPaxosPreAccept) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{140}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{144}
 }
 
 func (x *EPaxosPreAccept) GetReplica() uint32 {
@@ -12186,7 +12561,7 @@ type EPaxosPreAcceptReply struct {
 
 func (x *EPaxosPreAcceptReply) Reset() {
 	*x = EPaxosPreAcceptReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[141]
+	mi := &file_meridian_v1_peer_proto_msgTypes[145]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12198,7 +12573,7 @@ func (x *EPaxosPreAcceptReply) String() string {
 func (*EPaxosPreAcceptReply) ProtoMessage() {}
 
 func (x *EPaxosPreAcceptReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[141]
+	mi := &file_meridian_v1_peer_proto_msgTypes[145]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12211,7 +12586,7 @@ func (x *EPaxosPreAcceptReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosPreAcceptReply.ProtoReflect.Descriptor instead.
 func (*EPaxosPreAcceptReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{141}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{145}
 }
 
 func (x *EPaxosPreAcceptReply) GetReplica() uint32 {
@@ -12275,7 +12650,7 @@ type EPaxosAccept struct {
 
 func (x *EPaxosAccept) Reset() {
 	*x = EPaxosAccept{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[142]
+	mi := &file_meridian_v1_peer_proto_msgTypes[146]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12287,7 +12662,7 @@ func (x *EPaxosAccept) String() string {
 func (*EPaxosAccept) ProtoMessage() {}
 
 func (x *EPaxosAccept) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[142]
+	mi := &file_meridian_v1_peer_proto_msgTypes[146]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12300,7 +12675,7 @@ func (x *EPaxosAccept) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosAccept.ProtoReflect.Descriptor instead.
 func (*EPaxosAccept) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{142}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{146}
 }
 
 func (x *EPaxosAccept) GetReplica() uint32 {
@@ -12344,7 +12719,7 @@ type EPaxosAcceptReply struct {
 
 func (x *EPaxosAcceptReply) Reset() {
 	*x = EPaxosAcceptReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[143]
+	mi := &file_meridian_v1_peer_proto_msgTypes[147]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12356,7 +12731,7 @@ func (x *EPaxosAcceptReply) String() string {
 func (*EPaxosAcceptReply) ProtoMessage() {}
 
 func (x *EPaxosAcceptReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[143]
+	mi := &file_meridian_v1_peer_proto_msgTypes[147]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12369,7 +12744,7 @@ func (x *EPaxosAcceptReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosAcceptReply.ProtoReflect.Descriptor instead.
 func (*EPaxosAcceptReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{143}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{147}
 }
 
 func (x *EPaxosAcceptReply) GetReplica() uint32 {
@@ -12418,7 +12793,7 @@ type EPaxosCommit struct {
 
 func (x *EPaxosCommit) Reset() {
 	*x = EPaxosCommit{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[144]
+	mi := &file_meridian_v1_peer_proto_msgTypes[148]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12430,7 +12805,7 @@ func (x *EPaxosCommit) String() string {
 func (*EPaxosCommit) ProtoMessage() {}
 
 func (x *EPaxosCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[144]
+	mi := &file_meridian_v1_peer_proto_msgTypes[148]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12443,7 +12818,7 @@ func (x *EPaxosCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosCommit.ProtoReflect.Descriptor instead.
 func (*EPaxosCommit) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{144}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{148}
 }
 
 func (x *EPaxosCommit) GetReplica() uint32 {
@@ -12478,7 +12853,7 @@ type EPaxosPrepare struct {
 
 func (x *EPaxosPrepare) Reset() {
 	*x = EPaxosPrepare{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[145]
+	mi := &file_meridian_v1_peer_proto_msgTypes[149]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12490,7 +12865,7 @@ func (x *EPaxosPrepare) String() string {
 func (*EPaxosPrepare) ProtoMessage() {}
 
 func (x *EPaxosPrepare) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[145]
+	mi := &file_meridian_v1_peer_proto_msgTypes[149]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12503,7 +12878,7 @@ func (x *EPaxosPrepare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosPrepare.ProtoReflect.Descriptor instead.
 func (*EPaxosPrepare) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{145}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{149}
 }
 
 func (x *EPaxosPrepare) GetReplica() uint32 {
@@ -12548,7 +12923,7 @@ type EPaxosPrepareReply struct {
 
 func (x *EPaxosPrepareReply) Reset() {
 	*x = EPaxosPrepareReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[146]
+	mi := &file_meridian_v1_peer_proto_msgTypes[150]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12560,7 +12935,7 @@ func (x *EPaxosPrepareReply) String() string {
 func (*EPaxosPrepareReply) ProtoMessage() {}
 
 func (x *EPaxosPrepareReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[146]
+	mi := &file_meridian_v1_peer_proto_msgTypes[150]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12573,7 +12948,7 @@ func (x *EPaxosPrepareReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosPrepareReply.ProtoReflect.Descriptor instead.
 func (*EPaxosPrepareReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{146}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{150}
 }
 
 func (x *EPaxosPrepareReply) GetReplica() uint32 {
@@ -12648,7 +13023,7 @@ type EPaxosExecuted struct {
 
 func (x *EPaxosExecuted) Reset() {
 	*x = EPaxosExecuted{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[147]
+	mi := &file_meridian_v1_peer_proto_msgTypes[151]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12660,7 +13035,7 @@ func (x *EPaxosExecuted) String() string {
 func (*EPaxosExecuted) ProtoMessage() {}
 
 func (x *EPaxosExecuted) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[147]
+	mi := &file_meridian_v1_peer_proto_msgTypes[151]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12673,7 +13048,7 @@ func (x *EPaxosExecuted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosExecuted.ProtoReflect.Descriptor instead.
 func (*EPaxosExecuted) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{147}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{151}
 }
 
 func (x *EPaxosExecuted) GetExecuted() []uint64 {
@@ -12699,7 +13074,7 @@ type EPaxosInstance struct {
 
 func (x *EPaxosInstance) Reset() {
 	*x = EPaxosInstance{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[148]
+	mi := &file_meridian_v1_peer_proto_msgTypes[152]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12711,7 +13086,7 @@ func (x *EPaxosInstance) String() string {
 func (*EPaxosInstance) ProtoMessage() {}
 
 func (x *EPaxosInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[148]
+	mi := &file_meridian_v1_peer_proto_msgTypes[152]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12724,7 +13099,7 @@ func (x *EPaxosInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosInstance.ProtoReflect.Descriptor instead.
 func (*EPaxosInstance) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{148}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{152}
 }
 
 func (x *EPaxosInstance) GetReplica() uint32 {
@@ -12800,7 +13175,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"move_epoch\x18\x03 \x01(\x04R\tmoveEpoch\")\n" +
 	"\bWriteAck\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\x04R\trequestId\"\x97\x01\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\"\xbf\x01\n" +
 	"\vReadRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1a\n" +
@@ -12808,12 +13183,42 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\tpartition\x18\x03 \x01(\rR\tpartition\x12\x10\n" +
 	"\x03key\x18\x04 \x01(\fR\x03key\x12\x1d\n" +
 	"\n" +
-	"move_epoch\x18\x05 \x01(\x04R\tmoveEpoch\"r\n" +
+	"move_epoch\x18\x05 \x01(\x04R\tmoveEpoch\x12&\n" +
+	"\x0fmax_value_bytes\x18\x06 \x01(\x04R\rmaxValueBytes\"\xb6\x01\n" +
 	"\tReadReply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x14\n" +
 	"\x05found\x18\x02 \x01(\bR\x05found\x120\n" +
-	"\x06record\x18\x03 \x01(\v2\x18.meridian.peer.v1.RecordR\x06record\"\xc3\x01\n" +
+	"\x06record\x18\x03 \x01(\v2\x18.meridian.peer.v1.RecordR\x06record\x12#\n" +
+	"\rvalue_omitted\x18\x04 \x01(\bR\fvalueOmitted\x12\x1d\n" +
+	"\n" +
+	"value_size\x18\x05 \x01(\x04R\tvalueSize\"\x81\x02\n" +
+	"\x10ReadChunkRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1a\n" +
+	"\bkeyspace\x18\x02 \x01(\tR\bkeyspace\x12\x1c\n" +
+	"\tpartition\x18\x03 \x01(\rR\tpartition\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\fR\x03key\x123\n" +
+	"\aversion\x18\x05 \x01(\v2\x19.meridian.peer.v1.VersionR\aversion\x12\x16\n" +
+	"\x06offset\x18\x06 \x01(\x04R\x06offset\x12\x16\n" +
+	"\x06length\x18\a \x01(\rR\x06length\x12\x1d\n" +
+	"\n" +
+	"move_epoch\x18\b \x01(\x04R\tmoveEpoch\"u\n" +
+	"\x0eReadChunkReply\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x18\n" +
+	"\amissing\x18\x04 \x01(\bR\amissing\"k\n" +
+	"\x0eTransferReport\x128\n" +
+	"\ttransfers\x18\x01 \x03(\v2\x1a.meridian.peer.v1.TransferR\ttransfers\x12\x1f\n" +
+	"\vinterval_ms\x18\x02 \x01(\rR\n" +
+	"intervalMs\"\xa1\x01\n" +
+	"\bTransfer\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\rR\x06source\x12'\n" +
+	"\x0fremaining_bytes\x18\x02 \x01(\x04R\x0eremainingBytes\x12'\n" +
+	"\x0fremaining_known\x18\x03 \x01(\bR\x0eremainingKnown\x12+\n" +
+	"\x12rate_bytes_per_sec\x18\x04 \x01(\x01R\x0frateBytesPerSec\"\xc3\x01\n" +
 	"\vScanRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1a\n" +
@@ -13290,7 +13695,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"conf_index\x18\x03 \x01(\x04R\tconfIndex\x12\x19\n" +
 	"\x05group\x18\x04 \x01(\rH\x00R\x05group\x88\x01\x01B\b\n" +
-	"\x06_group\"\xf8\x1d\n" +
+	"\x06_group\"\xd8\x1f\n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\rR\x02to\x12\x16\n" +
@@ -13363,7 +13768,11 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"node_stats\x18] \x01(\v2\x1b.meridian.peer.v1.NodeStatsH\x00R\tnodeStats\x12=\n" +
 	"\acanopus\x18^ \x01(\v2!.meridian.peer.v1.CanopusEnvelopeH\x00R\acanopus\x12:\n" +
-	"\x06epaxos\x18_ \x01(\v2 .meridian.peer.v1.EPaxosEnvelopeH\x00R\x06epaxosB\x05\n" +
+	"\x06epaxos\x18_ \x01(\v2 .meridian.peer.v1.EPaxosEnvelopeH\x00R\x06epaxos\x12C\n" +
+	"\n" +
+	"read_chunk\x18` \x01(\v2\".meridian.peer.v1.ReadChunkRequestH\x00R\treadChunk\x12L\n" +
+	"\x10read_chunk_reply\x18a \x01(\v2 .meridian.peer.v1.ReadChunkReplyH\x00R\x0ereadChunkReply\x12K\n" +
+	"\x0ftransfer_report\x18b \x01(\v2 .meridian.peer.v1.TransferReportH\x00R\x0etransferReportB\x05\n" +
 	"\x03msg\"\v\n" +
 	"\tStreamAck\"I\n" +
 	"\rEnvelopeBatch\x128\n" +
@@ -13886,7 +14295,7 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 149)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 153)
 var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Version)(nil),              // 0: meridian.peer.v1.Version
 	(*Record)(nil),               // 1: meridian.peer.v1.Record
@@ -13894,389 +14303,398 @@ var file_meridian_v1_peer_proto_goTypes = []any{
 	(*WriteAck)(nil),             // 3: meridian.peer.v1.WriteAck
 	(*ReadRequest)(nil),          // 4: meridian.peer.v1.ReadRequest
 	(*ReadReply)(nil),            // 5: meridian.peer.v1.ReadReply
-	(*ScanRequest)(nil),          // 6: meridian.peer.v1.ScanRequest
-	(*ScanReply)(nil),            // 7: meridian.peer.v1.ScanReply
-	(*AEDigest)(nil),             // 8: meridian.peer.v1.AEDigest
-	(*KeyVersion)(nil),           // 9: meridian.peer.v1.KeyVersion
-	(*AEKeys)(nil),               // 10: meridian.peer.v1.AEKeys
-	(*AEPull)(nil),               // 11: meridian.peer.v1.AEPull
-	(*MoveSnapshotRequest)(nil),  // 12: meridian.peer.v1.MoveSnapshotRequest
-	(*MoveSnapshotChunk)(nil),    // 13: meridian.peer.v1.MoveSnapshotChunk
-	(*NodeStats)(nil),            // 14: meridian.peer.v1.NodeStats
-	(*PartitionStats)(nil),       // 15: meridian.peer.v1.PartitionStats
-	(*MoveNote)(nil),             // 16: meridian.peer.v1.MoveNote
-	(*AEPush)(nil),               // 17: meridian.peer.v1.AEPush
-	(*StatusEntry)(nil),          // 18: meridian.peer.v1.StatusEntry
-	(*StatusBatch)(nil),          // 19: meridian.peer.v1.StatusBatch
-	(*Status)(nil),               // 20: meridian.peer.v1.Status
-	(*WriteNotification)(nil),    // 21: meridian.peer.v1.WriteNotification
-	(*FullStatusRequest)(nil),    // 22: meridian.peer.v1.FullStatusRequest
-	(*FullStatus)(nil),           // 23: meridian.peer.v1.FullStatus
-	(*ClockPing)(nil),            // 24: meridian.peer.v1.ClockPing
-	(*ClockPong)(nil),            // 25: meridian.peer.v1.ClockPong
-	(*Heartbeat)(nil),            // 26: meridian.peer.v1.Heartbeat
-	(*GlTable)(nil),              // 27: meridian.peer.v1.GlTable
-	(*GlOverride)(nil),           // 28: meridian.peer.v1.GlOverride
-	(*GlBallot)(nil),             // 29: meridian.peer.v1.GlBallot
-	(*GlForward)(nil),            // 30: meridian.peer.v1.GlForward
-	(*GlForwardReply)(nil),       // 31: meridian.peer.v1.GlForwardReply
-	(*GlLeaseAck)(nil),           // 32: meridian.peer.v1.GlLeaseAck
-	(*GlUpdate)(nil),             // 33: meridian.peer.v1.GlUpdate
-	(*GlUpdateAck)(nil),          // 34: meridian.peer.v1.GlUpdateAck
-	(*GlCommit)(nil),             // 35: meridian.peer.v1.GlCommit
-	(*GlPartVersion)(nil),        // 36: meridian.peer.v1.GlPartVersion
-	(*GlHeartbeat)(nil),          // 37: meridian.peer.v1.GlHeartbeat
-	(*GlHeartbeatAck)(nil),       // 38: meridian.peer.v1.GlHeartbeatAck
-	(*GlPrepare)(nil),            // 39: meridian.peer.v1.GlPrepare
-	(*GlPromise)(nil),            // 40: meridian.peer.v1.GlPromise
-	(*GlAccept)(nil),             // 41: meridian.peer.v1.GlAccept
-	(*GlAccepted)(nil),           // 42: meridian.peer.v1.GlAccepted
-	(*GlCommitTable)(nil),        // 43: meridian.peer.v1.GlCommitTable
-	(*GlRevoke)(nil),             // 44: meridian.peer.v1.GlRevoke
-	(*GlRevokeAck)(nil),          // 45: meridian.peer.v1.GlRevokeAck
-	(*GlAcceptorState)(nil),      // 46: meridian.peer.v1.GlAcceptorState
-	(*GlFetch)(nil),              // 47: meridian.peer.v1.GlFetch
-	(*GlFetchReply)(nil),         // 48: meridian.peer.v1.GlFetchReply
-	(*RaftMessage)(nil),          // 49: meridian.peer.v1.RaftMessage
-	(*RaftCommand)(nil),          // 50: meridian.peer.v1.RaftCommand
-	(*RaftSplit)(nil),            // 51: meridian.peer.v1.RaftSplit
-	(*RaftFreeze)(nil),           // 52: meridian.peer.v1.RaftFreeze
-	(*RaftMerge)(nil),            // 53: meridian.peer.v1.RaftMerge
-	(*RaftBatch)(nil),            // 54: meridian.peer.v1.RaftBatch
-	(*RaftAppliedState)(nil),     // 55: meridian.peer.v1.RaftAppliedState
-	(*RaftOriginApplied)(nil),    // 56: meridian.peer.v1.RaftOriginApplied
-	(*RaftSnapshotMarker)(nil),   // 57: meridian.peer.v1.RaftSnapshotMarker
-	(*RaftSnapshotOffer)(nil),    // 58: meridian.peer.v1.RaftSnapshotOffer
-	(*RaftSnapshotRequest)(nil),  // 59: meridian.peer.v1.RaftSnapshotRequest
-	(*RaftSnapshotChunk)(nil),    // 60: meridian.peer.v1.RaftSnapshotChunk
-	(*RaftSnapshotStored)(nil),   // 61: meridian.peer.v1.RaftSnapshotStored
-	(*RaftSnapshotReady)(nil),    // 62: meridian.peer.v1.RaftSnapshotReady
-	(*RaftForward)(nil),          // 63: meridian.peer.v1.RaftForward
-	(*RaftForwardReply)(nil),     // 64: meridian.peer.v1.RaftForwardReply
-	(*RaftApplied)(nil),          // 65: meridian.peer.v1.RaftApplied
-	(*RaftRemoved)(nil),          // 66: meridian.peer.v1.RaftRemoved
-	(*Envelope)(nil),             // 67: meridian.peer.v1.Envelope
-	(*StreamAck)(nil),            // 68: meridian.peer.v1.StreamAck
-	(*EnvelopeBatch)(nil),        // 69: meridian.peer.v1.EnvelopeBatch
-	(*SdurTxnId)(nil),            // 70: meridian.peer.v1.SdurTxnId
-	(*SdurWrite)(nil),            // 71: meridian.peer.v1.SdurWrite
-	(*SdurPart)(nil),             // 72: meridian.peer.v1.SdurPart
-	(*SdurThreshold)(nil),        // 73: meridian.peer.v1.SdurThreshold
-	(*SdurAbortRequest)(nil),     // 74: meridian.peer.v1.SdurAbortRequest
-	(*SdurEntry)(nil),            // 75: meridian.peer.v1.SdurEntry
-	(*SdurVote)(nil),             // 76: meridian.peer.v1.SdurVote
-	(*SdurPending)(nil),          // 77: meridian.peer.v1.SdurPending
-	(*SdurKeyState)(nil),         // 78: meridian.peer.v1.SdurKeyState
-	(*SdurTouch)(nil),            // 79: meridian.peer.v1.SdurTouch
-	(*SdurSeen)(nil),             // 80: meridian.peer.v1.SdurSeen
-	(*SdurEarly)(nil),            // 81: meridian.peer.v1.SdurEarly
-	(*SdurState)(nil),            // 82: meridian.peer.v1.SdurState
-	(*TwopcRead)(nil),            // 83: meridian.peer.v1.TwopcRead
-	(*TwopcPart)(nil),            // 84: meridian.peer.v1.TwopcPart
-	(*TwopcEntry)(nil),           // 85: meridian.peer.v1.TwopcEntry
-	(*TwopcVote)(nil),            // 86: meridian.peer.v1.TwopcVote
-	(*TwopcDecided)(nil),         // 87: meridian.peer.v1.TwopcDecided
-	(*TwopcLastWrite)(nil),       // 88: meridian.peer.v1.TwopcLastWrite
-	(*TwopcCoordinating)(nil),    // 89: meridian.peer.v1.TwopcCoordinating
-	(*TwopcState)(nil),           // 90: meridian.peer.v1.TwopcState
-	(*TxnMessage)(nil),           // 91: meridian.peer.v1.TxnMessage
-	(*TxnSeqQuery)(nil),          // 92: meridian.peer.v1.TxnSeqQuery
-	(*TxnCompletedGlobal)(nil),   // 93: meridian.peer.v1.TxnCompletedGlobal
-	(*TxnSeqReply)(nil),          // 94: meridian.peer.v1.TxnSeqReply
-	(*TxnVector)(nil),            // 95: meridian.peer.v1.TxnVector
-	(*TxnOutcome)(nil),           // 96: meridian.peer.v1.TxnOutcome
-	(*TxnSnapshotRef)(nil),       // 97: meridian.peer.v1.TxnSnapshotRef
-	(*TxnReadArgs)(nil),          // 98: meridian.peer.v1.TxnReadArgs
-	(*TxnReadDone)(nil),          // 99: meridian.peer.v1.TxnReadDone
-	(*TxnSavedState)(nil),        // 100: meridian.peer.v1.TxnSavedState
-	(*CatenaeTxnId)(nil),         // 101: meridian.peer.v1.CatenaeTxnId
-	(*CatenaeOp)(nil),            // 102: meridian.peer.v1.CatenaeOp
-	(*CatenaeTxn)(nil),           // 103: meridian.peer.v1.CatenaeTxn
-	(*CatenaeEpochInput)(nil),    // 104: meridian.peer.v1.CatenaeEpochInput
-	(*CatenaeVote)(nil),          // 105: meridian.peer.v1.CatenaeVote
-	(*CatenaeEpochMsg)(nil),      // 106: meridian.peer.v1.CatenaeEpochMsg
-	(*CatenaeRequest)(nil),       // 107: meridian.peer.v1.CatenaeRequest
-	(*CatenaeMessage)(nil),       // 108: meridian.peer.v1.CatenaeMessage
-	(*CatenaeSaved)(nil),         // 109: meridian.peer.v1.CatenaeSaved
-	(*CatenaeOwnInput)(nil),      // 110: meridian.peer.v1.CatenaeOwnInput
-	(*CatenaeVersion)(nil),       // 111: meridian.peer.v1.CatenaeVersion
-	(*CatenaeKeyVersions)(nil),   // 112: meridian.peer.v1.CatenaeKeyVersions
-	(*CatenaeWrite)(nil),         // 113: meridian.peer.v1.CatenaeWrite
-	(*CatenaeTxnState)(nil),      // 114: meridian.peer.v1.CatenaeTxnState
-	(*CatenaeWaiting)(nil),       // 115: meridian.peer.v1.CatenaeWaiting
-	(*CatenaeEpochCount)(nil),    // 116: meridian.peer.v1.CatenaeEpochCount
-	(*CatenaeDcEpoch)(nil),       // 117: meridian.peer.v1.CatenaeDcEpoch
-	(*CatenaeEnvelope)(nil),      // 118: meridian.peer.v1.CatenaeEnvelope
-	(*CatenaeHello)(nil),         // 119: meridian.peer.v1.CatenaeHello
-	(*CatenaeForward)(nil),       // 120: meridian.peer.v1.CatenaeForward
-	(*CatenaeForwardReply)(nil),  // 121: meridian.peer.v1.CatenaeForwardReply
-	(*CanopusEnvelope)(nil),      // 122: meridian.peer.v1.CanopusEnvelope
-	(*CanopusRaft)(nil),          // 123: meridian.peer.v1.CanopusRaft
-	(*CanopusFetch)(nil),         // 124: meridian.peer.v1.CanopusFetch
-	(*CanopusState)(nil),         // 125: meridian.peer.v1.CanopusState
-	(*CanopusSet)(nil),           // 126: meridian.peer.v1.CanopusSet
-	(*CanopusAdmit)(nil),         // 127: meridian.peer.v1.CanopusAdmit
-	(*CanopusRejoin)(nil),        // 128: meridian.peer.v1.CanopusRejoin
-	(*CanopusEntry)(nil),         // 129: meridian.peer.v1.CanopusEntry
-	(*CanopusWedge)(nil),         // 130: meridian.peer.v1.CanopusWedge
-	(*CanopusProposal)(nil),      // 131: meridian.peer.v1.CanopusProposal
-	(*CanopusClose)(nil),         // 132: meridian.peer.v1.CanopusClose
-	(*CanopusApplied)(nil),       // 133: meridian.peer.v1.CanopusApplied
-	(*CanopusEpoch)(nil),         // 134: meridian.peer.v1.CanopusEpoch
-	(*CanopusWrite)(nil),         // 135: meridian.peer.v1.CanopusWrite
-	(*EPaxosEnvelope)(nil),       // 136: meridian.peer.v1.EPaxosEnvelope
-	(*EPaxosBallot)(nil),         // 137: meridian.peer.v1.EPaxosBallot
-	(*EPaxosAttrs)(nil),          // 138: meridian.peer.v1.EPaxosAttrs
-	(*EPaxosCommand)(nil),        // 139: meridian.peer.v1.EPaxosCommand
-	(*EPaxosPreAccept)(nil),      // 140: meridian.peer.v1.EPaxosPreAccept
-	(*EPaxosPreAcceptReply)(nil), // 141: meridian.peer.v1.EPaxosPreAcceptReply
-	(*EPaxosAccept)(nil),         // 142: meridian.peer.v1.EPaxosAccept
-	(*EPaxosAcceptReply)(nil),    // 143: meridian.peer.v1.EPaxosAcceptReply
-	(*EPaxosCommit)(nil),         // 144: meridian.peer.v1.EPaxosCommit
-	(*EPaxosPrepare)(nil),        // 145: meridian.peer.v1.EPaxosPrepare
-	(*EPaxosPrepareReply)(nil),   // 146: meridian.peer.v1.EPaxosPrepareReply
-	(*EPaxosExecuted)(nil),       // 147: meridian.peer.v1.EPaxosExecuted
-	(*EPaxosInstance)(nil),       // 148: meridian.peer.v1.EPaxosInstance
+	(*ReadChunkRequest)(nil),     // 6: meridian.peer.v1.ReadChunkRequest
+	(*ReadChunkReply)(nil),       // 7: meridian.peer.v1.ReadChunkReply
+	(*TransferReport)(nil),       // 8: meridian.peer.v1.TransferReport
+	(*Transfer)(nil),             // 9: meridian.peer.v1.Transfer
+	(*ScanRequest)(nil),          // 10: meridian.peer.v1.ScanRequest
+	(*ScanReply)(nil),            // 11: meridian.peer.v1.ScanReply
+	(*AEDigest)(nil),             // 12: meridian.peer.v1.AEDigest
+	(*KeyVersion)(nil),           // 13: meridian.peer.v1.KeyVersion
+	(*AEKeys)(nil),               // 14: meridian.peer.v1.AEKeys
+	(*AEPull)(nil),               // 15: meridian.peer.v1.AEPull
+	(*MoveSnapshotRequest)(nil),  // 16: meridian.peer.v1.MoveSnapshotRequest
+	(*MoveSnapshotChunk)(nil),    // 17: meridian.peer.v1.MoveSnapshotChunk
+	(*NodeStats)(nil),            // 18: meridian.peer.v1.NodeStats
+	(*PartitionStats)(nil),       // 19: meridian.peer.v1.PartitionStats
+	(*MoveNote)(nil),             // 20: meridian.peer.v1.MoveNote
+	(*AEPush)(nil),               // 21: meridian.peer.v1.AEPush
+	(*StatusEntry)(nil),          // 22: meridian.peer.v1.StatusEntry
+	(*StatusBatch)(nil),          // 23: meridian.peer.v1.StatusBatch
+	(*Status)(nil),               // 24: meridian.peer.v1.Status
+	(*WriteNotification)(nil),    // 25: meridian.peer.v1.WriteNotification
+	(*FullStatusRequest)(nil),    // 26: meridian.peer.v1.FullStatusRequest
+	(*FullStatus)(nil),           // 27: meridian.peer.v1.FullStatus
+	(*ClockPing)(nil),            // 28: meridian.peer.v1.ClockPing
+	(*ClockPong)(nil),            // 29: meridian.peer.v1.ClockPong
+	(*Heartbeat)(nil),            // 30: meridian.peer.v1.Heartbeat
+	(*GlTable)(nil),              // 31: meridian.peer.v1.GlTable
+	(*GlOverride)(nil),           // 32: meridian.peer.v1.GlOverride
+	(*GlBallot)(nil),             // 33: meridian.peer.v1.GlBallot
+	(*GlForward)(nil),            // 34: meridian.peer.v1.GlForward
+	(*GlForwardReply)(nil),       // 35: meridian.peer.v1.GlForwardReply
+	(*GlLeaseAck)(nil),           // 36: meridian.peer.v1.GlLeaseAck
+	(*GlUpdate)(nil),             // 37: meridian.peer.v1.GlUpdate
+	(*GlUpdateAck)(nil),          // 38: meridian.peer.v1.GlUpdateAck
+	(*GlCommit)(nil),             // 39: meridian.peer.v1.GlCommit
+	(*GlPartVersion)(nil),        // 40: meridian.peer.v1.GlPartVersion
+	(*GlHeartbeat)(nil),          // 41: meridian.peer.v1.GlHeartbeat
+	(*GlHeartbeatAck)(nil),       // 42: meridian.peer.v1.GlHeartbeatAck
+	(*GlPrepare)(nil),            // 43: meridian.peer.v1.GlPrepare
+	(*GlPromise)(nil),            // 44: meridian.peer.v1.GlPromise
+	(*GlAccept)(nil),             // 45: meridian.peer.v1.GlAccept
+	(*GlAccepted)(nil),           // 46: meridian.peer.v1.GlAccepted
+	(*GlCommitTable)(nil),        // 47: meridian.peer.v1.GlCommitTable
+	(*GlRevoke)(nil),             // 48: meridian.peer.v1.GlRevoke
+	(*GlRevokeAck)(nil),          // 49: meridian.peer.v1.GlRevokeAck
+	(*GlAcceptorState)(nil),      // 50: meridian.peer.v1.GlAcceptorState
+	(*GlFetch)(nil),              // 51: meridian.peer.v1.GlFetch
+	(*GlFetchReply)(nil),         // 52: meridian.peer.v1.GlFetchReply
+	(*RaftMessage)(nil),          // 53: meridian.peer.v1.RaftMessage
+	(*RaftCommand)(nil),          // 54: meridian.peer.v1.RaftCommand
+	(*RaftSplit)(nil),            // 55: meridian.peer.v1.RaftSplit
+	(*RaftFreeze)(nil),           // 56: meridian.peer.v1.RaftFreeze
+	(*RaftMerge)(nil),            // 57: meridian.peer.v1.RaftMerge
+	(*RaftBatch)(nil),            // 58: meridian.peer.v1.RaftBatch
+	(*RaftAppliedState)(nil),     // 59: meridian.peer.v1.RaftAppliedState
+	(*RaftOriginApplied)(nil),    // 60: meridian.peer.v1.RaftOriginApplied
+	(*RaftSnapshotMarker)(nil),   // 61: meridian.peer.v1.RaftSnapshotMarker
+	(*RaftSnapshotOffer)(nil),    // 62: meridian.peer.v1.RaftSnapshotOffer
+	(*RaftSnapshotRequest)(nil),  // 63: meridian.peer.v1.RaftSnapshotRequest
+	(*RaftSnapshotChunk)(nil),    // 64: meridian.peer.v1.RaftSnapshotChunk
+	(*RaftSnapshotStored)(nil),   // 65: meridian.peer.v1.RaftSnapshotStored
+	(*RaftSnapshotReady)(nil),    // 66: meridian.peer.v1.RaftSnapshotReady
+	(*RaftForward)(nil),          // 67: meridian.peer.v1.RaftForward
+	(*RaftForwardReply)(nil),     // 68: meridian.peer.v1.RaftForwardReply
+	(*RaftApplied)(nil),          // 69: meridian.peer.v1.RaftApplied
+	(*RaftRemoved)(nil),          // 70: meridian.peer.v1.RaftRemoved
+	(*Envelope)(nil),             // 71: meridian.peer.v1.Envelope
+	(*StreamAck)(nil),            // 72: meridian.peer.v1.StreamAck
+	(*EnvelopeBatch)(nil),        // 73: meridian.peer.v1.EnvelopeBatch
+	(*SdurTxnId)(nil),            // 74: meridian.peer.v1.SdurTxnId
+	(*SdurWrite)(nil),            // 75: meridian.peer.v1.SdurWrite
+	(*SdurPart)(nil),             // 76: meridian.peer.v1.SdurPart
+	(*SdurThreshold)(nil),        // 77: meridian.peer.v1.SdurThreshold
+	(*SdurAbortRequest)(nil),     // 78: meridian.peer.v1.SdurAbortRequest
+	(*SdurEntry)(nil),            // 79: meridian.peer.v1.SdurEntry
+	(*SdurVote)(nil),             // 80: meridian.peer.v1.SdurVote
+	(*SdurPending)(nil),          // 81: meridian.peer.v1.SdurPending
+	(*SdurKeyState)(nil),         // 82: meridian.peer.v1.SdurKeyState
+	(*SdurTouch)(nil),            // 83: meridian.peer.v1.SdurTouch
+	(*SdurSeen)(nil),             // 84: meridian.peer.v1.SdurSeen
+	(*SdurEarly)(nil),            // 85: meridian.peer.v1.SdurEarly
+	(*SdurState)(nil),            // 86: meridian.peer.v1.SdurState
+	(*TwopcRead)(nil),            // 87: meridian.peer.v1.TwopcRead
+	(*TwopcPart)(nil),            // 88: meridian.peer.v1.TwopcPart
+	(*TwopcEntry)(nil),           // 89: meridian.peer.v1.TwopcEntry
+	(*TwopcVote)(nil),            // 90: meridian.peer.v1.TwopcVote
+	(*TwopcDecided)(nil),         // 91: meridian.peer.v1.TwopcDecided
+	(*TwopcLastWrite)(nil),       // 92: meridian.peer.v1.TwopcLastWrite
+	(*TwopcCoordinating)(nil),    // 93: meridian.peer.v1.TwopcCoordinating
+	(*TwopcState)(nil),           // 94: meridian.peer.v1.TwopcState
+	(*TxnMessage)(nil),           // 95: meridian.peer.v1.TxnMessage
+	(*TxnSeqQuery)(nil),          // 96: meridian.peer.v1.TxnSeqQuery
+	(*TxnCompletedGlobal)(nil),   // 97: meridian.peer.v1.TxnCompletedGlobal
+	(*TxnSeqReply)(nil),          // 98: meridian.peer.v1.TxnSeqReply
+	(*TxnVector)(nil),            // 99: meridian.peer.v1.TxnVector
+	(*TxnOutcome)(nil),           // 100: meridian.peer.v1.TxnOutcome
+	(*TxnSnapshotRef)(nil),       // 101: meridian.peer.v1.TxnSnapshotRef
+	(*TxnReadArgs)(nil),          // 102: meridian.peer.v1.TxnReadArgs
+	(*TxnReadDone)(nil),          // 103: meridian.peer.v1.TxnReadDone
+	(*TxnSavedState)(nil),        // 104: meridian.peer.v1.TxnSavedState
+	(*CatenaeTxnId)(nil),         // 105: meridian.peer.v1.CatenaeTxnId
+	(*CatenaeOp)(nil),            // 106: meridian.peer.v1.CatenaeOp
+	(*CatenaeTxn)(nil),           // 107: meridian.peer.v1.CatenaeTxn
+	(*CatenaeEpochInput)(nil),    // 108: meridian.peer.v1.CatenaeEpochInput
+	(*CatenaeVote)(nil),          // 109: meridian.peer.v1.CatenaeVote
+	(*CatenaeEpochMsg)(nil),      // 110: meridian.peer.v1.CatenaeEpochMsg
+	(*CatenaeRequest)(nil),       // 111: meridian.peer.v1.CatenaeRequest
+	(*CatenaeMessage)(nil),       // 112: meridian.peer.v1.CatenaeMessage
+	(*CatenaeSaved)(nil),         // 113: meridian.peer.v1.CatenaeSaved
+	(*CatenaeOwnInput)(nil),      // 114: meridian.peer.v1.CatenaeOwnInput
+	(*CatenaeVersion)(nil),       // 115: meridian.peer.v1.CatenaeVersion
+	(*CatenaeKeyVersions)(nil),   // 116: meridian.peer.v1.CatenaeKeyVersions
+	(*CatenaeWrite)(nil),         // 117: meridian.peer.v1.CatenaeWrite
+	(*CatenaeTxnState)(nil),      // 118: meridian.peer.v1.CatenaeTxnState
+	(*CatenaeWaiting)(nil),       // 119: meridian.peer.v1.CatenaeWaiting
+	(*CatenaeEpochCount)(nil),    // 120: meridian.peer.v1.CatenaeEpochCount
+	(*CatenaeDcEpoch)(nil),       // 121: meridian.peer.v1.CatenaeDcEpoch
+	(*CatenaeEnvelope)(nil),      // 122: meridian.peer.v1.CatenaeEnvelope
+	(*CatenaeHello)(nil),         // 123: meridian.peer.v1.CatenaeHello
+	(*CatenaeForward)(nil),       // 124: meridian.peer.v1.CatenaeForward
+	(*CatenaeForwardReply)(nil),  // 125: meridian.peer.v1.CatenaeForwardReply
+	(*CanopusEnvelope)(nil),      // 126: meridian.peer.v1.CanopusEnvelope
+	(*CanopusRaft)(nil),          // 127: meridian.peer.v1.CanopusRaft
+	(*CanopusFetch)(nil),         // 128: meridian.peer.v1.CanopusFetch
+	(*CanopusState)(nil),         // 129: meridian.peer.v1.CanopusState
+	(*CanopusSet)(nil),           // 130: meridian.peer.v1.CanopusSet
+	(*CanopusAdmit)(nil),         // 131: meridian.peer.v1.CanopusAdmit
+	(*CanopusRejoin)(nil),        // 132: meridian.peer.v1.CanopusRejoin
+	(*CanopusEntry)(nil),         // 133: meridian.peer.v1.CanopusEntry
+	(*CanopusWedge)(nil),         // 134: meridian.peer.v1.CanopusWedge
+	(*CanopusProposal)(nil),      // 135: meridian.peer.v1.CanopusProposal
+	(*CanopusClose)(nil),         // 136: meridian.peer.v1.CanopusClose
+	(*CanopusApplied)(nil),       // 137: meridian.peer.v1.CanopusApplied
+	(*CanopusEpoch)(nil),         // 138: meridian.peer.v1.CanopusEpoch
+	(*CanopusWrite)(nil),         // 139: meridian.peer.v1.CanopusWrite
+	(*EPaxosEnvelope)(nil),       // 140: meridian.peer.v1.EPaxosEnvelope
+	(*EPaxosBallot)(nil),         // 141: meridian.peer.v1.EPaxosBallot
+	(*EPaxosAttrs)(nil),          // 142: meridian.peer.v1.EPaxosAttrs
+	(*EPaxosCommand)(nil),        // 143: meridian.peer.v1.EPaxosCommand
+	(*EPaxosPreAccept)(nil),      // 144: meridian.peer.v1.EPaxosPreAccept
+	(*EPaxosPreAcceptReply)(nil), // 145: meridian.peer.v1.EPaxosPreAcceptReply
+	(*EPaxosAccept)(nil),         // 146: meridian.peer.v1.EPaxosAccept
+	(*EPaxosAcceptReply)(nil),    // 147: meridian.peer.v1.EPaxosAcceptReply
+	(*EPaxosCommit)(nil),         // 148: meridian.peer.v1.EPaxosCommit
+	(*EPaxosPrepare)(nil),        // 149: meridian.peer.v1.EPaxosPrepare
+	(*EPaxosPrepareReply)(nil),   // 150: meridian.peer.v1.EPaxosPrepareReply
+	(*EPaxosExecuted)(nil),       // 151: meridian.peer.v1.EPaxosExecuted
+	(*EPaxosInstance)(nil),       // 152: meridian.peer.v1.EPaxosInstance
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,   // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
 	1,   // 1: meridian.peer.v1.WriteRequest.record:type_name -> meridian.peer.v1.Record
 	1,   // 2: meridian.peer.v1.ReadReply.record:type_name -> meridian.peer.v1.Record
-	1,   // 3: meridian.peer.v1.ScanReply.records:type_name -> meridian.peer.v1.Record
-	0,   // 4: meridian.peer.v1.AEDigest.at:type_name -> meridian.peer.v1.Version
-	0,   // 5: meridian.peer.v1.KeyVersion.version:type_name -> meridian.peer.v1.Version
-	9,   // 6: meridian.peer.v1.AEKeys.entries:type_name -> meridian.peer.v1.KeyVersion
-	0,   // 7: meridian.peer.v1.AEKeys.at:type_name -> meridian.peer.v1.Version
-	15,  // 8: meridian.peer.v1.NodeStats.partitions:type_name -> meridian.peer.v1.PartitionStats
-	1,   // 9: meridian.peer.v1.AEPush.records:type_name -> meridian.peer.v1.Record
-	0,   // 10: meridian.peer.v1.StatusEntry.wts:type_name -> meridian.peer.v1.Version
-	18,  // 11: meridian.peer.v1.StatusBatch.entries:type_name -> meridian.peer.v1.StatusEntry
-	19,  // 12: meridian.peer.v1.Status.current:type_name -> meridian.peer.v1.StatusBatch
-	19,  // 13: meridian.peer.v1.Status.redundant:type_name -> meridian.peer.v1.StatusBatch
-	1,   // 14: meridian.peer.v1.WriteNotification.record:type_name -> meridian.peer.v1.Record
-	18,  // 15: meridian.peer.v1.FullStatus.entries:type_name -> meridian.peer.v1.StatusEntry
-	28,  // 16: meridian.peer.v1.GlTable.overrides:type_name -> meridian.peer.v1.GlOverride
-	0,   // 17: meridian.peer.v1.GlTable.hlc:type_name -> meridian.peer.v1.Version
-	0,   // 18: meridian.peer.v1.GlForward.min_version:type_name -> meridian.peer.v1.Version
-	1,   // 19: meridian.peer.v1.GlForwardReply.record:type_name -> meridian.peer.v1.Record
-	0,   // 20: meridian.peer.v1.GlForwardReply.version:type_name -> meridian.peer.v1.Version
-	27,  // 21: meridian.peer.v1.GlForwardReply.table:type_name -> meridian.peer.v1.GlTable
-	1,   // 22: meridian.peer.v1.GlUpdate.record:type_name -> meridian.peer.v1.Record
-	0,   // 23: meridian.peer.v1.GlCommit.version:type_name -> meridian.peer.v1.Version
-	36,  // 24: meridian.peer.v1.GlHeartbeat.parts:type_name -> meridian.peer.v1.GlPartVersion
-	36,  // 25: meridian.peer.v1.GlHeartbeatAck.acked:type_name -> meridian.peer.v1.GlPartVersion
-	27,  // 26: meridian.peer.v1.GlHeartbeatAck.newer:type_name -> meridian.peer.v1.GlTable
-	29,  // 27: meridian.peer.v1.GlPrepare.ballot:type_name -> meridian.peer.v1.GlBallot
-	29,  // 28: meridian.peer.v1.GlPromise.ballot:type_name -> meridian.peer.v1.GlBallot
-	29,  // 29: meridian.peer.v1.GlPromise.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
-	27,  // 30: meridian.peer.v1.GlPromise.accepted:type_name -> meridian.peer.v1.GlTable
-	27,  // 31: meridian.peer.v1.GlPromise.committed:type_name -> meridian.peer.v1.GlTable
-	29,  // 32: meridian.peer.v1.GlPromise.promised:type_name -> meridian.peer.v1.GlBallot
-	29,  // 33: meridian.peer.v1.GlAccept.ballot:type_name -> meridian.peer.v1.GlBallot
-	27,  // 34: meridian.peer.v1.GlAccept.table:type_name -> meridian.peer.v1.GlTable
-	29,  // 35: meridian.peer.v1.GlAccepted.ballot:type_name -> meridian.peer.v1.GlBallot
-	27,  // 36: meridian.peer.v1.GlAccepted.committed:type_name -> meridian.peer.v1.GlTable
-	27,  // 37: meridian.peer.v1.GlCommitTable.table:type_name -> meridian.peer.v1.GlTable
-	27,  // 38: meridian.peer.v1.GlAcceptorState.committed:type_name -> meridian.peer.v1.GlTable
-	29,  // 39: meridian.peer.v1.GlAcceptorState.promised:type_name -> meridian.peer.v1.GlBallot
-	29,  // 40: meridian.peer.v1.GlAcceptorState.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
-	27,  // 41: meridian.peer.v1.GlAcceptorState.accepted:type_name -> meridian.peer.v1.GlTable
-	1,   // 42: meridian.peer.v1.GlFetchReply.record:type_name -> meridian.peer.v1.Record
-	0,   // 43: meridian.peer.v1.RaftCommand.version:type_name -> meridian.peer.v1.Version
-	51,  // 44: meridian.peer.v1.RaftCommand.split:type_name -> meridian.peer.v1.RaftSplit
-	52,  // 45: meridian.peer.v1.RaftCommand.freeze:type_name -> meridian.peer.v1.RaftFreeze
-	53,  // 46: meridian.peer.v1.RaftCommand.merge:type_name -> meridian.peer.v1.RaftMerge
-	95,  // 47: meridian.peer.v1.RaftCommand.txn_vector:type_name -> meridian.peer.v1.TxnVector
-	0,   // 48: meridian.peer.v1.RaftMerge.right_last_version:type_name -> meridian.peer.v1.Version
-	56,  // 49: meridian.peer.v1.RaftMerge.right_origins:type_name -> meridian.peer.v1.RaftOriginApplied
-	49,  // 50: meridian.peer.v1.RaftBatch.messages:type_name -> meridian.peer.v1.RaftMessage
-	0,   // 51: meridian.peer.v1.RaftAppliedState.last_version:type_name -> meridian.peer.v1.Version
-	56,  // 52: meridian.peer.v1.RaftAppliedState.origins:type_name -> meridian.peer.v1.RaftOriginApplied
-	0,   // 53: meridian.peer.v1.RaftOriginApplied.version:type_name -> meridian.peer.v1.Version
-	55,  // 54: meridian.peer.v1.RaftSnapshotMarker.state:type_name -> meridian.peer.v1.RaftAppliedState
-	1,   // 55: meridian.peer.v1.RaftSnapshotStored.records:type_name -> meridian.peer.v1.Record
-	55,  // 56: meridian.peer.v1.RaftSnapshotReady.state:type_name -> meridian.peer.v1.RaftAppliedState
-	0,   // 57: meridian.peer.v1.RaftForward.min_version:type_name -> meridian.peer.v1.Version
-	0,   // 58: meridian.peer.v1.RaftForwardReply.version:type_name -> meridian.peer.v1.Version
-	1,   // 59: meridian.peer.v1.RaftForwardReply.records:type_name -> meridian.peer.v1.Record
-	2,   // 60: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
-	3,   // 61: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
-	4,   // 62: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
-	5,   // 63: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
-	6,   // 64: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
-	7,   // 65: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
-	8,   // 66: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
-	10,  // 67: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
-	11,  // 68: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
-	17,  // 69: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
-	26,  // 70: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
-	20,  // 71: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
-	21,  // 72: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
-	22,  // 73: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
-	23,  // 74: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
-	24,  // 75: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
-	25,  // 76: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
-	30,  // 77: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
-	31,  // 78: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
-	32,  // 79: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
-	33,  // 80: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
-	34,  // 81: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
-	35,  // 82: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
-	37,  // 83: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
-	38,  // 84: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
-	39,  // 85: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
-	40,  // 86: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
-	41,  // 87: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
-	42,  // 88: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
-	43,  // 89: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
-	47,  // 90: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
-	48,  // 91: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
-	44,  // 92: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
-	45,  // 93: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
-	49,  // 94: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
-	54,  // 95: meridian.peer.v1.Envelope.raft_batch:type_name -> meridian.peer.v1.RaftBatch
-	58,  // 96: meridian.peer.v1.Envelope.raft_snapshot_offer:type_name -> meridian.peer.v1.RaftSnapshotOffer
-	59,  // 97: meridian.peer.v1.Envelope.raft_snapshot_request:type_name -> meridian.peer.v1.RaftSnapshotRequest
-	60,  // 98: meridian.peer.v1.Envelope.raft_snapshot_chunk:type_name -> meridian.peer.v1.RaftSnapshotChunk
-	61,  // 99: meridian.peer.v1.Envelope.raft_snapshot_stored:type_name -> meridian.peer.v1.RaftSnapshotStored
-	62,  // 100: meridian.peer.v1.Envelope.raft_snapshot_ready:type_name -> meridian.peer.v1.RaftSnapshotReady
-	63,  // 101: meridian.peer.v1.Envelope.raft_forward:type_name -> meridian.peer.v1.RaftForward
-	64,  // 102: meridian.peer.v1.Envelope.raft_forward_reply:type_name -> meridian.peer.v1.RaftForwardReply
-	65,  // 103: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
-	66,  // 104: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
-	91,  // 105: meridian.peer.v1.Envelope.txn:type_name -> meridian.peer.v1.TxnMessage
-	118, // 106: meridian.peer.v1.Envelope.catenae:type_name -> meridian.peer.v1.CatenaeEnvelope
-	120, // 107: meridian.peer.v1.Envelope.catenae_forward:type_name -> meridian.peer.v1.CatenaeForward
-	121, // 108: meridian.peer.v1.Envelope.catenae_forward_reply:type_name -> meridian.peer.v1.CatenaeForwardReply
-	12,  // 109: meridian.peer.v1.Envelope.move_snapshot_request:type_name -> meridian.peer.v1.MoveSnapshotRequest
-	13,  // 110: meridian.peer.v1.Envelope.move_snapshot_chunk:type_name -> meridian.peer.v1.MoveSnapshotChunk
-	16,  // 111: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
-	14,  // 112: meridian.peer.v1.Envelope.node_stats:type_name -> meridian.peer.v1.NodeStats
-	122, // 113: meridian.peer.v1.Envelope.canopus:type_name -> meridian.peer.v1.CanopusEnvelope
-	136, // 114: meridian.peer.v1.Envelope.epaxos:type_name -> meridian.peer.v1.EPaxosEnvelope
-	67,  // 115: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
-	70,  // 116: meridian.peer.v1.SdurPart.id:type_name -> meridian.peer.v1.SdurTxnId
-	71,  // 117: meridian.peer.v1.SdurPart.writes:type_name -> meridian.peer.v1.SdurWrite
-	70,  // 118: meridian.peer.v1.SdurAbortRequest.txn:type_name -> meridian.peer.v1.SdurTxnId
-	72,  // 119: meridian.peer.v1.SdurEntry.txn:type_name -> meridian.peer.v1.SdurPart
-	74,  // 120: meridian.peer.v1.SdurEntry.abort:type_name -> meridian.peer.v1.SdurAbortRequest
-	73,  // 121: meridian.peer.v1.SdurEntry.threshold:type_name -> meridian.peer.v1.SdurThreshold
-	70,  // 122: meridian.peer.v1.SdurVote.txn:type_name -> meridian.peer.v1.SdurTxnId
-	72,  // 123: meridian.peer.v1.SdurPending.part:type_name -> meridian.peer.v1.SdurPart
-	76,  // 124: meridian.peer.v1.SdurPending.votes:type_name -> meridian.peer.v1.SdurVote
-	70,  // 125: meridian.peer.v1.SdurSeen.id:type_name -> meridian.peer.v1.SdurTxnId
-	76,  // 126: meridian.peer.v1.SdurSeen.vote:type_name -> meridian.peer.v1.SdurVote
-	70,  // 127: meridian.peer.v1.SdurEarly.id:type_name -> meridian.peer.v1.SdurTxnId
-	76,  // 128: meridian.peer.v1.SdurEarly.votes:type_name -> meridian.peer.v1.SdurVote
-	73,  // 129: meridian.peer.v1.SdurState.threshold:type_name -> meridian.peer.v1.SdurThreshold
-	77,  // 130: meridian.peer.v1.SdurState.pending:type_name -> meridian.peer.v1.SdurPending
-	78,  // 131: meridian.peer.v1.SdurState.keys:type_name -> meridian.peer.v1.SdurKeyState
-	79,  // 132: meridian.peer.v1.SdurState.touched:type_name -> meridian.peer.v1.SdurTouch
-	75,  // 133: meridian.peer.v1.SdurState.waiting:type_name -> meridian.peer.v1.SdurEntry
-	80,  // 134: meridian.peer.v1.SdurState.seen:type_name -> meridian.peer.v1.SdurSeen
-	81,  // 135: meridian.peer.v1.SdurState.early:type_name -> meridian.peer.v1.SdurEarly
-	70,  // 136: meridian.peer.v1.TwopcPart.id:type_name -> meridian.peer.v1.SdurTxnId
-	83,  // 137: meridian.peer.v1.TwopcPart.reads:type_name -> meridian.peer.v1.TwopcRead
-	71,  // 138: meridian.peer.v1.TwopcPart.writes:type_name -> meridian.peer.v1.SdurWrite
-	84,  // 139: meridian.peer.v1.TwopcEntry.part:type_name -> meridian.peer.v1.TwopcPart
-	70,  // 140: meridian.peer.v1.TwopcEntry.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 141: meridian.peer.v1.TwopcVote.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 142: meridian.peer.v1.TwopcDecided.txn:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 143: meridian.peer.v1.TwopcCoordinating.txn:type_name -> meridian.peer.v1.SdurTxnId
-	86,  // 144: meridian.peer.v1.TwopcCoordinating.votes:type_name -> meridian.peer.v1.TwopcVote
-	88,  // 145: meridian.peer.v1.TwopcState.last_writes:type_name -> meridian.peer.v1.TwopcLastWrite
-	84,  // 146: meridian.peer.v1.TwopcState.prepared:type_name -> meridian.peer.v1.TwopcPart
-	87,  // 147: meridian.peer.v1.TwopcState.decided:type_name -> meridian.peer.v1.TwopcDecided
-	89,  // 148: meridian.peer.v1.TwopcState.coordinating:type_name -> meridian.peer.v1.TwopcCoordinating
-	70,  // 149: meridian.peer.v1.TxnMessage.vote_request:type_name -> meridian.peer.v1.SdurTxnId
-	96,  // 150: meridian.peer.v1.TxnMessage.outcome:type_name -> meridian.peer.v1.TxnOutcome
-	92,  // 151: meridian.peer.v1.TxnMessage.seq_query:type_name -> meridian.peer.v1.TxnSeqQuery
-	94,  // 152: meridian.peer.v1.TxnMessage.seq_reply:type_name -> meridian.peer.v1.TxnSeqReply
-	95,  // 153: meridian.peer.v1.TxnMessage.vector:type_name -> meridian.peer.v1.TxnVector
-	70,  // 154: meridian.peer.v1.TxnSeqQuery.status:type_name -> meridian.peer.v1.SdurTxnId
-	70,  // 155: meridian.peer.v1.TxnCompletedGlobal.txn:type_name -> meridian.peer.v1.SdurTxnId
-	93,  // 156: meridian.peer.v1.TxnSeqReply.globals:type_name -> meridian.peer.v1.TxnCompletedGlobal
-	97,  // 157: meridian.peer.v1.TxnVector.components:type_name -> meridian.peer.v1.TxnSnapshotRef
-	70,  // 158: meridian.peer.v1.TxnOutcome.txn:type_name -> meridian.peer.v1.SdurTxnId
-	97,  // 159: meridian.peer.v1.TxnReadArgs.snapshots:type_name -> meridian.peer.v1.TxnSnapshotRef
-	97,  // 160: meridian.peer.v1.TxnReadDone.snapshot:type_name -> meridian.peer.v1.TxnSnapshotRef
-	93,  // 161: meridian.peer.v1.TxnSavedState.completed:type_name -> meridian.peer.v1.TxnCompletedGlobal
-	95,  // 162: meridian.peer.v1.TxnSavedState.vector:type_name -> meridian.peer.v1.TxnVector
-	101, // 163: meridian.peer.v1.CatenaeTxn.id:type_name -> meridian.peer.v1.CatenaeTxnId
-	102, // 164: meridian.peer.v1.CatenaeTxn.ops:type_name -> meridian.peer.v1.CatenaeOp
-	103, // 165: meridian.peer.v1.CatenaeEpochInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
-	101, // 166: meridian.peer.v1.CatenaeVote.txn:type_name -> meridian.peer.v1.CatenaeTxnId
-	104, // 167: meridian.peer.v1.CatenaeEpochMsg.epochs:type_name -> meridian.peer.v1.CatenaeEpochInput
-	105, // 168: meridian.peer.v1.CatenaeEpochMsg.votes:type_name -> meridian.peer.v1.CatenaeVote
-	106, // 169: meridian.peer.v1.CatenaeMessage.epoch:type_name -> meridian.peer.v1.CatenaeEpochMsg
-	107, // 170: meridian.peer.v1.CatenaeMessage.request:type_name -> meridian.peer.v1.CatenaeRequest
-	110, // 171: meridian.peer.v1.CatenaeSaved.own:type_name -> meridian.peer.v1.CatenaeOwnInput
-	112, // 172: meridian.peer.v1.CatenaeSaved.store:type_name -> meridian.peer.v1.CatenaeKeyVersions
-	114, // 173: meridian.peer.v1.CatenaeSaved.history:type_name -> meridian.peer.v1.CatenaeTxnState
-	115, // 174: meridian.peer.v1.CatenaeSaved.waiting:type_name -> meridian.peer.v1.CatenaeWaiting
-	105, // 175: meridian.peer.v1.CatenaeSaved.my_votes:type_name -> meridian.peer.v1.CatenaeVote
-	116, // 176: meridian.peer.v1.CatenaeSaved.unvalidated:type_name -> meridian.peer.v1.CatenaeEpochCount
-	117, // 177: meridian.peer.v1.CatenaeSaved.peer_closed:type_name -> meridian.peer.v1.CatenaeDcEpoch
-	117, // 178: meridian.peer.v1.CatenaeSaved.peer_validated:type_name -> meridian.peer.v1.CatenaeDcEpoch
-	103, // 179: meridian.peer.v1.CatenaeOwnInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
-	101, // 180: meridian.peer.v1.CatenaeVersion.writer:type_name -> meridian.peer.v1.CatenaeTxnId
-	111, // 181: meridian.peer.v1.CatenaeKeyVersions.versions:type_name -> meridian.peer.v1.CatenaeVersion
-	103, // 182: meridian.peer.v1.CatenaeTxnState.txn:type_name -> meridian.peer.v1.CatenaeTxn
-	113, // 183: meridian.peer.v1.CatenaeTxnState.writes:type_name -> meridian.peer.v1.CatenaeWrite
-	101, // 184: meridian.peer.v1.CatenaeTxnState.deps:type_name -> meridian.peer.v1.CatenaeTxnId
-	101, // 185: meridian.peer.v1.CatenaeWaiting.id:type_name -> meridian.peer.v1.CatenaeTxnId
-	114, // 186: meridian.peer.v1.CatenaeWaiting.state:type_name -> meridian.peer.v1.CatenaeTxnState
-	119, // 187: meridian.peer.v1.CatenaeEnvelope.hello:type_name -> meridian.peer.v1.CatenaeHello
-	71,  // 188: meridian.peer.v1.CatenaeForward.writes:type_name -> meridian.peer.v1.SdurWrite
-	123, // 189: meridian.peer.v1.CanopusEnvelope.raft:type_name -> meridian.peer.v1.CanopusRaft
-	124, // 190: meridian.peer.v1.CanopusEnvelope.fetch:type_name -> meridian.peer.v1.CanopusFetch
-	125, // 191: meridian.peer.v1.CanopusEnvelope.state:type_name -> meridian.peer.v1.CanopusState
-	128, // 192: meridian.peer.v1.CanopusEnvelope.rejoin:type_name -> meridian.peer.v1.CanopusRejoin
-	125, // 193: meridian.peer.v1.CanopusFetch.carried:type_name -> meridian.peer.v1.CanopusState
-	126, // 194: meridian.peer.v1.CanopusState.sets:type_name -> meridian.peer.v1.CanopusSet
-	127, // 195: meridian.peer.v1.CanopusSet.admits:type_name -> meridian.peer.v1.CanopusAdmit
-	131, // 196: meridian.peer.v1.CanopusEntry.proposal:type_name -> meridian.peer.v1.CanopusProposal
-	132, // 197: meridian.peer.v1.CanopusEntry.close:type_name -> meridian.peer.v1.CanopusClose
-	125, // 198: meridian.peer.v1.CanopusEntry.remote:type_name -> meridian.peer.v1.CanopusState
-	130, // 199: meridian.peer.v1.CanopusEntry.wedge:type_name -> meridian.peer.v1.CanopusWedge
-	130, // 200: meridian.peer.v1.CanopusEntry.unwedge:type_name -> meridian.peer.v1.CanopusWedge
-	126, // 201: meridian.peer.v1.CanopusProposal.set:type_name -> meridian.peer.v1.CanopusSet
-	134, // 202: meridian.peer.v1.CanopusApplied.epochs:type_name -> meridian.peer.v1.CanopusEpoch
-	140, // 203: meridian.peer.v1.EPaxosEnvelope.pre_accept:type_name -> meridian.peer.v1.EPaxosPreAccept
-	141, // 204: meridian.peer.v1.EPaxosEnvelope.pre_accept_reply:type_name -> meridian.peer.v1.EPaxosPreAcceptReply
-	142, // 205: meridian.peer.v1.EPaxosEnvelope.accept:type_name -> meridian.peer.v1.EPaxosAccept
-	143, // 206: meridian.peer.v1.EPaxosEnvelope.accept_reply:type_name -> meridian.peer.v1.EPaxosAcceptReply
-	144, // 207: meridian.peer.v1.EPaxosEnvelope.commit:type_name -> meridian.peer.v1.EPaxosCommit
-	145, // 208: meridian.peer.v1.EPaxosEnvelope.prepare:type_name -> meridian.peer.v1.EPaxosPrepare
-	146, // 209: meridian.peer.v1.EPaxosEnvelope.prepare_reply:type_name -> meridian.peer.v1.EPaxosPrepareReply
-	147, // 210: meridian.peer.v1.EPaxosEnvelope.executed:type_name -> meridian.peer.v1.EPaxosExecuted
-	139, // 211: meridian.peer.v1.EPaxosAttrs.commands:type_name -> meridian.peer.v1.EPaxosCommand
-	137, // 212: meridian.peer.v1.EPaxosPreAccept.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	138, // 213: meridian.peer.v1.EPaxosPreAccept.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
-	137, // 214: meridian.peer.v1.EPaxosPreAcceptReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	137, // 215: meridian.peer.v1.EPaxosPreAcceptReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
-	137, // 216: meridian.peer.v1.EPaxosAccept.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	138, // 217: meridian.peer.v1.EPaxosAccept.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
-	137, // 218: meridian.peer.v1.EPaxosAcceptReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	137, // 219: meridian.peer.v1.EPaxosAcceptReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
-	138, // 220: meridian.peer.v1.EPaxosCommit.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
-	137, // 221: meridian.peer.v1.EPaxosPrepare.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	137, // 222: meridian.peer.v1.EPaxosPrepareReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	137, // 223: meridian.peer.v1.EPaxosPrepareReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
-	137, // 224: meridian.peer.v1.EPaxosPrepareReply.vballot:type_name -> meridian.peer.v1.EPaxosBallot
-	138, // 225: meridian.peer.v1.EPaxosPrepareReply.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
-	137, // 226: meridian.peer.v1.EPaxosInstance.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	137, // 227: meridian.peer.v1.EPaxosInstance.vballot:type_name -> meridian.peer.v1.EPaxosBallot
-	138, // 228: meridian.peer.v1.EPaxosInstance.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
-	67,  // 229: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	69,  // 230: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
-	68,  // 231: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	68,  // 232: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
-	231, // [231:233] is the sub-list for method output_type
-	229, // [229:231] is the sub-list for method input_type
-	229, // [229:229] is the sub-list for extension type_name
-	229, // [229:229] is the sub-list for extension extendee
-	0,   // [0:229] is the sub-list for field type_name
+	0,   // 3: meridian.peer.v1.ReadChunkRequest.version:type_name -> meridian.peer.v1.Version
+	9,   // 4: meridian.peer.v1.TransferReport.transfers:type_name -> meridian.peer.v1.Transfer
+	1,   // 5: meridian.peer.v1.ScanReply.records:type_name -> meridian.peer.v1.Record
+	0,   // 6: meridian.peer.v1.AEDigest.at:type_name -> meridian.peer.v1.Version
+	0,   // 7: meridian.peer.v1.KeyVersion.version:type_name -> meridian.peer.v1.Version
+	13,  // 8: meridian.peer.v1.AEKeys.entries:type_name -> meridian.peer.v1.KeyVersion
+	0,   // 9: meridian.peer.v1.AEKeys.at:type_name -> meridian.peer.v1.Version
+	19,  // 10: meridian.peer.v1.NodeStats.partitions:type_name -> meridian.peer.v1.PartitionStats
+	1,   // 11: meridian.peer.v1.AEPush.records:type_name -> meridian.peer.v1.Record
+	0,   // 12: meridian.peer.v1.StatusEntry.wts:type_name -> meridian.peer.v1.Version
+	22,  // 13: meridian.peer.v1.StatusBatch.entries:type_name -> meridian.peer.v1.StatusEntry
+	23,  // 14: meridian.peer.v1.Status.current:type_name -> meridian.peer.v1.StatusBatch
+	23,  // 15: meridian.peer.v1.Status.redundant:type_name -> meridian.peer.v1.StatusBatch
+	1,   // 16: meridian.peer.v1.WriteNotification.record:type_name -> meridian.peer.v1.Record
+	22,  // 17: meridian.peer.v1.FullStatus.entries:type_name -> meridian.peer.v1.StatusEntry
+	32,  // 18: meridian.peer.v1.GlTable.overrides:type_name -> meridian.peer.v1.GlOverride
+	0,   // 19: meridian.peer.v1.GlTable.hlc:type_name -> meridian.peer.v1.Version
+	0,   // 20: meridian.peer.v1.GlForward.min_version:type_name -> meridian.peer.v1.Version
+	1,   // 21: meridian.peer.v1.GlForwardReply.record:type_name -> meridian.peer.v1.Record
+	0,   // 22: meridian.peer.v1.GlForwardReply.version:type_name -> meridian.peer.v1.Version
+	31,  // 23: meridian.peer.v1.GlForwardReply.table:type_name -> meridian.peer.v1.GlTable
+	1,   // 24: meridian.peer.v1.GlUpdate.record:type_name -> meridian.peer.v1.Record
+	0,   // 25: meridian.peer.v1.GlCommit.version:type_name -> meridian.peer.v1.Version
+	40,  // 26: meridian.peer.v1.GlHeartbeat.parts:type_name -> meridian.peer.v1.GlPartVersion
+	40,  // 27: meridian.peer.v1.GlHeartbeatAck.acked:type_name -> meridian.peer.v1.GlPartVersion
+	31,  // 28: meridian.peer.v1.GlHeartbeatAck.newer:type_name -> meridian.peer.v1.GlTable
+	33,  // 29: meridian.peer.v1.GlPrepare.ballot:type_name -> meridian.peer.v1.GlBallot
+	33,  // 30: meridian.peer.v1.GlPromise.ballot:type_name -> meridian.peer.v1.GlBallot
+	33,  // 31: meridian.peer.v1.GlPromise.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
+	31,  // 32: meridian.peer.v1.GlPromise.accepted:type_name -> meridian.peer.v1.GlTable
+	31,  // 33: meridian.peer.v1.GlPromise.committed:type_name -> meridian.peer.v1.GlTable
+	33,  // 34: meridian.peer.v1.GlPromise.promised:type_name -> meridian.peer.v1.GlBallot
+	33,  // 35: meridian.peer.v1.GlAccept.ballot:type_name -> meridian.peer.v1.GlBallot
+	31,  // 36: meridian.peer.v1.GlAccept.table:type_name -> meridian.peer.v1.GlTable
+	33,  // 37: meridian.peer.v1.GlAccepted.ballot:type_name -> meridian.peer.v1.GlBallot
+	31,  // 38: meridian.peer.v1.GlAccepted.committed:type_name -> meridian.peer.v1.GlTable
+	31,  // 39: meridian.peer.v1.GlCommitTable.table:type_name -> meridian.peer.v1.GlTable
+	31,  // 40: meridian.peer.v1.GlAcceptorState.committed:type_name -> meridian.peer.v1.GlTable
+	33,  // 41: meridian.peer.v1.GlAcceptorState.promised:type_name -> meridian.peer.v1.GlBallot
+	33,  // 42: meridian.peer.v1.GlAcceptorState.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
+	31,  // 43: meridian.peer.v1.GlAcceptorState.accepted:type_name -> meridian.peer.v1.GlTable
+	1,   // 44: meridian.peer.v1.GlFetchReply.record:type_name -> meridian.peer.v1.Record
+	0,   // 45: meridian.peer.v1.RaftCommand.version:type_name -> meridian.peer.v1.Version
+	55,  // 46: meridian.peer.v1.RaftCommand.split:type_name -> meridian.peer.v1.RaftSplit
+	56,  // 47: meridian.peer.v1.RaftCommand.freeze:type_name -> meridian.peer.v1.RaftFreeze
+	57,  // 48: meridian.peer.v1.RaftCommand.merge:type_name -> meridian.peer.v1.RaftMerge
+	99,  // 49: meridian.peer.v1.RaftCommand.txn_vector:type_name -> meridian.peer.v1.TxnVector
+	0,   // 50: meridian.peer.v1.RaftMerge.right_last_version:type_name -> meridian.peer.v1.Version
+	60,  // 51: meridian.peer.v1.RaftMerge.right_origins:type_name -> meridian.peer.v1.RaftOriginApplied
+	53,  // 52: meridian.peer.v1.RaftBatch.messages:type_name -> meridian.peer.v1.RaftMessage
+	0,   // 53: meridian.peer.v1.RaftAppliedState.last_version:type_name -> meridian.peer.v1.Version
+	60,  // 54: meridian.peer.v1.RaftAppliedState.origins:type_name -> meridian.peer.v1.RaftOriginApplied
+	0,   // 55: meridian.peer.v1.RaftOriginApplied.version:type_name -> meridian.peer.v1.Version
+	59,  // 56: meridian.peer.v1.RaftSnapshotMarker.state:type_name -> meridian.peer.v1.RaftAppliedState
+	1,   // 57: meridian.peer.v1.RaftSnapshotStored.records:type_name -> meridian.peer.v1.Record
+	59,  // 58: meridian.peer.v1.RaftSnapshotReady.state:type_name -> meridian.peer.v1.RaftAppliedState
+	0,   // 59: meridian.peer.v1.RaftForward.min_version:type_name -> meridian.peer.v1.Version
+	0,   // 60: meridian.peer.v1.RaftForwardReply.version:type_name -> meridian.peer.v1.Version
+	1,   // 61: meridian.peer.v1.RaftForwardReply.records:type_name -> meridian.peer.v1.Record
+	2,   // 62: meridian.peer.v1.Envelope.write:type_name -> meridian.peer.v1.WriteRequest
+	3,   // 63: meridian.peer.v1.Envelope.write_ack:type_name -> meridian.peer.v1.WriteAck
+	4,   // 64: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
+	5,   // 65: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
+	10,  // 66: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
+	11,  // 67: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
+	12,  // 68: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
+	14,  // 69: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
+	15,  // 70: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
+	21,  // 71: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
+	30,  // 72: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
+	24,  // 73: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
+	25,  // 74: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
+	26,  // 75: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
+	27,  // 76: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
+	28,  // 77: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
+	29,  // 78: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
+	34,  // 79: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
+	35,  // 80: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
+	36,  // 81: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
+	37,  // 82: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
+	38,  // 83: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
+	39,  // 84: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
+	41,  // 85: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
+	42,  // 86: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
+	43,  // 87: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
+	44,  // 88: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
+	45,  // 89: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
+	46,  // 90: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
+	47,  // 91: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
+	51,  // 92: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
+	52,  // 93: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
+	48,  // 94: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
+	49,  // 95: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
+	53,  // 96: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
+	58,  // 97: meridian.peer.v1.Envelope.raft_batch:type_name -> meridian.peer.v1.RaftBatch
+	62,  // 98: meridian.peer.v1.Envelope.raft_snapshot_offer:type_name -> meridian.peer.v1.RaftSnapshotOffer
+	63,  // 99: meridian.peer.v1.Envelope.raft_snapshot_request:type_name -> meridian.peer.v1.RaftSnapshotRequest
+	64,  // 100: meridian.peer.v1.Envelope.raft_snapshot_chunk:type_name -> meridian.peer.v1.RaftSnapshotChunk
+	65,  // 101: meridian.peer.v1.Envelope.raft_snapshot_stored:type_name -> meridian.peer.v1.RaftSnapshotStored
+	66,  // 102: meridian.peer.v1.Envelope.raft_snapshot_ready:type_name -> meridian.peer.v1.RaftSnapshotReady
+	67,  // 103: meridian.peer.v1.Envelope.raft_forward:type_name -> meridian.peer.v1.RaftForward
+	68,  // 104: meridian.peer.v1.Envelope.raft_forward_reply:type_name -> meridian.peer.v1.RaftForwardReply
+	69,  // 105: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
+	70,  // 106: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
+	95,  // 107: meridian.peer.v1.Envelope.txn:type_name -> meridian.peer.v1.TxnMessage
+	122, // 108: meridian.peer.v1.Envelope.catenae:type_name -> meridian.peer.v1.CatenaeEnvelope
+	124, // 109: meridian.peer.v1.Envelope.catenae_forward:type_name -> meridian.peer.v1.CatenaeForward
+	125, // 110: meridian.peer.v1.Envelope.catenae_forward_reply:type_name -> meridian.peer.v1.CatenaeForwardReply
+	16,  // 111: meridian.peer.v1.Envelope.move_snapshot_request:type_name -> meridian.peer.v1.MoveSnapshotRequest
+	17,  // 112: meridian.peer.v1.Envelope.move_snapshot_chunk:type_name -> meridian.peer.v1.MoveSnapshotChunk
+	20,  // 113: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
+	18,  // 114: meridian.peer.v1.Envelope.node_stats:type_name -> meridian.peer.v1.NodeStats
+	126, // 115: meridian.peer.v1.Envelope.canopus:type_name -> meridian.peer.v1.CanopusEnvelope
+	140, // 116: meridian.peer.v1.Envelope.epaxos:type_name -> meridian.peer.v1.EPaxosEnvelope
+	6,   // 117: meridian.peer.v1.Envelope.read_chunk:type_name -> meridian.peer.v1.ReadChunkRequest
+	7,   // 118: meridian.peer.v1.Envelope.read_chunk_reply:type_name -> meridian.peer.v1.ReadChunkReply
+	8,   // 119: meridian.peer.v1.Envelope.transfer_report:type_name -> meridian.peer.v1.TransferReport
+	71,  // 120: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
+	74,  // 121: meridian.peer.v1.SdurPart.id:type_name -> meridian.peer.v1.SdurTxnId
+	75,  // 122: meridian.peer.v1.SdurPart.writes:type_name -> meridian.peer.v1.SdurWrite
+	74,  // 123: meridian.peer.v1.SdurAbortRequest.txn:type_name -> meridian.peer.v1.SdurTxnId
+	76,  // 124: meridian.peer.v1.SdurEntry.txn:type_name -> meridian.peer.v1.SdurPart
+	78,  // 125: meridian.peer.v1.SdurEntry.abort:type_name -> meridian.peer.v1.SdurAbortRequest
+	77,  // 126: meridian.peer.v1.SdurEntry.threshold:type_name -> meridian.peer.v1.SdurThreshold
+	74,  // 127: meridian.peer.v1.SdurVote.txn:type_name -> meridian.peer.v1.SdurTxnId
+	76,  // 128: meridian.peer.v1.SdurPending.part:type_name -> meridian.peer.v1.SdurPart
+	80,  // 129: meridian.peer.v1.SdurPending.votes:type_name -> meridian.peer.v1.SdurVote
+	74,  // 130: meridian.peer.v1.SdurSeen.id:type_name -> meridian.peer.v1.SdurTxnId
+	80,  // 131: meridian.peer.v1.SdurSeen.vote:type_name -> meridian.peer.v1.SdurVote
+	74,  // 132: meridian.peer.v1.SdurEarly.id:type_name -> meridian.peer.v1.SdurTxnId
+	80,  // 133: meridian.peer.v1.SdurEarly.votes:type_name -> meridian.peer.v1.SdurVote
+	77,  // 134: meridian.peer.v1.SdurState.threshold:type_name -> meridian.peer.v1.SdurThreshold
+	81,  // 135: meridian.peer.v1.SdurState.pending:type_name -> meridian.peer.v1.SdurPending
+	82,  // 136: meridian.peer.v1.SdurState.keys:type_name -> meridian.peer.v1.SdurKeyState
+	83,  // 137: meridian.peer.v1.SdurState.touched:type_name -> meridian.peer.v1.SdurTouch
+	79,  // 138: meridian.peer.v1.SdurState.waiting:type_name -> meridian.peer.v1.SdurEntry
+	84,  // 139: meridian.peer.v1.SdurState.seen:type_name -> meridian.peer.v1.SdurSeen
+	85,  // 140: meridian.peer.v1.SdurState.early:type_name -> meridian.peer.v1.SdurEarly
+	74,  // 141: meridian.peer.v1.TwopcPart.id:type_name -> meridian.peer.v1.SdurTxnId
+	87,  // 142: meridian.peer.v1.TwopcPart.reads:type_name -> meridian.peer.v1.TwopcRead
+	75,  // 143: meridian.peer.v1.TwopcPart.writes:type_name -> meridian.peer.v1.SdurWrite
+	88,  // 144: meridian.peer.v1.TwopcEntry.part:type_name -> meridian.peer.v1.TwopcPart
+	74,  // 145: meridian.peer.v1.TwopcEntry.txn:type_name -> meridian.peer.v1.SdurTxnId
+	74,  // 146: meridian.peer.v1.TwopcVote.txn:type_name -> meridian.peer.v1.SdurTxnId
+	74,  // 147: meridian.peer.v1.TwopcDecided.txn:type_name -> meridian.peer.v1.SdurTxnId
+	74,  // 148: meridian.peer.v1.TwopcCoordinating.txn:type_name -> meridian.peer.v1.SdurTxnId
+	90,  // 149: meridian.peer.v1.TwopcCoordinating.votes:type_name -> meridian.peer.v1.TwopcVote
+	92,  // 150: meridian.peer.v1.TwopcState.last_writes:type_name -> meridian.peer.v1.TwopcLastWrite
+	88,  // 151: meridian.peer.v1.TwopcState.prepared:type_name -> meridian.peer.v1.TwopcPart
+	91,  // 152: meridian.peer.v1.TwopcState.decided:type_name -> meridian.peer.v1.TwopcDecided
+	93,  // 153: meridian.peer.v1.TwopcState.coordinating:type_name -> meridian.peer.v1.TwopcCoordinating
+	74,  // 154: meridian.peer.v1.TxnMessage.vote_request:type_name -> meridian.peer.v1.SdurTxnId
+	100, // 155: meridian.peer.v1.TxnMessage.outcome:type_name -> meridian.peer.v1.TxnOutcome
+	96,  // 156: meridian.peer.v1.TxnMessage.seq_query:type_name -> meridian.peer.v1.TxnSeqQuery
+	98,  // 157: meridian.peer.v1.TxnMessage.seq_reply:type_name -> meridian.peer.v1.TxnSeqReply
+	99,  // 158: meridian.peer.v1.TxnMessage.vector:type_name -> meridian.peer.v1.TxnVector
+	74,  // 159: meridian.peer.v1.TxnSeqQuery.status:type_name -> meridian.peer.v1.SdurTxnId
+	74,  // 160: meridian.peer.v1.TxnCompletedGlobal.txn:type_name -> meridian.peer.v1.SdurTxnId
+	97,  // 161: meridian.peer.v1.TxnSeqReply.globals:type_name -> meridian.peer.v1.TxnCompletedGlobal
+	101, // 162: meridian.peer.v1.TxnVector.components:type_name -> meridian.peer.v1.TxnSnapshotRef
+	74,  // 163: meridian.peer.v1.TxnOutcome.txn:type_name -> meridian.peer.v1.SdurTxnId
+	101, // 164: meridian.peer.v1.TxnReadArgs.snapshots:type_name -> meridian.peer.v1.TxnSnapshotRef
+	101, // 165: meridian.peer.v1.TxnReadDone.snapshot:type_name -> meridian.peer.v1.TxnSnapshotRef
+	97,  // 166: meridian.peer.v1.TxnSavedState.completed:type_name -> meridian.peer.v1.TxnCompletedGlobal
+	99,  // 167: meridian.peer.v1.TxnSavedState.vector:type_name -> meridian.peer.v1.TxnVector
+	105, // 168: meridian.peer.v1.CatenaeTxn.id:type_name -> meridian.peer.v1.CatenaeTxnId
+	106, // 169: meridian.peer.v1.CatenaeTxn.ops:type_name -> meridian.peer.v1.CatenaeOp
+	107, // 170: meridian.peer.v1.CatenaeEpochInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
+	105, // 171: meridian.peer.v1.CatenaeVote.txn:type_name -> meridian.peer.v1.CatenaeTxnId
+	108, // 172: meridian.peer.v1.CatenaeEpochMsg.epochs:type_name -> meridian.peer.v1.CatenaeEpochInput
+	109, // 173: meridian.peer.v1.CatenaeEpochMsg.votes:type_name -> meridian.peer.v1.CatenaeVote
+	110, // 174: meridian.peer.v1.CatenaeMessage.epoch:type_name -> meridian.peer.v1.CatenaeEpochMsg
+	111, // 175: meridian.peer.v1.CatenaeMessage.request:type_name -> meridian.peer.v1.CatenaeRequest
+	114, // 176: meridian.peer.v1.CatenaeSaved.own:type_name -> meridian.peer.v1.CatenaeOwnInput
+	116, // 177: meridian.peer.v1.CatenaeSaved.store:type_name -> meridian.peer.v1.CatenaeKeyVersions
+	118, // 178: meridian.peer.v1.CatenaeSaved.history:type_name -> meridian.peer.v1.CatenaeTxnState
+	119, // 179: meridian.peer.v1.CatenaeSaved.waiting:type_name -> meridian.peer.v1.CatenaeWaiting
+	109, // 180: meridian.peer.v1.CatenaeSaved.my_votes:type_name -> meridian.peer.v1.CatenaeVote
+	120, // 181: meridian.peer.v1.CatenaeSaved.unvalidated:type_name -> meridian.peer.v1.CatenaeEpochCount
+	121, // 182: meridian.peer.v1.CatenaeSaved.peer_closed:type_name -> meridian.peer.v1.CatenaeDcEpoch
+	121, // 183: meridian.peer.v1.CatenaeSaved.peer_validated:type_name -> meridian.peer.v1.CatenaeDcEpoch
+	107, // 184: meridian.peer.v1.CatenaeOwnInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
+	105, // 185: meridian.peer.v1.CatenaeVersion.writer:type_name -> meridian.peer.v1.CatenaeTxnId
+	115, // 186: meridian.peer.v1.CatenaeKeyVersions.versions:type_name -> meridian.peer.v1.CatenaeVersion
+	107, // 187: meridian.peer.v1.CatenaeTxnState.txn:type_name -> meridian.peer.v1.CatenaeTxn
+	117, // 188: meridian.peer.v1.CatenaeTxnState.writes:type_name -> meridian.peer.v1.CatenaeWrite
+	105, // 189: meridian.peer.v1.CatenaeTxnState.deps:type_name -> meridian.peer.v1.CatenaeTxnId
+	105, // 190: meridian.peer.v1.CatenaeWaiting.id:type_name -> meridian.peer.v1.CatenaeTxnId
+	118, // 191: meridian.peer.v1.CatenaeWaiting.state:type_name -> meridian.peer.v1.CatenaeTxnState
+	123, // 192: meridian.peer.v1.CatenaeEnvelope.hello:type_name -> meridian.peer.v1.CatenaeHello
+	75,  // 193: meridian.peer.v1.CatenaeForward.writes:type_name -> meridian.peer.v1.SdurWrite
+	127, // 194: meridian.peer.v1.CanopusEnvelope.raft:type_name -> meridian.peer.v1.CanopusRaft
+	128, // 195: meridian.peer.v1.CanopusEnvelope.fetch:type_name -> meridian.peer.v1.CanopusFetch
+	129, // 196: meridian.peer.v1.CanopusEnvelope.state:type_name -> meridian.peer.v1.CanopusState
+	132, // 197: meridian.peer.v1.CanopusEnvelope.rejoin:type_name -> meridian.peer.v1.CanopusRejoin
+	129, // 198: meridian.peer.v1.CanopusFetch.carried:type_name -> meridian.peer.v1.CanopusState
+	130, // 199: meridian.peer.v1.CanopusState.sets:type_name -> meridian.peer.v1.CanopusSet
+	131, // 200: meridian.peer.v1.CanopusSet.admits:type_name -> meridian.peer.v1.CanopusAdmit
+	135, // 201: meridian.peer.v1.CanopusEntry.proposal:type_name -> meridian.peer.v1.CanopusProposal
+	136, // 202: meridian.peer.v1.CanopusEntry.close:type_name -> meridian.peer.v1.CanopusClose
+	129, // 203: meridian.peer.v1.CanopusEntry.remote:type_name -> meridian.peer.v1.CanopusState
+	134, // 204: meridian.peer.v1.CanopusEntry.wedge:type_name -> meridian.peer.v1.CanopusWedge
+	134, // 205: meridian.peer.v1.CanopusEntry.unwedge:type_name -> meridian.peer.v1.CanopusWedge
+	130, // 206: meridian.peer.v1.CanopusProposal.set:type_name -> meridian.peer.v1.CanopusSet
+	138, // 207: meridian.peer.v1.CanopusApplied.epochs:type_name -> meridian.peer.v1.CanopusEpoch
+	144, // 208: meridian.peer.v1.EPaxosEnvelope.pre_accept:type_name -> meridian.peer.v1.EPaxosPreAccept
+	145, // 209: meridian.peer.v1.EPaxosEnvelope.pre_accept_reply:type_name -> meridian.peer.v1.EPaxosPreAcceptReply
+	146, // 210: meridian.peer.v1.EPaxosEnvelope.accept:type_name -> meridian.peer.v1.EPaxosAccept
+	147, // 211: meridian.peer.v1.EPaxosEnvelope.accept_reply:type_name -> meridian.peer.v1.EPaxosAcceptReply
+	148, // 212: meridian.peer.v1.EPaxosEnvelope.commit:type_name -> meridian.peer.v1.EPaxosCommit
+	149, // 213: meridian.peer.v1.EPaxosEnvelope.prepare:type_name -> meridian.peer.v1.EPaxosPrepare
+	150, // 214: meridian.peer.v1.EPaxosEnvelope.prepare_reply:type_name -> meridian.peer.v1.EPaxosPrepareReply
+	151, // 215: meridian.peer.v1.EPaxosEnvelope.executed:type_name -> meridian.peer.v1.EPaxosExecuted
+	143, // 216: meridian.peer.v1.EPaxosAttrs.commands:type_name -> meridian.peer.v1.EPaxosCommand
+	141, // 217: meridian.peer.v1.EPaxosPreAccept.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	142, // 218: meridian.peer.v1.EPaxosPreAccept.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	141, // 219: meridian.peer.v1.EPaxosPreAcceptReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	141, // 220: meridian.peer.v1.EPaxosPreAcceptReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
+	141, // 221: meridian.peer.v1.EPaxosAccept.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	142, // 222: meridian.peer.v1.EPaxosAccept.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	141, // 223: meridian.peer.v1.EPaxosAcceptReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	141, // 224: meridian.peer.v1.EPaxosAcceptReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
+	142, // 225: meridian.peer.v1.EPaxosCommit.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	141, // 226: meridian.peer.v1.EPaxosPrepare.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	141, // 227: meridian.peer.v1.EPaxosPrepareReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	141, // 228: meridian.peer.v1.EPaxosPrepareReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
+	141, // 229: meridian.peer.v1.EPaxosPrepareReply.vballot:type_name -> meridian.peer.v1.EPaxosBallot
+	142, // 230: meridian.peer.v1.EPaxosPrepareReply.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	141, // 231: meridian.peer.v1.EPaxosInstance.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	141, // 232: meridian.peer.v1.EPaxosInstance.vballot:type_name -> meridian.peer.v1.EPaxosBallot
+	142, // 233: meridian.peer.v1.EPaxosInstance.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	71,  // 234: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	73,  // 235: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
+	72,  // 236: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	72,  // 237: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
+	236, // [236:238] is the sub-list for method output_type
+	234, // [234:236] is the sub-list for method input_type
+	234, // [234:234] is the sub-list for extension type_name
+	234, // [234:234] is the sub-list for extension extendee
+	0,   // [0:234] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -14284,13 +14702,13 @@ func file_meridian_v1_peer_proto_init() {
 	if File_meridian_v1_peer_proto != nil {
 		return
 	}
-	file_meridian_v1_peer_proto_msgTypes[49].OneofWrappers = []any{}
-	file_meridian_v1_peer_proto_msgTypes[58].OneofWrappers = []any{}
-	file_meridian_v1_peer_proto_msgTypes[59].OneofWrappers = []any{}
-	file_meridian_v1_peer_proto_msgTypes[60].OneofWrappers = []any{}
-	file_meridian_v1_peer_proto_msgTypes[65].OneofWrappers = []any{}
-	file_meridian_v1_peer_proto_msgTypes[66].OneofWrappers = []any{}
-	file_meridian_v1_peer_proto_msgTypes[67].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[53].OneofWrappers = []any{}
+	file_meridian_v1_peer_proto_msgTypes[62].OneofWrappers = []any{}
+	file_meridian_v1_peer_proto_msgTypes[63].OneofWrappers = []any{}
+	file_meridian_v1_peer_proto_msgTypes[64].OneofWrappers = []any{}
+	file_meridian_v1_peer_proto_msgTypes[69].OneofWrappers = []any{}
+	file_meridian_v1_peer_proto_msgTypes[70].OneofWrappers = []any{}
+	file_meridian_v1_peer_proto_msgTypes[71].OneofWrappers = []any{
 		(*Envelope_Write)(nil),
 		(*Envelope_WriteAck)(nil),
 		(*Envelope_Read)(nil),
@@ -14346,8 +14764,11 @@ func file_meridian_v1_peer_proto_init() {
 		(*Envelope_NodeStats)(nil),
 		(*Envelope_Canopus)(nil),
 		(*Envelope_Epaxos)(nil),
+		(*Envelope_ReadChunk)(nil),
+		(*Envelope_ReadChunkReply)(nil),
+		(*Envelope_TransferReport)(nil),
 	}
-	file_meridian_v1_peer_proto_msgTypes[91].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[95].OneofWrappers = []any{
 		(*TxnMessage_SdurVote)(nil),
 		(*TxnMessage_VoteRequest)(nil),
 		(*TxnMessage_Outcome)(nil),
@@ -14358,29 +14779,29 @@ func file_meridian_v1_peer_proto_init() {
 		(*TxnMessage_SeqReply)(nil),
 		(*TxnMessage_Vector)(nil),
 	}
-	file_meridian_v1_peer_proto_msgTypes[108].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[112].OneofWrappers = []any{
 		(*CatenaeMessage_Epoch)(nil),
 		(*CatenaeMessage_Request)(nil),
 	}
-	file_meridian_v1_peer_proto_msgTypes[118].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[122].OneofWrappers = []any{
 		(*CatenaeEnvelope_Message)(nil),
 		(*CatenaeEnvelope_Hello)(nil),
 	}
-	file_meridian_v1_peer_proto_msgTypes[120].OneofWrappers = []any{}
-	file_meridian_v1_peer_proto_msgTypes[122].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[124].OneofWrappers = []any{}
+	file_meridian_v1_peer_proto_msgTypes[126].OneofWrappers = []any{
 		(*CanopusEnvelope_Raft)(nil),
 		(*CanopusEnvelope_Fetch)(nil),
 		(*CanopusEnvelope_State)(nil),
 		(*CanopusEnvelope_Rejoin)(nil),
 	}
-	file_meridian_v1_peer_proto_msgTypes[129].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[133].OneofWrappers = []any{
 		(*CanopusEntry_Proposal)(nil),
 		(*CanopusEntry_Close)(nil),
 		(*CanopusEntry_Remote)(nil),
 		(*CanopusEntry_Wedge)(nil),
 		(*CanopusEntry_Unwedge)(nil),
 	}
-	file_meridian_v1_peer_proto_msgTypes[136].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[140].OneofWrappers = []any{
 		(*EPaxosEnvelope_PreAccept)(nil),
 		(*EPaxosEnvelope_PreAcceptReply)(nil),
 		(*EPaxosEnvelope_Accept)(nil),
@@ -14396,7 +14817,7 @@ func file_meridian_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   149,
+			NumMessages:   153,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
