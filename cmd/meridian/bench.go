@@ -25,6 +25,31 @@ import (
 
 func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Benchmarks (commands, not tests): YCSB workloads, protocol comparisons, throughput"}
+	// --cpuprofile: profile before optimising (every bench command).
+	var cpuProfile string
+	var profileFile *os.File
+	cmd.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile (pprof) of the whole benchmark to this file")
+	cmd.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if cpuProfile == "" {
+			return nil
+		}
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return fmt.Errorf("bench: --cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return fmt.Errorf("bench: --cpuprofile: %w", err)
+		}
+		profileFile = f
+		return nil
+	}
+	cmd.PersistentPostRun = func(*cobra.Command, []string) {
+		if profileFile != nil {
+			pprof.StopCPUProfile()
+			profileFile.Close()
+		}
+	}
 	cmd.AddCommand(throughputCmd(), compareCmd("compare"), compareCmd("run"), globleaseFiguresCmd(), globleaseSpikeCmd(), benchLoopbackCmd(), benchElasticCmd(), benchSDURCmd(), benchCatenaeCmd(), benchBwManCmd(), benchAutoscaleCmd(), benchMayflowerCmd())
 	return cmd
 }

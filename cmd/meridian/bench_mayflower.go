@@ -98,5 +98,6 @@ func benchMayflowerCmd() *cobra.Command {
 	f.StringVar(&jsOut, "json", "", "write the results as JSON")
 	f.StringVar(&mdOut, "markdown", "", "write the table as Markdown")
 	f.StringVar(&chartOut, "chart", "", "draw the schemes' completion-time CDFs (.png or .svg)")
+	cmd.AddCommand(benchMayflowerProductCmd())
 	return cmd
 }

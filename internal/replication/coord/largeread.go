@@ -34,6 +34,7 @@ import (
 	"meridian/internal/errs"
 	"meridian/internal/hlc"
 	"meridian/internal/placement"
+	"meridian/internal/storage"
 	"meridian/internal/wire"
 	"meridian/internal/wire/peerpb"
 )
@@ -440,7 +441,7 @@ func (c *Core) handleReadChunk(now time.Time, from uint32, m *peerpb.ReadChunkRe
 	}
 	reply := &peerpb.ReadChunkReply{RequestId: m.RequestId, Offset: m.Offset}
 	v := wire.VersionFromPB(m.Version)
-	rec, found, err := c.Store.GetAt(m.Keyspace, m.Key, v)
+	rec, found, err := c.servedValue(m.Keyspace, m.Key, v)
 	if c.Cfg.Mutation == MutationFetchAnyVersion {
 		// Broken on purpose: serve the newest version's bytes whatever the fetch is pinned
 		// to, so a value can be put together from two versions.
@@ -459,6 +460,51 @@ func (c *Core) handleReadChunk(now time.Time, from uint32, m *peerpb.ReadChunkRe
 		reply.Data = rec.Value[m.Offset:end]
 	}
 	c.Send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_ReadChunkReply{ReadChunkReply: reply}})
+}
+
+// servedValue reads key's version v for a chunk request through a small cache of the values
+// last served: a value is read from storage once for all its chunks, not once per chunk (an
+// 8 MiB value in 256 KiB chunks would otherwise be read 32 times).
+func (c *Core) servedValue(keyspace string, key []byte, v hlc.Version) (storage.Record, bool, error) {
+	k := servedKey{keyspace: keyspace, key: string(key), version: v}
+	for i, e := range c.lr.served {
+		if e.k == k {
+			// Most recent last.
+			c.lr.served = append(append(c.lr.served[:i:i], c.lr.served[i+1:]...), e)
+			return e.rec, true, nil
+		}
+	}
+	rec, found, err := c.Store.GetAt(keyspace, key, v)
+	if err != nil || !found || rec.Version != v {
+		return rec, found, err
+	}
+	c.lr.served = append(c.lr.served, servedEntry{k: k, rec: rec})
+	total := 0
+	for _, e := range c.lr.served {
+		total += len(e.rec.Value)
+	}
+	for len(c.lr.served) > 1 && (len(c.lr.served) > servedCacheEntries || total > servedCacheBytes) {
+		total -= len(c.lr.served[0].rec.Value)
+		c.lr.served = c.lr.served[1:]
+	}
+	return rec, true, nil
+}
+
+// The cache of values served in chunks: at most this many values and bytes (the last one
+// served stays whatever its size).
+const (
+	servedCacheEntries = 16
+	servedCacheBytes   = 64 << 20
+)
+
+type servedKey struct {
+	keyspace, key string
+	version       hlc.Version
+}
+
+type servedEntry struct {
+	k   servedKey
+	rec storage.Record
 }
 
 func (f *fetch) nodes() []uint32 {

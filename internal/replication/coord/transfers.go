@@ -36,6 +36,7 @@ type largeReads struct {
 	snitch        map[uint32]snitchScore
 	perByte       []float64 // seconds per byte of the latest fetches (≤ hedgeSamples)
 	stats         LargeReadStats
+	served        []servedEntry // values served in chunks, least recent first (servedValue)
 	// reported are the other nodes' latest reports, by node.
 	reported     map[uint32]transferReport
 	nextReport   time.Time

@@ -5,6 +5,10 @@
 package quorum
 
 import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
 	"meridian/internal/config"
 	"meridian/internal/engine"
 	"meridian/internal/replication/coord"
@@ -41,6 +45,33 @@ func init() {
 		ID:        ID,
 		New:       func(cfg engine.Config, store engine.Reader) engine.Engine { return NewEngine(cfg, store) },
 		Mutations: coord.WithMoveMutations(coord.WithMoveMutations(Mutations, coord.MoveMutations), coord.LargeReadMutations),
-		Sim:       engine.SimSupport{MutationLevels: OneOneLevels, MutationHints: coord.WithMoveMutations(coord.MoveMutationHints, coord.LargeReadMutationHints)},
+		Metrics: func(reg prometheus.Registerer, e engine.Engine) {
+			registerLargeReadMetrics(reg, e.(*coord.Core).LargeReadCounters())
+		},
+		Sim: engine.SimSupport{MutationLevels: OneOneLevels, MutationHints: coord.WithMoveMutations(coord.MoveMutationHints, coord.LargeReadMutationHints)},
 	})
+}
+
+// registerLargeReadMetrics exports the large reads' counters (docs/mayflower.md).
+func registerLargeReadMetrics(reg prometheus.Registerer, s *coord.LargeReadStats) {
+	load := func(v *atomic.Int64) func() float64 { return func() float64 { return float64(v.Load()) } }
+	for label, v := range map[string]*atomic.Int64{"nearest": &s.Nearest, "snitch": &s.Snitch, "hedged": &s.Hedged,
+		"mayflower": &s.Mayflower, "mayflower-unconfigured": &s.MayflowerUnconfigured, "local": &s.Local} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "meridian_large_reads_total",
+			Help: "Large reads (values over large_read_bytes) by how their value was fetched: the keyspace's read_selector, " +
+				"mayflower-unconfigured (mayflower without network.node_bandwidth: from the nearest replica), local (this node held the version).",
+			ConstLabels: prometheus.Labels{"selector": label}}, load(v)))
+	}
+	for _, c := range []struct {
+		name, help string
+		v          *atomic.Int64
+	}{
+		{"meridian_large_reads_split_total", "Large reads fetched from two replicas at once (Mayflower, thesis 3.2.3).", &s.Split},
+		{"meridian_large_read_bytes_total", "Chunk bytes large reads received.", &s.BytesFetched},
+		{"meridian_large_read_wasted_bytes_total", "Chunk bytes received twice (hedged reads) or after their read ended.", &s.BytesWasted},
+		{"meridian_large_read_restarts_total", "Large reads started over because no live replica held the version they were fetching.", &s.Restarts},
+		{"meridian_large_read_sources_failed_total", "Replicas dropped from a large read's fetch (missing version, or down).", &s.SourcesFailed},
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, load(c.v)))
+	}
 }

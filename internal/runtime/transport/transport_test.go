@@ -599,3 +599,33 @@ func TestWANLinkBandwidthDelaysDelivery(t *testing.T) {
 		t.Fatalf("16 × 4 KiB over 64 KiB/s delivered after %v", d)
 	}
 }
+
+// A receiver's downlink carries messages in the order they reach it: a message from a node
+// next door is not held behind one still on its way from another continent (the downlink
+// was once booked at send time, through the far message's propagation delay, which made
+// every intra-region transfer wait for the WAN's one-way delays).
+func TestWANDownlinkServesMessagesInArrivalOrder(t *testing.T) {
+	topo, err := topology.New(topology.Spec{Name: "t", Regions: []string{"near", "far"},
+		RTTMs: map[string]map[string]float64{"near": {"far": 400}}, IntraRegionRTTMs: map[string]float64{"near": 1, "far": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWAN(WANOptions{Topology: topo, NodeBandwidth: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	col := newCollector()
+	if _, err := w.Attach(1, "near", col.handle); err != nil {
+		t.Fatal(err)
+	}
+	neighbour, _ := w.Attach(2, "near", func(*peerpb.Envelope) {})
+	remote, _ := w.Attach(3, "far", func(*peerpb.Envelope) {})
+	if !remote.Send(hb(3, 1, 1)) || !neighbour.Send(hb(2, 1, 2)) {
+		t.Fatal("send dropped")
+	}
+	col.wait(t, 2)
+	if col.got[0].From != 2 {
+		t.Fatalf("the far node's message (sent first, 200ms away) came before the neighbour's: order %d, %d", col.got[0].From, col.got[1].From)
+	}
+}

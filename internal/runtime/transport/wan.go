@@ -89,9 +89,12 @@ type WAN struct {
 	cpuFree  map[uint32][]time.Time  // per node: when each of its cores is free (CPU)
 	// processedLast is per link the delivery time of its last processed message (CPU).
 	processedLast map[[2]uint32]time.Time
-	wake          chan struct{}
-	stop          chan struct{}
-	done          chan struct{}
+	// downLast is per link the time its last message left the receiver's downlink (a
+	// link's messages stay in order).
+	downLast map[[2]uint32]time.Time
+	wake     chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 type delivery struct {
@@ -102,6 +105,9 @@ type delivery struct {
 	// has handled it (CPU): it is delivered when due.
 	size      int
 	processed bool
+	// downTx, while > 0, is the time the message will hold its receiver's downlink: due is
+	// its arrival there, and the downlink is booked at that moment, in arrival order.
+	downTx time.Duration
 }
 
 type deliveryHeap []delivery
@@ -161,6 +167,7 @@ func NewWAN(opts WANOptions) (*WAN, error) {
 		linkFree:      map[[2]string]time.Time{},
 		cpuFree:       map[uint32][]time.Time{},
 		processedLast: map[[2]uint32]time.Time{},
+		downLast:      map[[2]uint32]time.Time{},
 		wake:          make(chan struct{}, 1),
 		stop:          make(chan struct{}),
 		done:          make(chan struct{}),
@@ -220,13 +227,16 @@ func (w *WAN) send(env *peerpb.Envelope) bool {
 		delay += time.Duration(w.rng.Int64N(int64(w.opts.Jitter)))
 	}
 	due := now.Add(delay)
+	var downTx time.Duration
 	if size > 0 && w.opts.NodeBandwidth > 0 {
-		// The sender's uplink, the wire, then the receiver's downlink (each FIFO).
+		// The sender's uplink (FIFO in send order), the wire, then the receiver's downlink —
+		// booked when the message arrives there (run), so that it queues behind the messages
+		// that arrived before it, not behind those still on their way from farther away.
 		tx := time.Duration(float64(size) / w.opts.NodeBandwidth * float64(time.Second))
 		sent := maxTime(now, w.upFree[env.From]).Add(tx)
 		w.upFree[env.From] = sent
-		due = maxTime(sent.Add(delay), w.downFree[env.To].Add(tx))
-		w.downFree[env.To] = due
+		due = sent.Add(delay)
+		downTx = tx
 	}
 	if w.opts.LinkBandwidth != nil && from != to {
 		if bw := w.opts.LinkBandwidth(from, to); bw > 0 {
@@ -242,7 +252,7 @@ func (w *WAN) send(env *peerpb.Envelope) bool {
 	}
 	w.lastDue[link] = due
 	w.seq++
-	heap.Push(&w.queue, delivery{due: due, seq: w.seq, env: env, size: size, processed: w.opts.CPU == nil})
+	heap.Push(&w.queue, delivery{due: due, seq: w.seq, env: env, size: size, processed: w.opts.CPU == nil, downTx: downTx})
 	first := w.queue[0].seq == w.seq
 	w.mu.Unlock()
 	if first {
@@ -311,6 +321,20 @@ func (w *WAN) run() {
 		batch = batch[:0]
 		for len(w.queue) > 0 && !w.queue[0].due.After(now) && len(batch) < 4096 {
 			d := heap.Pop(&w.queue).(delivery)
+			if d.downTx > 0 {
+				// Arrived at the receiver's downlink: it takes the link when the messages
+				// that arrived before it have passed.
+				d.due = maxTime(d.due, w.downFree[d.env.To]).Add(d.downTx)
+				w.downFree[d.env.To] = d.due
+				d.downTx = 0
+				link := [2]uint32{d.env.From, d.env.To}
+				d.due = maxTime(d.due, w.downLast[link])
+				w.downLast[link] = d.due
+				w.seq++
+				d.seq = w.seq
+				heap.Push(&w.queue, d)
+				continue
+			}
 			if !d.processed {
 				// Arrived: it waits for a core of its receiver, in arrival order, and is
 				// delivered when that core has processed it.

@@ -78,6 +78,14 @@ type ClusterOptions struct {
 	// MetadataVoters, when set, names the cluster metadata group's voters (node names are
 	// <region>-<i>); default: config's (up to five, one per region in turn).
 	MetadataVoters []string
+	// ExtraKeyspaces are created beside Keyspace (background data, for instance).
+	ExtraKeyspaces []config.Keyspace
+	// MaxValueBytes, when > 0, is the cluster's limits.max_value_bytes.
+	MaxValueBytes int
+	// Network, when set, is the cluster's network section (the Mayflower selector's links).
+	Network *config.Network
+	// AntiEntropyInterval, when set, replaces the 10s between a replica's repair rounds.
+	AntiEntropyInterval time.Duration
 }
 
 // capacity is one node's service queue (NodeCapacityOps).
@@ -237,7 +245,7 @@ func StartCluster(o ClusterOptions) (*Cluster, error) {
 		TopologyRef: o.Topology.Name,
 		Clock:       config.Clock{MaxOffset: cmp.Or(o.MaxClockOffset, 2*time.Millisecond)},
 		Limits:      config.DefaultLimits(),
-		AntiEntropy: config.AntiEntropy{Interval: 10 * time.Second},
+		AntiEntropy: config.AntiEntropy{Interval: cmp.Or(o.AntiEntropyInterval, 10*time.Second)},
 	}
 	off := false
 	cfg.Elasticity = config.Elasticity{Driver: &off}
@@ -256,7 +264,13 @@ func StartCluster(o ClusterOptions) (*Cluster, error) {
 				Listen: fmt.Sprintf("127.0.0.1:%d", 20000+id), PeerListen: fmt.Sprintf("127.0.0.1:%d", 30000+id)})
 		}
 	}
-	cfg.Keyspaces = []config.Keyspace{o.Keyspace}
+	cfg.Keyspaces = append([]config.Keyspace{o.Keyspace}, o.ExtraKeyspaces...)
+	if o.MaxValueBytes > 0 {
+		cfg.Limits.MaxValueBytes = o.MaxValueBytes
+	}
+	if o.Network != nil {
+		cfg.Network = *o.Network
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("demo: cluster configuration: %w", err)
 	}

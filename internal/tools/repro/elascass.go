@@ -280,10 +280,15 @@ func benchLogger() *slog.Logger {
 // straight into the storage of every replica of their partitions, as a bulk import does: the
 // experiments are about moving data, not about loading it through the write path.
 func LoadDirect(c *bench.Cluster, n int, valueBytes int, seed uint64) error {
+	return LoadDirectInto(c, "bench", n, valueBytes, seed)
+}
+
+// LoadDirectInto is LoadDirect into the named keyspace.
+func LoadDirectInto(c *bench.Cluster, keyspace string, n int, valueBytes int, seed uint64) error {
 	pm := c.Nodes[0].Placement()
-	ks, ok := pm.Keyspace("bench")
+	ks, ok := pm.Keyspace(keyspace)
 	if !ok {
-		return fmt.Errorf("repro: no keyspace bench")
+		return fmt.Errorf("repro: no keyspace %s", keyspace)
 	}
 	engines := map[uint32]*storage.Engine{}
 	for _, nd := range c.Nodes {
@@ -309,10 +314,11 @@ func LoadDirect(c *bench.Cluster, n int, valueBytes int, seed uint64) error {
 				val[j+k] = 'a' + byte(v>>(8*k))%26
 			}
 		}
-		rec := storage.Record{Keyspace: "bench", Key: key, Value: val, Version: hlc.Version{WallNanos: now, Logical: uint32(i), NodeID: 1}}
+		rec := storage.Record{Keyspace: keyspace, Key: key, Value: val, Version: hlc.Version{WallNanos: now, Logical: uint32(i), NodeID: 1}}
 		for _, r := range ks.Lookup(key).Replicas {
 			batches[r] = append(batches[r], rec)
-			if len(batches[r]) >= 2000 {
+			// Batches of at most 2,000 records or 64 MiB.
+			if len(batches[r]) >= 2000 || len(batches[r])*valueBytes >= 64<<20 {
 				if err := flush(r, false); err != nil {
 					return err
 				}

@@ -1,0 +1,404 @@
+package repro
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"meridian/internal/config"
+	"meridian/internal/elascass"
+	"meridian/internal/engine"
+	"meridian/internal/metadata"
+	"meridian/internal/runtime/node"
+	"meridian/internal/tools/bench"
+	"meridian/internal/tools/ycsb"
+	"meridian/internal/topology"
+)
+
+// LargeReadOptions configure `meridian bench mayflower --product` (docs/mayflower.md, "In the
+// product"): large values read at ONE on an emulated cluster whose nodes' interfaces and
+// inter-region links have a bandwidth, while a node joins the first region and pulls its
+// share of the data (a bootstrap stream in the background), under each large-read selector.
+type LargeReadOptions struct {
+	Topology *topology.Topology
+	// NodesPerRegion before the join (default 2).
+	NodesPerRegion int
+	// Keys of ValueBytes read (default 24 of 8 MiB); BulkKeys of BulkBytes (default 300 of
+	// 1 MiB) only move: the join's stream.
+	Keys, ValueBytes, BulkKeys, BulkBytes int
+	// NodeBandwidth and WANBandwidth, bytes/s each way (defaults 25 MB/s and 12.5 MB/s).
+	NodeBandwidth, WANBandwidth float64
+	// ReadersPerRegion closed-loop readers in every region (default 2).
+	ReadersPerRegion int
+	// Duration of the measured reads (default 30s; from the join's start).
+	Duration time.Duration
+	// ChunkBytes and Window: the reads' chunks and window per replica (defaults 256 KiB, 4).
+	ChunkBytes, Window int
+	// Selectors run (default nearest, snitch, hedged, mayflower).
+	Selectors []string
+	// NoJoin: no bootstrap stream (the idle network).
+	NoJoin bool
+	Seed   uint64
+	Log    io.Writer
+}
+
+func (o *LargeReadOptions) defaults() error {
+	if o.Topology == nil {
+		t, err := topology.Builtin("gcp-meteorshower-3")
+		if err != nil {
+			return err
+		}
+		o.Topology = t
+	}
+	o.NodesPerRegion = cmpOr(o.NodesPerRegion, 2)
+	o.Keys = cmpOr(o.Keys, 24)
+	o.ValueBytes = cmpOr(o.ValueBytes, 8<<20)
+	o.BulkKeys = cmpOr(o.BulkKeys, 300)
+	o.BulkBytes = cmpOr(o.BulkBytes, 1<<20)
+	if o.NodeBandwidth == 0 {
+		o.NodeBandwidth = 25e6
+	}
+	if o.WANBandwidth == 0 {
+		o.WANBandwidth = 12.5e6
+	}
+	o.ReadersPerRegion = cmpOr(o.ReadersPerRegion, 2)
+	if o.Duration == 0 {
+		o.Duration = 30 * time.Second
+	}
+	o.ChunkBytes = cmpOr(o.ChunkBytes, 256<<10)
+	o.Window = cmpOr(o.Window, 4)
+	if len(o.Selectors) == 0 {
+		o.Selectors = []string{config.ReadSelectorNearest, config.ReadSelectorSnitch, config.ReadSelectorHedged, config.ReadSelectorMayflower}
+	}
+	for _, s := range o.Selectors {
+		switch s {
+		case config.ReadSelectorNearest, config.ReadSelectorSnitch, config.ReadSelectorHedged, config.ReadSelectorMayflower:
+		default:
+			return fmt.Errorf("selector %q: want nearest, snitch, hedged or mayflower", s)
+		}
+	}
+	if o.Keys < 1 || o.ValueBytes < 2<<20 || o.ValueBytes > 64<<20 || o.BulkKeys < 0 || o.Duration < time.Second || o.Duration > 10*time.Minute {
+		return fmt.Errorf("want ≥ 1 key, values of 2 to 64 MiB, a duration of 1s to 10m")
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	return nil
+}
+
+func cmpOr(v, d int) int {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+// LargeReadRegion is one region's reads under one selector.
+type LargeReadRegion struct {
+	Region                  string
+	Reads, Errors           int
+	MeanMs, P50Ms, P99Ms    float64
+	LowerBoundMs            float64
+	JoinRegion              bool
+	LatenciesMs             []float64 `json:"-"`
+	CoordinatedAtReplicaPct float64
+}
+
+// LargeReadRun is one selector's run.
+type LargeReadRun struct {
+	Selector string
+	Regions  []LargeReadRegion
+	// All regions together.
+	Reads                int
+	MeanMs, P50Ms, P99Ms float64
+	// Fetched and wasted chunk bytes, split reads (from the nodes' counters).
+	FetchedBytes, WastedBytes, Splits int64
+	// JoinS: how long the join took (0: not finished within the run, or no join).
+	JoinS float64
+}
+
+// LargeReadResult is the experiment.
+type LargeReadResult struct {
+	Options LargeReadOptions `json:"-"`
+	Runs    []LargeReadRun
+}
+
+// LargeReadBench runs the experiment.
+func LargeReadBench(ctx context.Context, o LargeReadOptions) (*LargeReadResult, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	res := &LargeReadResult{Options: o}
+	for _, sel := range o.Selectors {
+		fmt.Fprintf(o.Log, "  %s\n", sel)
+		r, err := largeReadRun(ctx, o, sel)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", sel, err)
+		}
+		res.Runs = append(res.Runs, r)
+	}
+	return res, nil
+}
+
+func largeReadRun(ctx context.Context, o LargeReadOptions, selector string) (LargeReadRun, error) {
+	run := LargeReadRun{Selector: selector}
+	on := true
+	parts := min(o.Keys, 6)
+	ks := config.Keyspace{Name: "bench", Protocol: config.ProtocolQuorum, ReplicasPerRegion: 1, Partitions: parts,
+		SplitPoints: ycsb.SplitPoints(parts), Options: map[string]string{
+			"read_level": "ONE", "write_level": "QUORUM", "read_selector": selector,
+			"large_read_bytes": "1MiB", "read_chunk_bytes": fmt.Sprint(o.ChunkBytes), "read_window": fmt.Sprint(o.Window),
+			"split_ops": "0", "split_bytes": "16GiB", "merge_bytes": "1KiB", "min_partitions": fmt.Sprint(parts)}}
+	bulk := config.Keyspace{Name: "bulk", Protocol: config.ProtocolQuorum, ReplicasPerRegion: 1, Partitions: 24,
+		SplitPoints: ycsb.SplitPoints(24), Options: map[string]string{
+			"split_ops": "0", "split_bytes": "16GiB", "merge_bytes": "1KiB", "min_partitions": "24"}}
+	elasticity := &config.Elasticity{Driver: &on, Strategy: string(elascass.TwoPhase), Interval: 250 * time.Millisecond,
+		MaxMovesPerNode: 4, MaxMoves: 64, DeadAfter: 10 * time.Second, TargetByteImbalance: -1, TargetLoadImbalance: -1}
+	if o.NoJoin {
+		elasticity = nil // nothing to place: the driver stays off, no replica moves
+	}
+	c, err := bench.StartCluster(bench.ClusterOptions{
+		Topology: o.Topology, NodesPerRegion: o.NodesPerRegion, Seed: o.Seed,
+		Keyspace: ks, ExtraKeyspaces: []config.Keyspace{bulk}, MaxValueBytes: o.ValueBytes,
+		NodeBandwidth: o.NodeBandwidth, LinkBandwidth: o.WANBandwidth,
+		Network:    &config.Network{NodeBandwidth: fmt.Sprintf("%dB", int64(o.NodeBandwidth)), WANBandwidth: fmt.Sprintf("%dB", int64(o.WANBandwidth))},
+		Elasticity: elasticity,
+		// Anti-entropy's digests read every value (8 MiB each here) on the host's two cores:
+		// rounds every 10 minutes keep them out of a run of a few minutes.
+		AntiEntropyInterval: 10 * time.Minute,
+		Logger:              benchLogger(),
+		MetadataVoters:      firstNodes(o.Topology),
+	})
+	if err != nil {
+		return run, err
+	}
+	defer c.Close()
+	if err := LoadDirectInto(c, "bench", o.Keys, o.ValueBytes, o.Seed); err != nil {
+		return run, err
+	}
+	if o.BulkKeys > 0 {
+		if err := LoadDirectInto(c, "bulk", o.BulkKeys, o.BulkBytes, o.Seed+1); err != nil {
+			return run, err
+		}
+	}
+	// Let the stores finish the flushes and compactions of the load before measuring: they
+	// are the host's work, not the emulated network's.
+	for _, nd := range c.Nodes {
+		nd.Engine().WaitIdle(2 * time.Minute)
+	}
+	base := largeReadCounters(c)
+	joinRegion := o.Topology.Regions[0]
+	var (
+		mu   sync.Mutex
+		lat  = map[string][]float64{}
+		errN = map[string]int{}
+		atRp = map[string]int{}
+	)
+	rctx, stop := context.WithTimeout(ctx, o.Duration)
+	defer stop()
+	start := time.Now()
+	joinDone := make(chan float64, 1)
+	if !o.NoJoin {
+		go func() {
+			nn, err := c.Join(rctx, joinRegion)
+			if err != nil {
+				joinDone <- 0
+				return
+			}
+			watcher := c.Nodes[0]
+			if err := waitMoves(rctx, watcher, func(st node.Status) bool {
+				return stateOf(watcher, nn.ID()) == metadata.NodeActive && holdsShare(st, nn.Name())
+			}); err != nil {
+				joinDone <- 0
+				return
+			}
+			joinDone <- time.Since(start).Seconds()
+		}()
+	}
+	var wg sync.WaitGroup
+	for ri, region := range o.Topology.Regions {
+		var coords []*node.Node
+		for i := 1; i <= o.NodesPerRegion; i++ {
+			coords = append(coords, c.NodeIn(region, i))
+		}
+		for k := range o.ReadersPerRegion {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(o.Seed, uint64(ri*100+k)))
+				for rctx.Err() == nil {
+					key := ycsb.KeyName(uint64(rng.IntN(o.Keys)), false)
+					nd, atReplica := coordinatorFor(coords, key)
+					t0 := time.Now()
+					r := nd.Do(rctx, engine.Request{Op: engine.OpGet, Keyspace: "bench", Key: key, Level: config.LevelOne, Deadline: t0.Add(60 * time.Second)})
+					d := time.Since(t0)
+					if rctx.Err() != nil {
+						return // cut off by the end of the run: not a read's latency
+					}
+					mu.Lock()
+					if r.Err != nil || len(r.Value) != o.ValueBytes {
+						errN[region]++
+					} else {
+						lat[region] = append(lat[region], float64(d.Microseconds())/1000)
+						if atReplica {
+							atRp[region]++
+						}
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if !o.NoJoin {
+		select {
+		case run.JoinS = <-joinDone:
+		case <-time.After(time.Second):
+		}
+	}
+	end := largeReadCounters(c)
+	run.FetchedBytes, run.WastedBytes, run.Splits = end[0]-base[0], end[1]-base[1], end[2]-base[2]
+	var all []float64
+	for _, region := range o.Topology.Regions {
+		ls := lat[region]
+		all = append(all, ls...)
+		rr := LargeReadRegion{Region: region, Reads: len(ls), Errors: errN[region], JoinRegion: region == joinRegion && !o.NoJoin, LatenciesMs: ls}
+		rr.MeanMs, rr.P50Ms, rr.P99Ms = latencyStats(ls)
+		// The physical lower bound of a read from the nearest other node of the region on an
+		// idle network: the value over one interface, plus the round trip of the header.
+		rr.LowerBoundMs = float64(o.ValueBytes)/o.NodeBandwidth*1000 + 2*o.Topology.RTT(region, region).Seconds()*1000
+		if len(ls) > 0 {
+			rr.CoordinatedAtReplicaPct = 100 * float64(atRp[region]) / float64(len(ls))
+		}
+		run.Regions = append(run.Regions, rr)
+	}
+	run.Reads = len(all)
+	run.MeanMs, run.P50Ms, run.P99Ms = latencyStats(all)
+	fmt.Fprintf(o.Log, "    %d reads, mean %.0f ms, p99 %.0f ms, join %.1f s, %d split, %.1f%% bytes wasted\n", run.Reads, run.MeanMs, run.P99Ms, run.JoinS,
+		run.Splits, 100*float64(run.WastedBytes)/float64(max(run.FetchedBytes, 1)))
+	return run, nil
+}
+
+// coordinatorFor picks the node of coords that coordinates a read of key: one that holds no
+// replica of its partition if there is one (the read then crosses the network, which is what
+// the selectors choose about), else the first.
+func coordinatorFor(coords []*node.Node, key []byte) (*node.Node, bool) {
+	for _, nd := range coords {
+		ks, ok := nd.Placement().Keyspace("bench")
+		if !ok {
+			continue
+		}
+		if !slices.Contains(ks.Lookup(key).Replicas, nd.ID()) {
+			return nd, false
+		}
+	}
+	return coords[0], true
+}
+
+// largeReadCounters sums the cluster's fetched bytes, wasted bytes and split reads.
+func largeReadCounters(c *bench.Cluster) [3]int64 {
+	var out [3]int64
+	for _, nd := range c.Nodes {
+		mfs, err := nd.Registry().Gather()
+		if err != nil {
+			continue
+		}
+		for _, mf := range mfs {
+			i := -1
+			switch mf.GetName() {
+			case "meridian_large_read_bytes_total":
+				i = 0
+			case "meridian_large_read_wasted_bytes_total":
+				i = 1
+			case "meridian_large_reads_split_total":
+				i = 2
+			}
+			if i < 0 {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				out[i] += int64(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return out
+}
+
+// latencyStats returns the mean, p50 and p99 of ms.
+func latencyStats(ms []float64) (mean, p50, p99 float64) {
+	if len(ms) == 0 {
+		return 0, 0, 0
+	}
+	s := slices.Clone(ms)
+	slices.Sort(s)
+	sum := 0.0
+	for _, v := range s {
+		sum += v
+	}
+	at := func(q float64) float64 { return s[min(len(s)-1, int(q*float64(len(s))))] }
+	return sum / float64(len(s)), at(0.50), at(0.99)
+}
+
+// Markdown renders the result.
+func (r *LargeReadResult) Markdown() string {
+	o := r.Options
+	var b strings.Builder
+	stream := fmt.Sprintf("while a node joins %s and pulls its share of %d MB of other data (two-phase bootstrap)", o.Topology.Regions[0], o.BulkKeys*o.BulkBytes/1e6)
+	if o.NoJoin {
+		stream = "on an otherwise idle network"
+	}
+	fmt.Fprintf(&b, "Reads at ONE of %d values of %.1f MiB (chunks of %d KiB, %d in flight per replica) by %d closed-loop readers per region on %s, %d nodes per region (each coordinating for keys it holds no replica of), interfaces of %.1f MB/s and inter-region links of %.1f MB/s each way, %s, %v per selector.\n\n",
+		o.Keys, float64(o.ValueBytes)/(1<<20), o.ChunkBytes>>10, o.Window, o.ReadersPerRegion, o.Topology.Name, o.NodesPerRegion, o.NodeBandwidth/1e6, o.WANBandwidth/1e6, stream, o.Duration)
+	var nearest *LargeReadRun
+	for i := range r.Runs {
+		if r.Runs[i].Selector == config.ReadSelectorNearest {
+			nearest = &r.Runs[i]
+		}
+	}
+	b.WriteString("| selector | reads | mean (ms) | p50 (ms) | p99 (ms) | mean vs nearest | p99 vs nearest | split reads | extra bytes | join (s) |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, x := range r.Runs {
+		rm, rp := "—", "—"
+		if nearest != nil && nearest.MeanMs > 0 {
+			rm = fmt.Sprintf("%.2f", x.MeanMs/nearest.MeanMs)
+			rp = fmt.Sprintf("%.2f", x.P99Ms/nearest.P99Ms)
+		}
+		join := "—"
+		if x.JoinS > 0 {
+			join = fmt.Sprintf("%.1f", x.JoinS)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %.0f | %.0f | %.0f | %s | %s | %d | %.1f%% | %s |\n", x.Selector, x.Reads, x.MeanMs, x.P50Ms, x.P99Ms, rm, rp,
+			x.Splits, 100*float64(x.WastedBytes)/float64(max(x.FetchedBytes, 1)), join)
+	}
+	b.WriteString("\nPer region (p50 / p99 ms; lower bound: the value over one interface plus the header's round trip):\n\n| selector |")
+	for _, reg := range o.Topology.Regions {
+		fmt.Fprintf(&b, " %s |", reg)
+	}
+	b.WriteString("\n|---|")
+	for range o.Topology.Regions {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, x := range r.Runs {
+		fmt.Fprintf(&b, "| %s |", x.Selector)
+		for _, reg := range x.Regions {
+			fmt.Fprintf(&b, " %.0f / %.0f (n=%d, errors %d) |", reg.P50Ms, reg.P99Ms, reg.Reads, reg.Errors)
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Runs) > 0 {
+		b.WriteString("| lower bound |")
+		for _, reg := range r.Runs[0].Regions {
+			fmt.Fprintf(&b, " %.0f |", reg.LowerBoundMs)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
