@@ -18,7 +18,8 @@ func benchMayflowerProductCmd() *cobra.Command {
 		o                                  repro.LargeReadOptions
 		topoName, nodeBW, wanBW, selectors string
 		valueSize, chunk, bulkSize         string
-		jsonOut, mdOut                     string
+		jsonOut, mdOut, readerRegions      string
+		replicaRegions                     string
 	)
 	cmd := &cobra.Command{
 		Use:   "product [--selectors nearest,snitch,hedged,mayflower] [--duration D] [--value-size 8MiB]",
@@ -60,6 +61,8 @@ func benchMayflowerProductCmd() *cobra.Command {
 				return err
 			}
 			o.Selectors = splitTrimmed(selectors)
+			o.ReaderRegions = splitTrimmed(readerRegions)
+			o.ReplicaRegions = splitTrimmed(replicaRegions)
 			o.Log = os.Stderr
 			res, err := repro.LargeReadBench(cmd.Context(), o)
 			if err != nil {
@@ -83,6 +86,9 @@ func benchMayflowerProductCmd() *cobra.Command {
 	f.IntVar(&o.Window, "window", 4, "read_window: chunks in flight per replica")
 	f.IntVar(&o.NodesPerRegion, "nodes-per-region", 2, "nodes per region before the join")
 	f.IntVar(&o.ReadersPerRegion, "readers", 2, "closed-loop readers per region")
+	f.StringVar(&readerRegions, "reader-regions", "", "regions with readers, comma-separated (default: every region)")
+	f.StringVar(&replicaRegions, "replica-regions", "", "regions holding the read keyspace's replicas, comma-separated (default: every region)")
+	f.StringVar(&o.JoinRegion, "join-region", "", "region the node joins (default: the first)")
 	f.DurationVar(&o.Duration, "duration", 0, "measured time per selector, from the join's start (default 30s)")
 	f.BoolVar(&o.NoJoin, "no-join", false, "no bootstrap stream: the idle network")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed (keys read, values)")

@@ -396,3 +396,40 @@ func TestPlaceAppliesTheEstimate(t *testing.T) {
 		t.Fatal("a flow placed twice")
 	}
 }
+
+// A path's latency counts in the read's completion time: a wider path a second away loses to
+// a narrower one next door for a read that the narrow one finishes sooner, and a split's
+// far part carries less, so that both parts end together.
+func TestLatencyCountsInTheChoiceAndTheSplit(t *testing.T) {
+	m := NewModel()
+	for _, l := range []LinkID{"near", "far"} {
+		if err := m.SetLink(l, map[LinkID]float64{"near": 10e6, "far": 20e6}[l]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cands := []Candidate{{Replica: "far", Path: []LinkID{"far"}, Latency: 1}, {Replica: "near", Path: []LinkID{"near"}}}
+	ch, err := m.Choose(cands, 10e6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch.Best != 1 || ch.Estimates[0].Own != 1.5 || ch.Estimates[1].Own != 1 {
+		t.Fatalf("choice %d, own times %v / %v; want near (1 s) over far (0.5 s + 1 s)", ch.Best, ch.Estimates[0].Own, ch.Estimates[1].Own)
+	}
+	cands[0].Latency = math.NaN()
+	if _, err := m.Choose(cands, 10e6); err == nil {
+		t.Fatal("a NaN latency was accepted")
+	}
+	cands[0].Latency = 0.25
+	plan, err := m.Plan(cands, 10e6, SplitMakespan)
+	if err != nil || len(plan.Parts) != 2 {
+		t.Fatalf("plan %+v, %v: want a split", plan, err)
+	}
+	// Both end at T = (10e6 + 20e6·0.25) / 30e6 = 0.5 s: far carries 20e6·0.25 = 5e6.
+	byReplica := map[string]float64{}
+	for _, p := range plan.Parts {
+		byReplica[cands[p.Candidate].Replica] = p.Bytes
+	}
+	if math.Abs(byReplica["far"]-5e6) > 1 || math.Abs(byReplica["near"]-5e6) > 1 || math.Abs(plan.Cost-0.5) > 1e-9 {
+		t.Fatalf("parts %v, cost %v; want 5e6 each, ending at 0.5 s", byReplica, plan.Cost)
+	}
+}

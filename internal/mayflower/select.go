@@ -13,6 +13,11 @@ import (
 type Candidate struct {
 	Replica string
 	Path    []LinkID
+	// Latency is how long the path takes before its first bytes arrive (s): a round trip
+	// across a wide-area link. The thesis's paths are within one data center, where it is
+	// nothing beside a transfer's time; across regions it is not, so it adds to the read's
+	// own completion time (and a split part's start). 0 in the thesis's setting.
+	Latency float64
 }
 
 // Estimate is what adding a new flow on a path would do (Eq. 3.2).
@@ -166,6 +171,11 @@ func (m *Model) choose(o *overlay, cands []Candidate, size float64, exclude stri
 		if err != nil {
 			return Choice{}, fmt.Errorf("mayflower: candidate %d (replica %s): %w", i, c.Replica, err)
 		}
+		if c.Latency < 0 || math.IsNaN(c.Latency) || math.IsInf(c.Latency, 0) {
+			return Choice{}, fmt.Errorf("mayflower: candidate %d (replica %s): latency %v", i, c.Replica, c.Latency)
+		}
+		e.Own += c.Latency
+		e.Cost += c.Latency
 		ch.Estimates[i] = e
 		if c.Replica == exclude && exclude != "" {
 			continue
@@ -266,24 +276,28 @@ func (m *Model) Plan(cands []Candidate, size float64, rule SplitRule) (Plan, err
 			delay2 -= size/r - size/e1.Rate
 		}
 	}
+	// Both parts end together at T: part i carries b_i·(T − L_i), L_i its path's latency.
+	l1, l2, b2 := cands[ch.Best].Latency, cands[ch2.Best].Latency, e2.Rate
+	b := b1 + b2
+	end := (size + b1*l1 + b2*l2) / b
+	bytes1, bytes2 := b1*(end-l1), b2*(end-l2)
 	var cost float64
 	switch rule {
 	case SplitLiteral:
-		cost = size/b1 + e1.Delay + e2.Own + delay2
+		cost = l1 + size/b1 + e1.Delay + e2.Own + delay2
 	case SplitMakespan:
-		cost = size/(b1+e2.Rate) + e1.Delay + delay2
+		cost = end + e1.Delay + delay2
 	default:
 		return Plan{}, fmt.Errorf("mayflower: unknown split rule %d", int(rule))
 	}
 	single.SplitCost = cost
-	if !(cost < e1.Cost) || !(b1 > 0) {
+	if !(cost < e1.Cost) || !(b1 > 0) || !(bytes1 > 0) || !(bytes2 > 0) {
 		return single, nil
 	}
-	b := b1 + e2.Rate
 	return Plan{
 		Parts: []Part{
-			{Candidate: ch.Best, Bytes: size * b1 / b, Rate: b1},
-			{Candidate: ch2.Best, Bytes: size * e2.Rate / b, Rate: e2.Rate},
+			{Candidate: ch.Best, Bytes: bytes1, Rate: b1},
+			{Candidate: ch2.Best, Bytes: bytes2, Rate: b2},
 		},
 		Cost: cost, Single: e1, SplitCost: cost,
 	}, nil

@@ -63,6 +63,8 @@ const (
 	// maxReadRestarts bounds how often a read starts over because no live replica holds the
 	// version it was fetching.
 	maxReadRestarts = 3
+	// maxFetchWindow bounds the chunks one source has in flight.
+	maxFetchWindow = 64
 	// snitchBadness is the dynamic snitch's threshold (Cassandra's dynamic_snitch_badness_threshold
 	// default 0.1): the nearest replica is passed over only when its score is this much worse.
 	snitchBadness = 0.1
@@ -145,14 +147,22 @@ type fetch struct {
 	started  time.Time
 	label    string
 	hedge    bool // sources take every chunk not yet received (not only unassigned ones)
-	window   int
-	opts     config.LargeReadOptions
+	// endgame: once no chunk is unassigned, a source with room asks for a chunk another
+	// source still has in flight (BitTorrent's endgame; each chunk at most once more), so
+	// a split read does not wait on its slower part's last window (mayflower).
+	endgame bool
+	dup     map[int]bool // chunks asked a second time in the endgame
+	window  int
+	opts    config.LargeReadOptions
 }
 
 // fetchSource is one replica a fetch reads from.
 type fetchSource struct {
-	node     uint32
-	back     bool // takes chunks from the end
+	node uint32
+	back bool // takes chunks from the end
+	// window is the chunks it may have in flight: read_window, or more when its bandwidth-
+	// delay product needs them (a replica across the WAN).
+	window   int
 	cursor   int
 	inflight map[int]time.Time // chunk → when asked
 	failed   bool
@@ -270,8 +280,23 @@ func (c *Core) startFetch(now time.Time, id uint64, r *pendingRead) {
 }
 
 // addSource makes node a source of f.
-func (f *fetch) addSource(now time.Time, node uint32, back bool, rate float64) *fetchSource {
-	s := &fetchSource{node: node, back: back, inflight: map[int]time.Time{}, rate: rate, sampleAt: now}
+func (c *Core) addSource(now time.Time, f *fetch, node uint32, back bool, rate float64) *fetchSource {
+	s := &fetchSource{node: node, back: back, inflight: map[int]time.Time{}, rate: rate, sampleAt: now, window: f.window}
+	// Enough chunks in flight to fill the path at its capacity across the round trip (its
+	// bandwidth-delay product), as TCP's window grows to: read_window 4 of 256 KiB carries
+	// only 4 MB/s across a 250 ms round trip. The capacity, not the rate expected now: the
+	// path may free up while the read runs.
+	expect := c.Cfg.Network.NodeBytesPerSec
+	if wan := c.Cfg.Network.WANBytesPerSec; wan > 0 && c.Region[node] != c.SelfRegion {
+		expect = min(expect, wan)
+	}
+	if expect <= 0 {
+		expect = rate
+	}
+	if rtt := c.RTT(node); expect > 0 && rtt > 0 {
+		bdp := int(expect*rtt.Seconds())/f.chunk + 1
+		s.window = min(max(s.window, bdp), maxFetchWindow)
+	}
 	if back {
 		s.cursor = f.n - 1
 	}
@@ -287,10 +312,10 @@ func (c *Core) selectSources(now time.Time, f *fetch, ks *placement.Keyspace, ca
 	switch f.opts.Selector {
 	case config.ReadSelectorSnitch:
 		f.label = config.ReadSelectorSnitch
-		f.addSource(now, c.snitchPick(now, cands), false, 0)
+		c.addSource(now, f, c.snitchPick(now, cands), false, 0)
 	case config.ReadSelectorHedged:
 		f.label = config.ReadSelectorHedged
-		f.addSource(now, cands[0], false, 0)
+		c.addSource(now, f, cands[0], false, 0)
 		if len(cands) > 1 {
 			c.AddTimer(now.Add(c.hedgeDelay(f)), timerFetchHedge, f.id)
 		}
@@ -298,16 +323,17 @@ func (c *Core) selectSources(now time.Time, f *fetch, ks *placement.Keyspace, ca
 		plan, ok := c.mayflowerPlan(now, f, cands)
 		if !ok {
 			f.label = labelMayflowerUnconfigured
-			f.addSource(now, cands[0], false, 0)
+			c.addSource(now, f, cands[0], false, 0)
 			return
 		}
 		f.label = config.ReadSelectorMayflower
+		f.endgame = len(plan) > 1
 		for i, p := range plan {
-			f.addSource(now, p.node, i == 1, p.rate)
+			c.addSource(now, f, p.node, i == 1, p.rate)
 		}
 	default:
 		f.label = config.ReadSelectorNearest
-		f.addSource(now, cands[0], false, 0)
+		c.addSource(now, f, cands[0], false, 0)
 	}
 }
 
@@ -397,6 +423,32 @@ func (f *fetch) nextChunk(s *fetchSource) int {
 		f.assigned[i] = true
 		return i
 	}
+	if f.endgame && len(s.inflight) == 0 {
+		// The endgame, for a source with nothing left to do: the chunk another source asked
+		// for longest ago (one at a time, so the duplicates are at most a chunk per time a
+		// source runs dry).
+		best, bestAt := -1, time.Time{}
+		for _, o := range f.sources {
+			if o == s || o.failed {
+				continue
+			}
+			for i, at := range o.inflight {
+				if f.got[i] || f.dup[i] {
+					continue
+				}
+				if best < 0 || at.Before(bestAt) || (at.Equal(bestAt) && i < best) {
+					best, bestAt = i, at
+				}
+			}
+		}
+		if best >= 0 {
+			if f.dup == nil {
+				f.dup = map[int]bool{}
+			}
+			f.dup[best] = true
+			return best
+		}
+	}
 	return -1
 }
 
@@ -419,7 +471,7 @@ func (c *Core) pumpAll(now time.Time, f *fetch) {
 
 // askNext asks s for its next chunk if its window has room; false if it did not.
 func (c *Core) askNext(now time.Time, f *fetch, s *fetchSource) bool {
-	if s.failed || len(s.inflight) >= f.window {
+	if s.failed || len(s.inflight) >= s.window {
 		return false
 	}
 	i := f.nextChunk(s)
@@ -614,7 +666,7 @@ func (c *Core) failSource(now time.Time, f *fetch, s *fetchSource) {
 			}
 			// The replacement walks every chunk from the front: assigned chunks of failed
 			// sources are in retry, the rest unassigned.
-			f.addSource(now, n, false, 0)
+			c.addSource(now, f, n, false, 0)
 			live++
 			break
 		}
@@ -633,7 +685,7 @@ func (c *Core) hedgeFetch(now time.Time, id uint64) {
 		return
 	}
 	f.hedge = true
-	s := f.addSource(now, f.spare[0], true, 0)
+	s := c.addSource(now, f, f.spare[0], true, 0)
 	c.pump(now, f, s)
 }
 

@@ -274,7 +274,8 @@ func (c *Core) mayflowerPlan(now time.Time, f *fetch, cands []uint32) ([]planPar
 	}
 	mc := make([]mayflower.Candidate, len(cands))
 	for i, n := range cands {
-		mc[i] = mayflower.Candidate{Replica: fmt.Sprint(n), Path: c.flowPath(n, c.Cfg.NodeID)}
+		// A part from a replica across the WAN starts a round trip later (its first chunk).
+		mc[i] = mayflower.Candidate{Replica: fmt.Sprint(n), Path: c.flowPath(n, c.Cfg.NodeID), Latency: c.RTT(n).Seconds()}
 	}
 	rule := mayflower.SplitMakespan
 	switch f.opts.Split {

@@ -100,7 +100,8 @@ func TestLargeReadFetchesInChunks(t *testing.T) {
 			for _, n := range src {
 				total += n
 			}
-			if len(src) != tc.wantSources || total != 13 {
+			// A split read's endgame may ask a chunk twice, one at a time per source.
+			if len(src) != tc.wantSources || total < 13 || total > 13+tc.wantSources-1 {
 				t.Errorf("chunks by source %v (total %d), want %d sources and 13 chunks", src, total, tc.wantSources)
 			}
 			for _, e := range delivered {
@@ -109,7 +110,7 @@ func TestLargeReadFetchesInChunks(t *testing.T) {
 				}
 			}
 			st := counters(h, 1)
-			if st.BytesFetched.Load() != size || st.BytesWasted.Load() != 0 {
+			if st.BytesFetched.Load() < size || st.BytesWasted.Load() > int64(tc.wantSources-1)*4096 {
 				t.Errorf("counters: fetched %d wasted %d", st.BytesFetched.Load(), st.BytesWasted.Load())
 			}
 		})

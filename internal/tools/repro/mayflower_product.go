@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"meridian/internal/config"
@@ -33,9 +34,17 @@ type LargeReadOptions struct {
 	Keys, ValueBytes, BulkKeys, BulkBytes int
 	// NodeBandwidth and WANBandwidth, bytes/s each way (defaults 25 MB/s and 12.5 MB/s).
 	NodeBandwidth, WANBandwidth float64
-	// ReadersPerRegion closed-loop readers in every region (default 2).
+	// ReadersPerRegion closed-loop readers in every region of ReaderRegions (default 2; all
+	// regions by default).
 	ReadersPerRegion int
-	// Duration of the measured reads (default 30s; from the join's start).
+	ReaderRegions    []string
+	// ReplicaRegions hold the read keyspace's replicas (default every region): readers in a
+	// region without one read across the WAN links.
+	ReplicaRegions []string
+	// JoinRegion is where the node joins (default the first region).
+	JoinRegion string
+	// Duration caps the measured reads (default 30s; from the join's start; they stop when
+	// the join is done).
 	Duration time.Duration
 	// ChunkBytes and Window: the reads' chunks and window per replica (defaults 256 KiB, 4).
 	ChunkBytes, Window int
@@ -84,6 +93,14 @@ func (o *LargeReadOptions) defaults() error {
 	}
 	if o.Keys < 1 || o.ValueBytes < 2<<20 || o.ValueBytes > 64<<20 || o.BulkKeys < 0 || o.Duration < time.Second || o.Duration > 10*time.Minute {
 		return fmt.Errorf("want ≥ 1 key, values of 2 to 64 MiB, a duration of 1s to 10m")
+	}
+	if o.JoinRegion == "" {
+		o.JoinRegion = o.Topology.Regions[0]
+	}
+	for _, r := range append(append(slices.Clone(o.ReaderRegions), o.ReplicaRegions...), o.JoinRegion) {
+		if !o.Topology.HasRegion(r) {
+			return fmt.Errorf("reader region %q is not a region of %s", r, o.Topology.Name)
+		}
 	}
 	if o.Seed == 0 {
 		o.Seed = 1
@@ -152,7 +169,7 @@ func largeReadRun(ctx context.Context, o LargeReadOptions, selector string) (Lar
 	run := LargeReadRun{Selector: selector}
 	on := true
 	parts := min(o.Keys, 6)
-	ks := config.Keyspace{Name: "bench", Protocol: config.ProtocolQuorum, ReplicasPerRegion: 1, Partitions: parts,
+	ks := config.Keyspace{Name: "bench", Protocol: config.ProtocolQuorum, ReplicasPerRegion: 1, Partitions: parts, Regions: o.ReplicaRegions,
 		SplitPoints: ycsb.SplitPoints(parts), Options: map[string]string{
 			"read_level": "ONE", "write_level": "QUORUM", "read_selector": selector,
 			"large_read_bytes": "1MiB", "read_chunk_bytes": fmt.Sprint(o.ChunkBytes), "read_window": fmt.Sprint(o.Window),
@@ -195,7 +212,7 @@ func largeReadRun(ctx context.Context, o LargeReadOptions, selector string) (Lar
 		nd.Engine().WaitIdle(2 * time.Minute)
 	}
 	base := largeReadCounters(c)
-	joinRegion := o.Topology.Regions[0]
+	joinRegion := o.JoinRegion
 	var (
 		mu   sync.Mutex
 		lat  = map[string][]float64{}
@@ -206,6 +223,9 @@ func largeReadRun(ctx context.Context, o LargeReadOptions, selector string) (Lar
 	defer stop()
 	start := time.Now()
 	joinDone := make(chan float64, 1)
+	// With a join, the readers read while it runs: they start no read once it is done (the
+	// reads in flight then finish and count), or at Duration.
+	var joined atomic.Bool
 	if !o.NoJoin {
 		go func() {
 			nn, err := c.Join(rctx, joinRegion)
@@ -220,11 +240,15 @@ func largeReadRun(ctx context.Context, o LargeReadOptions, selector string) (Lar
 				joinDone <- 0
 				return
 			}
+			joined.Store(true)
 			joinDone <- time.Since(start).Seconds()
 		}()
 	}
 	var wg sync.WaitGroup
 	for ri, region := range o.Topology.Regions {
+		if len(o.ReaderRegions) > 0 && !slices.Contains(o.ReaderRegions, region) {
+			continue
+		}
 		var coords []*node.Node
 		for i := 1; i <= o.NodesPerRegion; i++ {
 			coords = append(coords, c.NodeIn(region, i))
@@ -234,9 +258,9 @@ func largeReadRun(ctx context.Context, o LargeReadOptions, selector string) (Lar
 			go func() {
 				defer wg.Done()
 				rng := rand.New(rand.NewPCG(o.Seed, uint64(ri*100+k)))
-				for rctx.Err() == nil {
+				for rctx.Err() == nil && !joined.Load() {
 					key := ycsb.KeyName(uint64(rng.IntN(o.Keys)), false)
-					nd, atReplica := coordinatorFor(coords, key)
+					nd, atReplica := coordinatorFor(coords, k, key)
 					t0 := time.Now()
 					r := nd.Do(rctx, engine.Request{Op: engine.OpGet, Keyspace: "bench", Key: key, Level: config.LevelOne, Deadline: t0.Add(60 * time.Second)})
 					d := time.Since(t0)
@@ -268,13 +292,14 @@ func largeReadRun(ctx context.Context, o LargeReadOptions, selector string) (Lar
 	run.FetchedBytes, run.WastedBytes, run.Splits = end[0]-base[0], end[1]-base[1], end[2]-base[2]
 	var all []float64
 	for _, region := range o.Topology.Regions {
+		if len(o.ReaderRegions) > 0 && !slices.Contains(o.ReaderRegions, region) {
+			continue
+		}
 		ls := lat[region]
 		all = append(all, ls...)
 		rr := LargeReadRegion{Region: region, Reads: len(ls), Errors: errN[region], JoinRegion: region == joinRegion && !o.NoJoin, LatenciesMs: ls}
 		rr.MeanMs, rr.P50Ms, rr.P99Ms = latencyStats(ls)
-		// The physical lower bound of a read from the nearest other node of the region on an
-		// idle network: the value over one interface, plus the round trip of the header.
-		rr.LowerBoundMs = float64(o.ValueBytes)/o.NodeBandwidth*1000 + 2*o.Topology.RTT(region, region).Seconds()*1000
+		rr.LowerBoundMs = largeReadLowerBound(o, region)
 		if len(ls) > 0 {
 			rr.CoordinatedAtReplicaPct = 100 * float64(atRp[region]) / float64(len(ls))
 		}
@@ -287,11 +312,36 @@ func largeReadRun(ctx context.Context, o LargeReadOptions, selector string) (Lar
 	return run, nil
 }
 
-// coordinatorFor picks the node of coords that coordinates a read of key: one that holds no
-// replica of its partition if there is one (the read then crosses the network, which is what
-// the selectors choose about), else the first.
-func coordinatorFor(coords []*node.Node, key []byte) (*node.Node, bool) {
-	for _, nd := range coords {
+// largeReadLowerBound is the physical lower bound of a read coordinated in region on an idle
+// network: the header's round trip to the nearest replica, then the value at the most the
+// coordinator can receive — its interface, or less when the replicas are across WAN links
+// (every replica region's path at once, each a node interface within the region or a WAN
+// link from another).
+func largeReadLowerBound(o LargeReadOptions, region string) float64 {
+	regions := o.ReplicaRegions
+	if len(regions) == 0 {
+		regions = o.Topology.Regions
+	}
+	nearest, in := time.Duration(1<<62), 0.0
+	for _, r := range regions {
+		nearest = min(nearest, o.Topology.RTT(region, r))
+		if r == region {
+			in += o.NodeBandwidth
+		} else {
+			in += min(o.NodeBandwidth, o.WANBandwidth)
+		}
+	}
+	in = min(in, o.NodeBandwidth)
+	return nearest.Seconds()*1000 + float64(o.ValueBytes)/in*1000
+}
+
+// coordinatorFor picks the node of coords that reader k's read of key goes to: from its own
+// node on (readers spread over the region's nodes, as clients over gateways), the first that
+// holds no replica of the key's partition (the read then crosses the network, which is what
+// the selectors choose about), else its own.
+func coordinatorFor(coords []*node.Node, k int, key []byte) (*node.Node, bool) {
+	for i := range coords {
+		nd := coords[(k+i)%len(coords)]
 		ks, ok := nd.Placement().Keyspace("bench")
 		if !ok {
 			continue
@@ -300,7 +350,7 @@ func coordinatorFor(coords []*node.Node, key []byte) (*node.Node, bool) {
 			return nd, false
 		}
 	}
-	return coords[0], true
+	return coords[k%len(coords)], true
 }
 
 // largeReadCounters sums the cluster's fetched bytes, wasted bytes and split reads.
@@ -351,12 +401,16 @@ func latencyStats(ms []float64) (mean, p50, p99 float64) {
 func (r *LargeReadResult) Markdown() string {
 	o := r.Options
 	var b strings.Builder
-	stream := fmt.Sprintf("while a node joins %s and pulls its share of %d MB of other data (two-phase bootstrap)", o.Topology.Regions[0], o.BulkKeys*o.BulkBytes/1e6)
+	stream := fmt.Sprintf("while a node joins %s and pulls its share of %d MB of other data (two-phase bootstrap; reads from the join's start to its end)", o.JoinRegion, o.BulkKeys*o.BulkBytes/1e6)
 	if o.NoJoin {
 		stream = "on an otherwise idle network"
 	}
-	fmt.Fprintf(&b, "Reads at ONE of %d values of %.1f MiB (chunks of %d KiB, %d in flight per replica) by %d closed-loop readers per region on %s, %d nodes per region (each coordinating for keys it holds no replica of), interfaces of %.1f MB/s and inter-region links of %.1f MB/s each way, %s, %v per selector.\n\n",
-		o.Keys, float64(o.ValueBytes)/(1<<20), o.ChunkBytes>>10, o.Window, o.ReadersPerRegion, o.Topology.Name, o.NodesPerRegion, o.NodeBandwidth/1e6, o.WANBandwidth/1e6, stream, o.Duration)
+	replicas := "every region"
+	if len(o.ReplicaRegions) > 0 {
+		replicas = strings.Join(o.ReplicaRegions, ", ")
+	}
+	fmt.Fprintf(&b, "Replicas in %s. Reads at ONE of %d values of %.1f MiB (chunks of %d KiB, %d in flight per replica) by %d closed-loop readers per region (%s) on %s, %d nodes per region (each coordinating for keys it holds no replica of), interfaces of %.1f MB/s and inter-region links of %.1f MB/s each way, %s, at most %v per selector.\n\n",
+		replicas, o.Keys, float64(o.ValueBytes)/(1<<20), o.ChunkBytes>>10, o.Window, o.ReadersPerRegion, readerRegions(o), o.Topology.Name, o.NodesPerRegion, o.NodeBandwidth/1e6, o.WANBandwidth/1e6, stream, o.Duration)
 	var nearest *LargeReadRun
 	for i := range r.Runs {
 		if r.Runs[i].Selector == config.ReadSelectorNearest {
@@ -377,13 +431,15 @@ func (r *LargeReadResult) Markdown() string {
 		fmt.Fprintf(&b, "| %s | %d | %.0f | %.0f | %.0f | %s | %s | %d | %.1f%% | %s |\n", x.Selector, x.Reads, x.MeanMs, x.P50Ms, x.P99Ms, rm, rp,
 			x.Splits, 100*float64(x.WastedBytes)/float64(max(x.FetchedBytes, 1)), join)
 	}
-	b.WriteString("\nPer region (p50 / p99 ms; lower bound: the value over one interface plus the header's round trip):\n\n| selector |")
-	for _, reg := range o.Topology.Regions {
-		fmt.Fprintf(&b, " %s |", reg)
-	}
-	b.WriteString("\n|---|")
-	for range o.Topology.Regions {
-		b.WriteString("---|")
+	b.WriteString("\nPer region (p50 / p99 ms; lower bound: the header's round trip to the nearest replica plus the value at the most the coordinator can receive on an idle network, over its interface or the WAN links from every replica region):\n\n| selector |")
+	if len(r.Runs) > 0 {
+		for _, reg := range r.Runs[0].Regions {
+			fmt.Fprintf(&b, " %s |", reg.Region)
+		}
+		b.WriteString("\n|---|")
+		for range r.Runs[0].Regions {
+			b.WriteString("---|")
+		}
 	}
 	b.WriteString("\n")
 	for _, x := range r.Runs {
@@ -401,4 +457,11 @@ func (r *LargeReadResult) Markdown() string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+func readerRegions(o LargeReadOptions) string {
+	if len(o.ReaderRegions) == 0 {
+		return "every region"
+	}
+	return strings.Join(o.ReaderRegions, ", ")
 }
