@@ -91,7 +91,8 @@ func benchMayflowerProductCmd() *cobra.Command {
 	f.StringVar(&o.JoinRegion, "join-region", "", "region the node joins (default: the first)")
 	f.DurationVar(&o.Duration, "duration", 0, "measured time per selector, from the join's start (default 30s)")
 	f.BoolVar(&o.NoJoin, "no-join", false, "no bootstrap stream: the idle network")
-	f.Uint64Var(&o.Seed, "seed", 1, "seed (keys read, values)")
+	f.Uint64Var(&o.Seed, "seed", 1, "first seed (keys read, values)")
+	f.IntVar(&o.Seeds, "seeds", 1, "runs per selector (seeds seed, seed+1, ...), their reads pooled")
 	f.StringVar(&jsonOut, "json", "", "write the result as JSON to this file")
 	f.StringVar(&mdOut, "markdown", "", "write the Markdown table to this file")
 	return cmd

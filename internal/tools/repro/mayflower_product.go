@@ -52,8 +52,11 @@ type LargeReadOptions struct {
 	Selectors []string
 	// NoJoin: no bootstrap stream (the idle network).
 	NoJoin bool
-	Seed   uint64
-	Log    io.Writer
+	// Seeds runs each selector this many times (seeds Seed, Seed+1, ...; default 1) and
+	// pools their reads.
+	Seeds int
+	Seed  uint64
+	Log   io.Writer
 }
 
 func (o *LargeReadOptions) defaults() error {
@@ -76,6 +79,10 @@ func (o *LargeReadOptions) defaults() error {
 		o.WANBandwidth = 12.5e6
 	}
 	o.ReadersPerRegion = cmpOr(o.ReadersPerRegion, 2)
+	o.Seeds = cmpOr(o.Seeds, 1)
+	if o.Seeds < 1 || o.Seeds > 20 {
+		return fmt.Errorf("seeds %d: want 1 to 20", o.Seeds)
+	}
 	if o.Duration == 0 {
 		o.Duration = 30 * time.Second
 	}
@@ -155,14 +162,64 @@ func LargeReadBench(ctx context.Context, o LargeReadOptions) (*LargeReadResult, 
 	}
 	res := &LargeReadResult{Options: o}
 	for _, sel := range o.Selectors {
-		fmt.Fprintf(o.Log, "  %s\n", sel)
-		r, err := largeReadRun(ctx, o, sel)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", sel, err)
+		var runs []LargeReadRun
+		for k := range o.Seeds {
+			so := o
+			so.Seed = o.Seed + uint64(k)
+			fmt.Fprintf(o.Log, "  %s (seed %d)\n", sel, so.Seed)
+			r, err := largeReadRun(ctx, so, sel)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", sel, err)
+			}
+			runs = append(runs, r)
 		}
-		res.Runs = append(res.Runs, r)
+		res.Runs = append(res.Runs, poolRuns(runs))
 	}
 	return res, nil
+}
+
+// poolRuns merges one selector's runs over several seeds: the reads of all together, the
+// counters summed, the join time averaged over the runs where it finished.
+func poolRuns(runs []LargeReadRun) LargeReadRun {
+	if len(runs) == 1 {
+		return runs[0]
+	}
+	out := LargeReadRun{Selector: runs[0].Selector}
+	joins := 0
+	var all []float64
+	for ri := range runs[0].Regions {
+		reg := runs[0].Regions[ri]
+		reg.LatenciesMs, reg.Reads, reg.Errors = nil, 0, 0
+		atReplica := 0.0
+		for _, r := range runs {
+			x := r.Regions[ri]
+			reg.LatenciesMs = append(reg.LatenciesMs, x.LatenciesMs...)
+			reg.Reads += x.Reads
+			reg.Errors += x.Errors
+			atReplica += x.CoordinatedAtReplicaPct * float64(x.Reads) / 100
+		}
+		reg.MeanMs, reg.P50Ms, reg.P99Ms = latencyStats(reg.LatenciesMs)
+		if reg.Reads > 0 {
+			reg.CoordinatedAtReplicaPct = 100 * atReplica / float64(reg.Reads)
+		}
+		all = append(all, reg.LatenciesMs...)
+		out.Regions = append(out.Regions, reg)
+	}
+	for _, r := range runs {
+		out.FetchedBytes += r.FetchedBytes
+		out.WastedBytes += r.WastedBytes
+		out.Splits += r.Splits
+		if r.JoinS > 0 {
+			out.JoinS += r.JoinS
+			joins++
+		}
+	}
+	if joins > 0 {
+		out.JoinS /= float64(joins)
+	}
+	out.Reads = len(all)
+	out.MeanMs, out.P50Ms, out.P99Ms = latencyStats(all)
+	return out
 }
 
 func largeReadRun(ctx context.Context, o LargeReadOptions, selector string) (LargeReadRun, error) {
@@ -409,8 +466,8 @@ func (r *LargeReadResult) Markdown() string {
 	if len(o.ReplicaRegions) > 0 {
 		replicas = strings.Join(o.ReplicaRegions, ", ")
 	}
-	fmt.Fprintf(&b, "Replicas in %s. Reads at ONE of %d values of %.1f MiB (chunks of %d KiB, %d in flight per replica) by %d closed-loop readers per region (%s) on %s, %d nodes per region (each coordinating for keys it holds no replica of), interfaces of %.1f MB/s and inter-region links of %.1f MB/s each way, %s, at most %v per selector.\n\n",
-		replicas, o.Keys, float64(o.ValueBytes)/(1<<20), o.ChunkBytes>>10, o.Window, o.ReadersPerRegion, readerRegions(o), o.Topology.Name, o.NodesPerRegion, o.NodeBandwidth/1e6, o.WANBandwidth/1e6, stream, o.Duration)
+	fmt.Fprintf(&b, "Replicas in %s. Reads at ONE of %d values of %.1f MiB (chunks of %d KiB, %d in flight per replica) by %d closed-loop readers per region (%s) on %s, %d nodes per region (each coordinating for keys it holds no replica of), interfaces of %.1f MB/s and inter-region links of %.1f MB/s each way, %s, at most %v per selector and seed, %d seed(s) pooled.\n\n",
+		replicas, o.Keys, float64(o.ValueBytes)/(1<<20), o.ChunkBytes>>10, o.Window, o.ReadersPerRegion, readerRegions(o), o.Topology.Name, o.NodesPerRegion, o.NodeBandwidth/1e6, o.WANBandwidth/1e6, stream, o.Duration, o.Seeds)
 	var nearest *LargeReadRun
 	for i := range r.Runs {
 		if r.Runs[i].Selector == config.ReadSelectorNearest {
