@@ -47,7 +47,7 @@ func Compare(o Options, schemes []Scheme, first uint64, seeds int) (Comparison, 
 	}
 	for _, sc := range schemes {
 		var pooled []float64
-		splits, sim := 0, 0.0
+		splits, sim, steals, stolen := 0, 0.0, 0, 0.0
 		for _, seed := range c.Seeds {
 			oo := o
 			oo.Scheme, oo.Seed = sc, seed
@@ -58,9 +58,12 @@ func Compare(o Options, schemes []Scheme, first uint64, seeds int) (Comparison, 
 			pooled = append(pooled, times...)
 			splits += r.Split
 			sim += r.SimSeconds
+			steals += r.Steals
+			stolen += r.StolenBytes
 		}
 		r := summarise(pooled) // sorts pooled
 		r.Scheme, r.Split, r.SimSeconds = sc, splits, sim
+		r.Steals, r.StolenBytes = steals, stolen
 		c.Results = append(c.Results, r)
 		c.times[sc] = pooled
 	}
@@ -91,7 +94,7 @@ func (c Comparison) Markdown() string {
 		o.Files, o.Zipf, o.JobBytes/(1<<20), o.ChunkBytes/(1<<20), o.RatePerHost, o.Locality, o.Background, view, o.Jobs, c.Seeds)
 	lit, _ := c.Result(MayflowerP)
 	mk, _ := c.Result(MayflowerPMakespan)
-	b.WriteString("| scheme | jobs | mean s | p50 s | p95 s | p99 s | split jobs | mean / Mayflower-P (literal) | mean / Mayflower-P (makespan) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| scheme | jobs | mean s | p50 s | p95 s | p99 s | split jobs | mean / Mayflower-P (literal) | mean / Mayflower-P (makespan) | p95 / Mayflower-P (makespan) | tail steals (bytes moved; none read twice) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	ratio := func(x, y float64) string {
 		if y <= 0 {
 			return "–"
@@ -99,7 +102,11 @@ func (c Comparison) Markdown() string {
 		return fmt.Sprintf("%.2f", x/y)
 	}
 	for _, r := range c.Results {
-		fmt.Fprintf(&b, "| %s | %d | %.2f | %.2f | %.2f | %.2f | %d | %s | %s |\n", r.Scheme, r.Jobs, r.Mean, r.P50, r.P95, r.P99, r.Split, ratio(r.Mean, lit.Mean), ratio(r.Mean, mk.Mean))
+		steals := "–"
+		if r.Steals > 0 {
+			steals = fmt.Sprintf("%d (%.1f%% of the bytes)", r.Steals, 100*r.StolenBytes/(float64(r.Jobs)*o.JobBytes))
+		}
+		fmt.Fprintf(&b, "| %s | %d | %.2f | %.2f | %.2f | %.2f | %d | %s | %s | %s | %s |\n", r.Scheme, r.Jobs, r.Mean, r.P50, r.P95, r.P99, r.Split, ratio(r.Mean, lit.Mean), ratio(r.Mean, mk.Mean), ratio(r.P95, mk.P95), steals)
 	}
 	return b.String()
 }

@@ -24,10 +24,16 @@ const (
 	MayflowerB         Scheme = "mayflower-b"
 	MayflowerP         Scheme = "mayflower-p"
 	MayflowerPMakespan Scheme = "mayflower-p-makespan"
+	// MayflowerPSteal is Mayflower-P (makespan) with tail stealing, beyond the thesis: once
+	// every chunk of a job has started, each poll moves part of its straggling chunk — the
+	// one with the most bytes left, if it will not end before the next poll — to the best
+	// path from a replica the job is not reading from (the third replica of a split job), so
+	// both pieces end together. A chunk-level hedge that reads no byte twice.
+	MayflowerPSteal Scheme = "mayflower-p-steal"
 )
 
 // Schemes lists every scheme in the order results are printed.
-var Schemes = []Scheme{NearestECMP, NearestM, SinbadRECMP, SinbadRM, MayflowerB, MayflowerP, MayflowerPMakespan}
+var Schemes = []Scheme{NearestECMP, NearestM, SinbadRECMP, SinbadRM, MayflowerB, MayflowerP, MayflowerPMakespan, MayflowerPSteal}
 
 // Options describe one run. Zero fields take the thesis's values (EnsureDefaults).
 type Options struct {
@@ -133,6 +139,10 @@ type Result struct {
 	Mean, P50, P95, P99 float64
 	// Split is how many jobs read from two replicas.
 	Split int
+	// Steals and StolenBytes: the tail steals (mayflower-p-steal) and the bytes they moved
+	// to another replica; none of them is read twice.
+	Steals      int
+	StolenBytes float64
 	// SimSeconds is the simulated time the run took.
 	SimSeconds float64
 }
@@ -147,6 +157,8 @@ type part struct {
 
 type job struct {
 	id      int
+	client  int
+	reps    [3]int
 	arrival float64
 	parts   []*part
 	left    int     // chunks not finished
@@ -173,6 +185,9 @@ type sim struct {
 	times   []float64
 	splits  int
 	replica [][3]int // per file: primary, same-pod, other-pod
+	jobs    []*job   // every job so far, in arrival order
+	steals  int
+	stolen  float64
 }
 
 // Run simulates one scheme.
@@ -209,6 +224,7 @@ func run(o Options) (Result, []float64, error) {
 	}
 	r := summarise(s.times)
 	r.Scheme, r.Split, r.SimSeconds = o.Scheme, s.splits, s.now
+	r.Steals, r.StolenBytes = s.steals, s.stolen
 	return r, s.times, nil
 }
 
@@ -417,6 +433,111 @@ func (s *sim) poll(rates map[mayflower.FlowID]float64) {
 		}
 		_ = s.view.UpdateFlow(id, rate, f.remaining)
 	}
+	if s.o.Scheme == MayflowerPSteal {
+		s.stealTails()
+	}
+}
+
+// minStealBytes: a straggler with less than this left is left alone.
+const minStealBytes = 1 << 20
+
+// stealTails moves part of each job's straggling chunk to a replica the job is not reading
+// from (MayflowerPSteal), at most once per job per poll. A steal the model cannot take (one
+// of its bounds) is not made.
+func (s *sim) stealTails() {
+	ids := make([]mayflower.FlowID, 0, len(s.flows))
+	for id, f := range s.flows {
+		if f.job != nil {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	byJob := map[*job][]mayflower.FlowID{}
+	for _, id := range ids {
+		byJob[s.flows[id].job] = append(byJob[s.flows[id].job], id)
+	}
+	for _, j := range s.jobs {
+		s.stealTail(j, byJob[j], true)
+	}
+}
+
+// stealTail moves part of job j's straggling chunk (inFlight: its pieces in flight, in ID
+// order) to the best path from a replica j is not reading from now, so both pieces end
+// together; atPoll: only a straggler that would not end before the next poll. It reports
+// whether it stole.
+func (s *sim) stealTail(j *job, inFlight []mayflower.FlowID, atPoll bool) bool {
+	for once := true; once; once = false {
+		if j.left == 0 || len(inFlight) == 0 {
+			continue
+		}
+		started := true
+		for _, p := range j.parts {
+			started = started && p.queue == 0
+		}
+		if !started {
+			continue
+		}
+		// The straggler: the in-flight piece with the most bytes left.
+		var sid mayflower.FlowID
+		for _, id := range inFlight {
+			if sid == 0 || s.flows[id].remaining > s.flows[sid].remaining {
+				sid = id
+			}
+		}
+		st := s.flows[sid]
+		vf, ok := s.view.Flow(sid)
+		if !ok || !(vf.Rate > 0) || st.remaining < 2*minStealBytes || (atPoll && st.remaining/vf.Rate <= s.o.PollInterval) {
+			continue
+		}
+		// Replicas the job is not reading from now.
+		busy := map[int]bool{}
+		for _, id := range inFlight {
+			busy[s.flows[id].part.replica] = true
+		}
+		var others []int
+		for _, r := range j.reps {
+			if !busy[r] && !slices.Contains(others, r) {
+				others = append(others, r)
+			}
+		}
+		if len(others) == 0 {
+			continue
+		}
+		cands, hosts := s.candidates(j.client, others)
+		ch, err := s.view.Choose(cands, st.remaining)
+		if err != nil {
+			continue
+		}
+		b2 := ch.Estimates[ch.Best].Rate
+		if !(b2 > 0) {
+			continue
+		}
+		moved := st.remaining * b2 / (vf.Rate + b2)
+		if moved < minStealBytes {
+			continue
+		}
+		st.remaining -= moved
+		p := &part{replica: hosts[ch.Best], path: cands[ch.Best].Path, busy: true}
+		s.nextID++
+		p.flow = s.nextID
+		if err := s.truth.AddFlow(mayflower.Flow{ID: p.flow, Path: p.path, Remaining: moved, RemainingKnown: true}); err != nil {
+			st.remaining += moved
+			continue
+		}
+		if _, err := s.view.Place(p.flow, p.path, moved); err != nil {
+			s.truth.RemoveFlow(p.flow)
+			st.remaining += moved
+			continue
+		}
+		_ = s.view.UpdateFlow(sid, vf.Rate, st.remaining)
+		s.flows[p.flow] = &flowState{job: j, part: p, remaining: moved, placedAt: s.now}
+		j.parts = append(j.parts, p)
+		j.left++
+		s.steals++
+		s.stolen += moved
+		return true
+	}
+	return false
 }
 
 func (s *sim) arrive(n int) (*job, error) {
@@ -427,7 +548,8 @@ func (s *sim) arrive(n int) (*job, error) {
 		return nil, errors.New("flowsim: no host for a client")
 	}
 	chunks := int(math.Ceil(s.o.JobBytes / s.o.ChunkBytes))
-	j := &job{id: n, arrival: s.now, left: chunks, bytes: s.o.JobBytes}
+	j := &job{id: n, client: c, reps: reps, arrival: s.now, left: chunks, bytes: s.o.JobBytes}
+	s.jobs = append(s.jobs, j)
 	parts, err := s.choose(c, reps)
 	if err != nil {
 		return nil, err
@@ -503,7 +625,7 @@ func (s *sim) choose(c int, reps [3]int) ([]chosen, error) {
 	switch s.o.Scheme {
 	case MayflowerP:
 		rule = mayflower.SplitLiteral
-	case MayflowerPMakespan:
+	case MayflowerPMakespan, MayflowerPSteal:
 		rule = mayflower.SplitMakespan
 	}
 	cands, hosts := s.candidates(c, reps[:])
@@ -610,6 +732,18 @@ func (s *sim) chunkDone(id mayflower.FlowID) error {
 			p.queue++
 			return s.startChunk(j, p)
 		}
+	}
+	if s.o.Scheme == MayflowerPSteal {
+		// Nothing left to start: the idle part's replica (or another the job is not
+		// reading from) takes part of the straggler.
+		var inFlight []mayflower.FlowID
+		for fid, f := range s.flows {
+			if f.job == j {
+				inFlight = append(inFlight, fid)
+			}
+		}
+		slices.Sort(inFlight)
+		s.stealTail(j, inFlight, false)
 	}
 	return nil
 }

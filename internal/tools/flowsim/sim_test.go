@@ -90,6 +90,11 @@ func TestCompareRunsEverySchemeOnTheSameWorkload(t *testing.T) {
 	if !(mf.Mean < near.Mean) || mf.Split == 0 || lit.Split != 0 || lit != (Result{Scheme: MayflowerP, Jobs: b.Jobs, Mean: b.Mean, P50: b.P50, P95: b.P95, P99: b.P99, SimSeconds: b.SimSeconds}) {
 		t.Fatalf("nearest-ecmp %+v, mayflower-p (makespan) %+v, literal %+v, b %+v", near, mf, lit, b)
 	}
+	// Tail stealing moves bytes of stragglers to another replica; every job still ends.
+	steal, _ := c.Result(MayflowerPSteal)
+	if steal.Steals == 0 || !(steal.StolenBytes > 0) || mf.Steals != 0 {
+		t.Fatalf("mayflower-p-steal %+v (makespan %+v): want steals only under the steal scheme", steal, mf)
+	}
 	cdf := c.CDF(MayflowerB, 50)
 	if len(cdf) != 50 || cdf[len(cdf)-1][1] != 1 || cdf[len(cdf)-1][0] < b.P99 || cdf[0][0] > b.P50 {
 		t.Fatalf("CDF of %d points ending at %v", len(cdf), cdf[len(cdf)-1])
