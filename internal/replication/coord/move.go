@@ -93,9 +93,13 @@ const (
 
 // inMove is a move whose new replica this node is.
 type inMove struct {
-	key    moveKey
-	span   storage.Span
+	key  moveKey
+	span storage.Span
+	// source is the old replica the snapshot is pulled from: the one the move names, or, in
+	// a keyspace that reads with mayflower, the cheapest (moveSource), chosen afresh at each
+	// attempt. named is the move's.
 	source uint32
+	named  uint32
 	old    []uint32
 	phase  inPhase
 	// seq numbers this node's attempts, so a late chunk of an abandoned attempt matches
@@ -281,7 +285,7 @@ func (c *Core) syncMoves(now time.Time, old, m *placement.Map) {
 			case mv.Add == c.Cfg.NodeID:
 				live[key] = true
 				if c.mv.in[key] == nil {
-					c.mv.in[key] = &inMove{key: key, span: p.Span(name), source: mv.Source, old: slices.Clone(p.Replicas),
+					c.mv.in[key] = &inMove{key: key, span: p.Span(name), source: mv.Source, named: mv.Source, old: slices.Clone(p.Replicas),
 						covered: map[uint32]bool{}, outstanding: map[int64]time.Time{}}
 				}
 			case p.HasReplica(c.Cfg.NodeID):
@@ -429,6 +433,8 @@ func (c *Core) tickMoves(now time.Time) {
 			}
 			pulling++ // an asked snapshot is pulled next: it counts against the bound
 			if in.snapID == "" {
+				// A fresh attempt: the source may be chosen by cost (transfers.go).
+				in.source = c.moveSource(now, in)
 				c.mv.seq++
 				in.seq = c.mv.seq
 				in.snapID = fmt.Sprintf("mv-%d-%d-%d-%d", in.key.id, in.key.partition, c.Cfg.NodeID, in.seq)

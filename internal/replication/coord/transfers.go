@@ -294,3 +294,36 @@ func (c *Core) mayflowerPlan(now time.Time, f *fetch, cands []uint32) ([]planPar
 	}
 	return out, true
 }
+
+// moveSource is the old replica a new replica pulls its snapshot from: in a keyspace that reads
+// with mayflower (and a configured network), the live old replica of least cost for an
+// elephant of unknown size on the transfer model (every old replica holds the data; the
+// catch-up rounds of all of them cover what the source missed); else the one the move names.
+func (c *Core) moveSource(now time.Time, in *inMove) uint32 {
+	ks, ok := c.Pmap.Keyspace(in.span.Keyspace)
+	if !ok || c.largeReadOptions(ks).Selector != config.ReadSelectorMayflower || c.Cfg.Network.NodeBytesPerSec <= 0 {
+		return in.named
+	}
+	var cands []uint32
+	for _, n := range c.ByDistance(in.old) {
+		if n != c.Cfg.NodeID && c.Alive(n) {
+			cands = append(cands, n)
+		}
+	}
+	if len(cands) == 0 {
+		return in.named
+	}
+	m, err := c.transferModel(now)
+	if err != nil {
+		return in.named
+	}
+	mc := make([]mayflower.Candidate, len(cands))
+	for i, n := range cands {
+		mc[i] = mayflower.Candidate{Replica: fmt.Sprint(n), Path: c.flowPath(n, c.Cfg.NodeID), Latency: c.RTT(n).Seconds()}
+	}
+	ch, err := m.Choose(mc, defaultElephantBytes)
+	if err != nil {
+		return in.named
+	}
+	return cands[ch.Best]
+}
