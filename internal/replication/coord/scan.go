@@ -175,6 +175,11 @@ func (c *Core) startScanRound(now time.Time, op *pendingScan, sp *scanPart, limi
 			alive = append(alive, n)
 		}
 	}
+	if ks, ok := c.Pmap.Keyspace(op.req.Keyspace); ok {
+		// A page is a transfer of up to maxScanReplyBytes: the keyspace's selector orders the
+		// replicas it may come from (transfers.go).
+		alive = c.transferOrder(now, ks, alive, maxScanReplyBytes)
+	}
 	first, enough := q.pick(alive)
 	if !enough {
 		first = alive

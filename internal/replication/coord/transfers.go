@@ -21,6 +21,7 @@ import (
 
 	"meridian/internal/config"
 	"meridian/internal/mayflower"
+	"meridian/internal/placement"
 	"meridian/internal/wire"
 	"meridian/internal/wire/peerpb"
 )
@@ -326,4 +327,56 @@ func (c *Core) moveSource(now time.Time, in *inMove) uint32 {
 		return in.named
 	}
 	return cands[ch.Best]
+}
+
+// transferOrder orders nodes (nearest first, live) for a transfer of about size bytes by ks's
+// read selector: mayflower by cost on the transfer model (Eq. 3.1–3.2), snitch by the dynamic
+// snitch's choice first; nearest and hedged keep the distance order (hedged scans are the
+// speculative retry). This node, when listed, stays first: reading its own storage costs no
+// link.
+func (c *Core) transferOrder(now time.Time, ks *placement.Keyspace, nodes []uint32, size float64) []uint32 {
+	if len(nodes) < 2 {
+		return nodes
+	}
+	var head, rest []uint32
+	for _, n := range nodes {
+		if n == c.Cfg.NodeID {
+			head = append(head, n)
+		} else {
+			rest = append(rest, n)
+		}
+	}
+	if len(rest) < 2 {
+		return nodes
+	}
+	switch c.largeReadOptions(ks).Selector {
+	case config.ReadSelectorSnitch:
+		best := c.snitchPick(now, rest)
+		out := append(head, best)
+		for _, n := range rest {
+			if n != best {
+				out = append(out, n)
+			}
+		}
+		return out
+	case config.ReadSelectorMayflower:
+		if c.Cfg.Network.NodeBytesPerSec <= 0 {
+			return nodes
+		}
+		m, err := c.transferModel(now)
+		if err != nil {
+			return nodes
+		}
+		cost := map[uint32]float64{}
+		for _, n := range rest {
+			e, err := m.Estimate(c.flowPath(n, c.Cfg.NodeID), size)
+			if err != nil {
+				return nodes
+			}
+			cost[n] = e.Cost + c.RTT(n).Seconds()
+		}
+		slices.SortStableFunc(rest, func(a, b uint32) int { return cmp.Compare(cost[a], cost[b]) })
+		return append(head, rest...)
+	}
+	return nodes
 }

@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -11,8 +12,8 @@ import (
 	"meridian/internal/wire/peerpb"
 )
 
-// A new replica in a mayflower keyspace pulls its snapshot from the old replica of least
-// cost: the one next door while its uplink is free, a replica across the WAN once the
+// A new replica in a mayflower keyspace pulls its snapshot (and a scan its pages) from the old
+// replica of least cost: the one next door while its uplink is free, a replica across the WAN once the
 // neighbour's uplink is taken by other transfers, and the move's named source otherwise.
 func TestMoveSourceByCost(t *testing.T) {
 	topo := topology.Equidistant("t", []string{"a", "b"}, 100, 0.5)
@@ -35,9 +36,16 @@ func TestMoveSourceByCost(t *testing.T) {
 	for range 3 {
 		busy = append(busy, &peerpb.Transfer{Source: 2, RemainingBytes: 100e6, RemainingKnown: true, RateBytesPerSec: 3e6})
 	}
+	ks, _ := c.Pmap.Keyspace("ks")
+	if got := c.transferOrder(now, ks, []uint32{4, 2, 3}, 4<<20); !slices.Equal(got, []uint32{4, 2, 3}) {
+		t.Fatalf("idle network: scan order %v, want this node, then n2, then n3", got)
+	}
 	c.handleTransferReport(now, 1, &peerpb.TransferReport{Transfers: busy, IntervalMs: 1000})
 	if got := c.moveSource(now, in); got != 3 {
 		t.Fatalf("n2's uplink busy: source n%d, want n3 (across the WAN, idle)", got)
+	}
+	if got := c.transferOrder(now, ks, []uint32{4, 2, 3}, 4<<20); !slices.Equal(got, []uint32{4, 3, 2}) {
+		t.Fatalf("n2's uplink busy: scan order %v, want this node, then n3, then n2", got)
 	}
 	// A report older than three intervals is forgotten.
 	if got := c.moveSource(now.Add(4*time.Second), in); got != 2 {
