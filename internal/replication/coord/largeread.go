@@ -57,8 +57,8 @@ var (
 
 // Limits of large reads.
 const (
-	// maxFetches bounds the large reads a coordinator fetches at once; more wait as ordinary
-	// reads (the whole value from one replica) rather than queue.
+	// maxFetches bounds the large reads a coordinator fetches at once; one more is refused
+	// (Overloaded) rather than queued.
 	maxFetches = 4096
 	// maxReadRestarts bounds how often a read starts over because no live replica holds the
 	// version it was fetching.
