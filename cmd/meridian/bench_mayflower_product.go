@@ -7,6 +7,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
+	"meridian/internal/tools/chart"
 	"meridian/internal/tools/repro"
 )
 
@@ -19,6 +20,7 @@ func benchMayflowerProductCmd() *cobra.Command {
 		topoName, nodeBW, wanBW, selectors string
 		valueSize, chunk, bulkSize         string
 		jsonOut, mdOut, readerRegions      string
+		chartOut                           string
 		replicaRegions                     string
 	)
 	cmd := &cobra.Command{
@@ -70,6 +72,19 @@ func benchMayflowerProductCmd() *cobra.Command {
 			}
 			md := res.Markdown()
 			fmt.Print(md)
+			if chartOut != "" {
+				var series []chart.Series
+				for _, r := range res.Runs {
+					s := chart.Series{Name: r.Selector}
+					for _, p := range r.CDF() {
+						s.Points = append(s.Points, p)
+					}
+					series = append(series, s)
+				}
+				if err := chart.CombinedCDF("8 MiB reads during a join, by read selector (Meridian, emulated WAN)", series, chartOut); err != nil {
+					return fmt.Errorf("bench mayflower product: --chart: %w", err)
+				}
+			}
 			return writeReproOutputs("bench mayflower product", md, mdOut, jsonOut, res)
 		},
 	}
@@ -95,5 +110,6 @@ func benchMayflowerProductCmd() *cobra.Command {
 	f.IntVar(&o.Seeds, "seeds", 1, "runs per selector (seeds seed, seed+1, ...), their reads pooled")
 	f.StringVar(&jsonOut, "json", "", "write the result as JSON to this file")
 	f.StringVar(&mdOut, "markdown", "", "write the Markdown table to this file")
+	f.StringVar(&chartOut, "chart", "", "draw the selectors' read-latency CDFs (all regions) to this PNG or SVG file")
 	return cmd
 }

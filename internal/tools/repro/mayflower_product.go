@@ -522,3 +522,17 @@ func readerRegions(o LargeReadOptions) string {
 	}
 	return strings.Join(o.ReaderRegions, ", ")
 }
+
+// CDF is the run's read latencies over every region as (ms, cumulative fraction) points.
+func (r LargeReadRun) CDF() [][2]float64 {
+	var all []float64
+	for _, reg := range r.Regions {
+		all = append(all, reg.LatenciesMs...)
+	}
+	slices.Sort(all)
+	out := make([][2]float64, len(all))
+	for i, v := range all {
+		out[i] = [2]float64{v, float64(i+1) / float64(len(all))}
+	}
+	return out
+}
