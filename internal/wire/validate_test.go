@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +79,18 @@ func TestPeerCheckRejections(t *testing.T) {
 		{"a partition out of range", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_RaftApplied{RaftApplied: &peerpb.RaftApplied{Keyspace: "kv", Partition: 99}}}, RejectBadPartition},
 		{"an empty anti-entropy range", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_AeDigest{AeDigest: &peerpb.AEDigest{Keyspace: "kv", Start: []byte("b"), End: []byte("a"), BucketHashes: []uint64{1}}}}, RejectMalformed},
 		{"a key over the limit", write(2, rec(pc, "kv", big, now)), RejectTooLarge},
+		// Large reads (docs/mayflower.md).
+		{"a chunk request", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_ReadChunk{ReadChunk: &peerpb.ReadChunkRequest{Keyspace: "kv", Key: []byte("k"), Version: &peerpb.Version{WallNanos: now.UnixNano(), NodeId: 2}, Offset: 0, Length: 4096}}}, ""},
+		{"a chunk request without a version", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_ReadChunk{ReadChunk: &peerpb.ReadChunkRequest{Keyspace: "kv", Key: []byte("k"), Version: nil, Offset: 0, Length: 4096}}}, RejectMalformed},
+		{"a chunk of no bytes", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_ReadChunk{ReadChunk: &peerpb.ReadChunkRequest{Keyspace: "kv", Key: []byte("k"), Version: &peerpb.Version{WallNanos: now.UnixNano(), NodeId: 2}, Offset: 0, Length: 0}}}, RejectMalformed},
+		{"a chunk over the chunk bound", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_ReadChunk{ReadChunk: &peerpb.ReadChunkRequest{Keyspace: "kv", Key: []byte("k"), Version: &peerpb.Version{WallNanos: now.UnixNano(), NodeId: 2}, Offset: 0, Length: MaxReadChunkBytes + 1}}}, RejectMalformed},
+		{"a chunk past max_value_bytes", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_ReadChunk{ReadChunk: &peerpb.ReadChunkRequest{Keyspace: "kv", Key: []byte("k"), Version: &peerpb.Version{WallNanos: now.UnixNano(), NodeId: 2}, Offset: uint64(pc.Limits.MaxValueBytes), Length: 1}}}, RejectMalformed},
+		{"a chunk reply past max_value_bytes", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_ReadChunkReply{ReadChunkReply: &peerpb.ReadChunkReply{Offset: uint64(pc.Limits.MaxValueBytes), Data: []byte("x")}}}, RejectTooLarge},
+		{"a read reply omitting no bytes", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_ReadReply{ReadReply: &peerpb.ReadReply{Found: true, Record: rec(pc, "kv", "k", now), ValueOmitted: true}}}, RejectMalformed},
+		{"a transfer report", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_TransferReport{TransferReport: &peerpb.TransferReport{Transfers: []*peerpb.Transfer{{Source: 3, RemainingBytes: 1 << 20, RemainingKnown: true, RateBytesPerSec: 1e6}}, IntervalMs: 1000}}}, ""},
+		{"a transfer report naming a stranger", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_TransferReport{TransferReport: &peerpb.TransferReport{Transfers: []*peerpb.Transfer{{Source: 9, RateBytesPerSec: 1e6}}, IntervalMs: 1000}}}, RejectMalformed},
+		{"a transfer report with a NaN rate", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_TransferReport{TransferReport: &peerpb.TransferReport{Transfers: []*peerpb.Transfer{{Source: 3, RateBytesPerSec: math.NaN()}}, IntervalMs: 1000}}}, RejectMalformed},
+		{"a transfer report without an interval", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_TransferReport{TransferReport: &peerpb.TransferReport{Transfers: nil, IntervalMs: 0}}}, RejectMalformed},
 		{"an empty key", write(2, &peerpb.Record{Keyspace: "kv", Version: &peerpb.Version{WallNanos: 1, NodeId: 2}}), RejectMalformed},
 		{"a value over the limit", write(2, func() *peerpb.Record {
 			r := rec(pc, "kv", "k", now)
