@@ -257,23 +257,25 @@ func (c *Cluster) validateMetadata() error {
 	return nil
 }
 
+// byteRate parses an optional byte rate per second ("" is 0).
+func byteRate(path, v string) (float64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := humanize.ParseBytes(strings.TrimSpace(v))
+	if err != nil || n == 0 {
+		return 0, errorf(path, "%q is not a positive byte rate (bytes per second, e.g. 100MB)", v)
+	}
+	return float64(n), nil
+}
+
 func (c *Cluster) validateNetwork() error {
 	n := &c.Network
-	rate := func(path, v string) (float64, error) {
-		if v == "" {
-			return 0, nil
-		}
-		b, err := humanize.ParseBytes(strings.TrimSpace(v))
-		if err != nil || b == 0 {
-			return 0, errorf(path, "%q is not a positive byte rate (bytes per second, e.g. 125MB)", v)
-		}
-		return float64(b), nil
-	}
 	var err error
-	if n.NodeBytesPerSec, err = rate("network.node_bandwidth", n.NodeBandwidth); err != nil {
+	if n.NodeBytesPerSec, err = byteRate("network.node_bandwidth", n.NodeBandwidth); err != nil {
 		return err
 	}
-	if n.WANBytesPerSec, err = rate("network.wan_bandwidth", n.WANBandwidth); err != nil {
+	if n.WANBytesPerSec, err = byteRate("network.wan_bandwidth", n.WANBandwidth); err != nil {
 		return err
 	}
 	if n.ReportInterval == 0 {
@@ -294,21 +296,11 @@ func (c *Cluster) validateBwMan() error {
 	default:
 		return errorf("bwman.mode", "%q is not off, static or auto", b.Mode)
 	}
-	rate := func(path, v string) (float64, error) {
-		if v == "" {
-			return 0, nil
-		}
-		n, err := humanize.ParseBytes(strings.TrimSpace(v))
-		if err != nil || n == 0 {
-			return 0, errorf(path, "%q is not a positive byte rate (bytes per second, e.g. 100MB)", v)
-		}
-		return float64(n), nil
-	}
 	var err error
-	if b.LinkBytesPerSec, err = rate("bwman.link_bandwidth", b.LinkBandwidth); err != nil {
+	if b.LinkBytesPerSec, err = byteRate("bwman.link_bandwidth", b.LinkBandwidth); err != nil {
 		return err
 	}
-	if b.StaticBytesPerSec, err = rate("bwman.static_rate", b.StaticRate); err != nil {
+	if b.StaticBytesPerSec, err = byteRate("bwman.static_rate", b.StaticRate); err != nil {
 		return err
 	}
 	switch {

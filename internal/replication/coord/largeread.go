@@ -24,6 +24,7 @@ package coord
 // split and from where).
 
 import (
+	"maps"
 	"slices"
 	"sort"
 	"sync/atomic"
@@ -352,19 +353,12 @@ func (c *Core) hedgeDelay(f *fetch) time.Duration {
 		if bw := c.Cfg.Network.NodeBytesPerSec; bw > 0 {
 			perByte = 2 / bw
 		}
-		return time.Duration(perByte*float64(f.size)*float64(time.Second)) + c.RTT(f.spare0())
+		return time.Duration(perByte*float64(f.size)*float64(time.Second)) + c.RTT(f.sources[0].node)
 	}
 	s := slices.Clone(c.lr.perByte)
 	sort.Float64s(s)
 	p95 := s[(len(s)*95)/100]
 	return time.Duration(p95 * float64(f.size) * float64(time.Second))
-}
-
-func (f *fetch) spare0() uint32 {
-	if len(f.sources) > 0 {
-		return f.sources[0].node
-	}
-	return 0
 }
 
 // snitchPick is the dynamic snitch's choice among cands (nearest first).
@@ -748,12 +742,7 @@ func (c *Core) tickFetches(now time.Time) {
 	if len(c.fetches) == 0 {
 		return
 	}
-	ids := make([]uint64, 0, len(c.fetches))
-	for id := range c.fetches {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(c.fetches)) {
 		f, ok := c.fetches[id]
 		if !ok {
 			continue

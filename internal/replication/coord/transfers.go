@@ -198,6 +198,16 @@ func (c *Core) flowPath(src, dst uint32) []mayflower.LinkID {
 	return append(path, downLink(dst))
 }
 
+// candidatesFrom lists the paths from nodes to this node for the model: a part from a replica
+// across the WAN starts a round trip later (its first chunk), which counts as latency.
+func (c *Core) candidatesFrom(nodes []uint32) []mayflower.Candidate {
+	out := make([]mayflower.Candidate, len(nodes))
+	for i, n := range nodes {
+		out[i] = mayflower.Candidate{Replica: fmt.Sprint(n), Path: c.flowPath(n, c.Cfg.NodeID), Latency: c.RTT(n).Seconds()}
+	}
+	return out
+}
+
 // planPart is a source the plan reads from and its estimated rate.
 type planPart struct {
 	node uint32
@@ -273,11 +283,7 @@ func (c *Core) mayflowerPlan(now time.Time, f *fetch, cands []uint32) ([]planPar
 	if err != nil {
 		return nil, false
 	}
-	mc := make([]mayflower.Candidate, len(cands))
-	for i, n := range cands {
-		// A part from a replica across the WAN starts a round trip later (its first chunk).
-		mc[i] = mayflower.Candidate{Replica: fmt.Sprint(n), Path: c.flowPath(n, c.Cfg.NodeID), Latency: c.RTT(n).Seconds()}
-	}
+	mc := c.candidatesFrom(cands)
 	rule := mayflower.SplitMakespan
 	switch f.opts.Split {
 	case "never":
@@ -318,10 +324,7 @@ func (c *Core) moveSource(now time.Time, in *inMove) uint32 {
 	if err != nil {
 		return in.named
 	}
-	mc := make([]mayflower.Candidate, len(cands))
-	for i, n := range cands {
-		mc[i] = mayflower.Candidate{Replica: fmt.Sprint(n), Path: c.flowPath(n, c.Cfg.NodeID), Latency: c.RTT(n).Seconds()}
-	}
+	mc := c.candidatesFrom(cands)
 	ch, err := m.Choose(mc, defaultElephantBytes)
 	if err != nil {
 		return in.named
@@ -367,13 +370,13 @@ func (c *Core) transferOrder(now time.Time, ks *placement.Keyspace, nodes []uint
 		if err != nil {
 			return nodes
 		}
+		ch, err := m.Choose(c.candidatesFrom(rest), size)
+		if err != nil {
+			return nodes
+		}
 		cost := map[uint32]float64{}
-		for _, n := range rest {
-			e, err := m.Estimate(c.flowPath(n, c.Cfg.NodeID), size)
-			if err != nil {
-				return nodes
-			}
-			cost[n] = e.Cost + c.RTT(n).Seconds()
+		for i, n := range rest {
+			cost[n] = ch.Estimates[i].Cost
 		}
 		slices.SortStableFunc(rest, func(a, b uint32) int { return cmp.Compare(cost[a], cost[b]) })
 		return append(head, rest...)

@@ -463,81 +463,72 @@ func (s *sim) stealTails() {
 
 // stealTail moves part of job j's straggling chunk (inFlight: its pieces in flight, in ID
 // order) to the best path from a replica j is not reading from now, so both pieces end
-// together; atPoll: only a straggler that would not end before the next poll. It reports
-// whether it stole.
-func (s *sim) stealTail(j *job, inFlight []mayflower.FlowID, atPoll bool) bool {
-	for once := true; once; once = false {
-		if j.left == 0 || len(inFlight) == 0 {
-			continue
-		}
-		started := true
-		for _, p := range j.parts {
-			started = started && p.queue == 0
-		}
-		if !started {
-			continue
-		}
-		// The straggler: the in-flight piece with the most bytes left.
-		var sid mayflower.FlowID
-		for _, id := range inFlight {
-			if sid == 0 || s.flows[id].remaining > s.flows[sid].remaining {
-				sid = id
-			}
-		}
-		st := s.flows[sid]
-		vf, ok := s.view.Flow(sid)
-		if !ok || !(vf.Rate > 0) || st.remaining < 2*minStealBytes || (atPoll && st.remaining/vf.Rate <= s.o.PollInterval) {
-			continue
-		}
-		// Replicas the job is not reading from now.
-		busy := map[int]bool{}
-		for _, id := range inFlight {
-			busy[s.flows[id].part.replica] = true
-		}
-		var others []int
-		for _, r := range j.reps {
-			if !busy[r] && !slices.Contains(others, r) {
-				others = append(others, r)
-			}
-		}
-		if len(others) == 0 {
-			continue
-		}
-		cands, hosts := s.candidates(j.client, others)
-		ch, err := s.view.Choose(cands, st.remaining)
-		if err != nil {
-			continue
-		}
-		b2 := ch.Estimates[ch.Best].Rate
-		if !(b2 > 0) {
-			continue
-		}
-		moved := st.remaining * b2 / (vf.Rate + b2)
-		if moved < minStealBytes {
-			continue
-		}
-		st.remaining -= moved
-		p := &part{replica: hosts[ch.Best], path: cands[ch.Best].Path, busy: true}
-		s.nextID++
-		p.flow = s.nextID
-		if err := s.truth.AddFlow(mayflower.Flow{ID: p.flow, Path: p.path, Remaining: moved, RemainingKnown: true}); err != nil {
-			st.remaining += moved
-			continue
-		}
-		if _, err := s.view.Place(p.flow, p.path, moved); err != nil {
-			s.truth.RemoveFlow(p.flow)
-			st.remaining += moved
-			continue
-		}
-		_ = s.view.UpdateFlow(sid, vf.Rate, st.remaining)
-		s.flows[p.flow] = &flowState{job: j, part: p, remaining: moved, placedAt: s.now}
-		j.parts = append(j.parts, p)
-		j.left++
-		s.steals++
-		s.stolen += moved
-		return true
+// together; atPoll: only a straggler that would not end before the next poll.
+func (s *sim) stealTail(j *job, inFlight []mayflower.FlowID, atPoll bool) {
+	if j.left == 0 || len(inFlight) == 0 {
+		return
 	}
-	return false
+	for _, p := range j.parts {
+		if p.queue > 0 {
+			return // chunks left to start: plain work stealing takes them
+		}
+	}
+	// The straggler: the in-flight piece with the most bytes left.
+	sid := inFlight[0]
+	for _, id := range inFlight[1:] {
+		if s.flows[id].remaining > s.flows[sid].remaining {
+			sid = id
+		}
+	}
+	st := s.flows[sid]
+	vf, ok := s.view.Flow(sid)
+	if !ok || !(vf.Rate > 0) || st.remaining < 2*minStealBytes || (atPoll && st.remaining/vf.Rate <= s.o.PollInterval) {
+		return
+	}
+	// Replicas the job is not reading from now.
+	busy := map[int]bool{}
+	for _, id := range inFlight {
+		busy[s.flows[id].part.replica] = true
+	}
+	var others []int
+	for _, r := range j.reps {
+		if !busy[r] && !slices.Contains(others, r) {
+			others = append(others, r)
+		}
+	}
+	if len(others) == 0 {
+		return
+	}
+	cands, hosts := s.candidates(j.client, others)
+	ch, err := s.view.Choose(cands, st.remaining)
+	if err != nil {
+		return
+	}
+	b2 := ch.Estimates[ch.Best].Rate
+	if !(b2 > 0) {
+		return
+	}
+	moved := st.remaining * b2 / (vf.Rate + b2)
+	if moved < minStealBytes {
+		return
+	}
+	p := &part{replica: hosts[ch.Best], path: cands[ch.Best].Path, busy: true}
+	s.nextID++
+	p.flow = s.nextID
+	if err := s.truth.AddFlow(mayflower.Flow{ID: p.flow, Path: p.path, Remaining: moved, RemainingKnown: true}); err != nil {
+		return
+	}
+	if _, err := s.view.Place(p.flow, p.path, moved); err != nil {
+		s.truth.RemoveFlow(p.flow)
+		return
+	}
+	st.remaining -= moved
+	_ = s.view.UpdateFlow(sid, vf.Rate, st.remaining)
+	s.flows[p.flow] = &flowState{job: j, part: p, remaining: moved, placedAt: s.now}
+	j.parts = append(j.parts, p)
+	j.left++
+	s.steals++
+	s.stolen += moved
 }
 
 func (s *sim) arrive(n int) (*job, error) {

@@ -1,6 +1,7 @@
 package repro
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -67,27 +68,27 @@ func (o *LargeReadOptions) defaults() error {
 		}
 		o.Topology = t
 	}
-	o.NodesPerRegion = cmpOr(o.NodesPerRegion, 2)
-	o.Keys = cmpOr(o.Keys, 24)
-	o.ValueBytes = cmpOr(o.ValueBytes, 8<<20)
-	o.BulkKeys = cmpOr(o.BulkKeys, 300)
-	o.BulkBytes = cmpOr(o.BulkBytes, 1<<20)
+	o.NodesPerRegion = cmp.Or(o.NodesPerRegion, 2)
+	o.Keys = cmp.Or(o.Keys, 24)
+	o.ValueBytes = cmp.Or(o.ValueBytes, 8<<20)
+	o.BulkKeys = cmp.Or(o.BulkKeys, 300)
+	o.BulkBytes = cmp.Or(o.BulkBytes, 1<<20)
 	if o.NodeBandwidth == 0 {
 		o.NodeBandwidth = 25e6
 	}
 	if o.WANBandwidth == 0 {
 		o.WANBandwidth = 12.5e6
 	}
-	o.ReadersPerRegion = cmpOr(o.ReadersPerRegion, 2)
-	o.Seeds = cmpOr(o.Seeds, 1)
+	o.ReadersPerRegion = cmp.Or(o.ReadersPerRegion, 2)
+	o.Seeds = cmp.Or(o.Seeds, 1)
 	if o.Seeds < 1 || o.Seeds > 20 {
 		return fmt.Errorf("seeds %d: want 1 to 20", o.Seeds)
 	}
 	if o.Duration == 0 {
 		o.Duration = 30 * time.Second
 	}
-	o.ChunkBytes = cmpOr(o.ChunkBytes, 256<<10)
-	o.Window = cmpOr(o.Window, 4)
+	o.ChunkBytes = cmp.Or(o.ChunkBytes, 256<<10)
+	o.Window = cmp.Or(o.Window, 4)
 	if len(o.Selectors) == 0 {
 		o.Selectors = []string{config.ReadSelectorNearest, config.ReadSelectorSnitch, config.ReadSelectorHedged, config.ReadSelectorMayflower}
 	}
@@ -116,13 +117,6 @@ func (o *LargeReadOptions) defaults() error {
 		o.Log = io.Discard
 	}
 	return nil
-}
-
-func cmpOr(v, d int) int {
-	if v == 0 {
-		return d
-	}
-	return v
 }
 
 // LargeReadRegion is one region's reads under one selector.
