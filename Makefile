@@ -58,6 +58,7 @@ sim-ci: build
 	# replicas, while replicas move.
 	$(BIN) sim --protocol quorum --seeds 100 --faults all --nodes-per-region 2 --move-every 300ms --option read_selector=mayflower --option large_read_bytes=1 --option read_chunk_bytes=1 --option read_window=2
 	$(BIN) sim --protocol quorum --seeds 50 --faults all --option read_selector=hedged --option hedge_after=5ms --option large_read_bytes=1 --option read_chunk_bytes=2
+	$(BIN) sim --protocol quorum --seeds 50 --faults all --option read_selector=snitch --option large_read_bytes=1 --option read_chunk_bytes=2
 	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS_SLOW) --faults all --nodes-per-region 2 --move-every 300ms
 	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --repartition-every 100ms
 	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --option theta=lower
