@@ -20,6 +20,9 @@ import (
 //	POST /v1/cut    CutRequest            cut links
 //	POST /v1/heal   CutRequest            heal links (All: every cut)
 //	POST /v1/reset-lateness               clear the delay-error histogram
+//	POST /v1/pin    PinRequest            pin flows to fabric paths (with a fabric)
+//	POST /v1/unpin  PinRequest            return flows to ECMP
+//	GET  /v1/flows                        the pinned flows and their delivered bytes
 
 // LinkRequest changes the links from every host From selects to every host To selects
 // (selectors: "*", a region, or a host name). Fields left nil keep their value.
@@ -42,6 +45,15 @@ type CutRequest struct {
 	OneWay bool   `json:"one_way"`
 	All    bool   `json:"all"` // heal: every link
 }
+
+// PinRequest pins (or unpins) flows: each key to its path, an index into the paths of its
+// host pair (Policy.Paths; ignored by unpin).
+type PinRequest struct {
+	Flows []PinnedFlow `json:"flows"`
+}
+
+// MaxPinRequestFlows bounds one pin request.
+const MaxPinRequestFlows = 4096
 
 // Handler serves the control API of r.
 func Handler(r *Router) http.Handler {
@@ -118,6 +130,49 @@ func Handler(r *Router) http.Handler {
 			writeJSON(w, map[string]int{"links_changed": n})
 		}
 	}
+	pinOrUnpin := func(pinning bool) http.HandlerFunc {
+		return func(w http.ResponseWriter, req *http.Request) {
+			var pr PinRequest
+			if !readJSON(w, req, &pr) {
+				return
+			}
+			if len(pr.Flows) > MaxPinRequestFlows {
+				http.Error(w, fmt.Sprintf("wan: %d flows in one request; at most %d", len(pr.Flows), MaxPinRequestFlows), http.StatusBadRequest)
+				return
+			}
+			n := 0
+			err := r.Do(func(p *Policy) error {
+				if !p.HasFabric() {
+					return fmt.Errorf("wan: this router has no fabric; flows cannot be pinned")
+				}
+				for _, f := range pr.Flows {
+					if !pinning {
+						if p.Unpin(f.Key) {
+							n++
+						}
+						continue
+					}
+					if err := p.Pin(f.Key, f.Path); err != nil {
+						return err // earlier flows of the request stay pinned; n says how many
+					}
+					n++
+				}
+				return nil
+			})
+			if err != nil {
+				http.Error(w, fmt.Sprintf("%v (%d flows changed before it)", err, n), http.StatusBadRequest)
+				return
+			}
+			writeJSON(w, map[string]int{"flows_changed": n})
+		}
+	}
+	mux.HandleFunc("POST /v1/pin", pinOrUnpin(true))
+	mux.HandleFunc("POST /v1/unpin", pinOrUnpin(false))
+	mux.HandleFunc("GET /v1/flows", func(w http.ResponseWriter, _ *http.Request) {
+		var flows []PinnedFlow
+		_ = r.Do(func(p *Policy) error { flows = p.Pinned(); return nil })
+		writeJSON(w, PinRequest{Flows: flows})
+	})
 	mux.HandleFunc("POST /v1/cut", cutOrHeal(true))
 	mux.HandleFunc("POST /v1/heal", cutOrHeal(false))
 	return mux
@@ -270,6 +325,27 @@ func (c *Client) Cut(ctx context.Context, r CutRequest) error {
 // Heal heals links.
 func (c *Client) Heal(ctx context.Context, r CutRequest) error {
 	return c.call(ctx, http.MethodPost, "/v1/heal", r, nil)
+}
+
+// Pin pins flows to fabric paths.
+func (c *Client) Pin(ctx context.Context, flows []PinnedFlow) error {
+	return c.call(ctx, http.MethodPost, "/v1/pin", PinRequest{Flows: flows}, nil)
+}
+
+// Unpin returns flows to ECMP.
+func (c *Client) Unpin(ctx context.Context, keys []FlowKey) error {
+	flows := make([]PinnedFlow, len(keys))
+	for i, k := range keys {
+		flows[i].Key = k
+	}
+	return c.call(ctx, http.MethodPost, "/v1/unpin", PinRequest{Flows: flows}, nil)
+}
+
+// Flows returns the pinned flows with the bytes delivered for each.
+func (c *Client) Flows(ctx context.Context) ([]PinnedFlow, error) {
+	var pr PinRequest
+	err := c.call(ctx, http.MethodGet, "/v1/flows", nil, &pr)
+	return pr.Flows, err
 }
 
 // ResetLateness clears the delay-error histogram.

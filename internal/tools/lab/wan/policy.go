@@ -87,6 +87,7 @@ type Policy struct {
 	busyUntil   [][]time.Time
 	lastRelease [][]time.Time
 	rng         *rand.Rand
+	fabric      *fabricState // nil: hosts are joined by per-pair links (fabric.go)
 }
 
 // NewPolicy returns a policy over hosts with every link set by linkOf(src, dst) (usually from

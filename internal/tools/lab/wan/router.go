@@ -42,6 +42,11 @@ type packet struct {
 	buf      *[]byte // data's buffer, returned to the pool once written
 	seq      uint64  // arrival order: ties in release time leave in arrival order
 	src, dst int
+	// With a fabric: the packet's path, the index of the link it is crossing, and the pin
+	// that counts its delivery (nil for a hashed flow).
+	path []int32
+	hop  int
+	pin  *pin
 }
 
 // linkStats are one direction's counters.
@@ -57,8 +62,10 @@ type Router struct {
 	o     RouterOptions
 	mu    sync.Mutex // guards policy
 	stats [][]*linkStats
-	sched *scheduler
-	bufs  sync.Pool // *[]byte of MTU+64 bytes: packet copies without garbage
+	// fabricStats count each fabric link's packets (sent on) and queue drops.
+	fabricStats []*linkStats
+	sched       *scheduler
+	bufs        sync.Pool // *[]byte of MTU+64 bytes: packet copies without garbage
 	// lateness is how long after its release time each packet was written (the router's
 	// delay error), in microseconds.
 	lateMu   sync.Mutex
@@ -94,6 +101,9 @@ func NewRouter(o RouterOptions) (*Router, error) {
 		for j := range n {
 			r.stats[i][j] = &linkStats{}
 		}
+	}
+	for range o.Policy.FabricLinks() {
+		r.fabricStats = append(r.fabricStats, &linkStats{})
 	}
 	mtu := o.MTU
 	r.bufs.New = func() any { b := make([]byte, 0, mtu+64); return &b }
@@ -132,9 +142,19 @@ func (r *Router) readLoop(src int) {
 		r.mu.Lock()
 		dst, ok := r.o.Policy.IndexOf(dstAddr)
 		var release time.Time
+		var path []int32
+		var pn *pin
 		v := DropUnknown
 		if ok && dst != src {
-			release, v = r.o.Policy.Route(now, src, dst, n)
+			if r.o.Policy.HasFabric() {
+				path, pn, v = r.o.Policy.RouteFabric(src, dst, flowKeyOf(buf[:n]))
+				if v == Forward {
+					release, v = r.o.Policy.Hop(now, path[0], n)
+					r.countHop(path[0], n, v)
+				}
+			} else {
+				release, v = r.o.Policy.Route(now, src, dst, n)
+			}
 		}
 		r.mu.Unlock()
 		st := r.stats[src][src]
@@ -147,7 +167,7 @@ func (r *Router) readLoop(src int) {
 		}
 		bp := r.bufs.Get().(*[]byte)
 		data := append((*bp)[:0], buf[:n]...)
-		if !r.sched.push(packet{data: data, buf: bp, release: release, src: src, dst: dst}) {
+		if !r.sched.push(packet{data: data, buf: bp, release: release, src: src, dst: dst, path: path, pin: pn}) {
 			st.overflow.Add(1)
 			r.bufs.Put(bp)
 		}
@@ -161,11 +181,33 @@ func (r *Router) readLoop(src int) {
 func (r *Router) sendLoop() {
 	defer r.wg.Done()
 	r.sched.run(r.closeCh, func(p packet, now time.Time) {
+		if p.hop+1 < len(p.path) {
+			// The packet reaches the next link of its fabric path at its release time (not
+			// now, which is later by the router's lateness: errors do not add up per hop).
+			p.hop++
+			r.mu.Lock()
+			release, v := r.o.Policy.Hop(p.release, p.path[p.hop], len(p.data))
+			r.countHop(p.path[p.hop], len(p.data), v)
+			r.mu.Unlock()
+			p.release = release
+			if v != Forward || !r.sched.push(p) {
+				if v == Forward {
+					r.stats[p.src][p.dst].overflow.Add(1)
+				} else {
+					r.stats[p.src][p.dst].verdicts[v].Add(1)
+				}
+				r.bufs.Put(p.buf)
+			}
+			return
+		}
 		_, err := r.o.Ports[p.dst].Write(p.data)
 		r.bufs.Put(p.buf) // the device copied the packet
 		if err != nil {
 			// A host whose device went away (its namespace was deleted) just loses packets.
 			return
+		}
+		if p.pin != nil {
+			p.pin.delivered.Add(int64(len(p.data)))
 		}
 		st := r.stats[p.src][p.dst]
 		st.packets.Add(1)
@@ -174,6 +216,17 @@ func (r *Router) sendLoop() {
 		_ = r.lateness.RecordValue(max(1, now.Sub(p.release).Microseconds()))
 		r.lateMu.Unlock()
 	}, r.o.Log)
+}
+
+// countHop counts a packet on fabric link l (called with r.mu held).
+func (r *Router) countHop(l int32, size int, v Verdict) {
+	st := r.fabricStats[l]
+	if v != Forward {
+		st.verdicts[v].Add(1)
+		return
+	}
+	st.packets.Add(1)
+	st.bytes.Add(int64(size))
 }
 
 // Do runs fn with the policy locked (control API changes).
@@ -237,6 +290,17 @@ type Status struct {
 	LatenessP99Us float64 `json:"lateness_p99_us"`
 	LatenessMaxUs float64 `json:"lateness_max_us"`
 	Forwarded     int64   `json:"forwarded"`
+	// FabricLinks are the fabric's links (with a fabric): packets and bytes sent on each,
+	// packets dropped at its full queue — a switch port's counters.
+	FabricLinks []FabricLinkCounters `json:"fabric_links,omitempty"`
+}
+
+// FabricLinkCounters are one fabric link's counters.
+type FabricLinkCounters struct {
+	FabricLink
+	Packets      int64 `json:"packets"`
+	Bytes        int64 `json:"bytes"`
+	DroppedQueue int64 `json:"dropped_queue,omitempty"`
 }
 
 // Status reports every link with traffic, a cut or a non-default setting.
@@ -257,6 +321,11 @@ func (r *Router) Status() Status {
 			s.Forwarded += lc.Packets
 			s.Links = append(s.Links, lc)
 		}
+	}
+	for l, fl := range r.o.Policy.FabricLinks() {
+		st := r.fabricStats[l]
+		s.FabricLinks = append(s.FabricLinks, FabricLinkCounters{FabricLink: fl, Packets: st.packets.Load(),
+			Bytes: st.bytes.Load(), DroppedQueue: st.verdicts[DropQueue].Load()})
 	}
 	r.mu.Unlock()
 	r.lateMu.Lock()
