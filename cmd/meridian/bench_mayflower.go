@@ -11,6 +11,34 @@ import (
 	"meridian/internal/tools/flowsim"
 )
 
+// parseTestbedFlags reads --oversubscription RACKxPOD and --locality R,P,O into the thesis's
+// testbed and a locality mix.
+func parseTestbedFlags(what, oversub, locality string) (flowsim.Testbed, [3]float64, error) {
+	t := flowsim.DefaultTestbed()
+	var loc [3]float64
+	if oversub != "" {
+		rack, pod, ok := strings.Cut(oversub, "x")
+		r, err1 := strconv.ParseFloat(rack, 64)
+		p, err2 := strconv.ParseFloat(pod, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return t, loc, fmt.Errorf("%s: --oversubscription %q: want RACKxPOD, e.g. 2x4", what, oversub)
+		}
+		t.RackOversubscription, t.PodOversubscription = r, p
+	}
+	parts := splitTrimmed(locality)
+	if len(parts) != 3 {
+		return t, loc, fmt.Errorf("%s: --locality %q: want three shares R,P,O", what, locality)
+	}
+	for i, p := range parts {
+		v, err := strconv.ParseFloat(p, 64)
+		if err != nil {
+			return t, loc, fmt.Errorf("%s: --locality %q: %w", what, locality, err)
+		}
+		loc[i] = v
+	}
+	return t, loc, nil
+}
+
 // benchMayflowerCmd is `meridian bench mayflower`: the Mayflower thesis's replica-and-path
 // selection schemes (3.4.2) on the flow-level model of its testbed (3.4.1), same seeds for
 // every scheme.
@@ -36,26 +64,9 @@ func benchMayflowerCmd() *cobra.Command {
 					list = append(list, flowsim.Scheme(s))
 				}
 			}
-			o.Testbed = flowsim.DefaultTestbed()
-			if oversub != "" {
-				rack, pod, ok := strings.Cut(oversub, "x")
-				r, err1 := strconv.ParseFloat(rack, 64)
-				p, err2 := strconv.ParseFloat(pod, 64)
-				if !ok || err1 != nil || err2 != nil {
-					return fmt.Errorf("bench mayflower: --oversubscription %q: want RACKxPOD, e.g. 2x4", oversub)
-				}
-				o.Testbed.RackOversubscription, o.Testbed.PodOversubscription = r, p
-			}
-			parts := splitTrimmed(locality)
-			if len(parts) != 3 {
-				return fmt.Errorf("bench mayflower: --locality %q: want three shares R,P,O", locality)
-			}
-			for i, p := range parts {
-				v, err := strconv.ParseFloat(p, 64)
-				if err != nil {
-					return fmt.Errorf("bench mayflower: --locality %q: %w", locality, err)
-				}
-				o.Locality[i] = v
+			var err error
+			if o.Testbed, o.Locality, err = parseTestbedFlags("bench mayflower", oversub, locality); err != nil {
+				return err
 			}
 			o.JobBytes, o.ChunkBytes = jobMB*(1<<20), chunkMB*(1<<20)
 			c, err := flowsim.Compare(o, list, first, seeds)

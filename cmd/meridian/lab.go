@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"os"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"meridian/internal/tools/flowsim"
 	"meridian/internal/tools/lab"
 	"meridian/internal/tools/lab/wan"
 )
@@ -27,7 +29,7 @@ per machine; its state lives in --dir. See docs/lab.md.`,
 	}
 	cmd.PersistentFlags().StringVar(&dir, "dir", lab.DefaultDir, "the lab's state directory")
 	cmd.AddCommand(labUpCmd(&dir), labDownCmd(&dir), labRouterCmd(&dir), labStatusCmd(&dir), labWANCmd(&dir),
-		labBenchCmd(&dir), labRunCmd(&dir), labRouterBenchCmd(&dir), labNemesisCmd(&dir))
+		labBenchCmd(&dir), labRunCmd(&dir), labRouterBenchCmd(&dir), labNemesisCmd(&dir), labMayflowerCmd(&dir))
 	return cmd
 }
 
@@ -231,5 +233,49 @@ func labWANCmd(dir *string) *cobra.Command {
 		c.Flags().BoolVar(&oneWay, "one-way", false, "only from -> to")
 	}
 	cmd.AddCommand(set, cut, heal)
+	return cmd
+}
+
+func labMayflowerCmd(dir *string) *cobra.Command {
+	var (
+		o                                 lab.MayflowerLabOptions
+		schemes, locality, oversub, mdOut string
+		jsOut                             string
+		jobs                              int
+	)
+	cmd := &cobra.Command{
+		Use:   "mayflower [--scale F] [--jobs N] [--schemes LIST] [--seed N]",
+		Short: "Mayflower's schemes with real TCP: the thesis's testbed as a fabric in the router, bandwidths and sizes scaled down together (Figs. 3.3; docs/mayflower.md)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.Flow.Testbed, o.Flow.Locality, err = parseTestbedFlags("lab mayflower", oversub, locality); err != nil {
+				return err
+			}
+			for _, s := range splitTrimmed(schemes) {
+				o.Schemes = append(o.Schemes, flowsim.Scheme(s))
+			}
+			o.Flow.Jobs, o.Dir, o.Log = jobs, *dir, os.Stderr
+			res, err := lab.RunMayflowerLab(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			md := res.Markdown()
+			fmt.Print(md)
+			return writeReproOutputs("lab mayflower", md, mdOut, jsOut, res)
+		},
+	}
+	f := cmd.Flags()
+	f.Float64Var(&o.Scale, "scale", 0.005, "bandwidths and sizes times this (0.005: 5 Mbps edges, 640 KiB jobs)")
+	f.IntVar(&jobs, "jobs", 300, "read jobs (the same for every scheme)")
+	f.Uint64Var(&o.Seed, "seed", 1, "seed of the workload and of the schemes' random choices")
+	f.StringVar(&schemes, "schemes", "nearest-ecmp,sinbad-r-m,mayflower-b,mayflower-p-makespan", "schemes, comma-separated (as bench mayflower; not mayflower-p-steal)")
+	f.Float64Var(&o.Flow.RatePerHost, "rate", 0.1, "Poisson job arrivals per second per host")
+	f.StringVar(&locality, "locality", "0.5,0.3,0.2", "client in the primary's rack, pod, another pod (R,P,O)")
+	f.StringVar(&oversub, "oversubscription", "2x4", "oversubscription at the racks x at the pods")
+	f.DurationVar(&o.LinkQueue, "link-queue", 0, "each fabric link's queue bound (0: 300ms, about 125 packets at 5 Mbps)")
+	f.DurationVar(&o.Drain, "drain", 60*time.Second, "how long to wait for jobs after the last arrival")
+	f.StringVar(&jsOut, "json", "", "write the results as JSON")
+	f.StringVar(&mdOut, "markdown", "", "write the table as Markdown")
 	return cmd
 }

@@ -66,6 +66,10 @@ type Options struct {
 	// places, which report their rates and remaining bytes every poll; background flows
 	// are invisible to it.
 	EndpointOnly bool
+	// Workload, when set, is the run's jobs (arrival, client, replicas) instead of drawn
+	// ones, so a run repeats exactly the jobs the lab ran with real TCP (Workload()). Jobs
+	// and the arrival-related fields are then taken from it.
+	Workload []JobSpec
 }
 
 // EnsureDefaults fills zero fields with the thesis's values.
@@ -117,6 +121,19 @@ func (o Options) Validate() error {
 		return fmt.Errorf("flowsim: poll interval %v s: want > 0 and ≤ 3600", o.PollInterval)
 	case o.Background < 0 || o.Background > 10_000:
 		return fmt.Errorf("flowsim: %d background flows: want 0..10000", o.Background)
+	}
+	hosts := o.Testbed.Hosts()
+	last := 0.0
+	for i, j := range o.Workload {
+		if !(j.Arrival >= last) || j.Client < 0 || j.Client >= hosts || slices.Contains(j.Replicas[:], j.Client) {
+			return fmt.Errorf("flowsim: workload job %d %+v: arrivals must not decrease, the client must be a host without a replica", i, j)
+		}
+		for _, r := range j.Replicas {
+			if r < 0 || r >= hosts {
+				return fmt.Errorf("flowsim: workload job %d: replica %d of %d hosts", i, r, hosts)
+			}
+		}
+		last = j.Arrival
 	}
 	sum := 0.0
 	for _, p := range o.Locality {
@@ -198,6 +215,9 @@ func Run(o Options) (Result, error) {
 
 func run(o Options) (Result, []float64, error) {
 	o.EnsureDefaults()
+	if o.Workload != nil {
+		o.Jobs = len(o.Workload)
+	}
 	if err := o.Validate(); err != nil {
 		return Result{}, nil, err
 	}
@@ -337,6 +357,9 @@ func (s *sim) client(replicas [3]int) int {
 
 func (s *sim) loop() error {
 	nextArrival := s.rng.ExpFloat64() / (s.o.RatePerHost * float64(s.o.Testbed.Hosts()))
+	if s.o.Workload != nil {
+		nextArrival = s.o.Workload[0].Arrival
+	}
 	arrived := 0
 	nextPoll := s.o.PollInterval
 	var jobs []*job
@@ -398,6 +421,9 @@ func (s *sim) loop() error {
 			jobs = append(jobs, j)
 			arrived++
 			nextArrival = s.now + s.rng.ExpFloat64()/(s.o.RatePerHost*float64(s.o.Testbed.Hosts()))
+			if s.o.Workload != nil && arrived < len(s.o.Workload) {
+				nextArrival = s.o.Workload[arrived].Arrival
+			}
 		}
 		if arrived >= s.o.Jobs && s.jobsLeft(jobs) == 0 {
 			return nil
@@ -532,9 +558,15 @@ func (s *sim) stealTail(j *job, inFlight []mayflower.FlowID, atPoll bool) {
 }
 
 func (s *sim) arrive(n int) (*job, error) {
-	file := int(s.zipf.Uint64())
-	reps := s.replica[file]
-	c := s.client(reps)
+	var reps [3]int
+	var c int
+	if s.o.Workload != nil {
+		reps, c = s.o.Workload[n].Replicas, s.o.Workload[n].Client
+	} else {
+		file := int(s.zipf.Uint64())
+		reps = s.replica[file]
+		c = s.client(reps)
+	}
 	if c < 0 {
 		return nil, errors.New("flowsim: no host for a client")
 	}

@@ -1,7 +1,11 @@
 package flowsim
 
 import (
+	"math"
+	"slices"
 	"testing"
+
+	"meridian/internal/mayflower"
 )
 
 // TestTestbedPaths: the thesis's testbed has 64 hosts; paths within a rack, a pod and
@@ -134,5 +138,66 @@ func TestEndpointOnlyIgnoresBackground(t *testing.T) {
 	}
 	if a, b := run(16, false), run(16, true); a == b {
 		t.Fatalf("16 background flows: the endpoint-only view chose as the counters did (%+v)", a)
+	}
+}
+
+// TestWorkloadRepeatsAndSelectorChoosesTestbedPaths: a seed's workload is the same every
+// time and for every scheme, a run on it is deterministic, and a detached selector's choices
+// are paths of the testbed whose shares sum to one.
+func TestWorkloadRepeatsAndSelectorChoosesTestbedPaths(t *testing.T) {
+	o := Options{Seed: 3, Jobs: 50}
+	a, err := Workload(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := Workload(o)
+	if !slices.Equal(a, b) || len(a) != 50 {
+		t.Fatalf("two draws of one seed's workload differ (or %d jobs)", len(a))
+	}
+	r1, err := RunWorkload(o, MayflowerPMakespan, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, _ := RunWorkload(o, MayflowerPMakespan, a)
+	if r1 != r2 || r1.Jobs != 50 {
+		t.Fatalf("runs on one workload differ: %+v vs %+v", r1, r2)
+	}
+	bad := slices.Clone(a)
+	bad[3].Client = bad[3].Replicas[0]
+	if _, err := RunWorkload(o, NearestECMP, bad); err == nil {
+		t.Fatal("a client on a replica must be refused")
+	}
+	for _, sc := range []Scheme{NearestECMP, SinbadRM, MayflowerPMakespan} {
+		o.Scheme = sc
+		sel, err := NewSelector(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var id mayflower.FlowID
+		for i, j := range a[:20] {
+			cs, err := sel.Choose(j.Client, j.Replicas)
+			if err != nil {
+				t.Fatal(err)
+			}
+			share := 0.0
+			for _, c := range cs {
+				paths := DefaultTestbed().Paths(c.Replica, j.Client)
+				if !slices.Contains(j.Replicas[:], c.Replica) || !slices.Equal(paths[c.PathIndex], c.Path) {
+					t.Fatalf("%s job %d: choice %+v is not a replica's testbed path", sc, i, c)
+				}
+				share += c.Share
+				id++
+				if err := sel.Started(id, c.Path, 32<<20); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if math.Abs(share-1) > 1e-9 {
+				t.Fatalf("%s job %d: shares sum to %v", sc, i, share)
+			}
+		}
+	}
+	o.Scheme = MayflowerPSteal
+	if _, err := NewSelector(o); err == nil {
+		t.Fatal("tail stealing has no whole-chunk selector; it must be refused")
 	}
 }

@@ -197,6 +197,10 @@ type State struct {
 	RouterPid int     `json:"router_pid"`
 	// Meridian is the running Meridian cluster, if any.
 	Meridian *MeridianState `json:"meridian,omitempty"`
+	// Fabric, when set, is a data-centre network of shared multi-hop links the router
+	// carries packets over instead of the topology's region-pair links (`meridian lab
+	// mayflower`, mayflowerlab.go); such a lab has no topology.
+	Fabric *wan.Fabric `json:"fabric,omitempty"`
 }
 
 // MeridianState describes running Meridian servers.
@@ -225,6 +229,9 @@ func LoadState(dir string) (*State, error) {
 	}
 	if s.Layout == nil {
 		return nil, fmt.Errorf("lab: state %s has no layout", statePath(dir))
+	}
+	if s.Fabric != nil {
+		return &s, nil
 	}
 	t, err := topology.New(s.Layout.TopologySpec)
 	if err != nil {

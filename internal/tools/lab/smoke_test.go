@@ -14,31 +14,39 @@ import (
 	"meridian/internal/tools/ycsb"
 )
 
+// labTestSetup skips unless a lab can run here (root, namespaces, not -short, not
+// MERIDIAN_LAB_SMOKE=0), and builds the meridian binary the router runs.
+func labTestSetup(t *testing.T) (tmp, exe string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("lab test: skipped in -short mode")
+	}
+	if err := CheckPrivileges(); err != nil {
+		t.Skipf("lab test skipped: %v", err)
+	}
+	if err := exec.Command("ip", "netns", "add", NetnsPrefix+"probe").Run(); err != nil {
+		t.Skipf("lab test skipped: cannot create a network namespace here (%v)", err)
+	}
+	_ = exec.Command("ip", "netns", "del", NetnsPrefix+"probe").Run()
+	if os.Getenv("MERIDIAN_LAB_SMOKE") == "0" {
+		t.Skip("lab test skipped: MERIDIAN_LAB_SMOKE=0")
+	}
+	tmp = t.TempDir()
+	exe = filepath.Join(tmp, "meridian")
+	build := exec.Command("go", "build", "-tags", "pebblegozstd", "-o", exe, "meridian/cmd/meridian")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building meridian: %v\n%s", err, out)
+	}
+	return tmp, exe
+}
+
 // TestLabSmoke brings a lab up (3 Meridian hosts, one per region of gcp-meteorshower-3, and
 // their client hosts), runs a 10 s benchmark through the WAN router, kills and restarts a
 // node under a checked history, and tears everything down. It needs root and network
 // namespaces; elsewhere it skips and says why. It must not run beside a lab of your own:
 // the lab's namespace names are fixed, and Up removes an earlier lab's.
 func TestLabSmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("lab smoke test: skipped in -short mode")
-	}
-	if err := CheckPrivileges(); err != nil {
-		t.Skipf("lab smoke test skipped: %v", err)
-	}
-	if err := exec.Command("ip", "netns", "add", NetnsPrefix+"probe").Run(); err != nil {
-		t.Skipf("lab smoke test skipped: cannot create a network namespace here (%v)", err)
-	}
-	_ = exec.Command("ip", "netns", "del", NetnsPrefix+"probe").Run()
-	if os.Getenv("MERIDIAN_LAB_SMOKE") == "0" {
-		t.Skip("lab smoke test skipped: MERIDIAN_LAB_SMOKE=0")
-	}
-	tmp := t.TempDir()
-	exe := filepath.Join(tmp, "meridian")
-	build := exec.Command("go", "build", "-tags", "pebblegozstd", "-o", exe, "meridian/cmd/meridian")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building meridian: %v\n%s", err, out)
-	}
+	tmp, exe := labTestSetup(t)
 	dir := filepath.Join(tmp, "lab")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

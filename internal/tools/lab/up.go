@@ -99,48 +99,57 @@ func Up(ctx context.Context, o UpOptions) (*State, error) {
 	if err := st.Save(o.Dir); err != nil {
 		return nil, err
 	}
-	logf, err := os.OpenFile(filepath.Join(o.Dir, "logs", "router.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err := startRouter(ctx, o.Dir, exe, o.Seed, st); err != nil {
+		return nil, err
+	}
+	o.logf("lab: up in %s: %d hosts on topology %s, router pid %d", o.Dir, len(layout.Hosts), layout.Topology.Name, st.RouterPid)
+	ok = true
+	return st, nil
+}
+
+// startRouter starts the router daemon for the hosts of st (saved in dir), records its pid
+// in the state, and waits until it answers with every host.
+func startRouter(ctx context.Context, dir, exe string, seed uint64, st *State) error {
+	logf, err := os.OpenFile(filepath.Join(dir, "logs", "router.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("lab: router log: %w", err)
+		return fmt.Errorf("lab: router log: %w", err)
 	}
 	defer logf.Close()
 	// The router outlives this command (lab up returns; lab down stops it), so it runs in a
 	// session of its own, not tied to this process's context.
 	// At the highest nice priority: every packet of every system under test waits for the
 	// router, and the machine's two cores are shared with those systems.
-	cmd := exec.Command("nice", "-n", "-20", exe, "lab", "router", "--dir", o.Dir, "--seed", fmt.Sprint(o.Seed))
+	cmd := exec.Command("nice", "-n", "-20", exe, "lab", "router", "--dir", dir, "--seed", fmt.Sprint(seed))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("lab: start router: %w", err)
+		return fmt.Errorf("lab: start router: %w", err)
 	}
 	st.RouterPid = cmd.Process.Pid
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	if err := st.Save(o.Dir); err != nil {
-		return nil, err
+	if err := st.Save(dir); err != nil {
+		return err
 	}
-	c := wan.NewClient(RouterSocket(o.Dir))
+	c := wan.NewClient(RouterSocket(dir))
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		s, err := c.Status(ctx)
-		if err == nil && len(s.Hosts) == len(layout.Hosts) {
+		if err == nil && len(s.Hosts) == len(st.Layout.Hosts) {
 			break
 		}
 		select {
 		case werr := <-exited:
-			return nil, fmt.Errorf("lab: router exited at start (%v): %s", werr, tail(filepath.Join(o.Dir, "logs", "router.log"), 10))
+			return fmt.Errorf("lab: router exited at start (%v): %s", werr, tail(filepath.Join(dir, "logs", "router.log"), 10))
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("lab: router not ready after 30s: %s", tail(filepath.Join(o.Dir, "logs", "router.log"), 10))
+			return fmt.Errorf("lab: router not ready after 30s: %s", tail(filepath.Join(dir, "logs", "router.log"), 10))
 		}
 	}
-	o.logf("lab: up in %s: %d hosts on topology %s, router pid %d", o.Dir, len(layout.Hosts), layout.Topology.Name, st.RouterPid)
-	ok = true
-	return st, nil
+	return nil
 }
 
 // Down stops every lab process and removes every lab namespace (and with them the TUN
@@ -230,7 +239,12 @@ func RunRouter(ctx context.Context, dir string, seed uint64, log *slog.Logger) e
 			}
 		}
 	}
-	policy, err := wan.NewPolicy(l.WANHosts(), l.TopologyLink, seed)
+	var policy *wan.Policy
+	if st.Fabric != nil {
+		policy, err = wan.NewFabricPolicy(l.WANHosts(), *st.Fabric, seed)
+	} else {
+		policy, err = wan.NewPolicy(l.WANHosts(), l.TopologyLink, seed)
+	}
 	if err != nil {
 		return err
 	}
@@ -249,7 +263,7 @@ func RunRouter(ctx context.Context, dir string, seed uint64, log *slog.Logger) e
 	_ = os.Chmod(sock, 0o600)
 	hs := &http.Server{Handler: wan.Handler(r), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(lis) }()
-	log.Info("router up", "hosts", len(l.Hosts), "topology", l.Topology.Name, "socket", sock)
+	log.Info("router up", "hosts", len(l.Hosts), "fabric", st.Fabric != nil, "socket", sock)
 	<-ctx.Done()
 	_ = hs.Close()
 	return nil
