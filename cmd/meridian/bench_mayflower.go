@@ -106,6 +106,7 @@ func benchMayflowerCmd() *cobra.Command {
 	f.IntVar(&o.Background, "background", 0, "long-lived background flows between random hosts")
 	f.Float64Var(&o.PollInterval, "poll", 1, "seconds between the Flowserver's counter polls")
 	f.BoolVar(&o.EndpointOnly, "endpoint-only", false, "the Flowserver learns only what the reads' endpoints report (no switch counters; background flows unseen)")
+	f.BoolVar(&o.ClientEdgeBound, "client-edge-bound", false, "every link but the clients' own edge links 1000x faster: the bound no replica or path choice can beat")
 	f.StringVar(&jsOut, "json", "", "write the results as JSON")
 	f.StringVar(&mdOut, "markdown", "", "write the table as Markdown")
 	f.StringVar(&chartOut, "chart", "", "draw the schemes' completion-time CDFs (.png or .svg)")

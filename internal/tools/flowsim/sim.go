@@ -70,6 +70,11 @@ type Options struct {
 	// ones, so a run repeats exactly the jobs the lab ran with real TCP (Workload()). Jobs
 	// and the arrival-related fields are then taken from it.
 	Workload []JobSpec
+	// ClientEdgeBound makes every link but the hosts' downlinks (the clients' edge links)
+	// a thousand times faster: a run then shows what no choice of replica or path can
+	// remove, the sharing of a client's own link by its concurrent jobs (the bound on tail
+	// stealing and hedging, docs/mayflower.md).
+	ClientEdgeBound bool
 }
 
 // EnsureDefaults fills zero fields with the thesis's values.
@@ -225,6 +230,9 @@ func run(o Options) (Result, []float64, error) {
 		truth: mayflower.NewModel(), view: mayflower.NewModel(), flows: map[mayflower.FlowID]*flowState{}}
 	s.zipf = rand.NewZipf(s.rng, o.Zipf, 1, uint64(o.Files-1))
 	for l, c := range o.Testbed.Links() {
+		if o.ClientEdgeBound && !strings.HasPrefix(l, "tor>h") {
+			c *= 1000
+		}
 		if err := s.truth.SetLink(mayflower.LinkID(l), c); err != nil {
 			return Result{}, nil, err
 		}
