@@ -497,6 +497,7 @@ var largeReadOptionSpecs = []OptionSpec{
 	{Name: "read_chunk_bytes", Default: "256KiB", Doc: "the chunks of a large read, 1B to 4MiB (each chunk is a message: below some KiB the messages cost more than the bytes)", Normalize: byteSizeZeroOr(1, 4<<20)},
 	{Name: "read_window", Default: "8", Doc: "chunks a large read keeps in flight from each replica it reads from, 1 to 64", Normalize: intRange(1, 64)},
 	{Name: "hedge_after", Default: "0s", Doc: "hedged: how long the nearest replica has before the next nearest is asked too; 0 = the 95th percentile of this node's recent large reads' time per byte, times the size", Normalize: normalizeNonNegativeDuration},
+	{Name: "scan_page_bytes", Default: "4.0MiB", Doc: "the most one replica returns for one round (page) of a scan, 1B to 4MiB (0: 4MiB); a scan split over two replicas (mayflower, docs/mayflower.md) reads in pages of this size from both ends of a partition, and at most about a page per half is read twice where they meet", Normalize: byteSizeZeroOr(1, 4<<20)},
 	{Name: "mayflower_split", Default: "makespan", Doc: "mayflower: whether a read is split over two replicas: never, literal (thesis 3.2.3's rule, which counts the job twice) or makespan (when the split's completion time plus the delays both parts cause is lower)", Normalize: oneOf("never", "literal", "makespan")},
 }
 
@@ -908,6 +909,7 @@ type LargeReadOptions struct {
 	Window         int
 	HedgeAfter     time.Duration // 0: automatic
 	Split          string        // never, literal, makespan
+	ScanPageBytes  int           // a scan page's byte bound; 0: 4 MiB
 }
 
 // QuorumOptionsOf parses the options of a quorum keyspace. Missing options take their
@@ -966,6 +968,9 @@ func largeReadOptionsOf(norm map[string]string) (LargeReadOptions, error) {
 	}
 	if o.ChunkBytes == 0 {
 		o.ChunkBytes = 256 << 10
+	}
+	if o.ScanPageBytes, err = size("scan_page_bytes"); err != nil {
+		return o, err
 	}
 	if _, err := fmt.Sscanf(norm["read_window"], "%d", &o.Window); err != nil {
 		return o, fmt.Errorf("options.read_window: %v", err)

@@ -212,6 +212,8 @@ type Reader interface {
 	// Scan reads the newest version of every key of span (a partition's key range or part
 	// of one): partitions are key ranges, and records do not name them.
 	Scan(span storage.Span, limit int, fn func(storage.Record) bool) error
+	// ScanReverse is Scan in descending key order (the back half of a split scan).
+	ScanReverse(span storage.Span, limit int, fn func(storage.Record) bool) error
 	// ScanAt reads, per key of span, the newest version not newer than at.
 	ScanAt(span storage.Span, at hlc.Version, limit int, fn func(storage.Record) bool) error
 	// GetRaw and ScanRaw read raw state (Ready.Raw).

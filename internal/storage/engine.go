@@ -348,6 +348,32 @@ func (e *Engine) Scan(span Span, limit int, fn func(Record) bool) error {
 	return nil
 }
 
+// ScanReverse is Scan in descending key order: fn gets the newest version of each key of
+// span, tombstones included, from the last key down, and the scan stops after limit keys
+// (limit > 0) or as soon as fn returns false. A scan split over two replicas reads its
+// second half this way, from the end of the range towards the first half
+// (docs/mayflower.md, "Split scans").
+func (e *Engine) ScanReverse(span Span, limit int, fn func(Record) bool) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	e.scans.Add(1)
+	if span.End != nil && bytes.Compare(span.Start, span.End) >= 0 {
+		return nil
+	}
+	lo, hi := spanBounds(span)
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return fmt.Errorf("storage: reverse scan %s: %w", span, err)
+	}
+	err = scanNewestReverse(it, limit, fn)
+	err = errors.Join(err, it.Error(), it.Close())
+	if err != nil {
+		return fmt.Errorf("storage: reverse scan %s: %w", span, err)
+	}
+	return nil
+}
+
 // ScanAt calls fn, in key order, with the newest version not newer than at of each key of
 // span that has one (tombstones included): the keys as they were at version at. A replica
 // move's catch-up compares replicas this way (docs/elasticity.md): what a replica holds up
@@ -453,6 +479,65 @@ func scanNewest(it *pebble.Iterator, limit int, fn func(Record) bool) error {
 		}
 		if valid && bytes.HasPrefix(it.Key(), cur) {
 			valid = it.SeekGE(prefixEnd(cur))
+		}
+	}
+	return nil
+}
+
+// scanNewestReverse drives a bounded iterator backwards and calls fn with the newest version
+// of every user key, last key first. A key's versions sort newest first, so going backwards
+// the iterator meets a key's oldest version first: it steps back over the key's versions,
+// copying the entry it stands on, until the previous entry belongs to another key (or there
+// is none); the copy is then the newest version and the iterator already stands on the
+// previous key. A key with more than nextsBeforeSeek versions costs one seek to its newest
+// version instead. The loop ends when the iterator is exhausted (finite bounds), after limit
+// keys, or when fn returns false; every pass moves the iterator back at least one entry.
+func scanNewestReverse(it *pebble.Iterator, limit int, fn func(Record) bool) error {
+	var prefix, kbuf, vbuf []byte
+	emitted := 0
+	hold := func() error {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		kbuf = append(kbuf[:0], it.Key()...)
+		vbuf = append(vbuf[:0], v...)
+		return nil
+	}
+	valid := it.Last()
+	for valid {
+		k := it.Key()
+		if len(k) < versionLen {
+			return fmt.Errorf("%w: short data key", ErrCorrupt)
+		}
+		prefix = append(prefix[:0], k[:len(k)-versionLen]...)
+		for i := 0; ; i++ {
+			if i == nextsBeforeSeek {
+				// Many versions: seek to the newest (the first entry of the key's prefix).
+				if !it.SeekGE(prefix) {
+					return errors.Join(fmt.Errorf("%w: versions of a key vanished during a reverse scan", ErrCorrupt), it.Error())
+				}
+				if err := hold(); err != nil {
+					return err
+				}
+				valid = it.Prev()
+				break
+			}
+			if err := hold(); err != nil {
+				return err
+			}
+			valid = it.Prev()
+			if !valid || !bytes.HasPrefix(it.Key(), prefix) {
+				break
+			}
+		}
+		rec, err := decodeRecord(kbuf, vbuf)
+		if err != nil {
+			return err
+		}
+		emitted++
+		if !fn(rec) || (limit > 0 && emitted >= limit) {
+			return nil
 		}
 	}
 	return nil

@@ -77,6 +77,30 @@ const maxListLen = 1 << 20
 // its reply); the keyspace option read_chunk_bytes is at most this.
 const MaxReadChunkBytes = 4 << 20
 
+// MaxScanReplyBytes bounds one replica's reply to a scan (a page): ScanRequest.max_bytes is at
+// most this, and the keyspace option scan_page_bytes too.
+const MaxScanReplyBytes = 4 << 20
+
+// scanReplyOrder checks what the coordinator's merge of scan replies relies on: the records
+// are one per key in strictly ascending key order (descending for a reverse scan), and a
+// truncated reply, whose last record says where the next page starts, has one.
+func scanReplyOrder(r *peerpb.ScanReply) *Rejection {
+	if r.Truncated && len(r.Records) == 0 {
+		return reject(RejectMalformed, "truncated scan reply without records")
+	}
+	for i := 1; i < len(r.Records); i++ {
+		c := bytes.Compare(r.Records[i-1].GetKey(), r.Records[i].GetKey())
+		if (!r.Reverse && c >= 0) || (r.Reverse && c <= 0) {
+			dir := "ascending"
+			if r.Reverse {
+				dir = "descending"
+			}
+			return reject(RejectMalformed, "scan reply records %d and %d are not in strictly %s key order", i-1, i, dir)
+		}
+	}
+	return nil
+}
+
 // MaxReportedTransfers bounds one TransferReport: a node reports at most this many of the
 // transfers it receives (the largest remaining first).
 const MaxReportedTransfers = 4096
@@ -148,9 +172,16 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		return nil
 	case *peerpb.Envelope_Scan:
 		s := m.Scan
+		if s.MaxBytes > MaxScanReplyBytes {
+			return reject(RejectMalformed, "scan asks for pages of %d bytes (at most %d)", s.MaxBytes, MaxScanReplyBytes)
+		}
 		return pc.span(s.Keyspace, s.Start, s.End, noSenderCheck, from, true)
 	case *peerpb.Envelope_ScanReply:
-		return pc.records(m.ScanReply.Records, senderReplica, from, false)
+		r := m.ScanReply
+		if err := pc.records(r.Records, senderReplica, from, false); err != nil {
+			return err
+		}
+		return scanReplyOrder(r)
 	case *peerpb.Envelope_AeDigest:
 		d := m.AeDigest
 		return pc.span(d.Keyspace, d.Start, d.End, senderReplica, from, true)

@@ -52,6 +52,10 @@ func write(from uint32, r *peerpb.Record) *peerpb.Envelope {
 	return &peerpb.Envelope{From: from, To: 1, Msg: &peerpb.Envelope_Write{Write: &peerpb.WriteRequest{RequestId: 1, Record: r}}}
 }
 
+func scanReply(reverse, truncated bool, recs ...*peerpb.Record) *peerpb.Envelope {
+	return &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_ScanReply{ScanReply: &peerpb.ScanReply{RequestId: 1, Records: recs, Truncated: truncated, Reverse: reverse}}}
+}
+
 func TestPeerCheckRejections(t *testing.T) {
 	pc := testCheck(t)
 	now := pc.Now
@@ -91,6 +95,15 @@ func TestPeerCheckRejections(t *testing.T) {
 		{"a transfer report naming a stranger", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_TransferReport{TransferReport: &peerpb.TransferReport{Transfers: []*peerpb.Transfer{{Source: 9, RateBytesPerSec: 1e6}}, IntervalMs: 1000}}}, RejectMalformed},
 		{"a transfer report with a NaN rate", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_TransferReport{TransferReport: &peerpb.TransferReport{Transfers: []*peerpb.Transfer{{Source: 3, RateBytesPerSec: math.NaN()}}, IntervalMs: 1000}}}, RejectMalformed},
 		{"a transfer report without an interval", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_TransferReport{TransferReport: &peerpb.TransferReport{Transfers: nil, IntervalMs: 0}}}, RejectMalformed},
+		// Scans, and the halves of a split scan (docs/mayflower.md, "Split scans").
+		{"a reverse scan", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_Scan{Scan: &peerpb.ScanRequest{Keyspace: "kv", Start: []byte("a"), End: []byte("b"), Limit: 10, Reverse: true, MaxBytes: MaxScanReplyBytes}}}, ""},
+		{"a scan with pages over the bound", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_Scan{Scan: &peerpb.ScanRequest{Keyspace: "kv", Reverse: true, MaxBytes: MaxScanReplyBytes + 1}}}, RejectMalformed},
+		{"a scan reply in key order", scanReply(false, false, rec(pc, "kv", "a", now), rec(pc, "kv", "b", now)), ""},
+		{"a reverse scan reply in descending key order", scanReply(true, true, rec(pc, "kv", "b", now), rec(pc, "kv", "a", now)), ""},
+		{"a reverse scan reply in ascending key order", scanReply(true, false, rec(pc, "kv", "a", now), rec(pc, "kv", "b", now)), RejectMalformed},
+		{"a scan reply out of key order", scanReply(false, false, rec(pc, "kv", "b", now), rec(pc, "kv", "a", now)), RejectMalformed},
+		{"a scan reply naming a key twice", scanReply(false, false, rec(pc, "kv", "a", now), rec(pc, "kv", "a", now)), RejectMalformed},
+		{"a truncated scan reply without records", scanReply(true, true), RejectMalformed},
 		{"an empty key", write(2, &peerpb.Record{Keyspace: "kv", Version: &peerpb.Version{WallNanos: 1, NodeId: 2}}), RejectMalformed},
 		{"a value over the limit", write(2, func() *peerpb.Record {
 			r := rec(pc, "kv", "k", now)
@@ -174,6 +187,9 @@ func FuzzPeerEnvelope(f *testing.F) {
 		{From: 2, To: 1, Msg: &peerpb.Envelope_GlHeartbeat{GlHeartbeat: &peerpb.GlHeartbeat{Seq: 1, Parts: []*peerpb.GlPartVersion{{Keyspace: "kv", Version: 5, Config: 9}}}}},
 		{From: 2, To: 1, Msg: &peerpb.Envelope_GlUpdate{GlUpdate: &peerpb.GlUpdate{WriteId: 1, Record: rec(pc, "kv", "k", pc.Now), MoveEpoch: 4}}},
 		{From: 2, To: 1, Msg: &peerpb.Envelope_GlUpdateAck{GlUpdateAck: &peerpb.GlUpdateAck{WriteId: 1, Ok: true, NotStored: true}}},
+		// A split scan's back half and its reply.
+		{From: 2, To: 1, Msg: &peerpb.Envelope_Scan{Scan: &peerpb.ScanRequest{RequestId: 1, Keyspace: "kv", Start: []byte("a"), End: []byte("m"), Limit: 5, Reverse: true, MaxBytes: 4096}}},
+		scanReply(true, true, rec(pc, "kv", "c", pc.Now), rec(pc, "kv", "b", pc.Now)),
 	} {
 		b, err := proto.Marshal(env)
 		if err != nil {

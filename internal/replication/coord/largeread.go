@@ -92,6 +92,12 @@ type LargeReadStats struct {
 	BytesWasted   atomic.Int64
 	Restarts      atomic.Int64
 	SourcesFailed atomic.Int64
+	// Split scans (scan.go): partitions of scans read from two replicas at once, the pages
+	// their forward and backward halves received, the halves given up because their replica
+	// was slow or down (the other read on alone), and the records the halves received that
+	// were not part of the answer (read by both where they met, or by the backward half of a
+	// partition the limit ended before the halves met).
+	ScanSplits, ScanPagesForward, ScanPagesBackward, ScanSplitFallbacks, ScanSplitUnused atomic.Int64
 }
 
 // count counts a read fetched under label.
@@ -321,7 +327,7 @@ func (c *Core) selectSources(now time.Time, f *fetch, ks *placement.Keyspace, ca
 			c.AddTimer(now.Add(c.hedgeDelay(f)), timerFetchHedge, f.id)
 		}
 	case config.ReadSelectorMayflower:
-		plan, ok := c.mayflowerPlan(now, f, cands)
+		plan, ok := c.mayflowerPlan(now, f.opts.Split, float64(f.size), cands)
 		if !ok {
 			f.label = labelMayflowerUnconfigured
 			c.addSource(now, f, cands[0], false, 0)

@@ -129,6 +129,9 @@ func (c *Core) startRead(now time.Time, ks *placement.Keyspace, req Request, pat
 // the others too (Cassandra's speculative_retry). "auto" (0) is 1.5× the RTT to the farthest
 // replica asked plus 10ms of slack.
 func (c *Core) speculativeDelay(ks *placement.Keyspace, farthest time.Duration) time.Duration {
+	if ks == nil {
+		return farthest*3/2 + 10*time.Millisecond
+	}
 	if v, ok := ks.Spec.Options["speculative_retry"]; ok && v != "" {
 		if d, err := time.ParseDuration(v); err == nil && d > 0 {
 			return d

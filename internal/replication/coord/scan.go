@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"meridian/internal/config"
 	"meridian/internal/errs"
 	"meridian/internal/placement"
 	"meridian/internal/storage"
@@ -17,23 +18,58 @@ import (
 // not read-repair (anti-entropy converges replicas); they give the same guarantee per key as
 // a read at the same level, but no snapshot across keys.
 //
-// A replica returns at most `limit` keys (tombstones included), so a merged round is only
-// complete up to the smallest last key among the replies that were cut short; the scan then
-// continues the partition from there. At most scanWindow partitions are read at once.
+// A replica returns at most `limit` keys (tombstones included) and about scan_page_bytes (a
+// page), so a merged round is only complete up to the smallest last key among the replies
+// that were cut short; the scan then continues the partition from there. At most scanWindow
+// partitions are read at once.
+//
+// Split scans (Mayflower, thesis 3.2.3; docs/mayflower.md "Split scans"). A partition read at
+// a level whose quorum is one replica (ONE, LOCAL_ONE) in a keyspace that reads with
+// mayflower may be read from two replicas at once, as a large value is: the partition is not
+// cut in advance (its keys' distribution is unknown) but read from both ends — one replica
+// pages forward from the start of the unread range [resume, back), the other pages backward
+// from its end — until the two meet (work stealing: each half takes what the other has not
+// read yet). A page's records the other half has already read are dropped, so every key comes
+// from exactly one replica, and the partition's items are the forward half's followed by the
+// backward half's reversed. The rule for when, and how the limit is kept, is at scanSplitPlan.
 
 const (
 	scanWindow = 8
-	// maxScanReplyBytes bounds one replica's scan reply.
-	maxScanReplyBytes = 4 << 20
+	// maxScanReplyBytes bounds one replica's scan reply (a page; scan_page_bytes is at most
+	// this).
+	maxScanReplyBytes = wire.MaxScanReplyBytes
 )
 
 type scanPart struct {
-	p        *placement.Partition
-	resume   []byte // next start key within the partition
-	end      []byte // exclusive end within the partition (nil = partition end)
-	items    []storage.Record
-	done     bool
-	inflight uint64 // peer request ID of the round in flight, 0 if none
+	p      *placement.Partition
+	resume []byte // next start key within the partition
+	end    []byte // exclusive end within the partition (nil = partition end)
+	// back is the exclusive end of what is still unread: end, or as far down as the backward
+	// half of a split read has got. The unread range is [resume, back).
+	back  []byte
+	items []storage.Record // live records of keys < resume, ascending
+	// tail holds the backward half's live records, of keys ≥ back, descending; appended to
+	// items reversed when the halves meet.
+	tail         []storage.Record
+	done         bool
+	inflight     uint64 // peer request ID of the forward round in flight, 0 if none
+	inflightBack uint64 // peer request ID of the backward round in flight, 0 if none
+	planned      bool   // whether to split has been decided (at the partition's first round)
+	split        *scanSplit
+	// paged: a forward page has come back without reaching back, so the unread range held
+	// more than a page; only then does a split read's backward half start.
+	paged bool
+	// prefer is the replica that reads on alone after a split half was given up (0: none);
+	// avoid are the replicas of halves given up, asked last.
+	prefer uint32
+	avoid  []uint32
+}
+
+// scanSplit is a partition read from two replicas: fwd pages forward, back backward; the rates
+// are the plan's estimates (bytes/s).
+type scanSplit struct {
+	fwd, back         uint32
+	fwdRate, backRate float64
 }
 
 type pendingScan struct {
@@ -51,6 +87,8 @@ type scanRound struct {
 	replies   map[uint32]*peerpb.ScanReply
 	spare     []uint32 // live eligible replicas not asked yet (speculative retry)
 	request   *peerpb.ScanRequest
+	reverse   bool // the backward half of a split read
+	split     bool // asked of one replica of a split read
 }
 
 func (c *Core) startScan(now time.Time, ks *placement.Keyspace, req Request) {
@@ -63,6 +101,7 @@ func (c *Core) startScan(now time.Time, ks *placement.Keyspace, req Request) {
 		if len(req.End) > 0 && (p.End == nil || bytes.Compare(req.End, p.End) < 0) {
 			sp.end = req.End
 		}
+		sp.back = sp.end
 		op.parts = append(op.parts, sp)
 	}
 	for _, sp := range op.parts {
@@ -118,7 +157,7 @@ func (c *Core) advanceScan(now time.Time, op *pendingScan) {
 				continue
 			}
 			window++
-			if sp.inflight == 0 && c.startScanRound(now, op, sp, op.req.Limit-count) {
+			if c.pumpScanPart(now, op, sp, op.req.Limit-count) {
 				progressed = true
 			}
 		}
@@ -134,11 +173,7 @@ func (c *Core) finishScan(op *pendingScan) {
 	op.done = true
 	c.Inflight--
 	delete(c.scanOps, op.req.ID)
-	for _, sp := range op.parts {
-		if sp.inflight != 0 {
-			delete(c.scans, sp.inflight)
-		}
-	}
+	c.dropScanRounds(op)
 	res := Result{ID: op.req.ID, Op: OpScan}
 	for _, sp := range op.parts {
 		if len(res.Items) == op.req.Limit {
@@ -161,28 +196,183 @@ func (c *Core) finishScan(op *pendingScan) {
 	c.Reply(res)
 }
 
-// startScanRound asks the nearest live replicas for the next piece of sp; it reports whether
+// dropScanRounds forgets op's rounds in flight (their replies are ignored) and counts what the
+// backward halves of unfinished split partitions read for nothing.
+func (c *Core) dropScanRounds(op *pendingScan) {
+	for _, sp := range op.parts {
+		for _, id := range []uint64{sp.inflight, sp.inflightBack} {
+			if id != 0 {
+				delete(c.scans, id)
+			}
+		}
+		sp.inflight, sp.inflightBack = 0, 0
+		if !sp.done && len(sp.tail) > 0 {
+			c.lr.stats.ScanSplitUnused.Add(int64(len(sp.tail)))
+		}
+	}
+}
+
+// pumpScanPart keeps sp's rounds in flight: the forward one and, while sp is read split and the
+// two halves' items do not fill limit yet, the backward one. It reports whether a round
+// completed at once (only the local replica was needed).
+func (c *Core) pumpScanPart(now time.Time, op *pendingScan, sp *scanPart, limit int) bool {
+	progressed := false
+	if sp.inflight == 0 && c.startScanRound(now, op, sp, limit, false) {
+		progressed = true
+	}
+	if sp.done || sp.split == nil || !sp.paged || sp.inflightBack != 0 {
+		return progressed
+	}
+	// The backward half starts once the first forward page has shown that the partition holds
+	// more than a page (a smaller one would be read whole by both halves). Its records are part
+	// of the answer only if the halves meet before the forward half's items fill the limit;
+	// once both halves together hold limit items it stops (the forward half reads on alone),
+	// and it never asks for more than that would take.
+	if rest := limit - len(sp.items) - len(sp.tail); rest > 0 && c.startScanRound(now, op, sp, rest, true) {
+		progressed = true
+	}
+	return progressed
+}
+
+// scanPageBytes is ks's scan page size (option scan_page_bytes).
+func (c *Core) scanPageBytes(ks *placement.Keyspace) int {
+	if ks == nil {
+		return maxScanReplyBytes
+	}
+	if n := c.largeReadOptions(ks).ScanPageBytes; n > 0 && n <= maxScanReplyBytes {
+		return n
+	}
+	return maxScanReplyBytes
+}
+
+// scanSplitPlan decides whether a partition's read is split over two replicas, at its first
+// round; alive are its live replicas in the selector's order. It splits when
+//   - the level's quorum is one replica of one replica set (ONE, LOCAL_ONE outside moves;
+//     QUORUM and ALL compare replicas key by key, which a split cannot do), so that each half's
+//     replica alone satisfies the level;
+//   - this node holds no replica of the partition counted by the level (a local read costs no
+//     link), and two replicas are live;
+//   - the keyspace reads with mayflower, the network is configured, and mayflowerPlan, under
+//     the keyspace's mayflower_split rule (never: no split), splits a transfer of one page
+//     (scan_page_bytes) between two replicas: the first reads forward, the second backward.
+//
+// The backward half starts after the first forward page, and only if that page did not reach
+// the end of the range: a partition of at most a page is read by the forward half alone, never
+// twice.
+//
+// The limit: a scan returns its first `limit` live items in key order, so the backward half's
+// records count only when the halves meet before the forward half alone fills the limit. The
+// scan never waits for the backward half once the forward half's items fill the limit (the
+// partition's read ends there, More set); the backward half asks for at most the limit less
+// both halves' items, and stops as soon as both together hold the limit's count. When the limit
+// cuts inside a split partition, the backward half has read at most about half the limit's
+// keys for nothing (counted in ScanSplitUnused); a partition the limit does not reach is read
+// by both halves with at most about a page read twice where they meet.
+func (c *Core) scanSplitPlan(now time.Time, ks *placement.Keyspace, q quorum, alive []uint32, page int) *scanSplit {
+	if ks == nil || len(q.sets) != 1 || q.need[0] != 1 || slices.Contains(q.union, c.Cfg.NodeID) || len(alive) < 2 {
+		return nil
+	}
+	o := c.largeReadOptions(ks)
+	if o.Selector != config.ReadSelectorMayflower || o.Split == "never" {
+		return nil
+	}
+	plan, ok := c.mayflowerPlan(now, o.Split, float64(page), alive)
+	if !ok || len(plan) < 2 {
+		return nil
+	}
+	return &scanSplit{fwd: plan[0].node, back: plan[1].node, fwdRate: plan[0].rate, backRate: plan[1].rate}
+}
+
+// endScanSplit gives up the half of sp's split read whose replica (slow) is slow or down: the
+// other replica reads on alone, forward, over the whole remaining range [resume, back); slow
+// is asked last from then on. A backward round still in flight is kept: what it brings is
+// read.
+func (c *Core) endScanSplit(sp *scanPart, slow uint32) {
+	s := sp.split
+	sp.split = nil
+	sp.prefer = s.fwd
+	if slow == s.fwd {
+		sp.prefer = s.back
+	}
+	sp.avoid = append(sp.avoid, slow)
+	c.lr.stats.ScanSplitFallbacks.Add(1)
+}
+
+// scanOrder puts sp's preferred replica first and the avoided ones last (stable otherwise).
+func (sp *scanPart) scanOrder(nodes []uint32) []uint32 {
+	rank := func(n uint32) int {
+		switch {
+		case n == sp.prefer:
+			return 0
+		case slices.Contains(sp.avoid, n):
+			return 2
+		}
+		return 1
+	}
+	out := slices.Clone(nodes)
+	slices.SortStableFunc(out, func(a, b uint32) int { return rank(a) - rank(b) })
+	return out
+}
+
+// startScanRound asks the nearest live replicas (or, in a split read, its half's replica) for
+// the next page of sp, forward from resume or (reverse) backward from back; it reports whether
 // the round completed at once (only the local replica was needed).
-func (c *Core) startScanRound(now time.Time, op *pendingScan, sp *scanPart, limit int) bool {
+func (c *Core) startScanRound(now time.Time, op *pendingScan, sp *scanPart, limit int, reverse bool) bool {
 	q, _ := c.quorumFor(sp.p, op.req.Level) // validated in startScan
-	id := c.newPeerReq()
-	rd := &scanRound{op: op, part: sp, q: q, contacted: map[uint32]bool{}, replies: map[uint32]*peerpb.ScanReply{}}
-	c.scans[id] = rd
-	sp.inflight = id
+	ks, _ := c.Pmap.Keyspace(op.req.Keyspace)
+	page := c.scanPageBytes(ks)
 	var alive []uint32
 	for _, n := range c.ByDistance(q.union) {
 		if c.Alive(n) {
 			alive = append(alive, n)
 		}
 	}
-	if ks, ok := c.Pmap.Keyspace(op.req.Keyspace); ok {
-		// A page is a transfer of up to maxScanReplyBytes: the keyspace's selector orders the
+	if ks != nil {
+		// A page is a transfer of up to scan_page_bytes: the keyspace's selector orders the
 		// replicas it may come from (transfers.go).
-		alive = c.transferOrder(now, ks, alive, maxScanReplyBytes)
+		alive = c.transferOrder(now, ks, alive, float64(page))
 	}
-	first, enough := q.pick(alive)
-	if !enough {
-		first = alive
+	if !sp.planned {
+		sp.planned = true
+		if sp.split = c.scanSplitPlan(now, ks, q, alive, page); sp.split != nil {
+			c.lr.stats.ScanSplits.Add(1)
+		}
+	}
+	alive = sp.scanOrder(alive)
+	var node uint32
+	var rate float64
+	if sp.split != nil {
+		node, rate = sp.split.fwd, sp.split.fwdRate
+		if reverse {
+			node, rate = sp.split.back, sp.split.backRate
+		}
+		if !c.Alive(node) {
+			// The failure detector has given up on this half's replica.
+			c.endScanSplit(sp, node)
+			alive = sp.scanOrder(alive)
+			if reverse {
+				return false
+			}
+		}
+	}
+	id := c.newPeerReq()
+	rd := &scanRound{op: op, part: sp, q: q, contacted: map[uint32]bool{}, replies: map[uint32]*peerpb.ScanReply{}, reverse: reverse}
+	c.scans[id] = rd
+	if reverse {
+		sp.inflightBack = id
+	} else {
+		sp.inflight = id
+	}
+	var first []uint32
+	if sp.split != nil {
+		rd.split = true
+		first = []uint32{node}
+	} else {
+		var enough bool
+		first, enough = q.pick(alive)
+		if !enough {
+			first = alive
+		}
 	}
 	for _, n := range alive {
 		if !slices.Contains(first, n) {
@@ -190,13 +380,22 @@ func (c *Core) startScanRound(now time.Time, op *pendingScan, sp *scanPart, limi
 		}
 	}
 	rd.request = &peerpb.ScanRequest{RequestId: id, Keyspace: op.req.Keyspace, Partition: sp.p.ID,
-		Start: sp.resume, End: sp.end, Limit: uint32(limit), MoveEpoch: sp.p.MoveEpoch}
+		Start: sp.resume, End: sp.back, Limit: uint32(limit), MoveEpoch: sp.p.MoveEpoch, Reverse: reverse, MaxBytes: uint32(page)}
 	var farthest time.Duration
 	for _, n := range first {
 		farthest = max(farthest, c.RTT(n))
 	}
-	if len(rd.spare) > 0 {
-		ks, _ := c.Pmap.Keyspace(op.req.Keyspace)
+	switch {
+	case rd.split:
+		// A half is slow when its page takes longer than the speculative delay plus twice the
+		// page's transfer time at the plan's rate; the other half then takes over
+		// (speculateScan), so the timer is set even without spare replicas.
+		d := c.speculativeDelay(ks, farthest)
+		if rate > 0 {
+			d += time.Duration(2 * float64(page) / rate * float64(time.Second))
+		}
+		c.AddTimer(now.Add(d), timerScanSpeculate, id)
+	case len(rd.spare) > 0:
 		c.AddTimer(now.Add(c.speculativeDelay(ks, farthest)), timerScanSpeculate, id)
 	}
 	c.askScanReplicas(id, rd, first)
@@ -211,7 +410,7 @@ func (c *Core) askScanReplicas(id uint64, rd *scanRound, nodes []uint32) {
 		rd.contacted[n] = true
 		if n == c.Cfg.NodeID {
 			m := rd.request
-			if rep := c.localScan(m.Keyspace, m.Start, m.End, int(m.Limit), id); rep != nil {
+			if rep := c.localScan(m, id); rep != nil {
 				rd.replies[n] = rep
 			}
 			continue
@@ -226,6 +425,21 @@ func (c *Core) speculateScan(now time.Time, id uint64) {
 	if !ok || rd.op.done {
 		return
 	}
+	if sp := rd.part; rd.split && sp.split != nil {
+		// One half of a split read is slow: give it up (its late reply is ignored), and the
+		// other half's replica reads on alone over the whole remaining range.
+		delete(c.scans, id)
+		slow := sp.split.fwd
+		if rd.reverse {
+			sp.inflightBack = 0
+			slow = sp.split.back
+		} else {
+			sp.inflight = 0
+		}
+		c.endScanSplit(sp, slow)
+		c.advanceScan(now, rd.op)
+		return
+	}
 	c.askScanReplicas(id, rd, rd.spare)
 	rd.spare = nil
 	if c.completeScanRound(now, id, rd) {
@@ -233,15 +447,25 @@ func (c *Core) speculateScan(now time.Time, id uint64) {
 	}
 }
 
-// localScan reads [start, end) of keyspace: the coordinator clipped the range to one
-// partition of its map (end nil only for the keyspace's last partition).
-func (c *Core) localScan(keyspace string, start, end []byte, limit int, id uint64) *peerpb.ScanReply {
-	reply := &peerpb.ScanReply{RequestId: id}
+// localScan serves m from this node's storage: [start, end) of the keyspace (the coordinator
+// clipped the range to one partition of its map; end nil only for the keyspace's last
+// partition), forward or reverse, up to m's limit and about max_bytes.
+func (c *Core) localScan(m *peerpb.ScanRequest, id uint64) *peerpb.ScanReply {
+	reply := &peerpb.ScanReply{RequestId: id, Reverse: m.Reverse}
+	limit := int(m.Limit)
+	maxBytes := int(m.MaxBytes)
+	if maxBytes <= 0 || maxBytes > maxScanReplyBytes {
+		maxBytes = maxScanReplyBytes
+	}
 	size := 0
-	err := c.Store.Scan(msgSpan(keyspace, start, end), limit, func(r storage.Record) bool {
+	scan := c.Store.Scan
+	if m.Reverse {
+		scan = c.Store.ScanReverse
+	}
+	err := scan(msgSpan(m.Keyspace, m.Start, m.End), limit, func(r storage.Record) bool {
 		reply.Records = append(reply.Records, wire.RecordToPB(r))
 		size += len(r.Key) + len(r.Value) + 32
-		if size >= maxScanReplyBytes {
+		if size >= maxBytes {
 			reply.Truncated = true
 			return false
 		}
@@ -260,18 +484,17 @@ func (c *Core) handleScan(now time.Time, from uint32, m *peerpb.ScanRequest) {
 	if !c.HoldsRange(m.Keyspace, m.Start, m.End) || !c.epochAdmits(m.Keyspace, m.Start, m.End, m.MoveEpoch) {
 		return
 	}
-	limit := int(m.Limit)
-	if limit <= 0 || limit > c.Cfg.Limits.MaxScanLimit {
-		limit = c.Cfg.Limits.MaxScanLimit
+	if m.Limit == 0 || int(m.Limit) > c.Cfg.Limits.MaxScanLimit {
+		m.Limit = uint32(c.Cfg.Limits.MaxScanLimit)
 	}
-	if reply := c.localScan(m.Keyspace, m.Start, m.End, limit, m.RequestId); reply != nil {
+	if reply := c.localScan(m, m.RequestId); reply != nil {
 		c.Send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_ScanReply{ScanReply: reply}})
 	}
 }
 
 func (c *Core) handleScanReply(now time.Time, from uint32, m *peerpb.ScanReply) {
 	rd, ok := c.scans[m.RequestId]
-	if !ok || !rd.contacted[from] {
+	if !ok || !rd.contacted[from] || m.Reverse != rd.reverse {
 		return
 	}
 	rd.replies[from] = m
@@ -288,15 +511,92 @@ func (c *Core) completeScanRound(now time.Time, id uint64, rd *scanRound) bool {
 	}
 	delete(c.scans, id)
 	sp := rd.part
-	sp.inflight = 0
-	if rd.op.done {
+	if rd.reverse && sp.inflightBack == id {
+		sp.inflightBack = 0
+	} else if !rd.reverse && sp.inflight == id {
+		sp.inflight = 0
+	}
+	if rd.op.done || sp.done {
 		return false
 	}
-	// The merged result is complete up to bound: the smallest last key among truncated replies.
-	var bound []byte
-	truncated := false
+	if rd.split {
+		if rd.reverse {
+			c.lr.stats.ScanPagesBackward.Add(1)
+		} else {
+			c.lr.stats.ScanPagesForward.Add(1)
+		}
+	}
+	recs, bound, truncated := mergeScanReplies(rd)
+	// Keys outside the unread range [resume, back) were read by the other half of a split read
+	// (or are not what was asked): every key comes from the half that read it first.
+	for _, rec := range recs {
+		if bytes.Compare(rec.Key, sp.resume) < 0 || (sp.back != nil && bytes.Compare(rec.Key, sp.back) >= 0) {
+			c.lr.stats.ScanSplitUnused.Add(1)
+			continue
+		}
+		c.Clock.Observe(now, rec.Version)
+		if rec.Tombstone {
+			continue
+		}
+		if rd.reverse {
+			sp.tail = append(sp.tail, rec)
+		} else {
+			sp.items = append(sp.items, rec)
+		}
+	}
+	// A reply that was not cut short covered the whole range asked, which reached the other
+	// half (or the partition's end): the halves meet.
+	met := !truncated
+	switch {
+	case truncated && rd.reverse:
+		// Keys ≥ bound are read.
+		if bytes.Compare(bound, sp.resume) <= 0 {
+			met = true
+		} else if sp.back == nil || bytes.Compare(bound, sp.back) < 0 {
+			sp.back = bytes.Clone(bound)
+		}
+	case truncated:
+		// Keys ≤ bound are read.
+		next := append(bytes.Clone(bound), 0)
+		if sp.back != nil && bytes.Compare(next, sp.back) >= 0 {
+			met = true
+		} else if bytes.Compare(next, sp.resume) > 0 {
+			sp.resume = next
+		}
+	}
+	if !met && !rd.reverse {
+		sp.paged = true
+	}
+	if met {
+		for i := len(sp.tail) - 1; i >= 0; i-- {
+			sp.items = append(sp.items, sp.tail[i])
+		}
+		sp.tail = nil
+		sp.done = true
+		// The other half's round, if any, has nothing left to read.
+		for _, other := range []uint64{sp.inflight, sp.inflightBack} {
+			if other != 0 {
+				delete(c.scans, other)
+			}
+		}
+		sp.inflight, sp.inflightBack = 0, 0
+	}
+	return true
+}
+
+// mergeScanReplies merges a round's replies: the newest version of each key, in the round's
+// key order (descending when reverse), complete up to bound when truncated — the last record of
+// the reply that got least far among those cut short; records past it are left out (another
+// replica may not have read there).
+func mergeScanReplies(rd *scanRound) (recs []storage.Record, bound []byte, truncated bool) {
+	// before reports whether key a comes before b in the round's order.
+	before := func(a, b []byte) bool {
+		if rd.reverse {
+			return bytes.Compare(a, b) > 0
+		}
+		return bytes.Compare(a, b) < 0
+	}
 	newest := map[string]storage.Record{}
-	var order [][]byte
 	for _, n := range rd.q.union {
 		rep, ok := rd.replies[n]
 		if !ok || rep == nil {
@@ -304,7 +604,7 @@ func (c *Core) completeScanRound(now time.Time, id uint64, rd *scanRound) bool {
 		}
 		if rep.Truncated && len(rep.Records) > 0 {
 			last := rep.Records[len(rep.Records)-1].Key
-			if !truncated || bytes.Compare(last, bound) < 0 {
+			if !truncated || before(last, bound) {
 				bound = last
 			}
 			truncated = true
@@ -314,32 +614,24 @@ func (c *Core) completeScanRound(now time.Time, id uint64, rd *scanRound) bool {
 			if err != nil {
 				continue
 			}
-			cur, seen := newest[string(rec.Key)]
-			if !seen {
-				order = append(order, rec.Key)
-			}
-			if !seen || cur.Version.Less(rec.Version) {
+			if cur, seen := newest[string(rec.Key)]; !seen || cur.Version.Less(rec.Version) {
 				newest[string(rec.Key)] = rec
 			}
 		}
 	}
-	slices.SortFunc(order, bytes.Compare)
-	for _, k := range order {
-		if truncated && bytes.Compare(k, bound) > 0 {
-			break
+	for _, rec := range newest {
+		if truncated && before(bound, rec.Key) {
+			continue
 		}
-		rec := newest[string(k)]
-		c.Clock.Observe(now, rec.Version)
-		if !rec.Tombstone {
-			sp.items = append(sp.items, rec)
+		recs = append(recs, rec)
+	}
+	slices.SortFunc(recs, func(a, b storage.Record) int {
+		if rd.reverse {
+			return bytes.Compare(b.Key, a.Key)
 		}
-	}
-	if truncated {
-		sp.resume = append(bytes.Clone(bound), 0)
-	} else {
-		sp.done = true
-	}
-	return true
+		return bytes.Compare(a.Key, b.Key)
+	})
+	return recs, bound, truncated
 }
 
 func (c *Core) expireScan(id uint64) {
@@ -350,10 +642,6 @@ func (c *Core) expireScan(id uint64) {
 	op.done = true
 	c.Inflight--
 	delete(c.scanOps, id)
-	for _, sp := range op.parts {
-		if sp.inflight != 0 {
-			delete(c.scans, sp.inflight)
-		}
-	}
+	c.dropScanRounds(op)
 	c.Fail(op.req, errs.New(errs.Timeout, "scan timed out at consistency %s before enough replicas replied", op.req.Level))
 }

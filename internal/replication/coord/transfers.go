@@ -273,9 +273,11 @@ func (c *Core) transferModel(now time.Time) (*mayflower.Model, error) {
 	return m, nil
 }
 
-// mayflowerPlan chooses f's sources among cands by Mayflower's cost (thesis 3.2.2 Eq. 3.1–3.2;
-// 3.2.3 for the split). ok is false when the network is not configured.
-func (c *Core) mayflowerPlan(now time.Time, f *fetch, cands []uint32) ([]planPart, bool) {
+// mayflowerPlan chooses the sources of a transfer of size bytes among cands by Mayflower's
+// cost (thesis 3.2.2 Eq. 3.1–3.2; 3.2.3 for the split, under the keyspace's mayflower_split
+// rule split): one part, or two. ok is false when the network is not configured. Large reads
+// plan a value's fetch with it, split scans a page (scan.go).
+func (c *Core) mayflowerPlan(now time.Time, split string, size float64, cands []uint32) ([]planPart, bool) {
 	if c.Cfg.Network.NodeBytesPerSec <= 0 {
 		return nil, false
 	}
@@ -285,13 +287,13 @@ func (c *Core) mayflowerPlan(now time.Time, f *fetch, cands []uint32) ([]planPar
 	}
 	mc := c.candidatesFrom(cands)
 	rule := mayflower.SplitMakespan
-	switch f.opts.Split {
+	switch split {
 	case "never":
 		rule = mayflower.SplitNever
 	case "literal":
 		rule = mayflower.SplitLiteral
 	}
-	plan, err := m.Plan(mc, float64(f.size), rule)
+	plan, err := m.Plan(mc, size, rule)
 	if err != nil {
 		return nil, false
 	}

@@ -71,7 +71,15 @@ func registerLargeReadMetrics(reg prometheus.Registerer, s *coord.LargeReadStats
 		{"meridian_large_read_wasted_bytes_total", "Chunk bytes received twice (hedged reads) or after their read ended.", &s.BytesWasted},
 		{"meridian_large_read_restarts_total", "Large reads started over because no live replica held the version they were fetching.", &s.Restarts},
 		{"meridian_large_read_sources_failed_total", "Replicas dropped from a large read's fetch (missing version, or down).", &s.SourcesFailed},
+		{"meridian_split_scans_total", "Partitions of scans read from two replicas at once, one paging forward and one backward (Mayflower, docs/mayflower.md).", &s.ScanSplits},
+		{"meridian_split_scan_fallbacks_total", "Halves of split scans given up because their replica was slow or down; the other replica read on alone.", &s.ScanSplitFallbacks},
+		{"meridian_split_scan_unused_records_total", "Records the halves of split scans received that were not part of the answer (read by both halves where they met, or by a backward half the limit made useless).", &s.ScanSplitUnused},
 	} {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, load(c.v)))
+	}
+	for dir, v := range map[string]*atomic.Int64{"forward": &s.ScanPagesForward, "backward": &s.ScanPagesBackward} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "meridian_split_scan_pages_total",
+			Help:        "Pages the halves of split scans received, by direction (forward from the start of the partition's range, backward from its end).",
+			ConstLabels: prometheus.Labels{"direction": dir}}, load(v)))
 	}
 }

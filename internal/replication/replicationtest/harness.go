@@ -358,8 +358,14 @@ func (h *Harness) fmtEnv(env *peerpb.Envelope) string {
 		fmt.Fprintf(&b, "transfer_report transfers=%d", len(m.TransferReport.Transfers))
 	case *peerpb.Envelope_Scan:
 		fmt.Fprintf(&b, "scan id=%d p=%d [%q,%q) limit=%d", m.Scan.RequestId, m.Scan.Partition, m.Scan.Start, m.Scan.End, m.Scan.Limit)
+		if m.Scan.Reverse {
+			b.WriteString(" reverse")
+		}
 	case *peerpb.Envelope_ScanReply:
 		fmt.Fprintf(&b, "scan_reply id=%d records=%d truncated=%v", m.ScanReply.RequestId, len(m.ScanReply.Records), m.ScanReply.Truncated)
+		if m.ScanReply.Reverse {
+			b.WriteString(" reverse")
+		}
 	case *peerpb.Envelope_AeDigest:
 		fmt.Fprintf(&b, "ae_digest p=%d", m.AeDigest.Partition)
 	case *peerpb.Envelope_AeKeys:

@@ -744,7 +744,13 @@ type ScanRequest struct {
 	End       []byte                 `protobuf:"bytes,5,opt,name=end,proto3" json:"end,omitempty"`
 	Limit     uint32                 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
 	// As WriteRequest.move_epoch.
-	MoveEpoch     uint64 `protobuf:"varint,7,opt,name=move_epoch,json=moveEpoch,proto3" json:"move_epoch,omitempty"`
+	MoveEpoch uint64 `protobuf:"varint,7,opt,name=move_epoch,json=moveEpoch,proto3" json:"move_epoch,omitempty"`
+	// Read [start, end) from the end down: the back half of a scan split over two replicas
+	// (docs/mayflower.md, "Split scans").
+	Reverse bool `protobuf:"varint,8,opt,name=reverse,proto3" json:"reverse,omitempty"`
+	// The most the reply carries (keys, values and 32 bytes per record), 1 B to 4 MiB; 0: 4 MiB.
+	// The replica stops after the record that reaches it (the keyspace's scan_page_bytes).
+	MaxBytes      uint32 `protobuf:"varint,9,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -828,13 +834,31 @@ func (x *ScanRequest) GetMoveEpoch() uint64 {
 	return 0
 }
 
+func (x *ScanRequest) GetReverse() bool {
+	if x != nil {
+		return x.Reverse
+	}
+	return false
+}
+
+func (x *ScanRequest) GetMaxBytes() uint32 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
 type ScanReply struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	// Newest version of each key in order, tombstones included.
+	// Newest version of each key, tombstones included, in ascending key order (descending when
+	// reverse).
 	Records []*Record `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
-	// True when the replica stopped at the limit: keys after the last record were not read.
-	Truncated     bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// True when the replica stopped at the limit or the byte bound: keys after the last record
+	// (before it, when reverse) were not read. A truncated reply has at least one record.
+	Truncated bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// The reply to a reverse scan.
+	Reverse       bool `protobuf:"varint,4,opt,name=reverse,proto3" json:"reverse,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -886,6 +910,13 @@ func (x *ScanReply) GetRecords() []*Record {
 func (x *ScanReply) GetTruncated() bool {
 	if x != nil {
 		return x.Truncated
+	}
+	return false
+}
+
+func (x *ScanReply) GetReverse() bool {
+	if x != nil {
+		return x.Reverse
 	}
 	return false
 }
@@ -13218,7 +13249,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x06source\x18\x01 \x01(\rR\x06source\x12'\n" +
 	"\x0fremaining_bytes\x18\x02 \x01(\x04R\x0eremainingBytes\x12'\n" +
 	"\x0fremaining_known\x18\x03 \x01(\bR\x0eremainingKnown\x12+\n" +
-	"\x12rate_bytes_per_sec\x18\x04 \x01(\x01R\x0frateBytesPerSec\"\xc3\x01\n" +
+	"\x12rate_bytes_per_sec\x18\x04 \x01(\x01R\x0frateBytesPerSec\"\xfa\x01\n" +
 	"\vScanRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1a\n" +
@@ -13228,12 +13259,15 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x03end\x18\x05 \x01(\fR\x03end\x12\x14\n" +
 	"\x05limit\x18\x06 \x01(\rR\x05limit\x12\x1d\n" +
 	"\n" +
-	"move_epoch\x18\a \x01(\x04R\tmoveEpoch\"|\n" +
+	"move_epoch\x18\a \x01(\x04R\tmoveEpoch\x12\x18\n" +
+	"\areverse\x18\b \x01(\bR\areverse\x12\x1b\n" +
+	"\tmax_bytes\x18\t \x01(\rR\bmaxBytes\"\x96\x01\n" +
 	"\tScanReply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x122\n" +
 	"\arecords\x18\x02 \x03(\v2\x18.meridian.peer.v1.RecordR\arecords\x12\x1c\n" +
-	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"\x9c\x02\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\x12\x18\n" +
+	"\areverse\x18\x04 \x01(\bR\areverse\"\x9c\x02\n" +
 	"\bAEDigest\x12\x19\n" +
 	"\bround_id\x18\x01 \x01(\x04R\aroundId\x12\x1a\n" +
 	"\bkeyspace\x18\x02 \x01(\tR\bkeyspace\x12\x1c\n" +
