@@ -19,6 +19,7 @@ func benchMayflowerProductCmd() *cobra.Command {
 		o                                  repro.LargeReadOptions
 		topoName, nodeBW, wanBW, selectors string
 		valueSize, chunk, bulkSize         string
+		scanPage                           string
 		jsonOut, mdOut, readerRegions      string
 		chartOut                           string
 		replicaRegions                     string
@@ -54,6 +55,9 @@ func benchMayflowerProductCmd() *cobra.Command {
 				return int(n), nil
 			}
 			if o.ValueBytes, err = size("value-size", valueSize); err != nil {
+				return err
+			}
+			if o.ScanPageBytes, err = size("scan-page", scanPage); err != nil {
 				return err
 			}
 			if o.ChunkBytes, err = size("chunk-size", chunk); err != nil {
@@ -93,7 +97,9 @@ func benchMayflowerProductCmd() *cobra.Command {
 	f.StringVar(&nodeBW, "node-bandwidth", "25MB", "each node's interface, each way (bytes per second)")
 	f.StringVar(&wanBW, "wan-bandwidth", "12.5MB", "each link between two regions, each way (bytes per second)")
 	f.StringVar(&selectors, "selectors", "nearest,snitch,hedged,mayflower", "read selectors to run, one fresh cluster each")
-	f.StringVar(&valueSize, "value-size", "8MiB", "size of the values read (2 to 64 MiB)")
+	f.StringVar(&valueSize, "value-size", "8MiB", "size of the values read (2 to 64 MiB; with --scan-records, each record's: 1 KiB to 64 MiB)")
+	f.IntVar(&o.ScanRecords, "scan-records", 0, "each read is a scan of this many consecutive records (0: Gets of --value-size)")
+	f.StringVar(&scanPage, "scan-page", "512KiB", "scan_page_bytes: a scan page's size (64 KiB to 4 MiB)")
 	f.StringVar(&chunk, "chunk-size", "256KiB", "read_chunk_bytes")
 	f.StringVar(&bulkSize, "bulk-size", "1MiB", "size of the background keyspace's values")
 	f.IntVar(&o.Keys, "keys", 24, "values read")

@@ -245,6 +245,9 @@ func (c *Core) scanPageBytes(ks *placement.Keyspace) int {
 	return maxScanReplyBytes
 }
 
+// scanSplitPlanPages is the size, in pages, of the transfer a scan's split is planned for.
+const scanSplitPlanPages = 8
+
 // scanSplitPlan decides whether a partition's read is split over two replicas, at its first
 // round; alive are its live replicas in the selector's order. It splits when
 //   - the level's quorum is one replica of one replica set (ONE, LOCAL_ONE outside moves;
@@ -253,8 +256,12 @@ func (c *Core) scanPageBytes(ks *placement.Keyspace) int {
 //   - this node holds no replica of the partition counted by the level (a local read costs no
 //     link), and two replicas are live;
 //   - the keyspace reads with mayflower, the network is configured, and mayflowerPlan, under
-//     the keyspace's mayflower_split rule (never: no split), splits a transfer of one page
-//     (scan_page_bytes) between two replicas: the first reads forward, the second backward.
+//     the keyspace's mayflower_split rule (never: no split), splits a transfer of
+//     scanSplitPlanPages pages (scan_page_bytes each) between two replicas: the first reads
+//     forward, the second backward. The plan cannot know the range's size in advance; a
+//     split only ever starts for a range of more than a page (below), and planning for one
+//     page would never split across a WAN, where a page's transfer is shorter than the
+//     farther replica's extra round trip.
 //
 // The backward half starts after the first forward page, and only if that page did not reach
 // the end of the range: a partition of at most a page is read by the forward half alone, never
@@ -276,7 +283,7 @@ func (c *Core) scanSplitPlan(now time.Time, ks *placement.Keyspace, q quorum, al
 	if o.Selector != config.ReadSelectorMayflower || o.Split == "never" {
 		return nil
 	}
-	plan, ok := c.mayflowerPlan(now, o.Split, float64(page), alive)
+	plan, ok := c.mayflowerPlan(now, o.Split, float64(page*scanSplitPlanPages), alive)
 	if !ok || len(plan) < 2 {
 		return nil
 	}

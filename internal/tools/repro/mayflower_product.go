@@ -1,6 +1,7 @@
 package repro
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -53,6 +54,10 @@ type LargeReadOptions struct {
 	Selectors []string
 	// NoJoin: no bootstrap stream (the idle network).
 	NoJoin bool
+	// ScanRecords > 0 makes each read a long scan instead of a Get: ScanRecords consecutive
+	// records (in key order) of ValueBytes each, from a random loaded key, in pages of
+	// ScanPageBytes (default 512 KiB; split scans, docs/mayflower.md).
+	ScanRecords, ScanPageBytes int
 	// Seeds runs each selector this many times (seeds Seed, Seed+1, ...; default 1) and
 	// pools their reads.
 	Seeds int
@@ -99,7 +104,14 @@ func (o *LargeReadOptions) defaults() error {
 			return fmt.Errorf("selector %q: want nearest, snitch, hedged or mayflower", s)
 		}
 	}
-	if o.Keys < 1 || o.ValueBytes < 2<<20 || o.ValueBytes > 64<<20 || o.BulkKeys < 0 || o.Duration < time.Second || o.Duration > 10*time.Minute {
+	o.ScanPageBytes = cmp.Or(o.ScanPageBytes, 512<<10)
+	if o.ScanRecords < 0 || o.ScanRecords > 100_000 || (o.ScanRecords > 0 && (o.Keys < 2*o.ScanRecords || o.ValueBytes < 1<<10 || o.ValueBytes > 64<<20)) {
+		return fmt.Errorf("scans of %d records: want 0 (Gets) or 1 to 100000 records of 1 KiB to 64 MiB, and at least twice as many keys", o.ScanRecords)
+	}
+	if o.ScanPageBytes < 64<<10 || o.ScanPageBytes > 4<<20 {
+		return fmt.Errorf("scan pages of %d bytes: want 64 KiB to 4 MiB", o.ScanPageBytes)
+	}
+	if o.Keys < 1 || (o.ScanRecords == 0 && (o.ValueBytes < 2<<20 || o.ValueBytes > 64<<20)) || o.BulkKeys < 0 || o.Duration < time.Second || o.Duration > 10*time.Minute {
 		return fmt.Errorf("want ≥ 1 key, values of 2 to 64 MiB, a duration of 1s to 10m")
 	}
 	if o.JoinRegion == "" {
@@ -224,7 +236,8 @@ func largeReadRun(ctx context.Context, o LargeReadOptions, selector string) (Lar
 		SplitPoints: ycsb.SplitPoints(parts), Options: map[string]string{
 			"read_level": "ONE", "write_level": "QUORUM", "read_selector": selector,
 			"large_read_bytes": "1MiB", "read_chunk_bytes": fmt.Sprint(o.ChunkBytes), "read_window": fmt.Sprint(o.Window),
-			"split_ops": "0", "split_bytes": "16GiB", "merge_bytes": "1KiB", "min_partitions": fmt.Sprint(parts)}}
+			"scan_page_bytes": fmt.Sprint(o.ScanPageBytes),
+			"split_ops":       "0", "split_bytes": "16GiB", "merge_bytes": "1KiB", "min_partitions": fmt.Sprint(parts)}}
 	bulk := config.Keyspace{Name: "bulk", Protocol: config.ProtocolQuorum, ReplicasPerRegion: 1, Partitions: 24,
 		SplitPoints: ycsb.SplitPoints(24), Options: map[string]string{
 			"split_ops": "0", "split_bytes": "16GiB", "merge_bytes": "1KiB", "min_partitions": "24"}}
@@ -295,6 +308,15 @@ func largeReadRun(ctx context.Context, o LargeReadOptions, selector string) (Lar
 			joinDone <- time.Since(start).Seconds()
 		}()
 	}
+	// A scan starts at a random loaded key and reads the ScanRecords keys that follow it in
+	// key order (the loaded names are hashed, so the order is the sorted list's).
+	var sorted [][]byte
+	if o.ScanRecords > 0 {
+		for i := range o.Keys {
+			sorted = append(sorted, ycsb.KeyName(uint64(i), false))
+		}
+		slices.SortFunc(sorted, bytes.Compare)
+	}
 	var wg sync.WaitGroup
 	for ri, region := range o.Topology.Regions {
 		if len(o.ReaderRegions) > 0 && !slices.Contains(o.ReaderRegions, region) {
@@ -311,15 +333,23 @@ func largeReadRun(ctx context.Context, o LargeReadOptions, selector string) (Lar
 				rng := rand.New(rand.NewPCG(o.Seed, uint64(ri*100+k)))
 				for rctx.Err() == nil && !joined.Load() {
 					key := ycsb.KeyName(uint64(rng.IntN(o.Keys)), false)
+					req := engine.Request{Op: engine.OpGet, Keyspace: "bench", Key: key, Level: config.LevelOne}
+					if o.ScanRecords > 0 {
+						first := rng.IntN(len(sorted) - o.ScanRecords)
+						key = sorted[first]
+						req = engine.Request{Op: engine.OpScan, Keyspace: "bench", Start: key, End: sorted[first+o.ScanRecords],
+							Limit: o.ScanRecords, Level: config.LevelOne}
+					}
 					nd, atReplica := coordinatorFor(coords, k, key)
 					t0 := time.Now()
-					r := nd.Do(rctx, engine.Request{Op: engine.OpGet, Keyspace: "bench", Key: key, Level: config.LevelOne, Deadline: t0.Add(60 * time.Second)})
+					req.Deadline = t0.Add(60 * time.Second)
+					r := nd.Do(rctx, req)
 					d := time.Since(t0)
 					if rctx.Err() != nil {
 						return // cut off by the end of the run: not a read's latency
 					}
 					mu.Lock()
-					if r.Err != nil || len(r.Value) != o.ValueBytes {
+					if r.Err != nil || (o.ScanRecords == 0 && len(r.Value) != o.ValueBytes) || (o.ScanRecords > 0 && len(r.Items) != o.ScanRecords) {
 						errN[region]++
 					} else {
 						lat[region] = append(lat[region], float64(d.Microseconds())/1000)
@@ -383,7 +413,7 @@ func largeReadLowerBound(o LargeReadOptions, region string) float64 {
 		}
 	}
 	in = min(in, o.NodeBandwidth)
-	return nearest.Seconds()*1000 + float64(o.ValueBytes)/in*1000
+	return nearest.Seconds()*1000 + float64(o.ValueBytes*max(1, o.ScanRecords))/in*1000
 }
 
 // coordinatorFor picks the node of coords that reader k's read of key goes to: from its own
@@ -419,7 +449,7 @@ func largeReadCounters(c *bench.Cluster) [3]int64 {
 				i = 0
 			case "meridian_large_read_wasted_bytes_total":
 				i = 1
-			case "meridian_large_reads_split_total":
+			case "meridian_large_reads_split_total", "meridian_split_scans_total":
 				i = 2
 			}
 			if i < 0 {
@@ -460,8 +490,13 @@ func (r *LargeReadResult) Markdown() string {
 	if len(o.ReplicaRegions) > 0 {
 		replicas = strings.Join(o.ReplicaRegions, ", ")
 	}
-	fmt.Fprintf(&b, "Replicas in %s. Reads at ONE of %d values of %.1f MiB (chunks of %d KiB, %d in flight per replica) by %d closed-loop readers per region (%s) on %s, %d nodes per region (each coordinating for keys it holds no replica of), interfaces of %.1f MB/s and inter-region links of %.1f MB/s each way, %s, at most %v per selector and seed, %d seed(s) pooled.\n\n",
-		replicas, o.Keys, float64(o.ValueBytes)/(1<<20), o.ChunkBytes>>10, o.Window, o.ReadersPerRegion, readerRegions(o), o.Topology.Name, o.NodesPerRegion, o.NodeBandwidth/1e6, o.WANBandwidth/1e6, stream, o.Duration, o.Seeds)
+	what := fmt.Sprintf("of %d values of %.1f MiB (chunks of %d KiB, %d in flight per replica)", o.Keys, float64(o.ValueBytes)/(1<<20), o.ChunkBytes>>10, o.Window)
+	if o.ScanRecords > 0 {
+		what = fmt.Sprintf("that are scans of %d consecutive records of %d KiB (%.1f MiB; pages of %d KiB) among %d", o.ScanRecords, o.ValueBytes>>10,
+			float64(o.ScanRecords*o.ValueBytes)/(1<<20), o.ScanPageBytes>>10, o.Keys)
+	}
+	fmt.Fprintf(&b, "Replicas in %s. Reads at ONE %s by %d closed-loop readers per region (%s) on %s, %d nodes per region (each coordinating for keys it holds no replica of), interfaces of %.1f MB/s and inter-region links of %.1f MB/s each way, %s, at most %v per selector and seed, %d seed(s) pooled.\n\n",
+		replicas, what, o.ReadersPerRegion, readerRegions(o), o.Topology.Name, o.NodesPerRegion, o.NodeBandwidth/1e6, o.WANBandwidth/1e6, stream, o.Duration, o.Seeds)
 	var nearest *LargeReadRun
 	for i := range r.Runs {
 		if r.Runs[i].Selector == config.ReadSelectorNearest {
