@@ -49,6 +49,8 @@ type Model struct {
 	// DefaultRemaining is the remaining size assumed for flows of unknown size: the average
 	// elephant flow (3.2.2). Zero: such flows count as delayed by nothing.
 	DefaultRemaining float64
+	// hidden are the flows SetHidden put in, in ID order.
+	hidden []FlowID
 }
 
 // Limits of a model: a selection walks every candidate path's links and their flows, so both
@@ -105,6 +107,9 @@ func (m *Model) checkPath(path []LinkID) error {
 func (m *Model) AddFlow(f Flow) error {
 	if _, ok := m.flows[f.ID]; ok {
 		return fmt.Errorf("mayflower: flow %d is in the model already", f.ID)
+	}
+	if f.ID >= HiddenIDs {
+		return fmt.Errorf("mayflower: flow %d: IDs from %d up are the model's own", f.ID, HiddenIDs)
 	}
 	if len(m.flows) >= MaxFlows {
 		return fmt.Errorf("mayflower: the model holds %d flows, the most it takes", MaxFlows)

@@ -86,8 +86,13 @@ func (c Comparison) Markdown() string {
 	var b strings.Builder
 	o := c.Options
 	view := "the Flowserver reads switch counters"
-	if o.EndpointOnly {
-		view = "the Flowserver sees only what the reads' endpoints report"
+	switch {
+	case o.EndpointBound:
+		view = "the Flowserver sees what the reads' endpoints report, plus the true background flows where a read was bottlenecked with them (a diagnostic bound)"
+	case o.NoInference:
+		view = "the Flowserver sees only what the reads' endpoints report, and infers nothing"
+	case o.EndpointOnly:
+		view = "the Flowserver sees only what the reads' endpoints report, and infers the load it does not see"
 	}
 	fmt.Fprintf(&b, "Flow-level testbed: %d pods × %d racks × %d hosts, %.0f Mbps edges, oversubscription %.0f:1 (%.0f at the racks × %.0f at the pods); %d files, Zipf %.2f; %.0f MB jobs in %.0f MB chunks; %.2f jobs/s per host; locality %v; %d background flows (%s); %d jobs per seed, seeds %v.\n\n",
 		o.Testbed.Pods, o.Testbed.RacksPerPod, o.Testbed.HostsPerRack, o.Testbed.EdgeBps*8/1e6, o.Testbed.Oversubscription(), o.Testbed.RackOversubscription, o.Testbed.PodOversubscription,

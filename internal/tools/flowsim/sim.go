@@ -3,6 +3,7 @@ package flowsim
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -64,7 +65,8 @@ type Options struct {
 	// EndpointOnly is the Flowserver without switch counters (3.5.2's alternative, the one
 	// Meridian can build): it learns of flows only from the endpoints of the reads it
 	// places, which report their rates and remaining bytes every poll; background flows
-	// are invisible to it.
+	// are invisible to it. At every poll it infers the load it cannot see from those
+	// reports (mayflower.Model.InferHidden) and holds it as hidden flows.
 	EndpointOnly bool
 	// Workload, when set, is the run's jobs (arrival, client, replicas) instead of drawn
 	// ones, so a run repeats exactly the jobs the lab ran with real TCP (Workload()). Jobs
@@ -75,6 +77,15 @@ type Options struct {
 	// remove, the sharing of a client's own link by its concurrent jobs (the bound on tail
 	// stealing and hedging, docs/mayflower.md).
 	ClientEdgeBound bool
+	// NoInference leaves the endpoint-only view without the inferred hidden load: only the
+	// reads it placed (the view before the inference, for comparison).
+	NoInference bool
+	// EndpointBound is a diagnostic, not a Flowserver: the endpoint-only view is given the
+	// true background flows (their number, and the rate they had then) on every link
+	// where a read has been bottlenecked together with them, from the poll it first was on.
+	// It peeks at the simulated truth, and bounds what an inference from the reads'
+	// bottlenecks could learn.
+	EndpointBound bool
 }
 
 // EnsureDefaults fills zero fields with the thesis's values.
@@ -126,6 +137,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("flowsim: poll interval %v s: want > 0 and ≤ 3600", o.PollInterval)
 	case o.Background < 0 || o.Background > 10_000:
 		return fmt.Errorf("flowsim: %d background flows: want 0..10000", o.Background)
+	case (o.NoInference || o.EndpointBound) && !o.EndpointOnly, o.NoInference && o.EndpointBound:
+		return errors.New("flowsim: no inference and the endpoint bound are variants of the endpoint-only view, one at a time")
 	}
 	hosts := o.Testbed.Hosts()
 	last := 0.0
@@ -210,6 +223,14 @@ type sim struct {
 	jobs    []*job   // every job so far, in arrival order
 	steals  int
 	stolen  float64
+	// inferred is the endpoint-only view's inference of the load it does not see.
+	inferred mayflower.HiddenState
+	prior    map[mayflower.LinkID]float64
+	// revealed are the links the endpoint bound has handed to the view, with the
+	// background flows' rates then (EndpointBound).
+	revealed map[mayflower.LinkID][]float64
+	// afterPoll, when set, is called after every poll (tests).
+	afterPoll func(s *sim, rates map[mayflower.FlowID]float64)
 }
 
 // Run simulates one scheme.
@@ -219,6 +240,11 @@ func Run(o Options) (Result, error) {
 }
 
 func run(o Options) (Result, []float64, error) {
+	return runWith(o, nil)
+}
+
+// runWith runs one scheme, calling afterPoll (when not nil) after every poll.
+func runWith(o Options, afterPoll func(s *sim, rates map[mayflower.FlowID]float64)) (Result, []float64, error) {
 	o.EnsureDefaults()
 	if o.Workload != nil {
 		o.Jobs = len(o.Workload)
@@ -226,7 +252,7 @@ func run(o Options) (Result, []float64, error) {
 	if err := o.Validate(); err != nil {
 		return Result{}, nil, err
 	}
-	s := &sim{o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x6d61796677)), paths: map[[2]int][][]string{},
+	s := &sim{afterPoll: afterPoll, o: o, rng: rand.New(rand.NewPCG(o.Seed, 0x6d61796677)), paths: map[[2]int][][]string{},
 		truth: mayflower.NewModel(), view: mayflower.NewModel(), flows: map[mayflower.FlowID]*flowState{}}
 	s.zipf = rand.NewZipf(s.rng, o.Zipf, 1, uint64(o.Files-1))
 	for l, c := range o.Testbed.Links() {
@@ -467,9 +493,107 @@ func (s *sim) poll(rates map[mayflower.FlowID]float64) {
 		}
 		_ = s.view.UpdateFlow(id, rate, f.remaining)
 	}
+	switch {
+	case !s.o.EndpointOnly || s.o.NoInference:
+	case s.o.EndpointBound:
+		s.endpointBound(rates)
+	default:
+		s.inferHidden(rates)
+	}
 	if s.o.Scheme == MayflowerPSteal {
 		s.stealTails()
 	}
+	if s.afterPoll != nil {
+		s.afterPoll(s, rates)
+	}
+}
+
+// inferOptions are the endpoint-only view's: rates measured within 1%, a link filled by the
+// reads alone ruled out for a minute, and links weighed by how many host pairs' shortest
+// paths cross them (traffic nobody reported is likelier where more of it can pass).
+func (s *sim) inferOptions() mayflower.InferOptions {
+	if s.prior == nil {
+		t := s.o.Testbed
+		s.prior = map[mayflower.LinkID]float64{}
+		for a := range t.Hosts() {
+			for b := range t.Hosts() {
+				ps := s.pathsOf(a, b)
+				for _, p := range ps {
+					for _, l := range p {
+						s.prior[mayflower.LinkID(l)] += 1 / float64(len(ps))
+					}
+				}
+			}
+		}
+	}
+	return mayflower.InferOptions{Tolerance: 0.01, Prior: s.prior, CleanPolls: int(math.Ceil(60 / s.o.PollInterval))}
+}
+
+// inferHidden is the endpoint-only view's inference of the load it does not see (3.5.2):
+// from the paths of the reads it placed and their endpoints' measured rates alone, never
+// the background flows.
+func (s *sim) inferHidden(rates map[mayflower.FlowID]float64) {
+	ids := make([]mayflower.FlowID, 0, len(s.flows))
+	for id, f := range s.flows {
+		if f.job != nil {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	reports := make([]mayflower.Report, 0, len(ids))
+	for _, id := range ids {
+		reports = append(reports, mayflower.Report{Path: s.flows[id].part.path, Rate: rates[id]})
+	}
+	next, err := s.view.InferHidden(reports, s.inferred, s.inferOptions())
+	if err != nil {
+		return // a report the model refuses: keep the last inference
+	}
+	if s.view.SetHidden(next.Hidden) == nil {
+		s.inferred = next
+	}
+}
+
+// endpointBound hands the endpoint-only view the true background flows of every link where
+// a read is bottlenecked together with them (EndpointBound, a diagnostic).
+func (s *sim) endpointBound(rates map[mayflower.FlowID]float64) {
+	if s.revealed == nil {
+		s.revealed = map[mayflower.LinkID][]float64{}
+	}
+	load := map[mayflower.LinkID]float64{}
+	top := map[mayflower.LinkID]float64{}
+	bg := map[mayflower.LinkID][]float64{}
+	for _, id := range slices.Sorted(maps.Keys(s.flows)) {
+		f := s.flows[id]
+		tf, _ := s.truth.Flow(id)
+		for _, l := range tf.Path {
+			load[l] += rates[id]
+			if f.job == nil {
+				bg[l] = append(bg[l], rates[id])
+			} else {
+				top[l] = math.Max(top[l], rates[id])
+			}
+		}
+	}
+	for id, f := range s.flows {
+		if f.job == nil {
+			continue
+		}
+		for _, l := range f.part.path {
+			if len(bg[l]) > 0 && rates[id] >= top[l]*(1-1e-9) && load[l] >= s.truth.Capacity(l)*(1-1e-9) {
+				s.revealed[l] = bg[l]
+			}
+		}
+	}
+	var hidden []mayflower.Hidden
+	for _, l := range slices.Sorted(maps.Keys(s.revealed)) {
+		sum := 0.0
+		for _, r := range s.revealed[l] {
+			sum += r
+		}
+		n := len(s.revealed[l])
+		hidden = append(hidden, mayflower.Hidden{Link: l, Flows: n, Rate: sum / float64(n), Free: sum / float64(n), Among: 1})
+	}
+	_ = s.view.SetHidden(hidden)
 }
 
 // minStealBytes: a straggler with less than this left is left alone.

@@ -123,21 +123,86 @@ func TestCompareRunsEverySchemeOnTheSameWorkload(t *testing.T) {
 }
 
 // TestEndpointOnlyIgnoresBackground: without background flows the endpoint-only view sees
-// everything the counters do, so the runs are identical; with them it differs (it cannot
-// see them).
+// everything the counters do and infers no hidden load (every read's rate is explained by
+// the reads), so the runs are identical, with and without the inference; with them it
+// differs from the counters (it cannot see them) and from the view without the inference
+// (it infers their load).
 func TestEndpointOnlyIgnoresBackground(t *testing.T) {
-	run := func(bg int, endpoint bool) Result {
-		r, err := Run(Options{Scheme: MayflowerB, Seed: 5, Jobs: 200, Background: bg, EndpointOnly: endpoint})
+	run := func(bg int, endpoint, noInference bool) Result {
+		r, err := Run(Options{Scheme: MayflowerB, Seed: 5, Jobs: 200, Background: bg, EndpointOnly: endpoint, NoInference: noInference})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return r
 	}
-	if a, b := run(0, false), run(0, true); a != b {
-		t.Fatalf("no background: counters %+v, endpoints %+v; want the same", a, b)
+	if a, b, c := run(0, false, false), run(0, true, false), run(0, true, true); a != b || a != c {
+		t.Fatalf("no background: counters %+v, endpoints %+v, endpoints without inference %+v; want the same", a, b, c)
 	}
-	if a, b := run(16, false), run(16, true); a == b {
-		t.Fatalf("16 background flows: the endpoint-only view chose as the counters did (%+v)", a)
+	a, b, c := run(16, false, false), run(16, true, false), run(16, true, true)
+	if a == b || b == c {
+		t.Fatalf("16 background flows: counters %+v, endpoints %+v, endpoints without inference %+v; want three different runs", a, b, c)
+	}
+	if _, err := Run(Options{Scheme: MayflowerB, NoInference: true}); err == nil {
+		t.Fatal("no inference without the endpoint-only view accepted")
+	}
+}
+
+// TestEndpointInferenceFindsBackgroundLoad: over a run with 16 background flows, most of the
+// load the endpoint-only view infers lies on links that carry background flows, and most of
+// the background flows' load lies on links where it infers some (the test peeks at the
+// simulated truth; the inference does not). Links are counted by load (bytes/s), polled.
+func TestEndpointInferenceFindsBackgroundLoad(t *testing.T) {
+	var inferred, inferredOnBg, bg, bgFound, bgUncrossed float64
+	polls := 0
+	crossed := map[mayflower.LinkID]bool{} // links some read has crossed so far
+	_, _, err := runWith(Options{Scheme: MayflowerB, Seed: 2, Jobs: 400, Background: 16, EndpointOnly: true}, func(s *sim, rates map[mayflower.FlowID]float64) {
+		polls++
+		onLink := map[mayflower.LinkID]float64{}
+		for id, f := range s.flows {
+			tf, _ := s.truth.Flow(id)
+			for _, l := range tf.Path {
+				if f.job == nil {
+					onLink[l] += rates[id]
+				} else {
+					crossed[l] = true
+				}
+			}
+		}
+		found := map[mayflower.LinkID]bool{}
+		for _, h := range s.inferred.Hidden {
+			load := float64(h.Flows) * h.Rate
+			inferred += load
+			if onLink[h.Link] > 0 {
+				inferredOnBg += load
+			}
+			found[h.Link] = true
+		}
+		for l, load := range onLink {
+			bg += load
+			if found[l] {
+				bgFound += load
+			}
+			if !crossed[l] {
+				bgUncrossed += load
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	precision, recall := inferredOnBg/inferred, bgFound/bg
+	t.Logf("%d polls: %.0f%% of the inferred load on links with background flows, %.0f%% of the background load on links with inferred load, %.1f%% on links no read had crossed yet", polls, 100*precision, 100*recall, 100*bgUncrossed/bg)
+	if precision < 0.7 || recall < 0.65 {
+		t.Fatalf("%.2f of the inferred load on background links (want ≥ 0.7), %.2f of the background load found (want ≥ 0.65)", precision, recall)
+	}
+	// Without the inference the view holds nothing of the kind.
+	_, _, err = runWith(Options{Scheme: MayflowerB, Seed: 2, Jobs: 50, Background: 16, EndpointOnly: true, NoInference: true}, func(s *sim, _ map[mayflower.FlowID]float64) {
+		if len(s.view.HiddenFlows()) > 0 {
+			t.Fatalf("hidden flows %v without the inference", s.view.HiddenFlows())
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
