@@ -328,6 +328,11 @@ func (e *Engine) GetAt(keyspace string, key []byte, maxVersion hlc.Version) (rec
 //
 // Pebble's bounds are set to the span, so a scan never reads a neighbouring range's blocks.
 func (e *Engine) Scan(span Span, limit int, fn func(Record) bool) error {
+	return e.scanWith("scan", span, func(it *pebble.Iterator) error { return scanNewest(it, limit, fn) })
+}
+
+// scanWith runs walk over an iterator bounded to span (what names the scan in errors).
+func (e *Engine) scanWith(what string, span Span, walk func(it *pebble.Iterator) error) error {
 	if err := e.checkOpen(); err != nil {
 		return err
 	}
@@ -338,12 +343,12 @@ func (e *Engine) Scan(span Span, limit int, fn func(Record) bool) error {
 	lo, hi := spanBounds(span)
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
-		return fmt.Errorf("storage: scan %s: %w", span, err)
+		return fmt.Errorf("storage: %s %s: %w", what, span, err)
 	}
-	err = scanNewest(it, limit, fn)
+	err = walk(it)
 	err = errors.Join(err, it.Error(), it.Close())
 	if err != nil {
-		return fmt.Errorf("storage: scan %s: %w", span, err)
+		return fmt.Errorf("storage: %s %s: %w", what, span, err)
 	}
 	return nil
 }
@@ -354,24 +359,7 @@ func (e *Engine) Scan(span Span, limit int, fn func(Record) bool) error {
 // second half this way, from the end of the range towards the first half
 // (docs/mayflower.md, "Split scans").
 func (e *Engine) ScanReverse(span Span, limit int, fn func(Record) bool) error {
-	if err := e.checkOpen(); err != nil {
-		return err
-	}
-	e.scans.Add(1)
-	if span.End != nil && bytes.Compare(span.Start, span.End) >= 0 {
-		return nil
-	}
-	lo, hi := spanBounds(span)
-	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return fmt.Errorf("storage: reverse scan %s: %w", span, err)
-	}
-	err = scanNewestReverse(it, limit, fn)
-	err = errors.Join(err, it.Error(), it.Close())
-	if err != nil {
-		return fmt.Errorf("storage: reverse scan %s: %w", span, err)
-	}
-	return nil
+	return e.scanWith("reverse scan", span, func(it *pebble.Iterator) error { return scanNewestReverse(it, limit, fn) })
 }
 
 // ScanAt calls fn, in key order, with the newest version not newer than at of each key of
@@ -381,24 +369,7 @@ func (e *Engine) ScanReverse(span Span, limit int, fn func(Record) bool) error {
 // digests at the same version converge while new writes go on. Stops after limit keys
 // (limit > 0) or when fn returns false.
 func (e *Engine) ScanAt(span Span, at hlc.Version, limit int, fn func(Record) bool) error {
-	if err := e.checkOpen(); err != nil {
-		return err
-	}
-	e.scans.Add(1)
-	if span.End != nil && bytes.Compare(span.Start, span.End) >= 0 {
-		return nil
-	}
-	lo, hi := spanBounds(span)
-	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return fmt.Errorf("storage: scan %s at %s: %w", span, at, err)
-	}
-	err = scanAt(it, at, limit, fn)
-	err = errors.Join(err, it.Error(), it.Close())
-	if err != nil {
-		return fmt.Errorf("storage: scan %s at %s: %w", span, at, err)
-	}
-	return nil
+	return e.scanWith(fmt.Sprintf("scan at %s of", at), span, func(it *pebble.Iterator) error { return scanAt(it, at, limit, fn) })
 }
 
 // scanAt visits each user key once: the first entry of a key tells its prefix; a few Nexts,

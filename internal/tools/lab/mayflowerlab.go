@@ -11,8 +11,6 @@ import (
 	"math"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -203,22 +201,8 @@ func upFabric(ctx context.Context, o MayflowerLabOptions, t flowsim.Testbed) (*S
 	if err != nil {
 		return nil, err
 	}
-	if err := Down(ctx, o.Dir, nil); err != nil {
-		return nil, fmt.Errorf("lab: clean up the earlier lab first: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Join(o.Dir, "logs"), 0o755); err != nil {
-		return nil, fmt.Errorf("lab: %w", err)
-	}
 	st := &State{Layout: layout, Fabric: fabric}
-	for _, h := range layout.Hosts {
-		if err := createNetns(ctx, h.Netns); err != nil {
-			return nil, err
-		}
-	}
-	if err := st.Save(o.Dir); err != nil {
-		return nil, err
-	}
-	if err := startRouter(ctx, o.Dir, exe, o.Seed, st); err != nil {
+	if err := bringUp(ctx, o.Dir, exe, o.Seed, st); err != nil {
 		return nil, err
 	}
 	o.logf("lab mayflower: %d hosts up (%d pods × %d racks × %d hosts), %d fabric links, router pid %d",

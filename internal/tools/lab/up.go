@@ -78,33 +78,42 @@ func Up(ctx context.Context, o UpOptions) (*State, error) {
 	if left, _ := listNetns(); len(left) > 0 {
 		o.logf("lab: removing %d namespaces left by an earlier lab", len(left))
 	}
-	if err := Down(ctx, o.Dir, nil); err != nil {
-		return nil, fmt.Errorf("lab: clean up the earlier lab first: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Join(o.Dir, "logs"), 0o755); err != nil {
-		return nil, fmt.Errorf("lab: %w", err)
-	}
 	st := &State{Layout: layout}
-	ok := false
-	defer func() {
-		if !ok {
-			_ = Down(context.Background(), o.Dir, nil)
-		}
-	}()
-	for _, h := range layout.Hosts {
-		if err := createNetns(ctx, h.Netns); err != nil {
-			return nil, err
-		}
-	}
-	if err := st.Save(o.Dir); err != nil {
-		return nil, err
-	}
-	if err := startRouter(ctx, o.Dir, exe, o.Seed, st); err != nil {
+	if err := bringUp(ctx, o.Dir, exe, o.Seed, st); err != nil {
 		return nil, err
 	}
 	o.logf("lab: up in %s: %d hosts on topology %s, router pid %d", o.Dir, len(layout.Hosts), layout.Topology.Name, st.RouterPid)
-	ok = true
 	return st, nil
+}
+
+// bringUp tears down an earlier lab in dir, creates the namespaces of st's hosts, saves st
+// and starts the router; on an error it leaves nothing behind.
+func bringUp(ctx context.Context, dir, exe string, seed uint64, st *State) error {
+	if err := Down(ctx, dir, nil); err != nil {
+		return fmt.Errorf("lab: clean up the earlier lab first: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = Down(context.Background(), dir, nil)
+		}
+	}()
+	for _, h := range st.Layout.Hosts {
+		if err := createNetns(ctx, h.Netns); err != nil {
+			return err
+		}
+	}
+	if err := st.Save(dir); err != nil {
+		return err
+	}
+	if err := startRouter(ctx, dir, exe, seed, st); err != nil {
+		return err
+	}
+	ok = true
+	return nil
 }
 
 // startRouter starts the router daemon for the hosts of st (saved in dir), records its pid
