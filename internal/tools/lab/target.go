@@ -90,6 +90,9 @@ func NewTarget(dir string, log io.Writer) (*Target, error) {
 	if err != nil {
 		return nil, err
 	}
+	if st.Fabric != nil {
+		return nil, fmt.Errorf("lab: the lab in %s is a data-centre fabric (lab mayflower), not regions; bring a lab up with lab up", dir)
+	}
 	return &Target{dir: dir, st: st, meridian: NewMeridian(dir, st, log), log: log, peers: map[string]PeerCluster{}}, nil
 }
 
