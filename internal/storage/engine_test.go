@@ -91,12 +91,18 @@ func mustGet(t testing.TB, e *Engine, ks string, key string) (Record, bool) {
 
 func scanAll(t testing.TB, e *Engine, span Span, limit int) []Record {
 	t.Helper()
+	return collectScan(t, "Scan", e.Scan, span, limit)
+}
+
+// collectScan returns every record scan (named name in failures) gives for span and limit.
+func collectScan(t testing.TB, name string, scan func(Span, int, func(Record) bool) error, span Span, limit int) []Record {
+	t.Helper()
 	var out []Record
-	if err := e.Scan(span, limit, func(r Record) bool {
+	if err := scan(span, limit, func(r Record) bool {
 		out = append(out, r)
 		return true
 	}); err != nil {
-		t.Fatalf("Scan(%s, %d): %v", span, limit, err)
+		t.Fatalf("%s(%s, %d): %v", name, span, limit, err)
 	}
 	return out
 }

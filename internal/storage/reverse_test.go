@@ -11,14 +11,7 @@ import (
 
 func scanAllReverse(t testing.TB, e *Engine, span Span, limit int) []Record {
 	t.Helper()
-	var out []Record
-	if err := e.ScanReverse(span, limit, func(r Record) bool {
-		out = append(out, r)
-		return true
-	}); err != nil {
-		t.Fatalf("ScanReverse(%s, %d): %v", span, limit, err)
-	}
-	return out
+	return collectScan(t, "ScanReverse", e.ScanReverse, span, limit)
 }
 
 // A reverse scan returns exactly the forward scan's records in the opposite order, and with a
