@@ -100,6 +100,7 @@ func benchMayflowerProductCmd() *cobra.Command {
 	f.StringVar(&valueSize, "value-size", "8MiB", "size of the values read (2 to 64 MiB; with --scan-records, each record's: 1 KiB to 64 MiB)")
 	f.IntVar(&o.ScanRecords, "scan-records", 0, "each read is a scan of this many consecutive records (0: Gets of --value-size)")
 	f.StringVar(&scanPage, "scan-page", "512KiB", "scan_page_bytes: a scan page's size (64 KiB to 4 MiB)")
+	f.IntVar(&o.ScanWindow, "scan-window", 4, "scan_window_pages: scan pages in flight from each replica a scan reads from (1: a request per page)")
 	f.StringVar(&chunk, "chunk-size", "256KiB", "read_chunk_bytes")
 	f.StringVar(&bulkSize, "bulk-size", "1MiB", "size of the background keyspace's values")
 	f.IntVar(&o.Keys, "keys", 24, "values read")

@@ -57,7 +57,7 @@ func TestLocal3(t *testing.T) {
 	wantKS := Keyspace{
 		Name: "demo", Protocol: "quorum", Regions: []string{"europe", "us", "asia"},
 		ReplicasPerRegion: 1, Partitions: 16,
-		Options: map[string]string{"read_selector": "nearest", "large_read_bytes": "1.0MiB", "read_chunk_bytes": "256KiB", "read_window": "8", "hedge_after": "0s", "mayflower_split": "makespan", "scan_page_bytes": "4.0MiB", "read_level": "QUORUM", "write_level": "QUORUM", "speculative_retry": "0s", "split_bytes": "512MiB", "merge_bytes": "128MiB", "split_ops": "2500", "min_partitions": "0"},
+		Options: map[string]string{"read_selector": "nearest", "large_read_bytes": "1.0MiB", "read_chunk_bytes": "256KiB", "read_window": "8", "hedge_after": "0s", "mayflower_split": "makespan", "scan_page_bytes": "4.0MiB", "scan_window_pages": "2", "read_level": "QUORUM", "write_level": "QUORUM", "speculative_retry": "0s", "split_bytes": "512MiB", "merge_bytes": "128MiB", "split_ops": "2500", "min_partitions": "0"},
 	}
 	if ks, ok := c.Keyspace("demo"); !ok || !reflect.DeepEqual(ks, wantKS) {
 		t.Errorf("Keyspace(demo) = %+v, %v\nwant %+v", ks, ok, wantKS)
@@ -265,7 +265,7 @@ func TestInvalid(t *testing.T) {
 		{name: "keyspace unknown region", old: "    protocol: quorum\n", new: "    protocol: quorum\n    regions: [europe, mars]\n", path: "keyspaces[0].regions[1]", msg: `unknown region "mars"`},
 		{name: "keyspace duplicate region", old: "    protocol: quorum\n", new: "    protocol: quorum\n    regions: [us, us]\n", path: "keyspaces[0].regions[1]", msg: "duplicate region"},
 		{name: "keyspace empty regions", old: "    protocol: quorum\n", new: "    protocol: quorum\n    regions: []\n", path: "keyspaces[0].regions", msg: "at least one region"},
-		{name: "unknown option", old: "{read_level: one}", new: "{read_level: one, colour: red}", path: "keyspaces[0].options.colour", msg: "unknown option for protocol quorum (known: hedge_after, large_read_bytes, mayflower_split, merge_bytes, min_partitions, read_chunk_bytes, read_level, read_selector, read_window, scan_page_bytes, speculative_retry, split_bytes, split_ops, write_level)"},
+		{name: "unknown option", old: "{read_level: one}", new: "{read_level: one, colour: red}", path: "keyspaces[0].options.colour", msg: "unknown option for protocol quorum (known: hedge_after, large_read_bytes, mayflower_split, merge_bytes, min_partitions, read_chunk_bytes, read_level, read_selector, read_window, scan_page_bytes, scan_window_pages, speculative_retry, split_bytes, split_ops, write_level)"},
 		{name: "split below twice merge", old: "{read_level: one}", new: "{split_bytes: 100MiB, merge_bytes: 60MiB}", path: "keyspaces[0].options.split_bytes", msg: "split_bytes (104857600) must be at least twice merge_bytes (62914560)"},
 		{name: "globlease split below twice merge", old: "    protocol: quorum\n    options: {read_level: one}", new: "    protocol: globlease\n    options: {split_bytes: 100MiB, merge_bytes: 60MiB}", path: "keyspaces[0].options.split_bytes", msg: "split_bytes (104857600) must be at least twice merge_bytes (62914560)"},
 		{name: "bad size", old: "{read_level: one}", new: "{split_bytes: lots}", path: "keyspaces[0].options.split_bytes", msg: "invalid size \"lots\""},
@@ -485,14 +485,14 @@ func TestValidateKeyspace(t *testing.T) {
 	}
 	want := Keyspace{
 		Name: "runtime", Protocol: "quorum", Regions: []string{"europe", "us", "asia"}, ReplicasPerRegion: 1, Partitions: 16,
-		Options: map[string]string{"read_selector": "nearest", "large_read_bytes": "1.0MiB", "read_chunk_bytes": "256KiB", "read_window": "8", "hedge_after": "0s", "mayflower_split": "makespan", "scan_page_bytes": "4.0MiB", "read_level": "QUORUM", "write_level": "LOCAL_QUORUM", "speculative_retry": "1.5ms", "split_bytes": "512MiB", "merge_bytes": "128MiB", "split_ops": "2500", "min_partitions": "0"},
+		Options: map[string]string{"read_selector": "nearest", "large_read_bytes": "1.0MiB", "read_chunk_bytes": "256KiB", "read_window": "8", "hedge_after": "0s", "mayflower_split": "makespan", "scan_page_bytes": "4.0MiB", "scan_window_pages": "2", "read_level": "QUORUM", "write_level": "LOCAL_QUORUM", "speculative_retry": "1.5ms", "split_bytes": "512MiB", "merge_bytes": "128MiB", "split_ops": "2500", "min_partitions": "0"},
 	}
 	if !reflect.DeepEqual(ks, want) {
 		t.Errorf("got %+v\nwant %+v", ks, want)
 	}
 	qo, err := QuorumOptionsOf(ks.Options)
 	if err != nil || qo != (QuorumOptions{ReadLevel: LevelQuorum, WriteLevel: LevelLocalQuorum, SpeculativeRetry: 1500 * time.Microsecond,
-		LargeReads: LargeReadOptions{Selector: "nearest", ThresholdBytes: 1 << 20, ChunkBytes: 256 << 10, Window: 8, Split: "makespan", ScanPageBytes: 4 << 20}}) {
+		LargeReads: LargeReadOptions{Selector: "nearest", ThresholdBytes: 1 << 20, ChunkBytes: 256 << 10, Window: 8, Split: "makespan", ScanPageBytes: 4 << 20, ScanWindow: 2}}) {
 		t.Errorf("QuorumOptionsOf = %+v, %v", qo, err)
 	}
 	bad := Keyspace{Name: "runtime", Protocol: "quorum", Partitions: -1}

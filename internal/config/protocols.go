@@ -498,6 +498,7 @@ var largeReadOptionSpecs = []OptionSpec{
 	{Name: "read_window", Default: "8", Doc: "chunks a large read keeps in flight from each replica it reads from, 1 to 64", Normalize: intRange(1, 64)},
 	{Name: "hedge_after", Default: "0s", Doc: "hedged: how long the nearest replica has before the next nearest is asked too; 0 = the 95th percentile of this node's recent large reads' time per byte, times the size", Normalize: normalizeNonNegativeDuration},
 	{Name: "scan_page_bytes", Default: "4.0MiB", Doc: "the most one replica returns for one round (page) of a scan, 1B to 4MiB (0: 4MiB); a scan split over two replicas (mayflower, docs/mayflower.md) reads in pages of this size from both ends of a partition, and at most about a page per half is read twice where they meet", Normalize: byteSizeZeroOr(1, 4<<20)},
+	{Name: "scan_window_pages", Default: "2", Doc: "pages a scan keeps in flight from a replica it reads alone (a read at ONE or LOCAL_ONE, or each half of a split scan), 1 to 64: the replica streams them without waiting for a request per page, so a scan is bound by bandwidth rather than by a round trip per page once the window covers the link's bandwidth-delay product; 1: a request per page. Memory: up to this many pages of scan_page_bytes per partition read, eight partitions at a time", Normalize: intRange(1, 64)},
 	{Name: "mayflower_split", Default: "makespan", Doc: "mayflower: whether a read is split over two replicas: never, literal (thesis 3.2.3's rule, which counts the job twice) or makespan (when the split's completion time plus the delays both parts cause is lower)", Normalize: oneOf("never", "literal", "makespan")},
 }
 
@@ -910,6 +911,7 @@ type LargeReadOptions struct {
 	HedgeAfter     time.Duration // 0: automatic
 	Split          string        // never, literal, makespan
 	ScanPageBytes  int           // a scan page's byte bound; 0: 4 MiB
+	ScanWindow     int           // scan pages in flight from a replica read alone; 0: 1
 }
 
 // QuorumOptionsOf parses the options of a quorum keyspace. Missing options take their
@@ -974,6 +976,9 @@ func largeReadOptionsOf(norm map[string]string) (LargeReadOptions, error) {
 	}
 	if _, err := fmt.Sscanf(norm["read_window"], "%d", &o.Window); err != nil {
 		return o, fmt.Errorf("options.read_window: %v", err)
+	}
+	if _, err := fmt.Sscanf(norm["scan_window_pages"], "%d", &o.ScanWindow); err != nil {
+		return o, fmt.Errorf("options.scan_window_pages: %v", err)
 	}
 	if o.HedgeAfter, err = time.ParseDuration(norm["hedge_after"]); err != nil {
 		return o, fmt.Errorf("options.hedge_after: %v", err)

@@ -34,6 +34,8 @@ func MessageType(env *peerpb.Envelope) string {
 		return "scan"
 	case *peerpb.Envelope_ScanReply:
 		return "scan_reply"
+	case *peerpb.Envelope_ScanCredit:
+		return "scan_credit"
 	case *peerpb.Envelope_AeDigest:
 		return "ae_digest"
 	case *peerpb.Envelope_AeKeys:

@@ -81,6 +81,10 @@ const MaxReadChunkBytes = 4 << 20
 // most this, and the keyspace option scan_page_bytes too.
 const MaxScanReplyBytes = 4 << 20
 
+// MaxScanWindow bounds ScanRequest.window, the pages a streaming scan's replica sends ahead
+// (the keyspace option scan_window_pages is at most this).
+const MaxScanWindow = 64
+
 // scanReplyOrder checks what the coordinator's merge of scan replies relies on: the records
 // are one per key in strictly ascending key order (descending for a reverse scan), and a
 // truncated reply, whose last record says where the next page starts, has one.
@@ -175,7 +179,20 @@ func (pc *PeerCheck) Envelope(env *peerpb.Envelope) *Rejection {
 		if s.MaxBytes > MaxScanReplyBytes {
 			return reject(RejectMalformed, "scan asks for pages of %d bytes (at most %d)", s.MaxBytes, MaxScanReplyBytes)
 		}
+		if s.Window > MaxScanWindow {
+			return reject(RejectMalformed, "scan asks for a window of %d pages (at most %d)", s.Window, MaxScanWindow)
+		}
 		return pc.span(s.Keyspace, s.Start, s.End, noSenderCheck, from, true)
+	case *peerpb.Envelope_ScanCredit:
+		// The credit names its stream by request ID only; its bounds are keys of the stream's
+		// keyspace (or a key and a zero byte: where a page ended), at most the largest key any
+		// keyspace may have, plus one.
+		c := m.ScanCredit
+		limit := max(pc.Limits.MaxKeyBytes, systemMaxKeyBytes) + 1
+		if len(c.Start) > limit || len(c.End) > limit {
+			return reject(RejectTooLarge, "scan credit bounds of %d and %d bytes (at most %d)", len(c.Start), len(c.End), limit)
+		}
+		return nil
 	case *peerpb.Envelope_ScanReply:
 		r := m.ScanReply
 		if err := pc.records(r.Records, senderReplica, from, false); err != nil {

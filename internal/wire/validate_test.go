@@ -98,6 +98,10 @@ func TestPeerCheckRejections(t *testing.T) {
 		// Scans, and the halves of a split scan (docs/mayflower.md, "Split scans").
 		{"a reverse scan", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_Scan{Scan: &peerpb.ScanRequest{Keyspace: "kv", Start: []byte("a"), End: []byte("b"), Limit: 10, Reverse: true, MaxBytes: MaxScanReplyBytes}}}, ""},
 		{"a scan with pages over the bound", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_Scan{Scan: &peerpb.ScanRequest{Keyspace: "kv", Reverse: true, MaxBytes: MaxScanReplyBytes + 1}}}, RejectMalformed},
+		{"a streaming scan", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_Scan{Scan: &peerpb.ScanRequest{Keyspace: "kv", Start: []byte("a"), Window: MaxScanWindow}}}, ""},
+		{"a scan with a window over the bound", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_Scan{Scan: &peerpb.ScanRequest{Keyspace: "kv", Window: MaxScanWindow + 1}}}, RejectMalformed},
+		{"a scan credit", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_ScanCredit{ScanCredit: &peerpb.ScanCredit{RequestId: 1, Through: 9, End: []byte("m\x00")}}}, ""},
+		{"a scan credit with an oversized bound", &peerpb.Envelope{From: 2, To: 1, Msg: &peerpb.Envelope_ScanCredit{ScanCredit: &peerpb.ScanCredit{RequestId: 1, Start: make([]byte, 1<<20)}}}, RejectTooLarge},
 		{"a scan reply in key order", scanReply(false, false, rec(pc, "kv", "a", now), rec(pc, "kv", "b", now)), ""},
 		{"a reverse scan reply in descending key order", scanReply(true, true, rec(pc, "kv", "b", now), rec(pc, "kv", "a", now)), ""},
 		{"a reverse scan reply in ascending key order", scanReply(true, false, rec(pc, "kv", "a", now), rec(pc, "kv", "b", now)), RejectMalformed},
@@ -190,6 +194,9 @@ func FuzzPeerEnvelope(f *testing.F) {
 		// A split scan's back half and its reply.
 		{From: 2, To: 1, Msg: &peerpb.Envelope_Scan{Scan: &peerpb.ScanRequest{RequestId: 1, Keyspace: "kv", Start: []byte("a"), End: []byte("m"), Limit: 5, Reverse: true, MaxBytes: 4096}}},
 		scanReply(true, true, rec(pc, "kv", "c", pc.Now), rec(pc, "kv", "b", pc.Now)),
+		// A streaming scan and its credit.
+		{From: 2, To: 1, Msg: &peerpb.Envelope_Scan{Scan: &peerpb.ScanRequest{RequestId: 2, Keyspace: "kv", Start: []byte("a"), Limit: 5, MaxBytes: 4096, Window: 4}}},
+		{From: 2, To: 1, Msg: &peerpb.Envelope_ScanCredit{ScanCredit: &peerpb.ScanCredit{RequestId: 2, Through: 5, End: []byte("m")}}},
 	} {
 		b, err := proto.Marshal(env)
 		if err != nil {

@@ -133,6 +133,7 @@ type Core struct {
 	reads       map[uint64]*pendingRead  // by peer request ID (including repair writes)
 	scans       map[uint64]*scanRound    // by peer request ID
 	scanOps     map[uint64]*pendingScan  // by client request ID
+	cursors     scanCursors              // streaming scans this node serves as a replica
 	fetches     map[uint64]*fetch        // large reads' transfers, by peer request ID
 	lr          largeReads
 
@@ -157,6 +158,7 @@ func New(cfg Config, store Reader, ext Extension) *Core {
 		writes:  map[uint64]*pendingWrite{},
 		reads:   map[uint64]*pendingRead{},
 		scans:   map[uint64]*scanRound{},
+		cursors: scanCursors{open: map[scanCursorKey]*scanCursor{}},
 		scanOps: map[uint64]*pendingScan{},
 		fetches: map[uint64]*fetch{},
 	}
@@ -402,6 +404,8 @@ func (c *Core) Step(now time.Time, env *peerpb.Envelope) {
 		c.handleScan(now, env.From, m.Scan)
 	case *peerpb.Envelope_ScanReply:
 		c.handleScanReply(now, env.From, m.ScanReply)
+	case *peerpb.Envelope_ScanCredit:
+		c.handleScanCredit(now, env.From, m.ScanCredit)
 	case *peerpb.Envelope_AeDigest, *peerpb.Envelope_AeKeys, *peerpb.Envelope_AePull:
 		c.handleAE(now, env)
 	case *peerpb.Envelope_AePush:
@@ -457,6 +461,7 @@ func (c *Core) Tick(now time.Time) {
 	c.tickMoves(now)
 	c.tickFetches(now)
 	c.tickTransfers(now)
+	c.sweepScanCursors(now, false)
 	if c.ext != nil {
 		c.ext.AfterTick(now)
 	}

@@ -98,6 +98,11 @@ type LargeReadStats struct {
 	// were not part of the answer (read by both where they met, or by the backward half of a
 	// partition the limit ended before the halves met).
 	ScanSplits, ScanPagesForward, ScanPagesBackward, ScanSplitFallbacks, ScanSplitUnused atomic.Int64
+	// Streaming scans (scanstream.go): streams this node served as a replica, requests for a
+	// stream it answered with one page because every cursor was in use, cursors dropped after
+	// their coordinator fell silent, and streams this node gave up as a coordinator (the
+	// replica was slow, or a page did not continue the read) and read on elsewhere.
+	ScanStreams, ScanCursorsRefused, ScanCursorsExpired, ScanStreamRestarts atomic.Int64
 }
 
 // count counts a read fetched under label.

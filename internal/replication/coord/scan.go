@@ -63,6 +63,9 @@ type scanPart struct {
 	// avoid are the replicas of halves given up, asked last.
 	prefer uint32
 	avoid  []uint32
+	// limit is the most items the scan can still take from this partition (as of its last
+	// round): a split read's backward stream stops once both halves hold that many.
+	limit int
 }
 
 // scanSplit is a partition read from two replicas: fwd pages forward, back backward; the rates
@@ -89,6 +92,16 @@ type scanRound struct {
 	request   *peerpb.ScanRequest
 	reverse   bool // the backward half of a split read
 	split     bool // asked of one replica of a split read
+	// A streaming round (scanstream.go) asked one replica, node, for a window of pages: it
+	// takes them in order (next is the next page's number; early holds the at most window-1
+	// pages that arrived before it) and stays open until the stream's last page.
+	stream   bool
+	node     uint32
+	window   uint32
+	next     uint32
+	early    map[uint32]*peerpb.ScanReply
+	lastPage time.Time     // when the last page was taken (zero: none yet)
+	patience time.Duration // how long a page may take before the replica counts as slow
 }
 
 func (c *Core) startScan(now time.Time, ks *placement.Keyspace, req Request) {
@@ -202,7 +215,7 @@ func (c *Core) dropScanRounds(op *pendingScan) {
 	for _, sp := range op.parts {
 		for _, id := range []uint64{sp.inflight, sp.inflightBack} {
 			if id != 0 {
-				delete(c.scans, id)
+				c.dropScanRound(id)
 			}
 		}
 		sp.inflight, sp.inflightBack = 0, 0
@@ -216,6 +229,7 @@ func (c *Core) dropScanRounds(op *pendingScan) {
 // two halves' items do not fill limit yet, the backward one. It reports whether a round
 // completed at once (only the local replica was needed).
 func (c *Core) pumpScanPart(now time.Time, op *pendingScan, sp *scanPart, limit int) bool {
+	sp.limit = limit
 	progressed := false
 	if sp.inflight == 0 && c.startScanRound(now, op, sp, limit, false) {
 		progressed = true
@@ -243,6 +257,15 @@ func (c *Core) scanPageBytes(ks *placement.Keyspace) int {
 		return n
 	}
 	return maxScanReplyBytes
+}
+
+// scanWindowPages is ks's scan window (option scan_window_pages): the pages a round asking one
+// replica alone keeps in flight.
+func (c *Core) scanWindowPages(ks *placement.Keyspace) uint32 {
+	if ks == nil {
+		return 1
+	}
+	return uint32(min(max(c.largeReadOptions(ks).ScanWindow, 1), wire.MaxScanWindow))
 }
 
 // scanSplitPlanPages is the size, in pages, of the transfer a scan's split is planned for.
@@ -388,6 +411,13 @@ func (c *Core) startScanRound(now time.Time, op *pendingScan, sp *scanPart, limi
 	}
 	rd.request = &peerpb.ScanRequest{RequestId: id, Keyspace: op.req.Keyspace, Partition: sp.p.ID,
 		Start: sp.resume, End: sp.back, Limit: uint32(limit), MoveEpoch: sp.p.MoveEpoch, Reverse: reverse, MaxBytes: uint32(page)}
+	// One remote replica alone answers the round: it streams a window of pages
+	// (scanstream.go) rather than answering one.
+	if w := c.scanWindowPages(ks); w > 1 && len(first) == 1 && first[0] != c.Cfg.NodeID &&
+		q.satisfied(func(n uint32) bool { return n == first[0] }) {
+		rd.stream, rd.node, rd.window = true, first[0], w
+		rd.request.Window = w
+	}
 	var farthest time.Duration
 	for _, n := range first {
 		farthest = max(farthest, c.RTT(n))
@@ -401,9 +431,11 @@ func (c *Core) startScanRound(now time.Time, op *pendingScan, sp *scanPart, limi
 		if rate > 0 {
 			d += time.Duration(2 * float64(page) / rate * float64(time.Second))
 		}
+		rd.patience = d
 		c.AddTimer(now.Add(d), timerScanSpeculate, id)
 	case len(rd.spare) > 0:
-		c.AddTimer(now.Add(c.speculativeDelay(ks, farthest)), timerScanSpeculate, id)
+		rd.patience = c.speculativeDelay(ks, farthest)
+		c.AddTimer(now.Add(rd.patience), timerScanSpeculate, id)
 	}
 	c.askScanReplicas(id, rd, first)
 	return c.completeScanRound(now, id, rd)
@@ -432,10 +464,15 @@ func (c *Core) speculateScan(now time.Time, id uint64) {
 	if !ok || rd.op.done {
 		return
 	}
+	if rd.stream && !rd.lastPage.IsZero() && now.Before(rd.lastPage.Add(rd.patience)) {
+		// The stream's pages come: the replica is slow only if the next one is late.
+		c.AddTimer(rd.lastPage.Add(rd.patience), timerScanSpeculate, id)
+		return
+	}
 	if sp := rd.part; rd.split && sp.split != nil {
 		// One half of a split read is slow: give it up (its late reply is ignored), and the
 		// other half's replica reads on alone over the whole remaining range.
-		delete(c.scans, id)
+		c.dropScanRound(id)
 		slow := sp.split.fwd
 		if rd.reverse {
 			sp.inflightBack = 0
@@ -444,6 +481,13 @@ func (c *Core) speculateScan(now time.Time, id uint64) {
 			sp.inflight = 0
 		}
 		c.endScanSplit(sp, slow)
+		c.advanceScan(now, rd.op)
+		return
+	}
+	if rd.stream {
+		// A stream's replica is slow: give the stream up and read on from resume in a new
+		// round, which asks the next replica first.
+		c.restartScanStream(now, id, rd)
 		c.advanceScan(now, rd.op)
 		return
 	}
@@ -494,6 +538,10 @@ func (c *Core) handleScan(now time.Time, from uint32, m *peerpb.ScanRequest) {
 	if m.Limit == 0 || int(m.Limit) > c.Cfg.Limits.MaxScanLimit {
 		m.Limit = uint32(c.Cfg.Limits.MaxScanLimit)
 	}
+	if m.Window > 1 {
+		c.startScanStream(now, from, m)
+		return
+	}
 	if reply := c.localScan(m, m.RequestId); reply != nil {
 		c.Send(from, &peerpb.Envelope{Msg: &peerpb.Envelope_ScanReply{ScanReply: reply}})
 	}
@@ -502,6 +550,12 @@ func (c *Core) handleScan(now time.Time, from uint32, m *peerpb.ScanRequest) {
 func (c *Core) handleScanReply(now time.Time, from uint32, m *peerpb.ScanReply) {
 	rd, ok := c.scans[m.RequestId]
 	if !ok || !rd.contacted[from] || m.Reverse != rd.reverse {
+		return
+	}
+	if rd.stream {
+		if from == rd.node {
+			c.takeStreamPage(now, m.RequestId, rd, m)
+		}
 		return
 	}
 	rd.replies[from] = m
@@ -516,14 +570,31 @@ func (c *Core) completeScanRound(now time.Time, id uint64, rd *scanRound) bool {
 	if !rd.q.satisfied(func(n uint32) bool { _, ok := rd.replies[n]; return ok }) {
 		return false
 	}
-	delete(c.scans, id)
 	sp := rd.part
-	if rd.reverse && sp.inflightBack == id {
-		sp.inflightBack = 0
-	} else if !rd.reverse && sp.inflight == id {
-		sp.inflight = 0
+	// A stream's round stays open until its last page; a page that does not continue the
+	// read exactly where it stands (a restarted cursor, a page lost) ends the stream, and a
+	// new round reads on.
+	last := true
+	if rd.stream {
+		page := rd.replies[rd.node]
+		if !rd.op.done && !sp.done && !streamContinues(sp, page) {
+			c.restartScanStream(now, id, rd)
+			return true
+		}
+		last = !page.Streaming
+	}
+	if last {
+		delete(c.scans, id)
+		if rd.reverse && sp.inflightBack == id {
+			sp.inflightBack = 0
+		} else if !rd.reverse && sp.inflight == id {
+			sp.inflight = 0
+		}
 	}
 	if rd.op.done || sp.done {
+		if !last {
+			c.dropScanRound(id)
+		}
 		return false
 	}
 	if rd.split {
@@ -580,15 +651,45 @@ func (c *Core) completeScanRound(now time.Time, id uint64, rd *scanRound) bool {
 		}
 		sp.tail = nil
 		sp.done = true
-		// The other half's round, if any, has nothing left to read.
+		// The other half's round (or this stream), if any, has nothing left to read.
 		for _, other := range []uint64{sp.inflight, sp.inflightBack} {
 			if other != 0 {
-				delete(c.scans, other)
+				c.dropScanRound(other)
 			}
 		}
 		sp.inflight, sp.inflightBack = 0, 0
+	} else if !last {
+		if rd.reverse && len(sp.items)+len(sp.tail) >= sp.limit {
+			// Both halves hold the limit's count: the backward stream's records cannot be part
+			// of the answer unless the halves meet, which the forward half will do alone.
+			c.dropScanRound(id)
+			sp.inflightBack = 0
+		} else {
+			c.grantScanCredit(id, rd)
+		}
 	}
 	return true
+}
+
+// restartScanStream gives up rd's stream (its replica was slow, or a page did not continue
+// the read): the partition reads on from where it stands in a new round, which asks the
+// stream's replica last. A half of a split read is given up as a slow half is.
+func (c *Core) restartScanStream(now time.Time, id uint64, rd *scanRound) {
+	sp := rd.part
+	c.dropScanRound(id)
+	c.lr.stats.ScanStreamRestarts.Add(1)
+	if rd.reverse && sp.inflightBack == id {
+		sp.inflightBack = 0
+	} else if !rd.reverse && sp.inflight == id {
+		sp.inflight = 0
+	}
+	if sp.split != nil && rd.split {
+		c.endScanSplit(sp, rd.node)
+		return
+	}
+	if !slices.Contains(sp.avoid, rd.node) && len(sp.avoid) < 16 {
+		sp.avoid = append(sp.avoid, rd.node)
+	}
 }
 
 // mergeScanReplies merges a round's replies: the newest version of each key, in the round's

@@ -73,6 +73,10 @@ func registerLargeReadMetrics(reg prometheus.Registerer, s *coord.LargeReadStats
 		{"meridian_large_read_sources_failed_total", "Replicas dropped from a large read's fetch (missing version, or down).", &s.SourcesFailed},
 		{"meridian_split_scans_total", "Partitions of scans read from two replicas at once, one paging forward and one backward (Mayflower, docs/mayflower.md).", &s.ScanSplits},
 		{"meridian_split_scan_fallbacks_total", "Halves of split scans given up because their replica was slow or down; the other replica read on alone.", &s.ScanSplitFallbacks},
+		{"meridian_scan_streams_total", "Streaming scans this node served as a replica: a cursor sending a window of pages ahead (scan_window_pages).", &s.ScanStreams},
+		{"meridian_scan_cursors_refused_total", "Requests for a streaming scan this node answered with one page because every cursor was in use.", &s.ScanCursorsRefused},
+		{"meridian_scan_cursors_expired_total", "Streaming scan cursors dropped after their coordinator fell silent.", &s.ScanCursorsExpired},
+		{"meridian_scan_stream_restarts_total", "Streaming scans this node gave up as a coordinator (the replica was slow, or a page did not continue the read) and read on from another round.", &s.ScanStreamRestarts},
 		{"meridian_split_scan_unused_records_total", "Records the halves of split scans received that were not part of the answer (read by both halves where they met, or by a backward half the limit made useless).", &s.ScanSplitUnused},
 	} {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, load(c.v)))

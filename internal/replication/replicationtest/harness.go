@@ -358,6 +358,9 @@ func (h *Harness) fmtEnv(env *peerpb.Envelope) string {
 		fmt.Fprintf(&b, "transfer_report transfers=%d", len(m.TransferReport.Transfers))
 	case *peerpb.Envelope_Scan:
 		fmt.Fprintf(&b, "scan id=%d p=%d [%q,%q) limit=%d", m.Scan.RequestId, m.Scan.Partition, m.Scan.Start, m.Scan.End, m.Scan.Limit)
+		if m.Scan.Window > 1 {
+			fmt.Fprintf(&b, " window=%d", m.Scan.Window)
+		}
 		if m.Scan.Reverse {
 			b.WriteString(" reverse")
 		}
@@ -366,6 +369,11 @@ func (h *Harness) fmtEnv(env *peerpb.Envelope) string {
 		if m.ScanReply.Reverse {
 			b.WriteString(" reverse")
 		}
+		if m.ScanReply.Streaming || m.ScanReply.Seq > 0 {
+			fmt.Fprintf(&b, " seq=%d streaming=%v", m.ScanReply.Seq, m.ScanReply.Streaming)
+		}
+	case *peerpb.Envelope_ScanCredit:
+		fmt.Fprintf(&b, "scan_credit id=%d through=%d [%q,%q) cancel=%v", m.ScanCredit.RequestId, m.ScanCredit.Through, m.ScanCredit.Start, m.ScanCredit.End, m.ScanCredit.Cancel)
 	case *peerpb.Envelope_AeDigest:
 		fmt.Fprintf(&b, "ae_digest p=%d", m.AeDigest.Partition)
 	case *peerpb.Envelope_AeKeys:

@@ -56,8 +56,9 @@ type LargeReadOptions struct {
 	NoJoin bool
 	// ScanRecords > 0 makes each read a long scan instead of a Get: ScanRecords consecutive
 	// records (in key order) of ValueBytes each, from a random loaded key, in pages of
-	// ScanPageBytes (default 512 KiB; split scans, docs/mayflower.md).
-	ScanRecords, ScanPageBytes int
+	// ScanPageBytes (default 512 KiB; split scans, docs/mayflower.md), ScanWindow pages in
+	// flight from each replica a scan reads from (scan_window_pages; default 4).
+	ScanRecords, ScanPageBytes, ScanWindow int
 	// Seeds runs each selector this many times (seeds Seed, Seed+1, ...; default 1) and
 	// pools their reads.
 	Seeds int
@@ -105,6 +106,10 @@ func (o *LargeReadOptions) defaults() error {
 		}
 	}
 	o.ScanPageBytes = cmp.Or(o.ScanPageBytes, 512<<10)
+	o.ScanWindow = cmp.Or(o.ScanWindow, 4)
+	if o.ScanWindow < 1 || o.ScanWindow > 64 {
+		return fmt.Errorf("a scan window of %d pages: want 1 to 64", o.ScanWindow)
+	}
 	if o.ScanRecords < 0 || o.ScanRecords > 100_000 || (o.ScanRecords > 0 && (o.Keys < 2*o.ScanRecords || o.ValueBytes < 1<<10 || o.ValueBytes > 64<<20)) {
 		return fmt.Errorf("scans of %d records: want 0 (Gets) or 1 to 100000 records of 1 KiB to 64 MiB, and at least twice as many keys", o.ScanRecords)
 	}
@@ -236,8 +241,8 @@ func largeReadRun(ctx context.Context, o LargeReadOptions, selector string) (Lar
 		SplitPoints: ycsb.SplitPoints(parts), Options: map[string]string{
 			"read_level": "ONE", "write_level": "QUORUM", "read_selector": selector,
 			"large_read_bytes": "1MiB", "read_chunk_bytes": fmt.Sprint(o.ChunkBytes), "read_window": fmt.Sprint(o.Window),
-			"scan_page_bytes": fmt.Sprint(o.ScanPageBytes),
-			"split_ops":       "0", "split_bytes": "16GiB", "merge_bytes": "1KiB", "min_partitions": fmt.Sprint(parts)}}
+			"scan_page_bytes": fmt.Sprint(o.ScanPageBytes), "scan_window_pages": fmt.Sprint(o.ScanWindow),
+			"split_ops": "0", "split_bytes": "16GiB", "merge_bytes": "1KiB", "min_partitions": fmt.Sprint(parts)}}
 	bulk := config.Keyspace{Name: "bulk", Protocol: config.ProtocolQuorum, ReplicasPerRegion: 1, Partitions: 24,
 		SplitPoints: ycsb.SplitPoints(24), Options: map[string]string{
 			"split_ops": "0", "split_bytes": "16GiB", "merge_bytes": "1KiB", "min_partitions": "24"}}
@@ -492,8 +497,8 @@ func (r *LargeReadResult) Markdown() string {
 	}
 	what := fmt.Sprintf("of %d values of %.1f MiB (chunks of %d KiB, %d in flight per replica)", o.Keys, float64(o.ValueBytes)/(1<<20), o.ChunkBytes>>10, o.Window)
 	if o.ScanRecords > 0 {
-		what = fmt.Sprintf("that are scans of %d consecutive records of %d KiB (%.1f MiB; pages of %d KiB) among %d", o.ScanRecords, o.ValueBytes>>10,
-			float64(o.ScanRecords*o.ValueBytes)/(1<<20), o.ScanPageBytes>>10, o.Keys)
+		what = fmt.Sprintf("that are scans of %d consecutive records of %d KiB (%.1f MiB; pages of %d KiB, %d in flight per replica) among %d", o.ScanRecords, o.ValueBytes>>10,
+			float64(o.ScanRecords*o.ValueBytes)/(1<<20), o.ScanPageBytes>>10, o.ScanWindow, o.Keys)
 	}
 	fmt.Fprintf(&b, "Replicas in %s. Reads at ONE %s by %d closed-loop readers per region (%s) on %s, %d nodes per region (each coordinating for keys it holds no replica of), interfaces of %.1f MB/s and inter-region links of %.1f MB/s each way, %s, at most %v per selector and seed, %d seed(s) pooled.\n\n",
 		replicas, what, o.ReadersPerRegion, readerRegions(o), o.Topology.Name, o.NodesPerRegion, o.NodeBandwidth/1e6, o.WANBandwidth/1e6, stream, o.Duration, o.Seeds)

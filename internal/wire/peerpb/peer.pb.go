@@ -750,7 +750,13 @@ type ScanRequest struct {
 	Reverse bool `protobuf:"varint,8,opt,name=reverse,proto3" json:"reverse,omitempty"`
 	// The most the reply carries (keys, values and 32 bytes per record), 1 B to 4 MiB; 0: 4 MiB.
 	// The replica stops after the record that reaches it (the keyspace's scan_page_bytes).
-	MaxBytes      uint32 `protobuf:"varint,9,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	MaxBytes uint32 `protobuf:"varint,9,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// Pages the replica may send ahead (the keyspace's scan_window_pages), 0 to 64. 0 or 1: one
+	// reply, a page. More: the replica keeps a cursor on the range and streams pages numbered
+	// from 0 (ScanReply.seq), at most `window` beyond what the coordinator has taken
+	// (ScanCredit), until the range or the limit (over the whole stream) is read, so a long scan
+	// is bound by bandwidth rather than by one round trip per page (docs/mayflower.md).
+	Window        uint32 `protobuf:"varint,10,opt,name=window,proto3" json:"window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -848,6 +854,94 @@ func (x *ScanRequest) GetMaxBytes() uint32 {
 	return 0
 }
 
+func (x *ScanRequest) GetWindow() uint32 {
+	if x != nil {
+		return x.Window
+	}
+	return 0
+}
+
+// ScanCredit lets a streaming scan's replica go on (coordinator → replica): it may send the
+// pages numbered below `through`, and the rest of the range is narrowed to [start, end) (each
+// empty: unchanged) — the part the other half of a split scan has not read. Both only ever
+// grow or narrow, so a credit that arrives late or twice changes nothing. cancel ends the
+// stream.
+type ScanCredit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Through       uint32                 `protobuf:"varint,2,opt,name=through,proto3" json:"through,omitempty"`
+	Start         []byte                 `protobuf:"bytes,3,opt,name=start,proto3" json:"start,omitempty"`
+	End           []byte                 `protobuf:"bytes,4,opt,name=end,proto3" json:"end,omitempty"`
+	Cancel        bool                   `protobuf:"varint,5,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanCredit) Reset() {
+	*x = ScanCredit{}
+	mi := &file_meridian_v1_peer_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanCredit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanCredit) ProtoMessage() {}
+
+func (x *ScanCredit) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_peer_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanCredit.ProtoReflect.Descriptor instead.
+func (*ScanCredit) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ScanCredit) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *ScanCredit) GetThrough() uint32 {
+	if x != nil {
+		return x.Through
+	}
+	return 0
+}
+
+func (x *ScanCredit) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *ScanCredit) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *ScanCredit) GetCancel() bool {
+	if x != nil {
+		return x.Cancel
+	}
+	return false
+}
+
 type ScanReply struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -858,14 +952,25 @@ type ScanReply struct {
 	// (before it, when reverse) were not read. A truncated reply has at least one record.
 	Truncated bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	// The reply to a reverse scan.
-	Reverse       bool `protobuf:"varint,4,opt,name=reverse,proto3" json:"reverse,omitempty"`
+	Reverse bool `protobuf:"varint,4,opt,name=reverse,proto3" json:"reverse,omitempty"`
+	// The page's number in a streaming scan (ScanRequest.window > 1), from 0.
+	Seq uint32 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The replica keeps a cursor: more pages of this stream follow as credit allows. False on
+	// the stream's last page, and on a reply to a request that asked for a window the replica
+	// could not keep (too many cursors: the coordinator asks again page by page).
+	Streaming bool `protobuf:"varint,6,opt,name=streaming,proto3" json:"streaming,omitempty"`
+	// Where a streaming page was read from: forward, its records are every key's newest version
+	// in [from, its last record] (through the range's end when not truncated); reverse, in
+	// [its last record, from), empty from meaning the range's end. The coordinator takes a page
+	// only if it continues exactly where its read stands.
+	From          []byte `protobuf:"bytes,7,opt,name=from,proto3" json:"from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ScanReply) Reset() {
 	*x = ScanReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[11]
+	mi := &file_meridian_v1_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +982,7 @@ func (x *ScanReply) String() string {
 func (*ScanReply) ProtoMessage() {}
 
 func (x *ScanReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[11]
+	mi := &file_meridian_v1_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +995,7 @@ func (x *ScanReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanReply.ProtoReflect.Descriptor instead.
 func (*ScanReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ScanReply) GetRequestId() uint64 {
@@ -921,6 +1026,27 @@ func (x *ScanReply) GetReverse() bool {
 	return false
 }
 
+func (x *ScanReply) GetSeq() uint32 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ScanReply) GetStreaming() bool {
+	if x != nil {
+		return x.Streaming
+	}
+	return false
+}
+
+func (x *ScanReply) GetFrom() []byte {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
 // Anti-entropy (Cassandra-style repair, with hashed buckets instead of a Merkle tree).
 type AEDigest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -948,7 +1074,7 @@ type AEDigest struct {
 
 func (x *AEDigest) Reset() {
 	*x = AEDigest{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[12]
+	mi := &file_meridian_v1_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1086,7 @@ func (x *AEDigest) String() string {
 func (*AEDigest) ProtoMessage() {}
 
 func (x *AEDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[12]
+	mi := &file_meridian_v1_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1099,7 @@ func (x *AEDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AEDigest.ProtoReflect.Descriptor instead.
 func (*AEDigest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AEDigest) GetRoundId() uint64 {
@@ -1049,7 +1175,7 @@ type KeyVersion struct {
 
 func (x *KeyVersion) Reset() {
 	*x = KeyVersion{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[13]
+	mi := &file_meridian_v1_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1187,7 @@ func (x *KeyVersion) String() string {
 func (*KeyVersion) ProtoMessage() {}
 
 func (x *KeyVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[13]
+	mi := &file_meridian_v1_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1200,7 @@ func (x *KeyVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyVersion.ProtoReflect.Descriptor instead.
 func (*KeyVersion) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *KeyVersion) GetKey() []byte {
@@ -1115,7 +1241,7 @@ type AEKeys struct {
 
 func (x *AEKeys) Reset() {
 	*x = AEKeys{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[14]
+	mi := &file_meridian_v1_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1253,7 @@ func (x *AEKeys) String() string {
 func (*AEKeys) ProtoMessage() {}
 
 func (x *AEKeys) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[14]
+	mi := &file_meridian_v1_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1266,7 @@ func (x *AEKeys) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AEKeys.ProtoReflect.Descriptor instead.
 func (*AEKeys) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{14}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AEKeys) GetRoundId() uint64 {
@@ -1239,7 +1365,7 @@ type AEPull struct {
 
 func (x *AEPull) Reset() {
 	*x = AEPull{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[15]
+	mi := &file_meridian_v1_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1377,7 @@ func (x *AEPull) String() string {
 func (*AEPull) ProtoMessage() {}
 
 func (x *AEPull) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[15]
+	mi := &file_meridian_v1_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1390,7 @@ func (x *AEPull) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AEPull.ProtoReflect.Descriptor instead.
 func (*AEPull) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{15}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AEPull) GetRoundId() uint64 {
@@ -1314,7 +1440,7 @@ type MoveSnapshotRequest struct {
 
 func (x *MoveSnapshotRequest) Reset() {
 	*x = MoveSnapshotRequest{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[16]
+	mi := &file_meridian_v1_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1452,7 @@ func (x *MoveSnapshotRequest) String() string {
 func (*MoveSnapshotRequest) ProtoMessage() {}
 
 func (x *MoveSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[16]
+	mi := &file_meridian_v1_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1465,7 @@ func (x *MoveSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*MoveSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{16}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MoveSnapshotRequest) GetKeyspace() string {
@@ -1409,7 +1535,7 @@ type MoveSnapshotChunk struct {
 
 func (x *MoveSnapshotChunk) Reset() {
 	*x = MoveSnapshotChunk{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[17]
+	mi := &file_meridian_v1_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1421,7 +1547,7 @@ func (x *MoveSnapshotChunk) String() string {
 func (*MoveSnapshotChunk) ProtoMessage() {}
 
 func (x *MoveSnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[17]
+	mi := &file_meridian_v1_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1434,7 +1560,7 @@ func (x *MoveSnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSnapshotChunk.ProtoReflect.Descriptor instead.
 func (*MoveSnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{17}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MoveSnapshotChunk) GetKeyspace() string {
@@ -1526,7 +1652,7 @@ type NodeStats struct {
 
 func (x *NodeStats) Reset() {
 	*x = NodeStats{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[18]
+	mi := &file_meridian_v1_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1664,7 @@ func (x *NodeStats) String() string {
 func (*NodeStats) ProtoMessage() {}
 
 func (x *NodeStats) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[18]
+	mi := &file_meridian_v1_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1677,7 @@ func (x *NodeStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStats.ProtoReflect.Descriptor instead.
 func (*NodeStats) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{18}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NodeStats) GetSeq() uint64 {
@@ -1642,7 +1768,7 @@ type PartitionStats struct {
 
 func (x *PartitionStats) Reset() {
 	*x = PartitionStats{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[19]
+	mi := &file_meridian_v1_peer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1654,7 +1780,7 @@ func (x *PartitionStats) String() string {
 func (*PartitionStats) ProtoMessage() {}
 
 func (x *PartitionStats) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[19]
+	mi := &file_meridian_v1_peer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1667,7 +1793,7 @@ func (x *PartitionStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStats.ProtoReflect.Descriptor instead.
 func (*PartitionStats) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{19}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PartitionStats) GetKeyspace() string {
@@ -1771,7 +1897,7 @@ type MoveNote struct {
 
 func (x *MoveNote) Reset() {
 	*x = MoveNote{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[20]
+	mi := &file_meridian_v1_peer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +1909,7 @@ func (x *MoveNote) String() string {
 func (*MoveNote) ProtoMessage() {}
 
 func (x *MoveNote) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[20]
+	mi := &file_meridian_v1_peer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +1922,7 @@ func (x *MoveNote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveNote.ProtoReflect.Descriptor instead.
 func (*MoveNote) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{20}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MoveNote) GetKeyspace() string {
@@ -1897,7 +2023,7 @@ type AEPush struct {
 
 func (x *AEPush) Reset() {
 	*x = AEPush{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[21]
+	mi := &file_meridian_v1_peer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1909,7 +2035,7 @@ func (x *AEPush) String() string {
 func (*AEPush) ProtoMessage() {}
 
 func (x *AEPush) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[21]
+	mi := &file_meridian_v1_peer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1922,7 +2048,7 @@ func (x *AEPush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AEPush.ProtoReflect.Descriptor instead.
 func (*AEPush) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{21}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AEPush) GetRoundId() uint64 {
@@ -1967,7 +2093,7 @@ type StatusEntry struct {
 
 func (x *StatusEntry) Reset() {
 	*x = StatusEntry{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[22]
+	mi := &file_meridian_v1_peer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2105,7 @@ func (x *StatusEntry) String() string {
 func (*StatusEntry) ProtoMessage() {}
 
 func (x *StatusEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[22]
+	mi := &file_meridian_v1_peer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2118,7 @@ func (x *StatusEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusEntry.ProtoReflect.Descriptor instead.
 func (*StatusEntry) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{22}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StatusEntry) GetKeyspace() string {
@@ -2034,7 +2160,7 @@ type StatusBatch struct {
 
 func (x *StatusBatch) Reset() {
 	*x = StatusBatch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[23]
+	mi := &file_meridian_v1_peer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2046,7 +2172,7 @@ func (x *StatusBatch) String() string {
 func (*StatusBatch) ProtoMessage() {}
 
 func (x *StatusBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[23]
+	mi := &file_meridian_v1_peer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2059,7 +2185,7 @@ func (x *StatusBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusBatch.ProtoReflect.Descriptor instead.
 func (*StatusBatch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{23}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatusBatch) GetSeq() uint64 {
@@ -2096,7 +2222,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[24]
+	mi := &file_meridian_v1_peer_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2234,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[24]
+	mi := &file_meridian_v1_peer_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2247,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{24}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Status) GetIncarnation() uint64 {
@@ -2155,7 +2281,7 @@ type WriteNotification struct {
 
 func (x *WriteNotification) Reset() {
 	*x = WriteNotification{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[25]
+	mi := &file_meridian_v1_peer_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2167,7 +2293,7 @@ func (x *WriteNotification) String() string {
 func (*WriteNotification) ProtoMessage() {}
 
 func (x *WriteNotification) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[25]
+	mi := &file_meridian_v1_peer_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2180,7 +2306,7 @@ func (x *WriteNotification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteNotification.ProtoReflect.Descriptor instead.
 func (*WriteNotification) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{25}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WriteNotification) GetRecord() *Record {
@@ -2200,7 +2326,7 @@ type FullStatusRequest struct {
 
 func (x *FullStatusRequest) Reset() {
 	*x = FullStatusRequest{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[26]
+	mi := &file_meridian_v1_peer_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2212,7 +2338,7 @@ func (x *FullStatusRequest) String() string {
 func (*FullStatusRequest) ProtoMessage() {}
 
 func (x *FullStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[26]
+	mi := &file_meridian_v1_peer_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2225,7 +2351,7 @@ func (x *FullStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FullStatusRequest.ProtoReflect.Descriptor instead.
 func (*FullStatusRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{26}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FullStatusRequest) GetIncarnation() uint64 {
@@ -2250,7 +2376,7 @@ type FullStatus struct {
 
 func (x *FullStatus) Reset() {
 	*x = FullStatus{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[27]
+	mi := &file_meridian_v1_peer_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2388,7 @@ func (x *FullStatus) String() string {
 func (*FullStatus) ProtoMessage() {}
 
 func (x *FullStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[27]
+	mi := &file_meridian_v1_peer_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2401,7 @@ func (x *FullStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FullStatus.ProtoReflect.Descriptor instead.
 func (*FullStatus) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{27}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FullStatus) GetIncarnation() uint64 {
@@ -2323,7 +2449,7 @@ type ClockPing struct {
 
 func (x *ClockPing) Reset() {
 	*x = ClockPing{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[28]
+	mi := &file_meridian_v1_peer_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2461,7 @@ func (x *ClockPing) String() string {
 func (*ClockPing) ProtoMessage() {}
 
 func (x *ClockPing) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[28]
+	mi := &file_meridian_v1_peer_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2474,7 @@ func (x *ClockPing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockPing.ProtoReflect.Descriptor instead.
 func (*ClockPing) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{28}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ClockPing) GetT1UnixNanos() int64 {
@@ -2368,7 +2494,7 @@ type ClockPong struct {
 
 func (x *ClockPong) Reset() {
 	*x = ClockPong{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[29]
+	mi := &file_meridian_v1_peer_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2380,7 +2506,7 @@ func (x *ClockPong) String() string {
 func (*ClockPong) ProtoMessage() {}
 
 func (x *ClockPong) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[29]
+	mi := &file_meridian_v1_peer_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2393,7 +2519,7 @@ func (x *ClockPong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockPong.ProtoReflect.Descriptor instead.
 func (*ClockPong) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{29}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ClockPong) GetT1UnixNanos() int64 {
@@ -2420,7 +2546,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[30]
+	mi := &file_meridian_v1_peer_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2432,7 +2558,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[30]
+	mi := &file_meridian_v1_peer_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2445,7 +2571,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{30}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Heartbeat) GetSentUnixNanos() int64 {
@@ -2487,7 +2613,7 @@ type GlTable struct {
 
 func (x *GlTable) Reset() {
 	*x = GlTable{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[31]
+	mi := &file_meridian_v1_peer_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +2625,7 @@ func (x *GlTable) String() string {
 func (*GlTable) ProtoMessage() {}
 
 func (x *GlTable) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[31]
+	mi := &file_meridian_v1_peer_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +2638,7 @@ func (x *GlTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlTable.ProtoReflect.Descriptor instead.
 func (*GlTable) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{31}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GlTable) GetKeyspace() string {
@@ -2595,7 +2721,7 @@ type GlOverride struct {
 
 func (x *GlOverride) Reset() {
 	*x = GlOverride{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[32]
+	mi := &file_meridian_v1_peer_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2607,7 +2733,7 @@ func (x *GlOverride) String() string {
 func (*GlOverride) ProtoMessage() {}
 
 func (x *GlOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[32]
+	mi := &file_meridian_v1_peer_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2620,7 +2746,7 @@ func (x *GlOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlOverride.ProtoReflect.Descriptor instead.
 func (*GlOverride) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{32}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GlOverride) GetKey() []byte {
@@ -2651,7 +2777,7 @@ type GlBallot struct {
 
 func (x *GlBallot) Reset() {
 	*x = GlBallot{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[33]
+	mi := &file_meridian_v1_peer_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2663,7 +2789,7 @@ func (x *GlBallot) String() string {
 func (*GlBallot) ProtoMessage() {}
 
 func (x *GlBallot) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[33]
+	mi := &file_meridian_v1_peer_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2676,7 +2802,7 @@ func (x *GlBallot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlBallot.ProtoReflect.Descriptor instead.
 func (*GlBallot) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{33}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GlBallot) GetRound() uint64 {
@@ -2725,7 +2851,7 @@ type GlForward struct {
 
 func (x *GlForward) Reset() {
 	*x = GlForward{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[34]
+	mi := &file_meridian_v1_peer_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2737,7 +2863,7 @@ func (x *GlForward) String() string {
 func (*GlForward) ProtoMessage() {}
 
 func (x *GlForward) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[34]
+	mi := &file_meridian_v1_peer_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2750,7 +2876,7 @@ func (x *GlForward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlForward.ProtoReflect.Descriptor instead.
 func (*GlForward) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{34}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GlForward) GetRequestId() uint64 {
@@ -2874,7 +3000,7 @@ type GlForwardReply struct {
 
 func (x *GlForwardReply) Reset() {
 	*x = GlForwardReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[35]
+	mi := &file_meridian_v1_peer_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2886,7 +3012,7 @@ func (x *GlForwardReply) String() string {
 func (*GlForwardReply) ProtoMessage() {}
 
 func (x *GlForwardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[35]
+	mi := &file_meridian_v1_peer_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2899,7 +3025,7 @@ func (x *GlForwardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlForwardReply.ProtoReflect.Descriptor instead.
 func (*GlForwardReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{35}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GlForwardReply) GetRequestId() uint64 {
@@ -3028,7 +3154,7 @@ type GlLeaseAck struct {
 
 func (x *GlLeaseAck) Reset() {
 	*x = GlLeaseAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[36]
+	mi := &file_meridian_v1_peer_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3040,7 +3166,7 @@ func (x *GlLeaseAck) String() string {
 func (*GlLeaseAck) ProtoMessage() {}
 
 func (x *GlLeaseAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[36]
+	mi := &file_meridian_v1_peer_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3053,7 +3179,7 @@ func (x *GlLeaseAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlLeaseAck.ProtoReflect.Descriptor instead.
 func (*GlLeaseAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{36}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GlLeaseAck) GetKeyspace() string {
@@ -3115,7 +3241,7 @@ type GlUpdate struct {
 
 func (x *GlUpdate) Reset() {
 	*x = GlUpdate{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[37]
+	mi := &file_meridian_v1_peer_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3127,7 +3253,7 @@ func (x *GlUpdate) String() string {
 func (*GlUpdate) ProtoMessage() {}
 
 func (x *GlUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[37]
+	mi := &file_meridian_v1_peer_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3140,7 +3266,7 @@ func (x *GlUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlUpdate.ProtoReflect.Descriptor instead.
 func (*GlUpdate) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{37}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GlUpdate) GetWriteId() uint64 {
@@ -3215,7 +3341,7 @@ type GlUpdateAck struct {
 
 func (x *GlUpdateAck) Reset() {
 	*x = GlUpdateAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[38]
+	mi := &file_meridian_v1_peer_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3227,7 +3353,7 @@ func (x *GlUpdateAck) String() string {
 func (*GlUpdateAck) ProtoMessage() {}
 
 func (x *GlUpdateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[38]
+	mi := &file_meridian_v1_peer_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3240,7 +3366,7 @@ func (x *GlUpdateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlUpdateAck.ProtoReflect.Descriptor instead.
 func (*GlUpdateAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{38}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GlUpdateAck) GetWriteId() uint64 {
@@ -3284,7 +3410,7 @@ type GlCommit struct {
 
 func (x *GlCommit) Reset() {
 	*x = GlCommit{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[39]
+	mi := &file_meridian_v1_peer_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3296,7 +3422,7 @@ func (x *GlCommit) String() string {
 func (*GlCommit) ProtoMessage() {}
 
 func (x *GlCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[39]
+	mi := &file_meridian_v1_peer_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3309,7 +3435,7 @@ func (x *GlCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlCommit.ProtoReflect.Descriptor instead.
 func (*GlCommit) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{39}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GlCommit) GetKeyspace() string {
@@ -3354,7 +3480,7 @@ type GlPartVersion struct {
 
 func (x *GlPartVersion) Reset() {
 	*x = GlPartVersion{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[40]
+	mi := &file_meridian_v1_peer_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3366,7 +3492,7 @@ func (x *GlPartVersion) String() string {
 func (*GlPartVersion) ProtoMessage() {}
 
 func (x *GlPartVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[40]
+	mi := &file_meridian_v1_peer_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3379,7 +3505,7 @@ func (x *GlPartVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlPartVersion.ProtoReflect.Descriptor instead.
 func (*GlPartVersion) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{40}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GlPartVersion) GetKeyspace() string {
@@ -3422,7 +3548,7 @@ type GlHeartbeat struct {
 
 func (x *GlHeartbeat) Reset() {
 	*x = GlHeartbeat{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[41]
+	mi := &file_meridian_v1_peer_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3434,7 +3560,7 @@ func (x *GlHeartbeat) String() string {
 func (*GlHeartbeat) ProtoMessage() {}
 
 func (x *GlHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[41]
+	mi := &file_meridian_v1_peer_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3447,7 +3573,7 @@ func (x *GlHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlHeartbeat.ProtoReflect.Descriptor instead.
 func (*GlHeartbeat) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{41}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GlHeartbeat) GetSeq() uint64 {
@@ -3475,7 +3601,7 @@ type GlHeartbeatAck struct {
 
 func (x *GlHeartbeatAck) Reset() {
 	*x = GlHeartbeatAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[42]
+	mi := &file_meridian_v1_peer_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3487,7 +3613,7 @@ func (x *GlHeartbeatAck) String() string {
 func (*GlHeartbeatAck) ProtoMessage() {}
 
 func (x *GlHeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[42]
+	mi := &file_meridian_v1_peer_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3500,7 +3626,7 @@ func (x *GlHeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlHeartbeatAck.ProtoReflect.Descriptor instead.
 func (*GlHeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{42}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GlHeartbeatAck) GetSeq() uint64 {
@@ -3536,7 +3662,7 @@ type GlPrepare struct {
 
 func (x *GlPrepare) Reset() {
 	*x = GlPrepare{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[43]
+	mi := &file_meridian_v1_peer_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3548,7 +3674,7 @@ func (x *GlPrepare) String() string {
 func (*GlPrepare) ProtoMessage() {}
 
 func (x *GlPrepare) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[43]
+	mi := &file_meridian_v1_peer_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3561,7 +3687,7 @@ func (x *GlPrepare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlPrepare.ProtoReflect.Descriptor instead.
 func (*GlPrepare) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{43}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GlPrepare) GetKeyspace() string {
@@ -3611,7 +3737,7 @@ type GlPromise struct {
 
 func (x *GlPromise) Reset() {
 	*x = GlPromise{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[44]
+	mi := &file_meridian_v1_peer_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3623,7 +3749,7 @@ func (x *GlPromise) String() string {
 func (*GlPromise) ProtoMessage() {}
 
 func (x *GlPromise) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[44]
+	mi := &file_meridian_v1_peer_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3636,7 +3762,7 @@ func (x *GlPromise) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlPromise.ProtoReflect.Descriptor instead.
 func (*GlPromise) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{44}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GlPromise) GetKeyspace() string {
@@ -3717,7 +3843,7 @@ type GlAccept struct {
 
 func (x *GlAccept) Reset() {
 	*x = GlAccept{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[45]
+	mi := &file_meridian_v1_peer_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3729,7 +3855,7 @@ func (x *GlAccept) String() string {
 func (*GlAccept) ProtoMessage() {}
 
 func (x *GlAccept) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[45]
+	mi := &file_meridian_v1_peer_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3742,7 +3868,7 @@ func (x *GlAccept) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlAccept.ProtoReflect.Descriptor instead.
 func (*GlAccept) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{45}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GlAccept) GetBallot() *GlBallot {
@@ -3781,7 +3907,7 @@ type GlAccepted struct {
 
 func (x *GlAccepted) Reset() {
 	*x = GlAccepted{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[46]
+	mi := &file_meridian_v1_peer_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3793,7 +3919,7 @@ func (x *GlAccepted) String() string {
 func (*GlAccepted) ProtoMessage() {}
 
 func (x *GlAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[46]
+	mi := &file_meridian_v1_peer_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3806,7 +3932,7 @@ func (x *GlAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlAccepted.ProtoReflect.Descriptor instead.
 func (*GlAccepted) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{46}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GlAccepted) GetKeyspace() string {
@@ -3867,7 +3993,7 @@ type GlCommitTable struct {
 
 func (x *GlCommitTable) Reset() {
 	*x = GlCommitTable{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[47]
+	mi := &file_meridian_v1_peer_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3879,7 +4005,7 @@ func (x *GlCommitTable) String() string {
 func (*GlCommitTable) ProtoMessage() {}
 
 func (x *GlCommitTable) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[47]
+	mi := &file_meridian_v1_peer_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3892,7 +4018,7 @@ func (x *GlCommitTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlCommitTable.ProtoReflect.Descriptor instead.
 func (*GlCommitTable) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{47}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GlCommitTable) GetTable() *GlTable {
@@ -3920,7 +4046,7 @@ type GlRevoke struct {
 
 func (x *GlRevoke) Reset() {
 	*x = GlRevoke{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[48]
+	mi := &file_meridian_v1_peer_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3932,7 +4058,7 @@ func (x *GlRevoke) String() string {
 func (*GlRevoke) ProtoMessage() {}
 
 func (x *GlRevoke) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[48]
+	mi := &file_meridian_v1_peer_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3945,7 +4071,7 @@ func (x *GlRevoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlRevoke.ProtoReflect.Descriptor instead.
 func (*GlRevoke) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{48}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GlRevoke) GetKeyspace() string {
@@ -4001,7 +4127,7 @@ type GlRevokeAck struct {
 
 func (x *GlRevokeAck) Reset() {
 	*x = GlRevokeAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[49]
+	mi := &file_meridian_v1_peer_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4013,7 +4139,7 @@ func (x *GlRevokeAck) String() string {
 func (*GlRevokeAck) ProtoMessage() {}
 
 func (x *GlRevokeAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[49]
+	mi := &file_meridian_v1_peer_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4026,7 +4152,7 @@ func (x *GlRevokeAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlRevokeAck.ProtoReflect.Descriptor instead.
 func (*GlRevokeAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{49}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GlRevokeAck) GetKeyspace() string {
@@ -4069,7 +4195,7 @@ type GlAcceptorState struct {
 
 func (x *GlAcceptorState) Reset() {
 	*x = GlAcceptorState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[50]
+	mi := &file_meridian_v1_peer_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4081,7 +4207,7 @@ func (x *GlAcceptorState) String() string {
 func (*GlAcceptorState) ProtoMessage() {}
 
 func (x *GlAcceptorState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[50]
+	mi := &file_meridian_v1_peer_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4094,7 +4220,7 @@ func (x *GlAcceptorState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlAcceptorState.ProtoReflect.Descriptor instead.
 func (*GlAcceptorState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{50}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GlAcceptorState) GetCommitted() *GlTable {
@@ -4153,7 +4279,7 @@ type GlFetch struct {
 
 func (x *GlFetch) Reset() {
 	*x = GlFetch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[51]
+	mi := &file_meridian_v1_peer_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4165,7 +4291,7 @@ func (x *GlFetch) String() string {
 func (*GlFetch) ProtoMessage() {}
 
 func (x *GlFetch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[51]
+	mi := &file_meridian_v1_peer_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4178,7 +4304,7 @@ func (x *GlFetch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlFetch.ProtoReflect.Descriptor instead.
 func (*GlFetch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{51}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GlFetch) GetRequestId() uint64 {
@@ -4220,7 +4346,7 @@ type GlFetchReply struct {
 
 func (x *GlFetchReply) Reset() {
 	*x = GlFetchReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[52]
+	mi := &file_meridian_v1_peer_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4232,7 +4358,7 @@ func (x *GlFetchReply) String() string {
 func (*GlFetchReply) ProtoMessage() {}
 
 func (x *GlFetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[52]
+	mi := &file_meridian_v1_peer_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4245,7 +4371,7 @@ func (x *GlFetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlFetchReply.ProtoReflect.Descriptor instead.
 func (*GlFetchReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{52}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GlFetchReply) GetRequestId() uint64 {
@@ -4288,7 +4414,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[53]
+	mi := &file_meridian_v1_peer_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4300,7 +4426,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[53]
+	mi := &file_meridian_v1_peer_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4313,7 +4439,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{53}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RaftMessage) GetKeyspace() string {
@@ -4374,7 +4500,7 @@ type RaftCommand struct {
 
 func (x *RaftCommand) Reset() {
 	*x = RaftCommand{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[54]
+	mi := &file_meridian_v1_peer_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4386,7 +4512,7 @@ func (x *RaftCommand) String() string {
 func (*RaftCommand) ProtoMessage() {}
 
 func (x *RaftCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[54]
+	mi := &file_meridian_v1_peer_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4399,7 +4525,7 @@ func (x *RaftCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftCommand.ProtoReflect.Descriptor instead.
 func (*RaftCommand) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{54}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RaftCommand) GetOrigin() uint32 {
@@ -4494,7 +4620,7 @@ type RaftSplit struct {
 
 func (x *RaftSplit) Reset() {
 	*x = RaftSplit{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[55]
+	mi := &file_meridian_v1_peer_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4506,7 +4632,7 @@ func (x *RaftSplit) String() string {
 func (*RaftSplit) ProtoMessage() {}
 
 func (x *RaftSplit) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[55]
+	mi := &file_meridian_v1_peer_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4519,7 +4645,7 @@ func (x *RaftSplit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSplit.ProtoReflect.Descriptor instead.
 func (*RaftSplit) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{55}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RaftSplit) GetKeys() [][]byte {
@@ -4548,7 +4674,7 @@ type RaftFreeze struct {
 
 func (x *RaftFreeze) Reset() {
 	*x = RaftFreeze{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[56]
+	mi := &file_meridian_v1_peer_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4560,7 +4686,7 @@ func (x *RaftFreeze) String() string {
 func (*RaftFreeze) ProtoMessage() {}
 
 func (x *RaftFreeze) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[56]
+	mi := &file_meridian_v1_peer_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4573,7 +4699,7 @@ func (x *RaftFreeze) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftFreeze.ProtoReflect.Descriptor instead.
 func (*RaftFreeze) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{56}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RaftFreeze) GetInto() uint32 {
@@ -4604,7 +4730,7 @@ type RaftMerge struct {
 
 func (x *RaftMerge) Reset() {
 	*x = RaftMerge{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[57]
+	mi := &file_meridian_v1_peer_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4616,7 +4742,7 @@ func (x *RaftMerge) String() string {
 func (*RaftMerge) ProtoMessage() {}
 
 func (x *RaftMerge) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[57]
+	mi := &file_meridian_v1_peer_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4629,7 +4755,7 @@ func (x *RaftMerge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMerge.ProtoReflect.Descriptor instead.
 func (*RaftMerge) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{57}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RaftMerge) GetRight() uint32 {
@@ -4700,7 +4826,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[58]
+	mi := &file_meridian_v1_peer_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4712,7 +4838,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[58]
+	mi := &file_meridian_v1_peer_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4725,7 +4851,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{58}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RaftBatch) GetMessages() []*RaftMessage {
@@ -4768,7 +4894,7 @@ type RaftAppliedState struct {
 
 func (x *RaftAppliedState) Reset() {
 	*x = RaftAppliedState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[59]
+	mi := &file_meridian_v1_peer_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4780,7 +4906,7 @@ func (x *RaftAppliedState) String() string {
 func (*RaftAppliedState) ProtoMessage() {}
 
 func (x *RaftAppliedState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[59]
+	mi := &file_meridian_v1_peer_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4793,7 +4919,7 @@ func (x *RaftAppliedState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAppliedState.ProtoReflect.Descriptor instead.
 func (*RaftAppliedState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{59}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RaftAppliedState) GetIndex() uint64 {
@@ -4883,7 +5009,7 @@ type RaftOriginApplied struct {
 
 func (x *RaftOriginApplied) Reset() {
 	*x = RaftOriginApplied{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[60]
+	mi := &file_meridian_v1_peer_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4895,7 +5021,7 @@ func (x *RaftOriginApplied) String() string {
 func (*RaftOriginApplied) ProtoMessage() {}
 
 func (x *RaftOriginApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[60]
+	mi := &file_meridian_v1_peer_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4908,7 +5034,7 @@ func (x *RaftOriginApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftOriginApplied.ProtoReflect.Descriptor instead.
 func (*RaftOriginApplied) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{60}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RaftOriginApplied) GetNode() uint32 {
@@ -4940,7 +5066,7 @@ type RaftSnapshotMarker struct {
 
 func (x *RaftSnapshotMarker) Reset() {
 	*x = RaftSnapshotMarker{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[61]
+	mi := &file_meridian_v1_peer_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4952,7 +5078,7 @@ func (x *RaftSnapshotMarker) String() string {
 func (*RaftSnapshotMarker) ProtoMessage() {}
 
 func (x *RaftSnapshotMarker) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[61]
+	mi := &file_meridian_v1_peer_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4965,7 +5091,7 @@ func (x *RaftSnapshotMarker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotMarker.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotMarker) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{61}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RaftSnapshotMarker) GetFile() string {
@@ -5007,7 +5133,7 @@ type RaftSnapshotOffer struct {
 
 func (x *RaftSnapshotOffer) Reset() {
 	*x = RaftSnapshotOffer{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[62]
+	mi := &file_meridian_v1_peer_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5019,7 +5145,7 @@ func (x *RaftSnapshotOffer) String() string {
 func (*RaftSnapshotOffer) ProtoMessage() {}
 
 func (x *RaftSnapshotOffer) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[62]
+	mi := &file_meridian_v1_peer_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5032,7 +5158,7 @@ func (x *RaftSnapshotOffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotOffer.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotOffer) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{62}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RaftSnapshotOffer) GetKeyspace() string {
@@ -5095,7 +5221,7 @@ type RaftSnapshotRequest struct {
 
 func (x *RaftSnapshotRequest) Reset() {
 	*x = RaftSnapshotRequest{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[63]
+	mi := &file_meridian_v1_peer_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5107,7 +5233,7 @@ func (x *RaftSnapshotRequest) String() string {
 func (*RaftSnapshotRequest) ProtoMessage() {}
 
 func (x *RaftSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[63]
+	mi := &file_meridian_v1_peer_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5120,7 +5246,7 @@ func (x *RaftSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{63}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RaftSnapshotRequest) GetKeyspace() string {
@@ -5189,7 +5315,7 @@ type RaftSnapshotChunk struct {
 
 func (x *RaftSnapshotChunk) Reset() {
 	*x = RaftSnapshotChunk{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[64]
+	mi := &file_meridian_v1_peer_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5201,7 +5327,7 @@ func (x *RaftSnapshotChunk) String() string {
 func (*RaftSnapshotChunk) ProtoMessage() {}
 
 func (x *RaftSnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[64]
+	mi := &file_meridian_v1_peer_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5214,7 +5340,7 @@ func (x *RaftSnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotChunk.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{64}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RaftSnapshotChunk) GetKeyspace() string {
@@ -5286,7 +5412,7 @@ type RaftSnapshotStored struct {
 
 func (x *RaftSnapshotStored) Reset() {
 	*x = RaftSnapshotStored{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[65]
+	mi := &file_meridian_v1_peer_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5298,7 +5424,7 @@ func (x *RaftSnapshotStored) String() string {
 func (*RaftSnapshotStored) ProtoMessage() {}
 
 func (x *RaftSnapshotStored) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[65]
+	mi := &file_meridian_v1_peer_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5311,7 +5437,7 @@ func (x *RaftSnapshotStored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotStored.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotStored) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{65}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RaftSnapshotStored) GetKeyspace() string {
@@ -5386,7 +5512,7 @@ type RaftSnapshotReady struct {
 
 func (x *RaftSnapshotReady) Reset() {
 	*x = RaftSnapshotReady{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[66]
+	mi := &file_meridian_v1_peer_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5398,7 +5524,7 @@ func (x *RaftSnapshotReady) String() string {
 func (*RaftSnapshotReady) ProtoMessage() {}
 
 func (x *RaftSnapshotReady) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[66]
+	mi := &file_meridian_v1_peer_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5411,7 +5537,7 @@ func (x *RaftSnapshotReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotReady.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotReady) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{66}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RaftSnapshotReady) GetKeyspace() string {
@@ -5487,7 +5613,7 @@ type RaftForward struct {
 
 func (x *RaftForward) Reset() {
 	*x = RaftForward{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[67]
+	mi := &file_meridian_v1_peer_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5499,7 +5625,7 @@ func (x *RaftForward) String() string {
 func (*RaftForward) ProtoMessage() {}
 
 func (x *RaftForward) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[67]
+	mi := &file_meridian_v1_peer_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5512,7 +5638,7 @@ func (x *RaftForward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftForward.ProtoReflect.Descriptor instead.
 func (*RaftForward) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{67}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RaftForward) GetRequestId() uint64 {
@@ -5632,7 +5758,7 @@ type RaftForwardReply struct {
 
 func (x *RaftForwardReply) Reset() {
 	*x = RaftForwardReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[68]
+	mi := &file_meridian_v1_peer_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5644,7 +5770,7 @@ func (x *RaftForwardReply) String() string {
 func (*RaftForwardReply) ProtoMessage() {}
 
 func (x *RaftForwardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[68]
+	mi := &file_meridian_v1_peer_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5657,7 +5783,7 @@ func (x *RaftForwardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftForwardReply.ProtoReflect.Descriptor instead.
 func (*RaftForwardReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{68}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RaftForwardReply) GetRequestId() uint64 {
@@ -5756,7 +5882,7 @@ type RaftApplied struct {
 
 func (x *RaftApplied) Reset() {
 	*x = RaftApplied{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[69]
+	mi := &file_meridian_v1_peer_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5768,7 +5894,7 @@ func (x *RaftApplied) String() string {
 func (*RaftApplied) ProtoMessage() {}
 
 func (x *RaftApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[69]
+	mi := &file_meridian_v1_peer_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5781,7 +5907,7 @@ func (x *RaftApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftApplied.ProtoReflect.Descriptor instead.
 func (*RaftApplied) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{69}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RaftApplied) GetKeyspace() string {
@@ -5833,7 +5959,7 @@ type RaftRemoved struct {
 
 func (x *RaftRemoved) Reset() {
 	*x = RaftRemoved{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[70]
+	mi := &file_meridian_v1_peer_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5845,7 +5971,7 @@ func (x *RaftRemoved) String() string {
 func (*RaftRemoved) ProtoMessage() {}
 
 func (x *RaftRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[70]
+	mi := &file_meridian_v1_peer_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5858,7 +5984,7 @@ func (x *RaftRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftRemoved.ProtoReflect.Descriptor instead.
 func (*RaftRemoved) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{70}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RaftRemoved) GetKeyspace() string {
@@ -5961,6 +6087,7 @@ type Envelope struct {
 	//	*Envelope_ReadChunk
 	//	*Envelope_ReadChunkReply
 	//	*Envelope_TransferReport
+	//	*Envelope_ScanCredit
 	Msg           isEnvelope_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -5968,7 +6095,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[71]
+	mi := &file_meridian_v1_peer_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5980,7 +6107,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[71]
+	mi := &file_meridian_v1_peer_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5993,7 +6120,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{71}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *Envelope) GetFrom() uint32 {
@@ -6553,6 +6680,15 @@ func (x *Envelope) GetTransferReport() *TransferReport {
 	return nil
 }
 
+func (x *Envelope) GetScanCredit() *ScanCredit {
+	if x != nil {
+		if x, ok := x.Msg.(*Envelope_ScanCredit); ok {
+			return x.ScanCredit
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Msg interface {
 	isEnvelope_Msg()
 }
@@ -6789,6 +6925,10 @@ type Envelope_TransferReport struct {
 	TransferReport *TransferReport `protobuf:"bytes,98,opt,name=transfer_report,json=transferReport,proto3,oneof"`
 }
 
+type Envelope_ScanCredit struct {
+	ScanCredit *ScanCredit `protobuf:"bytes,99,opt,name=scan_credit,json=scanCredit,proto3,oneof"`
+}
+
 func (*Envelope_Write) isEnvelope_Msg() {}
 
 func (*Envelope_WriteAck) isEnvelope_Msg() {}
@@ -6905,6 +7045,8 @@ func (*Envelope_ReadChunkReply) isEnvelope_Msg() {}
 
 func (*Envelope_TransferReport) isEnvelope_Msg() {}
 
+func (*Envelope_ScanCredit) isEnvelope_Msg() {}
+
 type StreamAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -6913,7 +7055,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[72]
+	mi := &file_meridian_v1_peer_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6925,7 +7067,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[72]
+	mi := &file_meridian_v1_peer_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6938,7 +7080,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{72}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{73}
 }
 
 // EnvelopeBatch is messages from one sender to one receiver that leave together: one gRPC
@@ -6954,7 +7096,7 @@ type EnvelopeBatch struct {
 
 func (x *EnvelopeBatch) Reset() {
 	*x = EnvelopeBatch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[73]
+	mi := &file_meridian_v1_peer_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6966,7 +7108,7 @@ func (x *EnvelopeBatch) String() string {
 func (*EnvelopeBatch) ProtoMessage() {}
 
 func (x *EnvelopeBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[73]
+	mi := &file_meridian_v1_peer_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6979,7 +7121,7 @@ func (x *EnvelopeBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvelopeBatch.ProtoReflect.Descriptor instead.
 func (*EnvelopeBatch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{73}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *EnvelopeBatch) GetEnvelopes() []*Envelope {
@@ -7002,7 +7144,7 @@ type SdurTxnId struct {
 
 func (x *SdurTxnId) Reset() {
 	*x = SdurTxnId{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[74]
+	mi := &file_meridian_v1_peer_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7014,7 +7156,7 @@ func (x *SdurTxnId) String() string {
 func (*SdurTxnId) ProtoMessage() {}
 
 func (x *SdurTxnId) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[74]
+	mi := &file_meridian_v1_peer_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7027,7 +7169,7 @@ func (x *SdurTxnId) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurTxnId.ProtoReflect.Descriptor instead.
 func (*SdurTxnId) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{74}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *SdurTxnId) GetNode() uint32 {
@@ -7055,7 +7197,7 @@ type SdurWrite struct {
 
 func (x *SdurWrite) Reset() {
 	*x = SdurWrite{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[75]
+	mi := &file_meridian_v1_peer_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7067,7 +7209,7 @@ func (x *SdurWrite) String() string {
 func (*SdurWrite) ProtoMessage() {}
 
 func (x *SdurWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[75]
+	mi := &file_meridian_v1_peer_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7080,7 +7222,7 @@ func (x *SdurWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurWrite.ProtoReflect.Descriptor instead.
 func (*SdurWrite) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{75}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *SdurWrite) GetKey() []byte {
@@ -7119,7 +7261,7 @@ type SdurPart struct {
 
 func (x *SdurPart) Reset() {
 	*x = SdurPart{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[76]
+	mi := &file_meridian_v1_peer_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7131,7 +7273,7 @@ func (x *SdurPart) String() string {
 func (*SdurPart) ProtoMessage() {}
 
 func (x *SdurPart) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[76]
+	mi := &file_meridian_v1_peer_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7144,7 +7286,7 @@ func (x *SdurPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurPart.ProtoReflect.Descriptor instead.
 func (*SdurPart) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{76}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *SdurPart) GetId() *SdurTxnId {
@@ -7207,7 +7349,7 @@ type SdurThreshold struct {
 
 func (x *SdurThreshold) Reset() {
 	*x = SdurThreshold{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[77]
+	mi := &file_meridian_v1_peer_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7219,7 +7361,7 @@ func (x *SdurThreshold) String() string {
 func (*SdurThreshold) ProtoMessage() {}
 
 func (x *SdurThreshold) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[77]
+	mi := &file_meridian_v1_peer_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7232,7 +7374,7 @@ func (x *SdurThreshold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurThreshold.ProtoReflect.Descriptor instead.
 func (*SdurThreshold) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{77}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *SdurThreshold) GetUnit() uint32 {
@@ -7260,7 +7402,7 @@ type SdurAbortRequest struct {
 
 func (x *SdurAbortRequest) Reset() {
 	*x = SdurAbortRequest{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[78]
+	mi := &file_meridian_v1_peer_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7272,7 +7414,7 @@ func (x *SdurAbortRequest) String() string {
 func (*SdurAbortRequest) ProtoMessage() {}
 
 func (x *SdurAbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[78]
+	mi := &file_meridian_v1_peer_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7285,7 +7427,7 @@ func (x *SdurAbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurAbortRequest.ProtoReflect.Descriptor instead.
 func (*SdurAbortRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{78}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *SdurAbortRequest) GetTxn() *SdurTxnId {
@@ -7323,7 +7465,7 @@ type SdurEntry struct {
 
 func (x *SdurEntry) Reset() {
 	*x = SdurEntry{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[79]
+	mi := &file_meridian_v1_peer_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7335,7 +7477,7 @@ func (x *SdurEntry) String() string {
 func (*SdurEntry) ProtoMessage() {}
 
 func (x *SdurEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[79]
+	mi := &file_meridian_v1_peer_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7348,7 +7490,7 @@ func (x *SdurEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurEntry.ProtoReflect.Descriptor instead.
 func (*SdurEntry) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{79}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *SdurEntry) GetKind() uint32 {
@@ -7400,7 +7542,7 @@ type SdurVote struct {
 
 func (x *SdurVote) Reset() {
 	*x = SdurVote{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[80]
+	mi := &file_meridian_v1_peer_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7412,7 +7554,7 @@ func (x *SdurVote) String() string {
 func (*SdurVote) ProtoMessage() {}
 
 func (x *SdurVote) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[80]
+	mi := &file_meridian_v1_peer_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7425,7 +7567,7 @@ func (x *SdurVote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurVote.ProtoReflect.Descriptor instead.
 func (*SdurVote) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{80}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *SdurVote) GetTxn() *SdurTxnId {
@@ -7484,7 +7626,7 @@ type SdurPending struct {
 
 func (x *SdurPending) Reset() {
 	*x = SdurPending{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[81]
+	mi := &file_meridian_v1_peer_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7496,7 +7638,7 @@ func (x *SdurPending) String() string {
 func (*SdurPending) ProtoMessage() {}
 
 func (x *SdurPending) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[81]
+	mi := &file_meridian_v1_peer_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7509,7 +7651,7 @@ func (x *SdurPending) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurPending.ProtoReflect.Descriptor instead.
 func (*SdurPending) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{81}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *SdurPending) GetPart() *SdurPart {
@@ -7568,7 +7710,7 @@ type SdurKeyState struct {
 
 func (x *SdurKeyState) Reset() {
 	*x = SdurKeyState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[82]
+	mi := &file_meridian_v1_peer_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7580,7 +7722,7 @@ func (x *SdurKeyState) String() string {
 func (*SdurKeyState) ProtoMessage() {}
 
 func (x *SdurKeyState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[82]
+	mi := &file_meridian_v1_peer_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7593,7 +7735,7 @@ func (x *SdurKeyState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurKeyState.ProtoReflect.Descriptor instead.
 func (*SdurKeyState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{82}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *SdurKeyState) GetKey() []byte {
@@ -7648,7 +7790,7 @@ type SdurTouch struct {
 
 func (x *SdurTouch) Reset() {
 	*x = SdurTouch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[83]
+	mi := &file_meridian_v1_peer_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7660,7 +7802,7 @@ func (x *SdurTouch) String() string {
 func (*SdurTouch) ProtoMessage() {}
 
 func (x *SdurTouch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[83]
+	mi := &file_meridian_v1_peer_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7673,7 +7815,7 @@ func (x *SdurTouch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurTouch.ProtoReflect.Descriptor instead.
 func (*SdurTouch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{83}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *SdurTouch) GetIndex() uint64 {
@@ -7702,7 +7844,7 @@ type SdurSeen struct {
 
 func (x *SdurSeen) Reset() {
 	*x = SdurSeen{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[84]
+	mi := &file_meridian_v1_peer_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7714,7 +7856,7 @@ func (x *SdurSeen) String() string {
 func (*SdurSeen) ProtoMessage() {}
 
 func (x *SdurSeen) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[84]
+	mi := &file_meridian_v1_peer_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7727,7 +7869,7 @@ func (x *SdurSeen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurSeen.ProtoReflect.Descriptor instead.
 func (*SdurSeen) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{84}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *SdurSeen) GetId() *SdurTxnId {
@@ -7768,7 +7910,7 @@ type SdurEarly struct {
 
 func (x *SdurEarly) Reset() {
 	*x = SdurEarly{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[85]
+	mi := &file_meridian_v1_peer_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7780,7 +7922,7 @@ func (x *SdurEarly) String() string {
 func (*SdurEarly) ProtoMessage() {}
 
 func (x *SdurEarly) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[85]
+	mi := &file_meridian_v1_peer_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7793,7 +7935,7 @@ func (x *SdurEarly) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurEarly.ProtoReflect.Descriptor instead.
 func (*SdurEarly) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{85}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *SdurEarly) GetId() *SdurTxnId {
@@ -7831,7 +7973,7 @@ type SdurState struct {
 
 func (x *SdurState) Reset() {
 	*x = SdurState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[86]
+	mi := &file_meridian_v1_peer_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7843,7 +7985,7 @@ func (x *SdurState) String() string {
 func (*SdurState) ProtoMessage() {}
 
 func (x *SdurState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[86]
+	mi := &file_meridian_v1_peer_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7856,7 +7998,7 @@ func (x *SdurState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SdurState.ProtoReflect.Descriptor instead.
 func (*SdurState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{86}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *SdurState) GetVersion() uint32 {
@@ -7961,7 +8103,7 @@ type TwopcRead struct {
 
 func (x *TwopcRead) Reset() {
 	*x = TwopcRead{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[87]
+	mi := &file_meridian_v1_peer_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7973,7 +8115,7 @@ func (x *TwopcRead) String() string {
 func (*TwopcRead) ProtoMessage() {}
 
 func (x *TwopcRead) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[87]
+	mi := &file_meridian_v1_peer_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7986,7 +8128,7 @@ func (x *TwopcRead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TwopcRead.ProtoReflect.Descriptor instead.
 func (*TwopcRead) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{87}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *TwopcRead) GetKey() []byte {
@@ -8018,7 +8160,7 @@ type TwopcPart struct {
 
 func (x *TwopcPart) Reset() {
 	*x = TwopcPart{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[88]
+	mi := &file_meridian_v1_peer_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8030,7 +8172,7 @@ func (x *TwopcPart) String() string {
 func (*TwopcPart) ProtoMessage() {}
 
 func (x *TwopcPart) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[88]
+	mi := &file_meridian_v1_peer_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8043,7 +8185,7 @@ func (x *TwopcPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TwopcPart.ProtoReflect.Descriptor instead.
 func (*TwopcPart) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{88}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *TwopcPart) GetId() *SdurTxnId {
@@ -8111,7 +8253,7 @@ type TwopcEntry struct {
 
 func (x *TwopcEntry) Reset() {
 	*x = TwopcEntry{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[89]
+	mi := &file_meridian_v1_peer_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8123,7 +8265,7 @@ func (x *TwopcEntry) String() string {
 func (*TwopcEntry) ProtoMessage() {}
 
 func (x *TwopcEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[89]
+	mi := &file_meridian_v1_peer_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8136,7 +8278,7 @@ func (x *TwopcEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TwopcEntry.ProtoReflect.Descriptor instead.
 func (*TwopcEntry) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{89}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *TwopcEntry) GetKind() uint32 {
@@ -8201,7 +8343,7 @@ type TwopcVote struct {
 
 func (x *TwopcVote) Reset() {
 	*x = TwopcVote{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[90]
+	mi := &file_meridian_v1_peer_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8213,7 +8355,7 @@ func (x *TwopcVote) String() string {
 func (*TwopcVote) ProtoMessage() {}
 
 func (x *TwopcVote) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[90]
+	mi := &file_meridian_v1_peer_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8226,7 +8368,7 @@ func (x *TwopcVote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TwopcVote.ProtoReflect.Descriptor instead.
 func (*TwopcVote) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{90}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *TwopcVote) GetTxn() *SdurTxnId {
@@ -8274,7 +8416,7 @@ type TwopcDecided struct {
 
 func (x *TwopcDecided) Reset() {
 	*x = TwopcDecided{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[91]
+	mi := &file_meridian_v1_peer_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8286,7 +8428,7 @@ func (x *TwopcDecided) String() string {
 func (*TwopcDecided) ProtoMessage() {}
 
 func (x *TwopcDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[91]
+	mi := &file_meridian_v1_peer_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8299,7 +8441,7 @@ func (x *TwopcDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TwopcDecided.ProtoReflect.Descriptor instead.
 func (*TwopcDecided) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{91}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *TwopcDecided) GetTxn() *SdurTxnId {
@@ -8326,7 +8468,7 @@ type TwopcLastWrite struct {
 
 func (x *TwopcLastWrite) Reset() {
 	*x = TwopcLastWrite{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[92]
+	mi := &file_meridian_v1_peer_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8338,7 +8480,7 @@ func (x *TwopcLastWrite) String() string {
 func (*TwopcLastWrite) ProtoMessage() {}
 
 func (x *TwopcLastWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[92]
+	mi := &file_meridian_v1_peer_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8351,7 +8493,7 @@ func (x *TwopcLastWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TwopcLastWrite.ProtoReflect.Descriptor instead.
 func (*TwopcLastWrite) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{92}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *TwopcLastWrite) GetKey() []byte {
@@ -8380,7 +8522,7 @@ type TwopcCoordinating struct {
 
 func (x *TwopcCoordinating) Reset() {
 	*x = TwopcCoordinating{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[93]
+	mi := &file_meridian_v1_peer_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8392,7 +8534,7 @@ func (x *TwopcCoordinating) String() string {
 func (*TwopcCoordinating) ProtoMessage() {}
 
 func (x *TwopcCoordinating) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[93]
+	mi := &file_meridian_v1_peer_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8405,7 +8547,7 @@ func (x *TwopcCoordinating) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TwopcCoordinating.ProtoReflect.Descriptor instead.
 func (*TwopcCoordinating) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{93}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *TwopcCoordinating) GetTxn() *SdurTxnId {
@@ -8451,7 +8593,7 @@ type TwopcState struct {
 
 func (x *TwopcState) Reset() {
 	*x = TwopcState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[94]
+	mi := &file_meridian_v1_peer_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8463,7 +8605,7 @@ func (x *TwopcState) String() string {
 func (*TwopcState) ProtoMessage() {}
 
 func (x *TwopcState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[94]
+	mi := &file_meridian_v1_peer_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8476,7 +8618,7 @@ func (x *TwopcState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TwopcState.ProtoReflect.Descriptor instead.
 func (*TwopcState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{94}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *TwopcState) GetVersion() uint32 {
@@ -8555,7 +8697,7 @@ type TxnMessage struct {
 
 func (x *TxnMessage) Reset() {
 	*x = TxnMessage{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[95]
+	mi := &file_meridian_v1_peer_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8567,7 +8709,7 @@ func (x *TxnMessage) String() string {
 func (*TxnMessage) ProtoMessage() {}
 
 func (x *TxnMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[95]
+	mi := &file_meridian_v1_peer_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8580,7 +8722,7 @@ func (x *TxnMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnMessage.ProtoReflect.Descriptor instead.
 func (*TxnMessage) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{95}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *TxnMessage) GetKeyspace() string {
@@ -8771,7 +8913,7 @@ type TxnSeqQuery struct {
 
 func (x *TxnSeqQuery) Reset() {
 	*x = TxnSeqQuery{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[96]
+	mi := &file_meridian_v1_peer_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8783,7 +8925,7 @@ func (x *TxnSeqQuery) String() string {
 func (*TxnSeqQuery) ProtoMessage() {}
 
 func (x *TxnSeqQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[96]
+	mi := &file_meridian_v1_peer_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8796,7 +8938,7 @@ func (x *TxnSeqQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnSeqQuery.ProtoReflect.Descriptor instead.
 func (*TxnSeqQuery) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{96}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *TxnSeqQuery) GetRound() uint64 {
@@ -8840,7 +8982,7 @@ type TxnCompletedGlobal struct {
 
 func (x *TxnCompletedGlobal) Reset() {
 	*x = TxnCompletedGlobal{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[97]
+	mi := &file_meridian_v1_peer_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8852,7 +8994,7 @@ func (x *TxnCompletedGlobal) String() string {
 func (*TxnCompletedGlobal) ProtoMessage() {}
 
 func (x *TxnCompletedGlobal) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[97]
+	mi := &file_meridian_v1_peer_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8865,7 +9007,7 @@ func (x *TxnCompletedGlobal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnCompletedGlobal.ProtoReflect.Descriptor instead.
 func (*TxnCompletedGlobal) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{97}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *TxnCompletedGlobal) GetTxn() *SdurTxnId {
@@ -8904,7 +9046,7 @@ type TxnSeqReply struct {
 
 func (x *TxnSeqReply) Reset() {
 	*x = TxnSeqReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[98]
+	mi := &file_meridian_v1_peer_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8916,7 +9058,7 @@ func (x *TxnSeqReply) String() string {
 func (*TxnSeqReply) ProtoMessage() {}
 
 func (x *TxnSeqReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[98]
+	mi := &file_meridian_v1_peer_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8929,7 +9071,7 @@ func (x *TxnSeqReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnSeqReply.ProtoReflect.Descriptor instead.
 func (*TxnSeqReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{98}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *TxnSeqReply) GetRound() uint64 {
@@ -8978,7 +9120,7 @@ type TxnVector struct {
 
 func (x *TxnVector) Reset() {
 	*x = TxnVector{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[99]
+	mi := &file_meridian_v1_peer_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8990,7 +9132,7 @@ func (x *TxnVector) String() string {
 func (*TxnVector) ProtoMessage() {}
 
 func (x *TxnVector) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[99]
+	mi := &file_meridian_v1_peer_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9003,7 +9145,7 @@ func (x *TxnVector) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnVector.ProtoReflect.Descriptor instead.
 func (*TxnVector) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{99}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *TxnVector) GetSeq() uint64 {
@@ -9034,7 +9176,7 @@ type TxnOutcome struct {
 
 func (x *TxnOutcome) Reset() {
 	*x = TxnOutcome{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[100]
+	mi := &file_meridian_v1_peer_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9046,7 +9188,7 @@ func (x *TxnOutcome) String() string {
 func (*TxnOutcome) ProtoMessage() {}
 
 func (x *TxnOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[100]
+	mi := &file_meridian_v1_peer_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9059,7 +9201,7 @@ func (x *TxnOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnOutcome.ProtoReflect.Descriptor instead.
 func (*TxnOutcome) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{100}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *TxnOutcome) GetTxn() *SdurTxnId {
@@ -9108,7 +9250,7 @@ type TxnSnapshotRef struct {
 
 func (x *TxnSnapshotRef) Reset() {
 	*x = TxnSnapshotRef{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[101]
+	mi := &file_meridian_v1_peer_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9120,7 +9262,7 @@ func (x *TxnSnapshotRef) String() string {
 func (*TxnSnapshotRef) ProtoMessage() {}
 
 func (x *TxnSnapshotRef) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[101]
+	mi := &file_meridian_v1_peer_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9133,7 +9275,7 @@ func (x *TxnSnapshotRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnSnapshotRef.ProtoReflect.Descriptor instead.
 func (*TxnSnapshotRef) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{101}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *TxnSnapshotRef) GetPartition() uint32 {
@@ -9160,7 +9302,7 @@ type TxnReadArgs struct {
 
 func (x *TxnReadArgs) Reset() {
 	*x = TxnReadArgs{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[102]
+	mi := &file_meridian_v1_peer_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9172,7 +9314,7 @@ func (x *TxnReadArgs) String() string {
 func (*TxnReadArgs) ProtoMessage() {}
 
 func (x *TxnReadArgs) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[102]
+	mi := &file_meridian_v1_peer_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9185,7 +9327,7 @@ func (x *TxnReadArgs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnReadArgs.ProtoReflect.Descriptor instead.
 func (*TxnReadArgs) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{102}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *TxnReadArgs) GetSnapshots() []*TxnSnapshotRef {
@@ -9206,7 +9348,7 @@ type TxnReadDone struct {
 
 func (x *TxnReadDone) Reset() {
 	*x = TxnReadDone{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[103]
+	mi := &file_meridian_v1_peer_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9218,7 +9360,7 @@ func (x *TxnReadDone) String() string {
 func (*TxnReadDone) ProtoMessage() {}
 
 func (x *TxnReadDone) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[103]
+	mi := &file_meridian_v1_peer_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9231,7 +9373,7 @@ func (x *TxnReadDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnReadDone.ProtoReflect.Descriptor instead.
 func (*TxnReadDone) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{103}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *TxnReadDone) GetSnapshot() *TxnSnapshotRef {
@@ -9266,7 +9408,7 @@ type TxnSavedState struct {
 
 func (x *TxnSavedState) Reset() {
 	*x = TxnSavedState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[104]
+	mi := &file_meridian_v1_peer_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9278,7 +9420,7 @@ func (x *TxnSavedState) String() string {
 func (*TxnSavedState) ProtoMessage() {}
 
 func (x *TxnSavedState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[104]
+	mi := &file_meridian_v1_peer_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9291,7 +9433,7 @@ func (x *TxnSavedState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnSavedState.ProtoReflect.Descriptor instead.
 func (*TxnSavedState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{104}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *TxnSavedState) GetIndex() uint64 {
@@ -9339,7 +9481,7 @@ type CatenaeTxnId struct {
 
 func (x *CatenaeTxnId) Reset() {
 	*x = CatenaeTxnId{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[105]
+	mi := &file_meridian_v1_peer_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9351,7 +9493,7 @@ func (x *CatenaeTxnId) String() string {
 func (*CatenaeTxnId) ProtoMessage() {}
 
 func (x *CatenaeTxnId) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[105]
+	mi := &file_meridian_v1_peer_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9364,7 +9506,7 @@ func (x *CatenaeTxnId) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeTxnId.ProtoReflect.Descriptor instead.
 func (*CatenaeTxnId) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{105}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *CatenaeTxnId) GetDc() uint32 {
@@ -9394,7 +9536,7 @@ type CatenaeOp struct {
 
 func (x *CatenaeOp) Reset() {
 	*x = CatenaeOp{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[106]
+	mi := &file_meridian_v1_peer_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9406,7 +9548,7 @@ func (x *CatenaeOp) String() string {
 func (*CatenaeOp) ProtoMessage() {}
 
 func (x *CatenaeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[106]
+	mi := &file_meridian_v1_peer_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9419,7 +9561,7 @@ func (x *CatenaeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeOp.ProtoReflect.Descriptor instead.
 func (*CatenaeOp) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{106}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *CatenaeOp) GetKind() uint32 {
@@ -9469,7 +9611,7 @@ type CatenaeTxn struct {
 
 func (x *CatenaeTxn) Reset() {
 	*x = CatenaeTxn{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[107]
+	mi := &file_meridian_v1_peer_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9481,7 +9623,7 @@ func (x *CatenaeTxn) String() string {
 func (*CatenaeTxn) ProtoMessage() {}
 
 func (x *CatenaeTxn) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[107]
+	mi := &file_meridian_v1_peer_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9494,7 +9636,7 @@ func (x *CatenaeTxn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeTxn.ProtoReflect.Descriptor instead.
 func (*CatenaeTxn) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{107}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *CatenaeTxn) GetId() *CatenaeTxnId {
@@ -9535,7 +9677,7 @@ type CatenaeEpochInput struct {
 
 func (x *CatenaeEpochInput) Reset() {
 	*x = CatenaeEpochInput{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[108]
+	mi := &file_meridian_v1_peer_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9547,7 +9689,7 @@ func (x *CatenaeEpochInput) String() string {
 func (*CatenaeEpochInput) ProtoMessage() {}
 
 func (x *CatenaeEpochInput) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[108]
+	mi := &file_meridian_v1_peer_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9560,7 +9702,7 @@ func (x *CatenaeEpochInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeEpochInput.ProtoReflect.Descriptor instead.
 func (*CatenaeEpochInput) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{108}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *CatenaeEpochInput) GetTxns() []*CatenaeTxn {
@@ -9582,7 +9724,7 @@ type CatenaeVote struct {
 
 func (x *CatenaeVote) Reset() {
 	*x = CatenaeVote{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[109]
+	mi := &file_meridian_v1_peer_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9594,7 +9736,7 @@ func (x *CatenaeVote) String() string {
 func (*CatenaeVote) ProtoMessage() {}
 
 func (x *CatenaeVote) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[109]
+	mi := &file_meridian_v1_peer_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9607,7 +9749,7 @@ func (x *CatenaeVote) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeVote.ProtoReflect.Descriptor instead.
 func (*CatenaeVote) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{109}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *CatenaeVote) GetTxn() *CatenaeTxnId {
@@ -9652,7 +9794,7 @@ type CatenaeEpochMsg struct {
 
 func (x *CatenaeEpochMsg) Reset() {
 	*x = CatenaeEpochMsg{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[110]
+	mi := &file_meridian_v1_peer_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9664,7 +9806,7 @@ func (x *CatenaeEpochMsg) String() string {
 func (*CatenaeEpochMsg) ProtoMessage() {}
 
 func (x *CatenaeEpochMsg) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[110]
+	mi := &file_meridian_v1_peer_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9677,7 +9819,7 @@ func (x *CatenaeEpochMsg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeEpochMsg.ProtoReflect.Descriptor instead.
 func (*CatenaeEpochMsg) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{110}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *CatenaeEpochMsg) GetFrom() uint32 {
@@ -9732,7 +9874,7 @@ type CatenaeRequest struct {
 
 func (x *CatenaeRequest) Reset() {
 	*x = CatenaeRequest{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[111]
+	mi := &file_meridian_v1_peer_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9744,7 +9886,7 @@ func (x *CatenaeRequest) String() string {
 func (*CatenaeRequest) ProtoMessage() {}
 
 func (x *CatenaeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[111]
+	mi := &file_meridian_v1_peer_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9757,7 +9899,7 @@ func (x *CatenaeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeRequest.ProtoReflect.Descriptor instead.
 func (*CatenaeRequest) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{111}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *CatenaeRequest) GetFrom() uint32 {
@@ -9789,7 +9931,7 @@ type CatenaeMessage struct {
 
 func (x *CatenaeMessage) Reset() {
 	*x = CatenaeMessage{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[112]
+	mi := &file_meridian_v1_peer_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9801,7 +9943,7 @@ func (x *CatenaeMessage) String() string {
 func (*CatenaeMessage) ProtoMessage() {}
 
 func (x *CatenaeMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[112]
+	mi := &file_meridian_v1_peer_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9814,7 +9956,7 @@ func (x *CatenaeMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeMessage.ProtoReflect.Descriptor instead.
 func (*CatenaeMessage) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{112}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *CatenaeMessage) GetTo() uint32 {
@@ -9894,7 +10036,7 @@ type CatenaeSaved struct {
 
 func (x *CatenaeSaved) Reset() {
 	*x = CatenaeSaved{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[113]
+	mi := &file_meridian_v1_peer_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9906,7 +10048,7 @@ func (x *CatenaeSaved) String() string {
 func (*CatenaeSaved) ProtoMessage() {}
 
 func (x *CatenaeSaved) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[113]
+	mi := &file_meridian_v1_peer_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9919,7 +10061,7 @@ func (x *CatenaeSaved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeSaved.ProtoReflect.Descriptor instead.
 func (*CatenaeSaved) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{113}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *CatenaeSaved) GetSelf() uint32 {
@@ -10058,7 +10200,7 @@ type CatenaeOwnInput struct {
 
 func (x *CatenaeOwnInput) Reset() {
 	*x = CatenaeOwnInput{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[114]
+	mi := &file_meridian_v1_peer_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10070,7 +10212,7 @@ func (x *CatenaeOwnInput) String() string {
 func (*CatenaeOwnInput) ProtoMessage() {}
 
 func (x *CatenaeOwnInput) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[114]
+	mi := &file_meridian_v1_peer_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10083,7 +10225,7 @@ func (x *CatenaeOwnInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeOwnInput.ProtoReflect.Descriptor instead.
 func (*CatenaeOwnInput) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{114}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *CatenaeOwnInput) GetEpoch() uint64 {
@@ -10114,7 +10256,7 @@ type CatenaeVersion struct {
 
 func (x *CatenaeVersion) Reset() {
 	*x = CatenaeVersion{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[115]
+	mi := &file_meridian_v1_peer_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10126,7 +10268,7 @@ func (x *CatenaeVersion) String() string {
 func (*CatenaeVersion) ProtoMessage() {}
 
 func (x *CatenaeVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[115]
+	mi := &file_meridian_v1_peer_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10139,7 +10281,7 @@ func (x *CatenaeVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeVersion.ProtoReflect.Descriptor instead.
 func (*CatenaeVersion) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{115}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *CatenaeVersion) GetEpoch() uint64 {
@@ -10194,7 +10336,7 @@ type CatenaeKeyVersions struct {
 
 func (x *CatenaeKeyVersions) Reset() {
 	*x = CatenaeKeyVersions{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[116]
+	mi := &file_meridian_v1_peer_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10206,7 +10348,7 @@ func (x *CatenaeKeyVersions) String() string {
 func (*CatenaeKeyVersions) ProtoMessage() {}
 
 func (x *CatenaeKeyVersions) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[116]
+	mi := &file_meridian_v1_peer_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10219,7 +10361,7 @@ func (x *CatenaeKeyVersions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeKeyVersions.ProtoReflect.Descriptor instead.
 func (*CatenaeKeyVersions) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{116}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *CatenaeKeyVersions) GetKey() []byte {
@@ -10247,7 +10389,7 @@ type CatenaeWrite struct {
 
 func (x *CatenaeWrite) Reset() {
 	*x = CatenaeWrite{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[117]
+	mi := &file_meridian_v1_peer_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10259,7 +10401,7 @@ func (x *CatenaeWrite) String() string {
 func (*CatenaeWrite) ProtoMessage() {}
 
 func (x *CatenaeWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[117]
+	mi := &file_meridian_v1_peer_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10272,7 +10414,7 @@ func (x *CatenaeWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeWrite.ProtoReflect.Descriptor instead.
 func (*CatenaeWrite) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{117}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *CatenaeWrite) GetKey() []byte {
@@ -10318,7 +10460,7 @@ type CatenaeTxnState struct {
 
 func (x *CatenaeTxnState) Reset() {
 	*x = CatenaeTxnState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[118]
+	mi := &file_meridian_v1_peer_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10330,7 +10472,7 @@ func (x *CatenaeTxnState) String() string {
 func (*CatenaeTxnState) ProtoMessage() {}
 
 func (x *CatenaeTxnState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[118]
+	mi := &file_meridian_v1_peer_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10343,7 +10485,7 @@ func (x *CatenaeTxnState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeTxnState.ProtoReflect.Descriptor instead.
 func (*CatenaeTxnState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{118}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *CatenaeTxnState) GetTxn() *CatenaeTxn {
@@ -10454,7 +10596,7 @@ type CatenaeWaiting struct {
 
 func (x *CatenaeWaiting) Reset() {
 	*x = CatenaeWaiting{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[119]
+	mi := &file_meridian_v1_peer_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10466,7 +10608,7 @@ func (x *CatenaeWaiting) String() string {
 func (*CatenaeWaiting) ProtoMessage() {}
 
 func (x *CatenaeWaiting) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[119]
+	mi := &file_meridian_v1_peer_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10479,7 +10621,7 @@ func (x *CatenaeWaiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeWaiting.ProtoReflect.Descriptor instead.
 func (*CatenaeWaiting) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{119}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *CatenaeWaiting) GetId() *CatenaeTxnId {
@@ -10506,7 +10648,7 @@ type CatenaeEpochCount struct {
 
 func (x *CatenaeEpochCount) Reset() {
 	*x = CatenaeEpochCount{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[120]
+	mi := &file_meridian_v1_peer_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10518,7 +10660,7 @@ func (x *CatenaeEpochCount) String() string {
 func (*CatenaeEpochCount) ProtoMessage() {}
 
 func (x *CatenaeEpochCount) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[120]
+	mi := &file_meridian_v1_peer_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10531,7 +10673,7 @@ func (x *CatenaeEpochCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeEpochCount.ProtoReflect.Descriptor instead.
 func (*CatenaeEpochCount) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{120}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *CatenaeEpochCount) GetEpoch() uint64 {
@@ -10558,7 +10700,7 @@ type CatenaeDcEpoch struct {
 
 func (x *CatenaeDcEpoch) Reset() {
 	*x = CatenaeDcEpoch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[121]
+	mi := &file_meridian_v1_peer_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10570,7 +10712,7 @@ func (x *CatenaeDcEpoch) String() string {
 func (*CatenaeDcEpoch) ProtoMessage() {}
 
 func (x *CatenaeDcEpoch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[121]
+	mi := &file_meridian_v1_peer_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10583,7 +10725,7 @@ func (x *CatenaeDcEpoch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeDcEpoch.ProtoReflect.Descriptor instead.
 func (*CatenaeDcEpoch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{121}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *CatenaeDcEpoch) GetDc() uint32 {
@@ -10616,7 +10758,7 @@ type CatenaeEnvelope struct {
 
 func (x *CatenaeEnvelope) Reset() {
 	*x = CatenaeEnvelope{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[122]
+	mi := &file_meridian_v1_peer_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10628,7 +10770,7 @@ func (x *CatenaeEnvelope) String() string {
 func (*CatenaeEnvelope) ProtoMessage() {}
 
 func (x *CatenaeEnvelope) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[122]
+	mi := &file_meridian_v1_peer_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10641,7 +10783,7 @@ func (x *CatenaeEnvelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeEnvelope.ProtoReflect.Descriptor instead.
 func (*CatenaeEnvelope) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{122}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *CatenaeEnvelope) GetKeyspace() string {
@@ -10706,7 +10848,7 @@ type CatenaeHello struct {
 
 func (x *CatenaeHello) Reset() {
 	*x = CatenaeHello{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[123]
+	mi := &file_meridian_v1_peer_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10718,7 +10860,7 @@ func (x *CatenaeHello) String() string {
 func (*CatenaeHello) ProtoMessage() {}
 
 func (x *CatenaeHello) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[123]
+	mi := &file_meridian_v1_peer_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10731,7 +10873,7 @@ func (x *CatenaeHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeHello.ProtoReflect.Descriptor instead.
 func (*CatenaeHello) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{123}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *CatenaeHello) GetProposal() uint64 {
@@ -10772,7 +10914,7 @@ type CatenaeForward struct {
 
 func (x *CatenaeForward) Reset() {
 	*x = CatenaeForward{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[124]
+	mi := &file_meridian_v1_peer_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10784,7 +10926,7 @@ func (x *CatenaeForward) String() string {
 func (*CatenaeForward) ProtoMessage() {}
 
 func (x *CatenaeForward) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[124]
+	mi := &file_meridian_v1_peer_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10797,7 +10939,7 @@ func (x *CatenaeForward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeForward.ProtoReflect.Descriptor instead.
 func (*CatenaeForward) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{124}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *CatenaeForward) GetRequestId() uint64 {
@@ -10906,7 +11048,7 @@ type CatenaeForwardReply struct {
 
 func (x *CatenaeForwardReply) Reset() {
 	*x = CatenaeForwardReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[125]
+	mi := &file_meridian_v1_peer_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10918,7 +11060,7 @@ func (x *CatenaeForwardReply) String() string {
 func (*CatenaeForwardReply) ProtoMessage() {}
 
 func (x *CatenaeForwardReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[125]
+	mi := &file_meridian_v1_peer_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10931,7 +11073,7 @@ func (x *CatenaeForwardReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CatenaeForwardReply.ProtoReflect.Descriptor instead.
 func (*CatenaeForwardReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{125}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *CatenaeForwardReply) GetRequestId() uint64 {
@@ -11044,7 +11186,7 @@ type CanopusEnvelope struct {
 
 func (x *CanopusEnvelope) Reset() {
 	*x = CanopusEnvelope{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[126]
+	mi := &file_meridian_v1_peer_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11056,7 +11198,7 @@ func (x *CanopusEnvelope) String() string {
 func (*CanopusEnvelope) ProtoMessage() {}
 
 func (x *CanopusEnvelope) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[126]
+	mi := &file_meridian_v1_peer_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11069,7 +11211,7 @@ func (x *CanopusEnvelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusEnvelope.ProtoReflect.Descriptor instead.
 func (*CanopusEnvelope) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{126}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *CanopusEnvelope) GetKeyspace() string {
@@ -11171,7 +11313,7 @@ type CanopusRaft struct {
 
 func (x *CanopusRaft) Reset() {
 	*x = CanopusRaft{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[127]
+	mi := &file_meridian_v1_peer_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11183,7 +11325,7 @@ func (x *CanopusRaft) String() string {
 func (*CanopusRaft) ProtoMessage() {}
 
 func (x *CanopusRaft) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[127]
+	mi := &file_meridian_v1_peer_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11196,7 +11338,7 @@ func (x *CanopusRaft) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusRaft.ProtoReflect.Descriptor instead.
 func (*CanopusRaft) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{127}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *CanopusRaft) GetOwner() uint32 {
@@ -11228,7 +11370,7 @@ type CanopusFetch struct {
 
 func (x *CanopusFetch) Reset() {
 	*x = CanopusFetch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[128]
+	mi := &file_meridian_v1_peer_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11240,7 +11382,7 @@ func (x *CanopusFetch) String() string {
 func (*CanopusFetch) ProtoMessage() {}
 
 func (x *CanopusFetch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[128]
+	mi := &file_meridian_v1_peer_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11253,7 +11395,7 @@ func (x *CanopusFetch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusFetch.ProtoReflect.Descriptor instead.
 func (*CanopusFetch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{128}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *CanopusFetch) GetCycle() uint64 {
@@ -11305,7 +11447,7 @@ type CanopusState struct {
 
 func (x *CanopusState) Reset() {
 	*x = CanopusState{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[129]
+	mi := &file_meridian_v1_peer_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11317,7 +11459,7 @@ func (x *CanopusState) String() string {
 func (*CanopusState) ProtoMessage() {}
 
 func (x *CanopusState) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[129]
+	mi := &file_meridian_v1_peer_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11330,7 +11472,7 @@ func (x *CanopusState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusState.ProtoReflect.Descriptor instead.
 func (*CanopusState) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{129}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *CanopusState) GetCycle() uint64 {
@@ -11398,7 +11540,7 @@ type CanopusSet struct {
 
 func (x *CanopusSet) Reset() {
 	*x = CanopusSet{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[130]
+	mi := &file_meridian_v1_peer_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11410,7 +11552,7 @@ func (x *CanopusSet) String() string {
 func (*CanopusSet) ProtoMessage() {}
 
 func (x *CanopusSet) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[130]
+	mi := &file_meridian_v1_peer_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11423,7 +11565,7 @@ func (x *CanopusSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusSet.ProtoReflect.Descriptor instead.
 func (*CanopusSet) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{130}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *CanopusSet) GetNode() uint32 {
@@ -11471,7 +11613,7 @@ type CanopusAdmit struct {
 
 func (x *CanopusAdmit) Reset() {
 	*x = CanopusAdmit{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[131]
+	mi := &file_meridian_v1_peer_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11483,7 +11625,7 @@ func (x *CanopusAdmit) String() string {
 func (*CanopusAdmit) ProtoMessage() {}
 
 func (x *CanopusAdmit) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[131]
+	mi := &file_meridian_v1_peer_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11496,7 +11638,7 @@ func (x *CanopusAdmit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusAdmit.ProtoReflect.Descriptor instead.
 func (*CanopusAdmit) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{131}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *CanopusAdmit) GetNode() uint32 {
@@ -11522,7 +11664,7 @@ type CanopusRejoin struct {
 
 func (x *CanopusRejoin) Reset() {
 	*x = CanopusRejoin{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[132]
+	mi := &file_meridian_v1_peer_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11534,7 +11676,7 @@ func (x *CanopusRejoin) String() string {
 func (*CanopusRejoin) ProtoMessage() {}
 
 func (x *CanopusRejoin) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[132]
+	mi := &file_meridian_v1_peer_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11547,7 +11689,7 @@ func (x *CanopusRejoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusRejoin.ProtoReflect.Descriptor instead.
 func (*CanopusRejoin) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{132}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *CanopusRejoin) GetEpoch() uint64 {
@@ -11574,7 +11716,7 @@ type CanopusEntry struct {
 
 func (x *CanopusEntry) Reset() {
 	*x = CanopusEntry{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[133]
+	mi := &file_meridian_v1_peer_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11586,7 +11728,7 @@ func (x *CanopusEntry) String() string {
 func (*CanopusEntry) ProtoMessage() {}
 
 func (x *CanopusEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[133]
+	mi := &file_meridian_v1_peer_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11599,7 +11741,7 @@ func (x *CanopusEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusEntry.ProtoReflect.Descriptor instead.
 func (*CanopusEntry) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{133}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *CanopusEntry) GetBody() isCanopusEntry_Body {
@@ -11707,7 +11849,7 @@ type CanopusWedge struct {
 
 func (x *CanopusWedge) Reset() {
 	*x = CanopusWedge{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[134]
+	mi := &file_meridian_v1_peer_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11719,7 +11861,7 @@ func (x *CanopusWedge) String() string {
 func (*CanopusWedge) ProtoMessage() {}
 
 func (x *CanopusWedge) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[134]
+	mi := &file_meridian_v1_peer_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11732,7 +11874,7 @@ func (x *CanopusWedge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusWedge.ProtoReflect.Descriptor instead.
 func (*CanopusWedge) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{134}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *CanopusWedge) GetIndex() uint32 {
@@ -11765,7 +11907,7 @@ type CanopusProposal struct {
 
 func (x *CanopusProposal) Reset() {
 	*x = CanopusProposal{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[135]
+	mi := &file_meridian_v1_peer_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11777,7 +11919,7 @@ func (x *CanopusProposal) String() string {
 func (*CanopusProposal) ProtoMessage() {}
 
 func (x *CanopusProposal) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[135]
+	mi := &file_meridian_v1_peer_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11790,7 +11932,7 @@ func (x *CanopusProposal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusProposal.ProtoReflect.Descriptor instead.
 func (*CanopusProposal) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{135}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *CanopusProposal) GetCycle() uint64 {
@@ -11837,7 +11979,7 @@ type CanopusClose struct {
 
 func (x *CanopusClose) Reset() {
 	*x = CanopusClose{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[136]
+	mi := &file_meridian_v1_peer_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11849,7 +11991,7 @@ func (x *CanopusClose) String() string {
 func (*CanopusClose) ProtoMessage() {}
 
 func (x *CanopusClose) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[136]
+	mi := &file_meridian_v1_peer_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11862,7 +12004,7 @@ func (x *CanopusClose) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusClose.ProtoReflect.Descriptor instead.
 func (*CanopusClose) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{136}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{137}
 }
 
 func (x *CanopusClose) GetEpoch() uint64 {
@@ -11884,7 +12026,7 @@ type CanopusApplied struct {
 
 func (x *CanopusApplied) Reset() {
 	*x = CanopusApplied{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[137]
+	mi := &file_meridian_v1_peer_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11896,7 +12038,7 @@ func (x *CanopusApplied) String() string {
 func (*CanopusApplied) ProtoMessage() {}
 
 func (x *CanopusApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[137]
+	mi := &file_meridian_v1_peer_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11909,7 +12051,7 @@ func (x *CanopusApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusApplied.ProtoReflect.Descriptor instead.
 func (*CanopusApplied) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{137}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *CanopusApplied) GetCycle() uint64 {
@@ -11945,7 +12087,7 @@ type CanopusEpoch struct {
 
 func (x *CanopusEpoch) Reset() {
 	*x = CanopusEpoch{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[138]
+	mi := &file_meridian_v1_peer_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -11957,7 +12099,7 @@ func (x *CanopusEpoch) String() string {
 func (*CanopusEpoch) ProtoMessage() {}
 
 func (x *CanopusEpoch) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[138]
+	mi := &file_meridian_v1_peer_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -11970,7 +12112,7 @@ func (x *CanopusEpoch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusEpoch.ProtoReflect.Descriptor instead.
 func (*CanopusEpoch) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{138}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{139}
 }
 
 func (x *CanopusEpoch) GetNode() uint32 {
@@ -12010,7 +12152,7 @@ type CanopusWrite struct {
 
 func (x *CanopusWrite) Reset() {
 	*x = CanopusWrite{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[139]
+	mi := &file_meridian_v1_peer_proto_msgTypes[140]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12022,7 +12164,7 @@ func (x *CanopusWrite) String() string {
 func (*CanopusWrite) ProtoMessage() {}
 
 func (x *CanopusWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[139]
+	mi := &file_meridian_v1_peer_proto_msgTypes[140]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12035,7 +12177,7 @@ func (x *CanopusWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CanopusWrite.ProtoReflect.Descriptor instead.
 func (*CanopusWrite) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{139}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{140}
 }
 
 func (x *CanopusWrite) GetRequestId() uint64 {
@@ -12097,7 +12239,7 @@ type EPaxosEnvelope struct {
 
 func (x *EPaxosEnvelope) Reset() {
 	*x = EPaxosEnvelope{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[140]
+	mi := &file_meridian_v1_peer_proto_msgTypes[141]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12109,7 +12251,7 @@ func (x *EPaxosEnvelope) String() string {
 func (*EPaxosEnvelope) ProtoMessage() {}
 
 func (x *EPaxosEnvelope) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[140]
+	mi := &file_meridian_v1_peer_proto_msgTypes[141]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12122,7 +12264,7 @@ func (x *EPaxosEnvelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosEnvelope.ProtoReflect.Descriptor instead.
 func (*EPaxosEnvelope) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{140}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{141}
 }
 
 func (x *EPaxosEnvelope) GetKeyspace() string {
@@ -12284,7 +12426,7 @@ type EPaxosBallot struct {
 
 func (x *EPaxosBallot) Reset() {
 	*x = EPaxosBallot{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[141]
+	mi := &file_meridian_v1_peer_proto_msgTypes[142]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12296,7 +12438,7 @@ func (x *EPaxosBallot) String() string {
 func (*EPaxosBallot) ProtoMessage() {}
 
 func (x *EPaxosBallot) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[141]
+	mi := &file_meridian_v1_peer_proto_msgTypes[142]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12309,7 +12451,7 @@ func (x *EPaxosBallot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosBallot.ProtoReflect.Descriptor instead.
 func (*EPaxosBallot) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{141}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{142}
 }
 
 func (x *EPaxosBallot) GetNumber() uint64 {
@@ -12339,7 +12481,7 @@ type EPaxosAttrs struct {
 
 func (x *EPaxosAttrs) Reset() {
 	*x = EPaxosAttrs{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[142]
+	mi := &file_meridian_v1_peer_proto_msgTypes[143]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12351,7 +12493,7 @@ func (x *EPaxosAttrs) String() string {
 func (*EPaxosAttrs) ProtoMessage() {}
 
 func (x *EPaxosAttrs) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[142]
+	mi := &file_meridian_v1_peer_proto_msgTypes[143]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12364,7 +12506,7 @@ func (x *EPaxosAttrs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosAttrs.ProtoReflect.Descriptor instead.
 func (*EPaxosAttrs) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{142}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{143}
 }
 
 func (x *EPaxosAttrs) GetCommands() []*EPaxosCommand {
@@ -12410,7 +12552,7 @@ type EPaxosCommand struct {
 
 func (x *EPaxosCommand) Reset() {
 	*x = EPaxosCommand{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[143]
+	mi := &file_meridian_v1_peer_proto_msgTypes[144]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12422,7 +12564,7 @@ func (x *EPaxosCommand) String() string {
 func (*EPaxosCommand) ProtoMessage() {}
 
 func (x *EPaxosCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[143]
+	mi := &file_meridian_v1_peer_proto_msgTypes[144]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12435,7 +12577,7 @@ func (x *EPaxosCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosCommand.ProtoReflect.Descriptor instead.
 func (*EPaxosCommand) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{143}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{144}
 }
 
 func (x *EPaxosCommand) GetRequestId() uint64 {
@@ -12520,7 +12662,7 @@ type EPaxosPreAccept struct {
 
 func (x *EPaxosPreAccept) Reset() {
 	*x = EPaxosPreAccept{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[144]
+	mi := &file_meridian_v1_peer_proto_msgTypes[145]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12532,7 +12674,7 @@ func (x *EPaxosPreAccept) String() string {
 func (*EPaxosPreAccept) ProtoMessage() {}
 
 func (x *EPaxosPreAccept) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[144]
+	mi := &file_meridian_v1_peer_proto_msgTypes[145]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12545,7 +12687,7 @@ func (x *EPaxosPreAccept) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosPreAccept.ProtoReflect.Descriptor instead.
 func (*EPaxosPreAccept) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{144}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{145}
 }
 
 func (x *EPaxosPreAccept) GetReplica() uint32 {
@@ -12592,7 +12734,7 @@ type EPaxosPreAcceptReply struct {
 
 func (x *EPaxosPreAcceptReply) Reset() {
 	*x = EPaxosPreAcceptReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[145]
+	mi := &file_meridian_v1_peer_proto_msgTypes[146]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12604,7 +12746,7 @@ func (x *EPaxosPreAcceptReply) String() string {
 func (*EPaxosPreAcceptReply) ProtoMessage() {}
 
 func (x *EPaxosPreAcceptReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[145]
+	mi := &file_meridian_v1_peer_proto_msgTypes[146]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12617,7 +12759,7 @@ func (x *EPaxosPreAcceptReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosPreAcceptReply.ProtoReflect.Descriptor instead.
 func (*EPaxosPreAcceptReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{145}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{146}
 }
 
 func (x *EPaxosPreAcceptReply) GetReplica() uint32 {
@@ -12681,7 +12823,7 @@ type EPaxosAccept struct {
 
 func (x *EPaxosAccept) Reset() {
 	*x = EPaxosAccept{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[146]
+	mi := &file_meridian_v1_peer_proto_msgTypes[147]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12693,7 +12835,7 @@ func (x *EPaxosAccept) String() string {
 func (*EPaxosAccept) ProtoMessage() {}
 
 func (x *EPaxosAccept) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[146]
+	mi := &file_meridian_v1_peer_proto_msgTypes[147]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12706,7 +12848,7 @@ func (x *EPaxosAccept) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosAccept.ProtoReflect.Descriptor instead.
 func (*EPaxosAccept) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{146}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{147}
 }
 
 func (x *EPaxosAccept) GetReplica() uint32 {
@@ -12750,7 +12892,7 @@ type EPaxosAcceptReply struct {
 
 func (x *EPaxosAcceptReply) Reset() {
 	*x = EPaxosAcceptReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[147]
+	mi := &file_meridian_v1_peer_proto_msgTypes[148]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12762,7 +12904,7 @@ func (x *EPaxosAcceptReply) String() string {
 func (*EPaxosAcceptReply) ProtoMessage() {}
 
 func (x *EPaxosAcceptReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[147]
+	mi := &file_meridian_v1_peer_proto_msgTypes[148]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12775,7 +12917,7 @@ func (x *EPaxosAcceptReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosAcceptReply.ProtoReflect.Descriptor instead.
 func (*EPaxosAcceptReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{147}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{148}
 }
 
 func (x *EPaxosAcceptReply) GetReplica() uint32 {
@@ -12824,7 +12966,7 @@ type EPaxosCommit struct {
 
 func (x *EPaxosCommit) Reset() {
 	*x = EPaxosCommit{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[148]
+	mi := &file_meridian_v1_peer_proto_msgTypes[149]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12836,7 +12978,7 @@ func (x *EPaxosCommit) String() string {
 func (*EPaxosCommit) ProtoMessage() {}
 
 func (x *EPaxosCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[148]
+	mi := &file_meridian_v1_peer_proto_msgTypes[149]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12849,7 +12991,7 @@ func (x *EPaxosCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosCommit.ProtoReflect.Descriptor instead.
 func (*EPaxosCommit) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{148}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{149}
 }
 
 func (x *EPaxosCommit) GetReplica() uint32 {
@@ -12884,7 +13026,7 @@ type EPaxosPrepare struct {
 
 func (x *EPaxosPrepare) Reset() {
 	*x = EPaxosPrepare{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[149]
+	mi := &file_meridian_v1_peer_proto_msgTypes[150]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12896,7 +13038,7 @@ func (x *EPaxosPrepare) String() string {
 func (*EPaxosPrepare) ProtoMessage() {}
 
 func (x *EPaxosPrepare) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[149]
+	mi := &file_meridian_v1_peer_proto_msgTypes[150]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12909,7 +13051,7 @@ func (x *EPaxosPrepare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosPrepare.ProtoReflect.Descriptor instead.
 func (*EPaxosPrepare) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{149}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{150}
 }
 
 func (x *EPaxosPrepare) GetReplica() uint32 {
@@ -12954,7 +13096,7 @@ type EPaxosPrepareReply struct {
 
 func (x *EPaxosPrepareReply) Reset() {
 	*x = EPaxosPrepareReply{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[150]
+	mi := &file_meridian_v1_peer_proto_msgTypes[151]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -12966,7 +13108,7 @@ func (x *EPaxosPrepareReply) String() string {
 func (*EPaxosPrepareReply) ProtoMessage() {}
 
 func (x *EPaxosPrepareReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[150]
+	mi := &file_meridian_v1_peer_proto_msgTypes[151]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -12979,7 +13121,7 @@ func (x *EPaxosPrepareReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosPrepareReply.ProtoReflect.Descriptor instead.
 func (*EPaxosPrepareReply) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{150}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{151}
 }
 
 func (x *EPaxosPrepareReply) GetReplica() uint32 {
@@ -13054,7 +13196,7 @@ type EPaxosExecuted struct {
 
 func (x *EPaxosExecuted) Reset() {
 	*x = EPaxosExecuted{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[151]
+	mi := &file_meridian_v1_peer_proto_msgTypes[152]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -13066,7 +13208,7 @@ func (x *EPaxosExecuted) String() string {
 func (*EPaxosExecuted) ProtoMessage() {}
 
 func (x *EPaxosExecuted) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[151]
+	mi := &file_meridian_v1_peer_proto_msgTypes[152]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -13079,7 +13221,7 @@ func (x *EPaxosExecuted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosExecuted.ProtoReflect.Descriptor instead.
 func (*EPaxosExecuted) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{151}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{152}
 }
 
 func (x *EPaxosExecuted) GetExecuted() []uint64 {
@@ -13105,7 +13247,7 @@ type EPaxosInstance struct {
 
 func (x *EPaxosInstance) Reset() {
 	*x = EPaxosInstance{}
-	mi := &file_meridian_v1_peer_proto_msgTypes[152]
+	mi := &file_meridian_v1_peer_proto_msgTypes[153]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -13117,7 +13259,7 @@ func (x *EPaxosInstance) String() string {
 func (*EPaxosInstance) ProtoMessage() {}
 
 func (x *EPaxosInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_meridian_v1_peer_proto_msgTypes[152]
+	mi := &file_meridian_v1_peer_proto_msgTypes[153]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -13130,7 +13272,7 @@ func (x *EPaxosInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EPaxosInstance.ProtoReflect.Descriptor instead.
 func (*EPaxosInstance) Descriptor() ([]byte, []int) {
-	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{152}
+	return file_meridian_v1_peer_proto_rawDescGZIP(), []int{153}
 }
 
 func (x *EPaxosInstance) GetReplica() uint32 {
@@ -13249,7 +13391,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\x06source\x18\x01 \x01(\rR\x06source\x12'\n" +
 	"\x0fremaining_bytes\x18\x02 \x01(\x04R\x0eremainingBytes\x12'\n" +
 	"\x0fremaining_known\x18\x03 \x01(\bR\x0eremainingKnown\x12+\n" +
-	"\x12rate_bytes_per_sec\x18\x04 \x01(\x01R\x0frateBytesPerSec\"\xfa\x01\n" +
+	"\x12rate_bytes_per_sec\x18\x04 \x01(\x01R\x0frateBytesPerSec\"\x92\x02\n" +
 	"\vScanRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1a\n" +
@@ -13261,13 +13403,26 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"move_epoch\x18\a \x01(\x04R\tmoveEpoch\x12\x18\n" +
 	"\areverse\x18\b \x01(\bR\areverse\x12\x1b\n" +
-	"\tmax_bytes\x18\t \x01(\rR\bmaxBytes\"\x96\x01\n" +
+	"\tmax_bytes\x18\t \x01(\rR\bmaxBytes\x12\x16\n" +
+	"\x06window\x18\n" +
+	" \x01(\rR\x06window\"\x85\x01\n" +
+	"\n" +
+	"ScanCredit\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x18\n" +
+	"\athrough\x18\x02 \x01(\rR\athrough\x12\x14\n" +
+	"\x05start\x18\x03 \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\x04 \x01(\fR\x03end\x12\x16\n" +
+	"\x06cancel\x18\x05 \x01(\bR\x06cancel\"\xda\x01\n" +
 	"\tScanReply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x122\n" +
 	"\arecords\x18\x02 \x03(\v2\x18.meridian.peer.v1.RecordR\arecords\x12\x1c\n" +
 	"\ttruncated\x18\x03 \x01(\bR\ttruncated\x12\x18\n" +
-	"\areverse\x18\x04 \x01(\bR\areverse\"\x9c\x02\n" +
+	"\areverse\x18\x04 \x01(\bR\areverse\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\rR\x03seq\x12\x1c\n" +
+	"\tstreaming\x18\x06 \x01(\bR\tstreaming\x12\x12\n" +
+	"\x04from\x18\a \x01(\fR\x04from\"\x9c\x02\n" +
 	"\bAEDigest\x12\x19\n" +
 	"\bround_id\x18\x01 \x01(\x04R\aroundId\x12\x1a\n" +
 	"\bkeyspace\x18\x02 \x01(\tR\bkeyspace\x12\x1c\n" +
@@ -13729,7 +13884,7 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"conf_index\x18\x03 \x01(\x04R\tconfIndex\x12\x19\n" +
 	"\x05group\x18\x04 \x01(\rH\x00R\x05group\x88\x01\x01B\b\n" +
-	"\x06_group\"\xd8\x1f\n" +
+	"\x06_group\"\x99 \n" +
 	"\bEnvelope\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\rR\x02to\x12\x16\n" +
@@ -13806,7 +13961,9 @@ const file_meridian_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"read_chunk\x18` \x01(\v2\".meridian.peer.v1.ReadChunkRequestH\x00R\treadChunk\x12L\n" +
 	"\x10read_chunk_reply\x18a \x01(\v2 .meridian.peer.v1.ReadChunkReplyH\x00R\x0ereadChunkReply\x12K\n" +
-	"\x0ftransfer_report\x18b \x01(\v2 .meridian.peer.v1.TransferReportH\x00R\x0etransferReportB\x05\n" +
+	"\x0ftransfer_report\x18b \x01(\v2 .meridian.peer.v1.TransferReportH\x00R\x0etransferReport\x12?\n" +
+	"\vscan_credit\x18c \x01(\v2\x1c.meridian.peer.v1.ScanCreditH\x00R\n" +
+	"scanCreditB\x05\n" +
 	"\x03msg\"\v\n" +
 	"\tStreamAck\"I\n" +
 	"\rEnvelopeBatch\x128\n" +
@@ -14329,7 +14486,7 @@ func file_meridian_v1_peer_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_peer_proto_rawDescData
 }
 
-var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 153)
+var file_meridian_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 154)
 var file_meridian_v1_peer_proto_goTypes = []any{
 	(*Version)(nil),              // 0: meridian.peer.v1.Version
 	(*Record)(nil),               // 1: meridian.peer.v1.Record
@@ -14342,148 +14499,149 @@ var file_meridian_v1_peer_proto_goTypes = []any{
 	(*TransferReport)(nil),       // 8: meridian.peer.v1.TransferReport
 	(*Transfer)(nil),             // 9: meridian.peer.v1.Transfer
 	(*ScanRequest)(nil),          // 10: meridian.peer.v1.ScanRequest
-	(*ScanReply)(nil),            // 11: meridian.peer.v1.ScanReply
-	(*AEDigest)(nil),             // 12: meridian.peer.v1.AEDigest
-	(*KeyVersion)(nil),           // 13: meridian.peer.v1.KeyVersion
-	(*AEKeys)(nil),               // 14: meridian.peer.v1.AEKeys
-	(*AEPull)(nil),               // 15: meridian.peer.v1.AEPull
-	(*MoveSnapshotRequest)(nil),  // 16: meridian.peer.v1.MoveSnapshotRequest
-	(*MoveSnapshotChunk)(nil),    // 17: meridian.peer.v1.MoveSnapshotChunk
-	(*NodeStats)(nil),            // 18: meridian.peer.v1.NodeStats
-	(*PartitionStats)(nil),       // 19: meridian.peer.v1.PartitionStats
-	(*MoveNote)(nil),             // 20: meridian.peer.v1.MoveNote
-	(*AEPush)(nil),               // 21: meridian.peer.v1.AEPush
-	(*StatusEntry)(nil),          // 22: meridian.peer.v1.StatusEntry
-	(*StatusBatch)(nil),          // 23: meridian.peer.v1.StatusBatch
-	(*Status)(nil),               // 24: meridian.peer.v1.Status
-	(*WriteNotification)(nil),    // 25: meridian.peer.v1.WriteNotification
-	(*FullStatusRequest)(nil),    // 26: meridian.peer.v1.FullStatusRequest
-	(*FullStatus)(nil),           // 27: meridian.peer.v1.FullStatus
-	(*ClockPing)(nil),            // 28: meridian.peer.v1.ClockPing
-	(*ClockPong)(nil),            // 29: meridian.peer.v1.ClockPong
-	(*Heartbeat)(nil),            // 30: meridian.peer.v1.Heartbeat
-	(*GlTable)(nil),              // 31: meridian.peer.v1.GlTable
-	(*GlOverride)(nil),           // 32: meridian.peer.v1.GlOverride
-	(*GlBallot)(nil),             // 33: meridian.peer.v1.GlBallot
-	(*GlForward)(nil),            // 34: meridian.peer.v1.GlForward
-	(*GlForwardReply)(nil),       // 35: meridian.peer.v1.GlForwardReply
-	(*GlLeaseAck)(nil),           // 36: meridian.peer.v1.GlLeaseAck
-	(*GlUpdate)(nil),             // 37: meridian.peer.v1.GlUpdate
-	(*GlUpdateAck)(nil),          // 38: meridian.peer.v1.GlUpdateAck
-	(*GlCommit)(nil),             // 39: meridian.peer.v1.GlCommit
-	(*GlPartVersion)(nil),        // 40: meridian.peer.v1.GlPartVersion
-	(*GlHeartbeat)(nil),          // 41: meridian.peer.v1.GlHeartbeat
-	(*GlHeartbeatAck)(nil),       // 42: meridian.peer.v1.GlHeartbeatAck
-	(*GlPrepare)(nil),            // 43: meridian.peer.v1.GlPrepare
-	(*GlPromise)(nil),            // 44: meridian.peer.v1.GlPromise
-	(*GlAccept)(nil),             // 45: meridian.peer.v1.GlAccept
-	(*GlAccepted)(nil),           // 46: meridian.peer.v1.GlAccepted
-	(*GlCommitTable)(nil),        // 47: meridian.peer.v1.GlCommitTable
-	(*GlRevoke)(nil),             // 48: meridian.peer.v1.GlRevoke
-	(*GlRevokeAck)(nil),          // 49: meridian.peer.v1.GlRevokeAck
-	(*GlAcceptorState)(nil),      // 50: meridian.peer.v1.GlAcceptorState
-	(*GlFetch)(nil),              // 51: meridian.peer.v1.GlFetch
-	(*GlFetchReply)(nil),         // 52: meridian.peer.v1.GlFetchReply
-	(*RaftMessage)(nil),          // 53: meridian.peer.v1.RaftMessage
-	(*RaftCommand)(nil),          // 54: meridian.peer.v1.RaftCommand
-	(*RaftSplit)(nil),            // 55: meridian.peer.v1.RaftSplit
-	(*RaftFreeze)(nil),           // 56: meridian.peer.v1.RaftFreeze
-	(*RaftMerge)(nil),            // 57: meridian.peer.v1.RaftMerge
-	(*RaftBatch)(nil),            // 58: meridian.peer.v1.RaftBatch
-	(*RaftAppliedState)(nil),     // 59: meridian.peer.v1.RaftAppliedState
-	(*RaftOriginApplied)(nil),    // 60: meridian.peer.v1.RaftOriginApplied
-	(*RaftSnapshotMarker)(nil),   // 61: meridian.peer.v1.RaftSnapshotMarker
-	(*RaftSnapshotOffer)(nil),    // 62: meridian.peer.v1.RaftSnapshotOffer
-	(*RaftSnapshotRequest)(nil),  // 63: meridian.peer.v1.RaftSnapshotRequest
-	(*RaftSnapshotChunk)(nil),    // 64: meridian.peer.v1.RaftSnapshotChunk
-	(*RaftSnapshotStored)(nil),   // 65: meridian.peer.v1.RaftSnapshotStored
-	(*RaftSnapshotReady)(nil),    // 66: meridian.peer.v1.RaftSnapshotReady
-	(*RaftForward)(nil),          // 67: meridian.peer.v1.RaftForward
-	(*RaftForwardReply)(nil),     // 68: meridian.peer.v1.RaftForwardReply
-	(*RaftApplied)(nil),          // 69: meridian.peer.v1.RaftApplied
-	(*RaftRemoved)(nil),          // 70: meridian.peer.v1.RaftRemoved
-	(*Envelope)(nil),             // 71: meridian.peer.v1.Envelope
-	(*StreamAck)(nil),            // 72: meridian.peer.v1.StreamAck
-	(*EnvelopeBatch)(nil),        // 73: meridian.peer.v1.EnvelopeBatch
-	(*SdurTxnId)(nil),            // 74: meridian.peer.v1.SdurTxnId
-	(*SdurWrite)(nil),            // 75: meridian.peer.v1.SdurWrite
-	(*SdurPart)(nil),             // 76: meridian.peer.v1.SdurPart
-	(*SdurThreshold)(nil),        // 77: meridian.peer.v1.SdurThreshold
-	(*SdurAbortRequest)(nil),     // 78: meridian.peer.v1.SdurAbortRequest
-	(*SdurEntry)(nil),            // 79: meridian.peer.v1.SdurEntry
-	(*SdurVote)(nil),             // 80: meridian.peer.v1.SdurVote
-	(*SdurPending)(nil),          // 81: meridian.peer.v1.SdurPending
-	(*SdurKeyState)(nil),         // 82: meridian.peer.v1.SdurKeyState
-	(*SdurTouch)(nil),            // 83: meridian.peer.v1.SdurTouch
-	(*SdurSeen)(nil),             // 84: meridian.peer.v1.SdurSeen
-	(*SdurEarly)(nil),            // 85: meridian.peer.v1.SdurEarly
-	(*SdurState)(nil),            // 86: meridian.peer.v1.SdurState
-	(*TwopcRead)(nil),            // 87: meridian.peer.v1.TwopcRead
-	(*TwopcPart)(nil),            // 88: meridian.peer.v1.TwopcPart
-	(*TwopcEntry)(nil),           // 89: meridian.peer.v1.TwopcEntry
-	(*TwopcVote)(nil),            // 90: meridian.peer.v1.TwopcVote
-	(*TwopcDecided)(nil),         // 91: meridian.peer.v1.TwopcDecided
-	(*TwopcLastWrite)(nil),       // 92: meridian.peer.v1.TwopcLastWrite
-	(*TwopcCoordinating)(nil),    // 93: meridian.peer.v1.TwopcCoordinating
-	(*TwopcState)(nil),           // 94: meridian.peer.v1.TwopcState
-	(*TxnMessage)(nil),           // 95: meridian.peer.v1.TxnMessage
-	(*TxnSeqQuery)(nil),          // 96: meridian.peer.v1.TxnSeqQuery
-	(*TxnCompletedGlobal)(nil),   // 97: meridian.peer.v1.TxnCompletedGlobal
-	(*TxnSeqReply)(nil),          // 98: meridian.peer.v1.TxnSeqReply
-	(*TxnVector)(nil),            // 99: meridian.peer.v1.TxnVector
-	(*TxnOutcome)(nil),           // 100: meridian.peer.v1.TxnOutcome
-	(*TxnSnapshotRef)(nil),       // 101: meridian.peer.v1.TxnSnapshotRef
-	(*TxnReadArgs)(nil),          // 102: meridian.peer.v1.TxnReadArgs
-	(*TxnReadDone)(nil),          // 103: meridian.peer.v1.TxnReadDone
-	(*TxnSavedState)(nil),        // 104: meridian.peer.v1.TxnSavedState
-	(*CatenaeTxnId)(nil),         // 105: meridian.peer.v1.CatenaeTxnId
-	(*CatenaeOp)(nil),            // 106: meridian.peer.v1.CatenaeOp
-	(*CatenaeTxn)(nil),           // 107: meridian.peer.v1.CatenaeTxn
-	(*CatenaeEpochInput)(nil),    // 108: meridian.peer.v1.CatenaeEpochInput
-	(*CatenaeVote)(nil),          // 109: meridian.peer.v1.CatenaeVote
-	(*CatenaeEpochMsg)(nil),      // 110: meridian.peer.v1.CatenaeEpochMsg
-	(*CatenaeRequest)(nil),       // 111: meridian.peer.v1.CatenaeRequest
-	(*CatenaeMessage)(nil),       // 112: meridian.peer.v1.CatenaeMessage
-	(*CatenaeSaved)(nil),         // 113: meridian.peer.v1.CatenaeSaved
-	(*CatenaeOwnInput)(nil),      // 114: meridian.peer.v1.CatenaeOwnInput
-	(*CatenaeVersion)(nil),       // 115: meridian.peer.v1.CatenaeVersion
-	(*CatenaeKeyVersions)(nil),   // 116: meridian.peer.v1.CatenaeKeyVersions
-	(*CatenaeWrite)(nil),         // 117: meridian.peer.v1.CatenaeWrite
-	(*CatenaeTxnState)(nil),      // 118: meridian.peer.v1.CatenaeTxnState
-	(*CatenaeWaiting)(nil),       // 119: meridian.peer.v1.CatenaeWaiting
-	(*CatenaeEpochCount)(nil),    // 120: meridian.peer.v1.CatenaeEpochCount
-	(*CatenaeDcEpoch)(nil),       // 121: meridian.peer.v1.CatenaeDcEpoch
-	(*CatenaeEnvelope)(nil),      // 122: meridian.peer.v1.CatenaeEnvelope
-	(*CatenaeHello)(nil),         // 123: meridian.peer.v1.CatenaeHello
-	(*CatenaeForward)(nil),       // 124: meridian.peer.v1.CatenaeForward
-	(*CatenaeForwardReply)(nil),  // 125: meridian.peer.v1.CatenaeForwardReply
-	(*CanopusEnvelope)(nil),      // 126: meridian.peer.v1.CanopusEnvelope
-	(*CanopusRaft)(nil),          // 127: meridian.peer.v1.CanopusRaft
-	(*CanopusFetch)(nil),         // 128: meridian.peer.v1.CanopusFetch
-	(*CanopusState)(nil),         // 129: meridian.peer.v1.CanopusState
-	(*CanopusSet)(nil),           // 130: meridian.peer.v1.CanopusSet
-	(*CanopusAdmit)(nil),         // 131: meridian.peer.v1.CanopusAdmit
-	(*CanopusRejoin)(nil),        // 132: meridian.peer.v1.CanopusRejoin
-	(*CanopusEntry)(nil),         // 133: meridian.peer.v1.CanopusEntry
-	(*CanopusWedge)(nil),         // 134: meridian.peer.v1.CanopusWedge
-	(*CanopusProposal)(nil),      // 135: meridian.peer.v1.CanopusProposal
-	(*CanopusClose)(nil),         // 136: meridian.peer.v1.CanopusClose
-	(*CanopusApplied)(nil),       // 137: meridian.peer.v1.CanopusApplied
-	(*CanopusEpoch)(nil),         // 138: meridian.peer.v1.CanopusEpoch
-	(*CanopusWrite)(nil),         // 139: meridian.peer.v1.CanopusWrite
-	(*EPaxosEnvelope)(nil),       // 140: meridian.peer.v1.EPaxosEnvelope
-	(*EPaxosBallot)(nil),         // 141: meridian.peer.v1.EPaxosBallot
-	(*EPaxosAttrs)(nil),          // 142: meridian.peer.v1.EPaxosAttrs
-	(*EPaxosCommand)(nil),        // 143: meridian.peer.v1.EPaxosCommand
-	(*EPaxosPreAccept)(nil),      // 144: meridian.peer.v1.EPaxosPreAccept
-	(*EPaxosPreAcceptReply)(nil), // 145: meridian.peer.v1.EPaxosPreAcceptReply
-	(*EPaxosAccept)(nil),         // 146: meridian.peer.v1.EPaxosAccept
-	(*EPaxosAcceptReply)(nil),    // 147: meridian.peer.v1.EPaxosAcceptReply
-	(*EPaxosCommit)(nil),         // 148: meridian.peer.v1.EPaxosCommit
-	(*EPaxosPrepare)(nil),        // 149: meridian.peer.v1.EPaxosPrepare
-	(*EPaxosPrepareReply)(nil),   // 150: meridian.peer.v1.EPaxosPrepareReply
-	(*EPaxosExecuted)(nil),       // 151: meridian.peer.v1.EPaxosExecuted
-	(*EPaxosInstance)(nil),       // 152: meridian.peer.v1.EPaxosInstance
+	(*ScanCredit)(nil),           // 11: meridian.peer.v1.ScanCredit
+	(*ScanReply)(nil),            // 12: meridian.peer.v1.ScanReply
+	(*AEDigest)(nil),             // 13: meridian.peer.v1.AEDigest
+	(*KeyVersion)(nil),           // 14: meridian.peer.v1.KeyVersion
+	(*AEKeys)(nil),               // 15: meridian.peer.v1.AEKeys
+	(*AEPull)(nil),               // 16: meridian.peer.v1.AEPull
+	(*MoveSnapshotRequest)(nil),  // 17: meridian.peer.v1.MoveSnapshotRequest
+	(*MoveSnapshotChunk)(nil),    // 18: meridian.peer.v1.MoveSnapshotChunk
+	(*NodeStats)(nil),            // 19: meridian.peer.v1.NodeStats
+	(*PartitionStats)(nil),       // 20: meridian.peer.v1.PartitionStats
+	(*MoveNote)(nil),             // 21: meridian.peer.v1.MoveNote
+	(*AEPush)(nil),               // 22: meridian.peer.v1.AEPush
+	(*StatusEntry)(nil),          // 23: meridian.peer.v1.StatusEntry
+	(*StatusBatch)(nil),          // 24: meridian.peer.v1.StatusBatch
+	(*Status)(nil),               // 25: meridian.peer.v1.Status
+	(*WriteNotification)(nil),    // 26: meridian.peer.v1.WriteNotification
+	(*FullStatusRequest)(nil),    // 27: meridian.peer.v1.FullStatusRequest
+	(*FullStatus)(nil),           // 28: meridian.peer.v1.FullStatus
+	(*ClockPing)(nil),            // 29: meridian.peer.v1.ClockPing
+	(*ClockPong)(nil),            // 30: meridian.peer.v1.ClockPong
+	(*Heartbeat)(nil),            // 31: meridian.peer.v1.Heartbeat
+	(*GlTable)(nil),              // 32: meridian.peer.v1.GlTable
+	(*GlOverride)(nil),           // 33: meridian.peer.v1.GlOverride
+	(*GlBallot)(nil),             // 34: meridian.peer.v1.GlBallot
+	(*GlForward)(nil),            // 35: meridian.peer.v1.GlForward
+	(*GlForwardReply)(nil),       // 36: meridian.peer.v1.GlForwardReply
+	(*GlLeaseAck)(nil),           // 37: meridian.peer.v1.GlLeaseAck
+	(*GlUpdate)(nil),             // 38: meridian.peer.v1.GlUpdate
+	(*GlUpdateAck)(nil),          // 39: meridian.peer.v1.GlUpdateAck
+	(*GlCommit)(nil),             // 40: meridian.peer.v1.GlCommit
+	(*GlPartVersion)(nil),        // 41: meridian.peer.v1.GlPartVersion
+	(*GlHeartbeat)(nil),          // 42: meridian.peer.v1.GlHeartbeat
+	(*GlHeartbeatAck)(nil),       // 43: meridian.peer.v1.GlHeartbeatAck
+	(*GlPrepare)(nil),            // 44: meridian.peer.v1.GlPrepare
+	(*GlPromise)(nil),            // 45: meridian.peer.v1.GlPromise
+	(*GlAccept)(nil),             // 46: meridian.peer.v1.GlAccept
+	(*GlAccepted)(nil),           // 47: meridian.peer.v1.GlAccepted
+	(*GlCommitTable)(nil),        // 48: meridian.peer.v1.GlCommitTable
+	(*GlRevoke)(nil),             // 49: meridian.peer.v1.GlRevoke
+	(*GlRevokeAck)(nil),          // 50: meridian.peer.v1.GlRevokeAck
+	(*GlAcceptorState)(nil),      // 51: meridian.peer.v1.GlAcceptorState
+	(*GlFetch)(nil),              // 52: meridian.peer.v1.GlFetch
+	(*GlFetchReply)(nil),         // 53: meridian.peer.v1.GlFetchReply
+	(*RaftMessage)(nil),          // 54: meridian.peer.v1.RaftMessage
+	(*RaftCommand)(nil),          // 55: meridian.peer.v1.RaftCommand
+	(*RaftSplit)(nil),            // 56: meridian.peer.v1.RaftSplit
+	(*RaftFreeze)(nil),           // 57: meridian.peer.v1.RaftFreeze
+	(*RaftMerge)(nil),            // 58: meridian.peer.v1.RaftMerge
+	(*RaftBatch)(nil),            // 59: meridian.peer.v1.RaftBatch
+	(*RaftAppliedState)(nil),     // 60: meridian.peer.v1.RaftAppliedState
+	(*RaftOriginApplied)(nil),    // 61: meridian.peer.v1.RaftOriginApplied
+	(*RaftSnapshotMarker)(nil),   // 62: meridian.peer.v1.RaftSnapshotMarker
+	(*RaftSnapshotOffer)(nil),    // 63: meridian.peer.v1.RaftSnapshotOffer
+	(*RaftSnapshotRequest)(nil),  // 64: meridian.peer.v1.RaftSnapshotRequest
+	(*RaftSnapshotChunk)(nil),    // 65: meridian.peer.v1.RaftSnapshotChunk
+	(*RaftSnapshotStored)(nil),   // 66: meridian.peer.v1.RaftSnapshotStored
+	(*RaftSnapshotReady)(nil),    // 67: meridian.peer.v1.RaftSnapshotReady
+	(*RaftForward)(nil),          // 68: meridian.peer.v1.RaftForward
+	(*RaftForwardReply)(nil),     // 69: meridian.peer.v1.RaftForwardReply
+	(*RaftApplied)(nil),          // 70: meridian.peer.v1.RaftApplied
+	(*RaftRemoved)(nil),          // 71: meridian.peer.v1.RaftRemoved
+	(*Envelope)(nil),             // 72: meridian.peer.v1.Envelope
+	(*StreamAck)(nil),            // 73: meridian.peer.v1.StreamAck
+	(*EnvelopeBatch)(nil),        // 74: meridian.peer.v1.EnvelopeBatch
+	(*SdurTxnId)(nil),            // 75: meridian.peer.v1.SdurTxnId
+	(*SdurWrite)(nil),            // 76: meridian.peer.v1.SdurWrite
+	(*SdurPart)(nil),             // 77: meridian.peer.v1.SdurPart
+	(*SdurThreshold)(nil),        // 78: meridian.peer.v1.SdurThreshold
+	(*SdurAbortRequest)(nil),     // 79: meridian.peer.v1.SdurAbortRequest
+	(*SdurEntry)(nil),            // 80: meridian.peer.v1.SdurEntry
+	(*SdurVote)(nil),             // 81: meridian.peer.v1.SdurVote
+	(*SdurPending)(nil),          // 82: meridian.peer.v1.SdurPending
+	(*SdurKeyState)(nil),         // 83: meridian.peer.v1.SdurKeyState
+	(*SdurTouch)(nil),            // 84: meridian.peer.v1.SdurTouch
+	(*SdurSeen)(nil),             // 85: meridian.peer.v1.SdurSeen
+	(*SdurEarly)(nil),            // 86: meridian.peer.v1.SdurEarly
+	(*SdurState)(nil),            // 87: meridian.peer.v1.SdurState
+	(*TwopcRead)(nil),            // 88: meridian.peer.v1.TwopcRead
+	(*TwopcPart)(nil),            // 89: meridian.peer.v1.TwopcPart
+	(*TwopcEntry)(nil),           // 90: meridian.peer.v1.TwopcEntry
+	(*TwopcVote)(nil),            // 91: meridian.peer.v1.TwopcVote
+	(*TwopcDecided)(nil),         // 92: meridian.peer.v1.TwopcDecided
+	(*TwopcLastWrite)(nil),       // 93: meridian.peer.v1.TwopcLastWrite
+	(*TwopcCoordinating)(nil),    // 94: meridian.peer.v1.TwopcCoordinating
+	(*TwopcState)(nil),           // 95: meridian.peer.v1.TwopcState
+	(*TxnMessage)(nil),           // 96: meridian.peer.v1.TxnMessage
+	(*TxnSeqQuery)(nil),          // 97: meridian.peer.v1.TxnSeqQuery
+	(*TxnCompletedGlobal)(nil),   // 98: meridian.peer.v1.TxnCompletedGlobal
+	(*TxnSeqReply)(nil),          // 99: meridian.peer.v1.TxnSeqReply
+	(*TxnVector)(nil),            // 100: meridian.peer.v1.TxnVector
+	(*TxnOutcome)(nil),           // 101: meridian.peer.v1.TxnOutcome
+	(*TxnSnapshotRef)(nil),       // 102: meridian.peer.v1.TxnSnapshotRef
+	(*TxnReadArgs)(nil),          // 103: meridian.peer.v1.TxnReadArgs
+	(*TxnReadDone)(nil),          // 104: meridian.peer.v1.TxnReadDone
+	(*TxnSavedState)(nil),        // 105: meridian.peer.v1.TxnSavedState
+	(*CatenaeTxnId)(nil),         // 106: meridian.peer.v1.CatenaeTxnId
+	(*CatenaeOp)(nil),            // 107: meridian.peer.v1.CatenaeOp
+	(*CatenaeTxn)(nil),           // 108: meridian.peer.v1.CatenaeTxn
+	(*CatenaeEpochInput)(nil),    // 109: meridian.peer.v1.CatenaeEpochInput
+	(*CatenaeVote)(nil),          // 110: meridian.peer.v1.CatenaeVote
+	(*CatenaeEpochMsg)(nil),      // 111: meridian.peer.v1.CatenaeEpochMsg
+	(*CatenaeRequest)(nil),       // 112: meridian.peer.v1.CatenaeRequest
+	(*CatenaeMessage)(nil),       // 113: meridian.peer.v1.CatenaeMessage
+	(*CatenaeSaved)(nil),         // 114: meridian.peer.v1.CatenaeSaved
+	(*CatenaeOwnInput)(nil),      // 115: meridian.peer.v1.CatenaeOwnInput
+	(*CatenaeVersion)(nil),       // 116: meridian.peer.v1.CatenaeVersion
+	(*CatenaeKeyVersions)(nil),   // 117: meridian.peer.v1.CatenaeKeyVersions
+	(*CatenaeWrite)(nil),         // 118: meridian.peer.v1.CatenaeWrite
+	(*CatenaeTxnState)(nil),      // 119: meridian.peer.v1.CatenaeTxnState
+	(*CatenaeWaiting)(nil),       // 120: meridian.peer.v1.CatenaeWaiting
+	(*CatenaeEpochCount)(nil),    // 121: meridian.peer.v1.CatenaeEpochCount
+	(*CatenaeDcEpoch)(nil),       // 122: meridian.peer.v1.CatenaeDcEpoch
+	(*CatenaeEnvelope)(nil),      // 123: meridian.peer.v1.CatenaeEnvelope
+	(*CatenaeHello)(nil),         // 124: meridian.peer.v1.CatenaeHello
+	(*CatenaeForward)(nil),       // 125: meridian.peer.v1.CatenaeForward
+	(*CatenaeForwardReply)(nil),  // 126: meridian.peer.v1.CatenaeForwardReply
+	(*CanopusEnvelope)(nil),      // 127: meridian.peer.v1.CanopusEnvelope
+	(*CanopusRaft)(nil),          // 128: meridian.peer.v1.CanopusRaft
+	(*CanopusFetch)(nil),         // 129: meridian.peer.v1.CanopusFetch
+	(*CanopusState)(nil),         // 130: meridian.peer.v1.CanopusState
+	(*CanopusSet)(nil),           // 131: meridian.peer.v1.CanopusSet
+	(*CanopusAdmit)(nil),         // 132: meridian.peer.v1.CanopusAdmit
+	(*CanopusRejoin)(nil),        // 133: meridian.peer.v1.CanopusRejoin
+	(*CanopusEntry)(nil),         // 134: meridian.peer.v1.CanopusEntry
+	(*CanopusWedge)(nil),         // 135: meridian.peer.v1.CanopusWedge
+	(*CanopusProposal)(nil),      // 136: meridian.peer.v1.CanopusProposal
+	(*CanopusClose)(nil),         // 137: meridian.peer.v1.CanopusClose
+	(*CanopusApplied)(nil),       // 138: meridian.peer.v1.CanopusApplied
+	(*CanopusEpoch)(nil),         // 139: meridian.peer.v1.CanopusEpoch
+	(*CanopusWrite)(nil),         // 140: meridian.peer.v1.CanopusWrite
+	(*EPaxosEnvelope)(nil),       // 141: meridian.peer.v1.EPaxosEnvelope
+	(*EPaxosBallot)(nil),         // 142: meridian.peer.v1.EPaxosBallot
+	(*EPaxosAttrs)(nil),          // 143: meridian.peer.v1.EPaxosAttrs
+	(*EPaxosCommand)(nil),        // 144: meridian.peer.v1.EPaxosCommand
+	(*EPaxosPreAccept)(nil),      // 145: meridian.peer.v1.EPaxosPreAccept
+	(*EPaxosPreAcceptReply)(nil), // 146: meridian.peer.v1.EPaxosPreAcceptReply
+	(*EPaxosAccept)(nil),         // 147: meridian.peer.v1.EPaxosAccept
+	(*EPaxosAcceptReply)(nil),    // 148: meridian.peer.v1.EPaxosAcceptReply
+	(*EPaxosCommit)(nil),         // 149: meridian.peer.v1.EPaxosCommit
+	(*EPaxosPrepare)(nil),        // 150: meridian.peer.v1.EPaxosPrepare
+	(*EPaxosPrepareReply)(nil),   // 151: meridian.peer.v1.EPaxosPrepareReply
+	(*EPaxosExecuted)(nil),       // 152: meridian.peer.v1.EPaxosExecuted
+	(*EPaxosInstance)(nil),       // 153: meridian.peer.v1.EPaxosInstance
 }
 var file_meridian_v1_peer_proto_depIdxs = []int32{
 	0,   // 0: meridian.peer.v1.Record.version:type_name -> meridian.peer.v1.Version
@@ -14494,57 +14652,57 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	1,   // 5: meridian.peer.v1.ScanReply.records:type_name -> meridian.peer.v1.Record
 	0,   // 6: meridian.peer.v1.AEDigest.at:type_name -> meridian.peer.v1.Version
 	0,   // 7: meridian.peer.v1.KeyVersion.version:type_name -> meridian.peer.v1.Version
-	13,  // 8: meridian.peer.v1.AEKeys.entries:type_name -> meridian.peer.v1.KeyVersion
+	14,  // 8: meridian.peer.v1.AEKeys.entries:type_name -> meridian.peer.v1.KeyVersion
 	0,   // 9: meridian.peer.v1.AEKeys.at:type_name -> meridian.peer.v1.Version
-	19,  // 10: meridian.peer.v1.NodeStats.partitions:type_name -> meridian.peer.v1.PartitionStats
+	20,  // 10: meridian.peer.v1.NodeStats.partitions:type_name -> meridian.peer.v1.PartitionStats
 	1,   // 11: meridian.peer.v1.AEPush.records:type_name -> meridian.peer.v1.Record
 	0,   // 12: meridian.peer.v1.StatusEntry.wts:type_name -> meridian.peer.v1.Version
-	22,  // 13: meridian.peer.v1.StatusBatch.entries:type_name -> meridian.peer.v1.StatusEntry
-	23,  // 14: meridian.peer.v1.Status.current:type_name -> meridian.peer.v1.StatusBatch
-	23,  // 15: meridian.peer.v1.Status.redundant:type_name -> meridian.peer.v1.StatusBatch
+	23,  // 13: meridian.peer.v1.StatusBatch.entries:type_name -> meridian.peer.v1.StatusEntry
+	24,  // 14: meridian.peer.v1.Status.current:type_name -> meridian.peer.v1.StatusBatch
+	24,  // 15: meridian.peer.v1.Status.redundant:type_name -> meridian.peer.v1.StatusBatch
 	1,   // 16: meridian.peer.v1.WriteNotification.record:type_name -> meridian.peer.v1.Record
-	22,  // 17: meridian.peer.v1.FullStatus.entries:type_name -> meridian.peer.v1.StatusEntry
-	32,  // 18: meridian.peer.v1.GlTable.overrides:type_name -> meridian.peer.v1.GlOverride
+	23,  // 17: meridian.peer.v1.FullStatus.entries:type_name -> meridian.peer.v1.StatusEntry
+	33,  // 18: meridian.peer.v1.GlTable.overrides:type_name -> meridian.peer.v1.GlOverride
 	0,   // 19: meridian.peer.v1.GlTable.hlc:type_name -> meridian.peer.v1.Version
 	0,   // 20: meridian.peer.v1.GlForward.min_version:type_name -> meridian.peer.v1.Version
 	1,   // 21: meridian.peer.v1.GlForwardReply.record:type_name -> meridian.peer.v1.Record
 	0,   // 22: meridian.peer.v1.GlForwardReply.version:type_name -> meridian.peer.v1.Version
-	31,  // 23: meridian.peer.v1.GlForwardReply.table:type_name -> meridian.peer.v1.GlTable
+	32,  // 23: meridian.peer.v1.GlForwardReply.table:type_name -> meridian.peer.v1.GlTable
 	1,   // 24: meridian.peer.v1.GlUpdate.record:type_name -> meridian.peer.v1.Record
 	0,   // 25: meridian.peer.v1.GlCommit.version:type_name -> meridian.peer.v1.Version
-	40,  // 26: meridian.peer.v1.GlHeartbeat.parts:type_name -> meridian.peer.v1.GlPartVersion
-	40,  // 27: meridian.peer.v1.GlHeartbeatAck.acked:type_name -> meridian.peer.v1.GlPartVersion
-	31,  // 28: meridian.peer.v1.GlHeartbeatAck.newer:type_name -> meridian.peer.v1.GlTable
-	33,  // 29: meridian.peer.v1.GlPrepare.ballot:type_name -> meridian.peer.v1.GlBallot
-	33,  // 30: meridian.peer.v1.GlPromise.ballot:type_name -> meridian.peer.v1.GlBallot
-	33,  // 31: meridian.peer.v1.GlPromise.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
-	31,  // 32: meridian.peer.v1.GlPromise.accepted:type_name -> meridian.peer.v1.GlTable
-	31,  // 33: meridian.peer.v1.GlPromise.committed:type_name -> meridian.peer.v1.GlTable
-	33,  // 34: meridian.peer.v1.GlPromise.promised:type_name -> meridian.peer.v1.GlBallot
-	33,  // 35: meridian.peer.v1.GlAccept.ballot:type_name -> meridian.peer.v1.GlBallot
-	31,  // 36: meridian.peer.v1.GlAccept.table:type_name -> meridian.peer.v1.GlTable
-	33,  // 37: meridian.peer.v1.GlAccepted.ballot:type_name -> meridian.peer.v1.GlBallot
-	31,  // 38: meridian.peer.v1.GlAccepted.committed:type_name -> meridian.peer.v1.GlTable
-	31,  // 39: meridian.peer.v1.GlCommitTable.table:type_name -> meridian.peer.v1.GlTable
-	31,  // 40: meridian.peer.v1.GlAcceptorState.committed:type_name -> meridian.peer.v1.GlTable
-	33,  // 41: meridian.peer.v1.GlAcceptorState.promised:type_name -> meridian.peer.v1.GlBallot
-	33,  // 42: meridian.peer.v1.GlAcceptorState.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
-	31,  // 43: meridian.peer.v1.GlAcceptorState.accepted:type_name -> meridian.peer.v1.GlTable
+	41,  // 26: meridian.peer.v1.GlHeartbeat.parts:type_name -> meridian.peer.v1.GlPartVersion
+	41,  // 27: meridian.peer.v1.GlHeartbeatAck.acked:type_name -> meridian.peer.v1.GlPartVersion
+	32,  // 28: meridian.peer.v1.GlHeartbeatAck.newer:type_name -> meridian.peer.v1.GlTable
+	34,  // 29: meridian.peer.v1.GlPrepare.ballot:type_name -> meridian.peer.v1.GlBallot
+	34,  // 30: meridian.peer.v1.GlPromise.ballot:type_name -> meridian.peer.v1.GlBallot
+	34,  // 31: meridian.peer.v1.GlPromise.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
+	32,  // 32: meridian.peer.v1.GlPromise.accepted:type_name -> meridian.peer.v1.GlTable
+	32,  // 33: meridian.peer.v1.GlPromise.committed:type_name -> meridian.peer.v1.GlTable
+	34,  // 34: meridian.peer.v1.GlPromise.promised:type_name -> meridian.peer.v1.GlBallot
+	34,  // 35: meridian.peer.v1.GlAccept.ballot:type_name -> meridian.peer.v1.GlBallot
+	32,  // 36: meridian.peer.v1.GlAccept.table:type_name -> meridian.peer.v1.GlTable
+	34,  // 37: meridian.peer.v1.GlAccepted.ballot:type_name -> meridian.peer.v1.GlBallot
+	32,  // 38: meridian.peer.v1.GlAccepted.committed:type_name -> meridian.peer.v1.GlTable
+	32,  // 39: meridian.peer.v1.GlCommitTable.table:type_name -> meridian.peer.v1.GlTable
+	32,  // 40: meridian.peer.v1.GlAcceptorState.committed:type_name -> meridian.peer.v1.GlTable
+	34,  // 41: meridian.peer.v1.GlAcceptorState.promised:type_name -> meridian.peer.v1.GlBallot
+	34,  // 42: meridian.peer.v1.GlAcceptorState.accepted_ballot:type_name -> meridian.peer.v1.GlBallot
+	32,  // 43: meridian.peer.v1.GlAcceptorState.accepted:type_name -> meridian.peer.v1.GlTable
 	1,   // 44: meridian.peer.v1.GlFetchReply.record:type_name -> meridian.peer.v1.Record
 	0,   // 45: meridian.peer.v1.RaftCommand.version:type_name -> meridian.peer.v1.Version
-	55,  // 46: meridian.peer.v1.RaftCommand.split:type_name -> meridian.peer.v1.RaftSplit
-	56,  // 47: meridian.peer.v1.RaftCommand.freeze:type_name -> meridian.peer.v1.RaftFreeze
-	57,  // 48: meridian.peer.v1.RaftCommand.merge:type_name -> meridian.peer.v1.RaftMerge
-	99,  // 49: meridian.peer.v1.RaftCommand.txn_vector:type_name -> meridian.peer.v1.TxnVector
+	56,  // 46: meridian.peer.v1.RaftCommand.split:type_name -> meridian.peer.v1.RaftSplit
+	57,  // 47: meridian.peer.v1.RaftCommand.freeze:type_name -> meridian.peer.v1.RaftFreeze
+	58,  // 48: meridian.peer.v1.RaftCommand.merge:type_name -> meridian.peer.v1.RaftMerge
+	100, // 49: meridian.peer.v1.RaftCommand.txn_vector:type_name -> meridian.peer.v1.TxnVector
 	0,   // 50: meridian.peer.v1.RaftMerge.right_last_version:type_name -> meridian.peer.v1.Version
-	60,  // 51: meridian.peer.v1.RaftMerge.right_origins:type_name -> meridian.peer.v1.RaftOriginApplied
-	53,  // 52: meridian.peer.v1.RaftBatch.messages:type_name -> meridian.peer.v1.RaftMessage
+	61,  // 51: meridian.peer.v1.RaftMerge.right_origins:type_name -> meridian.peer.v1.RaftOriginApplied
+	54,  // 52: meridian.peer.v1.RaftBatch.messages:type_name -> meridian.peer.v1.RaftMessage
 	0,   // 53: meridian.peer.v1.RaftAppliedState.last_version:type_name -> meridian.peer.v1.Version
-	60,  // 54: meridian.peer.v1.RaftAppliedState.origins:type_name -> meridian.peer.v1.RaftOriginApplied
+	61,  // 54: meridian.peer.v1.RaftAppliedState.origins:type_name -> meridian.peer.v1.RaftOriginApplied
 	0,   // 55: meridian.peer.v1.RaftOriginApplied.version:type_name -> meridian.peer.v1.Version
-	59,  // 56: meridian.peer.v1.RaftSnapshotMarker.state:type_name -> meridian.peer.v1.RaftAppliedState
+	60,  // 56: meridian.peer.v1.RaftSnapshotMarker.state:type_name -> meridian.peer.v1.RaftAppliedState
 	1,   // 57: meridian.peer.v1.RaftSnapshotStored.records:type_name -> meridian.peer.v1.Record
-	59,  // 58: meridian.peer.v1.RaftSnapshotReady.state:type_name -> meridian.peer.v1.RaftAppliedState
+	60,  // 58: meridian.peer.v1.RaftSnapshotReady.state:type_name -> meridian.peer.v1.RaftAppliedState
 	0,   // 59: meridian.peer.v1.RaftForward.min_version:type_name -> meridian.peer.v1.Version
 	0,   // 60: meridian.peer.v1.RaftForwardReply.version:type_name -> meridian.peer.v1.Version
 	1,   // 61: meridian.peer.v1.RaftForwardReply.records:type_name -> meridian.peer.v1.Record
@@ -14553,182 +14711,183 @@ var file_meridian_v1_peer_proto_depIdxs = []int32{
 	4,   // 64: meridian.peer.v1.Envelope.read:type_name -> meridian.peer.v1.ReadRequest
 	5,   // 65: meridian.peer.v1.Envelope.read_reply:type_name -> meridian.peer.v1.ReadReply
 	10,  // 66: meridian.peer.v1.Envelope.scan:type_name -> meridian.peer.v1.ScanRequest
-	11,  // 67: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
-	12,  // 68: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
-	14,  // 69: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
-	15,  // 70: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
-	21,  // 71: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
-	30,  // 72: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
-	24,  // 73: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
-	25,  // 74: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
-	26,  // 75: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
-	27,  // 76: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
-	28,  // 77: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
-	29,  // 78: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
-	34,  // 79: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
-	35,  // 80: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
-	36,  // 81: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
-	37,  // 82: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
-	38,  // 83: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
-	39,  // 84: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
-	41,  // 85: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
-	42,  // 86: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
-	43,  // 87: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
-	44,  // 88: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
-	45,  // 89: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
-	46,  // 90: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
-	47,  // 91: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
-	51,  // 92: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
-	52,  // 93: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
-	48,  // 94: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
-	49,  // 95: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
-	53,  // 96: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
-	58,  // 97: meridian.peer.v1.Envelope.raft_batch:type_name -> meridian.peer.v1.RaftBatch
-	62,  // 98: meridian.peer.v1.Envelope.raft_snapshot_offer:type_name -> meridian.peer.v1.RaftSnapshotOffer
-	63,  // 99: meridian.peer.v1.Envelope.raft_snapshot_request:type_name -> meridian.peer.v1.RaftSnapshotRequest
-	64,  // 100: meridian.peer.v1.Envelope.raft_snapshot_chunk:type_name -> meridian.peer.v1.RaftSnapshotChunk
-	65,  // 101: meridian.peer.v1.Envelope.raft_snapshot_stored:type_name -> meridian.peer.v1.RaftSnapshotStored
-	66,  // 102: meridian.peer.v1.Envelope.raft_snapshot_ready:type_name -> meridian.peer.v1.RaftSnapshotReady
-	67,  // 103: meridian.peer.v1.Envelope.raft_forward:type_name -> meridian.peer.v1.RaftForward
-	68,  // 104: meridian.peer.v1.Envelope.raft_forward_reply:type_name -> meridian.peer.v1.RaftForwardReply
-	69,  // 105: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
-	70,  // 106: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
-	95,  // 107: meridian.peer.v1.Envelope.txn:type_name -> meridian.peer.v1.TxnMessage
-	122, // 108: meridian.peer.v1.Envelope.catenae:type_name -> meridian.peer.v1.CatenaeEnvelope
-	124, // 109: meridian.peer.v1.Envelope.catenae_forward:type_name -> meridian.peer.v1.CatenaeForward
-	125, // 110: meridian.peer.v1.Envelope.catenae_forward_reply:type_name -> meridian.peer.v1.CatenaeForwardReply
-	16,  // 111: meridian.peer.v1.Envelope.move_snapshot_request:type_name -> meridian.peer.v1.MoveSnapshotRequest
-	17,  // 112: meridian.peer.v1.Envelope.move_snapshot_chunk:type_name -> meridian.peer.v1.MoveSnapshotChunk
-	20,  // 113: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
-	18,  // 114: meridian.peer.v1.Envelope.node_stats:type_name -> meridian.peer.v1.NodeStats
-	126, // 115: meridian.peer.v1.Envelope.canopus:type_name -> meridian.peer.v1.CanopusEnvelope
-	140, // 116: meridian.peer.v1.Envelope.epaxos:type_name -> meridian.peer.v1.EPaxosEnvelope
+	12,  // 67: meridian.peer.v1.Envelope.scan_reply:type_name -> meridian.peer.v1.ScanReply
+	13,  // 68: meridian.peer.v1.Envelope.ae_digest:type_name -> meridian.peer.v1.AEDigest
+	15,  // 69: meridian.peer.v1.Envelope.ae_keys:type_name -> meridian.peer.v1.AEKeys
+	16,  // 70: meridian.peer.v1.Envelope.ae_pull:type_name -> meridian.peer.v1.AEPull
+	22,  // 71: meridian.peer.v1.Envelope.ae_push:type_name -> meridian.peer.v1.AEPush
+	31,  // 72: meridian.peer.v1.Envelope.heartbeat:type_name -> meridian.peer.v1.Heartbeat
+	25,  // 73: meridian.peer.v1.Envelope.status:type_name -> meridian.peer.v1.Status
+	26,  // 74: meridian.peer.v1.Envelope.write_notification:type_name -> meridian.peer.v1.WriteNotification
+	27,  // 75: meridian.peer.v1.Envelope.full_status_request:type_name -> meridian.peer.v1.FullStatusRequest
+	28,  // 76: meridian.peer.v1.Envelope.full_status:type_name -> meridian.peer.v1.FullStatus
+	29,  // 77: meridian.peer.v1.Envelope.clock_ping:type_name -> meridian.peer.v1.ClockPing
+	30,  // 78: meridian.peer.v1.Envelope.clock_pong:type_name -> meridian.peer.v1.ClockPong
+	35,  // 79: meridian.peer.v1.Envelope.gl_forward:type_name -> meridian.peer.v1.GlForward
+	36,  // 80: meridian.peer.v1.Envelope.gl_forward_reply:type_name -> meridian.peer.v1.GlForwardReply
+	37,  // 81: meridian.peer.v1.Envelope.gl_lease_ack:type_name -> meridian.peer.v1.GlLeaseAck
+	38,  // 82: meridian.peer.v1.Envelope.gl_update:type_name -> meridian.peer.v1.GlUpdate
+	39,  // 83: meridian.peer.v1.Envelope.gl_update_ack:type_name -> meridian.peer.v1.GlUpdateAck
+	40,  // 84: meridian.peer.v1.Envelope.gl_commit:type_name -> meridian.peer.v1.GlCommit
+	42,  // 85: meridian.peer.v1.Envelope.gl_heartbeat:type_name -> meridian.peer.v1.GlHeartbeat
+	43,  // 86: meridian.peer.v1.Envelope.gl_heartbeat_ack:type_name -> meridian.peer.v1.GlHeartbeatAck
+	44,  // 87: meridian.peer.v1.Envelope.gl_prepare:type_name -> meridian.peer.v1.GlPrepare
+	45,  // 88: meridian.peer.v1.Envelope.gl_promise:type_name -> meridian.peer.v1.GlPromise
+	46,  // 89: meridian.peer.v1.Envelope.gl_accept:type_name -> meridian.peer.v1.GlAccept
+	47,  // 90: meridian.peer.v1.Envelope.gl_accepted:type_name -> meridian.peer.v1.GlAccepted
+	48,  // 91: meridian.peer.v1.Envelope.gl_commit_table:type_name -> meridian.peer.v1.GlCommitTable
+	52,  // 92: meridian.peer.v1.Envelope.gl_fetch:type_name -> meridian.peer.v1.GlFetch
+	53,  // 93: meridian.peer.v1.Envelope.gl_fetch_reply:type_name -> meridian.peer.v1.GlFetchReply
+	49,  // 94: meridian.peer.v1.Envelope.gl_revoke:type_name -> meridian.peer.v1.GlRevoke
+	50,  // 95: meridian.peer.v1.Envelope.gl_revoke_ack:type_name -> meridian.peer.v1.GlRevokeAck
+	54,  // 96: meridian.peer.v1.Envelope.raft:type_name -> meridian.peer.v1.RaftMessage
+	59,  // 97: meridian.peer.v1.Envelope.raft_batch:type_name -> meridian.peer.v1.RaftBatch
+	63,  // 98: meridian.peer.v1.Envelope.raft_snapshot_offer:type_name -> meridian.peer.v1.RaftSnapshotOffer
+	64,  // 99: meridian.peer.v1.Envelope.raft_snapshot_request:type_name -> meridian.peer.v1.RaftSnapshotRequest
+	65,  // 100: meridian.peer.v1.Envelope.raft_snapshot_chunk:type_name -> meridian.peer.v1.RaftSnapshotChunk
+	66,  // 101: meridian.peer.v1.Envelope.raft_snapshot_stored:type_name -> meridian.peer.v1.RaftSnapshotStored
+	67,  // 102: meridian.peer.v1.Envelope.raft_snapshot_ready:type_name -> meridian.peer.v1.RaftSnapshotReady
+	68,  // 103: meridian.peer.v1.Envelope.raft_forward:type_name -> meridian.peer.v1.RaftForward
+	69,  // 104: meridian.peer.v1.Envelope.raft_forward_reply:type_name -> meridian.peer.v1.RaftForwardReply
+	70,  // 105: meridian.peer.v1.Envelope.raft_applied:type_name -> meridian.peer.v1.RaftApplied
+	71,  // 106: meridian.peer.v1.Envelope.raft_removed:type_name -> meridian.peer.v1.RaftRemoved
+	96,  // 107: meridian.peer.v1.Envelope.txn:type_name -> meridian.peer.v1.TxnMessage
+	123, // 108: meridian.peer.v1.Envelope.catenae:type_name -> meridian.peer.v1.CatenaeEnvelope
+	125, // 109: meridian.peer.v1.Envelope.catenae_forward:type_name -> meridian.peer.v1.CatenaeForward
+	126, // 110: meridian.peer.v1.Envelope.catenae_forward_reply:type_name -> meridian.peer.v1.CatenaeForwardReply
+	17,  // 111: meridian.peer.v1.Envelope.move_snapshot_request:type_name -> meridian.peer.v1.MoveSnapshotRequest
+	18,  // 112: meridian.peer.v1.Envelope.move_snapshot_chunk:type_name -> meridian.peer.v1.MoveSnapshotChunk
+	21,  // 113: meridian.peer.v1.Envelope.move_note:type_name -> meridian.peer.v1.MoveNote
+	19,  // 114: meridian.peer.v1.Envelope.node_stats:type_name -> meridian.peer.v1.NodeStats
+	127, // 115: meridian.peer.v1.Envelope.canopus:type_name -> meridian.peer.v1.CanopusEnvelope
+	141, // 116: meridian.peer.v1.Envelope.epaxos:type_name -> meridian.peer.v1.EPaxosEnvelope
 	6,   // 117: meridian.peer.v1.Envelope.read_chunk:type_name -> meridian.peer.v1.ReadChunkRequest
 	7,   // 118: meridian.peer.v1.Envelope.read_chunk_reply:type_name -> meridian.peer.v1.ReadChunkReply
 	8,   // 119: meridian.peer.v1.Envelope.transfer_report:type_name -> meridian.peer.v1.TransferReport
-	71,  // 120: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
-	74,  // 121: meridian.peer.v1.SdurPart.id:type_name -> meridian.peer.v1.SdurTxnId
-	75,  // 122: meridian.peer.v1.SdurPart.writes:type_name -> meridian.peer.v1.SdurWrite
-	74,  // 123: meridian.peer.v1.SdurAbortRequest.txn:type_name -> meridian.peer.v1.SdurTxnId
-	76,  // 124: meridian.peer.v1.SdurEntry.txn:type_name -> meridian.peer.v1.SdurPart
-	78,  // 125: meridian.peer.v1.SdurEntry.abort:type_name -> meridian.peer.v1.SdurAbortRequest
-	77,  // 126: meridian.peer.v1.SdurEntry.threshold:type_name -> meridian.peer.v1.SdurThreshold
-	74,  // 127: meridian.peer.v1.SdurVote.txn:type_name -> meridian.peer.v1.SdurTxnId
-	76,  // 128: meridian.peer.v1.SdurPending.part:type_name -> meridian.peer.v1.SdurPart
-	80,  // 129: meridian.peer.v1.SdurPending.votes:type_name -> meridian.peer.v1.SdurVote
-	74,  // 130: meridian.peer.v1.SdurSeen.id:type_name -> meridian.peer.v1.SdurTxnId
-	80,  // 131: meridian.peer.v1.SdurSeen.vote:type_name -> meridian.peer.v1.SdurVote
-	74,  // 132: meridian.peer.v1.SdurEarly.id:type_name -> meridian.peer.v1.SdurTxnId
-	80,  // 133: meridian.peer.v1.SdurEarly.votes:type_name -> meridian.peer.v1.SdurVote
-	77,  // 134: meridian.peer.v1.SdurState.threshold:type_name -> meridian.peer.v1.SdurThreshold
-	81,  // 135: meridian.peer.v1.SdurState.pending:type_name -> meridian.peer.v1.SdurPending
-	82,  // 136: meridian.peer.v1.SdurState.keys:type_name -> meridian.peer.v1.SdurKeyState
-	83,  // 137: meridian.peer.v1.SdurState.touched:type_name -> meridian.peer.v1.SdurTouch
-	79,  // 138: meridian.peer.v1.SdurState.waiting:type_name -> meridian.peer.v1.SdurEntry
-	84,  // 139: meridian.peer.v1.SdurState.seen:type_name -> meridian.peer.v1.SdurSeen
-	85,  // 140: meridian.peer.v1.SdurState.early:type_name -> meridian.peer.v1.SdurEarly
-	74,  // 141: meridian.peer.v1.TwopcPart.id:type_name -> meridian.peer.v1.SdurTxnId
-	87,  // 142: meridian.peer.v1.TwopcPart.reads:type_name -> meridian.peer.v1.TwopcRead
-	75,  // 143: meridian.peer.v1.TwopcPart.writes:type_name -> meridian.peer.v1.SdurWrite
-	88,  // 144: meridian.peer.v1.TwopcEntry.part:type_name -> meridian.peer.v1.TwopcPart
-	74,  // 145: meridian.peer.v1.TwopcEntry.txn:type_name -> meridian.peer.v1.SdurTxnId
-	74,  // 146: meridian.peer.v1.TwopcVote.txn:type_name -> meridian.peer.v1.SdurTxnId
-	74,  // 147: meridian.peer.v1.TwopcDecided.txn:type_name -> meridian.peer.v1.SdurTxnId
-	74,  // 148: meridian.peer.v1.TwopcCoordinating.txn:type_name -> meridian.peer.v1.SdurTxnId
-	90,  // 149: meridian.peer.v1.TwopcCoordinating.votes:type_name -> meridian.peer.v1.TwopcVote
-	92,  // 150: meridian.peer.v1.TwopcState.last_writes:type_name -> meridian.peer.v1.TwopcLastWrite
-	88,  // 151: meridian.peer.v1.TwopcState.prepared:type_name -> meridian.peer.v1.TwopcPart
-	91,  // 152: meridian.peer.v1.TwopcState.decided:type_name -> meridian.peer.v1.TwopcDecided
-	93,  // 153: meridian.peer.v1.TwopcState.coordinating:type_name -> meridian.peer.v1.TwopcCoordinating
-	74,  // 154: meridian.peer.v1.TxnMessage.vote_request:type_name -> meridian.peer.v1.SdurTxnId
-	100, // 155: meridian.peer.v1.TxnMessage.outcome:type_name -> meridian.peer.v1.TxnOutcome
-	96,  // 156: meridian.peer.v1.TxnMessage.seq_query:type_name -> meridian.peer.v1.TxnSeqQuery
-	98,  // 157: meridian.peer.v1.TxnMessage.seq_reply:type_name -> meridian.peer.v1.TxnSeqReply
-	99,  // 158: meridian.peer.v1.TxnMessage.vector:type_name -> meridian.peer.v1.TxnVector
-	74,  // 159: meridian.peer.v1.TxnSeqQuery.status:type_name -> meridian.peer.v1.SdurTxnId
-	74,  // 160: meridian.peer.v1.TxnCompletedGlobal.txn:type_name -> meridian.peer.v1.SdurTxnId
-	97,  // 161: meridian.peer.v1.TxnSeqReply.globals:type_name -> meridian.peer.v1.TxnCompletedGlobal
-	101, // 162: meridian.peer.v1.TxnVector.components:type_name -> meridian.peer.v1.TxnSnapshotRef
-	74,  // 163: meridian.peer.v1.TxnOutcome.txn:type_name -> meridian.peer.v1.SdurTxnId
-	101, // 164: meridian.peer.v1.TxnReadArgs.snapshots:type_name -> meridian.peer.v1.TxnSnapshotRef
-	101, // 165: meridian.peer.v1.TxnReadDone.snapshot:type_name -> meridian.peer.v1.TxnSnapshotRef
-	97,  // 166: meridian.peer.v1.TxnSavedState.completed:type_name -> meridian.peer.v1.TxnCompletedGlobal
-	99,  // 167: meridian.peer.v1.TxnSavedState.vector:type_name -> meridian.peer.v1.TxnVector
-	105, // 168: meridian.peer.v1.CatenaeTxn.id:type_name -> meridian.peer.v1.CatenaeTxnId
-	106, // 169: meridian.peer.v1.CatenaeTxn.ops:type_name -> meridian.peer.v1.CatenaeOp
-	107, // 170: meridian.peer.v1.CatenaeEpochInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
-	105, // 171: meridian.peer.v1.CatenaeVote.txn:type_name -> meridian.peer.v1.CatenaeTxnId
-	108, // 172: meridian.peer.v1.CatenaeEpochMsg.epochs:type_name -> meridian.peer.v1.CatenaeEpochInput
-	109, // 173: meridian.peer.v1.CatenaeEpochMsg.votes:type_name -> meridian.peer.v1.CatenaeVote
-	110, // 174: meridian.peer.v1.CatenaeMessage.epoch:type_name -> meridian.peer.v1.CatenaeEpochMsg
-	111, // 175: meridian.peer.v1.CatenaeMessage.request:type_name -> meridian.peer.v1.CatenaeRequest
-	114, // 176: meridian.peer.v1.CatenaeSaved.own:type_name -> meridian.peer.v1.CatenaeOwnInput
-	116, // 177: meridian.peer.v1.CatenaeSaved.store:type_name -> meridian.peer.v1.CatenaeKeyVersions
-	118, // 178: meridian.peer.v1.CatenaeSaved.history:type_name -> meridian.peer.v1.CatenaeTxnState
-	119, // 179: meridian.peer.v1.CatenaeSaved.waiting:type_name -> meridian.peer.v1.CatenaeWaiting
-	109, // 180: meridian.peer.v1.CatenaeSaved.my_votes:type_name -> meridian.peer.v1.CatenaeVote
-	120, // 181: meridian.peer.v1.CatenaeSaved.unvalidated:type_name -> meridian.peer.v1.CatenaeEpochCount
-	121, // 182: meridian.peer.v1.CatenaeSaved.peer_closed:type_name -> meridian.peer.v1.CatenaeDcEpoch
-	121, // 183: meridian.peer.v1.CatenaeSaved.peer_validated:type_name -> meridian.peer.v1.CatenaeDcEpoch
-	107, // 184: meridian.peer.v1.CatenaeOwnInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
-	105, // 185: meridian.peer.v1.CatenaeVersion.writer:type_name -> meridian.peer.v1.CatenaeTxnId
-	115, // 186: meridian.peer.v1.CatenaeKeyVersions.versions:type_name -> meridian.peer.v1.CatenaeVersion
-	107, // 187: meridian.peer.v1.CatenaeTxnState.txn:type_name -> meridian.peer.v1.CatenaeTxn
-	117, // 188: meridian.peer.v1.CatenaeTxnState.writes:type_name -> meridian.peer.v1.CatenaeWrite
-	105, // 189: meridian.peer.v1.CatenaeTxnState.deps:type_name -> meridian.peer.v1.CatenaeTxnId
-	105, // 190: meridian.peer.v1.CatenaeWaiting.id:type_name -> meridian.peer.v1.CatenaeTxnId
-	118, // 191: meridian.peer.v1.CatenaeWaiting.state:type_name -> meridian.peer.v1.CatenaeTxnState
-	123, // 192: meridian.peer.v1.CatenaeEnvelope.hello:type_name -> meridian.peer.v1.CatenaeHello
-	75,  // 193: meridian.peer.v1.CatenaeForward.writes:type_name -> meridian.peer.v1.SdurWrite
-	127, // 194: meridian.peer.v1.CanopusEnvelope.raft:type_name -> meridian.peer.v1.CanopusRaft
-	128, // 195: meridian.peer.v1.CanopusEnvelope.fetch:type_name -> meridian.peer.v1.CanopusFetch
-	129, // 196: meridian.peer.v1.CanopusEnvelope.state:type_name -> meridian.peer.v1.CanopusState
-	132, // 197: meridian.peer.v1.CanopusEnvelope.rejoin:type_name -> meridian.peer.v1.CanopusRejoin
-	129, // 198: meridian.peer.v1.CanopusFetch.carried:type_name -> meridian.peer.v1.CanopusState
-	130, // 199: meridian.peer.v1.CanopusState.sets:type_name -> meridian.peer.v1.CanopusSet
-	131, // 200: meridian.peer.v1.CanopusSet.admits:type_name -> meridian.peer.v1.CanopusAdmit
-	135, // 201: meridian.peer.v1.CanopusEntry.proposal:type_name -> meridian.peer.v1.CanopusProposal
-	136, // 202: meridian.peer.v1.CanopusEntry.close:type_name -> meridian.peer.v1.CanopusClose
-	129, // 203: meridian.peer.v1.CanopusEntry.remote:type_name -> meridian.peer.v1.CanopusState
-	134, // 204: meridian.peer.v1.CanopusEntry.wedge:type_name -> meridian.peer.v1.CanopusWedge
-	134, // 205: meridian.peer.v1.CanopusEntry.unwedge:type_name -> meridian.peer.v1.CanopusWedge
-	130, // 206: meridian.peer.v1.CanopusProposal.set:type_name -> meridian.peer.v1.CanopusSet
-	138, // 207: meridian.peer.v1.CanopusApplied.epochs:type_name -> meridian.peer.v1.CanopusEpoch
-	144, // 208: meridian.peer.v1.EPaxosEnvelope.pre_accept:type_name -> meridian.peer.v1.EPaxosPreAccept
-	145, // 209: meridian.peer.v1.EPaxosEnvelope.pre_accept_reply:type_name -> meridian.peer.v1.EPaxosPreAcceptReply
-	146, // 210: meridian.peer.v1.EPaxosEnvelope.accept:type_name -> meridian.peer.v1.EPaxosAccept
-	147, // 211: meridian.peer.v1.EPaxosEnvelope.accept_reply:type_name -> meridian.peer.v1.EPaxosAcceptReply
-	148, // 212: meridian.peer.v1.EPaxosEnvelope.commit:type_name -> meridian.peer.v1.EPaxosCommit
-	149, // 213: meridian.peer.v1.EPaxosEnvelope.prepare:type_name -> meridian.peer.v1.EPaxosPrepare
-	150, // 214: meridian.peer.v1.EPaxosEnvelope.prepare_reply:type_name -> meridian.peer.v1.EPaxosPrepareReply
-	151, // 215: meridian.peer.v1.EPaxosEnvelope.executed:type_name -> meridian.peer.v1.EPaxosExecuted
-	143, // 216: meridian.peer.v1.EPaxosAttrs.commands:type_name -> meridian.peer.v1.EPaxosCommand
-	141, // 217: meridian.peer.v1.EPaxosPreAccept.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	142, // 218: meridian.peer.v1.EPaxosPreAccept.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
-	141, // 219: meridian.peer.v1.EPaxosPreAcceptReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	141, // 220: meridian.peer.v1.EPaxosPreAcceptReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
-	141, // 221: meridian.peer.v1.EPaxosAccept.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	142, // 222: meridian.peer.v1.EPaxosAccept.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
-	141, // 223: meridian.peer.v1.EPaxosAcceptReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	141, // 224: meridian.peer.v1.EPaxosAcceptReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
-	142, // 225: meridian.peer.v1.EPaxosCommit.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
-	141, // 226: meridian.peer.v1.EPaxosPrepare.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	141, // 227: meridian.peer.v1.EPaxosPrepareReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	141, // 228: meridian.peer.v1.EPaxosPrepareReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
-	141, // 229: meridian.peer.v1.EPaxosPrepareReply.vballot:type_name -> meridian.peer.v1.EPaxosBallot
-	142, // 230: meridian.peer.v1.EPaxosPrepareReply.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
-	141, // 231: meridian.peer.v1.EPaxosInstance.ballot:type_name -> meridian.peer.v1.EPaxosBallot
-	141, // 232: meridian.peer.v1.EPaxosInstance.vballot:type_name -> meridian.peer.v1.EPaxosBallot
-	142, // 233: meridian.peer.v1.EPaxosInstance.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
-	71,  // 234: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
-	73,  // 235: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
-	72,  // 236: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
-	72,  // 237: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
-	236, // [236:238] is the sub-list for method output_type
-	234, // [234:236] is the sub-list for method input_type
-	234, // [234:234] is the sub-list for extension type_name
-	234, // [234:234] is the sub-list for extension extendee
-	0,   // [0:234] is the sub-list for field type_name
+	11,  // 120: meridian.peer.v1.Envelope.scan_credit:type_name -> meridian.peer.v1.ScanCredit
+	72,  // 121: meridian.peer.v1.EnvelopeBatch.envelopes:type_name -> meridian.peer.v1.Envelope
+	75,  // 122: meridian.peer.v1.SdurPart.id:type_name -> meridian.peer.v1.SdurTxnId
+	76,  // 123: meridian.peer.v1.SdurPart.writes:type_name -> meridian.peer.v1.SdurWrite
+	75,  // 124: meridian.peer.v1.SdurAbortRequest.txn:type_name -> meridian.peer.v1.SdurTxnId
+	77,  // 125: meridian.peer.v1.SdurEntry.txn:type_name -> meridian.peer.v1.SdurPart
+	79,  // 126: meridian.peer.v1.SdurEntry.abort:type_name -> meridian.peer.v1.SdurAbortRequest
+	78,  // 127: meridian.peer.v1.SdurEntry.threshold:type_name -> meridian.peer.v1.SdurThreshold
+	75,  // 128: meridian.peer.v1.SdurVote.txn:type_name -> meridian.peer.v1.SdurTxnId
+	77,  // 129: meridian.peer.v1.SdurPending.part:type_name -> meridian.peer.v1.SdurPart
+	81,  // 130: meridian.peer.v1.SdurPending.votes:type_name -> meridian.peer.v1.SdurVote
+	75,  // 131: meridian.peer.v1.SdurSeen.id:type_name -> meridian.peer.v1.SdurTxnId
+	81,  // 132: meridian.peer.v1.SdurSeen.vote:type_name -> meridian.peer.v1.SdurVote
+	75,  // 133: meridian.peer.v1.SdurEarly.id:type_name -> meridian.peer.v1.SdurTxnId
+	81,  // 134: meridian.peer.v1.SdurEarly.votes:type_name -> meridian.peer.v1.SdurVote
+	78,  // 135: meridian.peer.v1.SdurState.threshold:type_name -> meridian.peer.v1.SdurThreshold
+	82,  // 136: meridian.peer.v1.SdurState.pending:type_name -> meridian.peer.v1.SdurPending
+	83,  // 137: meridian.peer.v1.SdurState.keys:type_name -> meridian.peer.v1.SdurKeyState
+	84,  // 138: meridian.peer.v1.SdurState.touched:type_name -> meridian.peer.v1.SdurTouch
+	80,  // 139: meridian.peer.v1.SdurState.waiting:type_name -> meridian.peer.v1.SdurEntry
+	85,  // 140: meridian.peer.v1.SdurState.seen:type_name -> meridian.peer.v1.SdurSeen
+	86,  // 141: meridian.peer.v1.SdurState.early:type_name -> meridian.peer.v1.SdurEarly
+	75,  // 142: meridian.peer.v1.TwopcPart.id:type_name -> meridian.peer.v1.SdurTxnId
+	88,  // 143: meridian.peer.v1.TwopcPart.reads:type_name -> meridian.peer.v1.TwopcRead
+	76,  // 144: meridian.peer.v1.TwopcPart.writes:type_name -> meridian.peer.v1.SdurWrite
+	89,  // 145: meridian.peer.v1.TwopcEntry.part:type_name -> meridian.peer.v1.TwopcPart
+	75,  // 146: meridian.peer.v1.TwopcEntry.txn:type_name -> meridian.peer.v1.SdurTxnId
+	75,  // 147: meridian.peer.v1.TwopcVote.txn:type_name -> meridian.peer.v1.SdurTxnId
+	75,  // 148: meridian.peer.v1.TwopcDecided.txn:type_name -> meridian.peer.v1.SdurTxnId
+	75,  // 149: meridian.peer.v1.TwopcCoordinating.txn:type_name -> meridian.peer.v1.SdurTxnId
+	91,  // 150: meridian.peer.v1.TwopcCoordinating.votes:type_name -> meridian.peer.v1.TwopcVote
+	93,  // 151: meridian.peer.v1.TwopcState.last_writes:type_name -> meridian.peer.v1.TwopcLastWrite
+	89,  // 152: meridian.peer.v1.TwopcState.prepared:type_name -> meridian.peer.v1.TwopcPart
+	92,  // 153: meridian.peer.v1.TwopcState.decided:type_name -> meridian.peer.v1.TwopcDecided
+	94,  // 154: meridian.peer.v1.TwopcState.coordinating:type_name -> meridian.peer.v1.TwopcCoordinating
+	75,  // 155: meridian.peer.v1.TxnMessage.vote_request:type_name -> meridian.peer.v1.SdurTxnId
+	101, // 156: meridian.peer.v1.TxnMessage.outcome:type_name -> meridian.peer.v1.TxnOutcome
+	97,  // 157: meridian.peer.v1.TxnMessage.seq_query:type_name -> meridian.peer.v1.TxnSeqQuery
+	99,  // 158: meridian.peer.v1.TxnMessage.seq_reply:type_name -> meridian.peer.v1.TxnSeqReply
+	100, // 159: meridian.peer.v1.TxnMessage.vector:type_name -> meridian.peer.v1.TxnVector
+	75,  // 160: meridian.peer.v1.TxnSeqQuery.status:type_name -> meridian.peer.v1.SdurTxnId
+	75,  // 161: meridian.peer.v1.TxnCompletedGlobal.txn:type_name -> meridian.peer.v1.SdurTxnId
+	98,  // 162: meridian.peer.v1.TxnSeqReply.globals:type_name -> meridian.peer.v1.TxnCompletedGlobal
+	102, // 163: meridian.peer.v1.TxnVector.components:type_name -> meridian.peer.v1.TxnSnapshotRef
+	75,  // 164: meridian.peer.v1.TxnOutcome.txn:type_name -> meridian.peer.v1.SdurTxnId
+	102, // 165: meridian.peer.v1.TxnReadArgs.snapshots:type_name -> meridian.peer.v1.TxnSnapshotRef
+	102, // 166: meridian.peer.v1.TxnReadDone.snapshot:type_name -> meridian.peer.v1.TxnSnapshotRef
+	98,  // 167: meridian.peer.v1.TxnSavedState.completed:type_name -> meridian.peer.v1.TxnCompletedGlobal
+	100, // 168: meridian.peer.v1.TxnSavedState.vector:type_name -> meridian.peer.v1.TxnVector
+	106, // 169: meridian.peer.v1.CatenaeTxn.id:type_name -> meridian.peer.v1.CatenaeTxnId
+	107, // 170: meridian.peer.v1.CatenaeTxn.ops:type_name -> meridian.peer.v1.CatenaeOp
+	108, // 171: meridian.peer.v1.CatenaeEpochInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
+	106, // 172: meridian.peer.v1.CatenaeVote.txn:type_name -> meridian.peer.v1.CatenaeTxnId
+	109, // 173: meridian.peer.v1.CatenaeEpochMsg.epochs:type_name -> meridian.peer.v1.CatenaeEpochInput
+	110, // 174: meridian.peer.v1.CatenaeEpochMsg.votes:type_name -> meridian.peer.v1.CatenaeVote
+	111, // 175: meridian.peer.v1.CatenaeMessage.epoch:type_name -> meridian.peer.v1.CatenaeEpochMsg
+	112, // 176: meridian.peer.v1.CatenaeMessage.request:type_name -> meridian.peer.v1.CatenaeRequest
+	115, // 177: meridian.peer.v1.CatenaeSaved.own:type_name -> meridian.peer.v1.CatenaeOwnInput
+	117, // 178: meridian.peer.v1.CatenaeSaved.store:type_name -> meridian.peer.v1.CatenaeKeyVersions
+	119, // 179: meridian.peer.v1.CatenaeSaved.history:type_name -> meridian.peer.v1.CatenaeTxnState
+	120, // 180: meridian.peer.v1.CatenaeSaved.waiting:type_name -> meridian.peer.v1.CatenaeWaiting
+	110, // 181: meridian.peer.v1.CatenaeSaved.my_votes:type_name -> meridian.peer.v1.CatenaeVote
+	121, // 182: meridian.peer.v1.CatenaeSaved.unvalidated:type_name -> meridian.peer.v1.CatenaeEpochCount
+	122, // 183: meridian.peer.v1.CatenaeSaved.peer_closed:type_name -> meridian.peer.v1.CatenaeDcEpoch
+	122, // 184: meridian.peer.v1.CatenaeSaved.peer_validated:type_name -> meridian.peer.v1.CatenaeDcEpoch
+	108, // 185: meridian.peer.v1.CatenaeOwnInput.txns:type_name -> meridian.peer.v1.CatenaeTxn
+	106, // 186: meridian.peer.v1.CatenaeVersion.writer:type_name -> meridian.peer.v1.CatenaeTxnId
+	116, // 187: meridian.peer.v1.CatenaeKeyVersions.versions:type_name -> meridian.peer.v1.CatenaeVersion
+	108, // 188: meridian.peer.v1.CatenaeTxnState.txn:type_name -> meridian.peer.v1.CatenaeTxn
+	118, // 189: meridian.peer.v1.CatenaeTxnState.writes:type_name -> meridian.peer.v1.CatenaeWrite
+	106, // 190: meridian.peer.v1.CatenaeTxnState.deps:type_name -> meridian.peer.v1.CatenaeTxnId
+	106, // 191: meridian.peer.v1.CatenaeWaiting.id:type_name -> meridian.peer.v1.CatenaeTxnId
+	119, // 192: meridian.peer.v1.CatenaeWaiting.state:type_name -> meridian.peer.v1.CatenaeTxnState
+	124, // 193: meridian.peer.v1.CatenaeEnvelope.hello:type_name -> meridian.peer.v1.CatenaeHello
+	76,  // 194: meridian.peer.v1.CatenaeForward.writes:type_name -> meridian.peer.v1.SdurWrite
+	128, // 195: meridian.peer.v1.CanopusEnvelope.raft:type_name -> meridian.peer.v1.CanopusRaft
+	129, // 196: meridian.peer.v1.CanopusEnvelope.fetch:type_name -> meridian.peer.v1.CanopusFetch
+	130, // 197: meridian.peer.v1.CanopusEnvelope.state:type_name -> meridian.peer.v1.CanopusState
+	133, // 198: meridian.peer.v1.CanopusEnvelope.rejoin:type_name -> meridian.peer.v1.CanopusRejoin
+	130, // 199: meridian.peer.v1.CanopusFetch.carried:type_name -> meridian.peer.v1.CanopusState
+	131, // 200: meridian.peer.v1.CanopusState.sets:type_name -> meridian.peer.v1.CanopusSet
+	132, // 201: meridian.peer.v1.CanopusSet.admits:type_name -> meridian.peer.v1.CanopusAdmit
+	136, // 202: meridian.peer.v1.CanopusEntry.proposal:type_name -> meridian.peer.v1.CanopusProposal
+	137, // 203: meridian.peer.v1.CanopusEntry.close:type_name -> meridian.peer.v1.CanopusClose
+	130, // 204: meridian.peer.v1.CanopusEntry.remote:type_name -> meridian.peer.v1.CanopusState
+	135, // 205: meridian.peer.v1.CanopusEntry.wedge:type_name -> meridian.peer.v1.CanopusWedge
+	135, // 206: meridian.peer.v1.CanopusEntry.unwedge:type_name -> meridian.peer.v1.CanopusWedge
+	131, // 207: meridian.peer.v1.CanopusProposal.set:type_name -> meridian.peer.v1.CanopusSet
+	139, // 208: meridian.peer.v1.CanopusApplied.epochs:type_name -> meridian.peer.v1.CanopusEpoch
+	145, // 209: meridian.peer.v1.EPaxosEnvelope.pre_accept:type_name -> meridian.peer.v1.EPaxosPreAccept
+	146, // 210: meridian.peer.v1.EPaxosEnvelope.pre_accept_reply:type_name -> meridian.peer.v1.EPaxosPreAcceptReply
+	147, // 211: meridian.peer.v1.EPaxosEnvelope.accept:type_name -> meridian.peer.v1.EPaxosAccept
+	148, // 212: meridian.peer.v1.EPaxosEnvelope.accept_reply:type_name -> meridian.peer.v1.EPaxosAcceptReply
+	149, // 213: meridian.peer.v1.EPaxosEnvelope.commit:type_name -> meridian.peer.v1.EPaxosCommit
+	150, // 214: meridian.peer.v1.EPaxosEnvelope.prepare:type_name -> meridian.peer.v1.EPaxosPrepare
+	151, // 215: meridian.peer.v1.EPaxosEnvelope.prepare_reply:type_name -> meridian.peer.v1.EPaxosPrepareReply
+	152, // 216: meridian.peer.v1.EPaxosEnvelope.executed:type_name -> meridian.peer.v1.EPaxosExecuted
+	144, // 217: meridian.peer.v1.EPaxosAttrs.commands:type_name -> meridian.peer.v1.EPaxosCommand
+	142, // 218: meridian.peer.v1.EPaxosPreAccept.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	143, // 219: meridian.peer.v1.EPaxosPreAccept.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	142, // 220: meridian.peer.v1.EPaxosPreAcceptReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	142, // 221: meridian.peer.v1.EPaxosPreAcceptReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
+	142, // 222: meridian.peer.v1.EPaxosAccept.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	143, // 223: meridian.peer.v1.EPaxosAccept.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	142, // 224: meridian.peer.v1.EPaxosAcceptReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	142, // 225: meridian.peer.v1.EPaxosAcceptReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
+	143, // 226: meridian.peer.v1.EPaxosCommit.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	142, // 227: meridian.peer.v1.EPaxosPrepare.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	142, // 228: meridian.peer.v1.EPaxosPrepareReply.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	142, // 229: meridian.peer.v1.EPaxosPrepareReply.promised:type_name -> meridian.peer.v1.EPaxosBallot
+	142, // 230: meridian.peer.v1.EPaxosPrepareReply.vballot:type_name -> meridian.peer.v1.EPaxosBallot
+	143, // 231: meridian.peer.v1.EPaxosPrepareReply.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	142, // 232: meridian.peer.v1.EPaxosInstance.ballot:type_name -> meridian.peer.v1.EPaxosBallot
+	142, // 233: meridian.peer.v1.EPaxosInstance.vballot:type_name -> meridian.peer.v1.EPaxosBallot
+	143, // 234: meridian.peer.v1.EPaxosInstance.attrs:type_name -> meridian.peer.v1.EPaxosAttrs
+	72,  // 235: meridian.peer.v1.Peer.Stream:input_type -> meridian.peer.v1.Envelope
+	74,  // 236: meridian.peer.v1.Peer.StreamBatches:input_type -> meridian.peer.v1.EnvelopeBatch
+	73,  // 237: meridian.peer.v1.Peer.Stream:output_type -> meridian.peer.v1.StreamAck
+	73,  // 238: meridian.peer.v1.Peer.StreamBatches:output_type -> meridian.peer.v1.StreamAck
+	237, // [237:239] is the sub-list for method output_type
+	235, // [235:237] is the sub-list for method input_type
+	235, // [235:235] is the sub-list for extension type_name
+	235, // [235:235] is the sub-list for extension extendee
+	0,   // [0:235] is the sub-list for field type_name
 }
 
 func init() { file_meridian_v1_peer_proto_init() }
@@ -14736,13 +14895,13 @@ func file_meridian_v1_peer_proto_init() {
 	if File_meridian_v1_peer_proto != nil {
 		return
 	}
-	file_meridian_v1_peer_proto_msgTypes[53].OneofWrappers = []any{}
-	file_meridian_v1_peer_proto_msgTypes[62].OneofWrappers = []any{}
+	file_meridian_v1_peer_proto_msgTypes[54].OneofWrappers = []any{}
 	file_meridian_v1_peer_proto_msgTypes[63].OneofWrappers = []any{}
 	file_meridian_v1_peer_proto_msgTypes[64].OneofWrappers = []any{}
-	file_meridian_v1_peer_proto_msgTypes[69].OneofWrappers = []any{}
+	file_meridian_v1_peer_proto_msgTypes[65].OneofWrappers = []any{}
 	file_meridian_v1_peer_proto_msgTypes[70].OneofWrappers = []any{}
-	file_meridian_v1_peer_proto_msgTypes[71].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[71].OneofWrappers = []any{}
+	file_meridian_v1_peer_proto_msgTypes[72].OneofWrappers = []any{
 		(*Envelope_Write)(nil),
 		(*Envelope_WriteAck)(nil),
 		(*Envelope_Read)(nil),
@@ -14801,8 +14960,9 @@ func file_meridian_v1_peer_proto_init() {
 		(*Envelope_ReadChunk)(nil),
 		(*Envelope_ReadChunkReply)(nil),
 		(*Envelope_TransferReport)(nil),
+		(*Envelope_ScanCredit)(nil),
 	}
-	file_meridian_v1_peer_proto_msgTypes[95].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[96].OneofWrappers = []any{
 		(*TxnMessage_SdurVote)(nil),
 		(*TxnMessage_VoteRequest)(nil),
 		(*TxnMessage_Outcome)(nil),
@@ -14813,29 +14973,29 @@ func file_meridian_v1_peer_proto_init() {
 		(*TxnMessage_SeqReply)(nil),
 		(*TxnMessage_Vector)(nil),
 	}
-	file_meridian_v1_peer_proto_msgTypes[112].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[113].OneofWrappers = []any{
 		(*CatenaeMessage_Epoch)(nil),
 		(*CatenaeMessage_Request)(nil),
 	}
-	file_meridian_v1_peer_proto_msgTypes[122].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[123].OneofWrappers = []any{
 		(*CatenaeEnvelope_Message)(nil),
 		(*CatenaeEnvelope_Hello)(nil),
 	}
-	file_meridian_v1_peer_proto_msgTypes[124].OneofWrappers = []any{}
-	file_meridian_v1_peer_proto_msgTypes[126].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[125].OneofWrappers = []any{}
+	file_meridian_v1_peer_proto_msgTypes[127].OneofWrappers = []any{
 		(*CanopusEnvelope_Raft)(nil),
 		(*CanopusEnvelope_Fetch)(nil),
 		(*CanopusEnvelope_State)(nil),
 		(*CanopusEnvelope_Rejoin)(nil),
 	}
-	file_meridian_v1_peer_proto_msgTypes[133].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[134].OneofWrappers = []any{
 		(*CanopusEntry_Proposal)(nil),
 		(*CanopusEntry_Close)(nil),
 		(*CanopusEntry_Remote)(nil),
 		(*CanopusEntry_Wedge)(nil),
 		(*CanopusEntry_Unwedge)(nil),
 	}
-	file_meridian_v1_peer_proto_msgTypes[140].OneofWrappers = []any{
+	file_meridian_v1_peer_proto_msgTypes[141].OneofWrappers = []any{
 		(*EPaxosEnvelope_PreAccept)(nil),
 		(*EPaxosEnvelope_PreAcceptReply)(nil),
 		(*EPaxosEnvelope_Accept)(nil),
@@ -14851,7 +15011,7 @@ func file_meridian_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_peer_proto_rawDesc), len(file_meridian_v1_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   153,
+			NumMessages:   154,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
