@@ -100,9 +100,19 @@ type scanRound struct {
 	window   uint32
 	next     uint32
 	early    map[uint32]*peerpb.ScanReply
+	started  time.Time
 	lastPage time.Time     // when the last page was taken (zero: none yet)
 	patience time.Duration // how long a page may take before the replica counts as slow
 }
+
+// scanStreamStall: a stream is given up when its replica is down, or when no page has come
+// for this many times its patience (the speculative delay, plus for a split half twice a
+// page's transfer at the planned rate). Not at the first patience, as a page-by-page round's
+// speculation is: a stream's pages queue behind whatever else shares the link, and a stream
+// given up leaves its pages in flight to waste the link (each restart made the next page
+// later still: 365 restarts for 369 streams under a bootstrap stream, docs/mayflower.md).
+// Work stealing already lets the other half of a split read take over from a slow one.
+const scanStreamStall = 4
 
 func (c *Core) startScan(now time.Time, ks *placement.Keyspace, req Request) {
 	op := &pendingScan{req: req}
@@ -386,7 +396,7 @@ func (c *Core) startScanRound(now time.Time, op *pendingScan, sp *scanPart, limi
 		}
 	}
 	id := c.newPeerReq()
-	rd := &scanRound{op: op, part: sp, q: q, contacted: map[uint32]bool{}, replies: map[uint32]*peerpb.ScanReply{}, reverse: reverse}
+	rd := &scanRound{op: op, part: sp, q: q, contacted: map[uint32]bool{}, replies: map[uint32]*peerpb.ScanReply{}, reverse: reverse, started: now}
 	c.scans[id] = rd
 	if reverse {
 		sp.inflightBack = id
@@ -433,7 +443,10 @@ func (c *Core) startScanRound(now time.Time, op *pendingScan, sp *scanPart, limi
 		}
 		rd.patience = d
 		c.AddTimer(now.Add(d), timerScanSpeculate, id)
-	case len(rd.spare) > 0:
+	case len(rd.spare) > 0 || rd.stream:
+		// A stream is watched even without spare replicas: its replica drops the cursor
+		// silently when it stops holding the range (a move), and a lost page or credit stalls
+		// it; the stream is then given up and the read goes on from where it stands.
 		rd.patience = c.speculativeDelay(ks, farthest)
 		c.AddTimer(now.Add(rd.patience), timerScanSpeculate, id)
 	}
@@ -464,10 +477,16 @@ func (c *Core) speculateScan(now time.Time, id uint64) {
 	if !ok || rd.op.done {
 		return
 	}
-	if rd.stream && !rd.lastPage.IsZero() && now.Before(rd.lastPage.Add(rd.patience)) {
-		// The stream's pages come: the replica is slow only if the next one is late.
-		c.AddTimer(rd.lastPage.Add(rd.patience), timerScanSpeculate, id)
-		return
+	if rd.stream {
+		last := rd.lastPage
+		if last.IsZero() {
+			last = rd.started
+		}
+		if c.Alive(rd.node) && now.Sub(last) < scanStreamStall*rd.patience {
+			// Still within the stall bound: look again a patience later.
+			c.AddTimer(now.Add(rd.patience), timerScanSpeculate, id)
+			return
+		}
 	}
 	if sp := rd.part; rd.split && sp.split != nil {
 		// One half of a split read is slow: give it up (its late reply is ignored), and the
