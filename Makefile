@@ -59,6 +59,14 @@ sim-ci: build
 	$(BIN) sim --protocol quorum --seeds 100 --faults all --nodes-per-region 2 --move-every 300ms --option read_selector=mayflower --option large_read_bytes=1 --option read_chunk_bytes=1 --option read_window=2
 	$(BIN) sim --protocol quorum --seeds 50 --faults all --option read_selector=hedged --option hedge_after=5ms --option large_read_bytes=1 --option read_chunk_bytes=2
 	$(BIN) sim --protocol quorum --seeds 50 --faults all --option read_selector=snitch --option large_read_bytes=1 --option read_chunk_bytes=2
+	# Scans (docs/simulation.md, "Scans"): half the reads are scans of random ranges and limits,
+	# checked as one read per key they cover, in one-record pages. First split scans
+	# (docs/mayflower.md): reads at ONE from the region that holds no replica, two equidistant
+	# replica regions, mayflower reads a partition from both ends. Reads at ONE with writes at
+	# ALL promise the newest acknowledged write, not sequential consistency (--fresh-reads), and
+	# so do scans at QUORUM, which repair nothing. Both lines take about 7 s on two cores.
+	$(BIN) sim --protocol quorum --seeds 100 --faults all --topology equidistant --replica-regions 2 --read-level ONE --write-level ALL --fresh-reads --scan-fraction 0.5 --keys 12 --option read_selector=mayflower --option scan_page_bytes=1
+	$(BIN) sim --protocol quorum --seeds 100 --faults all --fresh-reads --scan-fraction 0.5 --option scan_page_bytes=1
 	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS_SLOW) --faults all --nodes-per-region 2 --move-every 300ms
 	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --repartition-every 100ms
 	$(BIN) sim --protocol meteorshower --seeds $(SIMSEEDS) --faults all --option theta=lower

@@ -18,10 +18,10 @@ func simCmd() *cobra.Command {
 		protocol, faults, topo, mutate, readLevel, writeLevel                                                                string
 		seeds, mutationSeeds, replicaRegions, nodesPerRegion, workers                                                        int
 		seedStart                                                                                                            uint64
-		listMutations, mutations, roam, sessions, lin, verbose, loseRegion                                                   bool
+		listMutations, mutations, roam, sessions, lin, fresh, verbose, loseRegion                                            bool
 		duration, maxOffset, quiesce, clockStep, partitionEvery, repartitionEvery, moveEvery, moveCheckAfter, requestTimeout time.Duration
-		spikeProb, readFraction                                                                                              float64
-		clientsPerRegion                                                                                                     int
+		spikeProb, readFraction, scanFraction                                                                                float64
+		clientsPerRegion, keys                                                                                               int
 		options                                                                                                              []string
 	)
 	cmd := &cobra.Command{
@@ -30,7 +30,9 @@ func simCmd() *cobra.Command {
 		Long: `Runs whole clusters of a protocol's state machines on virtual time, a seed per core at once, with
 the faults named in --faults (loss, dup, reorder, partition, crash, slowdisk, clock; "all";
 clock-beyond lets clock offsets exceed ε), and checks every history for sequential
-consistency, durability and convergence (and linearizability with --linearizability).
+consistency (or, with --fresh-reads, that reads return the newest acknowledged write),
+durability and convergence (and linearizability with --linearizability). With
+--scan-fraction some reads are scans, checked as one read per key they cover.
 Exits 0 when every seed passes, 1 at the first violation, printing the seed, the checker's
 explanation and the command that replays it. --mutations runs every broken variant of the
 protocol and reports how many seeds each took to be caught (exit 1 if one is not caught).`,
@@ -70,13 +72,19 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 				return fmt.Errorf("--seeds %d out of range 1..10000000", seeds)
 			}
 			base := sim.Options{Protocol: protocol, Seed: seedStart, Topology: t, Faults: fs, ReadLevel: rl, WriteLevel: wl,
-				Mutation: mutate, Roam: roam, NoSessions: !sessions, Linearizability: lin, Duration: duration,
+				Mutation: mutate, Roam: roam, NoSessions: !sessions, Linearizability: lin, FreshReads: fresh, Duration: duration,
 				ReplicaRegions: replicaRegions, NodesPerRegion: nodesPerRegion, KeyspaceOptions: map[string]string{},
 				DelaySpikeProb: spikeProb, MaxClockOffset: maxOffset, Quiesce: quiesce, ClockStepEvery: clockStep, PartitionEvery: partitionEvery, RequestTimeout: requestTimeout,
 				RepartitionEvery: repartitionEvery, MoveEvery: moveEvery, MoveCheckAfter: moveCheckAfter, LoseRegion: loseRegion,
-				ReadFraction: readFraction, ClientsPerRegion: clientsPerRegion}
+				ReadFraction: readFraction, ScanFraction: scanFraction, ClientsPerRegion: clientsPerRegion, Keys: keys}
 			if readFraction < 0 || readFraction > 1 {
 				return fmt.Errorf("--read-fraction %v out of range [0, 1]", readFraction)
+			}
+			if !(scanFraction >= 0 && scanFraction <= 1) {
+				return fmt.Errorf("--scan-fraction %v out of range [0, 1] (the share of reads that are scans)", scanFraction)
+			}
+			if keys < 1 || keys > 1000 {
+				return fmt.Errorf("--keys %d out of range 1..1000", keys)
 			}
 			if clientsPerRegion < 1 || clientsPerRegion > 64 {
 				return fmt.Errorf("--clients-per-region %d out of range 1..64", clientsPerRegion)
@@ -147,6 +155,10 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 			if len(res.ReadPaths) > 0 {
 				fmt.Printf("reads served: %v\n", res.ReadPaths)
 			}
+			if sc := res.Scans; sc.Scans > 0 {
+				fmt.Printf("scans: %d (%d returned, recorded as %d key reads); split partitions %d (pages %d forward, %d backward; %d halves given up)\n",
+					sc.Scans, sc.OK, sc.KeyReads, sc.Splits, sc.PagesForward, sc.PagesBackward, sc.SplitsEnded)
+			}
 			if res.Failed != nil {
 				sim.PrintFailure(os.Stdout, base, res.Failed)
 				return exitError{code: 1, err: fmt.Errorf("seed %d violated a checker", res.Failed.Seed)}
@@ -173,12 +185,15 @@ protocol and reports how many seeds each took to be caught (exit 1 if one is not
 	f.BoolVar(&roam, "roam", false, "clients send a third of their requests to random nodes in any region")
 	f.BoolVar(&sessions, "sessions", true, "clients send their session version with each request")
 	f.BoolVar(&lin, "linearizability", false, "also check linearizability (Porcupine)")
+	f.BoolVar(&fresh, "fresh-reads", false, "check that every read returns the newest acknowledged write or a newer one instead of sequential consistency: what reads at ONE or LOCAL_ONE promise with writes at ALL")
 	f.BoolVar(&verbose, "verbose", false, "print the event trace on stderr")
 	f.StringArrayVar(&options, "option", nil, "keyspace protocol option key=value (repeatable), e.g. theta=lower")
 	f.IntVar(&replicaRegions, "replica-regions", 0, "place replicas in the first N regions only (0: all)")
 	f.DurationVar(&duration, "duration", 5*time.Second, "virtual time of the workload per seed (plus 5s of quiescence)")
 	f.Float64Var(&readFraction, "read-fraction", 0.5, "share of the clients' operations that are reads")
+	f.Float64Var(&scanFraction, "scan-fraction", 0, "share of the reads that are scans of a random range with a random limit, checked as one read per key they cover (0: none)")
 	f.IntVar(&clientsPerRegion, "clients-per-region", 2, "sequential clients in each region")
+	f.IntVar(&keys, "keys", 3, "size of the key space (k0, k1, ...): small, so that operations collide")
 	f.DurationVar(&requestTimeout, "request-timeout", time.Second, "each client request's deadline")
 	f.DurationVar(&moveCheckAfter, "move-check-after", 0, "how long after its start (and after each check) the driver checks a replica move still in progress, aborting it if its new replica is down and otherwise by chance while the workload runs (0: 4s)")
 	f.BoolVar(&loseRegion, "lose-region", false, "crash every node of a random region for good during the workload: the protocol must exclude it and go on (canopus with --option exclude_after=1s; the workload lasts at least 10s)")

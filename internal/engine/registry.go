@@ -160,6 +160,13 @@ type SimHints struct {
 	// only if some client reads while it can be served).
 	ReadFraction     float64
 	ClientsPerRegion int
+	// ScanFraction, when set, is the share of reads that are scans (a scan bug shows only if
+	// the workload scans).
+	ScanFraction float64
+	// FreshReads, when set, checks that every read returns the newest acknowledged write or
+	// a newer one instead of checking sequential consistency (sim.Options.FreshReads): what
+	// scans promise, which do not repair what they read.
+	FreshReads bool
 	// ClockStepEvery, when set, steps every node's clock this often on average (within the
 	// fault's bound) instead of a few times a run.
 	ClockStepEvery time.Duration

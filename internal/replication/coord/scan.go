@@ -624,6 +624,7 @@ func (c *Core) completeScanRound(now time.Time, id uint64, rd *scanRound) bool {
 		}
 	}
 	recs, bound, truncated := mergeScanReplies(rd)
+	recs = c.scanPageMutation(rd, recs) // broken on purpose only under the mutation (scanmutations.go)
 	// Keys outside the unread range [resume, back) were read by the other half of a split read
 	// (or are not what was asked): every key comes from the half that read it first.
 	for _, rec := range recs {

@@ -44,11 +44,11 @@ func init() {
 		Name:      config.ProtocolQuorum,
 		ID:        ID,
 		New:       func(cfg engine.Config, store engine.Reader) engine.Engine { return NewEngine(cfg, store) },
-		Mutations: coord.WithMoveMutations(coord.WithMoveMutations(Mutations, coord.MoveMutations), coord.LargeReadMutations),
+		Mutations: coord.WithMoveMutations(coord.WithMoveMutations(coord.WithMoveMutations(Mutations, coord.MoveMutations), coord.LargeReadMutations), coord.ScanMutations),
 		Metrics: func(reg prometheus.Registerer, e engine.Engine) {
 			registerLargeReadMetrics(reg, e.(*coord.Core).LargeReadCounters())
 		},
-		Sim: engine.SimSupport{MutationLevels: OneOneLevels, MutationHints: coord.WithMoveMutations(coord.MoveMutationHints, coord.LargeReadMutationHints)},
+		Sim: engine.SimSupport{MutationLevels: OneOneLevels, MutationHints: coord.WithMoveMutations(coord.WithMoveMutations(coord.MoveMutationHints, coord.LargeReadMutationHints), coord.ScanMutationHints)},
 	})
 }
 

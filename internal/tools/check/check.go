@@ -34,6 +34,7 @@ const (
 	CheckerHistory      = "history"
 	CheckerLinearizable = "linearizability"
 	CheckerSequential   = "sequential-consistency"
+	CheckerFresh        = "fresh-reads"
 	CheckerDurable      = "durability"
 	CheckerConvergent   = "convergence"
 )
@@ -47,10 +48,14 @@ type Options struct {
 	// search times out makes the check Unknown, which CheckAll does not report; call
 	// Linearizable directly to see it.
 	LinearizabilityTimeout time.Duration
+	// FreshReads checks that every read returns the newest acknowledged write or a newer one
+	// (FreshReads) instead of checking sequential consistency: what reads at ONE or LOCAL_ONE
+	// promise when R + W > N, where sequential consistency does not hold.
+	FreshReads bool
 }
 
-// CheckAll validates the history and runs sequential consistency, durability, convergence
-// and, when asked, linearizability. It returns every violation found (at most one per
+// CheckAll validates the history and runs sequential consistency (or, when asked, fresh
+// reads instead), durability, convergence and, when asked, linearizability. It returns every violation found (at most one per
 // checker), nil when all pass. A malformed history yields a single "history" violation and no
 // other check runs, because every checker relies on Validate's invariants.
 func CheckAll(h History, final []ReplicaState, opts Options) []*Violation {
@@ -58,7 +63,11 @@ func CheckAll(h History, final []ReplicaState, opts Options) []*Violation {
 		return []*Violation{{Checker: CheckerHistory, Reason: err.Error()}}
 	}
 	var out []*Violation
-	if v := SequentiallyConsistent(h); v != nil {
+	if opts.FreshReads {
+		if v := FreshReads(h); v != nil {
+			out = append(out, v)
+		}
+	} else if v := SequentiallyConsistent(h); v != nil {
 		out = append(out, v)
 	}
 	if v := Durable(h, final); v != nil {

@@ -1,8 +1,9 @@
 // Package check holds Meridian's consistency checkers. They read a History — what clients
 // invoked and what they were told, with times — and say whether it is linearizable
 // (Porcupine), sequentially consistent (the witness order of the MeteorShower proof, paper
-// II-D), durable (every acknowledged write survives) and convergent (replicas agree after
-// quiescence). DESIGN.md section 6.
+// II-D), fresh (every read returns the newest acknowledged write or a newer one), durable
+// (every acknowledged write survives) and convergent (replicas agree after quiescence).
+// DESIGN.md section 6.
 //
 // Outcomes are three-valued: an operation that failed with "unavailable" or "invalid" did not
 // take effect; one that timed out or was cut off by a crash is indeterminate — it may or may
@@ -56,7 +57,10 @@ func (o Outcome) String() string {
 // Op is one client operation. Times are virtual (the simulator's) nanoseconds; NodeInvoke and
 // NodeReturn are the coordinator's local clock readings (which differ under clock skew).
 type Op struct {
-	ID      int    // unique in the history, in invocation order
+	// ID is unique in the history. Recorders number ops in invocation order where they can;
+	// the simulator records a scan's reads when the scan returns, so their IDs may be larger
+	// than those of ops invoked after the scan (checkers order ops by Invoke, then ID).
+	ID      int
 	Process int    // the client (a sequential process)
 	Kind    Kind   // Read or Write
 	Key     string // one register per key
@@ -71,6 +75,14 @@ type Op struct {
 	NodeInvoke int64 // coordinator's local clock at invocation (0 if unknown)
 	NodeReturn int64
 	Node       string // coordinator
+	// Group, when nonzero, makes the op one key's part of a multi-key read (a scan, recorded
+	// as one read per key it covered; DESIGN.md section 6, docs/simulation.md "Scans"). The
+	// ops of a group are one client operation: they share their process, kind (Read),
+	// outcome and times, read distinct keys, are concurrent with one another (a scan takes no
+	// snapshot across keys, so no order among its keys is promised), and are ordered with the
+	// process's other ops as one op is — after the op before the group, before the op after
+	// it. Group IDs are unique in a history; 0 is an ordinary op.
+	Group int
 }
 
 func (o Op) String() string {
@@ -86,6 +98,9 @@ func (o Op) String() string {
 	v := ""
 	if !o.Version.IsZero() {
 		v = " v=" + o.Version.String()
+	}
+	if o.Group != 0 {
+		res = fmt.Sprintf("scan#%d %s", o.Group, res)
 	}
 	ret := fmt.Sprintf("%.3fms", float64(o.Return)/1e6)
 	if o.Outcome == Indeterminate {

@@ -167,12 +167,28 @@ func witnessOrder(h History) *Violation {
 
 	// Pass 2, in invocation order: place reads and check each op.
 	lastDone := newProcMap(h) // process -> its latest placed op that completed (OK)
+	// The members of a group (Op.Group, a scan's reads) follow the op before the group, not
+	// one another; the op after the group follows the member placed last.
+	var groupFirst, groupBase procMap // process -> its current group's first member, and the op before it
+	for i := range h {
+		if h[i].Group != 0 {
+			groupFirst, groupBase = newProcMap(h), newProcMap(h)
+			break
+		}
+	}
 	for _, i := range order {
 		op := &h[i]
 		if op.Outcome != OK && !(op.Kind == Write && op.Outcome == Indeterminate) {
 			continue
 		}
 		prev := lastDone.get(op.Process)
+		if op.Group != 0 {
+			if f := groupFirst.get(op.Process); f < 0 || h[f].Group != op.Group {
+				groupFirst.set(op.Process, i)
+				groupBase.set(op.Process, prev)
+			}
+			prev = groupBase.get(op.Process)
+		}
 		hasPrev := prev >= 0
 		prevSlot := int32(-1)
 		if hasPrev {
@@ -240,6 +256,9 @@ func witnessOrder(h History) *Violation {
 			if j < len(slots) && slots[j] <= s {
 				return scStaleRead(h, st, writes, i, writes[slots[j]])
 			}
+		}
+		if ld := lastDone.get(op.Process); op.Group != 0 && ld >= 0 && h[ld].Group == op.Group && st[ld].slot > s {
+			continue // an earlier member of the group sits later: the op after the group follows it
 		}
 		lastDone.set(op.Process, i)
 	}

@@ -23,7 +23,8 @@ import (
 // indeterminate: such a write can take effect much later than its version suggests (a delayed
 // replica message, then read repair or anti-entropy). SequentiallyConsistent therefore
 // confirms every witness failure here and reports a violation only when this graph has a
-// cycle. O(n + e) with e ≤ 4n.
+// cycle. O(n + e) with e ≤ 4n, plus, for a group (Op.Group) that directly follows another of
+// its process, an edge from each member of the first to each member of the second.
 func scGraph(h History) *Violation {
 	order := invocationOrder(h)
 	byValue := map[string]int32{}
@@ -96,18 +97,39 @@ func scGraph(h History) *Violation {
 	}
 	adj := make([][]int32, len(h))
 	edge := func(a, b int32) { adj[a] = append(adj[a], b) }
-	// Process order.
-	lastDeterminate := map[int]int32{}
+	// Process order. The members of a group (Op.Group, a scan's reads) follow the ops before
+	// the group, not one another, and the op after the group follows every member.
+	last := map[int][]int32{} // process → the ops its next op follows
+	var group map[int]int     // process → the group its latest op belongs to (0: none)
+	var base map[int][]int32  // process → the ops its current group's members follow
 	for _, i := range order {
 		if !included[i] {
 			continue
 		}
 		op := &h[i]
-		if prev, ok := lastDeterminate[op.Process]; ok {
-			edge(prev, int32(i))
+		p := op.Process
+		preds := last[p]
+		if op.Group != 0 {
+			if group == nil {
+				group, base = map[int]int{}, map[int][]int32{}
+			}
+			if group[p] != op.Group {
+				group[p] = op.Group
+				base[p] = preds
+				last[p] = nil
+			}
+			preds = base[p]
+		} else if group != nil {
+			delete(group, p)
 		}
-		if !(op.Kind == Write && op.Outcome == Indeterminate) {
-			lastDeterminate[op.Process] = int32(i)
+		for _, a := range preds {
+			edge(a, int32(i))
+		}
+		switch {
+		case op.Group != 0:
+			last[p] = append(last[p], int32(i))
+		case !(op.Kind == Write && op.Outcome == Indeterminate):
+			last[p] = append(last[p][:0], int32(i))
 		}
 	}
 	// Per-key write chains and reads between their write and the next.

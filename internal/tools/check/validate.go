@@ -21,12 +21,39 @@ import (
 //   - a write with an empty value (reads could not tell it from "absent");
 //   - two writes of the same value (checkers identify the write a read returned by its value);
 //   - an OK write without a Version: the sequential-consistency witness orders writes by
-//     version (DESIGN.md section 3: every response carries its version).
+//     version (DESIGN.md section 3: every response carries its version);
+//   - a group (Op.Group) that is not one client operation: a member that is not a read,
+//     members that differ in process, outcome or times, two members of one key, or a group
+//     whose members another op of their process comes between. The members of a group
+//     overlap one another, which is no overlap of the process.
 func (h History) Validate() error {
 	ids := make(map[int]int, len(h))
 	values := make(map[string]int, len(h)/2)
+	var groups map[int]int                // group → index of its first member
+	var groupKeys map[int]map[string]bool // group → keys its members read
 	for i := range h {
 		op := &h[i]
+		if op.Group != 0 {
+			if op.Kind != Read {
+				return fmt.Errorf("check: op#%d of group %d is not a read (a group is one multi-key read): %s", op.ID, op.Group, *op)
+			}
+			if groups == nil {
+				groups, groupKeys = map[int]int{}, map[int]map[string]bool{}
+			}
+			if j, ok := groups[op.Group]; ok {
+				f := &h[j]
+				if f.Process != op.Process || f.Outcome != op.Outcome || f.Invoke != op.Invoke || f.Return != op.Return {
+					return fmt.Errorf("check: ops of group %d differ in process, outcome or times (a group is one client operation):\n    %s\n    %s", op.Group, *f, *op)
+				}
+				if groupKeys[op.Group][op.Key] {
+					return fmt.Errorf("check: group %d reads %s twice: %s", op.Group, op.Key, *op)
+				}
+			} else {
+				groups[op.Group] = i
+				groupKeys[op.Group] = map[string]bool{}
+			}
+			groupKeys[op.Group][op.Key] = true
+		}
 		if op.Kind != Read && op.Kind != Write {
 			return fmt.Errorf("check: op#%d has unknown kind %d", op.ID, op.Kind)
 		}
@@ -55,9 +82,20 @@ func (h History) Validate() error {
 	}
 	// Process order: walk the history in invocation order, remembering each process's last op.
 	last := newProcMap(h)
+	var started map[int]bool // groups whose first member the walk has passed
 	for _, i := range invocationOrder(h) {
 		cur := &h[i]
-		if j := last.get(cur.Process); j >= 0 {
+		j := last.get(cur.Process)
+		if cur.Group != 0 && (j < 0 || h[j].Group != cur.Group) {
+			if started[cur.Group] {
+				return fmt.Errorf("check: another op of process %d comes between the ops of group %d: %s", cur.Process, cur.Group, *cur)
+			}
+			if started == nil {
+				started = map[int]bool{}
+			}
+			started[cur.Group] = true
+		}
+		if j >= 0 && (cur.Group == 0 || h[j].Group != cur.Group) {
 			prev := &h[j]
 			if prev.Outcome != Indeterminate && cur.Invoke < prev.Return {
 				return fmt.Errorf("check: process %d has overlapping ops (a process is sequential):\n    %s\n    %s", cur.Process, *prev, *cur)

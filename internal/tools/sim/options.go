@@ -106,6 +106,11 @@ type Options struct {
 	Keys int
 	// ReadFraction of operations are reads (default 0.5).
 	ReadFraction float64
+	// ScanFraction of the reads are scans (engine.OpScan) of a random range of the key space
+	// with a random limit, recorded as one read per key the scan covered (scan.go); 0..1,
+	// default 0: no scans, and no randomness drawn for them, so every run without scans is
+	// the same execution as before they existed.
+	ScanFraction float64
 	// Duration of the client workload in virtual time (default 5s); faults happen within it.
 	Duration time.Duration
 	// Quiesce is the virtual time after the workload with every fault healed, for
@@ -155,6 +160,12 @@ type Options struct {
 	Mutation string
 	// Linearizability also runs the Porcupine check (quorum does not promise it).
 	Linearizability bool
+	// FreshReads checks that every read returns the newest acknowledged write or a newer one
+	// (check.FreshReads) instead of sequential consistency: what reads at ONE or LOCAL_ONE
+	// promise with writes at ALL (R + W > N). They do not promise sequential consistency:
+	// they repair nothing, so a write that timed out after reaching some replicas is seen by
+	// one read and missed by the next.
+	FreshReads bool
 	// TickInterval of the cores in virtual time (default 2ms).
 	TickInterval time.Duration
 	// Trace, when set, receives one line per event (the hash covers the same lines).

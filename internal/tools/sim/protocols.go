@@ -149,6 +149,9 @@ func applyMutationHints(p Protocol, m string, o *Options) error {
 	if h.NoSessions {
 		o.NoSessions = true
 	}
+	if h.FreshReads {
+		o.FreshReads = true
+	}
 	if h.Roam {
 		o.Roam = true
 	}
@@ -166,6 +169,7 @@ func applyMutationHints(p Protocol, m string, o *Options) error {
 		o.Topology = t
 	}
 	setIfPositive(&o.ReadFraction, h.ReadFraction)
+	setIfPositive(&o.ScanFraction, h.ScanFraction)
 	setIfPositive(&o.ClientsPerRegion, h.ClientsPerRegion)
 	setIfPositive(&o.ClockStepEvery, h.ClockStepEvery)
 	setIfPositive(&o.PartitionEvery, h.PartitionEvery)

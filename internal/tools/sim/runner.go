@@ -37,6 +37,8 @@ type SeedsResult struct {
 	Repartitions                       int
 	Moves, MovesFinished, MovesAborted int
 	ReadPaths                          map[string]int
+	// Scans sums the seeds' scan counts (Report.Scans).
+	Scans ScanCounts
 	// Failed is the first failing seed's report (nil when every seed passed).
 	Failed *Report
 }
@@ -79,6 +81,7 @@ func RunSeeds(so SeedsOptions) (*SeedsResult, error) {
 		for k, v := range rep.ReadPaths {
 			res.ReadPaths[k] += v
 		}
+		res.Scans.add(rep.Scans)
 		if len(rep.Violations) > 0 {
 			res.Failed = rep
 			return true
@@ -127,6 +130,9 @@ func ReplayCommand(o Options) string {
 	if o.Linearizability {
 		b.WriteString(" --linearizability")
 	}
+	if o.FreshReads {
+		b.WriteString(" --fresh-reads")
+	}
 	for _, k := range sortedOptionKeys(o.KeyspaceOptions) {
 		fmt.Fprintf(&b, " --option %s=%s", k, o.KeyspaceOptions[k])
 	}
@@ -140,6 +146,12 @@ func ReplayCommand(o Options) string {
 	}
 	if o.ReadFraction != 0.5 {
 		fmt.Fprintf(&b, " --read-fraction %g", o.ReadFraction)
+	}
+	if o.ScanFraction > 0 {
+		fmt.Fprintf(&b, " --scan-fraction %g", o.ScanFraction)
+	}
+	if o.Keys != 3 {
+		fmt.Fprintf(&b, " --keys %d", o.Keys)
 	}
 	if o.ClientsPerRegion != 2 {
 		fmt.Fprintf(&b, " --clients-per-region %d", o.ClientsPerRegion)

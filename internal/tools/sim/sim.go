@@ -47,6 +47,8 @@ type Report struct {
 	MaxOffsetMs                        float64 // largest pairwise clock difference seen
 	// ReadPaths counts how OK reads were served (quorum, local, local-waited, fallback).
 	ReadPaths map[string]int
+	// Scans counts the scans (Options.ScanFraction) and how the coordinators read them.
+	Scans ScanCounts
 }
 
 type eventKind uint8
@@ -147,9 +149,10 @@ type client struct {
 }
 
 type inflightOp struct {
-	idx  int // index in the history
+	idx  int // index in the history (not for a scan, whose reads are recorded when it returns)
 	req  uint64
 	node int
+	scan *scanOp // a scan in flight (scan.go)
 }
 
 type simulator struct {
@@ -192,6 +195,11 @@ type simulator struct {
 	lostAt, excludedAt int64
 	excludedRegion     string
 	exclusionSeq       uint64
+	// Scans (scan.go): the key space in byte order, the last group ID given to a scan's
+	// reads, and the first scan answer that broke a scan's own rules (order, range, limit).
+	scanKeys   []string
+	scanGroups int
+	scanBroken *check.Violation
 }
 
 // workloadOp is a request of the protocol's own workload in flight.
@@ -212,6 +220,9 @@ func Run(o Options) (*Report, error) {
 	}
 	prepare(p, &o)
 	o.ensureDefaults()
+	if !(o.ScanFraction >= 0 && o.ScanFraction <= 1) {
+		return nil, fmt.Errorf("sim: scan fraction %v out of range [0, 1]", o.ScanFraction)
+	}
 	if o.Mutation != "" {
 		if _, ok := MutationDescription(p, o.Mutation); !ok {
 			return nil, fmt.Errorf("sim: protocol %s has no mutation %q (known: %v)", p.Name, o.Mutation, MutationNames(p))
@@ -833,6 +844,7 @@ func (s *simulator) crash(i int) error {
 		return fmt.Errorf("sim: node %s: storage still busy with flushes or compactions after 10s", n.cfg.Name)
 	}
 	clone := n.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: s.rng.IntN(101), RNG: rand.New(rand.NewPCG(s.rng.Uint64(), 1))})
+	s.countScanStats(n.host) // the engine's counters go with it
 	n.engine.Close()
 	n.engine = nil
 	n.fs = clone
@@ -958,6 +970,9 @@ func (s *simulator) clientOp(ci int) error {
 	op := check.Op{ID: len(s.history), Process: cl.proc, Key: key, Invoke: s.now, Node: s.nodes[node].cfg.Name}
 	req := engine.Request{Keyspace: "sim", Key: []byte(key)}
 	if s.rng.Float64() < s.o.ReadFraction {
+		if s.o.ScanFraction > 0 && s.rng.Float64() < s.o.ScanFraction {
+			return s.scan(ci, node)
+		}
 		op.Kind = check.Read
 		req.Op, req.Level = engine.OpGet, s.readLvl
 	} else {
@@ -1075,6 +1090,10 @@ func (s *simulator) reply(node int, r engine.Result) {
 			outcome = check.Indeterminate
 		}
 	}
+	if sc := cl.inflight.scan; sc != nil {
+		s.finishScan(ci, sc, outcome, r, s.localTime(node).UnixNano()-epoch)
+		return
+	}
 	s.history[idx].NodeReturn = s.localTime(node).UnixNano() - epoch
 	s.finishOp(ci, idx, outcome, r)
 }
@@ -1121,6 +1140,11 @@ func (s *simulator) clientTimeout(ci int, req uint64) {
 		cl.home = s.otherNodeIn(cl.region, cl.home)
 		return
 	}
+	if sc := cl.inflight.scan; sc != nil {
+		s.finishScan(ci, sc, check.Indeterminate, engine.Result{}, 0)
+		cl.home = s.otherNodeIn(cl.region, cl.home)
+		return
+	}
 	s.finishOp(ci, cl.inflight.idx, check.Indeterminate, engine.Result{})
 	cl.home = s.otherNodeIn(cl.region, cl.home) // try another coordinator of its region
 }
@@ -1160,6 +1184,11 @@ func (s *simulator) finish() (*Report, error) {
 			s.clientTimeout(ci, cl.inflight.req)
 		}
 	}
+	for _, n := range s.nodes {
+		if n.host != nil {
+			s.countScanStats(n.host)
+		}
+	}
 	if s.workload != nil {
 		return s.finishWorkload()
 	}
@@ -1188,12 +1217,15 @@ func (s *simulator) finish() (*Report, error) {
 	if err := s.history.Validate(); err != nil {
 		return nil, fmt.Errorf("sim: seed %d produced a malformed history (a simulator bug): %w", s.o.Seed, err)
 	}
-	s.report.Violations = check.CheckAll(s.history, final, check.Options{Linearizability: s.o.Linearizability, LinearizabilityTimeout: 10 * time.Second})
+	s.report.Violations = check.CheckAll(s.history, final, check.Options{Linearizability: s.o.Linearizability, LinearizabilityTimeout: 10 * time.Second, FreshReads: s.o.FreshReads})
 	if v := s.moveProgress(); v != nil {
 		s.report.Violations = append(s.report.Violations, v)
 	}
 	if v := s.regionLossProgress(); v != nil {
 		s.report.Violations = append(s.report.Violations, v)
+	}
+	if s.scanBroken != nil {
+		s.report.Violations = append([]*check.Violation{s.scanBroken}, s.report.Violations...)
 	}
 	if s.invariantBroken != nil {
 		s.report.Violations = append([]*check.Violation{s.invariantBroken}, s.report.Violations...)
