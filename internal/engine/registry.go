@@ -165,7 +165,7 @@ type SimHints struct {
 	ScanFraction float64
 	// FreshReads, when set, checks that every read returns the newest acknowledged write or
 	// a newer one instead of checking sequential consistency (sim.Options.FreshReads): what
-	// scans promise, which do not repair what they read.
+	// reads at ONE promise even with writes at ALL, as they repair nothing.
 	FreshReads bool
 	// ClockStepEvery, when set, steps every node's clock this often on average (within the
 	// fault's bound) instead of a few times a run.

@@ -134,8 +134,10 @@ type Core struct {
 	scans       map[uint64]*scanRound    // by peer request ID
 	scanOps     map[uint64]*pendingScan  // by client request ID
 	cursors     scanCursors              // streaming scans this node serves as a replica
-	fetches     map[uint64]*fetch        // large reads' transfers, by peer request ID
-	lr          largeReads
+	// scanRepairWrites are scans' read-repair writes in flight, by peer request ID.
+	scanRepairWrites map[uint64]scanRepairWrite
+	fetches          map[uint64]*fetch // large reads' transfers, by peer request ID
+	lr               largeReads
 
 	timers timers
 	live   liveness
@@ -150,17 +152,18 @@ type Core struct {
 func New(cfg Config, store Reader, ext Extension) *Core {
 	cfg.ensureDefaults()
 	c := &Core{
-		Cfg:     cfg,
-		Store:   store,
-		Clock:   hlc.NewHLC(cfg.NodeID, cfg.MaxClockSkew),
-		Region:  map[uint32]string{},
-		ext:     ext,
-		writes:  map[uint64]*pendingWrite{},
-		reads:   map[uint64]*pendingRead{},
-		scans:   map[uint64]*scanRound{},
-		cursors: scanCursors{open: map[scanCursorKey]*scanCursor{}},
-		scanOps: map[uint64]*pendingScan{},
-		fetches: map[uint64]*fetch{},
+		Cfg:              cfg,
+		Store:            store,
+		Clock:            hlc.NewHLC(cfg.NodeID, cfg.MaxClockSkew),
+		Region:           map[uint32]string{},
+		ext:              ext,
+		writes:           map[uint64]*pendingWrite{},
+		reads:            map[uint64]*pendingRead{},
+		scans:            map[uint64]*scanRound{},
+		cursors:          scanCursors{open: map[scanCursorKey]*scanCursor{}},
+		scanRepairWrites: map[uint64]scanRepairWrite{},
+		scanOps:          map[uint64]*pendingScan{},
+		fetches:          map[uint64]*fetch{},
 	}
 	for _, n := range cfg.Nodes {
 		c.Region[n.ID] = n.Region

@@ -103,6 +103,9 @@ type LargeReadStats struct {
 	// their coordinator fell silent, and streams this node gave up as a coordinator (the
 	// replica was slow, or a page did not continue the read) and read on elsewhere.
 	ScanStreams, ScanCursorsRefused, ScanCursorsExpired, ScanStreamRestarts atomic.Int64
+	// ScanRepairs: records scans wrote to replicas that answered with an older version of a
+	// key, or none (scanrepair.go).
+	ScanRepairs atomic.Int64
 }
 
 // count counts a read fetched under label.

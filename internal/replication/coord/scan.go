@@ -14,9 +14,10 @@ import (
 )
 
 // Scans read every partition overlapping the range from the level's count of replicas and
-// merge the replies key by key, newest version wins, tombstones hide older values. Scans do
-// not read-repair (anti-entropy converges replicas); they give the same guarantee per key as
-// a read at the same level, but no snapshot across keys.
+// merge the replies key by key, newest version wins, tombstones hide older values. Like reads,
+// they repair the replicas they asked that answered with an older version of a key, or none,
+// before the page counts (blocking read repair, scanrepair.go), so they give the same
+// guarantee per key as a read at the same level, but no snapshot across keys.
 //
 // A replica returns at most `limit` keys (tombstones included) and about scan_page_bytes (a
 // page), so a merged round is only complete up to the smallest last key among the replies
@@ -95,12 +96,17 @@ type scanRound struct {
 	// A streaming round (scanstream.go) asked one replica, node, for a window of pages: it
 	// takes them in order (next is the next page's number; early holds the at most window-1
 	// pages that arrived before it) and stays open until the stream's last page.
-	stream   bool
-	node     uint32
-	window   uint32
-	next     uint32
-	early    map[uint32]*peerpb.ScanReply
-	started  time.Time
+	stream  bool
+	node    uint32
+	window  uint32
+	next    uint32
+	early   map[uint32]*peerpb.ScanReply
+	started time.Time
+	// merged is the round's replies merged (set once the quorum has answered); repair, while
+	// the replicas that answered with an older version of some key (or none) are brought up
+	// to date before the page counts (blocking read repair, scanrepair.go).
+	merged   *mergedPage
+	repair   *scanRepair
 	lastPage time.Time     // when the last page was taken (zero: none yet)
 	patience time.Duration // how long a page may take before the replica counts as slow
 }
@@ -586,10 +592,17 @@ func (c *Core) handleScanReply(now time.Time, from uint32, m *peerpb.ScanReply) 
 // completeScanRound merges the round's replies into its partition once `need` replicas have
 // answered, and reports whether it did.
 func (c *Core) completeScanRound(now time.Time, id uint64, rd *scanRound) bool {
-	if !rd.q.satisfied(func(n uint32) bool { _, ok := rd.replies[n]; return ok }) {
+	if rd.repair != nil || !rd.q.satisfied(func(n uint32) bool { _, ok := rd.replies[n]; return ok }) {
 		return false
 	}
 	sp := rd.part
+	if !rd.stream && rd.merged == nil && !rd.op.done && !sp.done {
+		recs, bound, truncated := mergeScanReplies(rd)
+		rd.merged = &mergedPage{recs: recs, bound: bound, truncated: truncated}
+		if c.startScanRepair(now, id, rd) {
+			return false // the page counts once the stale replicas have taken its records
+		}
+	}
 	// A stream's round stays open until its last page; a page that does not continue the
 	// read exactly where it stands (a restarted cursor, a page lost) ends the stream, and a
 	// new round reads on.
@@ -623,7 +636,15 @@ func (c *Core) completeScanRound(now time.Time, id uint64, rd *scanRound) bool {
 			c.lr.stats.ScanPagesForward.Add(1)
 		}
 	}
-	recs, bound, truncated := mergeScanReplies(rd)
+	var recs []storage.Record
+	var bound []byte
+	var truncated bool
+	if m := rd.merged; m != nil {
+		recs, bound, truncated = m.recs, m.bound, m.truncated
+		rd.merged = nil
+	} else {
+		recs, bound, truncated = mergeScanReplies(rd)
+	}
 	recs = c.scanPageMutation(rd, recs) // broken on purpose only under the mutation (scanmutations.go)
 	// Keys outside the unread range [resume, back) were read by the other half of a split read
 	// (or are not what was asked): every key comes from the half that read it first.

@@ -1,6 +1,8 @@
 package coord
 
 import (
+	"time"
+
 	"meridian/internal/engine"
 	"meridian/internal/storage"
 )
@@ -14,18 +16,23 @@ const MutationScanSkipPageBoundary = "scan-skip-page-boundary"
 
 // ScanMutations and ScanMutationHints are the scans' broken variants and the simulation
 // settings under which they show: half of the reads are scans, every page holds one record
-// (scan_page_bytes=1), so every scan of more than one key pages, and reads are checked for
-// freshness (each returns the newest acknowledged write or a newer one), which is what scans
-// give: they do not repair what they read, so a scan may return a write that reached one
-// replica of its quorum and a later read miss it, which sequential consistency forbids
-// (docs/simulation.md, "Scans"). The levels stay the protocol's (QUORUM/QUORUM); the
-// split-scan configuration of make sim-ci (ONE/ALL, mayflower) catches it too.
+// (scan_page_bytes=1), so every scan of more than one key pages; the levels stay the
+// protocol's (QUORUM/QUORUM), where scans, which repair what they read (scanrepair.go), are
+// checked for sequential consistency as reads are. The split-scan configuration of make
+// sim-ci (ONE/ALL, mayflower, fresh reads) catches it too.
+// MutationScanNoRepair: scans answer without repairing what they read (scanrepair.go), as
+// they did before the simulator's sequential-consistency check found that a QUORUM scan could
+// return a write that reached one replica and a later read miss it.
+const MutationScanNoRepair = "scan-no-repair"
+
 var (
 	ScanMutations = map[string]string{
+		MutationScanNoRepair:         "scans repair nothing: a QUORUM scan may return a write only one replica holds, and a later QUORUM read miss it",
 		MutationScanSkipPageBoundary: "a scan's forward page that continues a partition after a page cut short drops its first record, and the scan resumes past it (the key at each page boundary is skipped)",
 	}
 	ScanMutationHints = map[string]engine.SimHints{
-		MutationScanSkipPageBoundary: {ScanFraction: 0.5, FreshReads: true, KeyspaceOptions: map[string]string{"scan_page_bytes": "1"}},
+		MutationScanSkipPageBoundary: {ScanFraction: 0.5, KeyspaceOptions: map[string]string{"scan_page_bytes": "1"}},
+		MutationScanNoRepair:         {ScanFraction: 0.8, PartitionEvery: 500 * time.Millisecond, KeyspaceOptions: map[string]string{"scan_page_bytes": "1"}},
 	}
 )
 

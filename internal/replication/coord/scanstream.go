@@ -240,6 +240,10 @@ func (c *Core) dropScanRound(id uint64) {
 		return
 	}
 	delete(c.scans, id)
+	if rd.repair != nil {
+		c.endScanRepair(rd.repair)
+		rd.repair = nil
+	}
 	if rd.stream {
 		c.Send(rd.node, &peerpb.Envelope{Msg: &peerpb.Envelope_ScanCredit{ScanCredit: &peerpb.ScanCredit{RequestId: id, Cancel: true}}})
 	}

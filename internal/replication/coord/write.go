@@ -151,7 +151,9 @@ func (c *Core) handleWriteAck(now time.Time, from uint32, m *peerpb.WriteAck) {
 	}
 	if r, ok := c.reads[m.RequestId]; ok {
 		c.handleRepairAck(now, from, m.RequestId, r)
+		return
 	}
+	c.scanRepairAcked(now, m.RequestId, from)
 }
 
 // expireWrite fails write id if it is still pending at its deadline.

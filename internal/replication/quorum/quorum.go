@@ -77,6 +77,7 @@ func registerLargeReadMetrics(reg prometheus.Registerer, s *coord.LargeReadStats
 		{"meridian_scan_cursors_refused_total", "Requests for a streaming scan this node answered with one page because every cursor was in use.", &s.ScanCursorsRefused},
 		{"meridian_scan_cursors_expired_total", "Streaming scan cursors dropped after their coordinator fell silent.", &s.ScanCursorsExpired},
 		{"meridian_scan_stream_restarts_total", "Streaming scans this node gave up as a coordinator (the replica was slow, or a page did not continue the read) and read on from another round.", &s.ScanStreamRestarts},
+		{"meridian_scan_read_repairs_total", "Records scans wrote to replicas that answered with an older version of a key, or without it (blocking read repair).", &s.ScanRepairs},
 		{"meridian_split_scan_unused_records_total", "Records the halves of split scans received that were not part of the answer (read by both halves where they met, or by a backward half the limit made useless).", &s.ScanSplitUnused},
 	} {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, load(c.v)))

@@ -393,6 +393,14 @@ func largeReadRun(ctx context.Context, o LargeReadOptions, selector string) (Lar
 	}
 	run.Reads = len(all)
 	run.MeanMs, run.P50Ms, run.P99Ms = latencyStats(all)
+	if o.ScanRecords > 0 {
+		// A scan's bytes are its pages: the records it returned and those its split halves
+		// read for nothing (where they met, or past the limit; scans cut off by the
+		// end of the run count only their unused records).
+		unused := end[3] - base[3]
+		run.WastedBytes = unused * int64(o.ValueBytes)
+		run.FetchedBytes = (int64(len(all))*int64(o.ScanRecords) + unused) * int64(o.ValueBytes)
+	}
 	fmt.Fprintf(o.Log, "    %d reads, mean %.0f ms, p99 %.0f ms, join %.1f s, %d split, %.1f%% bytes wasted\n", run.Reads, run.MeanMs, run.P99Ms, run.JoinS,
 		run.Splits, 100*float64(run.WastedBytes)/float64(max(run.FetchedBytes, 1)))
 	return run, nil
@@ -440,8 +448,8 @@ func coordinatorFor(coords []*node.Node, k int, key []byte) (*node.Node, bool) {
 }
 
 // largeReadCounters sums the cluster's fetched bytes, wasted bytes and split reads.
-func largeReadCounters(c *bench.Cluster) [3]int64 {
-	var out [3]int64
+func largeReadCounters(c *bench.Cluster) [4]int64 {
+	var out [4]int64
 	for _, nd := range c.Nodes {
 		mfs, err := nd.Registry().Gather()
 		if err != nil {
@@ -456,6 +464,8 @@ func largeReadCounters(c *bench.Cluster) [3]int64 {
 				i = 1
 			case "meridian_large_reads_split_total", "meridian_split_scans_total":
 				i = 2
+			case "meridian_split_scan_unused_records_total":
+				i = 3
 			}
 			if i < 0 {
 				continue

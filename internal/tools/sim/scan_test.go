@@ -154,7 +154,7 @@ func TestScanMutationIsCaught(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hinted.ScanFraction == 0 || !hinted.FreshReads || hinted.KeyspaceOptions["scan_page_bytes"] != "1" {
+	if hinted.ScanFraction == 0 || hinted.KeyspaceOptions["scan_page_bytes"] != "1" {
 		t.Fatalf("the mutation's hints do not reach the options: %+v", hinted)
 	}
 	for name, o := range map[string]Options{"hints": hinted, "split": splitScanOptions(t)} {
@@ -168,6 +168,30 @@ func TestScanMutationIsCaught(t *testing.T) {
 		}
 		t.Logf("%s: caught at seed %d by %s", name, res.Failed.Seed, res.Failed.Violations[0].Checker)
 	}
+}
+
+// Scans that repair nothing are caught by sequential consistency under the mutation's hints,
+// and the same runs pass with the repair on.
+func TestScanRepairMutationIsCaught(t *testing.T) {
+	o, err := MutationOptions(Options{Topology: gcp(t), Faults: allFaults(t)}, coord.MutationScanNoRepair)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := RunSeeds(SeedsOptions{Base: o, Seeds: 10, SeedStart: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Failed != nil {
+		t.Fatalf("scans with repair fail: %+v", res.Failed)
+	}
+	o.Mutation = coord.MutationScanNoRepair
+	if res, err = RunSeeds(SeedsOptions{Base: o, Seeds: 10, SeedStart: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if res.Failed == nil {
+		t.Fatalf("%s not caught in %d seeds", o.Mutation, res.Seeds)
+	}
+	t.Logf("caught at seed %d by %s", res.Failed.Seed, res.Failed.Violations[0].Checker)
 }
 
 func TestScanOptions(t *testing.T) {
