@@ -109,6 +109,13 @@ type scanRound struct {
 	repair   *scanRepair
 	lastPage time.Time     // when the last page was taken (zero: none yet)
 	patience time.Duration // how long a page may take before the replica counts as slow
+	// A stream is a transfer this node receives (transfers.go reports it): the bytes and
+	// records its pages brought, its limit, and its rate (the plan's for a split half until
+	// measured: bytes received since sampleAt, folded in every report interval).
+	streamBytes, streamRecords, limit int64
+	rate                              float64
+	received                          int64
+	sampleAt                          time.Time
 }
 
 // scanStreamStall: a stream is given up when its replica is down, or when no page has come
@@ -433,6 +440,7 @@ func (c *Core) startScanRound(now time.Time, op *pendingScan, sp *scanPart, limi
 		q.satisfied(func(n uint32) bool { return n == first[0] }) {
 		rd.stream, rd.node, rd.window = true, first[0], w
 		rd.request.Window = w
+		rd.limit, rd.rate = int64(limit), rate
 	}
 	var farthest time.Duration
 	for _, n := range first {

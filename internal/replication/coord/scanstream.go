@@ -190,6 +190,10 @@ func (c *Core) takeStreamPage(now time.Time, id uint64, rd *scanRound, m *peerpb
 	}
 	progressed := false
 	for page := m; page != nil; { // at most a window of pages
+		n := pageBytes(page)
+		rd.streamBytes += n
+		rd.received += n
+		rd.streamRecords += int64(len(page.Records))
 		rd.replies = map[uint32]*peerpb.ScanReply{rd.node: page}
 		rd.next++
 		rd.lastPage = now
@@ -205,6 +209,26 @@ func (c *Core) takeStreamPage(now time.Time, id uint64, rd *scanRound, m *peerpb
 	if progressed {
 		c.advanceScan(now, rd.op)
 	}
+}
+
+// pageBytes is a page's size as its replica bounds it (localScan): keys, values and 32 bytes
+// per record.
+func pageBytes(page *peerpb.ScanReply) int64 {
+	var n int64
+	for _, r := range page.Records {
+		n += int64(len(r.GetKey()) + len(r.GetValue()) + 32)
+	}
+	return n
+}
+
+// streamRemaining estimates what rd's stream has left to bring: its records still within the
+// limit at the size of those so far (a window of pages before the first arrives). The range's
+// own end is not known; the partition's size would bound it, at a storage estimate per stream.
+func (rd *scanRound) streamRemaining(pageBytes int) int64 {
+	if rd.streamRecords == 0 {
+		return int64(rd.window) * int64(pageBytes)
+	}
+	return max(rd.limit-rd.streamRecords, 0) * (rd.streamBytes / rd.streamRecords)
 }
 
 // streamContinues reports whether page, of a stream of sp's, starts where sp's read stands:

@@ -2,8 +2,8 @@ package coord
 
 // Flow tracking without a programmable network (thesis 3.5.2, the endpoint-only Flowserver).
 // Mayflower's Flowserver polls switch counters every second; Meridian has no switches to ask,
-// so every node measures the transfers it receives — large reads' chunks and replica moves'
-// snapshot pulls — and, every report interval, tells the other nodes each one's source, bytes
+// so every node measures the transfers it receives — large reads' chunks, replica moves'
+// snapshot pulls and scans' streams of pages — and, every report interval, tells the other nodes each one's source, bytes
 // left and measured rate. A coordinator choosing where to fetch a large value builds the
 // model from them (mayflowerPlan): a link per node interface and direction and per ordered
 // region pair, the reported flows on their paths, and costs each replica with Eq. 3.1–3.2.
@@ -97,6 +97,11 @@ func (c *Core) tickTransfers(now time.Time) {
 			in.pullRate, in.pullBytes, in.pullSampleAt = sampleRate(now, in.pullRate, in.pullBytes, in.pullSampleAt)
 		}
 	}
+	for _, rd := range c.scans {
+		if rd.stream {
+			rd.rate, rd.received, rd.sampleAt = sampleRate(now, rd.rate, rd.received, rd.sampleAt)
+		}
+	}
 	if !c.mayflowerInUse() {
 		return
 	}
@@ -154,11 +159,22 @@ func (c *Core) ownTransfers() []*peerpb.Transfer {
 		}
 		out = append(out, &peerpb.Transfer{Source: in.source, RemainingBytes: uint64(max(left, 0)), RemainingKnown: true, RateBytesPerSec: in.pullRate})
 	}
+	for _, rd := range c.scans {
+		if !rd.stream {
+			continue // a page at a time: short transfers, each within a round trip
+		}
+		ks, _ := c.Pmap.Keyspace(rd.op.req.Keyspace)
+		out = append(out, &peerpb.Transfer{Source: rd.node, RemainingBytes: uint64(rd.streamRemaining(c.scanPageBytes(ks))), RemainingKnown: true, RateBytesPerSec: rd.rate})
+	}
 	slices.SortFunc(out, func(a, b *peerpb.Transfer) int {
+		// A total order (the transfers come from maps): equal ones are alike.
 		if a.RemainingBytes != b.RemainingBytes {
 			return cmp.Compare(b.RemainingBytes, a.RemainingBytes)
 		}
-		return cmp.Compare(a.Source, b.Source)
+		if a.Source != b.Source {
+			return cmp.Compare(a.Source, b.Source)
+		}
+		return cmp.Compare(a.RateBytesPerSec, b.RateBytesPerSec)
 	})
 	if len(out) > wire.MaxReportedTransfers {
 		out = out[:wire.MaxReportedTransfers]

@@ -251,3 +251,48 @@ func TestStreamingScanRefusesAPageThatSkipsKeys(t *testing.T) {
 		t.Errorf("%d streams given up, want 1", n)
 	}
 }
+
+// A stream is a transfer its coordinator reports (transfers.go), so the Mayflower model of
+// every node sees it: while a split scan's two halves stream, n1's report lists a transfer
+// from each half's replica with what is left of it; once the scan is over, none.
+func TestStreamingScansAreReportedTransfers(t *testing.T) {
+	h := notReplica(t, splitScanOptions(map[string]string{"scan_window_pages": "2", "speculative_retry": "1s"}))
+	scanData(t, h)
+	id := h.Propose(1, scanReq(config.LevelOne, 1000))
+	// Deliver until both halves have brought a page; hold the rest.
+	for range 100 {
+		if counters(h, 1).ScanPagesBackward.Load() > 0 {
+			break
+		}
+		h.Deliver(func(*peerpb.Envelope) bool { return true })
+	}
+	if counters(h, 1).ScanPagesBackward.Load() == 0 {
+		t.Fatal("the scan was not split")
+	}
+	held := h.Drop(func(*peerpb.Envelope) bool { return true })
+	reports := func() map[uint32]*peerpb.Transfer {
+		h.Tick(time.Second)
+		out := map[uint32]*peerpb.Transfer{}
+		for _, e := range h.Drop(func(e *peerpb.Envelope) bool { _, ok := e.Msg.(*peerpb.Envelope_TransferReport); return ok && e.From == 1 }) {
+			for _, tr := range e.Msg.(*peerpb.Envelope_TransferReport).TransferReport.Transfers {
+				out[tr.Source] = tr
+			}
+		}
+		return out
+	}
+	got := reports()
+	for _, n := range []uint32{2, 3} {
+		tr, ok := got[n]
+		if !ok || !tr.RemainingKnown || tr.RemainingBytes == 0 {
+			t.Fatalf("n1 reports %v: want a transfer with bytes left from n%d", got, n)
+		}
+	}
+	h.Queue = append(h.Queue, held...)
+	deliverAll(h)
+	if r, ok := h.Reply(id); !ok || r.Err != nil {
+		t.Fatalf("scan: ok=%v err=%v", ok, r.Err)
+	}
+	if got := reports(); len(got) != 0 {
+		t.Fatalf("after the scan n1 still reports %v", got)
+	}
+}
