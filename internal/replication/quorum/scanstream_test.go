@@ -273,7 +273,10 @@ func TestStreamingScansAreReportedTransfers(t *testing.T) {
 	reports := func() map[uint32]*peerpb.Transfer {
 		h.Tick(time.Second)
 		out := map[uint32]*peerpb.Transfer{}
-		for _, e := range h.Drop(func(e *peerpb.Envelope) bool { _, ok := e.Msg.(*peerpb.Envelope_TransferReport); return ok && e.From == 1 }) {
+		for _, e := range h.Drop(func(e *peerpb.Envelope) bool {
+			_, ok := e.Msg.(*peerpb.Envelope_TransferReport)
+			return ok && e.From == 1
+		}) {
 			for _, tr := range e.Msg.(*peerpb.Envelope_TransferReport).TransferReport.Transfers {
 				out[tr.Source] = tr
 			}
