@@ -210,17 +210,7 @@ func (s *simulator) finishScan(ci int, sc *scanOp, outcome check.Outcome, r engi
 		s.report.Scans.KeyReads += len(reads)
 		summary = fmt.Sprintf("%d items, more=%v, reads:%s", len(r.Items), r.More, b.String())
 	}
-	if cl.inflight != nil {
-		delete(s.reqs, cl.inflight.req)
-	}
-	cl.inflight = nil
-	if outcome == check.Indeterminate {
-		cl.proc = s.procs
-		s.procs++
-	}
-	s.trace("return c%d %s -> %s", ci, sc, summary)
-	think := s.rng.Int64N(int64(10 * time.Millisecond))
-	s.schedule(event{at: s.now + think, kind: evClientOp, cli: ci})
+	s.clientReturned(ci, outcome, fmt.Sprintf("%s -> %s", sc, summary))
 }
 
 // countScanStats adds the split-scan counters of host's quorum-family engines (they live as

@@ -1117,6 +1117,14 @@ func (s *simulator) finishOp(ci, idx int, outcome check.Outcome, r engine.Result
 			cl.session = r.Version
 		}
 	}
+	s.clientReturned(ci, outcome, op.String())
+}
+
+// clientReturned ends client ci's operation (what is the trace's description): the client is
+// free, becomes a new process after an indeterminate outcome (it cannot know what happened),
+// and starts its next operation after a think time.
+func (s *simulator) clientReturned(ci int, outcome check.Outcome, what string) {
+	cl := s.clients[ci]
 	if cl.inflight != nil {
 		delete(s.reqs, cl.inflight.req)
 	}
@@ -1125,7 +1133,7 @@ func (s *simulator) finishOp(ci, idx int, outcome check.Outcome, r engine.Result
 		cl.proc = s.procs
 		s.procs++
 	}
-	s.trace("return c%d %s", ci, op.String())
+	s.trace("return c%d %s", ci, what)
 	think := s.rng.Int64N(int64(10 * time.Millisecond))
 	s.schedule(event{at: s.now + think, kind: evClientOp, cli: ci})
 }
