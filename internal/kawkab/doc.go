@@ -1,8 +1,8 @@
 // Package kawkab holds Kawkab's storage structures: the pieces of an append-only time-series
 // stream store (../shared/seeds/thesis-mayflower-canopus-kawkab.txt, chapter 5) that the rest
 // of Kawkab — the streams API, data blocks and chunks, the buffer cache, the local chunk store,
-// the object store, the server — will be built on. Everything here is pure and deterministic:
-// no clocks, no goroutines, no I/O except through the interfaces the caller supplies.
+// the object store, the server — will be built on. The index is pure and deterministic: no
+// clocks, no goroutines, no I/O except through the interfaces the caller supplies.
 //
 // index.go is the time index of a stream (section 5.5): a k-ary post-order heap of fixed-size
 // index blocks (5.4.2, Figs. 5.5–5.7) whose body entries hold the minimum and maximum timestamp
@@ -12,4 +12,13 @@
 // aggregate over a time range is answered from index blocks alone except at the (at most two)
 // data blocks at its edges. docs/kawkab.md describes the layout, the corrected entry formula
 // of 5.5.1 and the tests.
+//
+// objstore.go is the object-store tier (5.3.2, the global store): the ObjectStore interface
+// (Put, ranged Get, Delete, List by prefix) with its rules for keys, ranges and errors, an
+// in-memory store for tests and a store over a local directory (atomic, fsynced writes; keys
+// escaped into paths that cannot leave it). objmodel.go wraps any store in a latency and
+// bandwidth model of S3 calibrated on the thesis's measurements (5.7.6), on an injectable
+// Clock (clock.go: the wall clock, or a discrete-event VirtualClock for tests). The S3 client
+// and an embedded S3-compatible server are in package s3store, the conformance suite every
+// implementation passes in package objstoretest.
 package kawkab
