@@ -1,8 +1,5 @@
-// Package kawkab holds Kawkab's storage structures: the pieces of an append-only time-series
-// stream store (../shared/seeds/thesis-mayflower-canopus-kawkab.txt, chapter 5) that the rest
-// of Kawkab — the streams API, data blocks and chunks, the buffer cache, the local chunk store,
-// the object store, the server — will be built on. The index is pure and deterministic: no
-// clocks, no goroutines, no I/O except through the interfaces the caller supplies.
+// Package kawkab holds Kawkab's storage structures and its stream engine: an append-only
+// time-series stream store (../shared/seeds/thesis-mayflower-canopus-kawkab.txt, chapter 5).
 //
 // index.go is the time index of a stream (section 5.5): a k-ary post-order heap of fixed-size
 // index blocks (5.4.2, Figs. 5.5–5.7) whose body entries hold the minimum and maximum timestamp
@@ -10,8 +7,16 @@
 // from the last block (5.5.3). Beyond the thesis, every entry and every header entry also
 // carries a summary (count, sum, minimum, maximum) of a numeric value of the records, so an
 // aggregate over a time range is answered from index blocks alone except at the (at most two)
-// data blocks at its edges. docs/kawkab.md describes the layout, the corrected entry formula
-// of 5.5.1 and the tests.
+// data blocks at its edges. It is pure and deterministic: no clocks, no goroutines, its blocks
+// kept through a NodeStore.
+//
+// stream.go is a stream's schema and record layout (5.2, 5.4.1): fixed-size records whose
+// first 8 bytes are the timestamp, 16 KiB data blocks that no record straddles, 4 MiB chunks.
+// chunkfile.go is the local chunk store of one stream (5.3.2, "Local Store Service"): dense
+// data chunk files, index chunk files that are the index's NodeStore, the metadata file.
+// engine.go is the stream engine: appends acknowledged at a stream's level (fsynced with
+// group commit, or written), reads by record number and time range, aggregates, and recovery
+// from the files alone after a crash.
 //
 // objstore.go is the object-store tier (5.3.2, the global store): the ObjectStore interface
 // (Put, ranged Get, Delete, List by prefix) with its rules for keys, ranges and errors, an
@@ -21,4 +26,7 @@
 // Clock (clock.go: the wall clock, or a discrete-event VirtualClock for tests). The S3 client
 // and an embedded S3-compatible server are in package s3store, the conformance suite every
 // implementation passes in package objstoretest.
+//
+// docs/kawkab.md describes the layouts, the corrected entry formula of 5.5.1, what each
+// acknowledgement level survives, recovery and the tests.
 package kawkab

@@ -716,16 +716,16 @@ type NodeStore interface {
 	Put(j uint64, block []byte) error
 }
 
-// MemStore is an in-memory NodeStore, not safe for concurrent use.
-type MemStore struct {
+// MemNodeStore is an in-memory NodeStore, not safe for concurrent use.
+type MemNodeStore struct {
 	blocks map[uint64][]byte
 }
 
-// NewMemStore returns an empty in-memory store.
-func NewMemStore() *MemStore { return &MemStore{blocks: map[uint64][]byte{}} }
+// NewMemNodeStore returns an empty in-memory store.
+func NewMemNodeStore() *MemNodeStore { return &MemNodeStore{blocks: map[uint64][]byte{}} }
 
 // Get returns block j.
-func (m *MemStore) Get(j uint64) ([]byte, error) {
+func (m *MemNodeStore) Get(j uint64) ([]byte, error) {
 	b, ok := m.blocks[j]
 	if !ok {
 		return nil, fmt.Errorf("kawkab: index block %d is not in the store", j)
@@ -734,13 +734,13 @@ func (m *MemStore) Get(j uint64) ([]byte, error) {
 }
 
 // Put stores block j.
-func (m *MemStore) Put(j uint64, block []byte) error {
+func (m *MemNodeStore) Put(j uint64, block []byte) error {
 	m.blocks[j] = block
 	return nil
 }
 
 // Len is the number of blocks stored.
-func (m *MemStore) Len() int { return len(m.blocks) }
+func (m *MemNodeStore) Len() int { return len(m.blocks) }
 
 // Config sizes an index.
 type Config struct {
@@ -800,8 +800,8 @@ type Index struct {
 	lastTS int64  // timestamp of the last record appended
 }
 
-// New returns an empty index whose nodes go to store (which should be empty).
-func New(store NodeStore, cfg Config) (*Index, error) {
+// NewIndex returns an empty index whose nodes go to store (which should be empty).
+func NewIndex(store NodeStore, cfg Config) (*Index, error) {
 	cfg, err := cfg.Resolve()
 	if err != nil {
 		return nil, err
@@ -813,11 +813,11 @@ func New(store NodeStore, cfg Config) (*Index, error) {
 	return &Index{cfg: cfg, heap: heap, store: store}, nil
 }
 
-// Open returns the index of nodes blocks already in store (as its last Seal or Flush left
+// OpenIndex returns the index of nodes blocks already in store (as its last Seal or Flush left
 // them); the last of them becomes the node that changes. No address is stored anywhere: the
 // caller knows the number of nodes from the stream's length (B data blocks have ⌈B/n⌉).
-func Open(store NodeStore, cfg Config, nodes uint64) (*Index, error) {
-	x, err := New(store, cfg)
+func OpenIndex(store NodeStore, cfg Config, nodes uint64) (*Index, error) {
+	x, err := NewIndex(store, cfg)
 	if err != nil || nodes == 0 {
 		return x, err
 	}

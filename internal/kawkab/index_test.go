@@ -252,10 +252,10 @@ func TestEntryFormula(t *testing.T) {
 // Helpers: random streams and brute force
 // ---------------------------------------------------------------------------------------------
 
-func newIndex(t testing.TB, cfg Config) (*Index, *MemStore) {
+func newIndex(t testing.TB, cfg Config) (*Index, *MemNodeStore) {
 	t.Helper()
-	store := NewMemStore()
-	x, err := New(store, cfg)
+	store := NewMemNodeStore()
+	x, err := NewIndex(store, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func randomStream(rng *rand.Rand, blocks, maxRecs int) [][]Record {
 	return out
 }
 
-func buildStream(t testing.TB, cfg Config, blocks [][]Record, sealLast bool) (*Index, *MemStore) {
+func buildStream(t testing.TB, cfg Config, blocks [][]Record, sealLast bool) (*Index, *MemNodeStore) {
 	t.Helper()
 	x, store := newIndex(t, cfg)
 	for b, recs := range blocks {
@@ -698,7 +698,7 @@ func TestSearchWorstCaseGrowth(t *testing.T) {
 
 // recordingStore records every Put and refuses to overwrite a node once a later one exists.
 type recordingStore struct {
-	*MemStore
+	*MemNodeStore
 	t    testing.TB
 	puts []uint64
 	max  uint64
@@ -710,15 +710,15 @@ func (s *recordingStore) Put(j uint64, b []byte) error {
 	}
 	s.max = max(s.max, j)
 	s.puts = append(s.puts, j)
-	return s.MemStore.Put(j, b)
+	return s.MemNodeStore.Put(j, b)
 }
 
 func TestBuildAppendOnly(t *testing.T) {
 	rng := rand.New(rand.NewSource(7))
 	for _, cfg := range []Config{{K: 2, N: 3}, {K: 3, N: 2}, {K: 8, N: 1}} {
 		cfg.BlockSize = BlockSizeFor(cfg.K, cfg.N)
-		store := &recordingStore{MemStore: NewMemStore(), t: t}
-		x, err := New(store, cfg)
+		store := &recordingStore{MemNodeStore: NewMemNodeStore(), t: t}
+		x, err := NewIndex(store, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -821,7 +821,7 @@ func TestAppendRefusals(t *testing.T) {
 
 // failingStore fails puts on demand.
 type failingStore struct {
-	*MemStore
+	*MemNodeStore
 	fail bool
 }
 
@@ -829,12 +829,12 @@ func (s *failingStore) Put(j uint64, b []byte) error {
 	if s.fail {
 		return errors.New("disk full")
 	}
-	return s.MemStore.Put(j, b)
+	return s.MemNodeStore.Put(j, b)
 }
 
 func TestSealRetriesAfterAFailedPut(t *testing.T) {
-	store := &failingStore{MemStore: NewMemStore()}
-	x, err := New(store, Config{K: 2, N: 2, BlockSize: BlockSizeFor(2, 2)})
+	store := &failingStore{MemNodeStore: NewMemNodeStore()}
+	x, err := NewIndex(store, Config{K: 2, N: 2, BlockSize: BlockSizeFor(2, 2)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -872,7 +872,7 @@ func TestOpenContinues(t *testing.T) {
 				t.Fatal(err)
 			}
 			var err error
-			if x, err = Open(store, cfg, x.Nodes()); err != nil {
+			if x, err = OpenIndex(store, cfg, x.Nodes()); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -892,10 +892,10 @@ func TestOpenContinues(t *testing.T) {
 		t.Fatalf("the reopened index forgot the last timestamp: %v", err)
 	}
 	// Opening with another geometry, or more nodes than stored, fails.
-	if _, err := Open(store, Config{K: 2, N: 2, BlockSize: BlockSizeFor(2, 2)}, x.Nodes()); !errors.Is(err, ErrMalformedNode) {
+	if _, err := OpenIndex(store, Config{K: 2, N: 2, BlockSize: BlockSizeFor(2, 2)}, x.Nodes()); !errors.Is(err, ErrMalformedNode) {
 		t.Fatalf("open with k=2: %v", err)
 	}
-	if _, err := Open(store, cfg, x.Nodes()+1); err == nil {
+	if _, err := OpenIndex(store, cfg, x.Nodes()+1); err == nil {
 		t.Fatal("open of a node that is not stored")
 	}
 	// A node before the last that is not full is refused when a search reads it.
@@ -1168,7 +1168,7 @@ func TestTraces(t *testing.T) {
 		var (
 			x      *Index
 			cfg    Config
-			store  *MemStore
+			store  *MemNodeStore
 			blocks [][]Record
 		)
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
@@ -1221,9 +1221,9 @@ func TestTraces(t *testing.T) {
 			case "new":
 				k, n := int(one("k", 2)), int(one("n", 2))
 				cfg = Config{K: k, N: n, BlockSize: int(one("size", int64(BlockSizeFor(k, n))))}
-				store = NewMemStore()
+				store = NewMemNodeStore()
 				var err error
-				if x, err = New(store, cfg); err != nil {
+				if x, err = NewIndex(store, cfg); err != nil {
 					x = nil
 					return fail(err)
 				}
@@ -1355,7 +1355,7 @@ func TestTraces(t *testing.T) {
 				fmt.Fprintf(&out, "node %d stored\n", x.Nodes())
 			case "reopen":
 				var err error
-				if x, err = Open(store, cfg, x.Nodes()); err != nil {
+				if x, err = OpenIndex(store, cfg, x.Nodes()); err != nil {
 					return fail(err)
 				}
 				fmt.Fprintf(&out, "%d nodes, %d blocks, open=%v\n", x.Nodes(), x.Blocks(), x.BlockOpen())
