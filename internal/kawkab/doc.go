@@ -18,6 +18,10 @@
 // group commit, or written), reads by record number and time range, aggregates, and recovery
 // from the files alone after a crash.
 //
+// cache.go is the buffer cache (5.3.2, "Memory Manager"; 5.6's timer queues): sharded,
+// reference-counted 16 KiB buffers from per-shard pools, clean blocks evicted above 90% full,
+// dirty ones never, single-flight loads, and owners that keep a block until a timeout.
+//
 // objstore.go is the object-store tier (5.3.2, the global store): the ObjectStore interface
 // (Put, ranged Get, Delete, List by prefix) with its rules for keys, ranges and errors, an
 // in-memory store for tests and a store over a local directory (atomic, fsynced writes; keys
