@@ -228,16 +228,21 @@ func (s *ModelledObjectStore) transferTime(link *fluidLink, bytes int64, bw floa
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// Put implements ObjectStore: the first-byte latency plus len(data) at the PUT bandwidth, then
-// the write.
-func (s *ModelledObjectStore) Put(ctx context.Context, key string, data []byte) error {
+// begin checks what every request checks first: the model, the context and the key.
+func (s *ModelledObjectStore) begin(ctx context.Context, key string) error {
 	if err := s.init(); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := ValidateKey(key); err != nil {
+	return ValidateKey(key)
+}
+
+// Put implements ObjectStore: the first-byte latency plus len(data) at the PUT bandwidth, then
+// the write.
+func (s *ModelledObjectStore) Put(ctx context.Context, key string, data []byte) error {
+	if err := s.begin(ctx, key); err != nil {
 		return err
 	}
 	if err := s.clock().Sleep(ctx, s.transferTime(&s.up, int64(len(data)), s.Model.PutBandwidth)); err != nil {
@@ -250,13 +255,7 @@ func (s *ModelledObjectStore) Put(ctx context.Context, key string, data []byte) 
 // bandwidth (a ranged GET pays for its range only); a refused GET (not found, bad range) pays
 // the latency.
 func (s *ModelledObjectStore) Get(ctx context.Context, key string, off, n int64) ([]byte, error) {
-	if err := s.init(); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := ValidateKey(key); err != nil {
+	if err := s.begin(ctx, key); err != nil {
 		return nil, err
 	}
 	data, err := s.Inner.Get(ctx, key, off, n)
@@ -274,13 +273,7 @@ func (s *ModelledObjectStore) Get(ctx context.Context, key string, off, n int64)
 
 // Delete implements ObjectStore: one first-byte latency, then the delete.
 func (s *ModelledObjectStore) Delete(ctx context.Context, key string) error {
-	if err := s.init(); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := ValidateKey(key); err != nil {
+	if err := s.begin(ctx, key); err != nil {
 		return err
 	}
 	if err := s.clock().Sleep(ctx, s.latencyOnly(1)); err != nil {
