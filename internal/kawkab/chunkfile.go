@@ -165,8 +165,14 @@ func decodeStreamMeta(b []byte) (streamMeta, error) {
 	if m.Index.N == 0 {
 		return m, badMeta("index body entries n = 0")
 	}
-	if _, err := m.Index.Resolve(); err != nil {
+	resolved, err := m.Index.Resolve()
+	if err != nil {
 		return m, fmt.Errorf("%w: %w", err, ErrMalformedMeta)
+	}
+	if resolved != m.Index {
+		// A stored geometry is always resolved (CreateStream writes what Resolve gave): a zero
+		// k would otherwise be read as the default and never written back the same.
+		return m, badMeta("index geometry %+v is not resolved (want %+v)", m.Index, resolved)
 	}
 	return m, nil
 }
