@@ -63,3 +63,45 @@ func FetchLibDir(ctx context.Context, script, version string, log io.Writer) (st
 	}
 	return out[len(out)-1], nil
 }
+
+// JarSource says where a JVM peer's jars come from, first match wins: LibDir, then the
+// environment variable Env, then the directory the fetch script (Script, or DefaultScript
+// found in the repository) prints after downloading Version once.
+type JarSource struct {
+	Peer          string // for errors: "kafka", "zookeeper"
+	LibDir        string
+	Env           string
+	Script        string
+	DefaultScript string // relative to the repository, e.g. "scripts/fetch-kafka.sh"
+	Version       string
+}
+
+// ResolveLibDir returns the absolute jar directory of s, fetching it if needed.
+func ResolveLibDir(ctx context.Context, s JarSource, log io.Writer) (string, error) {
+	lib := s.LibDir
+	if lib == "" {
+		lib = os.Getenv(s.Env)
+	}
+	if lib == "" {
+		script := s.Script
+		if script == "" {
+			p, err := FindScript(s.DefaultScript)
+			if err != nil {
+				return "", fmt.Errorf("%s: no jar directory: set Options.LibDir or $%s, or run from the repository (%w)", s.Peer, s.Env, err)
+			}
+			script = p
+		}
+		var err error
+		if lib, err = FetchLibDir(ctx, script, s.Version, log); err != nil {
+			return "", fmt.Errorf("%s: %w", s.Peer, err)
+		}
+	}
+	abs, err := filepath.Abs(lib)
+	if err != nil {
+		return "", fmt.Errorf("%s: jar directory %q: %w", s.Peer, lib, err)
+	}
+	if st, err := os.Stat(abs); err != nil || !st.IsDir() {
+		return "", fmt.Errorf("%s: jar directory %q is not a directory (%v)", s.Peer, abs, err)
+	}
+	return abs, nil
+}

@@ -255,27 +255,8 @@ func Start(ctx context.Context, o peer.Options, ko Options) (*Cluster, error) {
 
 // resolveLibDir finds the jar directory: ko.LibDir, $LibDirEnv, or the fetch script's cache.
 func resolveLibDir(ctx context.Context, ko Options, log io.Writer) (string, error) {
-	lib := ko.LibDir
-	if lib == "" {
-		lib = os.Getenv(LibDirEnv)
-	}
-	if lib == "" {
-		script := ko.FetchScript
-		if script == "" {
-			var err error
-			if script, err = peer.FindScript("scripts/fetch-kafka.sh"); err != nil {
-				return "", fmt.Errorf("kafka: no jar directory: set Options.LibDir or $%s, or run from the repository (%w)", LibDirEnv, err)
-			}
-		}
-		var err error
-		if lib, err = peer.FetchLibDir(ctx, script, ko.Version, log); err != nil {
-			return "", fmt.Errorf("kafka: %w", err)
-		}
-	}
-	if st, err := os.Stat(lib); err != nil || !st.IsDir() {
-		return "", fmt.Errorf("kafka: jar directory %q is not a directory (%v)", lib, err)
-	}
-	return lib, nil
+	return peer.ResolveLibDir(ctx, peer.JarSource{Peer: "kafka", LibDir: ko.LibDir, Env: LibDirEnv, Script: ko.FetchScript,
+		DefaultScript: "scripts/fetch-kafka.sh", Version: ko.Version}, log)
 }
 
 // coreJar matches the broker's jar (the "core" module, with kafka.Kafka and

@@ -777,26 +777,8 @@ func (c *Cluster) connect(region string, order []string, small bool) (*zk.Conn, 
 // resolveLibDir finds the jar directory: zo.LibDir, $MERIDIAN_ZOOKEEPER_LIB, or the output of
 // scripts/fetch-zookeeper.sh (which downloads once and caches).
 func resolveLibDir(ctx context.Context, zo Options, log io.Writer) (string, error) {
-	if zo.LibDir != "" {
-		return filepath.Abs(zo.LibDir)
-	}
-	if env := os.Getenv(LibDirEnv); env != "" {
-		return filepath.Abs(env)
-	}
-	script := zo.FetchScript
-	if script == "" {
-		const rel = "scripts/fetch-zookeeper.sh"
-		p, err := peer.FindScript(rel)
-		if err != nil {
-			return "", fmt.Errorf("zookeeper: no jar directory: set Options.LibDir or $%s, or run from the repository (%s not found)", LibDirEnv, rel)
-		}
-		script = p
-	}
-	lib, err := peer.FetchLibDir(ctx, script, zo.Version, log)
-	if err != nil {
-		return "", fmt.Errorf("zookeeper: %w", err)
-	}
-	return lib, nil
+	return peer.ResolveLibDir(ctx, peer.JarSource{Peer: "zookeeper", LibDir: zo.LibDir, Env: LibDirEnv, Script: zo.FetchScript,
+		DefaultScript: "scripts/fetch-zookeeper.sh", Version: zo.Version}, log)
 }
 
 // jarVersion matches the server jar's name (not zookeeper-jute's or another artifact's).
