@@ -50,7 +50,7 @@ func benchCmd() *cobra.Command {
 			profileFile.Close()
 		}
 	}
-	cmd.AddCommand(throughputCmd(), compareCmd("compare"), compareCmd("run"), globleaseFiguresCmd(), globleaseSpikeCmd(), benchLoopbackCmd(), benchElasticCmd(), benchSDURCmd(), benchCatenaeCmd(), benchBwManCmd(), benchAutoscaleCmd(), benchMayflowerCmd())
+	cmd.AddCommand(throughputCmd(), compareCmd("compare"), compareCmd("run"), globleaseFiguresCmd(), globleaseSpikeCmd(), benchLoopbackCmd(), benchElasticCmd(), benchSDURCmd(), benchCatenaeCmd(), benchBwManCmd(), benchAutoscaleCmd(), benchMayflowerCmd(), benchStreamCmd())
 	return cmd
 }
 

@@ -70,10 +70,15 @@ type Options struct {
 	ServerPids []int
 	// InProcess says that the server runs in this process: its CPU time is this process's.
 	InProcess bool
+	// Observe, if set, is called by the worker right after each batch's outcome is
+	// accounted: its scheduled (open loop) or send (closed loop) time and whether it counts
+	// (acknowledged after the warm-up). A harness that mixes operations keeps its own
+	// per-operation statistics with it.
+	Observe func(w int, k int64, sched time.Time, measured bool, err error) `json:"-"`
 	// Name labels the progress line.
 	Name string
 	// Log receives a progress line per run; nil discards it.
-	Log io.Writer
+	Log io.Writer `json:"-"`
 }
 
 // Result is what a run measured after its warm-up.
@@ -102,6 +107,11 @@ type Result struct {
 	P99Ms  float64 `json:"p99_ms"`
 	MaxMs  float64 `json:"max_ms"`
 	MeanMs float64 `json:"mean_ms"`
+	// Service latency, milliseconds: from the moment a worker sent the batch to its
+	// acknowledgement, without the wait for a free worker or the pacer's lateness (equal to
+	// the batch latency in a closed loop).
+	ServiceP50Ms float64 `json:"service_p50_ms"`
+	ServiceP99Ms float64 `json:"service_p99_ms"`
 	// ServerCPUSeconds is the server's CPU time in the window (this process's when it runs
 	// in it); per record, and in cores (divided by Seconds).
 	ServerCPUSeconds     float64 `json:"server_cpu_seconds"`
@@ -196,10 +206,11 @@ type Accounting struct {
 	warmEnd time.Time
 
 	mu       sync.Mutex
-	hist     *hdrhistogram.Histogram
-	batches  int64 // measured
-	records  int64 // measured
-	all      int64 // records acknowledged in the whole run
+	hist     *hdrhistogram.Histogram // from the scheduled time
+	service  *hdrhistogram.Histogram // from the send
+	batches  int64                   // measured
+	records  int64                   // measured
+	all      int64                   // records acknowledged in the whole run
 	errs     int64
 	firstErr error
 	lastAck  time.Time // the last measured acknowledgement
@@ -208,12 +219,14 @@ type Accounting struct {
 
 // NewAccounting counts batches of b records acknowledged after warmEnd.
 func NewAccounting(b int, warmEnd time.Time) *Accounting {
-	return &Accounting{b: int64(b), warmEnd: warmEnd, hist: hdrhistogram.New(histMinUs, histMaxUs, 3)}
+	return &Accounting{b: int64(b), warmEnd: warmEnd, hist: hdrhistogram.New(histMinUs, histMaxUs, 3),
+		service: hdrhistogram.New(histMinUs, histMaxUs, 3)}
 }
 
-// Done records batch k's outcome: sent (or, open loop, scheduled) at sched, acknowledged at
-// done.
-func (a *Accounting) Done(k int64, sched, done time.Time, err error) {
+// Done records batch k's outcome: scheduled at sched (closed loop: sent), sent at sent,
+// acknowledged at done. It reports whether the batch counts (acknowledged after the
+// warm-up).
+func (a *Accounting) Done(k int64, sched, sent, done time.Time, err error) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.seen++
@@ -222,11 +235,11 @@ func (a *Accounting) Done(k int64, sched, done time.Time, err error) {
 		if a.firstErr == nil {
 			a.firstErr = fmt.Errorf("batch %d: %w", k, err)
 		}
-		return
+		return false
 	}
 	a.all += a.b
 	if done.Before(a.warmEnd) {
-		return
+		return false
 	}
 	a.batches++
 	a.records += a.b
@@ -235,6 +248,9 @@ func (a *Accounting) Done(k int64, sched, done time.Time, err error) {
 	}
 	us := done.Sub(sched).Microseconds()
 	_ = a.hist.RecordValue(min(max(us, histMinUs), histMaxUs))
+	us = done.Sub(sent).Microseconds()
+	_ = a.service.RecordValue(min(max(us, histMinUs), histMaxUs))
+	return true
 }
 
 // Fill puts the counts, the throughput and the latency quantiles into r (not the CPU times).
@@ -251,6 +267,7 @@ func (a *Accounting) Fill(r *Result) {
 	ms := func(us int64) float64 { return float64(us) / 1000 }
 	r.P50Ms, r.P90Ms, r.P99Ms = ms(a.hist.ValueAtQuantile(50)), ms(a.hist.ValueAtQuantile(90)), ms(a.hist.ValueAtQuantile(99))
 	r.MaxMs, r.MeanMs = ms(a.hist.Max()), a.hist.Mean()/1000
+	r.ServiceP50Ms, r.ServiceP99Ms = ms(a.service.ValueAtQuantile(50)), ms(a.service.ValueAtQuantile(99))
 	r.Seconds = a.lastAck.Sub(a.warmEnd).Seconds()
 	if r.Seconds > 0 {
 		r.RecordsPerSec = float64(a.records) / r.Seconds
@@ -316,6 +333,12 @@ func Run(ctx context.Context, o Options, send SendFunc) (Result, error) {
 		wg     sync.WaitGroup
 	)
 	stop.Store("records")
+	done := func(w int, k int64, sched, sent time.Time, err error) {
+		measured := acc.Done(k, sched, sent, time.Now(), err)
+		if o.Observe != nil {
+			o.Observe(w, k, sched, measured, err)
+		}
+	}
 	if o.Rate <= 0 {
 		for w := range o.Workers {
 			wg.Add(1)
@@ -336,7 +359,7 @@ func Run(ctx context.Context, o Options, send SendFunc) (Result, error) {
 					}
 					sched := time.Now()
 					err := send(runCtx, w, k)
-					acc.Done(k, sched, time.Now(), err)
+					done(w, k, sched, sched, err)
 				}
 			}()
 		}
@@ -351,8 +374,9 @@ func Run(ctx context.Context, o Options, send SendFunc) (Result, error) {
 			go func() {
 				defer wg.Done()
 				for j := range jobs {
+					sent := time.Now()
 					err := send(runCtx, w, j.k)
-					acc.Done(j.k, j.sched, time.Now(), err)
+					done(w, j.k, j.sched, sent, err)
 				}
 			}()
 		}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"meridian/internal/tools/streambench"
+)
+
+// benchStreamCmd is `meridian bench stream`: thesis Fig. 5.10 (ingest throughput and the
+// median at 70% of the peak against the batch size) for Meridian's stream engine beside
+// Kafka 4.4 and InfluxDB 1.6 in one run; `bench stream reads` is Fig. 5.11 and the summary
+// index's aggregates. docs/streams-bench.md.
+func benchStreamCmd() *cobra.Command {
+	var (
+		o                      streambench.Options
+		batches, acks, skip    string
+		outDir, jsonOut, mdOut string
+	)
+	cmd := &cobra.Command{
+		Use:   "stream [--batches 100,1000,10000,30000] [--duration 10s] [--skip-peers kafka,influxdb]",
+		Short: "Stream ingest (thesis Fig. 5.10): Meridian's stream engine vs Kafka 4.4 and InfluxDB, throughput and latency against the batch size",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.Batches, err = parseInts(batches); err != nil {
+				return fmt.Errorf("bench stream: --batches: %w", err)
+			}
+			o.Acks, o.Skip = splitTrimmed(acks), splitTrimmed(skip)
+			o.Log = os.Stderr
+			rep, err := streambench.Run(cmd.Context(), o)
+			if err != nil {
+				return fmt.Errorf("bench stream: %w", err)
+			}
+			md := rep.Markdown()
+			fmt.Print(md)
+			return writeStreamOutputs("bench stream", outDir, mdOut, jsonOut, md, rep, func(dir string) ([]string, error) { return rep.Charts(dir) })
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&batches, "batches", "100,1000,10000,30000", "batch sizes (records of 16 bytes per append)")
+	f.StringVar(&acks, "acks", "local,memory", "Meridian's acknowledgement levels, a row each: local (fsynced), memory (written)")
+	f.StringVar(&skip, "skip-peers", "", "systems not run: kafka, influxdb (and meridian)")
+	f.StringVar(&o.Target, "target", streambench.InProcess, fmt.Sprintf("Meridian's target kind (%v)", streambench.Kinds()))
+	f.IntVar(&o.Appenders, "appenders", 4, "Meridian appenders, each with a stream of its own")
+	f.IntVar(&o.KafkaInFlight, "kafka-inflight", 4, "Kafka producers, each with one batch in flight")
+	f.IntVar(&o.InfluxWriters, "influx-writers", 4, "InfluxDB writers, each with a series of its own")
+	f.DurationVar(&o.Duration, "duration", 10*time.Second, "each run's length (two runs per system and batch size: the peak and 70% of it)")
+	f.DurationVar(&o.Warmup, "warmup", 2*time.Second, "the start of each run left out of its measurements")
+	f.Int64Var(&o.MaxRecords, "max-records", 500_000_000, "each run's bound in records")
+	f.Float64Var(&o.Fraction, "load", 0.7, "the loaded run's share of the peak")
+	f.BoolVar(&o.Poisson, "poisson", true, "Poisson arrivals in the loaded runs (as the thesis's clients); false: even spacing")
+	f.BoolVar(&o.KafkaFsync, "kafka-fsync", false, "Kafka fsyncs every append before acknowledging it (log.flush.interval.messages=1)")
+	f.StringVar(&o.KafkaLibDir, "kafka-lib", "", "Kafka's jar directory (default $MERIDIAN_KAFKA_LIB, else scripts/fetch-kafka.sh's cache)")
+	f.StringVar(&o.KafkaAddr, "kafka-addr", "127.0.0.61", "the loopback address Kafka binds")
+	f.StringVar(&o.Dir, "scratch", "", "scratch directory for the streams and the peers' data (default: a temporary one, removed)")
+	f.BoolVar(&o.Keep, "keep", false, "keep the scratch directory")
+	f.StringVar(&outDir, "out", "", "write stream.md, stream.json and the charts (PNG and SVG) into this directory")
+	f.StringVar(&jsonOut, "json", "", "write the results as JSON")
+	f.StringVar(&mdOut, "markdown", "", "write the table as Markdown")
+	cmd.AddCommand(benchStreamReadsCmd())
+	return cmd
+}
+
+// benchStreamReadsCmd is `meridian bench stream reads`: Fig. 5.11 and the aggregates.
+func benchStreamReadsCmd() *cobra.Command {
+	var (
+		o                      streambench.ReadsOptions
+		shares                 string
+		outDir, jsonOut, mdOut string
+	)
+	cmd := &cobra.Command{
+		Use:   "reads [--write-shares 1,0.8,0.5,0.2] [--rate 1000000] [--duration 10s]",
+		Short: "Recent reads (thesis Fig. 5.11) at several write shares, and aggregates from the summary index against a scan",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, s := range splitTrimmed(shares) {
+				v, err := strconv.ParseFloat(s, 64)
+				if err != nil || v < 0 || v > 1 {
+					return fmt.Errorf("bench stream reads: --write-shares %q: want shares in [0, 1]", s)
+				}
+				o.WriteShares = append(o.WriteShares, v)
+			}
+			o.Log = os.Stderr
+			rep, err := streambench.RunReads(cmd.Context(), o)
+			if err != nil {
+				return fmt.Errorf("bench stream reads: %w", err)
+			}
+			md := rep.Markdown()
+			fmt.Print(md)
+			return writeStreamOutputs("bench stream reads", outDir, mdOut, jsonOut, md, rep, nil)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&shares, "write-shares", "1,0.8,0.5,0.2", "shares of writes in the request mix (the rest are reads)")
+	f.IntVar(&o.Streams, "streams", 4, "streams, each with a worker of its own that writes and reads it")
+	f.Float64Var(&o.Rate, "rate", 1_000_000, "offered load, records per second (requests of 1000 records: writes and reads alike)")
+	f.DurationVar(&o.Duration, "duration", 10*time.Second, "each write share's run")
+	f.DurationVar(&o.Warmup, "warmup", 2*time.Second, "the start of each run left out of its measurements")
+	f.StringVar(&o.Ack, "ack", "memory", "the streams' acknowledgement level: memory (the thesis's) or local")
+	f.Int64Var(&o.AggregateRecords, "aggregate-records", 1_000_000, "records in the aggregate's range (0: skip the aggregates)")
+	f.StringVar(&o.Dir, "scratch", "", "scratch directory (default: a temporary one, removed)")
+	f.StringVar(&outDir, "out", "", "write reads.md and reads.json into this directory")
+	f.StringVar(&jsonOut, "json", "", "write the results as JSON")
+	f.StringVar(&mdOut, "markdown", "", "write the tables as Markdown")
+	return cmd
+}
+
+// parseInts parses "100,1000".
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, p := range splitTrimmed(s) {
+		v, err := strconv.Atoi(p)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("%q: want positive integers", p)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// writeStreamOutputs writes the Markdown and JSON where asked, and into outDir (with the
+// charts) when given.
+func writeStreamOutputs(command, outDir, mdPath, jsonPath, md string, res any, charts func(dir string) ([]string, error)) error {
+	if err := writeReproOutputs(command, md, mdPath, jsonPath, res); err != nil {
+		return err
+	}
+	if outDir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return fmt.Errorf("%s: %w", command, err)
+	}
+	base := "stream"
+	if charts == nil {
+		base = "reads"
+	}
+	if err := writeReproOutputs(command, md, filepath.Join(outDir, base+".md"), filepath.Join(outDir, base+".json"), res); err != nil {
+		return err
+	}
+	if charts != nil {
+		files, err := charts(outDir)
+		if err != nil {
+			return fmt.Errorf("%s: charts: %w", command, err)
+		}
+		for _, f := range files {
+			fmt.Fprintf(os.Stderr, "wrote %s\n", f)
+		}
+	}
+	return nil
+}
