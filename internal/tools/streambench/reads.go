@@ -137,13 +137,21 @@ type ReadsRow struct {
 	ReadServiceUs float64 `json:"read_service_us"`
 	// IndexNodesMean and IndexNodesMax are the index blocks a read visited (the engine's
 	// RangeResult.IndexNodes); IndexNodes counts reads by visits.
-	IndexNodesMean float64         `json:"index_nodes_mean"`
-	IndexNodesMax  int             `json:"index_nodes_max"`
-	IndexNodes     map[int]int64   `json:"index_nodes"`
-	SearchUs       float64         `json:"search_us"`    // mean search time on the mirror index
-	SearchShare    float64         `json:"search_share"` // SearchUs / ReadServiceUs
-	VisitsAgree    float64         `json:"visits_agree"` // share of reads where the mirror read as many nodes
-	Result         *loadgen.Result `json:"all_requests,omitempty"`
+	IndexNodesMean float64       `json:"index_nodes_mean"`
+	IndexNodesMax  int           `json:"index_nodes_max"`
+	IndexNodes     map[int]int64 `json:"index_nodes"`
+	SearchUs       float64       `json:"search_us"`    // mean search time on the mirror index
+	SearchShare    float64       `json:"search_share"` // SearchUs / ReadServiceUs
+	// Medians (a loaded machine's preemptions weigh on means): ReadRange alone, the search,
+	// and the ratio of the two.
+	ReadServiceP50Us float64 `json:"read_service_p50_us"`
+	SearchP50Us      float64 `json:"search_p50_us"`
+	SearchShareP50   float64 `json:"search_share_p50"`
+	// SearchUsByNodes is the mean search time of the reads that visited 1, 2, ... index
+	// blocks: a block other than the last is read and decoded (the last is in memory).
+	SearchUsByNodes map[int]float64 `json:"search_us_by_nodes"`
+	VisitsAgree     float64         `json:"visits_agree"` // share of reads where the mirror read as many nodes
+	Result          *loadgen.Result `json:"all_requests,omitempty"`
 }
 
 // AggregateResult compares an aggregate answered from the summary index with a scan.
@@ -261,6 +269,8 @@ type readWorker struct {
 	lastNodes               int
 	lastAgree               bool
 	writeHist, readHist     *hdrhistogram.Histogram
+	serviceNs, searchNs     *hdrhistogram.Histogram // ReadRange alone and the mirror search, ns
+	searchByNodes           map[int]time.Duration
 	writes, reads           int64
 	serviceSum, searchSum   time.Duration
 	nodesSum                int64
@@ -281,7 +291,9 @@ func newReadWorker(dir string, id int, ack kawkab.AckLevel, b int, seed uint64) 
 	}
 	return &readWorker{s: s, m: m, gen: newGenerator(b), rng: rand.New(rand.NewPCG(seed, uint64(id))),
 		writeHist: hdrhistogram.New(1, int64(2*time.Minute/time.Microsecond), 3),
-		readHist:  hdrhistogram.New(1, int64(2*time.Minute/time.Microsecond), 3), nodes: map[int]int64{}}, nil
+		readHist:  hdrhistogram.New(1, int64(2*time.Minute/time.Microsecond), 3), nodes: map[int]int64{},
+		serviceNs: hdrhistogram.New(1, int64(time.Minute), 3), searchNs: hdrhistogram.New(1, int64(time.Minute), 3),
+		searchByNodes: map[int]time.Duration{}}, nil
 }
 
 func (w *readWorker) write() error {
@@ -343,6 +355,9 @@ func (w *readWorker) observe(sched time.Time, measured bool, err error) {
 	w.nodesSum += int64(w.lastNodes)
 	w.nodesMax = max(w.nodesMax, w.lastNodes)
 	w.nodes[w.lastNodes]++
+	w.searchByNodes[w.lastNodes] += w.lastSearch
+	_ = w.serviceNs.RecordValue(max(w.lastService.Nanoseconds(), 1))
+	_ = w.searchNs.RecordValue(max(w.lastSearch.Nanoseconds(), 1))
 	if w.lastAgree {
 		w.agree++
 	}
@@ -350,7 +365,7 @@ func (w *readWorker) observe(sched time.Time, measured bool, err error) {
 
 // runShare is one write share's run on fresh streams.
 func runShare(ctx context.Context, o ReadsOptions, dir string, share float64) (row ReadsRow, err error) {
-	row = ReadsRow{WriteShare: share, OfferedRecordsPerSec: o.Rate, IndexNodes: map[int]int64{}}
+	row = ReadsRow{WriteShare: share, OfferedRecordsPerSec: o.Rate, IndexNodes: map[int]int64{}, SearchUsByNodes: map[int]float64{}}
 	ack, _ := kawkab.ParseAckLevel(o.Ack)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return row, err
@@ -398,7 +413,15 @@ func runShare(ctx context.Context, o ReadsOptions, dir string, share float64) (r
 	rh := hdrhistogram.New(1, int64(2*time.Minute/time.Microsecond), 3)
 	var service, search time.Duration
 	var nodes, agree int64
+	serviceNs := hdrhistogram.New(1, int64(time.Minute), 3)
+	searchNs := hdrhistogram.New(1, int64(time.Minute), 3)
+	byNodes := map[int]time.Duration{}
 	for _, w := range ws {
+		serviceNs.Merge(w.serviceNs)
+		searchNs.Merge(w.searchNs)
+		for k, v := range w.searchByNodes {
+			byNodes[k] += v
+		}
 		wh.Merge(w.writeHist)
 		rh.Merge(w.readHist)
 		row.Writes += w.writes
@@ -425,6 +448,16 @@ func runShare(ctx context.Context, o ReadsOptions, dir string, share float64) (r
 		}
 		row.IndexNodesMean = float64(nodes) / float64(row.Reads)
 		row.VisitsAgree = float64(agree) / float64(row.Reads)
+		row.ReadServiceP50Us = float64(serviceNs.ValueAtQuantile(50)) / 1000
+		row.SearchP50Us = float64(searchNs.ValueAtQuantile(50)) / 1000
+		if row.ReadServiceP50Us > 0 {
+			row.SearchShareP50 = row.SearchP50Us / row.ReadServiceP50Us
+		}
+		for k, d := range byNodes {
+			if c := row.IndexNodes[k]; c > 0 {
+				row.SearchUsByNodes[k] = float64(d.Nanoseconds()) / 1000 / float64(c)
+			}
+		}
 	}
 	return row, nil
 }
@@ -558,20 +591,27 @@ func (rep *ReadsReport) Markdown() string {
 	fmt.Fprintf(&b, "## Recent reads (thesis Fig. 5.11): %d-record reads within the last %s records, %d-record writes\n\n", o.RequestRecords, Count(int64(o.Window)), o.RequestRecords)
 	fmt.Fprintf(&b, "%s, %d cores, load average %s at the start and %s at the end; in process, %d streams (a worker each, writing and reading it), ack %s, %s records/s offered (Poisson), runs of %v (%v warm-up).\n\n",
 		rep.Started.Format("2006-01-02 15:04 MST"), rep.Cores, rep.LoadBefore, orQ(rep.LoadAfter), o.Streams, o.Ack, Count(int64(o.Rate)), o.Duration, o.Warmup)
-	b.WriteString("| writes | achieved rec/s | writes | reads | write p50 (ms) | write p99 (ms) | read p50 (ms) | read p99 (ms) | ReadRange µs | index blocks/read (mean, max) | search µs | search share | visits agree | errors |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| writes | achieved rec/s | writes | reads | write p50 (ms) | write p99 (ms) | read p50 (ms) | read p99 (ms) | ReadRange µs (p50, mean) | index blocks/read (mean, max) | search µs (p50, mean) | search µs by blocks visited | search share (p50, mean) | visits agree | errors |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n")
 	for _, r := range rep.Rows {
-		nodes, search, share, agree, service := "—", "—", "—", "—", "—"
+		nodes, search, byNodes, share, agree, service := "—", "—", "—", "—", "—", "—"
 		if r.Reads > 0 {
 			nodes = fmt.Sprintf("%.2f, %d", r.IndexNodesMean, r.IndexNodesMax)
-			search = fmt.Sprintf("%.2f", r.SearchUs)
-			share = fmt.Sprintf("%.2f%%", 100*r.SearchShare)
+			search = fmt.Sprintf("%.2f, %.2f", r.SearchP50Us, r.SearchUs)
+			var parts []string
+			for k := 1; k <= r.IndexNodesMax; k++ {
+				if c := r.IndexNodes[k]; c > 0 {
+					parts = append(parts, fmt.Sprintf("%d: %.1f (%s reads)", k, r.SearchUsByNodes[k], Count(c)))
+				}
+			}
+			byNodes = strings.Join(parts, "; ")
+			share = fmt.Sprintf("%.2f%%, %.2f%%", 100*r.SearchShareP50, 100*r.SearchShare)
 			agree = fmt.Sprintf("%.1f%%", 100*r.VisitsAgree)
-			service = fmt.Sprintf("%.1f", r.ReadServiceUs)
+			service = fmt.Sprintf("%.1f, %.1f", r.ReadServiceP50Us, r.ReadServiceUs)
 		}
-		fmt.Fprintf(&b, "| %.0f%% | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n",
+		fmt.Fprintf(&b, "| %.0f%% | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n",
 			100*r.WriteShare, Count(int64(r.AchievedRecordsPerSec+0.5)), Count(r.Writes), Count(r.Reads), Ms(r.WriteP50Ms), Ms(r.WriteP99Ms),
-			Ms(r.ReadP50Ms), Ms(r.ReadP99Ms), service, nodes, search, share, agree, r.Errors)
+			Ms(r.ReadP50Ms), Ms(r.ReadP99Ms), service, nodes, search, byNodes, share, agree, r.Errors)
 	}
 	if a := rep.Aggregate; a != nil {
 		fmt.Fprintf(&b, "\n## Aggregates from the summary index vs a scan (%s records in a stream of %s)\n\n", Count(a.Records), Count(a.StreamRecords))

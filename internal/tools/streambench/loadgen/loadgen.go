@@ -18,6 +18,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -381,6 +382,9 @@ func Run(ctx context.Context, o Options, send SendFunc) (Result, error) {
 			}()
 		}
 		pacer := NewPacer(o.Rate, o.BatchRecords, o.Poisson, o.Seed)
+		// The schedule sleeps in nanosleep(2) on a thread of its own (sleepUntil).
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 	schedule:
 		for k := int64(0); k < totalBatches; k++ {
 			next := start.Add(pacer.Next())
@@ -388,15 +392,9 @@ func Run(ctx context.Context, o Options, send SendFunc) (Result, error) {
 				stop.Store("duration")
 				break
 			}
-			if d := time.Until(next); d > 0 {
-				t := time.NewTimer(d)
-				select {
-				case <-t.C:
-				case <-runCtx.Done():
-					t.Stop()
-					stop.Store("context")
-					break schedule
-				}
+			if !sleepUntil(runCtx, next) {
+				stop.Store("context")
+				break schedule
 			}
 			select {
 			case jobs <- job{k, next}:
@@ -445,6 +443,28 @@ func (a *Accounting) seenBatches() int64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.seen
+}
+
+// maxNap bounds one nanosleep, so that a cancelled run's schedule notices within it.
+const maxNap = 10 * time.Millisecond
+
+// sleepUntil sleeps until t, or until ctx ends (false). It sleeps in nanosleep(2) on the
+// calling goroutine's thread, which the caller locks: a Go timer that is the only thing to
+// wait for wakes through the network poller, whose epoll wait has a 1 ms resolution, and
+// would add up to 1 ms of the load generator's own lateness to every open-loop batch at low
+// rates; nanosleep wakes within the kernel's timer slack (50 µs by default).
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	for {
+		if ctx.Err() != nil {
+			return false
+		}
+		d := time.Until(t)
+		if d <= 0 {
+			return true
+		}
+		ts := syscall.NsecToTimespec(int64(min(d, maxNap)))
+		_ = syscall.Nanosleep(&ts, nil)
+	}
 }
 
 // PeakAndLoaded measures Fig. 5.10's two numbers for one batch size: the peak (o as a
