@@ -37,7 +37,36 @@ func (rep *Report) Markdown() string {
 			Count(int64(r.PerCore+0.5)), r.Peak.ServerCores, r.Peak.ServerCPUPerRecordUs,
 			Ms(r.Loaded.P50Ms), Ms(r.Loaded.P99Ms), Ms(r.Loaded.ServiceP50Ms), Count(int64(r.Loaded.RecordsPerSec+0.5)), Ratio(r.VsKafka), Ratio(r.VsInfluxDB))
 	}
+	var fs []Row
+	for _, r := range rep.Rows {
+		if r.PeakFsyncs != nil && r.LoadedFsyncs != nil && r.Error == "" {
+			fs = append(fs, r)
+		}
+	}
+	if len(fs) > 0 {
+		b.WriteString("\nMeridian's fsyncs (the local level's group commits, and at both levels a chunk's fsync when the next one starts, in the append path), warm-up included:\n\n")
+		b.WriteString("| ack | batch | peak: fsyncs/s | batches per fsync | mean fsync (ms) | max fsync (ms) | loaded: fsyncs/s | mean fsync (ms) | max fsync (ms) |\n")
+		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		secs := rep.Options.Duration.Seconds()
+		for _, r := range fs {
+			p, l := r.PeakFsyncs, r.LoadedFsyncs
+			perFsync := "—"
+			if p.Calls > 0 {
+				perFsync = fmt.Sprintf("%.1f", float64(r.Peak.TotalRecords)/float64(r.Batch)/float64(p.Calls))
+			}
+			fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | %.0f | %s | %s |\n", r.Ack, Count(int64(r.Batch)),
+				float64(p.Calls)/secs, perFsync, Ms(meanMs(*p)), Ms(float64(p.Max.Microseconds())/1000),
+				float64(l.Calls)/secs, Ms(meanMs(*l)), Ms(float64(l.Max.Microseconds())/1000))
+		}
+	}
 	return b.String()
+}
+
+func meanMs(f FsyncStats) float64 {
+	if f.Calls == 0 {
+		return 0
+	}
+	return float64(f.Total.Microseconds()) / 1000 / float64(f.Calls)
 }
 
 func orQ(s string) string {

@@ -149,6 +149,10 @@ type Row struct {
 	Batch  int            `json:"batch"`
 	Peak   loadgen.Result `json:"peak"`
 	Loaded loadgen.Result `json:"loaded"`
+	// PeakFsyncs and LoadedFsyncs are a Meridian row's fsyncs in each run (targets that
+	// count them: in process), warm-up included.
+	PeakFsyncs   *FsyncStats `json:"peak_fsyncs,omitempty"`
+	LoadedFsyncs *FsyncStats `json:"loaded_fsyncs,omitempty"`
 	// PerCore is the peak divided by the machine's cores (Report.Cores).
 	PerCore float64 `json:"records_per_sec_per_core"`
 	// VsKafka and VsInfluxDB are a Meridian row's peak over the peer's at the same batch
@@ -218,7 +222,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		for _, ack := range o.Acks {
 			for _, b := range o.Batches {
 				row := Row{System: SystemMeridian, Ack: ack, Batch: b}
-				row.Peak, row.Loaded, err = runMeridian(ctx, o, filepath.Join(dir, fmt.Sprintf("meridian-%s-%d", ack, b)), ack, b)
+				err = runMeridian(ctx, o, filepath.Join(dir, fmt.Sprintf("meridian-%s-%d", ack, b)), &row)
 				if err != nil {
 					if ctx.Err() != nil {
 						return rep, err
@@ -301,17 +305,19 @@ func (g *generator) fill() []byte {
 	return buf
 }
 
-// runMeridian is one Meridian row: o.Appenders targets of kind o.Target, each an appender
-// with a stream of its own, in dir (removed afterwards).
-func runMeridian(ctx context.Context, o Options, dir string, ack string, b int) (peak, loaded loadgen.Result, err error) {
+// runMeridian measures one Meridian row: o.Appenders targets of kind o.Target, each an
+// appender with a stream of its own, in dir (removed afterwards); the peak, then the loaded
+// run at o.Fraction of it, on the same streams.
+func runMeridian(ctx context.Context, o Options, dir string, row *Row) (err error) {
 	factory, err := Lookup(o.Target)
 	if err != nil {
-		return peak, loaded, err
+		return err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return peak, loaded, err
+		return err
 	}
 	defer os.RemoveAll(dir)
+	b := row.Batch
 	targets := make([]Target, o.Appenders)
 	gens := make([]*generator, o.Appenders)
 	defer func() {
@@ -322,19 +328,41 @@ func runMeridian(ctx context.Context, o Options, dir string, ack string, b int) 
 		}
 	}()
 	for i := range targets {
-		cfg := TargetConfig{Appender: i, Run: fmt.Sprintf("%s-%s-%d", o.Target, ack, b), RecordBytes: RecordBytes, ValueOffset: 8, Ack: ack, Dir: dir}
+		cfg := TargetConfig{Appender: i, Run: fmt.Sprintf("%s-%s-%d", o.Target, row.Ack, b), RecordBytes: RecordBytes, ValueOffset: 8, Ack: row.Ack, Dir: dir}
 		if targets[i], err = factory(ctx, cfg); err != nil {
-			return peak, loaded, fmt.Errorf("streambench: open target %d: %w", i, err)
+			return fmt.Errorf("streambench: open target %d: %w", i, err)
 		}
 		gens[i] = newGenerator(b)
 	}
+	// fsyncs takes the targets' fsync counts since the last call, if they count them.
+	fsyncs := func() *FsyncStats {
+		var sum FsyncStats
+		for _, t := range targets {
+			c, ok := t.(FsyncCounter)
+			if !ok {
+				return nil
+			}
+			sum = sum.Add(c.TakeFsyncs())
+		}
+		return &sum
+	}
+	fsyncs() // creating the streams fsynced their directories
 	send := func(ctx context.Context, w int, _ int64) error {
 		return targets[w].Append(ctx, gens[w].fill())
 	}
 	lo := loadgen.Options{Workers: o.Appenders, BatchRecords: b, RecordBytes: RecordBytes, Records: o.MaxRecords,
 		Duration: o.Duration, Warmup: o.Warmup, Poisson: o.Poisson, InProcess: o.Target == InProcess,
-		Name: fmt.Sprintf("meridian %s ack=%s B=%d", o.Target, ack, b), Log: o.Log}
-	return loadgen.PeakAndLoaded(ctx, lo, o.Fraction, send)
+		Name: fmt.Sprintf("meridian %s ack=%s B=%d", o.Target, row.Ack, b), Log: o.Log}
+	if row.Peak, err = loadgen.Run(ctx, lo, send); err != nil {
+		return err
+	}
+	row.PeakFsyncs = fsyncs()
+	lo.Rate = o.Fraction * row.Peak.RecordsPerSec
+	if row.Loaded, err = loadgen.Run(ctx, lo, send); err != nil {
+		return err
+	}
+	row.LoadedFsyncs = fsyncs()
+	return nil
 }
 
 // localTopology is a one-region topology for peers on this machine.

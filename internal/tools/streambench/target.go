@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"meridian/internal/kawkab"
 )
@@ -96,8 +98,62 @@ const InProcess = "inproc"
 
 func init() { Register(InProcess, openInProcess) }
 
+// FsyncStats count the fsyncs a target's streams made (files and directories), through
+// kawkab.StreamOptions.Sync: the local level's group commits, and at both levels the fsync
+// of a chunk when the next one starts.
+type FsyncStats struct {
+	Calls int64         `json:"calls"`
+	Total time.Duration `json:"total_ns"`
+	Max   time.Duration `json:"max_ns"`
+}
+
+// Sub is the fsyncs since an earlier reading (Max is the later reading's: a maximum over
+// the whole life unless the counter was reset; see fsyncCounter.take).
+func (f FsyncStats) Sub(o FsyncStats) FsyncStats {
+	return FsyncStats{Calls: f.Calls - o.Calls, Total: f.Total - o.Total, Max: f.Max}
+}
+
+// Add sums two targets' fsyncs.
+func (f FsyncStats) Add(o FsyncStats) FsyncStats {
+	return FsyncStats{Calls: f.Calls + o.Calls, Total: f.Total + o.Total, Max: max(f.Max, o.Max)}
+}
+
+// FsyncCounter is implemented by targets that count their fsyncs. TakeFsyncs returns the
+// counts since the last call.
+type FsyncCounter interface {
+	TakeFsyncs() FsyncStats
+}
+
+type fsyncCounter struct {
+	mu sync.Mutex
+	st FsyncStats
+}
+
+func (c *fsyncCounter) sync(f *os.File) error {
+	t0 := time.Now()
+	err := f.Sync()
+	d := time.Since(t0)
+	c.mu.Lock()
+	c.st.Calls++
+	c.st.Total += d
+	c.st.Max = max(c.st.Max, d)
+	c.mu.Unlock()
+	return err
+}
+
+func (c *fsyncCounter) take() FsyncStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.st
+	c.st = FsyncStats{}
+	return st
+}
+
 // inProcess is one appender's kawkab stream.
-type inProcess struct{ s *kawkab.Stream }
+type inProcess struct {
+	s     *kawkab.Stream
+	syncs *fsyncCounter
+}
 
 func openInProcess(_ context.Context, cfg TargetConfig) (Target, error) {
 	if cfg.Dir == "" {
@@ -107,14 +163,18 @@ func openInProcess(_ context.Context, cfg TargetConfig) (Target, error) {
 	if err != nil {
 		return nil, err
 	}
+	syncs := &fsyncCounter{}
 	s, err := kawkab.CreateStream(filepath.Clean(cfg.Dir), kawkab.StreamConfig{
 		ID: uint64(cfg.Appender) + 1, RecordBytes: cfg.RecordBytes, ValueOffset: cfg.ValueOffset, Ack: ack,
-	}, kawkab.StreamOptions{})
+	}, kawkab.StreamOptions{Sync: syncs.sync})
 	if err != nil {
 		return nil, err
 	}
-	return &inProcess{s}, nil
+	return &inProcess{s: s, syncs: syncs}, nil
 }
+
+// TakeFsyncs is the fsyncs since the last call.
+func (t *inProcess) TakeFsyncs() FsyncStats { return t.syncs.take() }
 
 func (t *inProcess) Append(_ context.Context, batch []byte) error {
 	_, err := t.s.Append(batch)
