@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# stream-figures.sh OUT_DIR — issue 20's ingest and read figures on this machine:
+# Fig. 5.10 (`meridian bench stream`: Meridian's stream engine in process at the local and
+# memory acknowledgement levels, Apache Kafka 4.4 and InfluxDB 1.6, batches of 100 to 30,000
+# 16-byte records) and Fig. 5.11 with the aggregates (`meridian bench stream reads`). Writes
+# stream.md, stream.json, stream-ingest.png/.svg, reads.md, reads.json and uptime.txt (the
+# machine's load beside the numbers) into OUT_DIR. About 8 minutes with the defaults
+# (DURATION=10s per run, two runs per system and batch size).
+#
+# Needs: Java 17+ and Maven (scripts/fetch-kafka.sh resolves Kafka's jars once into
+# ~/.cache/meridian), influxd (Debian: apt-get install -y influxdb). A missing peer is
+# reported in its rows, not fatal; SKIP=kafka,influxdb leaves peers out.
+set -euo pipefail
+out="${1:?usage: stream-figures.sh OUT_DIR}"
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+BIN=${BIN:-bin/meridian}
+DURATION=${DURATION:-10s}
+SKIP=${SKIP:-}
+[[ -x "$BIN" ]] || go build -tags pebblegozstd -o "$BIN" ./cmd/meridian
+if [[ ",$SKIP," != *,kafka,* ]]; then
+	export MERIDIAN_KAFKA_LIB="${MERIDIAN_KAFKA_LIB:-$(bash scripts/fetch-kafka.sh | tail -n1)}"
+fi
+{ echo "before: $(uptime)"; } >"$out/uptime.txt"
+echo "== bench stream ($(date -u +%H:%M:%S))" >&2
+"$BIN" bench stream --duration "$DURATION" --skip-peers "$SKIP" --out "$out" >/dev/null
+echo "after ingest: $(uptime)" >>"$out/uptime.txt"
+echo "== bench stream reads ($(date -u +%H:%M:%S))" >&2
+"$BIN" bench stream reads --duration "$DURATION" --out "$out" >/dev/null
+echo "after reads: $(uptime)" >>"$out/uptime.txt"
+cat "$out/stream.md" "$out/reads.md" "$out/uptime.txt"
