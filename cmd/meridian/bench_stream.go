@@ -39,7 +39,7 @@ func benchStreamCmd() *cobra.Command {
 			}
 			md := rep.Markdown()
 			fmt.Print(md)
-			return writeStreamOutputs("bench stream", outDir, mdOut, jsonOut, md, rep, func(dir string) ([]string, error) { return rep.Charts(dir) })
+			return writeStreamOutputs("bench stream", "stream", outDir, mdOut, jsonOut, md, rep, rep.Charts)
 		},
 	}
 	f := cmd.Flags()
@@ -93,7 +93,7 @@ func benchStreamReadsCmd() *cobra.Command {
 			}
 			md := rep.Markdown()
 			fmt.Print(md)
-			return writeStreamOutputs("bench stream reads", outDir, mdOut, jsonOut, md, rep, nil)
+			return writeStreamOutputs("bench stream reads", "reads", outDir, mdOut, jsonOut, md, rep, nil)
 		},
 	}
 	f := cmd.Flags()
@@ -124,9 +124,9 @@ func parseInts(s string) ([]int, error) {
 	return out, nil
 }
 
-// writeStreamOutputs writes the Markdown and JSON where asked, and into outDir (with the
-// charts) when given.
-func writeStreamOutputs(command, outDir, mdPath, jsonPath, md string, res any, charts func(dir string) ([]string, error)) error {
+// writeStreamOutputs writes the Markdown and JSON where asked, and into outDir as base.md and
+// base.json (with the charts, if any) when given.
+func writeStreamOutputs(command, base, outDir, mdPath, jsonPath, md string, res any, charts func(dir string) ([]string, error)) error {
 	if err := writeReproOutputs(command, md, mdPath, jsonPath, res); err != nil {
 		return err
 	}
@@ -135,10 +135,6 @@ func writeStreamOutputs(command, outDir, mdPath, jsonPath, md string, res any, c
 	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return fmt.Errorf("%s: %w", command, err)
-	}
-	base := "stream"
-	if charts == nil {
-		base = "reads"
 	}
 	if err := writeReproOutputs(command, md, filepath.Join(outDir, base+".md"), filepath.Join(outDir, base+".json"), res); err != nil {
 		return err

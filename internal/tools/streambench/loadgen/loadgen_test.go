@@ -151,3 +151,17 @@ func TestOptions(t *testing.T) {
 		t.Errorf("defaults: %+v, %v", o, err)
 	}
 }
+
+func TestSleepUntil(t *testing.T) {
+	if !sleepUntil(context.Background(), time.Now().Add(-time.Second)) {
+		t.Error("a time in the past: not true at once")
+	}
+	if !sleepUntil(context.Background(), time.Now().Add(2*time.Millisecond)) {
+		t.Error("a short sleep did not end true")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if sleepUntil(ctx, time.Now().Add(time.Hour)) {
+		t.Error("a cancelled sleep ended true")
+	}
+}
