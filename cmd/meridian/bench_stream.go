@@ -86,6 +86,9 @@ func benchStreamReadsCmd() *cobra.Command {
 				}
 				o.WriteShares = append(o.WriteShares, v)
 			}
+			if o.AggregateRecords == 0 {
+				o.AggregateRecords = -1 // the library's 0 means the default
+			}
 			o.Log = os.Stderr
 			rep, err := streambench.RunReads(cmd.Context(), o)
 			if err != nil {
