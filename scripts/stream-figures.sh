@@ -5,7 +5,7 @@
 # 16-byte records) and Fig. 5.11 with the aggregates (`meridian bench stream reads`). Writes
 # stream.md, stream.json, stream-ingest.png/.svg, reads.md, reads.json and uptime.txt (the
 # machine's load beside the numbers) into OUT_DIR. About 8 minutes with the defaults
-# (DURATION=10s per run, two runs per system and batch size).
+# (DURATION=10s per run, two runs per system and batch size; WARMUP=2s of each left out).
 #
 # Needs: Java 17+ and Maven (scripts/fetch-kafka.sh resolves Kafka's jars once into
 # ~/.cache/meridian), influxd (Debian: apt-get install -y influxdb). A missing peer is
@@ -16,6 +16,7 @@ mkdir -p "$out"
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/meridian}
 DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-2s}
 SKIP=${SKIP:-}
 [[ -x "$BIN" ]] || go build -tags pebblegozstd -o "$BIN" ./cmd/meridian
 if [[ ",$SKIP," != *,kafka,* ]]; then
@@ -23,9 +24,9 @@ if [[ ",$SKIP," != *,kafka,* ]]; then
 fi
 { echo "before: $(uptime)"; } >"$out/uptime.txt"
 echo "== bench stream ($(date -u +%H:%M:%S))" >&2
-"$BIN" bench stream --duration "$DURATION" --skip-peers "$SKIP" --out "$out" >/dev/null
+"$BIN" bench stream --duration "$DURATION" --warmup "$WARMUP" --skip-peers "$SKIP" --out "$out" >/dev/null
 echo "after ingest: $(uptime)" >>"$out/uptime.txt"
 echo "== bench stream reads ($(date -u +%H:%M:%S))" >&2
-"$BIN" bench stream reads --duration "$DURATION" --out "$out" >/dev/null
+"$BIN" bench stream reads --duration "$DURATION" --warmup "$WARMUP" --out "$out" >/dev/null
 echo "after reads: $(uptime)" >>"$out/uptime.txt"
 cat "$out/stream.md" "$out/reads.md" "$out/uptime.txt"
