@@ -193,12 +193,27 @@ func (br *blockReader) readChunk(out []byte, r0, vis uint64) error {
 			return err
 		}
 	}
+	var wholeChunk []byte
 	if remote {
 		if br.obj == nil {
 			return fmt.Errorf("data chunk %d is not local and there is no object store", c)
 		}
-		if err := br.readRemote(c, runs); err != nil {
+		var err error
+		if wholeChunk, err = br.readRemote(c, runs); err != nil {
 			return err
+		}
+	}
+	if wholeChunk != nil && br.cache != nil {
+		// A whole chunk was fetched: keep all of it (the next reads of the chunk are hits).
+		for b := c * ChunkBlocks; b < (c+1)*ChunkBlocks && b < sealed; b++ {
+			if b >= b0 && b <= b1 {
+				continue // the blocks read are inserted below
+			}
+			off := blockStart(b)
+			bb := wholeChunk[off:min(off+BlockBytes, int64(len(wholeChunk)))]
+			if h, err := br.cache.Get(br.key(b), func(buf []byte) error { copy(buf, bb); return nil }); err == nil {
+				h.Release()
+			}
 		}
 	}
 	for _, run := range runs {
@@ -246,23 +261,23 @@ func (br *blockReader) readLocal(c uint64, runs []blockRun) error {
 }
 
 // readRemote fetches the runs of chunk c from the object store: one ranged GET per run, at
-// most parallel at a time, or (rangeBlocks 0) one GET of the whole chunk.
-func (br *blockReader) readRemote(c uint64, runs []blockRun) error {
+// most parallel at a time, or (rangeBlocks 0) one GET of the whole chunk, which it returns.
+func (br *blockReader) readRemote(c uint64, runs []blockRun) (whole []byte, err error) {
 	key := streamKey(br.prefix, br.id, DataChunkName(c))
 	if br.rangeBlocks <= 0 {
 		b, err := br.obj.Get(br.ctx, key, 0, -1)
 		br.stats.gets.Add(1)
 		if err != nil {
-			return fmt.Errorf("get %s: %w", key, err)
+			return nil, fmt.Errorf("get %s: %w", key, err)
 		}
 		br.stats.getBytes.Add(uint64(len(b)))
+		if int64(len(b)) != br.lay.FullChunkFileBytes() {
+			return nil, fmt.Errorf("get %s: %d bytes, a full chunk is %d", key, len(b), br.lay.FullChunkFileBytes())
+		}
 		for i := range runs {
-			if runs[i].end > int64(len(b)) {
-				return fmt.Errorf("get %s: %d bytes, want at least %d", key, len(b), runs[i].end)
-			}
 			runs[i].data = b[runs[i].start:runs[i].end]
 		}
-		return nil
+		return b, nil
 	}
 	errs := make([]error, len(runs))
 	br.spawn(len(runs), br.parallel, func(i int) {
@@ -276,5 +291,5 @@ func (br *blockReader) readRemote(c uint64, runs []blockRun) error {
 		br.stats.getBytes.Add(uint64(len(b)))
 		r.data = b
 	})
-	return errors.Join(errs...)
+	return nil, errors.Join(errs...)
 }

@@ -798,11 +798,18 @@ func (s *Stream) ReadRange(tl, th int64) (RangeResult, error) {
 	}
 	R := s.lay.R
 	from, to := s.lay.FirstRecord(sr.First), min(s.lay.FirstRecord(sr.Last+1), vis)
-	block := make([]byte, s.lay.PerBlock*R)
+	// Read block by block from the files; through a Store's block reader, up to a chunk at
+	// a time, so that the blocks missing from the cache are fetched together (ranged GETs in
+	// parallel for a chunk in the object store).
+	step := uint64(s.lay.PerBlock)
+	if s.br != nil {
+		step = s.lay.PerChunk
+	}
+	block := make([]byte, min(step, to-from)*uint64(R))
 	var out []byte
 	count := 0
 	for r := from; r < to; {
-		cnt := min(to-r, uint64(s.lay.PerBlock-s.lay.Locate(r).Slot))
+		cnt := min(to-r, step-r%step) // to the end of r's block (or chunk)
 		buf := block[:cnt*uint64(R)]
 		if err := s.readRecords(buf, r); err != nil {
 			return res, err
