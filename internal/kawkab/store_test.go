@@ -25,6 +25,8 @@ type recStore struct {
 	failPut atomic.Bool
 	failGet atomic.Bool
 	gets    atomic.Int64
+	// slowSuffix: puts of keys ending with it wait 30 ms (a slow upload others overtake).
+	slowSuffix string
 }
 
 func newRecStore() *recStore {
@@ -36,6 +38,9 @@ var errInjected = errors.New("injected object store failure")
 func (r *recStore) Put(ctx context.Context, key string, data []byte) error {
 	if r.failPut.Load() {
 		return fmt.Errorf("put %s: %w", key, errInjected)
+	}
+	if r.slowSuffix != "" && strings.HasSuffix(key, r.slowSuffix) {
+		time.Sleep(30 * time.Millisecond)
 	}
 	if err := r.ObjectStore.Put(ctx, key, data); err != nil {
 		return err
@@ -148,6 +153,7 @@ var tierCfg = StreamConfig{ID: 7, RecordBytes: 4096, ValueOffset: 8, Ack: AckLoc
 // chunk files' bytes; the open chunk is not uploaded.
 func TestStoreUploadsInOrder(t *testing.T) {
 	obj := newRecStore()
+	obj.slowSuffix = "/d1" // chunks 2 and 3 are put before chunk 1
 	dir := t.TempDir()
 	st, err := OpenStore(dir, storeOpts(obj, 0))
 	if err != nil {
@@ -194,6 +200,9 @@ func TestStoreUploadsInOrder(t *testing.T) {
 				t.Fatalf("manifest put %d (%d chunks, %d nodes) before %s", nm, m.Chunks, m.Nodes, n)
 			}
 		}
+	}
+	if d1, d2 := slices.Index(log, streamKey("t", 7, "d1")), slices.Index(log, streamKey("t", 7, "d2")); d1 < d2 {
+		t.Fatalf("chunk 1 was put at %d, before chunk 2 at %d: the test wants it overtaken", d1, d2)
 	}
 	if last := ms[len(ms)-1]; last.Chunks != 6 || last.Nodes != nodesFor(6*256, 40) {
 		t.Fatalf("last manifest %+v, want 6 chunks", last)
