@@ -971,8 +971,8 @@ func (t *streamTier) commit() error {
 			}
 		}
 		t.uploaded = to
+		st.uploads.Add(to - from) // under mu: a snapshot with the queue empty counts them
 		st.mu.Unlock()
-		st.uploads.Add(to - from)
 		st.kickReclaim()
 	}
 	return nil

@@ -25,8 +25,11 @@ type recStore struct {
 	failPut atomic.Bool
 	failGet atomic.Bool
 	gets    atomic.Int64
-	// slowSuffix: puts of keys ending with it wait 30 ms (a slow upload others overtake).
-	slowSuffix string
+	// Puts of a key ending with slowSuffix wait (at most 10 s) until a put of a key ending
+	// with afterSuffix is done: a slow upload that others overtake.
+	slowSuffix, afterSuffix string
+	after                   chan struct{}
+	afterOnce               sync.Once
 }
 
 func newRecStore() *recStore {
@@ -40,10 +43,16 @@ func (r *recStore) Put(ctx context.Context, key string, data []byte) error {
 		return fmt.Errorf("put %s: %w", key, errInjected)
 	}
 	if r.slowSuffix != "" && strings.HasSuffix(key, r.slowSuffix) {
-		time.Sleep(30 * time.Millisecond)
+		select {
+		case <-r.after:
+		case <-time.After(10 * time.Second):
+		}
 	}
 	if err := r.ObjectStore.Put(ctx, key, data); err != nil {
 		return err
+	}
+	if r.afterSuffix != "" && strings.HasSuffix(key, r.afterSuffix) {
+		r.afterOnce.Do(func() { close(r.after) })
 	}
 	r.mu.Lock()
 	r.puts = append(r.puts, key)
@@ -153,7 +162,7 @@ var tierCfg = StreamConfig{ID: 7, RecordBytes: 4096, ValueOffset: 8, Ack: AckLoc
 // chunk files' bytes; the open chunk is not uploaded.
 func TestStoreUploadsInOrder(t *testing.T) {
 	obj := newRecStore()
-	obj.slowSuffix = "/d1" // chunks 2 and 3 are put before chunk 1
+	obj.slowSuffix, obj.afterSuffix, obj.after = "/d1", "/d2", make(chan struct{}) // chunk 2 is put before chunk 1
 	dir := t.TempDir()
 	st, err := OpenStore(dir, storeOpts(obj, 0))
 	if err != nil {
