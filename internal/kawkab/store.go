@@ -423,7 +423,9 @@ func (st *Store) Stats() StoreStats {
 // and deletion to bring the store back below the mark — and then goes in if the store has room
 // for it below the capacity, or is declined with ErrStoreFull. Slowing appends spreads the
 // excess over time and lets the uploads catch up; declining at the capacity keeps the disk
-// from filling (docs/kawkab.md, "Backpressure").
+// from filling (docs/kawkab.md, "Backpressure"). The thesis only declines, and only appends
+// that need a new chunk (5.7.1, Fig. 5.9); here every append's bytes count, so a batch larger
+// than the room left below the capacity is declined even if it would not start a chunk.
 func (st *Store) admit(id uint64, n int64) error {
 	if st.highBytes <= 0 || st.used.Load()+n <= st.highBytes {
 		return nil
@@ -509,8 +511,10 @@ func (st *Store) deleter() {
 	}
 }
 
-// reclaim deletes uploaded local chunks, least recently used first, while the local store is
-// more than half full. A chunk is deletable once its upload is in the local manifest (so the
+// reclaim deletes uploaded local chunks, least recently used first (5.3.2: "the transferred
+// chunks are deleted from the local store based on LRU policy"), while the local store is
+// more than half full (5.7.1: "until the local store reaches half of its capacity, no chunks
+// are deleted"). A chunk is deletable once its upload is in the local manifest (so the
 // object store's manifest has it too) and the chunk after it exists locally (the last data
 // chunk file stays: recovery counts records from it); one that is not yet goes back to the
 // front. At most one pass over the list per call.
