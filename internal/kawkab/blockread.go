@@ -44,6 +44,54 @@ type blockReader struct {
 	spawn func(n, parallel int, f func(i int))
 
 	stats *readStats
+
+	// fetching holds the blocks being fetched from the object store, so that concurrent
+	// reads of a block wait for one GET instead of issuing their own (single flight).
+	fmu      sync.Mutex
+	fetching map[uint64]*blockFetch
+}
+
+// blockFetch is a block being fetched: done is closed when data (its bytes) or err is set.
+type blockFetch struct {
+	done chan struct{}
+	data []byte
+	err  error
+}
+
+// claim splits blocks into those this read fetches (claimed) and those another read is
+// fetching (waits).
+func (br *blockReader) claim(blocks []uint64) (mine []uint64, claimed, waits map[uint64]*blockFetch) {
+	br.fmu.Lock()
+	defer br.fmu.Unlock()
+	if br.fetching == nil {
+		br.fetching = map[uint64]*blockFetch{}
+	}
+	claimed, waits = map[uint64]*blockFetch{}, map[uint64]*blockFetch{}
+	for _, b := range blocks {
+		if f := br.fetching[b]; f != nil {
+			waits[b] = f
+			continue
+		}
+		f := &blockFetch{done: make(chan struct{})}
+		br.fetching[b] = f
+		claimed[b] = f
+		mine = append(mine, b)
+	}
+	return mine, claimed, waits
+}
+
+// publish ends the claimed fetches: their waiters get the bytes, or an error for a block this
+// read did not get.
+func (br *blockReader) publish(claimed map[uint64]*blockFetch) {
+	br.fmu.Lock()
+	defer br.fmu.Unlock()
+	for b, f := range claimed {
+		if f.data == nil {
+			f.err = fmt.Errorf("block %d: the read fetching it failed", b)
+		}
+		delete(br.fetching, b)
+		close(f.done)
+	}
 }
 
 // goSpawn is spawn with plain goroutines.
@@ -160,6 +208,51 @@ func (br *blockReader) readChunk(out []byte, r0, vis uint64) error {
 		return lay.Locate(rEnd-1).Offset + int64(R)
 	}
 	remote := br.local == nil || (br.gone != nil && br.gone(c))
+	var waits map[uint64]*blockFetch
+	if remote {
+		// Single flight: the blocks another read is fetching now are waited for, the others
+		// claimed. The claimed ones are published as soon as they are fetched — before this
+		// read waits for others, so two reads never wait for each other — or as failed.
+		var claimed map[uint64]*blockFetch
+		missing, claimed, waits = br.claim(missing)
+		published := false
+		publish := func() {
+			if !published {
+				published = true
+				br.publish(claimed)
+			}
+		}
+		defer publish()
+		if len(missing) > 0 {
+			if err := br.fetch(c, missing, b0, b1, sealed, blockStart, blockEnd, rEnd, true, copyOut, claimed); err != nil {
+				return err
+			}
+		}
+		publish()
+		for b, f := range waits {
+			select {
+			case <-f.done:
+			case <-br.ctx.Done():
+				return fmt.Errorf("block %d: %w", b, br.ctx.Err())
+			}
+			if f.err != nil {
+				return f.err
+			}
+			copyOut(b, f.data)
+		}
+		return nil
+	}
+	return br.fetch(c, missing, b0, b1, sealed, blockStart, blockEnd, rEnd, false, copyOut, nil)
+}
+
+// fetch reads the missing blocks of chunk c (of a read of blocks b0 … b1 ending before record
+// rEnd) in runs — one pread each from the local file, or ranged GETs (whole-chunk GETs) from
+// the object store — copies the requested records out, sets the bytes of the claimed blocks,
+// and inserts the complete blocks into the cache.
+func (br *blockReader) fetch(c uint64, missing []uint64, b0, b1, sealed uint64, blockStart, blockEnd func(uint64) int64,
+	rEnd uint64, remote bool, copyOut func(uint64, []byte), claimed map[uint64]*blockFetch) error {
+	lay := br.lay
+	R := uint64(lay.R)
 	maxRun := uint64(ChunkBlocks)
 	if remote && br.rangeBlocks > 0 {
 		maxRun = uint64(br.rangeBlocks)
@@ -221,6 +314,9 @@ func (br *blockReader) readChunk(out []byte, r0, vis uint64) error {
 			off := blockStart(b) - run.start
 			bb := run.data[off:min(off+BlockBytes, int64(len(run.data)))]
 			copyOut(b, bb)
+			if f := claimed[b]; f != nil && b < sealed {
+				f.data = bb // a whole block (blocks in the object store are complete)
+			}
 			if br.cache != nil && b < sealed {
 				if h, err := br.cache.Get(br.key(b), func(buf []byte) error { copy(buf, bb); return nil }); err == nil {
 					h.Release()

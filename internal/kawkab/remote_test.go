@@ -3,8 +3,11 @@ package kawkab
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand"
+	"sync"
 	"testing"
+	"time"
 )
 
 // remoteFixture is a store with a stream of R = 100 and 5 chunks uploaded (with k = 3, n = 3
@@ -135,5 +138,45 @@ func TestRemoteStreamEmpty(t *testing.T) {
 	}
 	if _, err := OpenRemoteStream(context.Background(), obj, "t", 5, RemoteOptions{}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a missing stream: %v", err)
+	}
+}
+
+// TestRemoteSingleFlight: eight concurrent reads of one range, each GET slow, fetch its blocks
+// once: the reads wait for the one GET in flight instead of issuing their own.
+func TestRemoteSingleFlight(t *testing.T) {
+	_, _, m, obj, _ := remoteFixture(t, Config{})
+	rs, err := OpenRemoteStream(context.Background(), obj, "t", 11, RemoteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj.getDelay.Store(int64(50 * time.Millisecond))
+	tl, th := m.ts[100000], m.ts[100999]
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			res, err := rs.ReadRange(tl, th)
+			if err == nil && res.N != 1000 {
+				err = fmt.Errorf("%d records, want 1000", res.N)
+			}
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	st := rs.Stats()
+	t.Logf("%+v", st)
+	if st.DataGets > 2 {
+		t.Fatalf("%d data GETs for eight concurrent reads of one range: no single flight", st.DataGets)
 	}
 }

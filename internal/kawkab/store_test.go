@@ -19,12 +19,13 @@ import (
 // recStore wraps an object store: it records every Put's key in order and can fail requests.
 type recStore struct {
 	ObjectStore
-	mu      sync.Mutex
-	puts    []string
-	putData map[string][][]byte // manifests put, in order
-	failPut atomic.Bool
-	failGet atomic.Bool
-	gets    atomic.Int64
+	mu       sync.Mutex
+	puts     []string
+	putData  map[string][][]byte // manifests put, in order
+	failPut  atomic.Bool
+	failGet  atomic.Bool
+	gets     atomic.Int64
+	getDelay atomic.Int64 // nanoseconds every Get waits
 	// Puts of a key ending with slowSuffix wait (at most 10 s) until a put of a key ending
 	// with afterSuffix is done: a slow upload that others overtake.
 	slowSuffix, afterSuffix string
@@ -68,6 +69,9 @@ func (r *recStore) Get(ctx context.Context, key string, off, n int64) ([]byte, e
 		return nil, fmt.Errorf("get %s: %w", key, errInjected)
 	}
 	r.gets.Add(1)
+	if d := r.getDelay.Load(); d > 0 {
+		time.Sleep(time.Duration(d))
+	}
 	return r.ObjectStore.Get(ctx, key, off, n)
 }
 
