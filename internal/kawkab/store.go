@@ -329,9 +329,7 @@ func (st *Store) add(s *Stream) error {
 	t := s.tier
 	st.tiers = append(st.tiers, t)
 	for c := uint64(0); c < t.uploaded && c+1 < t.localChunks; c++ {
-		if !t.gone[c] {
-			st.addEvictableLocked(t, c)
-		}
+		st.addEvictableLocked(t, c) // not if gone
 	}
 	st.wake.Broadcast()
 	st.mu.Unlock()
@@ -463,7 +461,7 @@ func (st *Store) admit(id uint64, n int64) error {
 
 func (st *Store) addEvictableLocked(t *streamTier, c uint64) {
 	id := chunkID{t.s.cfg.ID, c}
-	if _, ok := st.lruOf[id]; ok || t.gone[c] {
+	if _, ok := st.lruOf[id]; ok || t.isGone(c) {
 		return
 	}
 	e := &lruChunk{t: t, chunk: c, bytes: t.s.lay.FullChunkFileBytes()}
@@ -543,11 +541,11 @@ func (st *Store) reclaim() {
 			continue
 		}
 		st.removeEvictableLocked(chunkID{t.s.cfg.ID, c})
-		t.gone[c] = true // reads of c go to the object store from now on
+		t.setGone(c, true) // reads of c go to the object store from now on
 		st.mu.Unlock()
 		if err := t.deleteLocal(c); err != nil {
 			st.mu.Lock()
-			delete(t.gone, c)
+			t.setGone(c, false)
 			st.addEvictableLocked(t, c)
 			st.mu.Unlock()
 			st.noteErr(err)
@@ -680,13 +678,33 @@ type streamTier struct {
 	full        uint64          // chunks full and visible: uploadable
 	queued      uint64          // chunks handed to workers
 	done        map[uint64]bool // chunks put, not yet in the manifest
-	gone        map[uint64]bool // local chunks deleted after their upload
 	localChunks uint64          // data chunk files at open (the last one is never deleted)
 	detached    bool            // the stream closed
 	abandoned   bool            // an upload gave up (closed or failed stream)
 
 	// fullSeen is the full chunks the stream has announced (guarded by the stream's xmu).
 	fullSeen uint64
+
+	// gone is the local chunks deleted after their upload, read by every read of the
+	// stream: under its own lock (taken after st.mu when both are).
+	gmu  sync.RWMutex
+	gone map[uint64]bool
+}
+
+func (t *streamTier) isGone(c uint64) bool {
+	t.gmu.RLock()
+	defer t.gmu.RUnlock()
+	return t.gone[c]
+}
+
+func (t *streamTier) setGone(c uint64, gone bool) {
+	t.gmu.Lock()
+	defer t.gmu.Unlock()
+	if gone {
+		t.gone[c] = true
+	} else {
+		delete(t.gone, c)
+	}
 }
 
 // newTier reads what is uploaded of stream id: the object store's manifest, else (the object
@@ -753,11 +771,7 @@ func (t *streamTier) attach(s *Stream) error {
 	st := t.st
 	s.br = &blockReader{
 		id: s.cfg.ID, lay: s.lay, cache: st.opt.Cache, local: s.cs,
-		gone: func(c uint64) bool {
-			st.mu.Lock()
-			defer st.mu.Unlock()
-			return t.gone[c]
-		},
+		gone:        t.isGone,
 		touch:       func(c uint64) { st.touch(s.cfg.ID, c) },
 		obj:         st.opt.ObjectStore,
 		prefix:      st.opt.Prefix,

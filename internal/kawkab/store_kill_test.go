@@ -131,8 +131,11 @@ func TestStoreKill9(t *testing.T) {
 			}
 			check(t, rs.s, m.truncate(rs.Len()), rand.New(rand.NewSource(int64(round))), 20)
 		}
-		t.Logf("round %d: killed after %d acknowledgements; %d records survive, %d chunks uploaded, %d deleted locally (%v); recovery %+v",
-			round, killAfter, s.Len(), up.Chunks, len(s.tier.gone), s.tier.gone, s.Recovery())
+		s.tier.gmu.RLock()
+		gone := len(s.tier.gone)
+		s.tier.gmu.RUnlock()
+		t.Logf("round %d: killed after %d acknowledgements; %d records survive, %d chunks uploaded at reopen, %d deleted locally; recovery %+v",
+			round, killAfter, s.Len(), up.Chunks, gone, s.Recovery())
 		if err := st.Close(); err != nil {
 			t.Fatal(err)
 		}
