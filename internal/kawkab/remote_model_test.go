@@ -25,19 +25,26 @@ func TestRemoteHistoricalReadModel(t *testing.T) {
 	model := &ModelledObjectStore{Inner: obj.ObjectStore, Model: DefaultS3Model(), Clock: vc}
 	ctx := context.Background()
 	const samples = 200
-	lat := map[bool][]time.Duration{}
-	var bytes [2]uint64
+	type mode struct {
+		name        string
+		whole       bool
+		rangeBlocks int
+	}
+	modes := []mode{{"ranged, 16 blocks per GET (default)", false, 0}, {"ranged, 4 blocks per GET", false, 4}, {"whole chunk", true, 0}}
+	lat := make([][]time.Duration, len(modes))
+	bytes := make([]uint64, len(modes))
+	gets := make([]uint64, len(modes))
 	rng := rand.New(rand.NewSource(1))
 	n := 5 * int(tierLayout(100).PerChunk)
 	for i := range samples {
 		first := rng.Intn(n - 1000)
 		tl, th := m.ts[first], m.ts[first+999]
-		for k, whole := range []bool{false, true} {
+		for k, md := range modes {
 			cache, err := NewCache(CacheConfig{CapacityBytes: 8 << 20})
 			if err != nil {
 				t.Fatal(err)
 			}
-			rs, err := OpenRemoteStream(ctx, model, "t", 11, RemoteOptions{Cache: cache, WholeChunk: whole, Clock: vc})
+			rs, err := OpenRemoteStream(ctx, model, "t", 11, RemoteOptions{Cache: cache, WholeChunk: md.whole, RangeBlocks: md.rangeBlocks, Clock: vc})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -50,16 +57,17 @@ func TestRemoteHistoricalReadModel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lat[whole] = append(lat[whole], vc.Now().Sub(t0))
+			lat[k] = append(lat[k], vc.Now().Sub(t0))
 			lo, hi := m.span(tl, th)
 			if res.N != hi-lo || string(res.Records) != string(m.data[lo*100:hi*100]) {
-				t.Fatalf("sample %d (whole=%v): %d records, want %d", i, whole, res.N, hi-lo)
+				t.Fatalf("sample %d (%s): %d records, want %d", i, md.name, res.N, hi-lo)
 			}
 			after := rs.Stats()
 			if after.IndexGets != before.IndexGets {
 				t.Fatalf("the search fetched index nodes after WarmIndex")
 			}
 			bytes[k] += after.DataBytes - before.DataBytes
+			gets[k] += after.DataGets - before.DataGets
 		}
 	}
 	q := func(d []time.Duration, p float64) time.Duration {
@@ -67,10 +75,12 @@ func TestRemoteHistoricalReadModel(t *testing.T) {
 		slices.Sort(d)
 		return d[int(p*float64(len(d)-1))]
 	}
-	r50, w50 := q(lat[false], 0.5), q(lat[true], 0.5)
-	t.Logf("ranged GETs: p50 %v, p90 %v, p99 %v, %d bytes/read", r50, q(lat[false], 0.9), q(lat[false], 0.99), bytes[0]/samples)
-	t.Logf("whole-chunk GETs: p50 %v, p90 %v, p99 %v, %d bytes/read", w50, q(lat[true], 0.9), q(lat[true], 0.99), bytes[1]/samples)
-	t.Logf("ranged p50 / whole p50 = %.3f", float64(r50)/float64(w50))
+	for k, md := range modes {
+		t.Logf("%s: p50 %v, p90 %v, p99 %v; %.2f GETs, %d bytes per read", md.name,
+			q(lat[k], 0.5), q(lat[k], 0.9), q(lat[k], 0.99), float64(gets[k])/samples, bytes[k]/samples)
+	}
+	r50, w50 := q(lat[0], 0.5), q(lat[2], 0.5)
+	t.Logf("ranged (default) p50 / whole-chunk p50 = %.3f", float64(r50)/float64(w50))
 	if 4*r50 > w50 {
 		t.Fatalf("ranged p50 %v is more than a quarter of whole-chunk p50 %v", r50, w50)
 	}
