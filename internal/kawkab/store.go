@@ -658,8 +658,7 @@ func (st *Store) put(key string, data []byte) error {
 // A stream's part of the store
 // ---------------------------------------------------------------------------------------------
 
-// streamTier is one stream's uploads and deletions. Fields after mu's comment are guarded by
-// the store's mu.
+// streamTier is one stream's uploads and deletions. Each field says what guards it.
 type streamTier struct {
 	st *Store
 	s  *Stream
