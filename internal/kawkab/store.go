@@ -239,6 +239,9 @@ func OpenStore(dir string, opt StoreOptions) (*Store, error) {
 			continue // not a stream: the directory may hold other things
 		}
 		if _, err := st.Open(id); err != nil {
+			if errors.Is(err, ErrStreamNotFound) {
+				continue // a creation interrupted before the metadata: Create reuses it
+			}
 			return nil, errors.Join(fmt.Errorf("kawkab: open store %s: %w", dir, err), st.Close())
 		}
 	}

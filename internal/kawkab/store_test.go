@@ -575,3 +575,66 @@ func TestStoreReadsAcrossDeletion(t *testing.T) {
 	}
 	check(t, s, m, rand.New(rand.NewSource(5)), 30)
 }
+
+// TestStoreOpen: OpenStore opens every stream of its directory and skips what is not one (a
+// creation interrupted before the metadata, foreign names); Create refuses an open stream and
+// a stream the object store holds; Open of a missing stream is ErrStreamNotFound; a closed
+// stream can be opened again.
+func TestStoreOpen(t *testing.T) {
+	obj := newRecStore()
+	dir := t.TempDir()
+	st, err := OpenStore(dir, storeOpts(obj, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []uint64{1, 2} {
+		if _, err := st.Create(StreamConfig{ID: id, RecordBytes: 64, ValueOffset: NoValue}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Create(StreamConfig{ID: 1, RecordBytes: 64, ValueOffset: NoValue}); !errors.Is(err, ErrStreamExists) {
+		t.Fatalf("create an open stream: %v", err)
+	}
+	if _, err := st.Open(3); !errors.Is(err, ErrStreamNotFound) {
+		t.Fatalf("open a missing stream: %v", err)
+	}
+	s2, _ := st.Stream(2)
+	if err := s2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := st.Stream(2); ok {
+		t.Fatal("a closed stream is still the store's")
+	}
+	if s, err := st.Open(2); err != nil || s == s2 {
+		t.Fatalf("reopen a closed stream: %v", err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"s7", "notes", "s01"} {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err = OpenStore(dir, storeOpts(obj, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ids := st.Streams()
+	slices.Sort(ids)
+	if !slices.Equal(ids, []uint64{1, 2}) {
+		t.Fatalf("streams %v, want [1 2]", ids)
+	}
+	if _, err := st.Create(StreamConfig{ID: 7, RecordBytes: 64, ValueOffset: NoValue}); err != nil {
+		t.Fatalf("create over an interrupted creation: %v", err)
+	}
+	// A stream the object store holds uploads of is not created again.
+	m, _ := encodeManifest(manifestFor(9, tierLayout(64), 289, 1))
+	if err := obj.Put(context.Background(), streamKey("t", 9, manifestName), m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Create(StreamConfig{ID: 9, RecordBytes: 64, ValueOffset: NoValue}); !errors.Is(err, ErrStreamExists) {
+		t.Fatalf("create a stream the object store holds: %v", err)
+	}
+}
