@@ -80,14 +80,14 @@ func (br *blockReader) claim(blocks []uint64) (mine []uint64, claimed, waits map
 	return mine, claimed, waits
 }
 
-// publish ends the claimed fetches: their waiters get the bytes, or an error for a block this
-// read did not get.
-func (br *blockReader) publish(claimed map[uint64]*blockFetch) {
+// publish ends the claimed fetches: their waiters get the bytes, or for a block this read did
+// not get, an error wrapping cause (the fetch's).
+func (br *blockReader) publish(claimed map[uint64]*blockFetch, cause error) {
 	br.fmu.Lock()
 	defer br.fmu.Unlock()
 	for b, f := range claimed {
 		if f.data == nil {
-			f.err = fmt.Errorf("block %d: the read fetching it failed", b)
+			f.err = fmt.Errorf("block %d: the read fetching it failed: %w", b, cause)
 		}
 		delete(br.fetching, b)
 		close(f.done)
@@ -216,19 +216,20 @@ func (br *blockReader) readChunk(out []byte, r0, vis uint64) error {
 		var claimed map[uint64]*blockFetch
 		missing, claimed, waits = br.claim(missing)
 		published := false
-		publish := func() {
+		publish := func(cause error) {
 			if !published {
 				published = true
-				br.publish(claimed)
+				br.publish(claimed, cause)
 			}
 		}
-		defer publish()
+		defer publish(errors.New("the read ended"))
 		if len(missing) > 0 {
 			if err := br.fetch(c, missing, b0, b1, sealed, blockStart, blockEnd, rEnd, true, copyOut, claimed); err != nil {
+				publish(err)
 				return err
 			}
 		}
-		publish()
+		publish(errors.New("incomplete block"))
 		for b, f := range waits {
 			select {
 			case <-f.done:
