@@ -48,6 +48,7 @@ fuzz:
 	GO=$(GO) scripts/fuzz-one.sh FuzzStep ./internal/epaxos/ $(FUZZTIME) $(TAGS)
 	GO=$(GO) scripts/fuzz-one.sh FuzzUnmarshalNode ./internal/kawkab/ $(FUZZTIME) $(TAGS)
 	GO=$(GO) scripts/fuzz-one.sh FuzzDecodeStreamMeta ./internal/kawkab/ $(FUZZTIME) $(TAGS)
+	GO=$(GO) scripts/fuzz-one.sh FuzzDecodeManifest ./internal/kawkab/ $(FUZZTIME) $(TAGS)
 
 # Deterministic simulation: SIMSEEDS seeds of every protocol with every fault on, then the
 # mutation suite (every broken variant must be caught). Exits non-zero on any violation.

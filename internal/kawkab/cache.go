@@ -444,6 +444,23 @@ func (c *Cache) Get(key BlockKey, load func(buf []byte) error) (BlockHandle, err
 	return h, nil
 }
 
+// Lookup returns a reference to key's block if it is resident and loaded — a hit, counted
+// as one — and false otherwise, loading nothing and counting nothing: a reader that wants
+// many blocks looks them all up first and fetches the missing ones together (one ranged read
+// for a run of blocks), then inserts them with Get, which counts the misses.
+func (c *Cache) Lookup(key BlockKey) (BlockHandle, bool) {
+	s := c.shardOf(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.blocks[key]
+	if !ok || b.state != blockReady {
+		return BlockHandle{}, false
+	}
+	s.hits++
+	s.refLocked(b)
+	return BlockHandle{b, b.gen.Load()}, true
+}
+
 // Acquire returns a reference to key's block, creating it zeroed and dirty if it is not
 // resident (Get with no loader): for new blocks, which exist nowhere else yet. A block that
 // may be in the local store must be read with Get and a loader.

@@ -201,6 +201,7 @@ type fileHandle struct {
 	f    *os.File
 	refs int
 	used uint64 // LRU clock
+	drop bool   // the file was deleted: close it when released
 }
 
 // fileCache bounds a stream's open chunk files: idle handles beyond the limit are closed,
@@ -256,7 +257,7 @@ func (c *fileCache) put(h *fileHandle) {
 	if h.refs > 0 {
 		return
 	}
-	if c.closed {
+	if c.closed || h.drop {
 		_ = h.f.Close() // read-only use since the stream closed; nothing to report
 		delete(c.open, h.key)
 		return
@@ -281,6 +282,23 @@ func (c *fileCache) evictLocked() {
 		_ = lru.f.Close()
 		delete(c.open, lru.key)
 	}
+}
+
+// drop forgets chunk k's handle (its file was deleted): closed now if idle, else when its
+// last user releases it, so the deleted file's space is freed.
+func (c *fileCache) drop(k fileKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.open[k]
+	if h == nil {
+		return
+	}
+	if h.refs == 0 {
+		_ = h.f.Close() // read-only use; the file is gone
+		delete(c.open, k)
+		return
+	}
+	h.drop = true
 }
 
 // openFiles is the number of open chunk files.
@@ -393,6 +411,11 @@ type nodeFiles struct {
 	// being written, so the durable index never describes data that is not durable).
 	beforeSync func() error
 
+	// cache, if set, holds final nodes (those before the last, which never change) for Get;
+	// grow, if set, counts the bytes a new node adds to the files.
+	cache *Cache
+	grow  func(int64)
+
 	mu     sync.Mutex
 	nodes  uint64      // nodes stored: the files end after node nodes
 	cur    *fileHandle // the index chunk of node nodes, pinned while it is written
@@ -412,8 +435,30 @@ func (nf *nodeFiles) Get(j uint64) ([]byte, error) {
 	}
 	c, off := indexChunkOf(j)
 	b := make([]byte, BlockBytes)
-	if err := nf.cs.readAt(fileKey{'i', c}, b, off); err != nil {
-		return nil, fmt.Errorf("kawkab: stream %d: index node %d: %w", nf.cs.id, j, err)
+	load := func(buf []byte) error {
+		if err := nf.cs.readAt(fileKey{'i', c}, buf, off); err != nil {
+			return fmt.Errorf("kawkab: stream %d: index node %d: %w", nf.cs.id, j, err)
+		}
+		return nil
+	}
+	if nf.cache != nil {
+		nf.mu.Lock()
+		final := j < nf.nodes // a node before the last never changes
+		nf.mu.Unlock()
+		if final {
+			h, err := nf.cache.Get(BlockKey{Stream: nf.cs.id, Kind: KindIndex, Num: j}, load)
+			if err == nil {
+				copy(b, h.Bytes())
+				h.Release()
+				return b, nil
+			}
+			if !errors.Is(err, ErrCacheFull) {
+				return nil, err
+			}
+		}
+	}
+	if err := load(b); err != nil {
+		return nil, err
 	}
 	return b, nil
 }
@@ -448,6 +493,9 @@ func (nf *nodeFiles) Put(j uint64, block []byte) error {
 		return fmt.Errorf("kawkab: stream %d: write index node %d to %s at %d: %w", nf.cs.id, j, IndexChunkName(c), off, err)
 	}
 	nf.dirty = true
+	if j > nf.nodes && nf.grow != nil {
+		nf.grow(BlockBytes)
+	}
 	nf.nodes = max(nf.nodes, j)
 	nf.puts++
 	return nil
@@ -534,7 +582,7 @@ func listChunks(dir string) (chunkListing, error) {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if name == metaName || name == metaTmpName {
+		if name == metaName || name == metaTmpName || name == manifestName || name == manifestTmpName {
 			continue
 		}
 		kind, c, ok := parseChunkName(name)

@@ -31,6 +31,16 @@
 // and an embedded S3-compatible server are in package s3store, the conformance suite every
 // implementation passes in package objstoretest.
 //
+// store.go is a node's streams (5.3.2: the worker node's memory manager, local store and
+// global store services): OpenStore recovers every stream in a directory; full chunks are
+// uploaded in order per stream by a pool of workers, with the index nodes that describe them
+// and a manifest (manifest.go) recording the uploaded prefix; uploaded chunks are deleted
+// least recently used first while the local store is more than half full (5.3.2, 5.7.1);
+// appends are slowed above a high-water mark and declined at the capacity (ErrStoreFull).
+// blockread.go reads a stream's blocks through the buffer cache, from the local files or, for
+// chunks deleted after their upload, with ranged GETs. remote.go reads a stream's uploaded
+// prefix at a node other than the primary, from the object store alone (5.7.5, Fig. 5.12).
+//
 // docs/kawkab.md describes the layouts, the corrected entry formula of 5.5.1, what each
 // acknowledgement level survives, recovery and the tests.
 package kawkab

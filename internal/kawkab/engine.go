@@ -71,6 +71,10 @@ type StreamOptions struct {
 	// and n = 289 in 16 KiB blocks); the block size must be BlockBytes. It is stored in the
 	// metadata; OpenStream ignores this field.
 	Index Config
+
+	// tier is the stream's part of a Store (uploads, deletion, backpressure, the cache in
+	// reads); nil for a stream opened on its own.
+	tier *streamTier
 }
 
 func (o StreamOptions) syncFunc() func(*os.File) error {
@@ -118,6 +122,15 @@ type Stream struct {
 	lock    io.Closer
 	maxRead int
 	rec     RecoveryInfo
+
+	// The store's part (nil for a stream opened on its own): tier uploads and deletes, br
+	// reads blocks through the cache, from local files or the object store. localBytes is
+	// what the stream's chunk files hold (counted with a tier).
+	tier       *streamTier
+	br         *blockReader
+	localBytes atomic.Int64
+	// vis mirrors visible for readers that do not take xmu.
+	vis atomic.Uint64
 
 	// The writer: batches are written in order under wmu.
 	wmu       sync.Mutex
@@ -273,9 +286,23 @@ func OpenStream(dir string, id uint64, opt StreamOptions) (*Stream, error) {
 	}
 	s.nf = &nodeFiles{cs: s.cs, beforeSync: func() error { return s.syncData(s.indexedEnd.Load()) }}
 	s.ccond = sync.NewCond(&s.cmu)
+	if opt.tier != nil {
+		if err := opt.tier.attach(s); err != nil {
+			s.release()
+			return nil, fmt.Errorf("kawkab: open stream %d: %w", id, err)
+		}
+		s.tier = opt.tier
+	}
 	if err := s.recover(); err != nil {
 		s.release()
 		return nil, fmt.Errorf("kawkab: open stream %d: %w", id, err)
+	}
+	s.vis.Store(s.visible)
+	if s.tier != nil {
+		if err := s.tier.started(); err != nil {
+			s.release()
+			return nil, fmt.Errorf("kawkab: open stream %d: %w", id, err)
+		}
 	}
 	return s, nil
 }
@@ -346,6 +373,13 @@ func (s *Stream) Append(batch []byte) (uint64, error) {
 				s.cfg.ID, i, ts, i-1, prev, ErrOutOfOrder)
 		}
 		prev = ts
+	}
+	if s.tier != nil {
+		// Backpressure (docs/kawkab.md, "Backpressure"): slowed above the store's high-water
+		// mark, declined at its capacity.
+		if err := s.tier.st.admit(s.cfg.ID, int64(len(batch))); err != nil {
+			return 0, err
+		}
 	}
 
 	s.wmu.Lock()
@@ -502,6 +536,15 @@ func (s *Stream) apply(bs []pendingBatch) error {
 		s.visible = b.first + uint64(n)
 		s.lastTS = Timestamp(b.data[(n-1)*R:])
 	}
+	s.vis.Store(s.visible)
+	if t := s.tier; t != nil {
+		if full := s.visible / s.lay.PerChunk; full > t.fullSeen {
+			// Chunks complete: queue them for upload (thesis 5.3.2: full chunks go to the
+			// global store).
+			t.fullSeen = full
+			t.chunksFull(full)
+		}
+	}
 	return nil
 }
 
@@ -550,6 +593,9 @@ func (s *Stream) write(first uint64, batch []byte) error {
 		s.dmu.Lock()
 		s.dataWritten.Store(first + j)
 		s.dmu.Unlock()
+		if s.tier != nil {
+			s.tier.grow(int64(len(buf))) // the file ended at start: it grew by buf
+		}
 		i = j
 	}
 	if cap(s.wbuf) > maxKeptWriteBuffer {
@@ -651,6 +697,9 @@ func (s *Stream) Close() error {
 		errs = append(errs, s.syncData(s.written), s.nf.sync())
 	}
 	errs = append(errs, s.release())
+	if s.tier != nil {
+		s.tier.detach()
+	}
 	return errors.Join(errs...)
 }
 
@@ -673,6 +722,9 @@ func (s *Stream) release() error {
 // readRecords reads the records first, first+1, … into out (a multiple of R bytes): one
 // read per block, or per chunk when blocks have no unused tail. The records must exist.
 func (s *Stream) readRecords(out []byte, first uint64) error {
+	if s.br != nil {
+		return s.br.read(out, first, s.vis.Load())
+	}
 	R := s.lay.R
 	n := uint64(len(out) / R)
 	for i := uint64(0); i < n; {
@@ -746,11 +798,18 @@ func (s *Stream) ReadRange(tl, th int64) (RangeResult, error) {
 	}
 	R := s.lay.R
 	from, to := s.lay.FirstRecord(sr.First), min(s.lay.FirstRecord(sr.Last+1), vis)
-	block := make([]byte, s.lay.PerBlock*R)
+	// Read block by block from the files; through a Store's block reader, up to a chunk at
+	// a time, so that the blocks missing from the cache are fetched together (ranged GETs in
+	// parallel for a chunk in the object store).
+	step := uint64(s.lay.PerBlock)
+	if s.br != nil {
+		step = s.lay.PerChunk
+	}
+	block := make([]byte, min(step, to-from)*uint64(R))
 	var out []byte
 	count := 0
 	for r := from; r < to; {
-		cnt := min(to-r, uint64(s.lay.PerBlock-s.lay.Locate(r).Slot))
+		cnt := min(to-r, step-r%step) // to the end of r's block (or chunk)
 		buf := block[:cnt*uint64(R)]
 		if err := s.readRecords(buf, r); err != nil {
 			return res, err
@@ -834,7 +893,13 @@ func (s *Stream) recover() error {
 	if err != nil {
 		return err
 	}
-	C, err := contiguous(l.data, "data", dir)
+	var C uint64
+	if s.tier != nil {
+		// Chunks deleted after their upload may be missing (the manifest says which).
+		C, err = s.tier.checkLocalChunks(l.data, dir)
+	} else {
+		C, err = contiguous(l.data, "data", dir)
+	}
 	if err != nil {
 		return err
 	}
@@ -848,6 +913,9 @@ func (s *Stream) recover() error {
 	var D uint64
 	if C > 0 {
 		for c := uint64(0); c < C-1; c++ {
+			if _, ok := l.data[c]; !ok {
+				continue // deleted after its upload
+			}
 			if l.data[c] != full {
 				return fmt.Errorf("data chunk %s is %d bytes, but chunks follow it: a chunk before the last must be full (%d bytes with %d-byte records): %w",
 					DataChunkName(c), l.data[c], full, s.lay.R, ErrCorrupt)
