@@ -3,7 +3,8 @@
 # Fig. 5.10 (`meridian bench stream`: Meridian's stream engine in process at the local and
 # memory acknowledgement levels, Apache Kafka 4.4 and InfluxDB 1.6, batches of 100 to 30,000
 # 16-byte records) and Fig. 5.11 with the aggregates (`meridian bench stream reads`). Writes
-# stream.md, stream.json, stream-ingest.png/.svg, reads.md, reads.json and uptime.txt (the
+# stream.md, stream.json, stream-ingest.png/.svg, reads.md, reads.json, fig5.8/ and fig5.9/
+# (`meridian bench stream bursts`, BURSTS=60s each) and uptime.txt (the
 # machine's load beside the numbers) into OUT_DIR. About 8 minutes with the defaults
 # (DURATION=10s per run, two runs per system and batch size; WARMUP=2s of each left out).
 #
@@ -29,4 +30,11 @@ echo "after ingest: $(uptime)" >>"$out/uptime.txt"
 echo "== bench stream reads ($(date -u +%H:%M:%S))" >&2
 "$BIN" bench stream reads --duration "$DURATION" --warmup "$WARMUP" --out "$out" >/dev/null
 echo "after reads: $(uptime)" >>"$out/uptime.txt"
-cat "$out/stream.md" "$out/reads.md" "$out/uptime.txt"
+echo "== bench stream bursts, Fig. 5.8 ($(date -u +%H:%M:%S))" >&2
+mkdir -p "$out/fig5.8" "$out/fig5.9"
+"$BIN" bench stream bursts --duration "${BURSTS:-60s}" --out "$out/fig5.8" >/dev/null
+echo "after Fig. 5.8: $(uptime)" >>"$out/uptime.txt"
+echo "== bench stream bursts --upload-workers 1, Fig. 5.9 ($(date -u +%H:%M:%S))" >&2
+"$BIN" bench stream bursts --duration "${BURSTS:-60s}" --upload-workers 1 --out "$out/fig5.9" >/dev/null
+echo "after Fig. 5.9: $(uptime)" >>"$out/uptime.txt"
+cat "$out/stream.md" "$out/reads.md" "$out/fig5.8/bursts.md" "$out/fig5.9/bursts.md" "$out/uptime.txt"

@@ -63,7 +63,58 @@ func benchStreamCmd() *cobra.Command {
 	f.StringVar(&outDir, "out", "", "write stream.md, stream.json and the charts (PNG and SVG) into this directory")
 	f.StringVar(&jsonOut, "json", "", "write the results as JSON")
 	f.StringVar(&mdOut, "markdown", "", "write the table as Markdown")
-	cmd.AddCommand(benchStreamReadsCmd())
+	cmd.AddCommand(benchStreamReadsCmd(), benchStreamBurstsCmd())
+	return cmd
+}
+
+// benchStreamBurstsCmd is `meridian bench stream bursts`: Figs. 5.8–5.9.
+func benchStreamBurstsCmd() *cobra.Command {
+	var (
+		o                      streambench.BurstsOptions
+		capacityMiB, cacheMiB  int64
+		outDir, jsonOut, mdOut string
+	)
+	cmd := &cobra.Command{
+		Use:   "bursts [--duration 60s] [--upload-workers 8] [--steady-rate 500000] [--burst-rate 1500000]",
+		Short: "Steady ingest with bursts (thesis Figs. 5.8–5.9): throughput, cache, local store, evictable share and upload queue over time",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if capacityMiB < 0 || cacheMiB < 0 {
+				return fmt.Errorf("bench stream bursts: --local-mib and --cache-mib must not be negative")
+			}
+			o.CapacityBytes, o.CacheBytes = capacityMiB<<20, cacheMiB<<20
+			o.Log = os.Stderr
+			rep, err := streambench.RunBursts(cmd.Context(), o)
+			if err != nil {
+				return fmt.Errorf("bench stream bursts: %w", err)
+			}
+			md := rep.Markdown()
+			fmt.Print(md)
+			return writeStreamOutputs("bench stream bursts", "bursts", outDir, mdOut, jsonOut, md, rep, rep.Charts)
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&o.Duration, "duration", 60*time.Second, "the run's length")
+	f.DurationVar(&o.SampleEvery, "sample", time.Second, "sampling period")
+	f.Float64Var(&o.BurstProbability, "burst-probability", 0.2, "probability that a second is a burst (the thesis's 20%)")
+	f.Uint64Var(&o.Seed, "seed", 571, "seed of the burst schedule")
+	f.IntVar(&o.RecordBytes, "record-bytes", 64, "record size (the thesis's 64 bytes in 5.7.1)")
+	f.IntVar(&o.BatchRecords, "batch", 1000, "records per append")
+	f.IntVar(&o.Appenders, "appenders", 8, "clients, each appending to a stream of its own")
+	f.Float64Var(&o.SteadyRate, "steady-rate", 500_000, "offered records per second outside bursts")
+	f.Float64Var(&o.BurstRate, "burst-rate", 1_500_000, "offered records per second during a burst")
+	f.Int64Var(&capacityMiB, "local-mib", 512, "the local store's capacity, MiB")
+	f.Int64Var(&cacheMiB, "cache-mib", 256, "the buffer cache's capacity, MiB")
+	f.IntVar(&o.UploadWorkers, "upload-workers", 8, "upload workers (Fig. 5.9: fewer than the ingest needs)")
+	f.Float64Var(&o.HighWater, "high-water", 0, "local store level above which appends are slowed (0: the store's default, 0.9)")
+	f.DurationVar(&o.MaxSlowdown, "max-slowdown", 0, "bound of one append's wait for space (0: the store's default, 1s)")
+	f.IntVar(&o.Retries, "retries", 5, "retries of a declined append before the client drops it")
+	f.StringVar(&o.ObjectStore, "object-store", "mem", "where uploads go: mem or dir (behind the S3 model)")
+	f.BoolVar(&o.NoModel, "no-model", false, "upload without the S3 latency and bandwidth model")
+	f.StringVar(&o.Dir, "scratch", "", "scratch directory (default: a temporary one, removed)")
+	f.StringVar(&outDir, "out", "", "write bursts.md, bursts.json and the charts (PNG and SVG) into this directory")
+	f.StringVar(&jsonOut, "json", "", "write the results as JSON")
+	f.StringVar(&mdOut, "markdown", "", "write the tables as Markdown")
 	return cmd
 }
 
