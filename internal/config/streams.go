@@ -139,3 +139,11 @@ func (c *Cluster) validateStreams() error {
 	}
 	return nil
 }
+
+// ValidateStreams fills in the defaults of a streams section built in code and checks it.
+func ValidateStreams(s *Streams) error {
+	c := &Cluster{Streams: *s}
+	err := c.validateStreams()
+	*s = c.Streams
+	return err
+}

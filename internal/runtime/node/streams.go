@@ -188,7 +188,7 @@ func (n *Node) CreateStream(ctx context.Context, spec metadata.StreamSpec, timeo
 	var cands []uint32
 	for _, p := range ks.Partitions {
 		for _, id := range p.Replicas {
-			if !slices.Contains(cands, id) && (id == n.self.ID || n.peerAlive(id)) {
+			if !slices.Contains(cands, id) && n.memberAlive(id) {
 				cands = append(cands, id)
 			}
 		}
@@ -220,6 +220,15 @@ func (n *Node) DropStream(ctx context.Context, keyspace, name string, expectVers
 		return nil, nil, err
 	}
 	return out.Stream, n.notInstalledNames(un), nil
+}
+
+// memberAlive reports whether a member has been heard from recently (its statistics are
+// fresh; elastic.go's liveness, safe off the event loop).
+func (n *Node) memberAlive(id uint32) bool {
+	n.el.mu.Lock()
+	defer n.el.mu.Unlock()
+	ok, _ := n.fresh(id, n.clock.Now())
+	return ok
 }
 
 // MemberAddress is a member's client address ("" if unknown).
