@@ -466,4 +466,3 @@ func (b *Batch) Len() int { return len(b.buf) / b.r }
 
 // Reset empties the batch.
 func (b *Batch) Reset() { b.buf = b.buf[:0] }
-

@@ -539,4 +539,3 @@ func indexOf(nodes []*streamNode, n *streamNode) int {
 	}
 	return -1
 }
-
