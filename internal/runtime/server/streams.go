@@ -194,6 +194,17 @@ func (s *StreamsService) info(r *metadata.StreamRecord) *meridianpb.StreamInfo {
 	return out
 }
 
+// streamSpecFromPB is the catalog's spec of a request's (sizes clamped: the catalog refuses
+// anything that large with its limit).
+func streamSpecFromPB(sp *meridianpb.StreamSpec) metadata.StreamSpec {
+	spec := metadata.StreamSpec{Keyspace: sp.GetKeyspace(), Name: sp.GetName(), RecordBytes: int(min(sp.GetRecordBytes(), 1<<20)),
+		ValueField: sp.GetValueField(), ValueOffset: int(min(sp.GetValueOffset(), 1<<20)), Ack: sp.GetAck()}
+	for _, f := range sp.GetFields() {
+		spec.Fields = append(spec.Fields, metadata.StreamField{Name: f.GetName(), Type: f.GetType(), Bytes: int(min(f.GetBytes(), 1<<20))})
+	}
+	return spec
+}
+
 // CreateStream creates a stream in a keyspace.
 func (s *StreamsService) CreateStream(ctx context.Context, r *meridianpb.CreateStreamRequest) (*meridianpb.CreateStreamResponse, error) {
 	sp := r.GetSpec()
@@ -207,11 +218,7 @@ func (s *StreamsService) CreateStream(ctx context.Context, r *meridianpb.CreateS
 	if len(sp.GetFields()) > metadata.MaxStreamFields {
 		return nil, ToStatus(errs.New(errs.Invalid, "create stream: %d fields, at most %d", len(sp.GetFields()), metadata.MaxStreamFields))
 	}
-	spec := metadata.StreamSpec{Keyspace: sp.GetKeyspace(), Name: sp.GetName(), RecordBytes: int(min(sp.GetRecordBytes(), 1<<20)),
-		ValueField: sp.GetValueField(), ValueOffset: int(min(sp.GetValueOffset(), 1<<20)), Ack: sp.GetAck()}
-	for _, f := range sp.GetFields() {
-		spec.Fields = append(spec.Fields, metadata.StreamField{Name: f.GetName(), Type: f.GetType(), Bytes: int(min(f.GetBytes(), 1<<20))})
-	}
+	spec := streamSpecFromPB(sp)
 	rec, notInstalled, err := s.node.CreateStream(ctx, spec, timeout)
 	if err != nil {
 		return nil, ToStatus(err)
@@ -332,16 +339,8 @@ func (s *StreamsService) DescribeStream(ctx context.Context, r *meridianpb.Descr
 
 // appendBatch validates and appends one batch.
 func (s *StreamsService) appendBatch(rec *metadata.StreamRecord, b []byte) (uint64, error) {
-	R := rec.Spec.RecordBytes
-	switch {
-	case len(b) == 0:
-		return 0, status.Errorf(codes.InvalidArgument, "stream %s/%s: an empty batch (send at least one %d-byte record)", rec.Spec.Keyspace, rec.Spec.Name, R)
-	case len(b) > int(s.cfg.MaxBatchBytes):
-		return 0, status.Errorf(codes.InvalidArgument, "stream %s/%s: a batch of %d bytes exceeds the limit of %d bytes (streams.max_batch); split it",
-			rec.Spec.Keyspace, rec.Spec.Name, len(b), s.cfg.MaxBatchBytes)
-	case len(b)%R != 0:
-		return 0, status.Errorf(codes.InvalidArgument, "stream %s/%s: a batch of %d bytes is not a whole number of %d-byte records (%d records and %d bytes more)",
-			rec.Spec.Keyspace, rec.Spec.Name, len(b), R, len(b)/R, len(b)%R)
+	if err := checkBatch(rec.Spec.Keyspace, rec.Spec.Name, rec.Spec.RecordBytes, int(s.cfg.MaxBatchBytes), len(b)); err != nil {
+		return 0, err
 	}
 	first, err := s.store.append(rec, b)
 	if err != nil {
@@ -351,6 +350,21 @@ func (s *StreamsService) appendBatch(rec *metadata.StreamRecord, b []byte) (uint
 		return 0, s.storeErr(rec, err)
 	}
 	return first, nil
+}
+
+// checkBatch checks a batch's size: at least one record, at most maxBatch bytes, whole
+// records of R bytes.
+func checkBatch(ks, name string, R, maxBatch, n int) error {
+	switch {
+	case n == 0:
+		return status.Errorf(codes.InvalidArgument, "stream %s/%s: an empty batch (send at least one %d-byte record)", ks, name, R)
+	case n > maxBatch:
+		return status.Errorf(codes.InvalidArgument, "stream %s/%s: a batch of %d bytes exceeds the limit of %d bytes (streams.max_batch); split it", ks, name, n, maxBatch)
+	case n%R != 0:
+		return status.Errorf(codes.InvalidArgument, "stream %s/%s: a batch of %d bytes is not a whole number of %d-byte records (%d records and %d bytes more)",
+			ks, name, n, R, n/R, n%R)
+	}
+	return nil
 }
 
 // trimStreamPrefix drops the engine's "kawkab: stream N: append: " prefix.
