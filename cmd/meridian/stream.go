@@ -495,7 +495,28 @@ func (c column) value(rec []byte) any {
 	return hex.EncodeToString(b)
 }
 
+// printRecords prints records already read (tests).
+func (p *recordPrinter) printRecords(w io.Writer, info *client.StreamInfo, recs []client.Record) error {
+	i := -1
+	return p.each(w, info, func() (client.Record, bool) {
+		i++
+		if i >= len(recs) {
+			return client.Record{}, false
+		}
+		return recs[i], true
+	}, func() error { return nil })
+}
+
 func (p *recordPrinter) print(w io.Writer, info *client.StreamInfo, it *client.Records) error {
+	return p.each(w, info, func() (client.Record, bool) {
+		if !it.Next() {
+			return client.Record{}, false
+		}
+		return it.Record(), true
+	}, it.Err)
+}
+
+func (p *recordPrinter) each(w io.Writer, info *client.StreamInfo, next func() (client.Record, bool), errf func() error) error {
 	cols := columns(info)
 	bw := bufio.NewWriter(w)
 	defer bw.Flush()
@@ -506,8 +527,11 @@ func (p *recordPrinter) print(w io.Writer, info *client.StreamInfo, it *client.R
 		}
 		fmt.Fprintln(bw, strings.Join(names, ","))
 	}
-	for it.Next() {
-		r := it.Record()
+	for {
+		r, ok := next()
+		if !ok {
+			break
+		}
 		switch p.format {
 		case "csv":
 			fmt.Fprintf(bw, "%d", r.Number)
@@ -534,5 +558,5 @@ func (p *recordPrinter) print(w io.Writer, info *client.StreamInfo, it *client.R
 		}
 	}
 	bw.Flush()
-	return it.Err()
+	return errf()
 }
