@@ -203,15 +203,8 @@ func (a *Appender) Append(ctx context.Context, records []byte) (uint64, error) {
 }
 
 func (a *Appender) send(ctx context.Context, records []byte) (uint64, error) {
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case <-ctx.Done():
-			a.cancel()
-		case <-done:
-		}
-	}()
+	stop := context.AfterFunc(ctx, a.cancel)
+	defer stop()
 	m := &meridianpb.AppendRequest{Records: records}
 	if a.writes == 0 {
 		m.Keyspace, m.Stream = a.keyspace, a.name

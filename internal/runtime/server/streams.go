@@ -56,7 +56,8 @@ type StreamsService struct {
 
 	dropMu  sync.Mutex
 	dropped map[uint64]bool // streams dropped since start: never opened again
-	wg      sync.WaitGroup
+	closed  bool
+	wg      sync.WaitGroup // removals of dropped streams' files
 }
 
 // NewStreamsService opens the node's stream store (and its object store) and returns the
@@ -105,9 +106,15 @@ func (s *StreamsService) onStreamEvent(ev node.StreamEvent) {
 	}
 	s.dropMu.Lock()
 	s.dropped[ev.Record.ID] = true
+	closed := s.closed
+	if !closed {
+		s.wg.Add(1)
+	}
 	s.dropMu.Unlock()
 	s.store.markDropped(ev.Record.ID)
-	s.wg.Add(1)
+	if closed {
+		return // the next start's sweep removes the files
+	}
 	go func() {
 		defer s.wg.Done()
 		if err := s.store.drop(ev.Record.ID); err != nil {
@@ -118,6 +125,9 @@ func (s *StreamsService) onStreamEvent(ev node.StreamEvent) {
 
 // Close closes the node's streams and object store.
 func (s *StreamsService) Close() error {
+	s.dropMu.Lock()
+	s.closed = true
+	s.dropMu.Unlock()
 	s.wg.Wait()
 	return s.store.close()
 }
