@@ -146,6 +146,7 @@ type Appender struct {
 	stream           meridianpb.Streams_AppendAckedClient
 	cancel           context.CancelFunc
 	broken           error
+	named            bool // the current call's first message named the stream
 	appended, writes uint64
 }
 
@@ -169,7 +170,7 @@ func (a *Appender) open(ctx context.Context) error {
 		cancel()
 		return streamErr("append", err)
 	}
-	a.info, a.stream, a.cancel, a.broken = info, st, cancel, nil
+	a.info, a.stream, a.cancel, a.broken, a.named = info, st, cancel, nil, false
 	return nil
 }
 
@@ -206,8 +207,9 @@ func (a *Appender) send(ctx context.Context, records []byte) (uint64, error) {
 	stop := context.AfterFunc(ctx, a.cancel)
 	defer stop()
 	m := &meridianpb.AppendRequest{Records: records}
-	if a.writes == 0 {
+	if !a.named {
 		m.Keyspace, m.Stream = a.keyspace, a.name
+		a.named = true
 	}
 	if err := a.stream.Send(m); err != nil {
 		// The server's reason, if it ended the call.

@@ -102,7 +102,7 @@ type StreamSpec struct {
 	ValueField  string `protobuf:"bytes,5,opt,name=value_field,json=valueField,proto3" json:"value_field,omitempty"`
 	ValueOffset uint32 `protobuf:"varint,6,opt,name=value_offset,json=valueOffset,proto3" json:"value_offset,omitempty"`
 	// ack: local (default: fsynced on the primary), memory (written, not fsynced), replicated
-	// (not supported yet).
+	// (fsynced on the primary and on a second node).
 	Ack           string `protobuf:"bytes,7,opt,name=ack,proto3" json:"ack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1369,6 +1369,131 @@ func (x *SubscribeRequest) GetMaxLagRecords() uint64 {
 	return 0
 }
 
+// ReplicateRequest carries a replicated stream's records from its primary to its second node
+// (ack level replicated). The first message of a call has no records: the second node answers
+// with its copy's length, and the primary sends what the copy lacks before new batches. Each
+// message's first_record must be the copy's length.
+type ReplicateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
+	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	StreamId      uint64                 `protobuf:"varint,3,opt,name=stream_id,json=streamId,proto3" json:"stream_id,omitempty"`
+	FirstRecord   uint64                 `protobuf:"varint,4,opt,name=first_record,json=firstRecord,proto3" json:"first_record,omitempty"`
+	Records       []byte                 `protobuf:"bytes,5,opt,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicateRequest) Reset() {
+	*x = ReplicateRequest{}
+	mi := &file_meridian_v1_streams_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicateRequest) ProtoMessage() {}
+
+func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_streams_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
+func (*ReplicateRequest) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_streams_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ReplicateRequest) GetKeyspace() string {
+	if x != nil {
+		return x.Keyspace
+	}
+	return ""
+}
+
+func (x *ReplicateRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *ReplicateRequest) GetStreamId() uint64 {
+	if x != nil {
+		return x.StreamId
+	}
+	return 0
+}
+
+func (x *ReplicateRequest) GetFirstRecord() uint64 {
+	if x != nil {
+		return x.FirstRecord
+	}
+	return 0
+}
+
+func (x *ReplicateRequest) GetRecords() []byte {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+// ReplicateAck: the copy's length once the request's records are durable there.
+type ReplicateAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       uint64                 `protobuf:"varint,1,opt,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicateAck) Reset() {
+	*x = ReplicateAck{}
+	mi := &file_meridian_v1_streams_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicateAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicateAck) ProtoMessage() {}
+
+func (x *ReplicateAck) ProtoReflect() protoreflect.Message {
+	mi := &file_meridian_v1_streams_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicateAck.ProtoReflect.Descriptor instead.
+func (*ReplicateAck) Descriptor() ([]byte, []int) {
+	return file_meridian_v1_streams_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ReplicateAck) GetRecords() uint64 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
 var File_meridian_v1_streams_proto protoreflect.FileDescriptor
 
 const file_meridian_v1_streams_proto_rawDesc = "" +
@@ -1478,7 +1603,15 @@ const file_meridian_v1_streams_proto_rawDesc = "" +
 	"\bfrom_end\x18\x04 \x01(\bR\afromEnd\x12\x1d\n" +
 	"\n" +
 	"page_bytes\x18\x05 \x01(\rR\tpageBytes\x12&\n" +
-	"\x0fmax_lag_records\x18\x06 \x01(\x04R\rmaxLagRecords2\x8e\x06\n" +
+	"\x0fmax_lag_records\x18\x06 \x01(\x04R\rmaxLagRecords\"\xa0\x01\n" +
+	"\x10ReplicateRequest\x12\x1a\n" +
+	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x1b\n" +
+	"\tstream_id\x18\x03 \x01(\x04R\bstreamId\x12!\n" +
+	"\ffirst_record\x18\x04 \x01(\x04R\vfirstRecord\x12\x18\n" +
+	"\arecords\x18\x05 \x01(\fR\arecords\"(\n" +
+	"\fReplicateAck\x12\x18\n" +
+	"\arecords\x18\x01 \x01(\x04R\arecords2\xd9\x06\n" +
 	"\aStreams\x12S\n" +
 	"\fCreateStream\x12 .meridian.v1.CreateStreamRequest\x1a!.meridian.v1.CreateStreamResponse\x12M\n" +
 	"\n" +
@@ -1490,7 +1623,8 @@ const file_meridian_v1_streams_proto_rawDesc = "" +
 	"\tReadRange\x12\x1d.meridian.v1.ReadRangeRequest\x1a\x18.meridian.v1.RecordsPage0\x01\x12J\n" +
 	"\vReadRecords\x12\x1f.meridian.v1.ReadRecordsRequest\x1a\x18.meridian.v1.RecordsPage0\x01\x12J\n" +
 	"\tAggregate\x12\x1d.meridian.v1.AggregateRequest\x1a\x1e.meridian.v1.AggregateResponse\x12F\n" +
-	"\tSubscribe\x12\x1d.meridian.v1.SubscribeRequest\x1a\x18.meridian.v1.RecordsPage0\x01B\x19Z\x17meridian/api/meridianpbb\x06proto3"
+	"\tSubscribe\x12\x1d.meridian.v1.SubscribeRequest\x1a\x18.meridian.v1.RecordsPage0\x01\x12I\n" +
+	"\tReplicate\x12\x1d.meridian.v1.ReplicateRequest\x1a\x19.meridian.v1.ReplicateAck(\x010\x01B\x19Z\x17meridian/api/meridianpbb\x06proto3"
 
 var (
 	file_meridian_v1_streams_proto_rawDescOnce sync.Once
@@ -1504,7 +1638,7 @@ func file_meridian_v1_streams_proto_rawDescGZIP() []byte {
 	return file_meridian_v1_streams_proto_rawDescData
 }
 
-var file_meridian_v1_streams_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_meridian_v1_streams_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_meridian_v1_streams_proto_goTypes = []any{
 	(*StreamField)(nil),            // 0: meridian.v1.StreamField
 	(*StreamSpec)(nil),             // 1: meridian.v1.StreamSpec
@@ -1526,6 +1660,8 @@ var file_meridian_v1_streams_proto_goTypes = []any{
 	(*AggregateRequest)(nil),       // 17: meridian.v1.AggregateRequest
 	(*AggregateResponse)(nil),      // 18: meridian.v1.AggregateResponse
 	(*SubscribeRequest)(nil),       // 19: meridian.v1.SubscribeRequest
+	(*ReplicateRequest)(nil),       // 20: meridian.v1.ReplicateRequest
+	(*ReplicateAck)(nil),           // 21: meridian.v1.ReplicateAck
 }
 var file_meridian_v1_streams_proto_depIdxs = []int32{
 	0,  // 0: meridian.v1.StreamSpec.fields:type_name -> meridian.v1.StreamField
@@ -1544,18 +1680,20 @@ var file_meridian_v1_streams_proto_depIdxs = []int32{
 	15, // 13: meridian.v1.Streams.ReadRecords:input_type -> meridian.v1.ReadRecordsRequest
 	17, // 14: meridian.v1.Streams.Aggregate:input_type -> meridian.v1.AggregateRequest
 	19, // 15: meridian.v1.Streams.Subscribe:input_type -> meridian.v1.SubscribeRequest
-	4,  // 16: meridian.v1.Streams.CreateStream:output_type -> meridian.v1.CreateStreamResponse
-	6,  // 17: meridian.v1.Streams.DropStream:output_type -> meridian.v1.DropStreamResponse
-	8,  // 18: meridian.v1.Streams.ListStreams:output_type -> meridian.v1.ListStreamsResponse
-	10, // 19: meridian.v1.Streams.DescribeStream:output_type -> meridian.v1.DescribeStreamResponse
-	13, // 20: meridian.v1.Streams.Append:output_type -> meridian.v1.AppendResponse
-	12, // 21: meridian.v1.Streams.AppendAcked:output_type -> meridian.v1.AppendAck
-	16, // 22: meridian.v1.Streams.ReadRange:output_type -> meridian.v1.RecordsPage
-	16, // 23: meridian.v1.Streams.ReadRecords:output_type -> meridian.v1.RecordsPage
-	18, // 24: meridian.v1.Streams.Aggregate:output_type -> meridian.v1.AggregateResponse
-	16, // 25: meridian.v1.Streams.Subscribe:output_type -> meridian.v1.RecordsPage
-	16, // [16:26] is the sub-list for method output_type
-	6,  // [6:16] is the sub-list for method input_type
+	20, // 16: meridian.v1.Streams.Replicate:input_type -> meridian.v1.ReplicateRequest
+	4,  // 17: meridian.v1.Streams.CreateStream:output_type -> meridian.v1.CreateStreamResponse
+	6,  // 18: meridian.v1.Streams.DropStream:output_type -> meridian.v1.DropStreamResponse
+	8,  // 19: meridian.v1.Streams.ListStreams:output_type -> meridian.v1.ListStreamsResponse
+	10, // 20: meridian.v1.Streams.DescribeStream:output_type -> meridian.v1.DescribeStreamResponse
+	13, // 21: meridian.v1.Streams.Append:output_type -> meridian.v1.AppendResponse
+	12, // 22: meridian.v1.Streams.AppendAcked:output_type -> meridian.v1.AppendAck
+	16, // 23: meridian.v1.Streams.ReadRange:output_type -> meridian.v1.RecordsPage
+	16, // 24: meridian.v1.Streams.ReadRecords:output_type -> meridian.v1.RecordsPage
+	18, // 25: meridian.v1.Streams.Aggregate:output_type -> meridian.v1.AggregateResponse
+	16, // 26: meridian.v1.Streams.Subscribe:output_type -> meridian.v1.RecordsPage
+	21, // 27: meridian.v1.Streams.Replicate:output_type -> meridian.v1.ReplicateAck
+	17, // [17:28] is the sub-list for method output_type
+	6,  // [6:17] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1572,7 +1710,7 @@ func file_meridian_v1_streams_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meridian_v1_streams_proto_rawDesc), len(file_meridian_v1_streams_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,6 +35,7 @@ const (
 	Streams_ReadRecords_FullMethodName    = "/meridian.v1.Streams/ReadRecords"
 	Streams_Aggregate_FullMethodName      = "/meridian.v1.Streams/Aggregate"
 	Streams_Subscribe_FullMethodName      = "/meridian.v1.Streams/Subscribe"
+	Streams_Replicate_FullMethodName      = "/meridian.v1.Streams/Replicate"
 )
 
 // StreamsClient is the client API for Streams service.
@@ -53,6 +54,8 @@ type StreamsClient interface {
 	ReadRecords(ctx context.Context, in *ReadRecordsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RecordsPage], error)
 	Aggregate(ctx context.Context, in *AggregateRequest, opts ...grpc.CallOption) (*AggregateResponse, error)
 	Subscribe(ctx context.Context, in *SubscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RecordsPage], error)
+	// Replicate: between nodes only (the stream's primary to its second node).
+	Replicate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReplicateRequest, ReplicateAck], error)
 }
 
 type streamsClient struct {
@@ -196,6 +199,19 @@ func (c *streamsClient) Subscribe(ctx context.Context, in *SubscribeRequest, opt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Streams_SubscribeClient = grpc.ServerStreamingClient[RecordsPage]
 
+func (c *streamsClient) Replicate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ReplicateRequest, ReplicateAck], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Streams_ServiceDesc.Streams[5], Streams_Replicate_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReplicateRequest, ReplicateAck]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Streams_ReplicateClient = grpc.BidiStreamingClient[ReplicateRequest, ReplicateAck]
+
 // StreamsServer is the server API for Streams service.
 // All implementations must embed UnimplementedStreamsServer
 // for forward compatibility.
@@ -212,6 +228,8 @@ type StreamsServer interface {
 	ReadRecords(*ReadRecordsRequest, grpc.ServerStreamingServer[RecordsPage]) error
 	Aggregate(context.Context, *AggregateRequest) (*AggregateResponse, error)
 	Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[RecordsPage]) error
+	// Replicate: between nodes only (the stream's primary to its second node).
+	Replicate(grpc.BidiStreamingServer[ReplicateRequest, ReplicateAck]) error
 	mustEmbedUnimplementedStreamsServer()
 }
 
@@ -251,6 +269,9 @@ func (UnimplementedStreamsServer) Aggregate(context.Context, *AggregateRequest) 
 }
 func (UnimplementedStreamsServer) Subscribe(*SubscribeRequest, grpc.ServerStreamingServer[RecordsPage]) error {
 	return status.Error(codes.Unimplemented, "method Subscribe not implemented")
+}
+func (UnimplementedStreamsServer) Replicate(grpc.BidiStreamingServer[ReplicateRequest, ReplicateAck]) error {
+	return status.Error(codes.Unimplemented, "method Replicate not implemented")
 }
 func (UnimplementedStreamsServer) mustEmbedUnimplementedStreamsServer() {}
 func (UnimplementedStreamsServer) testEmbeddedByValue()                 {}
@@ -410,6 +431,13 @@ func _Streams_Subscribe_Handler(srv interface{}, stream grpc.ServerStream) error
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Streams_SubscribeServer = grpc.ServerStreamingServer[RecordsPage]
 
+func _Streams_Replicate_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(StreamsServer).Replicate(&grpc.GenericServerStream[ReplicateRequest, ReplicateAck]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Streams_ReplicateServer = grpc.BidiStreamingServer[ReplicateRequest, ReplicateAck]
+
 // Streams_ServiceDesc is the grpc.ServiceDesc for Streams service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -464,6 +492,12 @@ var Streams_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Subscribe",
 			Handler:       _Streams_Subscribe_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Replicate",
+			Handler:       _Streams_Replicate_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "meridian/v1/streams.proto",

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 
 	"meridian/api/meridianpb"
 	"meridian/client"
+	"meridian/internal/kawkab"
 )
 
 // TestStreams runs three real server processes on 127.0.0.x: a stream is created through one
@@ -290,4 +292,103 @@ func TestStreams(t *testing.T) {
 	if _, err := pc.DescribeStream(cx, "demo", "ticks"); client.CodeOf(err) != codes.NotFound {
 		t.Fatalf("describe after drop: %v", err)
 	}
+}
+
+// TestStreamsReplicated: a replicated stream on three real processes. Every acknowledged
+// batch is in both copies — read from the second node's files after it is SIGKILLed —; with
+// the second node down an append fails with UNAVAILABLE; when it is back appends go on and
+// its copy catches up.
+func TestStreamsReplicated(t *testing.T) {
+	skipShort(t)
+	c := newCluster(t, threeNodes, nil)
+	c.startAll()
+	c.waitReady(c.names()...)
+	cx, cancel := reqCtx()
+	defer cancel()
+	const R = 16
+	info, err := c.client("n2").CreateStream(cx, &client.StreamSpec{Keyspace: "demo", Name: "rep", RecordBytes: R, ValueOffset: 8, Ack: "replicated"})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	second := c.node(info.Reader)
+	t.Logf("stream rep: primary %s, second node %s", info.Primary, info.Reader)
+	app, err := c.client("n3").NewAppender(cx, "demo", "rep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var model []byte
+	ts := int64(1)
+	mk := func(n int) []byte {
+		b := client.NewBatch(R, 8)
+		for range n {
+			b.Add(ts, ts)
+			ts++
+		}
+		return bytes.Clone(b.Bytes())
+	}
+	for range 20 {
+		b := mk(100)
+		if _, err := app.Append(cx, b); err != nil {
+			t.Fatalf("append: %v", err)
+		}
+		model = append(model, b...)
+	}
+	// The second node down: appends fail visibly.
+	c.kill(second.name)
+	if _, err := app.Append(cx, mk(10)); client.CodeOf(err) != codes.Unavailable {
+		t.Fatalf("append with the second node down: %v", err)
+	}
+	c.start(second.name)
+	c.waitReady(second.name)
+	eventually(t, "append with the second node back", func() error {
+		b := mk(100)
+		if _, err := app.Append(cx, b); err != nil {
+			return err
+		}
+		model = append(model, b...)
+		return nil
+	})
+	for range 10 {
+		b := mk(100)
+		if _, err := app.Append(cx, b); err != nil {
+			t.Fatalf("append: %v", err)
+		}
+		model = append(model, b...)
+	}
+	app.Close()
+	// The copy holds every acknowledged record, in order (and the failed batches' records,
+	// which the primary kept and sent on: they are in both copies alike).
+	c.kill(second.name)
+	st, err := kawkab.OpenStream(filepath.Join(second.dataDir, "streams"), info.Id, kawkab.StreamOptions{})
+	if err != nil {
+		t.Fatalf("open the copy: %v", err)
+	}
+	cp, err := st.ReadRecords(0, int(st.Len()))
+	st.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prim := c.client(info.Primary)
+	var all []byte
+	it := prim.ReadRecords(cx, "demo", "rep", 0, 0)
+	for it.Next() {
+		all = append(all, it.Record().Bytes...)
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(cp, all) {
+		t.Fatalf("the copy holds %d records, the primary %d", len(cp)/R, len(all)/R)
+	}
+	// Every acknowledged record is there, in order (a failed batch may sit between two).
+	i := 0
+	for off := 0; off < len(all) && i < len(model); off += R {
+		if bytes.Equal(all[off:off+R], model[i:i+R]) {
+			i += R
+		}
+	}
+	if i != len(model) {
+		t.Fatalf("acknowledged record %d is missing from the copies", i/R)
+	}
+	t.Logf("%d records acknowledged, %d in both copies", len(model)/R, len(all)/R)
 }

@@ -2,7 +2,6 @@ package metadata
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -80,7 +79,7 @@ type StreamSpec struct {
 	// ValueOffset is the offset of the aggregated int64 (8 to RecordBytes − 8), or
 	// kawkab.NoValue (−1). With a schema it is ValueField's offset.
 	ValueOffset int `json:"value_offset"`
-	// Ack is local (default), memory or replicated.
+	// Ack is local (default), memory or replicated (also fsynced on the reader node).
 	Ack string `json:"ack"`
 }
 
@@ -90,20 +89,32 @@ type StreamRecord struct {
 	// ID is the stream's 64-bit identifier: the log index of the command that created it.
 	ID uint64 `json:"id"`
 	// Primary is the node that takes the stream's appends; Reader (0: none) the node
-	// designated for historical reads.
+	// designated for historical reads, which also holds the copy of a replicated stream.
 	Primary uint32 `json:"primary"`
 	Reader  uint32 `json:"reader,omitempty"`
 	// Version is the log index of the command that last changed the record.
 	Version uint64 `json:"version"`
 }
 
-// Config is the stream's engine configuration.
+// Config is the stream's engine configuration, on its primary and on its second node alike.
+// A replicated stream's engine acknowledges at local (fsynced): the stream service adds the
+// second node's copy (kawkab's engine refuses AckReplicated itself).
 func (r *StreamRecord) Config() (kawkab.StreamConfig, error) {
 	ack, err := kawkab.ParseAckLevel(r.Spec.Ack)
 	if err != nil {
 		return kawkab.StreamConfig{}, err
 	}
-	return kawkab.StreamConfig{ID: r.ID, RecordBytes: r.Spec.RecordBytes, ValueOffset: r.Spec.ValueOffset, Ack: ack}, nil
+	return kawkab.StreamConfig{ID: r.ID, RecordBytes: r.Spec.RecordBytes, ValueOffset: r.Spec.ValueOffset, Ack: engineAck(ack)}, nil
+}
+
+// Replicated reports whether the stream's appends are acknowledged by a second node too.
+func (r *StreamRecord) Replicated() bool { return r.Spec.Ack == kawkab.AckReplicated.String() }
+
+func engineAck(a kawkab.AckLevel) kawkab.AckLevel {
+	if a == kawkab.AckReplicated {
+		return kawkab.AckLocal
+	}
+	return a
 }
 
 // DecodeStream decodes a stream record's value.
@@ -222,13 +233,9 @@ func NormalizeStreamSpec(s StreamSpec) (StreamSpec, error) {
 			s.ValueOffset = kawkab.NoValue
 		}
 	}
-	cfg := kawkab.StreamConfig{ID: 1, RecordBytes: s.RecordBytes, ValueOffset: s.ValueOffset, Ack: ack}
+	cfg := kawkab.StreamConfig{ID: 1, RecordBytes: s.RecordBytes, ValueOffset: s.ValueOffset, Ack: engineAck(ack)}
 	if err := cfg.Validate(); err != nil {
-		msg := strings.TrimPrefix(err.Error(), "kawkab: stream 1: ")
-		if errors.Is(err, kawkab.ErrAckNotSupported) {
-			return s, errs.New(errs.Invalid, "create stream %q: ack level replicated (fsynced at a second node before the acknowledgement) is not supported yet; use local or memory (%v)", s.Name, kawkab.ErrAckNotSupported)
-		}
-		return s, errs.New(errs.Invalid, "create stream %q: %s", s.Name, msg)
+		return s, errs.New(errs.Invalid, "create stream %q: %s", s.Name, strings.TrimPrefix(err.Error(), "kawkab: stream 1: "))
 	}
 	return s, nil
 }
@@ -298,6 +305,9 @@ func (c *Catalog) createStream(index uint64, cmd Command) ([]storage.Record, Out
 	var reader uint32
 	if others := slices.DeleteFunc(slices.Clone(cands), func(id uint32) bool { return id == primary }); len(others) > 0 {
 		reader = least(others, func(id uint32) int { return readers[id] + primaries[id] })
+	}
+	if spec.Ack == kawkab.AckReplicated.String() && reader == 0 {
+		return nil, Outcome{}, errs.New(errs.Unavailable, "create stream %q: ack level replicated needs a second live node of keyspace %q, and only %v is (its nodes: %v)", spec.Name, spec.Keyspace, cands, placed)
 	}
 	rec := &StreamRecord{Spec: spec, ID: index, Primary: primary, Reader: reader, Version: index}
 	c.streams[mk] = rec

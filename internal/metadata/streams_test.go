@@ -57,6 +57,15 @@ func TestStreamCommands(t *testing.T) {
 	if _, err := create(21, StreamSpec{Keyspace: "kv", Name: "none", RecordBytes: 32}, 99); errs.KindOf(err) != errs.Unavailable {
 		t.Fatalf("no live candidate: %v", err)
 	}
+	// Replicated streams need a second node: their copy is on the reader.
+	if _, err := create(24, StreamSpec{Keyspace: "kv", Name: "rep1", RecordBytes: 32, Ack: "replicated"}, 2); errs.KindOf(err) != errs.Unavailable || !strings.Contains(err.Error(), "needs a second live node") {
+		t.Fatalf("replicated with one candidate: %v", err)
+	}
+	if rs, err := create(25, StreamSpec{Keyspace: "kv", Name: "rep2", RecordBytes: 32, Ack: "replicated"}, 2, 3); err != nil || rs.Reader == 0 || rs.Reader == rs.Primary || !rs.Replicated() {
+		t.Fatalf("replicated: %+v, %v", rs, err)
+	} else if cfg, _ := rs.Config(); cfg.Ack != kawkab.AckLocal {
+		t.Fatalf("a replicated stream's engine acknowledges at %v, want local", cfg.Ack)
+	}
 	if _, err := create(22, StreamSpec{Keyspace: "kv", Name: "a", RecordBytes: 16}); errs.KindOf(err) != errs.AlreadyExists {
 		t.Fatalf("duplicate name: %v", err)
 	}
@@ -78,7 +87,7 @@ func TestStreamCommands(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if len(cat2.Streams()) != 8 || cat2.Streams()["kv/ticks"].Spec.ValueOffset != 16 {
+	if len(cat2.Streams()) != 9 || cat2.Streams()["kv/ticks"].Spec.ValueOffset != 16 {
 		t.Fatalf("reloaded streams: %v", cat2.Streams())
 	}
 	// Drop: conditional, then gone; dropping again is NotFound.
@@ -107,7 +116,7 @@ func TestStreamCommands(t *testing.T) {
 			tomb++
 		}
 	}
-	if tomb != 8 || len(cat.Streams()) != 0 {
+	if tomb != 9 || len(cat.Streams()) != 0 {
 		t.Fatalf("keyspace drop: %d stream tombstones, %d streams left", tomb, len(cat.Streams()))
 	}
 }
@@ -128,7 +137,6 @@ func TestNormalizeStreamSpec(t *testing.T) {
 		{StreamSpec{Keyspace: "kv", Name: "s", RecordBytes: 4097}, "want 16 to 4096"},
 		{StreamSpec{Keyspace: "kv", Name: "s", RecordBytes: 16, ValueOffset: 9}, "value offset 9"},
 		{StreamSpec{Keyspace: "kv", Name: "s", RecordBytes: 16, Ack: "quorum"}, `ack level "quorum"`},
-		{StreamSpec{Keyspace: "kv", Name: "s", RecordBytes: 16, Ack: "replicated"}, "not supported yet"},
 		{StreamSpec{Keyspace: "kv", Name: "s", RecordBytes: 16, ValueField: "v"}, "needs a schema"},
 		{StreamSpec{Keyspace: "kv", Name: "s", Fields: []StreamField{{Name: "ts", Type: FieldFloat64}, i64("v")}}, "must be int64"},
 		{StreamSpec{Keyspace: "kv", Name: "s", Fields: []StreamField{i64("ts"), i64("ts")}}, "appears twice"},
@@ -151,7 +159,7 @@ func TestNormalizeStreamSpec(t *testing.T) {
 	if err != nil || got.ValueOffset != 16 || got.Ack != "memory" {
 		t.Fatalf("valid raw spec: %+v, %v", got, err)
 	}
-	if _, err := NormalizeStreamSpec(StreamSpec{Keyspace: "kv", Name: "s", RecordBytes: 16, Ack: "replicated"}); !strings.Contains(err.Error(), kawkab.ErrAckNotSupported.Error()) {
-		t.Fatalf("replicated: %v", err)
+	if got, err := NormalizeStreamSpec(StreamSpec{Keyspace: "kv", Name: "s", RecordBytes: 16, Ack: "replicated"}); err != nil || got.Ack != "replicated" {
+		t.Fatalf("replicated: %+v, %v", got, err)
 	}
 }

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -44,6 +46,11 @@ type StreamsOptions struct {
 	// Objects, when set, is the object store (tests); otherwise it is built from Config.
 	Objects kawkab.ObjectStore
 	Logger  *slog.Logger
+	// ReplicaAddress, when set, gives the client address of a node for replication (tests);
+	// default the member's listen address. ReplicaDial, when set, dials it; default a TCP
+	// dial from the IP of this node's listen address.
+	ReplicaAddress func(node uint32) string
+	ReplicaDial    func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // StreamsService implements the Streams gRPC service on one node.
@@ -58,6 +65,14 @@ type StreamsService struct {
 	dropped map[uint64]bool // streams dropped since start: never opened again
 	closed  bool
 	wg      sync.WaitGroup // removals of dropped streams' files
+
+	// Replication (streams_replica.go).
+	replMu         sync.Mutex
+	links          map[uint64]*replicaLink
+	conns          map[string]*grpc.ClientConn
+	replicaAddress func(uint32) string
+	dial           func(ctx context.Context, addr string) (net.Conn, error)
+	replTimeout    time.Duration
 }
 
 // NewStreamsService opens the node's stream store (and its object store) and returns the
@@ -88,7 +103,15 @@ func NewStreamsService(n *node.Node, o StreamsOptions) (*StreamsService, error) 
 		closeOS()
 		return nil, err
 	}
-	s := &StreamsService{node: n, store: st, cfg: o.Config, log: o.Logger, dropped: map[uint64]bool{}}
+	s := &StreamsService{node: n, store: st, cfg: o.Config, log: o.Logger, dropped: map[uint64]bool{},
+		links: map[uint64]*replicaLink{}, conns: map[string]*grpc.ClientConn{}, replicaAddress: o.ReplicaAddress, dial: o.ReplicaDial,
+		replTimeout: defaultReplicationTimeout}
+	if s.replicaAddress == nil {
+		s.replicaAddress = n.MemberAddress
+	}
+	if s.dial == nil {
+		s.dial = defaultReplicaDialer(n.MemberAddress(n.ID()))
+	}
 	n.SetStreamHook(s.onStreamEvent)
 	live := map[uint64]bool{}
 	for _, r := range n.Streams("") {
@@ -129,6 +152,7 @@ func (s *StreamsService) Close() error {
 	s.closed = true
 	s.dropMu.Unlock()
 	s.wg.Wait()
+	s.closeReplication()
 	return s.store.close()
 }
 
@@ -348,12 +372,21 @@ func (s *StreamsService) DescribeStream(ctx context.Context, r *meridianpb.Descr
 }
 
 // appendBatch validates and appends one batch.
-func (s *StreamsService) appendBatch(rec *metadata.StreamRecord, b []byte) (uint64, error) {
+func (s *StreamsService) appendBatch(ctx context.Context, rec *metadata.StreamRecord, b []byte) (uint64, error) {
 	if err := checkBatch(rec.Spec.Keyspace, rec.Spec.Name, rec.Spec.RecordBytes, int(s.cfg.MaxBatchBytes), len(b)); err != nil {
 		return 0, err
 	}
-	first, err := s.store.append(rec, b)
+	var first uint64
+	var err error
+	if rec.Replicated() {
+		first, err = s.appendReplicated(ctx, rec, b)
+	} else {
+		first, err = s.store.append(rec, b)
+	}
 	if err != nil {
+		if _, ok := status.FromError(err); ok {
+			return 0, err
+		}
 		if errors.Is(err, kawkab.ErrOutOfOrder) {
 			return 0, status.Errorf(codes.InvalidArgument, "stream %s/%s: %s", rec.Spec.Keyspace, rec.Spec.Name, trimStreamPrefix(err.Error()))
 		}
@@ -413,7 +446,7 @@ func (s *StreamsService) Append(srv meridianpb.Streams_AppendServer) error {
 		if rec, err = s.appendTarget(srv.Context(), rec, m); err != nil {
 			return err
 		}
-		first, err := s.appendBatch(rec, m.GetRecords())
+		first, err := s.appendBatch(srv.Context(), rec, m.GetRecords())
 		if err != nil {
 			return err
 		}
@@ -441,7 +474,7 @@ func (s *StreamsService) AppendAcked(srv meridianpb.Streams_AppendAckedServer) e
 		if rec, err = s.appendTarget(srv.Context(), rec, m); err != nil {
 			return err
 		}
-		first, err := s.appendBatch(rec, m.GetRecords())
+		first, err := s.appendBatch(srv.Context(), rec, m.GetRecords())
 		if err != nil {
 			return err
 		}

@@ -10,7 +10,6 @@ import (
 
 	"meridian/api/meridianpb"
 	"meridian/internal/errs"
-	"meridian/internal/kawkab"
 	"meridian/internal/metadata"
 )
 
@@ -50,10 +49,9 @@ func FuzzStreamRequests(f *testing.F) {
 					t.Fatalf("refusal %q: kind %v, want a one-line invalid argument", err, errs.KindOf(err))
 				}
 			} else {
-				ack, aerr := kawkab.ParseAckLevel(spec.Ack)
-				cfg := kawkab.StreamConfig{ID: 1, RecordBytes: spec.RecordBytes, ValueOffset: spec.ValueOffset, Ack: ack}
-				if aerr != nil || cfg.Validate() != nil {
-					t.Fatalf("accepted %+v, which the engine refuses: %v %v", spec, aerr, cfg.Validate())
+				cfg, cerr := (&metadata.StreamRecord{Spec: spec, ID: 1}).Config()
+				if cerr != nil || cfg.Validate() != nil {
+					t.Fatalf("accepted %+v, which the engine refuses: %v %v", spec, cerr, cfg.Validate())
 				}
 				if len(spec.Fields) > 0 {
 					w := 0

@@ -10,15 +10,19 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	grpcmd "google.golang.org/grpc/metadata"
 
 	"meridian/api/meridianpb"
 	"meridian/internal/config"
 	"meridian/internal/kawkab"
+	"meridian/internal/runtime/node"
 	"meridian/internal/runtime/server"
 	"meridian/internal/tools/bench"
 )
@@ -34,14 +38,29 @@ type streamNode struct {
 	stop func()
 }
 
+// streamAddrs are the test listeners' addresses by node ID (replication dials them).
+var streamAddrs sync.Map
+
 func startStreamNode(t *testing.T, c *bench.Cluster, i int, dir string) *streamNode {
 	t.Helper()
-	svc, err := server.NewStreamsService(c.Nodes[i], server.StreamsOptions{DataDir: dir, Objects: kawkab.NewMemObjectStore(),
-		Config: config.Streams{MaxBatch: "64KiB", SubscribeMaxLag: 5000}})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	streamAddrs.Store(c.Nodes[i], lis.Addr().String())
+	nodes := c.Nodes
+	svc, err := server.NewStreamsService(c.Nodes[i], server.StreamsOptions{DataDir: dir, Objects: kawkab.NewMemObjectStore(),
+		Config: config.Streams{MaxBatch: "64KiB", SubscribeMaxLag: 5000},
+		ReplicaAddress: func(id uint32) string {
+			for _, n := range nodes {
+				if n.ID() == id {
+					a, _ := streamAddrs.Load(n)
+					s, _ := a.(string)
+					return s
+				}
+			}
+			return ""
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +170,7 @@ func TestStreamsCatalogAPI(t *testing.T) {
 		{nil, codes.InvalidArgument, "spec is missing"},
 		{&meridianpb.StreamSpec{Keyspace: "nope", Name: "s", RecordBytes: 16}, codes.NotFound, `no keyspace "nope"`},
 		{&meridianpb.StreamSpec{Keyspace: "kv", Name: "s", RecordBytes: 8}, codes.InvalidArgument, "record size 8 bytes, want 16 to 4096"},
-		{&meridianpb.StreamSpec{Keyspace: "kv", Name: "s", RecordBytes: 16, Ack: "replicated"}, codes.InvalidArgument, "not supported yet"},
+		{&meridianpb.StreamSpec{Keyspace: "kv", Name: "s", RecordBytes: 16, Ack: "quorum"}, codes.InvalidArgument, `ack level "quorum"`},
 		{&meridianpb.StreamSpec{Keyspace: "kv", Name: "bad name", RecordBytes: 16}, codes.InvalidArgument, "use letters"},
 		{&meridianpb.StreamSpec{Keyspace: "_meta", Name: "s", RecordBytes: 16}, codes.InvalidArgument, "reserved"},
 	} {
@@ -538,4 +557,103 @@ func indexOf(nodes []*streamNode, n *streamNode) int {
 		}
 	}
 	return -1
+}
+
+// TestStreamsReplicated: a replicated stream's batches are in the second node's copy before
+// they are acknowledged; with the second node down appends fail (UNAVAILABLE, naming it)
+// rather than succeed with one copy; when it is back the copy catches up, the failed batch
+// first; replication calls from anyone but the primary, or out of sequence, are refused.
+func TestStreamsReplicated(t *testing.T) {
+	c, nodes := startStreams(t)
+	cx := ctx(t)
+	const R = 24
+	cr, err := nodes[0].api.CreateStream(cx, &meridianpb.CreateStreamRequest{Spec: &meridianpb.StreamSpec{Keyspace: "kv", Name: "rep", RecordBytes: R, ValueOffset: 8, Ack: "replicated"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := cr.Stream
+	prim, second := byName(t, nodes, info.Primary), byName(t, nodes, info.Reader)
+	if prim == second {
+		t.Fatalf("primary and second node are both %s", prim.name)
+	}
+	var model []byte
+	ts := int64(0)
+	batch := func(n int) []byte {
+		b := recs(R, n, ts, 1, func(i int) int64 { return ts + int64(i) })
+		ts += int64(n)
+		return b
+	}
+	for range 5 {
+		b := batch(300)
+		if _, err := appendAll(t, prim.api, "kv", "rep", b); err != nil {
+			t.Fatal(err)
+		}
+		model = append(model, b...)
+	}
+	// The copy, read from the second node's files once its service is stopped.
+	readCopy := func(sn *streamNode) []byte {
+		t.Helper()
+		sn.stop()
+		st, err := kawkab.OpenStream(filepath.Join(sn.dir, "streams"), info.Id, kawkab.StreamOptions{})
+		if err != nil {
+			t.Fatalf("open the copy: %v", err)
+		}
+		defer st.Close()
+		out, err := st.ReadRecords(0, int(st.Len()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	idx := slices.IndexFunc(c.Nodes, func(n *node.Node) bool { return n.Name() == second.name })
+	if got := readCopy(second); string(got) != string(model) {
+		t.Fatalf("the copy holds %d records, want %d", len(got)/R, len(model)/R)
+	}
+	// Second node down: the append fails visibly; the primary keeps the batch.
+	failed := batch(100)
+	_, err = appendAll(t, prim.api, "kv", "rep", failed)
+	wantCode(t, err, codes.Unavailable, "did not acknowledge", second.name)
+	model = append(model, failed...)
+	// Back: the next append brings the copy up to date, the failed batch first.
+	second = startStreamNode(t, c, idx, second.dir)
+	b := batch(50)
+	if _, err := appendAll(t, prim.api, "kv", "rep", b); err != nil {
+		t.Fatalf("append with the second node back: %v", err)
+	}
+	model = append(model, b...)
+	rr, _ := prim.api.ReadRecords(cx, &meridianpb.ReadRecordsRequest{Keyspace: "kv", Stream: "rep"})
+	if _, got, _, err := readAll(t, rr.Recv); err != nil || string(got) != string(model) {
+		t.Fatalf("the primary holds %d records, want %d (%v)", len(got)/R, len(model)/R, err)
+	}
+	// A replication call from anyone but the primary is refused.
+	forged, err := second.api.Replicate(cx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged.Send(&meridianpb.ReplicateRequest{Keyspace: "kv", Stream: "rep", StreamId: info.Id})
+	_, err = forged.Recv()
+	wantCode(t, err, codes.PermissionDenied, "only its primary")
+	// The primary's identity (from its IP, 127.0.0.1 here), but out of sequence.
+	var primID uint32
+	for _, n := range c.Nodes {
+		if n.Name() == info.Primary {
+			primID = n.ID()
+		}
+	}
+	mctx := grpcmd.AppendToOutgoingContext(cx, "meridian-cluster", c.Config.Name, "meridian-node-id", fmt.Sprint(primID))
+	seq, err := second.api.Replicate(mctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq.Send(&meridianpb.ReplicateRequest{Keyspace: "kv", Stream: "rep", StreamId: info.Id})
+	ack, err := seq.Recv()
+	if err != nil || ack.Records != uint64(len(model)/R) {
+		t.Fatalf("hello: %+v, %v", ack, err)
+	}
+	seq.Send(&meridianpb.ReplicateRequest{FirstRecord: ack.Records + 5, Records: make([]byte, R)})
+	_, err = seq.Recv()
+	wantCode(t, err, codes.FailedPrecondition, "the copy holds")
+	if got := readCopy(second); string(got) != string(model) {
+		t.Fatalf("after catching up the copy holds %d records, want %d", len(got)/R, len(model)/R)
+	}
 }
