@@ -74,7 +74,7 @@ func streamCmd() *cobra.Command {
 	create.Flags().IntVar(&valueOffset, "value-offset", 0, "offset of the int64 that aggregates summarize (8 to record-bytes − 8; 0: none)")
 	create.Flags().StringArrayVar(&fields, "field", nil, "a schema field NAME:TYPE, TYPE int64, float64 or bytes[N]; repeat in order, the first is the timestamp (int64)")
 	create.Flags().StringVar(&valueField, "value-field", "", "the int64 field aggregates summarize (with --field)")
-	create.Flags().StringVar(&ack, "ack", "", "when an append is acknowledged: local (default: fsynced on the primary) or memory (written, not fsynced)")
+	create.Flags().StringVar(&ack, "ack", "", "when an append is acknowledged: local (default: fsynced on the primary), memory (written, not fsynced) or replicated (fsynced on the primary and on a second node)")
 	cmd.AddCommand(create)
 
 	var expectVersion uint64

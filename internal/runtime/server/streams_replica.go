@@ -73,7 +73,7 @@ func (s *StreamsService) replicaConn(addr string) (*grpc.ClientConn, error) {
 		return c, nil
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(int(s.cfg.MaxBatchBytes) + maxStreamPageBytes + 64<<10))}
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(int(s.cfg.MaxBatchBytes) + 64<<10))}
 	if s.dial != nil {
 		opts = append(opts, grpc.WithContextDialer(s.dial))
 	}
@@ -129,9 +129,10 @@ func (s *StreamsService) replicate(ctx context.Context, l *replicaLink, rec *met
 		return status.Errorf(codes.DataLoss, "the copy at %s holds %d records, more than the primary's %d", s.node.MemberName(rec.Reader), l.copyN, first)
 	}
 	// What the copy lacks (a batch whose replication failed earlier, or appended before a
-	// restart), in pieces the size of a read.
+	// restart), in pieces no larger than a batch (the second node's receive limit).
+	piece := uint64(max(1, min(maxStreamPageBytes, int(s.cfg.MaxBatchBytes))/R))
 	for l.copyN < first {
-		recs, err := s.store.readRecords(rec, l.copyN, int(min(first-l.copyN, uint64(max(1, maxStreamPageBytes/R)))))
+		recs, err := s.store.readRecords(rec, l.copyN, int(min(first-l.copyN, piece)))
 		if err != nil {
 			return err
 		}
@@ -247,7 +248,7 @@ func (s *StreamsService) Replicate(srv meridianpb.Streams_ReplicateServer) error
 		if m.GetFirstRecord() != n {
 			return status.Errorf(codes.FailedPrecondition, "replicate stream %s/%s: a batch from record %d, the copy holds %d records", rec.Spec.Keyspace, rec.Spec.Name, m.GetFirstRecord(), n)
 		}
-		if err := checkBatch(rec.Spec.Keyspace, rec.Spec.Name, rec.Spec.RecordBytes, int(s.cfg.MaxBatchBytes)+maxStreamPageBytes, len(m.GetRecords())); err != nil {
+		if err := checkBatch(rec.Spec.Keyspace, rec.Spec.Name, rec.Spec.RecordBytes, int(s.cfg.MaxBatchBytes), len(m.GetRecords())); err != nil {
 			return err
 		}
 		f, err := s.store.append(rec, m.GetRecords())
