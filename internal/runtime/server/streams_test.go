@@ -610,10 +610,12 @@ func TestStreamsReplicated(t *testing.T) {
 		t.Fatalf("the copy holds %d records, want %d", len(got)/R, len(model)/R)
 	}
 	// Second node down: the append fails visibly; the primary keeps the batch.
-	failed := batch(100)
-	_, err = appendAll(t, prim.api, "kv", "rep", failed)
-	wantCode(t, err, codes.Unavailable, "did not acknowledge", second.name)
-	model = append(model, failed...)
+	for range 3 { // 3 × 48 KB: the catch-up takes more than one 64 KiB piece
+		failed := batch(2000)
+		_, err = appendAll(t, prim.api, "kv", "rep", failed)
+		wantCode(t, err, codes.Unavailable, "did not acknowledge", second.name)
+		model = append(model, failed...)
+	}
 	// Back: the next append brings the copy up to date, the failed batch first.
 	second = startStreamNode(t, c, idx, second.dir)
 	b := batch(50)
