@@ -29,7 +29,8 @@ type Streams struct {
 	// (default 256MiB). Sizes like 10GiB or 500MB.
 	LocalCapacity string `yaml:"local_capacity"`
 	Cache         string `yaml:"cache"`
-	// MaxBatch bounds one appended batch (default 4MiB, 16KiB to 64MiB).
+	// MaxBatch bounds one appended batch (default 1MiB: 65,536 16-byte records, and the
+	// client listener's receive limit stays the KV API's; 16KiB to 64MiB).
 	MaxBatch string `yaml:"max_batch"`
 	// SubscribeMaxLag is the default and largest lag, in records, of a tail subscriber that
 	// has caught up (default 1,000,000): one that falls further behind is ended.
@@ -65,7 +66,7 @@ const (
 	DefaultStreamUploadWorkers   = 8
 	DefaultStreamLocalCapacity   = "10GiB"
 	DefaultStreamCache           = "256MiB"
-	DefaultStreamMaxBatch        = "4MiB"
+	DefaultStreamMaxBatch        = "1MiB"
 	DefaultStreamSubscribeMaxLag = 1_000_000
 	DefaultStreamPrefix          = "kawkab"
 )

@@ -14,7 +14,7 @@ func TestStreamsSection(t *testing.T) {
 	}
 	s := c.Streams
 	if s.ObjectStore != StreamsEmbedded || s.Prefix != "kawkab" || s.UploadWorkers != 8 || s.LocalCapacityBytes != 10<<30 ||
-		s.CacheBytes != 256<<20 || s.MaxBatchBytes != 4<<20 || s.SubscribeMaxLag != DefaultStreamSubscribeMaxLag {
+		s.CacheBytes != 256<<20 || s.MaxBatchBytes != 1<<20 || s.SubscribeMaxLag != DefaultStreamSubscribeMaxLag {
 		t.Fatalf("defaults: %+v", s)
 	}
 	c, err = Parse([]byte(base+"streams:\n  object_store: s3\n  s3: {endpoint: \"http://127.0.0.1:9000\", bucket: b, path_style: true, access_key_id_env: K, secret_access_key_env: S}\n  local_capacity: 1GiB\n  cache: 64MiB\n  upload_workers: 2\n"), "")
