@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -73,6 +74,8 @@ type StreamsService struct {
 	replicaAddress func(uint32) string
 	dial           func(ctx context.Context, addr string) (net.Conn, error)
 	replTimeout    time.Duration
+
+	m *streamMetrics
 }
 
 // NewStreamsService opens the node's stream store (and its object store) and returns the
@@ -105,7 +108,7 @@ func NewStreamsService(n *node.Node, o StreamsOptions) (*StreamsService, error) 
 	}
 	s := &StreamsService{node: n, store: st, cfg: o.Config, log: o.Logger, dropped: map[uint64]bool{},
 		links: map[uint64]*replicaLink{}, conns: map[string]*grpc.ClientConn{}, replicaAddress: o.ReplicaAddress, dial: o.ReplicaDial,
-		replTimeout: defaultReplicationTimeout}
+		replTimeout: defaultReplicationTimeout, m: newStreamMetrics(registerer(n))}
 	if s.replicaAddress == nil {
 		s.replicaAddress = n.MemberAddress
 	}
@@ -119,6 +122,14 @@ func NewStreamsService(n *node.Node, o StreamsOptions) (*StreamsService, error) 
 	}
 	st.sweep(func(id uint64) bool { return live[id] })
 	return s, nil
+}
+
+// registerer is the node's metrics registry (nil: none).
+func registerer(n *node.Node) prometheus.Registerer {
+	if r := n.Registry(); r != nil {
+		return r
+	}
+	return nil
 }
 
 // onStreamEvent runs in the node's committer: a dropped stream's files are removed in the
@@ -373,6 +384,20 @@ func (s *StreamsService) DescribeStream(ctx context.Context, r *meridianpb.Descr
 
 // appendBatch validates and appends one batch.
 func (s *StreamsService) appendBatch(ctx context.Context, rec *metadata.StreamRecord, b []byte) (uint64, error) {
+	start := time.Now()
+	first, err := s.appendBatch1(ctx, rec, b)
+	switch {
+	case err == nil:
+		s.m.appended(rec.Spec.Ack, start, len(b)/rec.Spec.RecordBytes, len(b))
+	case status.Code(err) == codes.InvalidArgument || status.Code(err) == codes.NotFound:
+		s.m.appends.WithLabelValues("refused").Inc()
+	default:
+		s.m.appends.WithLabelValues("failed").Inc()
+	}
+	return first, err
+}
+
+func (s *StreamsService) appendBatch1(ctx context.Context, rec *metadata.StreamRecord, b []byte) (uint64, error) {
 	if err := checkBatch(rec.Spec.Keyspace, rec.Spec.Name, rec.Spec.RecordBytes, int(s.cfg.MaxBatchBytes), len(b)); err != nil {
 		return 0, err
 	}
@@ -538,6 +563,7 @@ func (s *StreamsService) ReadRange(r *meridianpb.ReadRangeRequest, srv meridianp
 		if err := sendPages(srv.Send, first, recs, R, per); err != nil {
 			return err
 		}
+		s.m.readRecords.WithLabelValues("range").Add(float64(n))
 		limit -= uint64(n)
 		if !more || limit == 0 || srv.Context().Err() != nil {
 			return srv.Context().Err()
@@ -596,6 +622,7 @@ func (s *StreamsService) ReadRecords(r *meridianpb.ReadRecordsRequest, srv merid
 		if err := sendPages(srv.Send, first, recs, R, per); err != nil {
 			return err
 		}
+		s.m.readRecords.WithLabelValues("records").Add(float64(len(recs) / R))
 		first += uint64(len(recs) / R)
 	}
 	return nil
@@ -652,6 +679,8 @@ func (s *StreamsService) Subscribe(r *meridianpb.SubscribeRequest, srv meridianp
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	s.m.subscribers.Inc()
+	defer s.m.subscribers.Dec()
 	pages := make(chan *meridianpb.RecordsPage, subscribeBufferPages)
 	var delivered atomic.Uint64
 	delivered.Store(next)
@@ -719,12 +748,22 @@ func (s *StreamsService) Subscribe(r *meridianpb.SubscribeRequest, srv meridianp
 			cancel()
 			for range pages {
 			}
+			s.m.subEnded.WithLabelValues("canceled").Inc()
 			return err
 		}
+		s.m.readRecords.WithLabelValues("subscribe").Add(float64(page.Count))
 		delivered.Store(page.FirstRecord + uint64(page.Count))
 	}
-	if perr != nil {
-		return perr
+	switch code := status.Code(perr); {
+	case perr == nil:
+		s.m.subEnded.WithLabelValues("canceled").Inc()
+		return ctx.Err()
+	case code == codes.ResourceExhausted:
+		s.m.subEnded.WithLabelValues("too_slow").Inc()
+	case code == codes.NotFound:
+		s.m.subEnded.WithLabelValues("dropped").Inc()
+	default:
+		s.m.subEnded.WithLabelValues("error").Inc()
 	}
-	return ctx.Err()
+	return perr
 }

@@ -193,6 +193,7 @@ func (s *StreamsService) appendReplicated(ctx context.Context, rec *metadata.Str
 	defer cancel()
 	if err := s.replicate(rctx, l, rec, first, b); err != nil {
 		l.reset()
+		s.m.replFailures.Inc()
 		if st, ok := status.FromError(err); ok && st.Code() == codes.DataLoss {
 			return 0, st.Err()
 		}

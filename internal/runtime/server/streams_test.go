@@ -412,6 +412,14 @@ func TestStreamsAppendAndRead(t *testing.T) {
 	_, err = other.api.Aggregate(cx, &meridianpb.AggregateRequest{Keyspace: "kv", Stream: "s"})
 	wantCode(t, err, codes.FailedPrecondition, info.PrimaryAddress)
 
+	// Metrics: every acknowledged record counted once, refusals apart.
+	pn := nodeNamed(t, c, info.Primary)
+	if got := metricValue(t, pn.Registry(), "meridian_stream_appended_records_total", nil); got != float64(n) {
+		t.Fatalf("appended records metric %v, want %d", got, n)
+	}
+	if got := metricValue(t, pn.Registry(), "meridian_stream_appends_total", map[string]string{"outcome": "refused"}); got < 5 {
+		t.Fatalf("refused appends metric %v, want at least 5", got)
+	}
 	// The primary's service restarts on its directory: every record is there.
 	prim.stop()
 	var idx int
@@ -432,7 +440,7 @@ func TestStreamsAppendAndRead(t *testing.T) {
 }
 
 func TestStreamsSubscribe(t *testing.T) {
-	_, nodes := startStreams(t)
+	c, nodes := startStreams(t)
 	const R = 16
 	info := createStream(t, nodes[0].api, "tail", R)
 	prim := byName(t, nodes, info.Primary)
@@ -523,6 +531,9 @@ func TestStreamsSubscribe(t *testing.T) {
 		got++
 	}
 	wantCode(t, last, codes.ResourceExhausted, "too slow", "resubscribe from")
+	if got := metricValue(t, nodeNamed(t, c, info.Primary).Registry(), "meridian_stream_subscriptions_ended_total", map[string]string{"reason": "too_slow"}); got < 1 {
+		t.Fatalf("too-slow subscriptions metric %v", got)
+	}
 	if got >= 60000 {
 		t.Fatalf("the slow subscriber got all %d records", got)
 	}
@@ -658,4 +669,15 @@ func TestStreamsReplicated(t *testing.T) {
 	if got := readCopy(second); string(got) != string(model) {
 		t.Fatalf("after catching up the copy holds %d records, want %d", len(got)/R, len(model)/R)
 	}
+}
+
+func nodeNamed(t *testing.T, c *bench.Cluster, name string) *node.Node {
+	t.Helper()
+	for _, n := range c.Nodes {
+		if n.Name() == name {
+			return n
+		}
+	}
+	t.Fatalf("no node %s", name)
+	return nil
 }
