@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -205,6 +206,34 @@ func TestStreams(t *testing.T) {
 		t.Fatalf("CLI aggregate: %q", out)
 	}
 
+	// The CLI's tail prints new records as they are appended.
+	tailOut := &lockedBuffer{}
+	tailCmd := exec.Command(binPath, "stream", "tail", "--endpoint", ep, "demo", "ticks", "--format", "csv")
+	tailCmd.Stdout, tailCmd.Stderr = tailOut, tailOut
+	if err := tailCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer tailCmd.Process.Kill()
+	tapp, err := c.client(other.name).NewAppender(cx, "demo", "ticks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the CLI's tail prints an appended record", func() error {
+		b := mk(n, 1)
+		if _, err := tapp.Append(cx, b); err != nil {
+			t.Fatalf("append: %v", err)
+		}
+		model = append(model, b...)
+		n++
+		if want := fmt.Sprintf("\n%d,%d,", n-1, base+int64(n-1)*1000); !strings.Contains(tailOut.String(), want) {
+			return fmt.Errorf("tail printed %q, no %q yet", tailOut.String(), want)
+		}
+		return nil
+	})
+	tapp.Close()
+	tailCmd.Process.Kill()
+	tailCmd.Wait()
+
 	// Kill -9 the primary during ingest; every acknowledged batch survives.
 	app, err = c.client(other.name).NewAppender(cx, "demo", "ticks")
 	if err != nil {
@@ -391,4 +420,22 @@ func TestStreamsReplicated(t *testing.T) {
 		t.Fatalf("acknowledged record %d is missing from the copies", i/R)
 	}
 	t.Logf("%d records acknowledged, %d in both copies", len(model)/R, len(all)/R)
+}
+
+// lockedBuffer is a bytes.Buffer a process writes to while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
