@@ -52,6 +52,8 @@ type StreamsOptions struct {
 	// dial from the IP of this node's listen address.
 	ReplicaAddress func(node uint32) string
 	ReplicaDial    func(ctx context.Context, addr string) (net.Conn, error)
+	// Registry receives the service's metrics; default the node's registry.
+	Registry prometheus.Registerer
 }
 
 // StreamsService implements the Streams gRPC service on one node.
@@ -108,7 +110,11 @@ func NewStreamsService(n *node.Node, o StreamsOptions) (*StreamsService, error) 
 	}
 	s := &StreamsService{node: n, store: st, cfg: o.Config, log: o.Logger, dropped: map[uint64]bool{},
 		links: map[uint64]*replicaLink{}, conns: map[string]*grpc.ClientConn{}, replicaAddress: o.ReplicaAddress, dial: o.ReplicaDial,
-		replTimeout: defaultReplicationTimeout, m: newStreamMetrics(registerer(n))}
+		replTimeout: defaultReplicationTimeout}
+	if o.Registry == nil {
+		o.Registry = registerer(n)
+	}
+	s.m = newStreamMetrics(o.Registry)
 	if s.replicaAddress == nil {
 		s.replicaAddress = n.MemberAddress
 	}

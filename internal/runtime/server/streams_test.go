@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -38,8 +39,15 @@ type streamNode struct {
 	stop func()
 }
 
-// streamAddrs are the test listeners' addresses by node ID (replication dials them).
-var streamAddrs sync.Map
+// streamAddrs are the test listeners' addresses by node (replication dials them);
+// streamRegs the services' metrics registries by node (the node's own registry is not
+// gathered here: its peers-down gauge reads the failure detector off the event loop).
+var streamAddrs, streamRegs sync.Map
+
+func streamRegistry(n *node.Node) *prometheus.Registry {
+	r, _ := streamRegs.LoadOrStore(n, prometheus.NewRegistry())
+	return r.(*prometheus.Registry)
+}
 
 func startStreamNode(t *testing.T, c *bench.Cluster, i int, dir string) *streamNode {
 	t.Helper()
@@ -50,7 +58,7 @@ func startStreamNode(t *testing.T, c *bench.Cluster, i int, dir string) *streamN
 	streamAddrs.Store(c.Nodes[i], lis.Addr().String())
 	nodes := c.Nodes
 	svc, err := server.NewStreamsService(c.Nodes[i], server.StreamsOptions{DataDir: dir, Objects: kawkab.NewMemObjectStore(),
-		Config: config.Streams{MaxBatch: "64KiB", SubscribeMaxLag: 5000},
+		Config: config.Streams{MaxBatch: "64KiB", SubscribeMaxLag: 5000}, Registry: streamRegistry(c.Nodes[i]),
 		ReplicaAddress: func(id uint32) string {
 			for _, n := range nodes {
 				if n.ID() == id {
@@ -414,10 +422,10 @@ func TestStreamsAppendAndRead(t *testing.T) {
 
 	// Metrics: every acknowledged record counted once, refusals apart.
 	pn := nodeNamed(t, c, info.Primary)
-	if got := metricValue(t, pn.Registry(), "meridian_stream_appended_records_total", nil); got != float64(n) {
+	if got := metricValue(t, streamRegistry(pn), "meridian_stream_appended_records_total", nil); got != float64(n) {
 		t.Fatalf("appended records metric %v, want %d", got, n)
 	}
-	if got := metricValue(t, pn.Registry(), "meridian_stream_appends_total", map[string]string{"outcome": "refused"}); got < 5 {
+	if got := metricValue(t, streamRegistry(pn), "meridian_stream_appends_total", map[string]string{"outcome": "refused"}); got < 5 {
 		t.Fatalf("refused appends metric %v, want at least 5", got)
 	}
 	// The primary's service restarts on its directory: every record is there.
@@ -531,7 +539,7 @@ func TestStreamsSubscribe(t *testing.T) {
 		got++
 	}
 	wantCode(t, last, codes.ResourceExhausted, "too slow", "resubscribe from")
-	if got := metricValue(t, nodeNamed(t, c, info.Primary).Registry(), "meridian_stream_subscriptions_ended_total", map[string]string{"reason": "too_slow"}); got < 1 {
+	if got := metricValue(t, streamRegistry(nodeNamed(t, c, info.Primary)), "meridian_stream_subscriptions_ended_total", map[string]string{"reason": "too_slow"}); got < 1 {
 		t.Fatalf("too-slow subscriptions metric %v", got)
 	}
 	if got >= 60000 {
