@@ -167,7 +167,7 @@ func readAll(t *testing.T, recv func() (*meridianpb.RecordsPage, error)) (first 
 }
 
 func TestStreamsCatalogAPI(t *testing.T) {
-	_, nodes := startStreams(t)
+	c, nodes := startStreams(t)
 	cx := ctx(t)
 	api := nodes[1].api // any node creates
 	for _, tc := range []struct {
@@ -249,6 +249,30 @@ func TestStreamsCatalogAPI(t *testing.T) {
 	_, err = prim.api.DescribeStream(cx, &meridianpb.DescribeStreamRequest{Keyspace: "kv", Name: "ticks"})
 	wantCode(t, err, codes.NotFound)
 	_, err = appendAll(t, prim.api, "kv", "ticks", recs(24, 1, 100, 1, func(int) int64 { return 0 }))
+	wantCode(t, err, codes.NotFound)
+
+	// Dropping the keyspace drops its streams and their files.
+	info2 := createStream(t, api, "again", 16)
+	prim2 := byName(t, nodes, info2.Primary)
+	if _, err := appendAll(t, prim2.api, "kv", "again", recs(16, 5, 1, 1, func(int) int64 { return 0 })); err != nil {
+		t.Fatal(err)
+	}
+	sdir2 := filepath.Join(prim2.dir, "streams", kawkab.StreamDirName(info2.Id))
+	if _, err := c.Services[0].DropKeyspace(cx, &meridianpb.DropKeyspaceRequest{Name: "kv"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the keyspace's stream dropped everywhere", func() error {
+		for _, n := range nodes {
+			if l, err := n.api.ListStreams(cx, &meridianpb.ListStreamsRequest{}); err != nil || len(l.Streams) != 0 {
+				return fmt.Errorf("%s lists %v (%v)", n.name, l.GetStreams(), err)
+			}
+		}
+		if _, err := os.Stat(sdir2); !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%s still there (%v)", sdir2, err)
+		}
+		return nil
+	})
+	_, err = prim2.api.DescribeStream(cx, &meridianpb.DescribeStreamRequest{Keyspace: "kv", Name: "again"})
 	wantCode(t, err, codes.NotFound)
 }
 
