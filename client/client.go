@@ -104,6 +104,12 @@ func codeName(c codes.Code) string {
 		return "conflict"
 	case codes.FailedPrecondition:
 		return "stale placement"
+	case codes.OutOfRange:
+		return "out of range"
+	case codes.DataLoss:
+		return "data loss"
+	case codes.PermissionDenied:
+		return "permission denied"
 	}
 	return c.String()
 }
