@@ -33,6 +33,7 @@ vet:
 fuzz:
 	GO=$(GO) scripts/fuzz-one.sh FuzzRequestDecodeValidate ./internal/runtime/server/ $(FUZZTIME) $(TAGS)
 	GO=$(GO) scripts/fuzz-one.sh FuzzTxnCommitRequest ./internal/runtime/server/ $(FUZZTIME) $(TAGS)
+	GO=$(GO) scripts/fuzz-one.sh FuzzStreamRequests ./internal/runtime/server/ $(FUZZTIME) $(TAGS)
 	GO=$(GO) scripts/fuzz-one.sh FuzzDecodeDataKey ./internal/storage/ $(FUZZTIME) $(TAGS)
 	GO=$(GO) scripts/fuzz-one.sh FuzzParseConfig ./internal/config/ $(FUZZTIME) $(TAGS)
 	GO=$(GO) scripts/fuzz-one.sh FuzzControlAPI ./internal/tools/lab/wan/ $(FUZZTIME) $(TAGS)

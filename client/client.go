@@ -74,9 +74,17 @@ func fromPB(v *meridianpb.Version) Version {
 type Error struct {
 	Code codes.Code
 	Msg  string
+	// Label, when set, names the error in place of the code's name (a stream's
+	// FAILED_PRECONDITION is "not the primary", not a stale placement).
+	Label string
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("%s: %s", codeName(e.Code), e.Msg) }
+func (e *Error) Error() string {
+	if e.Label != "" {
+		return fmt.Sprintf("%s: %s", e.Label, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", codeName(e.Code), e.Msg)
+}
 
 func codeName(c codes.Code) string {
 	switch c {
@@ -96,6 +104,12 @@ func codeName(c codes.Code) string {
 		return "conflict"
 	case codes.FailedPrecondition:
 		return "stale placement"
+	case codes.OutOfRange:
+		return "out of range"
+	case codes.DataLoss:
+		return "data loss"
+	case codes.PermissionDenied:
+		return "permission denied"
 	}
 	return c.String()
 }
@@ -130,6 +144,10 @@ type Client struct {
 	// placement"; the client refreshes (DescribeKeyspace) and retries once.
 	pvMu      sync.Mutex
 	placement map[string]uint64
+
+	// peers are connections to streams' primaries (streams.go), closed with the client.
+	peersMu sync.Mutex
+	peers   map[string]*Client
 }
 
 // Options configure a connection. The zero value is usable: every zero field gets its
@@ -214,7 +232,15 @@ func DialOptions(endpoint string, o Options) (*Client, error) {
 }
 
 // Close closes the connection.
-func (c *Client) Close() error { return c.conn.Close() }
+func (c *Client) Close() error {
+	c.peersMu.Lock()
+	for _, p := range c.peers {
+		p.Close()
+	}
+	c.peers = nil
+	c.peersMu.Unlock()
+	return c.conn.Close()
+}
 
 // API returns the raw gRPC stub.
 func (c *Client) API() meridianpb.MeridianClient { return c.api }

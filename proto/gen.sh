@@ -8,4 +8,4 @@ export PATH="$PATH:$(go env GOPATH)/bin"
 protoc -I proto \
   --go_out=. --go_opt=module=meridian \
   --go-grpc_out=. --go-grpc_opt=module=meridian \
-  proto/meridian/v1/api.proto proto/meridian/v1/peer.proto
+  proto/meridian/v1/api.proto proto/meridian/v1/peer.proto proto/meridian/v1/streams.proto

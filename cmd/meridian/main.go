@@ -23,7 +23,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serverCmd(), kvCmd(), adminCmd(), demoCmd(), benchCmd(), simCmd(), labCmd(), autoscaleCmd())
+	root.AddCommand(serverCmd(), kvCmd(), streamCmd(), adminCmd(), demoCmd(), benchCmd(), simCmd(), labCmd(), autoscaleCmd())
 	if err := root.ExecuteContext(ctx); err != nil {
 		// Every error is one line on stderr and a non-zero exit.
 		fmt.Fprintln(os.Stderr, "meridian: "+oneLine(err))

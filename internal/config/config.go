@@ -32,6 +32,8 @@ type Cluster struct {
 	Elasticity  Elasticity
 	BwMan       BwMan
 	Network     Network
+	// Streams configures the stream service (docs/streams.md).
+	Streams Streams
 	// AllowInternal lets keyspaces use internal protocols (the cluster metadata protocol):
 	// the simulator's clusters only; never from a file.
 	AllowInternal bool `yaml:"-"`

@@ -39,6 +39,7 @@ type rawCluster struct {
 	Elasticity  Elasticity  `yaml:"elasticity"`
 	BwMan       BwMan       `yaml:"bwman"`
 	Network     Network     `yaml:"network"`
+	Streams     Streams     `yaml:"streams"`
 }
 
 // Load reads, parses and validates a configuration file. A topology file named in it is
@@ -96,6 +97,7 @@ func parse(data []byte, baseDir, file string) (*Cluster, error) {
 		Elasticity:  raw.Elasticity,
 		BwMan:       raw.BwMan,
 		Network:     raw.Network,
+		Streams:     raw.Streams,
 		Metadata:    raw.Metadata,
 	}
 	if err := validateName(c.Name); err != nil {

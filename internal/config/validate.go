@@ -70,6 +70,9 @@ func (c *Cluster) validate(explicit explicitFn) error {
 	if err := c.validateNetwork(); err != nil {
 		return err
 	}
+	if err := c.validateStreams(); err != nil {
+		return err
+	}
 	if err := c.validateAntiEntropy(explicit); err != nil {
 		return err
 	}

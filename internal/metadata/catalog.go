@@ -176,6 +176,12 @@ type Command struct {
 	Position uint64 `json:"position,omitempty"`
 	// Round (exclude_report, exclude_cancel): the attempt, its exclude_start's index.
 	Round uint64 `json:"round,omitempty"`
+	// Stream (create_stream): the stream to create; Candidates: the nodes the proposer
+	// saw alive, among which the primary is chosen (empty: every active node of the
+	// keyspace). StreamName (drop_stream): the stream of keyspace Name to drop.
+	Stream     *StreamSpec `json:"stream,omitempty"`
+	Candidates []uint32    `json:"candidates,omitempty"`
+	StreamName string      `json:"stream_name,omitempty"`
 }
 
 // Command ops.
@@ -229,6 +235,8 @@ type Outcome struct {
 	Unchanged bool `json:"unchanged,omitempty"`
 	// Node is a node's record after register_node or node_state.
 	Node *NodeRecord `json:"node,omitempty"`
+	// Stream is the stream created (create_stream) or dropped (drop_stream).
+	Stream *StreamRecord `json:"stream,omitempty"`
 }
 
 // DecodeOutcome decodes a command's result.
@@ -252,11 +260,14 @@ type Catalog struct {
 	nodes     map[uint32]*NodeRecord
 	// imported are the names a configuration file's import has created once.
 	imported map[string]bool
+	// streams by "keyspace/name".
+	streams map[string]*StreamRecord
 }
 
 // NewCatalog returns an empty catalog for the cluster.
 func NewCatalog(cluster *config.Cluster) *Catalog {
-	return &Catalog{cluster: cluster, keyspaces: map[string]*KeyspaceRecord{}, nodes: map[uint32]*NodeRecord{}, imported: map[string]bool{}}
+	return &Catalog{cluster: cluster, keyspaces: map[string]*KeyspaceRecord{}, nodes: map[uint32]*NodeRecord{}, imported: map[string]bool{},
+		streams: map[string]*StreamRecord{}}
 }
 
 // Keyspaces returns the catalog's keyspaces by name (not to be modified).
@@ -268,6 +279,7 @@ func (c *Catalog) Load(records func(fn func(storage.Record) bool) error) error {
 	ks := map[string]*KeyspaceRecord{}
 	nodes := map[uint32]*NodeRecord{}
 	imported := map[string]bool{}
+	streams := map[string]*StreamRecord{}
 	seen := map[string]bool{}
 	var decodeErr error
 	err := records(func(r storage.Record) bool {
@@ -286,6 +298,13 @@ func (c *Catalog) Load(records func(fn func(storage.Record) bool) error) error {
 				return false
 			}
 			ks[rec.Spec.Name] = rec
+		case strings.HasPrefix(string(r.Key), streamPrefix):
+			rec, err := DecodeStream(r.Value)
+			if err != nil {
+				decodeErr = err
+				return false
+			}
+			streams[streamMapKey(rec.Spec.Keyspace, rec.Spec.Name)] = rec
 		case strings.HasPrefix(string(r.Key), importedPrefix):
 			imported[string(r.Key[len(importedPrefix):])] = true
 		case strings.HasPrefix(string(r.Key), nodePrefix):
@@ -304,7 +323,7 @@ func (c *Catalog) Load(records func(fn func(storage.Record) bool) error) error {
 	if err != nil {
 		return err
 	}
-	c.keyspaces, c.nodes, c.imported = ks, nodes, imported
+	c.keyspaces, c.nodes, c.imported, c.streams = ks, nodes, imported, streams
 	return nil
 }
 
@@ -328,6 +347,10 @@ func (c *Catalog) Apply(index uint64, cmd Command) ([]storage.Record, Outcome, e
 		return c.move(index, cmd)
 	case OpExcludeStart, OpExcludeReport, OpExcludeCancel:
 		return c.exclude(index, cmd)
+	case OpCreateStream:
+		return c.createStream(index, cmd)
+	case OpDropStream:
+		return c.dropStream(index, cmd)
 	}
 	return nil, Outcome{}, errs.New(errs.Invalid, "metadata command %q is not known", cmd.Op)
 }
@@ -574,7 +597,8 @@ func (c *Catalog) drop(index uint64, cmd Command) ([]storage.Record, Outcome, er
 		return nil, Outcome{}, err
 	}
 	delete(c.keyspaces, old.Spec.Name)
-	return []storage.Record{{Keyspace: Keyspace, Key: KeyspaceKey(old.Spec.Name), Tombstone: true}}, Outcome{Version: old.Version}, nil
+	recs := append([]storage.Record{{Keyspace: Keyspace, Key: KeyspaceKey(old.Spec.Name), Tombstone: true}}, c.dropKeyspaceStreams(old.Spec.Name)...)
+	return recs, Outcome{Version: old.Version}, nil
 }
 
 // conditional finds the keyspace a change names and checks the version it was based on.

@@ -78,7 +78,12 @@ func (n *Node) loadPlacement() (*placement.Map, error) {
 	// What the metadata group had applied here (each key's newest version).
 	dropped := map[string]bool{}
 	records := map[uint32]*metadata.NodeRecord{}
+	streams := streamTable{}
 	err = n.store.Scan(storage.KeyspaceSpan(metadata.Keyspace), 0, func(r storage.Record) bool {
+		if metadata.IsStreamKey(r.Key) {
+			loadStreamRecord(streams, r)
+			return true
+		}
 		if metadata.IsNodeKey(r.Key) && !r.Tombstone {
 			if rec, derr := metadata.DecodeNode(r.Value); derr == nil {
 				records[rec.ID] = rec
@@ -104,6 +109,7 @@ func (n *Node) loadPlacement() (*placement.Map, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node %s: load the catalog: %w", n.self.Name, err)
 	}
+	n.streams.Store(&streams)
 	if self := n.opts.Self; self != nil && records[self.ID] == nil {
 		// A node that has just joined knows itself before the metadata's record of it
 		// reaches it: as a learner of the metadata group, it gets the catalog from there.
@@ -175,8 +181,9 @@ func (n *Node) loadPlacement() (*placement.Map, error) {
 func (n *Node) watchCatalog(writes []storage.Record) {
 	pm := n.pmap.Load()
 	changed := false
+	defer n.applyStreamRecords(writes)
 	for _, r := range writes {
-		if r.Keyspace != metadata.Keyspace {
+		if r.Keyspace != metadata.Keyspace || metadata.IsStreamKey(r.Key) {
 			continue
 		}
 		if metadata.IsNodeKey(r.Key) && !r.Tombstone {
@@ -227,6 +234,7 @@ func (n *Node) watchCatalog(writes []storage.Record) {
 // are installed, keyspaces of the metadata that it no longer holds are dropped, and the node
 // records become the membership. Runs in the committer, like watchCatalog.
 func (n *Node) reloadCatalog() {
+	defer n.reloadStreams()
 	pm := n.pmap.Load()
 	seen := map[string]bool{}
 	m := n.memb.Load()

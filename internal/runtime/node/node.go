@@ -134,6 +134,10 @@ type Node struct {
 	splitKeys map[elascass.PartKey]cachedSplitKey
 	// exactSizes caches exact sizes of small replicas (replicaBytes; same goroutine).
 	exactSizes map[elascass.PartKey]exactSize
+	// streams is the table of stream records applied here (streams.go); streamHook is
+	// told of their changes.
+	streams    atomic.Pointer[streamTable]
+	streamHook atomic.Pointer[func(StreamEvent)]
 }
 
 // Start opens the node's storage, builds its core and starts its goroutines.

@@ -545,10 +545,19 @@ func Run(ctx context.Context, o Options) error {
 		plis.Close()
 		return err
 	}
+	// The stream service: its files under the data directory, its object store.
+	streams, err := NewStreamsService(n, StreamsOptions{DataDir: o.DataDir, Config: o.Cluster.Streams, Logger: o.Logger})
+	if err != nil {
+		lis.Close()
+		plis.Close()
+		n.Close()
+		return err
+	}
 	// Client requests are bounded by the validator (key and value limits) and, before it,
-	// by gRPC's receive limit; the client maps that refusal to the documented limits.
+	// by gRPC's receive limit; the client maps that refusal to the documented limits. A
+	// stream's batch may be larger (streams.max_batch).
 	gs := grpc.NewServer(append(transport.ServerKeepaliveOptions(),
-		grpc.MaxRecvMsgSize(ClientMaxRecvBytes(o.Cluster.Limits)),
+		grpc.MaxRecvMsgSize(max(ClientMaxRecvBytes(o.Cluster.Limits), streams.MaxBatchBytes()+64<<10)),
 		// A fixed pool of stream workers instead of a goroutine per request: fewer stack
 		// growths on the hot path.
 		grpc.NumStreamWorkers(uint32(max(4, runtime.GOMAXPROCS(0)*4))),
@@ -557,6 +566,7 @@ func Run(ctx context.Context, o Options) error {
 		grpc.StaticConnWindowSize(transport.ConnWindowBytes),
 	)...)
 	meridianpb.RegisterMeridianServer(gs, NewService(n))
+	meridianpb.RegisterStreamsServer(gs, streams)
 	ps := grpc.NewServer(append(transport.ServerKeepaliveOptions(), grpc.MaxRecvMsgSize(peerMaxRecvBytes(o.Cluster.Limits)),
 		grpc.StaticStreamWindowSize(transport.StreamWindowBytes), grpc.StaticConnWindowSize(transport.ConnWindowBytes))...)
 	grpcTr.Register(ps)
@@ -579,6 +589,7 @@ func Run(ctx context.Context, o Options) error {
 		if err != nil {
 			gs.Stop()
 			ps.Stop()
+			streams.Close()
 			n.Close()
 			return fmt.Errorf("server: metrics listen on %s: %w", self.Metrics, err)
 		}
@@ -609,6 +620,9 @@ func Run(ctx context.Context, o Options) error {
 		gs.Stop()
 	}
 	ps.Stop()
+	if cerr := streams.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
 	if cerr := n.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
