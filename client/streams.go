@@ -100,24 +100,48 @@ func (c *Client) primaryAPI(ctx context.Context, keyspace, name string) (meridia
 	if err != nil {
 		return nil, nil, err
 	}
-	addr := info.GetPrimaryAddress()
+	api, err := c.streamsAt(info.GetPrimaryAddress())
+	return api, info, err
+}
+
+// readerAPI returns the Streams stub of the node that serves a stream's historical reads:
+// its reader node, else the node this client is connected to if it is not the primary, else
+// the primary (a stream on a one-node cluster).
+func (c *Client) readerAPI(ctx context.Context, keyspace, name string) (meridianpb.StreamsClient, error) {
+	info, err := c.DescribeStream(ctx, keyspace, name)
+	if err != nil {
+		return nil, err
+	}
+	addr := info.GetReaderAddress()
+	if addr == "" && info.GetPrimaryAddress() != c.endpoint {
+		addr = c.endpoint
+	}
+	if addr == "" {
+		addr = info.GetPrimaryAddress()
+	}
+	return c.streamsAt(addr)
+}
+
+// streamsAt returns the Streams stub of the node at addr ("" or this client's endpoint:
+// the node this client is connected to), dialling it once.
+func (c *Client) streamsAt(addr string) (meridianpb.StreamsClient, error) {
 	if addr == "" || addr == c.endpoint {
-		return c.StreamsAPI(), info, nil
+		return c.StreamsAPI(), nil
 	}
 	c.peersMu.Lock()
 	defer c.peersMu.Unlock()
 	if p, ok := c.peers[addr]; ok {
-		return p.StreamsAPI(), info, nil
+		return p.StreamsAPI(), nil
 	}
 	p, err := DialOptions(addr, c.opts)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if c.peers == nil {
 		c.peers = map[string]*Client{}
 	}
 	c.peers[addr] = p
-	return p.StreamsAPI(), info, nil
+	return p.StreamsAPI(), nil
 }
 
 // streamErr turns a gRPC error of a streaming call into an *Error.
@@ -273,7 +297,15 @@ type Records struct {
 	cur    Record
 	err    error
 	done   bool
+	// uploaded is the last page's uploaded_records (historical reads).
+	uploaded uint64
 }
+
+// Uploaded is, for a historical read served from the object store, the number of records
+// the store held when the read was served: the read covers none after them (read those at
+// the primary). Valid once Next has returned false without an error; 0 for other reads and
+// for a historical read the primary served itself.
+func (it *Records) Uploaded() uint64 { return it.uploaded }
 
 // Next advances to the next record; false at the end or on an error (Err).
 func (it *Records) Next() bool {
@@ -298,7 +330,7 @@ func (it *Records) Next() bool {
 			it.cancel()
 			return false
 		}
-		it.page, it.i = p, 0
+		it.page, it.i, it.uploaded = p, 0, p.UploadedRecords
 	}
 	return false
 }
@@ -321,12 +353,25 @@ func failed(err error) *Records {
 
 // ReadRange reads the records with timestamps in [from, to] from the stream's primary.
 func (c *Client) ReadRange(ctx context.Context, keyspace, name string, from, to int64) *Records {
-	api, _, err := c.primaryAPI(ctx, keyspace, name)
+	return c.readRange(ctx, keyspace, name, from, to, false)
+}
+
+// HistoricalRange reads the records with timestamps in [from, to] among those uploaded to
+// the object store, at the stream's reader node, which fetches them from the object store
+// without the primary (thesis 5.7.4: historical queries leave the primary's ingest alone).
+// Records not yet uploaded (the last, partly filled 4 MiB chunk and any waiting for their
+// upload) are left out: Uploaded says where the answer stops.
+func (c *Client) HistoricalRange(ctx context.Context, keyspace, name string, from, to int64) *Records {
+	return c.readRange(ctx, keyspace, name, from, to, true)
+}
+
+func (c *Client) readRange(ctx context.Context, keyspace, name string, from, to int64, historical bool) *Records {
+	api, err := c.readAPI(ctx, keyspace, name, historical)
 	if err != nil {
 		return failed(err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	st, err := api.ReadRange(ctx, &meridianpb.ReadRangeRequest{Keyspace: keyspace, Stream: name, FromTimestamp: from, ToTimestamp: to})
+	st, err := api.ReadRange(ctx, &meridianpb.ReadRangeRequest{Keyspace: keyspace, Stream: name, FromTimestamp: from, ToTimestamp: to, Historical: historical})
 	if err != nil {
 		cancel()
 		return failed(streamErr("read", err))
@@ -337,12 +382,32 @@ func (c *Client) ReadRange(ctx context.Context, keyspace, name string, from, to 
 // ReadRecords reads count records from record number first (count 0: to the stream's end
 // as of the read).
 func (c *Client) ReadRecords(ctx context.Context, keyspace, name string, first, count uint64) *Records {
+	return c.readRecords(ctx, keyspace, name, first, count, false)
+}
+
+// HistoricalRecords reads count records from record number first among those uploaded to
+// the object store, at the stream's reader node (HistoricalRange); count 0: to the uploaded
+// records' end. A read starting at or after them is refused (FAILED_PRECONDITION).
+func (c *Client) HistoricalRecords(ctx context.Context, keyspace, name string, first, count uint64) *Records {
+	return c.readRecords(ctx, keyspace, name, first, count, true)
+}
+
+// readAPI is where a read goes: the primary, or the reader node for a historical read.
+func (c *Client) readAPI(ctx context.Context, keyspace, name string, historical bool) (meridianpb.StreamsClient, error) {
+	if historical {
+		return c.readerAPI(ctx, keyspace, name)
+	}
 	api, _, err := c.primaryAPI(ctx, keyspace, name)
+	return api, err
+}
+
+func (c *Client) readRecords(ctx context.Context, keyspace, name string, first, count uint64, historical bool) *Records {
+	api, err := c.readAPI(ctx, keyspace, name, historical)
 	if err != nil {
 		return failed(err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	st, err := api.ReadRecords(ctx, &meridianpb.ReadRecordsRequest{Keyspace: keyspace, Stream: name, First: first, Count: count})
+	st, err := api.ReadRecords(ctx, &meridianpb.ReadRecordsRequest{Keyspace: keyspace, Stream: name, First: first, Count: count, Historical: historical})
 	if err != nil {
 		cancel()
 		return failed(streamErr("read", err))
@@ -388,6 +453,9 @@ type Aggregate struct {
 	Count    uint64
 	Sum      *big.Int
 	Min, Max int64
+	// Uploaded: for a historical aggregate served from the object store, the records it
+	// held (0 otherwise).
+	Uploaded uint64
 }
 
 // Mean is Sum / Count (0 for no records).
@@ -401,7 +469,18 @@ func (a Aggregate) Mean() float64 {
 
 // Aggregate summarizes the stream's values (its value field) over [from, to].
 func (c *Client) Aggregate(ctx context.Context, keyspace, name string, from, to int64) (Aggregate, error) {
-	api, _, err := c.primaryAPI(ctx, keyspace, name)
+	return c.aggregate(ctx, keyspace, name, from, to, false)
+}
+
+// HistoricalAggregate summarizes the values over [from, to] of the records uploaded to the
+// object store, at the stream's reader node (HistoricalRange); Aggregate.Uploaded says how
+// many records the object store held.
+func (c *Client) HistoricalAggregate(ctx context.Context, keyspace, name string, from, to int64) (Aggregate, error) {
+	return c.aggregate(ctx, keyspace, name, from, to, true)
+}
+
+func (c *Client) aggregate(ctx context.Context, keyspace, name string, from, to int64, historical bool) (Aggregate, error) {
+	api, err := c.readAPI(ctx, keyspace, name, historical)
 	if err != nil {
 		return Aggregate{}, err
 	}
@@ -410,13 +489,13 @@ func (c *Client) Aggregate(ctx context.Context, keyspace, name string, from, to 
 		return Aggregate{}, err
 	}
 	defer cl.cancel()
-	r, err := api.Aggregate(cl.ctx, &meridianpb.AggregateRequest{Keyspace: keyspace, Stream: name, FromTimestamp: from, ToTimestamp: to})
+	r, err := api.Aggregate(cl.ctx, &meridianpb.AggregateRequest{Keyspace: keyspace, Stream: name, FromTimestamp: from, ToTimestamp: to, Historical: historical})
 	if err != nil {
 		return Aggregate{}, c.wrap(cl, err, 0)
 	}
 	sum := new(big.Int).Lsh(big.NewInt(r.SumHi), 64)
 	sum.Add(sum, new(big.Int).SetUint64(r.SumLo))
-	return Aggregate{Count: r.Count, Sum: sum, Min: r.Min, Max: r.Max}, nil
+	return Aggregate{Count: r.Count, Sum: sum, Min: r.Min, Max: r.Max, Uploaded: r.UploadedRecords}, nil
 }
 
 // RecordTimestamp is a record's timestamp, its first 8 bytes.

@@ -905,7 +905,12 @@ type ReadRangeRequest struct {
 	// page_bytes bounds each page (0: 1 MiB; at most 4 MiB; at least one record).
 	PageBytes uint32 `protobuf:"varint,5,opt,name=page_bytes,json=pageBytes,proto3" json:"page_bytes,omitempty"`
 	// limit: at most this many records in all (0: no limit).
-	Limit         uint64 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit uint64 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	// historical: read the stream's uploaded records from the object store (thesis 5.7.4):
+	// served by a node other than the primary (the stream's reader) without contacting the
+	// primary, and only over the records uploaded so far (whole 4 MiB chunks): each page says
+	// how many (uploaded_records). At the primary, historical reads are served locally.
+	Historical    bool `protobuf:"varint,7,opt,name=historical,proto3" json:"historical,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -982,14 +987,23 @@ func (x *ReadRangeRequest) GetLimit() uint64 {
 	return 0
 }
 
+func (x *ReadRangeRequest) GetHistorical() bool {
+	if x != nil {
+		return x.Historical
+	}
+	return false
+}
+
 type ReadRecordsRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Keyspace string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
 	Stream   string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
 	// first: the first record number; count: how many (0: to the stream's end as of now).
-	First         uint64 `protobuf:"varint,3,opt,name=first,proto3" json:"first,omitempty"`
-	Count         uint64 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
-	PageBytes     uint32 `protobuf:"varint,5,opt,name=page_bytes,json=pageBytes,proto3" json:"page_bytes,omitempty"`
+	First     uint64 `protobuf:"varint,3,opt,name=first,proto3" json:"first,omitempty"`
+	Count     uint64 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	PageBytes uint32 `protobuf:"varint,5,opt,name=page_bytes,json=pageBytes,proto3" json:"page_bytes,omitempty"`
+	// historical: as in ReadRangeRequest (count 0: to the uploaded records' end).
+	Historical    bool `protobuf:"varint,6,opt,name=historical,proto3" json:"historical,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1059,15 +1073,27 @@ func (x *ReadRecordsRequest) GetPageBytes() uint32 {
 	return 0
 }
 
+func (x *ReadRecordsRequest) GetHistorical() bool {
+	if x != nil {
+		return x.Historical
+	}
+	return false
+}
+
 // RecordsPage is one page of records: first_record's number, then consecutive records.
 type RecordsPage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	FirstRecord   uint64                 `protobuf:"varint,1,opt,name=first_record,json=firstRecord,proto3" json:"first_record,omitempty"`
-	Count         uint32                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
-	RecordBytes   uint32                 `protobuf:"varint,3,opt,name=record_bytes,json=recordBytes,proto3" json:"record_bytes,omitempty"`
-	Records       []byte                 `protobuf:"bytes,4,opt,name=records,proto3" json:"records,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	FirstRecord uint64                 `protobuf:"varint,1,opt,name=first_record,json=firstRecord,proto3" json:"first_record,omitempty"`
+	Count       uint32                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	RecordBytes uint32                 `protobuf:"varint,3,opt,name=record_bytes,json=recordBytes,proto3" json:"record_bytes,omitempty"`
+	Records     []byte                 `protobuf:"bytes,4,opt,name=records,proto3" json:"records,omitempty"`
+	// uploaded_records: in a historical read at a node other than the primary, the records the
+	// object store held when the read was served (the answer covers none after them: read those
+	// at the primary). A historical range read with no record in range still sends one page,
+	// empty, with this field. 0 otherwise.
+	UploadedRecords uint64 `protobuf:"varint,5,opt,name=uploaded_records,json=uploadedRecords,proto3" json:"uploaded_records,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RecordsPage) Reset() {
@@ -1128,12 +1154,21 @@ func (x *RecordsPage) GetRecords() []byte {
 	return nil
 }
 
+func (x *RecordsPage) GetUploadedRecords() uint64 {
+	if x != nil {
+		return x.UploadedRecords
+	}
+	return 0
+}
+
 type AggregateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Keyspace      string                 `protobuf:"bytes,1,opt,name=keyspace,proto3" json:"keyspace,omitempty"`
 	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
 	FromTimestamp int64                  `protobuf:"varint,3,opt,name=from_timestamp,json=fromTimestamp,proto3" json:"from_timestamp,omitempty"`
 	ToTimestamp   int64                  `protobuf:"varint,4,opt,name=to_timestamp,json=toTimestamp,proto3" json:"to_timestamp,omitempty"`
+	// historical: as in ReadRangeRequest.
+	Historical    bool `protobuf:"varint,5,opt,name=historical,proto3" json:"historical,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1196,17 +1231,26 @@ func (x *AggregateRequest) GetToTimestamp() int64 {
 	return 0
 }
 
+func (x *AggregateRequest) GetHistorical() bool {
+	if x != nil {
+		return x.Historical
+	}
+	return false
+}
+
 type AggregateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Count uint64                 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
 	// sum: exact, a 128-bit two's complement integer (sum_hi holds the sign) and in decimal.
-	SumHi         int64  `protobuf:"varint,2,opt,name=sum_hi,json=sumHi,proto3" json:"sum_hi,omitempty"`
-	SumLo         uint64 `protobuf:"varint,3,opt,name=sum_lo,json=sumLo,proto3" json:"sum_lo,omitempty"`
-	Sum           string `protobuf:"bytes,4,opt,name=sum,proto3" json:"sum,omitempty"`
-	Min           int64  `protobuf:"varint,5,opt,name=min,proto3" json:"min,omitempty"`
-	Max           int64  `protobuf:"varint,6,opt,name=max,proto3" json:"max,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SumHi int64  `protobuf:"varint,2,opt,name=sum_hi,json=sumHi,proto3" json:"sum_hi,omitempty"`
+	SumLo uint64 `protobuf:"varint,3,opt,name=sum_lo,json=sumLo,proto3" json:"sum_lo,omitempty"`
+	Sum   string `protobuf:"bytes,4,opt,name=sum,proto3" json:"sum,omitempty"`
+	Min   int64  `protobuf:"varint,5,opt,name=min,proto3" json:"min,omitempty"`
+	Max   int64  `protobuf:"varint,6,opt,name=max,proto3" json:"max,omitempty"`
+	// uploaded_records: as in RecordsPage, for a historical aggregate.
+	UploadedRecords uint64 `protobuf:"varint,7,opt,name=uploaded_records,json=uploadedRecords,proto3" json:"uploaded_records,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AggregateResponse) Reset() {
@@ -1277,6 +1321,13 @@ func (x *AggregateResponse) GetMin() int64 {
 func (x *AggregateResponse) GetMax() int64 {
 	if x != nil {
 		return x.Max
+	}
+	return 0
+}
+
+func (x *AggregateResponse) GetUploadedRecords() uint64 {
+	if x != nil {
+		return x.UploadedRecords
 	}
 	return 0
 }
@@ -1563,7 +1614,7 @@ const file_meridian_v1_streams_proto_rawDesc = "" +
 	"\abatches\x18\x02 \x01(\rR\abatches\x12!\n" +
 	"\ffirst_record\x18\x03 \x01(\x04R\vfirstRecord\x12\x1f\n" +
 	"\vlast_record\x18\x04 \x01(\x04R\n" +
-	"lastRecord\"\xc5\x01\n" +
+	"lastRecord\"\xe5\x01\n" +
 	"\x10ReadRangeRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12%\n" +
@@ -1571,31 +1622,42 @@ const file_meridian_v1_streams_proto_rawDesc = "" +
 	"\fto_timestamp\x18\x04 \x01(\x03R\vtoTimestamp\x12\x1d\n" +
 	"\n" +
 	"page_bytes\x18\x05 \x01(\rR\tpageBytes\x12\x14\n" +
-	"\x05limit\x18\x06 \x01(\x04R\x05limit\"\x93\x01\n" +
+	"\x05limit\x18\x06 \x01(\x04R\x05limit\x12\x1e\n" +
+	"\n" +
+	"historical\x18\a \x01(\bR\n" +
+	"historical\"\xb3\x01\n" +
 	"\x12ReadRecordsRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x14\n" +
 	"\x05first\x18\x03 \x01(\x04R\x05first\x12\x14\n" +
 	"\x05count\x18\x04 \x01(\x04R\x05count\x12\x1d\n" +
 	"\n" +
-	"page_bytes\x18\x05 \x01(\rR\tpageBytes\"\x83\x01\n" +
+	"page_bytes\x18\x05 \x01(\rR\tpageBytes\x12\x1e\n" +
+	"\n" +
+	"historical\x18\x06 \x01(\bR\n" +
+	"historical\"\xae\x01\n" +
 	"\vRecordsPage\x12!\n" +
 	"\ffirst_record\x18\x01 \x01(\x04R\vfirstRecord\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\rR\x05count\x12!\n" +
 	"\frecord_bytes\x18\x03 \x01(\rR\vrecordBytes\x12\x18\n" +
-	"\arecords\x18\x04 \x01(\fR\arecords\"\x90\x01\n" +
+	"\arecords\x18\x04 \x01(\fR\arecords\x12)\n" +
+	"\x10uploaded_records\x18\x05 \x01(\x04R\x0fuploadedRecords\"\xb0\x01\n" +
 	"\x10AggregateRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12%\n" +
 	"\x0efrom_timestamp\x18\x03 \x01(\x03R\rfromTimestamp\x12!\n" +
-	"\fto_timestamp\x18\x04 \x01(\x03R\vtoTimestamp\"\x8d\x01\n" +
+	"\fto_timestamp\x18\x04 \x01(\x03R\vtoTimestamp\x12\x1e\n" +
+	"\n" +
+	"historical\x18\x05 \x01(\bR\n" +
+	"historical\"\xb8\x01\n" +
 	"\x11AggregateResponse\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x04R\x05count\x12\x15\n" +
 	"\x06sum_hi\x18\x02 \x01(\x03R\x05sumHi\x12\x15\n" +
 	"\x06sum_lo\x18\x03 \x01(\x04R\x05sumLo\x12\x10\n" +
 	"\x03sum\x18\x04 \x01(\tR\x03sum\x12\x10\n" +
 	"\x03min\x18\x05 \x01(\x03R\x03min\x12\x10\n" +
-	"\x03max\x18\x06 \x01(\x03R\x03max\"\xbc\x01\n" +
+	"\x03max\x18\x06 \x01(\x03R\x03max\x12)\n" +
+	"\x10uploaded_records\x18\a \x01(\x04R\x0fuploadedRecords\"\xbc\x01\n" +
 	"\x10SubscribeRequest\x12\x1a\n" +
 	"\bkeyspace\x18\x01 \x01(\tR\bkeyspace\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x12\n" +

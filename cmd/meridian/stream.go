@@ -226,9 +226,9 @@ func streamCmd() *cobra.Command {
 
 	var fromTS, toTS, format string
 	var first, count uint64
-	var byNumber bool
+	var byNumber, historical bool
 	read := &cobra.Command{
-		Use:   "read KEYSPACE NAME [--from TS --to TS | --first N [--count C]] [--format text|csv|json]",
+		Use:   "read KEYSPACE NAME [--from TS --to TS | --first N [--count C]] [--historical] [--format text|csv|json]",
 		Short: "Read records by time range (default: all) or by record number",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, a []string) error {
@@ -250,12 +250,23 @@ func streamCmd() *cobra.Command {
 					return err
 				}
 				var it *client.Records
-				if byNumber {
+				switch {
+				case byNumber && historical:
+					it = c.HistoricalRecords(ctx, a[0], a[1], first, count)
+				case byNumber:
 					it = c.ReadRecords(ctx, a[0], a[1], first, count)
-				} else {
+				case historical:
+					it = c.HistoricalRange(ctx, a[0], a[1], tl, th)
+				default:
 					it = c.ReadRange(ctx, a[0], a[1], tl, th)
 				}
-				return pr.print(os.Stdout, info, it)
+				if err := pr.print(os.Stdout, info, it); err != nil {
+					return err
+				}
+				if historical && it.Uploaded() > 0 {
+					fmt.Fprintf(os.Stderr, "historical read from the object store: it holds records 0 to %d; later ones are at the primary %s\n", it.Uploaded()-1, info.GetPrimary())
+				}
+				return nil
 			})
 		},
 	}
@@ -264,6 +275,7 @@ func streamCmd() *cobra.Command {
 	read.Flags().Uint64Var(&first, "first", 0, "read by record number from this one")
 	read.Flags().Uint64Var(&count, "count", 0, "with --first: how many (0: to the end)")
 	read.Flags().StringVar(&format, "format", "text", "text, csv or json (one object per line)")
+	read.Flags().BoolVar(&historical, "historical", false, "read the records uploaded to the object store at the stream's reader node, without the primary")
 	cmd.AddCommand(read)
 
 	var tailFrom uint64
@@ -293,6 +305,7 @@ func streamCmd() *cobra.Command {
 	cmd.AddCommand(tail)
 
 	var aggFrom, aggTo string
+	var aggHistorical bool
 	agg := &cobra.Command{
 		Use: "aggregate KEYSPACE NAME [--from TS --to TS]", Short: "Count, sum, min, max and mean of the stream's value over a time range", Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, a []string) error {
@@ -301,9 +314,16 @@ func streamCmd() *cobra.Command {
 				return err
 			}
 			return withClient(cmd, func(ctx context.Context, c *client.Client) error {
-				g, err := c.Aggregate(ctx, a[0], a[1], tl, th)
+				aggregate := c.Aggregate
+				if aggHistorical {
+					aggregate = c.HistoricalAggregate
+				}
+				g, err := aggregate(ctx, a[0], a[1], tl, th)
 				if err != nil {
 					return err
+				}
+				if g.Uploaded > 0 {
+					fmt.Printf("uploaded records %d\n", g.Uploaded)
 				}
 				fmt.Printf("count %d\nsum %s\n", g.Count, g.Sum)
 				if g.Count > 0 {
@@ -315,6 +335,7 @@ func streamCmd() *cobra.Command {
 	}
 	agg.Flags().StringVar(&aggFrom, "from", "", "first timestamp (ns or RFC 3339; default: the beginning)")
 	agg.Flags().StringVar(&aggTo, "to", "", "last timestamp, inclusive (default: the end)")
+	agg.Flags().BoolVar(&aggHistorical, "historical", false, "summarize the records uploaded to the object store, at the stream's reader node")
 	cmd.AddCommand(agg)
 	return cmd
 }

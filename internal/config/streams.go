@@ -20,8 +20,9 @@ type Streams struct {
 	Dir string `yaml:"dir"`
 	// S3 is the endpoint of object_store: s3.
 	S3 StreamsS3 `yaml:"s3"`
-	// Prefix starts every object key (default "kawkab"); each node's keys follow under
-	// <prefix>/<node>/.
+	// Prefix starts every object key (default "kawkab"): a stream's uploads are
+	// <prefix>/s<stream ID>/… (stream IDs are unique in the cluster, so every node's
+	// uploads share it and any node reads any stream's).
 	Prefix string `yaml:"prefix"`
 	// UploadWorkers upload sealed chunks concurrently (default 8, the thesis's; 1 to 256).
 	UploadWorkers int `yaml:"upload_workers"`

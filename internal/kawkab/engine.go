@@ -67,6 +67,9 @@ type StreamOptions struct {
 	MaxOpenFiles int
 	// MaxReadRecords lowers the records a read returns (0: MaxReadBytes/R).
 	MaxReadRecords int
+	// MaxReadBytes lowers the bytes a read returns, for options shared by streams of
+	// several record sizes (0: MaxReadBytes); a read returns at least one record.
+	MaxReadBytes int
 	// Index is the index geometry of a stream CreateStream creates (zero: the default, k = 3
 	// and n = 289 in 16 KiB blocks); the block size must be BlockBytes. It is stored in the
 	// metadata; OpenStream ignores this field.
@@ -280,6 +283,9 @@ func OpenStream(dir string, id uint64, opt StreamOptions) (*Stream, error) {
 		cs:      &chunkStore{id: id, dir: sdir, files: newFileCache(sdir, limit), syncf: opt.syncFunc()},
 		lock:    lock,
 		maxRead: MaxReadBytes / lay.R,
+	}
+	if opt.MaxReadBytes > 0 {
+		s.maxRead = min(s.maxRead, max(1, opt.MaxReadBytes/lay.R))
 	}
 	if opt.MaxReadRecords > 0 {
 		s.maxRead = min(s.maxRead, opt.MaxReadRecords)

@@ -103,7 +103,7 @@ func NewStreamsService(n *node.Node, o StreamsOptions) (*StreamsService, error) 
 		}
 		o.Logger.Info("streams: object store ready", "store", where, "prefix", o.Config.Prefix)
 	}
-	st, err := newStreamStore(o.DataDir, objects, closeOS, o.Logger)
+	st, err := newStreamStore(o.DataDir, o.Config, objects, closeOS, o.Logger)
 	if err != nil {
 		closeOS()
 		return nil, err
@@ -115,6 +115,17 @@ func NewStreamsService(n *node.Node, o StreamsOptions) (*StreamsService, error) 
 		o.Registry = registerer(n)
 	}
 	s.m = newStreamMetrics(o.Registry)
+	if o.Registry != nil {
+		// A service started again on the same node (tests) replaces the store's collector.
+		c := newStoreCollector(st.stats)
+		if err := o.Registry.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				o.Registry.Unregister(are.ExistingCollector)
+				_ = o.Registry.Register(c)
+			}
+		}
+	}
 	if s.replicaAddress == nil {
 		s.replicaAddress = n.MemberAddress
 	}
@@ -539,15 +550,47 @@ func sendPages(send func(*meridianpb.RecordsPage) error, first uint64, recs []by
 	return nil
 }
 
+// readTarget finds the stream a read names and what serves it at this node: the stream
+// itself at its primary; for a historical read at another node, the records uploaded to the
+// object store (uploaded is then their number; 0 at the primary). Any other read at a node
+// that is not the primary is refused, naming the primary.
+func (s *StreamsService) readTarget(ctx context.Context, keyspace, name string, historical bool) (rec *metadata.StreamRecord, r streamReader, uploaded uint64, err error) {
+	rec, err = s.lookup(ctx, keyspace, name)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if rec.Primary == s.node.ID() {
+		r, err = s.store.reader(ctx, rec, true)
+		if err != nil {
+			return nil, nil, 0, s.storeErr(rec, err)
+		}
+		return rec, r, 0, nil
+	}
+	if !historical {
+		return nil, nil, 0, status.Errorf(codes.FailedPrecondition, "stream %s/%s: node %s is not its primary; send its appends and reads to its primary %s at %s (or ask for a historical read of its uploaded records)",
+			keyspace, name, s.node.Name(), s.node.MemberName(rec.Primary), s.node.MemberAddress(rec.Primary))
+	}
+	r, err = s.store.reader(ctx, rec, false)
+	if errors.Is(err, errNotUploaded) {
+		return nil, nil, 0, status.Errorf(codes.FailedPrecondition, "stream %s/%s: no chunk of it is in the object store yet (chunks are uploaded when they fill: %d records); read it at its primary %s at %s",
+			keyspace, name, kawkab.ChunkBytes/rec.Spec.RecordBytes, s.node.MemberName(rec.Primary), s.node.MemberAddress(rec.Primary))
+	}
+	if err != nil {
+		return nil, nil, 0, s.storeErr(rec, err)
+	}
+	s.m.historicalReads.Inc()
+	return rec, r, r.Len(), nil
+}
+
 // ReadRange streams the records whose timestamps are in [from, to], in pages.
 func (s *StreamsService) ReadRange(r *meridianpb.ReadRangeRequest, srv meridianpb.Streams_ReadRangeServer) error {
-	rec, err := s.primary(srv.Context(), r.GetKeyspace(), r.GetStream())
-	if err != nil {
-		return err
-	}
 	tl, th := r.GetFromTimestamp(), r.GetToTimestamp()
 	if tl > th {
 		return status.Errorf(codes.InvalidArgument, "read range: from_timestamp %d is after to_timestamp %d", tl, th)
+	}
+	rec, rd, uploaded, err := s.readTarget(srv.Context(), r.GetKeyspace(), r.GetStream(), r.GetHistorical())
+	if err != nil {
+		return err
 	}
 	R := rec.Spec.RecordBytes
 	per, err := pageRecords(r.GetPageBytes(), R)
@@ -558,15 +601,28 @@ func (s *StreamsService) ReadRange(r *meridianpb.ReadRangeRequest, srv meridianp
 	if limit == 0 {
 		limit = ^uint64(0)
 	}
-	first, n, recs, more, err := s.store.readRange(rec, tl, th)
+	res, err := rd.ReadRange(tl, th)
 	if err != nil {
 		return s.storeErr(rec, err)
 	}
+	first, n, recs, more := res.First, res.N, res.Records, res.More
+	sent := 0
+	send := func(p *meridianpb.RecordsPage) error {
+		p.UploadedRecords = uploaded
+		sent++
+		return srv.Send(p)
+	}
+	defer func() {
+		// A historical read always answers with the uploaded count, even with no record.
+		if uploaded > 0 && sent == 0 && srv.Context().Err() == nil {
+			_ = send(&meridianpb.RecordsPage{RecordBytes: uint32(R)})
+		}
+	}()
 	for {
 		if uint64(n) > limit {
 			n, recs, more = int(limit), recs[:int(limit)*R], false
 		}
-		if err := sendPages(srv.Send, first, recs, R, per); err != nil {
+		if err := sendPages(send, first, recs, R, per); err != nil {
 			return err
 		}
 		s.m.readRecords.WithLabelValues("range").Add(float64(n))
@@ -576,7 +632,7 @@ func (s *StreamsService) ReadRange(r *meridianpb.ReadRangeRequest, srv meridianp
 		}
 		// Continue by record number, up to the range's end.
 		first += uint64(n)
-		batch, err := s.store.readRecords(rec, first, int(min(uint64(maxStreamPageBytes/R), limit)))
+		batch, err := rd.ReadRecords(first, int(min(uint64(maxStreamPageBytes/R), limit)))
 		if err != nil {
 			return s.storeErr(rec, err)
 		}
@@ -596,7 +652,7 @@ func (s *StreamsService) ReadRange(r *meridianpb.ReadRangeRequest, srv meridianp
 
 // ReadRecords streams records by number, in pages.
 func (s *StreamsService) ReadRecords(r *meridianpb.ReadRecordsRequest, srv meridianpb.Streams_ReadRecordsServer) error {
-	rec, err := s.primary(srv.Context(), r.GetKeyspace(), r.GetStream())
+	rec, rd, uploaded, err := s.readTarget(srv.Context(), r.GetKeyspace(), r.GetStream(), r.GetHistorical())
 	if err != nil {
 		return err
 	}
@@ -605,27 +661,32 @@ func (s *StreamsService) ReadRecords(r *meridianpb.ReadRecordsRequest, srv merid
 	if err != nil {
 		return err
 	}
-	n, _, _, err := s.store.info(rec)
-	if err != nil {
-		return s.storeErr(rec, err)
-	}
+	n := rd.Len()
 	first := r.GetFirst()
-	if first > n {
+	if first > n || (uploaded > 0 && first == n && r.GetCount() > 0) {
+		if uploaded > 0 {
+			return status.Errorf(codes.FailedPrecondition, "stream %s/%s: historical read from record %d: the object store holds records 0 to %d; read later ones at its primary %s at %s",
+				rec.Spec.Keyspace, rec.Spec.Name, first, int64(n)-1, s.node.MemberName(rec.Primary), s.node.MemberAddress(rec.Primary))
+		}
 		return status.Errorf(codes.OutOfRange, "stream %s/%s: read from record %d: the stream has %d records (0 to %d)", rec.Spec.Keyspace, rec.Spec.Name, first, n, int64(n)-1)
 	}
 	end := n
 	if c := r.GetCount(); c > 0 && c < n-first {
 		end = first + c
 	}
+	send := func(p *meridianpb.RecordsPage) error {
+		p.UploadedRecords = uploaded
+		return srv.Send(p)
+	}
 	for first < end {
-		recs, err := s.store.readRecords(rec, first, int(min(uint64(per), end-first)))
+		recs, err := rd.ReadRecords(first, int(min(uint64(per), end-first)))
 		if err != nil {
 			return s.storeErr(rec, err)
 		}
 		if len(recs) == 0 {
 			return nil
 		}
-		if err := sendPages(srv.Send, first, recs, R, per); err != nil {
+		if err := sendPages(send, first, recs, R, per); err != nil {
 			return err
 		}
 		s.m.readRecords.WithLabelValues("records").Add(float64(len(recs) / R))
@@ -636,18 +697,18 @@ func (s *StreamsService) ReadRecords(r *meridianpb.ReadRecordsRequest, srv merid
 
 // Aggregate summarizes the values of the records in a time range.
 func (s *StreamsService) Aggregate(ctx context.Context, r *meridianpb.AggregateRequest) (*meridianpb.AggregateResponse, error) {
-	rec, err := s.primary(ctx, r.GetKeyspace(), r.GetStream())
-	if err != nil {
-		return nil, err
-	}
 	if r.GetFromTimestamp() > r.GetToTimestamp() {
 		return nil, status.Errorf(codes.InvalidArgument, "aggregate: from_timestamp %d is after to_timestamp %d", r.GetFromTimestamp(), r.GetToTimestamp())
 	}
-	sum, err := s.store.aggregate(rec, r.GetFromTimestamp(), r.GetToTimestamp())
+	rec, rd, uploaded, err := s.readTarget(ctx, r.GetKeyspace(), r.GetStream(), r.GetHistorical())
+	if err != nil {
+		return nil, err
+	}
+	sum, err := rd.Aggregate(r.GetFromTimestamp(), r.GetToTimestamp())
 	if err != nil {
 		return nil, s.storeErr(rec, err)
 	}
-	return &meridianpb.AggregateResponse{Count: sum.Count, SumHi: sum.Sum.Hi, SumLo: sum.Sum.Lo, Sum: sum.Sum.String(), Min: sum.Min, Max: sum.Max}, nil
+	return &meridianpb.AggregateResponse{Count: sum.Count, SumHi: sum.Sum.Hi, SumLo: sum.Sum.Lo, Sum: sum.Sum.String(), Min: sum.Min, Max: sum.Max, UploadedRecords: uploaded}, nil
 }
 
 // Subscribe streams the stream's records from a record number on, then each record as it

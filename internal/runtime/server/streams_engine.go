@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"meridian/internal/config"
 	"meridian/internal/kawkab"
@@ -19,22 +19,32 @@ import (
 )
 
 // The adapter between the Streams service and the node's stream storage. It is the only
-// file of the server that calls internal/kawkab's engine: today it opens one kawkab.Stream
-// per stream under <data>/streams (lazily, on first use at the primary) and keeps the
-// object store ready; when the node-level kawkab.Store (uploads, local deletion,
-// backpressure with ErrStoreFull, remote historical reads) lands, only this file changes.
+// file of the server that calls internal/kawkab's engine: the node's kawkab.Store under
+// <data>/streams (thesis 5.3.2: the local chunk store, uploads of full chunks to the object
+// store, deletion of uploaded chunks once the local store is half full, appends slowed and
+// then declined when it fills, the buffer cache in reads), the streams this node is the
+// primary of opened in it on first use, and remote readers of the object store for
+// historical reads of streams whose primary is another node (5.7.4: the primary sends
+// nothing for them).
 
 // streamsDirName is the directory of a node's stream files, under its data directory.
 const streamsDirName = "streams"
 
 // maxStreamPageBytes bounds one page of records (ReadRange, ReadRecords, Subscribe) and one
-// engine read: a stream is opened with MaxReadRecords = maxStreamPageBytes / R.
+// engine read: streams are opened with MaxReadBytes = maxStreamPageBytes.
 const maxStreamPageBytes = 4 << 20
 
-// errStoreFull is the sentinel for a full local store: kawkab.ErrStoreFull once the Store
-// exists (set it here); until then nothing returns it. streamStatus maps it to
+// remoteRefreshInterval is how stale a remote reader's view of the uploads may be: a
+// historical read refreshes the manifest (one GET) when it is older.
+const remoteRefreshInterval = time.Second
+
+// errStoreFull is the local store's refusal (kawkab.ErrStoreFull): streamStatus maps it to
 // RESOURCE_EXHAUSTED.
-var errStoreFull = errors.New("stream store full")
+var errStoreFull = kawkab.ErrStoreFull
+
+// errNotUploaded is wrapped by a historical read's error when nothing of the stream is in
+// the object store yet.
+var errNotUploaded = errors.New("nothing of the stream is uploaded yet")
 
 // localStream is one open stream and its tail notification.
 type localStream struct {
@@ -44,24 +54,44 @@ type localStream struct {
 	tailCh chan struct{}
 }
 
-// streamStore holds the node's open streams and its object store.
+// remoteStream is a historical reader of a stream another node is the primary of.
+type remoteStream struct {
+	mu        sync.Mutex // serializes refreshes
+	r         *kawkab.RemoteStream
+	refreshed time.Time
+}
+
+// streamReader is what reads need of a stream: the primary's own (a kawkab.Stream) or the
+// object store's uploaded prefix (a kawkab.RemoteStream).
+type streamReader interface {
+	Len() uint64
+	ReadRecords(first uint64, n int) ([]byte, error)
+	ReadRange(tl, th int64) (kawkab.RangeResult, error)
+	Aggregate(tl, th int64) (kawkab.Summary, error)
+}
+
+// streamStore holds the node's store, its open streams and remote readers.
 type streamStore struct {
 	dir     string
 	log     *slog.Logger
-	opts    kawkab.StreamOptions
-	objects kawkab.ObjectStore // for the Store (uploads, historical reads); not used yet
+	store   *kawkab.Store
+	cache   *kawkab.Cache
+	objects kawkab.ObjectStore
+	prefix  string
 	closeOS func() error
 
 	mu      sync.Mutex
 	closed  bool
 	streams map[uint64]*localStream
+	remotes map[uint64]*remoteStream
 	// dropped are the streams dropped since start: never opened (or created) again, even
 	// by a request that looked the stream up just before its drop.
 	dropped map[uint64]bool
 }
 
-// newStreamStore opens the stream store of a node whose data directory is dataDir.
-func newStreamStore(dataDir string, objects kawkab.ObjectStore, closeOS func() error, log *slog.Logger) (*streamStore, error) {
+// newStreamStore opens the stream store of a node whose data directory is dataDir, with the
+// section's capacities (validated), uploading to objects.
+func newStreamStore(dataDir string, cfg config.Streams, objects kawkab.ObjectStore, closeOS func() error, log *slog.Logger) (*streamStore, error) {
 	dir := filepath.Join(dataDir, streamsDirName)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("streams: %w", err)
@@ -69,7 +99,28 @@ func newStreamStore(dataDir string, objects kawkab.ObjectStore, closeOS func() e
 	if closeOS == nil {
 		closeOS = func() error { return nil }
 	}
-	return &streamStore{dir: dir, log: log, objects: objects, closeOS: closeOS, streams: map[uint64]*localStream{}, dropped: map[uint64]bool{}}, nil
+	cacheBytes := int64(cfg.CacheBytes)
+	if cacheBytes == 0 {
+		cacheBytes = 256 << 20
+	}
+	cache, err := kawkab.NewCache(kawkab.CacheConfig{CapacityBytes: cacheBytes})
+	if err != nil {
+		return nil, fmt.Errorf("streams: buffer cache: %w", err)
+	}
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = kawkab.DefaultStorePrefix
+	}
+	store, err := kawkab.OpenStore(dir, kawkab.StoreOptions{
+		ObjectStore: objects, Prefix: prefix, UploadWorkers: cfg.UploadWorkers,
+		CapacityBytes: int64(cfg.LocalCapacityBytes), Cache: cache,
+		Stream: kawkab.StreamOptions{MaxReadBytes: maxStreamPageBytes},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("streams: %w", err)
+	}
+	return &streamStore{dir: dir, log: log, store: store, cache: cache, objects: objects, prefix: prefix, closeOS: closeOS,
+		streams: map[uint64]*localStream{}, remotes: map[uint64]*remoteStream{}, dropped: map[uint64]bool{}}, nil
 }
 
 // openObjectStore builds the object store the configuration names. Secrets come from the
@@ -143,11 +194,9 @@ func (st *streamStore) get(rec *metadata.StreamRecord) (*localStream, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := st.opts
-	opts.MaxReadRecords = max(1, maxStreamPageBytes/cfg.RecordBytes)
-	s, err := kawkab.OpenStream(st.dir, rec.ID, opts)
-	if errors.Is(err, fs.ErrNotExist) {
-		s, err = kawkab.CreateStream(st.dir, cfg, opts)
+	s, err := st.store.Open(rec.ID)
+	if errors.Is(err, kawkab.ErrStreamNotFound) {
+		s, err = st.store.Create(cfg)
 	}
 	if err != nil {
 		return nil, err
@@ -165,6 +214,68 @@ func (st *streamStore) get(rec *metadata.StreamRecord) (*localStream, error) {
 	st.streams[rec.ID] = ls
 	return ls, nil
 }
+
+// remote returns a historical reader of rec's uploaded records, its view of the uploads at
+// most remoteRefreshInterval old. It never contacts the primary: the metadata, the manifest,
+// the index and the data come from the object store.
+func (st *streamStore) remote(ctx context.Context, rec *metadata.StreamRecord) (*kawkab.RemoteStream, error) {
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return nil, fmt.Errorf("streams: %w", kawkab.ErrStreamClosed)
+	}
+	if st.dropped[rec.ID] {
+		st.mu.Unlock()
+		return nil, fmt.Errorf("streams: stream %d was dropped: %w", rec.ID, kawkab.ErrStreamClosed)
+	}
+	rs := st.remotes[rec.ID]
+	if rs == nil {
+		rs = &remoteStream{}
+		st.remotes[rec.ID] = rs
+	}
+	st.mu.Unlock()
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.r == nil {
+		cfg, err := rec.Config()
+		if err != nil {
+			return nil, err
+		}
+		r, err := kawkab.OpenRemoteStream(ctx, st.objects, st.prefix, rec.ID, kawkab.RemoteOptions{
+			Cache: st.cache, MaxReadRecords: max(1, maxStreamPageBytes/cfg.RecordBytes)})
+		if errors.Is(err, kawkab.ErrNotFound) {
+			return nil, fmt.Errorf("streams: stream %d: %w", rec.ID, errNotUploaded)
+		}
+		if err != nil {
+			return nil, err
+		}
+		rs.r, rs.refreshed = r, time.Now()
+		return r, nil
+	}
+	if time.Since(rs.refreshed) > remoteRefreshInterval {
+		if _, err := rs.r.Refresh(ctx); err != nil {
+			return nil, err
+		}
+		rs.refreshed = time.Now()
+	}
+	return rs.r, nil
+}
+
+// reader returns what reads of rec use: the stream itself at its primary, else (historical
+// reads) the object store's uploaded records.
+func (st *streamStore) reader(ctx context.Context, rec *metadata.StreamRecord, primary bool) (streamReader, error) {
+	if primary {
+		ls, err := st.get(rec)
+		if err != nil {
+			return nil, err
+		}
+		return ls.s, nil
+	}
+	return st.remote(ctx, rec)
+}
+
+// stats is the node store's state (uploads, local store, cache).
+func (st *streamStore) stats() kawkab.StoreStats { return st.store.Stats() }
 
 // append appends a batch of whole records and wakes the stream's subscribers.
 func (st *streamStore) append(rec *metadata.StreamRecord, batch []byte) (uint64, error) {
@@ -214,29 +325,6 @@ func (st *streamStore) readRecords(rec *metadata.StreamRecord, first uint64, n i
 	return ls.s.ReadRecords(first, n)
 }
 
-// readRange returns the first records with timestamps in [tl, th] (at most
-// maxStreamPageBytes of them; more: others follow from first + n).
-func (st *streamStore) readRange(rec *metadata.StreamRecord, tl, th int64) (first uint64, n int, recs []byte, more bool, err error) {
-	ls, err := st.get(rec)
-	if err != nil {
-		return 0, 0, nil, false, err
-	}
-	r, err := ls.s.ReadRange(tl, th)
-	if err != nil {
-		return 0, 0, nil, false, err
-	}
-	return r.First, r.N, r.Records, r.More, nil
-}
-
-// aggregate summarizes the values of the records in [tl, th].
-func (st *streamStore) aggregate(rec *metadata.StreamRecord, tl, th int64) (kawkab.Summary, error) {
-	ls, err := st.get(rec)
-	if err != nil {
-		return kawkab.Summary{}, err
-	}
-	return ls.s.Aggregate(tl, th)
-}
-
 // markDropped refuses every later use of a stream (the drop's files go in the background).
 func (st *streamStore) markDropped(id uint64) {
 	st.mu.Lock()
@@ -260,7 +348,32 @@ func (st *streamStore) drop(id uint64) error {
 		ls.tailCh = make(chan struct{})
 		ls.tailMu.Unlock()
 	}
-	return os.RemoveAll(filepath.Join(st.dir, kawkab.StreamDirName(id)))
+	st.mu.Lock()
+	delete(st.remotes, id)
+	st.mu.Unlock()
+	if err := os.RemoveAll(filepath.Join(st.dir, kawkab.StreamDirName(id))); err != nil {
+		return err
+	}
+	return st.deleteObjects(id)
+}
+
+// deleteObjects deletes a dropped stream's uploads (<prefix>/s<id>/…), bounded in time.
+func (st *streamStore) deleteObjects(id uint64) error {
+	if st.objects == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	objs, err := st.objects.List(ctx, st.prefix+"/"+kawkab.StreamDirName(id)+"/")
+	if err != nil {
+		return fmt.Errorf("streams: listing stream %d's uploads: %w", id, err)
+	}
+	for _, o := range objs {
+		if err := st.objects.Delete(ctx, o.Key); err != nil {
+			return fmt.Errorf("streams: deleting stream %d's upload %s: %w", id, o.Key, err)
+		}
+	}
+	return nil
 }
 
 // sweep removes the files of streams that are not in the catalog any more (dropped while
@@ -300,6 +413,9 @@ func (st *streamStore) close() error {
 		close(ls.tailCh)
 		ls.tailCh = make(chan struct{})
 		ls.tailMu.Unlock()
+	}
+	if err := st.store.Close(); err != nil && first == nil {
+		first = err
 	}
 	if err := st.closeOS(); err != nil && first == nil {
 		first = err

@@ -49,15 +49,21 @@ func streamRegistry(n *node.Node) *prometheus.Registry {
 	return r.(*prometheus.Registry)
 }
 
-func startStreamNode(t *testing.T, c *bench.Cluster, i int, dir string) *streamNode {
+// startStreamNode starts node i's Streams service on dir, its object store objects (none
+// given: a new in-memory one of its own).
+func startStreamNode(t *testing.T, c *bench.Cluster, i int, dir string, objects ...kawkab.ObjectStore) *streamNode {
 	t.Helper()
+	var obj kawkab.ObjectStore = kawkab.NewMemObjectStore()
+	if len(objects) > 0 {
+		obj = objects[0]
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	streamAddrs.Store(c.Nodes[i], lis.Addr().String())
 	nodes := c.Nodes
-	svc, err := server.NewStreamsService(c.Nodes[i], server.StreamsOptions{DataDir: dir, Objects: kawkab.NewMemObjectStore(),
+	svc, err := server.NewStreamsService(c.Nodes[i], server.StreamsOptions{DataDir: dir, Objects: obj,
 		Config: config.Streams{MaxBatch: "64KiB", SubscribeMaxLag: 5000}, Registry: streamRegistry(c.Nodes[i]),
 		ReplicaAddress: func(id uint32) string {
 			for _, n := range nodes {
