@@ -692,3 +692,37 @@ func TestStoreRecoverFromObjectStore(t *testing.T) {
 	}
 	check(t, s, m, rand.New(rand.NewSource(8)), 20)
 }
+
+// TestStoreUploadWorkerNotHeldByCommits: with one upload worker, the worker goes on putting
+// data chunks while a commit's manifest put is slow (startCommit), and the chunks put
+// meanwhile are recorded together; a worker that committed inline would put nothing until the
+// manifest was in.
+func TestStoreUploadWorkerNotHeldByCommits(t *testing.T) {
+	obj := newRecStore()
+	// Manifest puts wait until data chunk 3 is put.
+	obj.slowSuffix, obj.afterSuffix, obj.after = "/"+manifestName, "/d3", make(chan struct{})
+	opts := storeOpts(obj, 0)
+	opts.UploadWorkers = 1
+	st, err := OpenStore(t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s, err := st.Create(tierCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ts int64
+	appendRecords(t, s, nil, &ts, 5*1024+10, 64)
+	waitFor(t, "uploads", uploadedAll(st))
+	log := obj.log()
+	mkey, d3 := streamKey("t", 7, manifestName), streamKey("t", 7, DataChunkName(3))
+	first, put3 := slices.Index(log, mkey), slices.Index(log, d3)
+	if first < 0 || put3 < 0 || put3 > first {
+		t.Fatalf("chunk 3 put at %d, the first manifest at %d, want chunk 3 first: %q", put3, first, log)
+	}
+	ms := obj.manifestsPut(t, mkey)
+	if last := ms[len(ms)-1]; last.Chunks != 5 || len(ms) > 4 {
+		t.Fatalf("%d manifests, the last with %d chunks; want at most 4 (commits shared), the last with 5", len(ms), last.Chunks)
+	}
+}
