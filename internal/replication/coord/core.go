@@ -220,6 +220,10 @@ func (c *Core) Owns(ks *placement.Keyspace) bool {
 // Alive reports whether the failure detector considers node alive.
 func (c *Core) Alive(node uint32) bool { return c.live.alive(node) }
 
+// AliveConcurrent is Alive as of the failure detector's last change, safe to call from any
+// goroutine (Alive belongs to the event loop): for metrics.
+func (c *Core) AliveConcurrent(node uint32) bool { return c.live.aliveSnapshot(node) }
+
 // Ready returns and clears the output accumulated since the last call.
 func (c *Core) Ready() Ready {
 	rd := c.out

@@ -1,7 +1,9 @@
 package coord
 
 import (
+	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"meridian/internal/config"
@@ -17,6 +19,24 @@ type liveness struct {
 	lastHeard map[uint32]time.Time
 	lastSent  map[uint32]time.Time
 	down      map[uint32]bool
+	// downSnap is a copy of down published at each change, for readers off the event loop
+	// (metrics scrapes): the maps above belong to the loop.
+	downSnap atomic.Pointer[map[uint32]bool]
+}
+
+// publish makes the current down set what aliveSnapshot reads.
+func (l *liveness) publish() {
+	m := maps.Clone(l.down)
+	l.downSnap.Store(&m)
+}
+
+// aliveSnapshot is alive as of the last change, safe from any goroutine.
+func (l *liveness) aliveSnapshot(n uint32) bool {
+	if n == l.self {
+		return true
+	}
+	m := l.downSnap.Load()
+	return m == nil || !(*m)[n]
 }
 
 func (l *liveness) init(self uint32, nodes []config.Node) {
@@ -48,7 +68,10 @@ func (l *liveness) alive(n uint32) bool { return n == l.self || !l.down[n] }
 
 func (l *liveness) heard(n uint32, now time.Time) {
 	l.lastHeard[n] = now
-	delete(l.down, n)
+	if l.down[n] {
+		delete(l.down, n)
+		l.publish()
+	}
 }
 
 func (l *liveness) sent(n uint32, now time.Time) { l.lastSent[n] = now }
@@ -62,8 +85,9 @@ func (l *liveness) update(now time.Time, timeout time.Duration) {
 			l.lastHeard[p] = now
 			continue
 		}
-		if now.Sub(last) > timeout {
+		if now.Sub(last) > timeout && !l.down[p] {
 			l.down[p] = true
+			l.publish()
 		}
 	}
 }

@@ -86,7 +86,7 @@ func newMetrics(reg *prometheus.Registry, n *Node) *metrics {
 	storageGauge("meridian_peers_down", "Peers the failure detector considers down.", func() float64 {
 		down := 0
 		for _, nd := range n.Members() {
-			if nd.ID != n.self.ID && !n.peerAlive(nd.ID) {
+			if nd.ID != n.self.ID && !n.peerAliveConcurrent(nd.ID) {
 				down++
 			}
 		}

@@ -329,19 +329,35 @@ func (n *Node) ProtocolCounters() map[string]int64 {
 }
 
 // peerAlive reports whether any of the node's engines that run a failure detector has heard
-// from node recently (no such engine: true).
+// from node recently (no such engine: true). On the event loop only.
 func (n *Node) peerAlive(node uint32) bool {
+	return n.anyAlive(node, func(e engine.Engine) (bool, bool) {
+		a, ok := e.(interface{ Alive(uint32) bool })
+		return ok && a.Alive(node), ok
+	})
+}
+
+// peerAliveConcurrent is peerAlive as of the failure detectors' last changes, safe off the
+// event loop (the metrics scrape).
+func (n *Node) peerAliveConcurrent(node uint32) bool {
+	return n.anyAlive(node, func(e engine.Engine) (bool, bool) {
+		a, ok := e.(interface{ AliveConcurrent(uint32) bool })
+		return ok && a.AliveConcurrent(node), ok
+	})
+}
+
+// anyAlive asks each engine with a failure detector (alive: its answer, tracked: it has one).
+func (n *Node) anyAlive(node uint32, ask func(engine.Engine) (alive, tracked bool)) bool {
 	es := n.engines.Load()
 	if es == nil {
 		return true
 	}
 	tracked := false
 	for _, e := range *es {
-		if a, ok := e.(interface{ Alive(uint32) bool }); ok {
-			tracked = true
-			if a.Alive(node) {
-				return true
-			}
+		alive, has := ask(e)
+		tracked = tracked || has
+		if alive {
+			return true
 		}
 	}
 	return !tracked
