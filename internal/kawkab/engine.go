@@ -301,7 +301,7 @@ func OpenStream(dir string, id uint64, opt StreamOptions) (*Stream, error) {
 	if opt.MaxReadRecords > 0 {
 		s.maxRead = min(s.maxRead, opt.MaxReadRecords)
 	}
-	s.nf = &nodeFiles{cs: s.cs, beforeSync: func() error { return s.syncData(s.indexedEnd.Load()) }}
+	s.nf = &nodeFiles{cs: s.cs, beforeSync: func() error { return s.syncData(s.indexedEnd.Load()) }, background: m.Ack == AckMemory}
 	s.ccond = sync.NewCond(&s.cmu)
 	if opt.tier != nil {
 		if err := opt.tier.attach(s); err != nil {
@@ -1070,7 +1070,9 @@ func (s *Stream) recover() error {
 		}
 	}
 	s.rec.IndexNodes = M
-	s.nf.nodes = M
+	if err := s.nf.setNodes(M); err != nil {
+		return err
+	}
 	idx, err := s.openIndex(M)
 	if err != nil {
 		return err
@@ -1202,7 +1204,9 @@ func (s *Stream) openIndex(M uint64) (*Index, error) {
 func (s *Stream) dropLastNode(M uint64) (*Index, error) {
 	s.rec.DroppedNodes++
 	M--
-	s.nf.nodes = M
+	if err := s.nf.setNodes(M); err != nil {
+		return nil, err
+	}
 	if M == 0 {
 		return NewIndex(s.nf, s.icfg)
 	}
