@@ -433,6 +433,7 @@ type nodeFiles struct {
 	cur       *fileHandle   // the index chunk of node fileNodes, pinned while it is written
 	writes    uint64        // writes to the files
 	synced    uint64        // writes covered by the last fsync
+	dirDirty  bool          // an index chunk was created and the directory not fsynced since
 	flushing  bool          // a background flush runs
 	err       error         // sticky: a background flush failed
 	puts      int           // nodes put, for tests
@@ -543,8 +544,16 @@ func (nf *nodeFiles) Put(j uint64, block []byte) error {
 		nf.pending[len(nf.pending)-1].block = block
 		return nil
 	}
-	// A new node: written now if the nodes before it are durable and its chunk exists.
+	// A new node: written now if the nodes before it are durable and its chunk exists (or,
+	// for node 1, is created now: its directory entry is fsynced by flush).
 	c, _ := indexChunkOf(j)
+	if j == 1 && nf.cur == nil {
+		h, err := nf.cs.files.get(fileKey{'i', 0}, true)
+		if err != nil {
+			return fmt.Errorf("kawkab: stream %d: put index node 1: %w", nf.cs.id, err)
+		}
+		nf.cur, nf.dirDirty = h, true
+	}
 	if len(nf.pending) == 0 && nf.writes == nf.synced && nf.cur != nil && nf.cur.key.chunk == c {
 		nf.fileNodes = j
 		return nf.writeLocked(j, block)
@@ -614,7 +623,14 @@ func (nf *nodeFiles) flush(all bool) error {
 		// nf.cur stays open across the fsync: only flush switches it, and close waits for it.
 		cur, w := nf.cur, nf.writes
 		need := cur != nil && w != nf.synced
+		dir := nf.dirDirty
+		nf.dirDirty = false
 		nf.mu.Unlock()
+		if dir {
+			if err := nf.cs.syncDir(); err != nil {
+				return err
+			}
+		}
 		if need {
 			if nf.beforeSync != nil {
 				if err := nf.beforeSync(); err != nil {

@@ -655,11 +655,21 @@ func (s *Stream) syncInBackground() {
 	if !s.bgSync.CompareAndSwap(false, true) {
 		return
 	}
-	end := s.dataWritten.Load()
 	go func() {
-		defer s.bgSync.Store(false)
-		if err := s.syncData(end); err != nil && !errors.Is(err, ErrStreamClosed) {
-			s.fail(err)
+		for {
+			err := s.syncData(s.dataWritten.Load())
+			if err != nil && !errors.Is(err, ErrStreamClosed) {
+				s.fail(err)
+			}
+			s.bgSync.Store(false)
+			// A chunk that filled while this sync ran (its writer found it running) is
+			// synced by another round, not left pinned until the next roll.
+			s.dmu.Lock()
+			more := len(s.rolled) > 0 && s.wh != nil
+			s.dmu.Unlock()
+			if err != nil || !more || !s.bgSync.CompareAndSwap(false, true) {
+				return
+			}
 		}
 	}()
 }
