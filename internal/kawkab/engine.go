@@ -657,7 +657,15 @@ func (s *Stream) syncInBackground() {
 	}
 	go func() {
 		for {
-			err := s.syncData(s.dataWritten.Load())
+			// The full chunks: the one being written is left alone (fsyncing it would only
+			// make its appends wait for its pages' write-back).
+			s.dmu.Lock()
+			var end uint64
+			if s.wh != nil {
+				end = s.lay.PerChunk * s.wh.key.chunk
+			}
+			s.dmu.Unlock()
+			err := s.syncData(end)
 			if err != nil && !errors.Is(err, ErrStreamClosed) {
 				s.fail(err)
 			}
@@ -726,6 +734,9 @@ func (s *Stream) syncData(end uint64) error {
 			return err
 		}
 		s.dirSynced = created
+	}
+	if end <= s.lay.PerChunk*h.key.chunk {
+		return nil // the full chunks were asked for (the background sync): not the one written
 	}
 	if err := s.cs.sync(h.f); err != nil {
 		return err

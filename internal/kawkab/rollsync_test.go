@@ -253,3 +253,24 @@ func TestRecoverCutAtShortChunk(t *testing.T) {
 }
 
 func s0(cfg StreamConfig) Layout { return cfg.Layout() }
+
+// waitBackground waits until the stream's background data sync and index flush are done.
+func waitBackground(t *testing.T, s *Stream) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.dmu.Lock()
+		rolled := len(s.rolled)
+		s.dmu.Unlock()
+		s.nf.mu.Lock()
+		busy := s.nf.flushing || len(s.nf.pending) > 0
+		s.nf.mu.Unlock()
+		if !s.bgSync.Load() && rolled == 0 && !busy {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("background syncs still running after 10s (%d chunks not fsynced, index flush busy: %v)", rolled, busy)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
