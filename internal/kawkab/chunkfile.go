@@ -401,31 +401,76 @@ func (cs *chunkStore) readAt(k fileKey, p []byte, off int64) error {
 // persists as it is built.
 //
 // Order of writes: a node is put again and again while it is the last one (the index puts it
-// at every seal), and never again once the next node exists. Before the first put of node
-// j+1, nodes up to j are fsynced (with the data chunk being written, which holds their data
-// blocks), so a crash leaves at most the last node torn or stale and never an index ahead of
-// the durable data; recovery rebuilds the last node from the data.
+// at every seal), and never again once the next node exists. Node j+1 is written to its file
+// only after nodes up to j are fsynced (with the data they describe, beforeSync), so a crash
+// leaves at most the last node torn or stale and never an index ahead of the durable data;
+// recovery rebuilds the last node from the data. Put never fsyncs: a new node put while the
+// nodes before it are not durable yet is held in memory (pending, served by Get) and written
+// by flush — sync's caller (the group-commit leader, the uploader, Close, recovery) or, if
+// background is set (AckMemory), a goroutine Put starts — so an append never waits for an
+// fsync, and the index lock is never held across one.
 type nodeFiles struct {
 	cs *chunkStore
 	// beforeSync is called before the index files are fsynced (it fsyncs the data chunk
 	// being written, so the durable index never describes data that is not durable).
 	beforeSync func() error
+	// background makes Put start a goroutine that writes pending nodes (AckMemory: no
+	// commit comes to do it).
+	background bool
 
 	// cache, if set, holds final nodes (those before the last, which never change) for Get;
 	// grow, if set, counts the bytes a new node adds to the files.
 	cache *Cache
 	grow  func(int64)
 
-	mu     sync.Mutex
-	nodes  uint64      // nodes stored: the files end after node nodes
-	cur    *fileHandle // the index chunk of node nodes, pinned while it is written
-	dirty  bool        // cur has writes not fsynced
-	puts   int         // nodes put, for tests
-	closed bool
+	// fmu serializes flush (the fsyncs, the writes of pending nodes, index chunk creation).
+	fmu sync.Mutex
+
+	mu        sync.Mutex
+	nodes     uint64        // nodes put: node nodes is the last one
+	fileNodes uint64        // nodes written to the files (the files end after it)
+	pending   []pendingNode // nodes fileNodes+1 … nodes, not written yet, in order
+	cur       *fileHandle   // the index chunk of node fileNodes, pinned while it is written
+	writes    uint64        // writes to the files
+	synced    uint64        // writes covered by the last fsync
+	dirDirty  bool          // an index chunk was created and the directory not fsynced since
+	flushing  bool          // a background flush runs
+	err       error         // sticky: a background flush failed
+	puts      int           // nodes put, for tests
+	closed    bool
+}
+
+type pendingNode struct {
+	j     uint64
+	block []byte
 }
 
 func indexChunkOf(j uint64) (chunk uint64, off int64) {
 	return (j - 1) / ChunkBlocks, int64((j-1)%ChunkBlocks) * BlockBytes
+}
+
+// setNodes says that the files hold n nodes (recovery): the chunk of node n is opened, and
+// taken as not durable (a killed writer's writes may be in the page cache only), so the next
+// node waits for a flush.
+func (nf *nodeFiles) setNodes(n uint64) error {
+	nf.mu.Lock()
+	defer nf.mu.Unlock()
+	nf.nodes, nf.fileNodes = n, n
+	if nf.cur != nil {
+		nf.cs.files.put(nf.cur)
+		nf.cur = nil
+	}
+	if n == 0 {
+		return nil
+	}
+	c, _ := indexChunkOf(n)
+	h, err := nf.cs.files.get(fileKey{'i', c}, false)
+	if err != nil {
+		return err
+	}
+	nf.cur = h
+	nf.writes = nf.synced + 1
+	return nil
 }
 
 // Get reads node j.
@@ -433,6 +478,17 @@ func (nf *nodeFiles) Get(j uint64) ([]byte, error) {
 	if j == 0 {
 		return nil, fmt.Errorf("kawkab: stream %d: index node 0: nodes start at 1", nf.cs.id)
 	}
+	nf.mu.Lock()
+	if j > nf.fileNodes {
+		for _, p := range nf.pending {
+			if p.j == j {
+				nf.mu.Unlock()
+				return p.block, nil // the index never changes a block it put
+			}
+		}
+	}
+	final := j < nf.nodes // a node before the last never changes
+	nf.mu.Unlock()
 	c, off := indexChunkOf(j)
 	b := make([]byte, BlockBytes)
 	load := func(buf []byte) error {
@@ -441,20 +497,15 @@ func (nf *nodeFiles) Get(j uint64) ([]byte, error) {
 		}
 		return nil
 	}
-	if nf.cache != nil {
-		nf.mu.Lock()
-		final := j < nf.nodes // a node before the last never changes
-		nf.mu.Unlock()
-		if final {
-			h, err := nf.cache.Get(BlockKey{Stream: nf.cs.id, Kind: KindIndex, Num: j}, load)
-			if err == nil {
-				copy(b, h.Bytes())
-				h.Release()
-				return b, nil
-			}
-			if !errors.Is(err, ErrCacheFull) {
-				return nil, err
-			}
+	if nf.cache != nil && final {
+		h, err := nf.cache.Get(BlockKey{Stream: nf.cs.id, Kind: KindIndex, Num: j}, load)
+		if err == nil {
+			copy(b, h.Bytes())
+			h.Release()
+			return b, nil
+		}
+		if !errors.Is(err, ErrCacheFull) {
+			return nil, err
 		}
 	}
 	if err := load(b); err != nil {
@@ -463,97 +514,205 @@ func (nf *nodeFiles) Get(j uint64) ([]byte, error) {
 	return b, nil
 }
 
-// Put writes node j: the last node again, or the next one (after fsyncing the earlier ones).
+// Put writes node j — the last node again, or the next one — or, when nodes before it may
+// not be durable yet, keeps it pending for flush. It never fsyncs.
 func (nf *nodeFiles) Put(j uint64, block []byte) error {
 	nf.mu.Lock()
 	defer nf.mu.Unlock()
 	if nf.closed {
 		return fmt.Errorf("kawkab: stream %d: put index node %d: %w", nf.cs.id, j, ErrStreamClosed)
 	}
+	if nf.err != nil {
+		return nf.err
+	}
 	if len(block) != BlockBytes {
 		return fmt.Errorf("kawkab: stream %d: put index node %d: %d bytes, want %d", nf.cs.id, j, len(block), BlockBytes)
 	}
-	switch {
-	case j == 0 || j > nf.nodes+1 || (j < nf.nodes):
+	if j == 0 || j > nf.nodes+1 || (j < nf.nodes) {
 		return fmt.Errorf("kawkab: stream %d: put index node %d: %d nodes are stored; only node %d or %d may be put",
 			nf.cs.id, j, nf.nodes, nf.nodes, nf.nodes+1)
-	case j == nf.nodes+1 && nf.nodes > 0:
-		// Node j−1 is final: make it durable before node j exists.
-		if err := nf.syncLocked(); err != nil {
-			return err
-		}
 	}
-	c, off := indexChunkOf(j)
-	if nf.cur == nil || nf.cur.key.chunk != c {
-		if err := nf.switchChunkLocked(c); err != nil {
-			return fmt.Errorf("kawkab: stream %d: put index node %d: %w", nf.cs.id, j, err)
-		}
-	}
-	if _, err := nf.cur.f.WriteAt(block, off); err != nil {
-		return fmt.Errorf("kawkab: stream %d: write index node %d to %s at %d: %w", nf.cs.id, j, IndexChunkName(c), off, err)
-	}
-	nf.dirty = true
 	if j > nf.nodes && nf.grow != nil {
 		nf.grow(BlockBytes)
 	}
 	nf.nodes = max(nf.nodes, j)
 	nf.puts++
+	switch {
+	case j <= nf.fileNodes: // the last node, in its file: written again
+		return nf.writeLocked(j, block)
+	case len(nf.pending) > 0 && nf.pending[len(nf.pending)-1].j == j: // the last node, pending
+		nf.pending[len(nf.pending)-1].block = block
+		return nil
+	}
+	// A new node: written now if the nodes before it are durable and its chunk exists (or,
+	// for node 1, is created now: its directory entry is fsynced by flush).
+	c, _ := indexChunkOf(j)
+	if j == 1 && nf.cur == nil {
+		h, err := nf.cs.files.get(fileKey{'i', 0}, true)
+		if err != nil {
+			return fmt.Errorf("kawkab: stream %d: put index node 1: %w", nf.cs.id, err)
+		}
+		nf.cur, nf.dirDirty = h, true
+	}
+	if len(nf.pending) == 0 && nf.writes == nf.synced && nf.cur != nil && nf.cur.key.chunk == c {
+		nf.fileNodes = j
+		return nf.writeLocked(j, block)
+	}
+	nf.pending = append(nf.pending, pendingNode{j, block})
+	if nf.background && !nf.flushing {
+		nf.flushing = true
+		go nf.flushInBackground()
+	}
 	return nil
 }
 
-// switchChunkLocked pins index chunk c as the one written, creating it (and fsyncing the
-// directory) if needed. The previous chunk was fsynced by the caller.
-func (nf *nodeFiles) switchChunkLocked(c uint64) error {
-	if nf.cur != nil {
-		if nf.dirty {
-			if err := nf.syncLocked(); err != nil {
+// writeLocked writes node j to its place in the chunk being written (nf.cur).
+func (nf *nodeFiles) writeLocked(j uint64, block []byte) error {
+	c, off := indexChunkOf(j)
+	if nf.cur == nil || nf.cur.key.chunk != c {
+		return fmt.Errorf("kawkab: stream %d: write index node %d: index chunk %d is not open", nf.cs.id, j, c)
+	}
+	if _, err := nf.cur.f.WriteAt(block, off); err != nil {
+		return fmt.Errorf("kawkab: stream %d: write index node %d to %s at %d: %w", nf.cs.id, j, IndexChunkName(c), off, err)
+	}
+	nf.writes++
+	return nil
+}
+
+// flushInBackground flushes until no node is pending; a failure is kept for the next Put
+// and sync.
+func (nf *nodeFiles) flushInBackground() {
+	for {
+		err := nf.flush(false)
+		nf.mu.Lock()
+		if err != nil && nf.err == nil && !nf.closed {
+			nf.err = err
+		}
+		if err != nil || len(nf.pending) == 0 || nf.closed {
+			nf.flushing = false
+			nf.mu.Unlock()
+			return
+		}
+		nf.mu.Unlock()
+	}
+}
+
+// flush makes every node put before it durable: it fsyncs the index chunk being written
+// (after the data, beforeSync) and writes the pending nodes, each after an fsync of the
+// nodes before it, creating index chunks as they are needed (and fsyncing the directory).
+// The fsyncs run without nf.mu: Put and Get go on meanwhile. With all unset it stops when no
+// node is pending (the last one written, not fsynced: what a background flush does).
+func (nf *nodeFiles) flush(all bool) error {
+	nf.fmu.Lock()
+	defer nf.fmu.Unlock()
+	for {
+		nf.mu.Lock()
+		if !all && len(nf.pending) == 0 {
+			nf.mu.Unlock()
+			return nil
+		}
+		if nf.err != nil {
+			err := nf.err
+			nf.mu.Unlock()
+			return err
+		}
+		if nf.closed {
+			nf.mu.Unlock()
+			return fmt.Errorf("kawkab: stream %d: sync the index: %w", nf.cs.id, ErrStreamClosed)
+		}
+		// nf.cur stays open across the fsync: only flush switches it, and close waits for it.
+		cur, w := nf.cur, nf.writes
+		need := cur != nil && w != nf.synced
+		dir := nf.dirDirty
+		nf.dirDirty = false
+		nf.mu.Unlock()
+		if dir {
+			if err := nf.cs.syncDir(); err != nil {
 				return err
 			}
 		}
-		nf.cs.files.put(nf.cur)
-		nf.cur = nil
+		if need {
+			if nf.beforeSync != nil {
+				if err := nf.beforeSync(); err != nil {
+					return err
+				}
+			}
+			if err := nf.cs.sync(cur.f); err != nil {
+				return err
+			}
+			nf.mu.Lock()
+			nf.synced = w
+			nf.mu.Unlock()
+		}
+		nf.mu.Lock()
+		if nf.writes != nf.synced && len(nf.pending) > 0 {
+			nf.mu.Unlock() // written meanwhile (the last node again): fsync again first
+			continue
+		}
+		if len(nf.pending) == 0 {
+			nf.mu.Unlock()
+			return nil
+		}
+		p := nf.pending[0]
+		c, _ := indexChunkOf(p.j)
+		if nf.cur == nil || nf.cur.key.chunk != c {
+			nf.mu.Unlock()
+			h, err := nf.openChunk(c)
+			if err != nil {
+				return fmt.Errorf("kawkab: stream %d: put index node %d: %w", nf.cs.id, p.j, err)
+			}
+			nf.mu.Lock()
+			if nf.closed {
+				nf.mu.Unlock()
+				nf.cs.files.put(h)
+				return fmt.Errorf("kawkab: stream %d: sync the index: %w", nf.cs.id, ErrStreamClosed)
+			}
+			if nf.cur != nil {
+				nf.cs.files.put(nf.cur) // full, and fsynced above
+			}
+			nf.cur = h
+		}
+		p = nf.pending[0] // the latest bytes of the node (Put may have replaced them)
+		if err := nf.writeLocked(p.j, p.block); err != nil {
+			nf.mu.Unlock()
+			return err
+		}
+		nf.pending = nf.pending[1:]
+		if len(nf.pending) == 0 {
+			nf.pending = nil
+		}
+		nf.fileNodes = p.j
+		nf.mu.Unlock()
 	}
+}
+
+// openChunk opens index chunk c, creating it (and fsyncing the directory) if needed.
+func (nf *nodeFiles) openChunk(c uint64) (*fileHandle, error) {
 	_, statErr := os.Stat(nf.cs.path(IndexChunkName(c)))
 	h, err := nf.cs.files.get(fileKey{'i', c}, true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if errors.Is(statErr, os.ErrNotExist) {
 		if err := nf.cs.syncDir(); err != nil {
 			nf.cs.files.put(h)
-			return err
+			return nil, err
 		}
 	}
-	nf.cur = h
-	return nil
+	return h, nil
 }
 
-// syncLocked fsyncs the index chunk being written, if it has unsynced writes (after the data
-// it describes).
-func (nf *nodeFiles) syncLocked() error {
-	if !nf.dirty || nf.cur == nil {
-		return nil
-	}
-	if nf.beforeSync != nil {
-		if err := nf.beforeSync(); err != nil {
-			return err
-		}
-	}
-	if err := nf.cs.sync(nf.cur.f); err != nil {
-		return err
-	}
-	nf.dirty = false
-	return nil
-}
-
-// sync fsyncs the index nodes written since the last sync.
+// sync makes the index nodes put so far durable (flush).
 func (nf *nodeFiles) sync() error {
-	nf.mu.Lock()
-	defer nf.mu.Unlock()
-	return nf.syncLocked()
+	return nf.flush(true)
 }
 
+// close closes the index files; pending nodes are written first (best effort: a failed
+// stream's are dropped, and recovery indexes their records again from the data).
 func (nf *nodeFiles) close() {
+	_ = nf.flush(false)
+	nf.fmu.Lock() // a flush is done with the files
+	defer nf.fmu.Unlock()
 	nf.mu.Lock()
 	defer nf.mu.Unlock()
 	nf.closed = true

@@ -171,6 +171,7 @@ func TestOpenFilesBounded(t *testing.T) {
 	cfg := StreamConfig{ID: 6, RecordBytes: 4096, ValueOffset: 8, Ack: AckMemory}
 	s, m, _ := buildStreamFiles(t, t.TempDir(), cfg, StreamOptions{Sync: noSync, MaxOpenFiles: 2, Index: Config{K: 2, N: 1}}, 4*ChunkBlocks*4+10, 3)
 	defer s.Close()
+	waitBackground(t, s) // a filled chunk stays open until its background fsync
 	opens := s.cs.files.opens
 	for c := uint64(0); c < 5; c++ {
 		for _, r := range []uint64{c * s.lay.PerChunk, c*s.lay.PerChunk + 7} {

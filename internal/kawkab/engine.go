@@ -103,6 +103,11 @@ type RecoveryInfo struct {
 	// Reindexed is the number of records indexed again from the data: those after the
 	// last data block the stored index had sealed.
 	Reindexed uint64
+	// DroppedChunks is the number of data chunk files removed because a chunk before them
+	// was short, missing or held records whose timestamps go back (a machine crash before
+	// it was fsynced; nothing in them was acknowledged at AckLocal). Their bytes are in
+	// CutBytes.
+	DroppedChunks uint64
 }
 
 type pendingBatch struct {
@@ -144,13 +149,25 @@ type Stream struct {
 	wbuf      []byte // a batch's part in one chunk with its blocks' zero tails
 
 	// The data chunk being written (pinned open) and the records written to the files;
-	// changed together under dmu. Records before dataWritten in chunks before wh's are
-	// fsynced (a chunk is fsynced before the next is created).
+	// changed together under dmu. A chunk that fills is not fsynced by the writer (an fsync
+	// on the append path stalls every append queued behind it): it joins rolled, still
+	// pinned, and syncData fsyncs it — the group-commit leader at AckLocal before it
+	// acknowledges anything after it, a background sync at AckMemory, the uploader before it
+	// uploads it. Chunks before rolled's are durable, and so are their directory entries
+	// when dirSynced = created.
 	dmu         sync.Mutex
 	wh          *fileHandle
+	rolled      []*fileHandle // full chunks written, not yet fsynced, in order
+	created     uint64        // data chunk files created by this writer
+	dirSynced   uint64        // created as of the last directory fsync (guarded by syncMu)
 	dataWritten atomic.Uint64
 	dataSynced  atomic.Uint64 // records known durable
 	indexedEnd  atomic.Uint64 // records the index is being brought to (nodeFiles.beforeSync)
+	// syncMu serializes syncData: rolled chunks are fsynced in order, each once, before the
+	// directory and the chunk being written.
+	syncMu sync.Mutex
+	// bgSync is set while a background syncData runs (AckMemory, after a chunk rolled).
+	bgSync atomic.Bool
 
 	// Group commit (AckLocal): batches written and waiting for their fsync.
 	cmu     sync.Mutex
@@ -290,7 +307,7 @@ func OpenStream(dir string, id uint64, opt StreamOptions) (*Stream, error) {
 	if opt.MaxReadRecords > 0 {
 		s.maxRead = min(s.maxRead, opt.MaxReadRecords)
 	}
-	s.nf = &nodeFiles{cs: s.cs, beforeSync: func() error { return s.syncData(s.indexedEnd.Load()) }}
+	s.nf = &nodeFiles{cs: s.cs, beforeSync: func() error { return s.syncData(s.indexedEnd.Load()) }, background: m.Ack == AckMemory}
 	s.ccond = sync.NewCond(&s.cmu)
 	if opt.tier != nil {
 		if err := opt.tier.attach(s); err != nil {
@@ -556,16 +573,22 @@ func (s *Stream) apply(bs []pendingBatch) error {
 
 // write writes the batch's records, the first being record number first, to the data chunk
 // files: per chunk, one write of the bytes from the file's end to the batch's last record in
-// it, blocks' unused tails zero. A chunk is fsynced before the next one is created, so a
-// chunk file exists only after every chunk before it is full and durable.
+// it, blocks' unused tails zero. A chunk that fills is left to syncData (useChunk): a chunk
+// file may exist before the chunks before it are durable, which recovery handles (a short or
+// missing chunk before the last cuts the stream there: nothing at or after it was
+// acknowledged at AckLocal).
 func (s *Stream) write(first uint64, batch []byte) error {
 	R := s.lay.R
 	n := uint64(len(batch) / R)
+	rolled := false
 	for i := uint64(0); i < n; {
 		r := first + i
 		p := s.lay.Locate(r)
-		if err := s.useChunk(p.Chunk); err != nil {
-			return err
+		if s.wh == nil || s.wh.key.chunk != p.Chunk {
+			rolled = rolled || s.wh != nil
+			if err := s.useChunk(p.Chunk); err != nil {
+				return err
+			}
 		}
 		inChunk := s.lay.PerChunk - r%s.lay.PerChunk
 		j := min(n, i+inChunk) // records i … j−1 go to this chunk
@@ -596,9 +619,7 @@ func (s *Stream) write(first uint64, batch []byte) error {
 			return fmt.Errorf("kawkab: stream %d: write records %d to %d to %s at %d: %w",
 				s.cfg.ID, r, first+j-1, DataChunkName(p.Chunk), start, err)
 		}
-		s.dmu.Lock()
-		s.dataWritten.Store(first + j)
-		s.dmu.Unlock()
+		s.dataWritten.Store(first + j) // under wmu; read with dmu held by syncData
 		if s.tier != nil {
 			s.tier.grow(int64(len(buf))) // the file ended at start: it grew by buf
 		}
@@ -607,50 +628,82 @@ func (s *Stream) write(first uint64, batch []byte) error {
 	if cap(s.wbuf) > maxKeptWriteBuffer {
 		s.wbuf = nil // a big batch's buffer is not kept: a node holds many streams
 	}
+	if rolled && s.cfg.Ack == AckMemory {
+		s.syncInBackground()
+	}
 	return nil
 }
 
-// useChunk makes data chunk c the one written: the previous one is fsynced and released, c
-// is created if needed (and the directory fsynced) and pinned open.
+// useChunk makes data chunk c the one written: the previous one joins rolled (pinned, to be
+// fsynced by syncData), c is created if needed and pinned open. No fsync here: the writer
+// never waits for one.
 func (s *Stream) useChunk(c uint64) error {
-	if s.wh != nil && s.wh.key.chunk == c {
-		return nil
-	}
-	if s.wh != nil {
-		if err := s.cs.sync(s.wh.f); err != nil {
-			return err
-		}
-		raise(&s.dataSynced, s.lay.PerChunk*(s.wh.key.chunk+1))
-	}
 	h, err := s.cs.files.get(fileKey{'d', c}, true)
 	if err != nil {
 		return fmt.Errorf("kawkab: stream %d: create %s: %w", s.cfg.ID, DataChunkName(c), err)
 	}
-	if c >= s.dataFiles {
-		if err := s.cs.syncDir(); err != nil {
-			s.cs.files.put(h)
-			return err
-		}
-		s.dataFiles = c + 1
-	}
 	s.dmu.Lock()
-	old := s.wh
-	s.wh = h
-	s.dmu.Unlock()
-	if old != nil {
-		s.cs.files.put(old)
+	if s.wh != nil {
+		s.rolled = append(s.rolled, s.wh)
 	}
+	s.wh = h
+	if c >= s.dataFiles {
+		s.dataFiles = c + 1
+		s.created++ // its directory entry is made durable by syncData
+	}
+	s.dmu.Unlock()
 	return nil
 }
 
-// syncData makes the records before end durable (end at most the records written): it
-// fsyncs the data chunk being written, unless a sync already covered them. Chunks before it
-// were fsynced when it was started.
+// syncInBackground makes what was written durable off the append path (AckMemory, after a
+// chunk filled), unless a background sync runs already. A failure fails the stream.
+func (s *Stream) syncInBackground() {
+	if !s.bgSync.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		for {
+			// The full chunks: the one being written is left alone (fsyncing it would only
+			// make its appends wait for its pages' write-back).
+			s.dmu.Lock()
+			var end uint64
+			if s.wh != nil {
+				end = s.lay.PerChunk * s.wh.key.chunk
+			}
+			s.dmu.Unlock()
+			err := s.syncData(end)
+			if err != nil && !errors.Is(err, ErrStreamClosed) {
+				s.fail(err)
+			}
+			s.bgSync.Store(false)
+			// A chunk that filled while this sync ran (its writer found it running) is
+			// synced by another round, not left pinned until the next roll.
+			s.dmu.Lock()
+			more := len(s.rolled) > 0 && s.wh != nil
+			s.dmu.Unlock()
+			if err != nil || !more || !s.bgSync.CompareAndSwap(false, true) {
+				return
+			}
+		}
+	}()
+}
+
+// syncData makes the records before end durable (end at most the records written): in order,
+// the full chunks not yet fsynced (rolled), the directory (if data chunk files were created
+// since its last fsync), and the chunk being written — unless a sync already covered them.
+// It runs outside the writer lock, concurrently with writes to the chunk being written.
 func (s *Stream) syncData(end uint64) error {
 	if s.dataSynced.Load() >= end {
 		return nil
 	}
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	if s.dataSynced.Load() >= end {
+		return nil
+	}
 	s.dmu.Lock()
+	rolled := append([]*fileHandle(nil), s.rolled...)
+	created := s.created
 	h := s.wh
 	w := s.dataWritten.Load()
 	if h != nil {
@@ -665,6 +718,32 @@ func (s *Stream) syncData(end uint64) error {
 		return nil
 	}
 	defer s.cs.files.put(h)
+	for _, r := range rolled {
+		if err := s.cs.sync(r.f); err != nil {
+			return err
+		}
+		raise(&s.dataSynced, s.lay.PerChunk*(r.key.chunk+1))
+	}
+	if len(rolled) > 0 {
+		s.dmu.Lock()
+		s.rolled = s.rolled[len(rolled):] // they were its first ones: rolled only grows at the end
+		if len(s.rolled) == 0 {
+			s.rolled = nil
+		}
+		s.dmu.Unlock()
+		for _, r := range rolled {
+			s.cs.files.put(r)
+		}
+	}
+	if created > s.dirSynced {
+		if err := s.cs.syncDir(); err != nil {
+			return err
+		}
+		s.dirSynced = created
+	}
+	if end <= s.lay.PerChunk*h.key.chunk {
+		return nil // the full chunks were asked for (the background sync): not the one written
+	}
 	if err := s.cs.sync(h.f); err != nil {
 		return err
 	}
@@ -712,11 +791,17 @@ func (s *Stream) Close() error {
 // release closes the files and drops the lock.
 func (s *Stream) release() error {
 	s.nf.close()
+	s.syncMu.Lock() // a background sync is done with the handles
+	defer s.syncMu.Unlock()
 	s.dmu.Lock()
 	if s.wh != nil {
 		s.cs.files.put(s.wh)
 		s.wh = nil
 	}
+	for _, r := range s.rolled {
+		s.cs.files.put(r)
+	}
+	s.rolled = nil
 	s.dmu.Unlock()
 	return errors.Join(s.cs.files.close(), s.lock.Close())
 }
@@ -899,15 +984,45 @@ func (s *Stream) recover() error {
 	if err != nil {
 		return err
 	}
+	// The data chunks end at the first one before the last that is missing (not uploaded) or
+	// short: a machine crash can leave that, since the writer does not fsync a chunk before
+	// creating the next (the files after it hold only unacknowledged records — see cutData).
+	// It is a contradiction, refused, if the index describes records after it.
+	var uploaded uint64
+	if s.tier != nil {
+		uploaded = s.tier.manifest.Chunks
+	}
 	var C uint64
+	for c := range l.data {
+		C = max(C, c+1)
+	}
+	var defect error // why the data is cut at chunk C−1 (nil: the chunks are whole)
+	for c := uploaded; c+1 < C; c++ {
+		if _, ok := l.data[c]; !ok {
+			defect = fmt.Errorf("kawkab: stream directory %s: data chunk %d exists but chunk(s) %d before it are missing: %w",
+				dir, C-1, c, ErrCorrupt)
+			C = c + 1 // the stream ends at this (empty) chunk
+			break
+		}
+	}
+	data := l.data
+	if defect != nil || s.tier != nil {
+		data = make(map[uint64]int64, len(l.data))
+		for c, n := range l.data {
+			if c < C {
+				data[c] = n
+			}
+		}
+	}
 	if s.tier != nil {
 		// Chunks deleted after their upload may be missing (the manifest says which).
-		C, err = s.tier.checkLocalChunks(l.data, dir)
-	} else {
-		C, err = contiguous(l.data, "data", dir)
-	}
-	if err != nil {
-		return err
+		cut := C
+		if C, err = s.tier.checkLocalChunks(data, dir); err != nil {
+			return err
+		}
+		if defect != nil {
+			C = cut // ending at the missing chunk
+		}
 	}
 	I, err := contiguous(l.index, "index", dir)
 	if err != nil {
@@ -919,40 +1034,47 @@ func (s *Stream) recover() error {
 	var D uint64
 	if C > 0 {
 		for c := uint64(0); c < C-1; c++ {
-			if _, ok := l.data[c]; !ok {
+			if _, ok := data[c]; !ok {
 				continue // deleted after its upload
 			}
-			if l.data[c] != full {
-				return fmt.Errorf("data chunk %s is %d bytes, but chunks follow it: a chunk before the last must be full (%d bytes with %d-byte records): %w",
-					DataChunkName(c), l.data[c], full, s.lay.R, ErrCorrupt)
+			if data[c] != full {
+				if data[c] > full {
+					return fmt.Errorf("data chunk %s is %d bytes, more than a full chunk (%d bytes with %d-byte records): %w",
+						DataChunkName(c), data[c], full, s.lay.R, ErrCorrupt)
+				}
+				defect = fmt.Errorf("data chunk %s is %d bytes, but chunks follow it: a chunk before the last must be full (%d bytes with %d-byte records): %w",
+					DataChunkName(c), data[c], full, s.lay.R, ErrCorrupt)
+				C = c + 1
+				break
 			}
 		}
-		size := l.data[C-1]
+		size, present := data[C-1]
 		if size > full {
 			return fmt.Errorf("data chunk %s is %d bytes, more than a full chunk (%d bytes with %d-byte records): %w",
 				DataChunkName(C-1), size, full, s.lay.R, ErrCorrupt)
 		}
 		n, end := s.lay.RecordsInChunkFile(size)
 		D = (C-1)*s.lay.PerChunk + n
-		if end != size {
+		if defect == nil && end != size {
 			if err := s.truncate(DataChunkName(C-1), end); err != nil {
 				return err
 			}
 			s.rec.CutBytes += size - end
 		}
-		// The writer's state: the last chunk pinned, its contents made durable (a crashed
-		// writer's page-cache writes are readable now; what reads return must survive).
+		// The writer's state: the last chunk pinned (a missing one is created by the next
+		// append).
 		s.dataFiles = C
-		h, err := s.cs.files.get(fileKey{'d', C - 1}, false)
-		if err != nil {
-			return err
+		if present {
+			h, err := s.cs.files.get(fileKey{'d', C - 1}, false)
+			if err != nil {
+				return err
+			}
+			s.wh = h
+		} else {
+			s.dataFiles = C - 1
 		}
-		s.wh = h
 	}
 	s.setWritten(D)
-	if err := s.syncData(D); err != nil {
-		return err
-	}
 
 	// The index: every index chunk but the last is full; the last one's whole nodes count.
 	var M uint64
@@ -975,7 +1097,9 @@ func (s *Stream) recover() error {
 		}
 	}
 	s.rec.IndexNodes = M
-	s.nf.nodes = M
+	if err := s.nf.setNodes(M); err != nil {
+		return err
+	}
 	idx, err := s.openIndex(M)
 	if err != nil {
 		return err
@@ -992,8 +1116,31 @@ func (s *Stream) recover() error {
 		resume, err = s.checkIndex(idx, D)
 	}
 	if err != nil {
+		if defect != nil && errors.Is(err, ErrCorrupt) {
+			// The index describes records after the cut: they were acknowledged, so the short
+			// or missing chunk is not what a crash leaves.
+			return fmt.Errorf("%w (and the index describes records after it: %v)", defect, err)
+		}
 		return err
 	}
+	if defect != nil {
+		if err := s.cutData(C-1, D, l.data); err != nil {
+			return err
+		}
+	}
+	// A killed writer's page-cache writes are readable now and what reads return must
+	// survive: the data chunks that may not be durable are fsynced before anything is written
+	// on top of them (the index nodes rebuilt below). Nodes before the last one describe only
+	// durable data (a node is first written after the data of the nodes before it is
+	// fsynced), so the chunks from the one holding the last node's first block are.
+	var lo uint64
+	if m := idx.Nodes(); m > 0 {
+		lo = s.lay.Locate(s.lay.FirstRecord((m - 1) * uint64(s.icfg.N))).Chunk
+	}
+	if err := s.syncChunks(lo, s.dataFiles); err != nil {
+		return err
+	}
+	raise(&s.dataSynced, D)
 	if s.rec.DroppedNodes > 0 {
 		// Cut the dropped node off the files, now that the rest is known to be consistent.
 		c, off := indexChunkOf(idx.Nodes() + 1)
@@ -1002,6 +1149,7 @@ func (s *Stream) recover() error {
 		}
 	}
 	s.idx = idx
+	idx.final = newNodeLRU(DecodedNodeCache) // full nodes never change: searches share them decoded
 
 	// The records after the last one the index describes are indexed again.
 	if err := s.reindex(resume, D, C); err != nil {
@@ -1084,7 +1232,9 @@ func (s *Stream) openIndex(M uint64) (*Index, error) {
 func (s *Stream) dropLastNode(M uint64) (*Index, error) {
 	s.rec.DroppedNodes++
 	M--
-	s.nf.nodes = M
+	if err := s.nf.setNodes(M); err != nil {
+		return nil, err
+	}
 	if M == 0 {
 		return NewIndex(s.nf, s.icfg)
 	}
@@ -1154,7 +1304,7 @@ func (s *Stream) reindex(from, to, chunks uint64) error {
 		for i := uint64(0); i < cnt; i++ {
 			rec := b[i*uint64(R) : (i+1)*uint64(R)]
 			err := s.idx.Append(p.Block, Timestamp(rec), s.cfg.Value(rec))
-			if errors.Is(err, ErrOutOfOrder) && (r+i)/s.lay.PerChunk == chunks-1 {
+			if errors.Is(err, ErrOutOfOrder) {
 				return s.cutTail(r+i, to, chunks)
 			}
 			if err != nil {
@@ -1172,17 +1322,117 @@ func (s *Stream) reindex(from, to, chunks uint64) error {
 	return nil
 }
 
-// cutTail cuts records [at, end) off the last data chunk.
+// cutTail cuts records [at, end) off the data chunks: at's chunk is cut to the records
+// before it and the chunks after it are removed. A record whose timestamp goes back is what a
+// machine crash leaves where the kernel wrote back a file's size without its bytes; with the
+// writer not fsyncing a chunk before creating the next, that can be in a chunk before the
+// last, and the records from there on were not acknowledged at AckLocal (an acknowledgement
+// follows the fsync of every chunk up to its records; fsynced bytes do not go back). It is
+// after the last block the index sealed, which a crash cannot tear.
 func (s *Stream) cutTail(at, end, chunks uint64) error {
-	size := s.lay.ChunkFileBytes(end, chunks-1)
-	keep := s.lay.ChunkFileBytes(at, chunks-1)
-	if err := s.truncate(DataChunkName(chunks-1), keep); err != nil {
+	c := at / s.lay.PerChunk
+	size := s.lay.ChunkFileBytes(end, c)
+	keep := s.lay.ChunkFileBytes(at, c)
+	if err := s.truncate(DataChunkName(c), keep); err != nil {
 		return err
 	}
 	s.rec.CutRecords += end - at
 	s.rec.CutBytes += size - keep
+	if c+1 < chunks {
+		sizes := map[uint64]int64{}
+		for k := c + 1; k < chunks; k++ {
+			sizes[k] = s.lay.ChunkFileBytes(end, k)
+		}
+		if err := s.removeChunksAfter(c, chunks, sizes); err != nil {
+			return err
+		}
+	}
 	s.dmu.Lock()
 	s.setWritten(at)
 	s.dmu.Unlock()
+	return nil
+}
+
+// cutData cuts the stream at data chunk c, short or missing although chunks follow it: c
+// is cut to its whole records (D in all) and the chunks after it are removed. A machine
+// crash leaves that when the writer created chunk c+1 before c was fsynced: none of the
+// records from c's durable end on was acknowledged at AckLocal (the group-commit leader
+// fsyncs every chunk up to a record before acknowledging it), and the index does not
+// describe them (checked by the caller). listed is the directory's chunk sizes.
+func (s *Stream) cutData(c, D uint64, listed map[uint64]int64) error {
+	var last uint64
+	for k := range listed {
+		last = max(last, k)
+	}
+	if size, ok := listed[c]; ok {
+		end := s.lay.ChunkFileBytes(D, c)
+		if err := s.truncate(DataChunkName(c), end); err != nil {
+			return err
+		}
+		s.rec.CutBytes += size - end
+	}
+	return s.removeChunksAfter(c, last+1, listed)
+}
+
+// removeChunksAfter removes data chunks c+1 … to−1 (those that exist) and fsyncs the
+// directory; sizes says how many bytes each held (counted as cut).
+func (s *Stream) removeChunksAfter(c, to uint64, sizes map[uint64]int64) error {
+	for k := c + 1; k < to; k++ {
+		s.cs.files.drop(fileKey{'d', k})
+		if s.wh != nil && s.wh.key.chunk == k {
+			s.dmu.Lock()
+			h := s.wh
+			s.wh = nil
+			s.dmu.Unlock()
+			s.cs.files.put(h)
+		}
+		err := os.Remove(s.cs.path(DataChunkName(k)))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("remove %s after the cut at chunk %d: %w", DataChunkName(k), c, err)
+		}
+		s.rec.CutBytes += sizes[k]
+		s.rec.DroppedChunks++
+	}
+	if s.wh == nil {
+		if _, err := os.Stat(s.cs.path(DataChunkName(c))); err == nil {
+			h, err := s.cs.files.get(fileKey{'d', c}, false)
+			if err != nil {
+				return err
+			}
+			s.dmu.Lock()
+			s.wh = h
+			s.dmu.Unlock()
+			s.dataFiles = c + 1
+		} else {
+			s.dataFiles = c
+		}
+	} else {
+		s.dataFiles = min(s.dataFiles, c+1)
+	}
+	return s.cs.syncDir()
+}
+
+// syncChunks fsyncs the data chunk files from … to−1 that exist (recovery).
+func (s *Stream) syncChunks(from, to uint64) error {
+	for c := from; c < to; c++ {
+		if s.tier != nil && s.tier.isGone(c) {
+			continue
+		}
+		h, err := s.cs.files.get(fileKey{'d', c}, false)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		err = s.cs.sync(h.f)
+		s.cs.files.put(h)
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }

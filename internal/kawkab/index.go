@@ -798,6 +798,10 @@ type Index struct {
 	blocks uint64 // data blocks started
 	open   bool   // data block blocks−1 is not sealed
 	lastTS int64  // timestamp of the last record appended
+	// final holds decoded nodes before the last (they never change) for searches; its own
+	// lock makes it safe for concurrent searches. nil: none are kept (the stream engine sets
+	// it, DecodedNodeCache; an Index on its own reads and checks every node it visits).
+	final *nodeLRU
 }
 
 // NewIndex returns an empty index whose nodes go to store (which should be empty).
@@ -861,6 +865,11 @@ func (x *Index) Last() *Node {
 // load reads node j back from the store and checks that it is node j of this index: a node
 // before the last must be full and sealed.
 func (x *Index) load(j uint64, last bool) (*Node, error) {
+	if !last && j < x.nodes {
+		if nd := x.final.get(j); nd != nil {
+			return nd, nil
+		}
+	}
 	b, err := x.store.Get(j)
 	if err != nil {
 		return nil, fmt.Errorf("kawkab: read index block %d: %w", j, err)
@@ -877,6 +886,9 @@ func (x *Index) load(j uint64, last bool) (*Node, error) {
 			nd.K, nd.N, nd.BlockSize, x.cfg.K, x.cfg.N, x.cfg.BlockSize)
 	case !last && (len(nd.Body) != nd.N || nd.Open):
 		return nil, malformed(j, "%d of %d entries (open=%v), but later blocks follow it", len(nd.Body), nd.N, nd.Open)
+	}
+	if !last && j < x.nodes {
+		x.final.add(nd) // final: it never changes
 	}
 	return nd, nil
 }
