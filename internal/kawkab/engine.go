@@ -1149,7 +1149,7 @@ func (s *Stream) recover() error {
 		}
 	}
 	s.idx = idx
-	idx.final = newNodeLRU(DecodedNodeCache) // full nodes never change: searches share them decoded
+	idx.KeepDecodedNodes(DecodedNodeCache) // full nodes never change: searches share them decoded
 
 	// The records after the last one the index describes are indexed again.
 	if err := s.reindex(resume, D, C); err != nil {

@@ -804,6 +804,11 @@ type Index struct {
 	final *nodeLRU
 }
 
+// KeepDecodedNodes makes the index keep up to n decoded final nodes for its searches, as the
+// stream engine's indexes do (DecodedNodeCache); 0 stops keeping them. Call it before the
+// index is shared.
+func (x *Index) KeepDecodedNodes(n int) { x.final = newNodeLRU(n) }
+
 // NewIndex returns an empty index whose nodes go to store (which should be empty).
 func NewIndex(store NodeStore, cfg Config) (*Index, error) {
 	cfg, err := cfg.Resolve()

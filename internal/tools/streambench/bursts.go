@@ -481,7 +481,11 @@ func (rep *BurstsReport) Charts(dir string) ([]string, error) {
 		return nil, fmt.Errorf("streambench: bursts: no samples to chart")
 	}
 	tp := plot.New()
-	tp.Title.Text = fmt.Sprintf("(a) Ingest (%d upload workers)", rep.Options.UploadWorkers)
+	workers := fmt.Sprintf("%d upload workers", rep.Options.UploadWorkers)
+	if rep.Options.UploadWorkers == 1 {
+		workers = "1 upload worker"
+	}
+	tp.Title.Text = "(a) Ingest (" + workers + ")"
 	tp.X.Label.Text = "time (s)"
 	tp.Y.Label.Text = "million records/s"
 	st := plot.New()

@@ -221,6 +221,8 @@ func newMirror(lay kawkab.Layout) (*mirror, error) {
 	if err != nil {
 		return nil, err
 	}
+	idx.KeepDecodedNodes(kawkab.DecodedNodeCache) // as the engine's index does
+
 	return &mirror{idx: idx, per: uint64(lay.PerBlock)}, nil
 }
 
