@@ -20,6 +20,7 @@ func benchStreamCmd() *cobra.Command {
 	var (
 		o                      streambench.Options
 		batches, acks, skip    string
+		targets                string
 		outDir, jsonOut, mdOut string
 	)
 	cmd := &cobra.Command{
@@ -31,7 +32,7 @@ func benchStreamCmd() *cobra.Command {
 			if o.Batches, err = parseInts(batches); err != nil {
 				return fmt.Errorf("bench stream: --batches: %w", err)
 			}
-			o.Acks, o.Skip = splitTrimmed(acks), splitTrimmed(skip)
+			o.Acks, o.Skip, o.Targets = splitTrimmed(acks), splitTrimmed(skip), splitTrimmed(targets)
 			o.Log = os.Stderr
 			rep, err := streambench.Run(cmd.Context(), o)
 			if err != nil {
@@ -46,7 +47,9 @@ func benchStreamCmd() *cobra.Command {
 	f.StringVar(&batches, "batches", "100,1000,10000,30000", "batch sizes (records of 16 bytes per append)")
 	f.StringVar(&acks, "acks", "local,memory", "Meridian's acknowledgement levels, a row each: local (fsynced), memory (written)")
 	f.StringVar(&skip, "skip-peers", "", "systems not run: kafka, influxdb (and meridian)")
-	f.StringVar(&o.Target, "target", streambench.InProcess, fmt.Sprintf("Meridian's target kind (%v)", streambench.Kinds()))
+	f.StringVar(&targets, "targets", "inproc,grpc", fmt.Sprintf("Meridian's target kinds, rows each side by side (%v): inproc is the engine in this process, grpc a `meridian server` process on loopback", streambench.Kinds()))
+	f.StringVar(&targets, "target", "inproc,grpc", "alias of --targets")
+	f.StringVar(&o.Exe, "exe", "", "the meridian binary the grpc target's server runs (default: this executable)")
 	f.IntVar(&o.Appenders, "appenders", 4, "Meridian appenders, each with a stream of its own")
 	f.IntVar(&o.KafkaInFlight, "kafka-inflight", 4, "Kafka producers, each with one batch in flight")
 	f.IntVar(&o.InfluxWriters, "influx-writers", 4, "InfluxDB writers, each with a series of its own")
