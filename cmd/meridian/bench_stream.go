@@ -66,7 +66,7 @@ func benchStreamCmd() *cobra.Command {
 	f.StringVar(&outDir, "out", "", "write stream.md, stream.json and the charts (PNG and SVG) into this directory")
 	f.StringVar(&jsonOut, "json", "", "write the results as JSON")
 	f.StringVar(&mdOut, "markdown", "", "write the table as Markdown")
-	cmd.AddCommand(benchStreamReadsCmd(), benchStreamBurstsCmd())
+	cmd.AddCommand(benchStreamReadsCmd(), benchStreamBurstsCmd(), benchStreamHistoricalCmd())
 	return cmd
 }
 
@@ -116,6 +116,54 @@ func benchStreamBurstsCmd() *cobra.Command {
 	f.BoolVar(&o.NoModel, "no-model", false, "upload without the S3 latency and bandwidth model")
 	f.StringVar(&o.Dir, "scratch", "", "scratch directory (default: a temporary one, removed)")
 	f.StringVar(&outDir, "out", "", "write bursts.md, bursts.json and the charts (PNG and SVG) into this directory")
+	f.StringVar(&jsonOut, "json", "", "write the results as JSON")
+	f.StringVar(&mdOut, "markdown", "", "write the tables as Markdown")
+	return cmd
+}
+
+// benchStreamHistoricalCmd is `meridian bench stream historical`: Fig. 5.12.
+func benchStreamHistoricalCmd() *cobra.Command {
+	var (
+		o                      streambench.HistoricalOptions
+		outDir, jsonOut, mdOut string
+	)
+	cmd := &cobra.Command{
+		Use:   "historical [--phase1 30s] [--phase2 30s] [--append-rate 500000] [--object-store auto|s3|dir] [--pin]",
+		Short: "Historical reads at a second node (thesis Fig. 5.12): the primary's appends and recent reads with and without historical range reads served from the object store by another server",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Log = os.Stderr
+			rep, err := streambench.RunHistorical(cmd.Context(), o)
+			if err != nil {
+				return fmt.Errorf("bench stream historical: %w", err)
+			}
+			md := rep.Markdown()
+			fmt.Print(md)
+			return writeStreamOutputs("bench stream historical", "historical", outDir, mdOut, jsonOut, md, rep, rep.Charts)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.Streams, "streams", 2, "streams at the primary, each with an appender and a recent reader")
+	f.IntVar(&o.Batch, "batch", 1000, "records per append and per recent read")
+	f.Float64Var(&o.AppendRate, "append-rate", 500_000, "offered appends, records per second over all streams (open loop)")
+	f.Float64Var(&o.ReadRate, "read-rate", 0, "offered recent reads at the primary, records per second (0: the append rate)")
+	f.StringVar(&o.Ack, "ack", "memory", "the streams' acknowledgement level: memory (the thesis's) or local")
+	f.DurationVar(&o.Phase1, "phase1", 30*time.Second, "phase 1: appends and recent reads only (chunks are uploaded meanwhile)")
+	f.DurationVar(&o.Phase2, "phase2", 30*time.Second, "phase 2: the same plus historical reads at the reader")
+	f.DurationVar(&o.Warmup, "warmup", 2*time.Second, "the start of phase 1 left out of its statistics")
+	f.IntVar(&o.HistReaders, "hist-readers", 4, "historical clients at the reader node")
+	f.IntVar(&o.HistRecords, "hist-records", 1_000_000, "records per historical range read (at most half of a stream's uploaded records)")
+	f.DurationVar(&o.On, "on", 5*time.Second, "historical clients read back to back for this long…")
+	f.DurationVar(&o.Off, "off", 5*time.Second, "…then idle for this long")
+	f.StringVar(&o.ObjectStore, "object-store", "auto", "auto (VersityGW if its binary is cached, else dir), s3 (VersityGW as its own process), dir (a shared directory)")
+	f.StringVar(&o.Cache, "cache", "4MiB", "each server's buffer cache (small, so that historical reads go to the object store)")
+	f.BoolVar(&o.Pin, "pin", false, "pin the primary to CPU 0 and the reader, the object store and the clients to CPU 1 (taskset)")
+	f.StringVar(&o.Exe, "exe", "", "the meridian binary the servers run (default: this executable)")
+	f.StringVar(&o.VersityGW, "versitygw", "", "the versitygw binary (default: $MERIDIAN_VERSITYGW, else scripts/fetch-versitygw.sh's cache)")
+	f.Uint64Var(&o.Seed, "seed", 1, "seed of the read positions")
+	f.StringVar(&o.Dir, "scratch", "", "scratch directory (default: a temporary one, removed)")
+	f.BoolVar(&o.Keep, "keep", false, "keep the scratch directory")
+	f.StringVar(&outDir, "out", "", "write historical.md, historical.json and the chart (PNG and SVG) into this directory")
 	f.StringVar(&jsonOut, "json", "", "write the results as JSON")
 	f.StringVar(&mdOut, "markdown", "", "write the tables as Markdown")
 	return cmd
