@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -66,7 +67,7 @@ func benchStreamCmd() *cobra.Command {
 	f.StringVar(&outDir, "out", "", "write stream.md, stream.json and the charts (PNG and SVG) into this directory")
 	f.StringVar(&jsonOut, "json", "", "write the results as JSON")
 	f.StringVar(&mdOut, "markdown", "", "write the table as Markdown")
-	cmd.AddCommand(benchStreamReadsCmd(), benchStreamBurstsCmd(), benchStreamHistoricalCmd())
+	cmd.AddCommand(benchStreamReadsCmd(), benchStreamBurstsCmd(), benchStreamHistoricalCmd(), benchStreamHistClientsCmd())
 	return cmd
 }
 
@@ -157,7 +158,7 @@ func benchStreamHistoricalCmd() *cobra.Command {
 	f.DurationVar(&o.Off, "off", 5*time.Second, "…then idle for this long")
 	f.StringVar(&o.ObjectStore, "object-store", "auto", "auto (VersityGW if its binary is cached, else dir), s3 (VersityGW as its own process), dir (a shared directory)")
 	f.StringVar(&o.Cache, "cache", "4MiB", "each server's buffer cache (small, so that historical reads go to the object store)")
-	f.BoolVar(&o.Pin, "pin", false, "pin the primary to CPU 0 and the reader, the object store and the clients to CPU 1 (taskset)")
+	f.BoolVar(&o.Pin, "pin", false, "pin the primary and its clients to CPU 0, the reader, the object store and the historical clients to CPU 1 (taskset)")
 	f.StringVar(&o.Exe, "exe", "", "the meridian binary the servers run (default: this executable)")
 	f.StringVar(&o.VersityGW, "versitygw", "", "the versitygw binary (default: $MERIDIAN_VERSITYGW, else scripts/fetch-versitygw.sh's cache)")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the read positions")
@@ -167,6 +168,28 @@ func benchStreamHistoricalCmd() *cobra.Command {
 	f.StringVar(&jsonOut, "json", "", "write the results as JSON")
 	f.StringVar(&mdOut, "markdown", "", "write the tables as Markdown")
 	return cmd
+}
+
+// benchStreamHistClientsCmd is the historical benchmark's clients in a process of their own
+// (started by `bench stream historical`, not by hand).
+func benchStreamHistClientsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    streambench.HistClientsCommand + " <options JSON>",
+		Short:  "The historical benchmark's clients (started by bench stream historical)",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var o streambench.HistClientOptions
+			if err := json.Unmarshal([]byte(args[0]), &o); err != nil {
+				return fmt.Errorf("%s: %w", streambench.HistClientsCommand, err)
+			}
+			res, err := streambench.RunHistClients(cmd.Context(), o)
+			if err != nil {
+				return fmt.Errorf("%s: %w", streambench.HistClientsCommand, err)
+			}
+			return json.NewEncoder(os.Stdout).Encode(res)
+		},
+	}
 }
 
 // benchStreamReadsCmd is `meridian bench stream reads`: Fig. 5.11 and the aggregates.

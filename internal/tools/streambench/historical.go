@@ -1,7 +1,9 @@
 package streambench
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -64,8 +66,9 @@ type HistoricalOptions struct {
 	// Cache is the servers' buffer cache (default 4MiB: small, so that the historical
 	// reads come from the object store as the thesis's 1 GB cache made them).
 	Cache string
-	// Pin pins the primary to CPU 0 and the reader, the object store and this process (the
-	// clients) to CPU 1 with taskset.
+	// Pin pins the primary and its clients (this process) to CPU 0 and the reader, the
+	// object store and the historical clients (a process of their own) to CPU 1 with
+	// taskset: as in the thesis, where the historical clients run on the non-primary node.
 	Pin bool
 	// Exe is the meridian binary (default: this executable); VersityGW is the gateway's
 	// binary (default: $MERIDIAN_VERSITYGW, else scripts/fetch-versitygw.sh's cache).
@@ -311,7 +314,7 @@ func RunHistorical(ctx context.Context, o HistoricalOptions) (rep *HistoricalRep
 		if runtime.NumCPU() < 2 {
 			o.logf("bench stream historical: --pin needs 2 CPUs; not pinned")
 		} else {
-			restore, err := pinSelf("1")
+			restore, err := pinSelf("0")
 			if err != nil {
 				return nil, err
 			}
@@ -519,65 +522,17 @@ func RunHistorical(ctx context.Context, o HistoricalOptions) (rep *HistoricalRep
 			}()
 		}
 	}
-	// Historical readers, from phase 2 on, at the reader node.
-	for k := 0; k < o.HistReaders; k++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(o.Seed, uint64(k)+1000))
-			select {
-			case <-mctx.Done():
-				return
-			case <-time.After(time.Until(phase2At)):
-			}
-			uploaded := make([]uint64, o.Streams)
-			for cycle := phase2At; time.Now().Before(end) && mctx.Err() == nil; cycle = cycle.Add(o.On + o.Off) {
-				for time.Now().Before(cycle.Add(o.On)) && time.Now().Before(end) && mctx.Err() == nil {
-					i := rng.IntN(o.Streams)
-					if uploaded[i] == 0 {
-						it := rc.HistoricalRecords(mctx, BenchKeyspace, names[i], 0, 1)
-						for it.Next() {
-						}
-						if it.Err() != nil || it.Uploaded() == 0 {
-							time.Sleep(100 * time.Millisecond) // nothing uploaded yet
-							continue
-						}
-						uploaded[i] = it.Uploaded()
-					}
-					half := uploaded[i] / 2
-					n := min(uint64(o.HistRecords), max(half, 1))
-					from := uint64(0)
-					if half > n {
-						from = rng.Uint64N(half - n + 1)
-					}
-					t0 := time.Now()
-					it := rc.HistoricalRange(mctx, BenchKeyspace, names[i], int64(from), int64(from+n-1))
-					var got int64
-					for it.Next() {
-						got++
-						if got%10_000 == 0 {
-							tl.add(2, time.Now(), 10_000)
-						}
-					}
-					err := it.Err()
-					now := time.Now()
-					tl.add(2, now, got%10_000)
-					if u := it.Uploaded(); u > uploaded[i] {
-						uploaded[i] = u
-					}
-					if mctx.Err() == nil {
-						hist.add(phaseOf(t0), now.Sub(t0), got, err)
-					}
-				}
-				if d := time.Until(cycle.Add(o.On + o.Off)); d > 0 {
-					select {
-					case <-mctx.Done():
-					case <-time.After(d):
-					}
-				}
-			}
-		}()
-	}
+	// Historical readers, from phase 2 on, at the reader node: a process of their own (the
+	// thesis's historical clients run on the non-primary node), pinned with the reader.
+	var histRes *HistClientResult
+	var histErr error
+	histDone := make(chan struct{})
+	go func() {
+		defer close(histDone)
+		histRes, histErr = runHistClientProcess(mctx, o, filepath.Join(dir, "hist-clients.log"), HistClientOptions{
+			Endpoint: reader.Listen, Streams: names, Readers: o.HistReaders, Records: o.HistRecords,
+			Start: start.UnixNano(), Phase2: phase2At.UnixNano(), End: end.UnixNano(), On: o.On, Off: o.Off, Seed: o.Seed}, cpus("1"))
+	}()
 
 	// The phase boundary's scrape, and the uploaded records then.
 	var s1 snap
@@ -600,9 +555,26 @@ func RunHistorical(ctx context.Context, o HistoricalOptions) (rep *HistoricalRep
 	}
 	o.logf("bench stream historical: phase 2 (historical reads at %s); %d records uploaded", reader.Name, rep.UploadedAtPhase2)
 	wg.Wait()
+	<-histDone
 	mcancel()
 	if ctx.Err() != nil {
 		return rep, ctx.Err()
+	}
+	if histErr != nil {
+		return nil, fmt.Errorf("streambench: historical clients: %w", histErr)
+	}
+	for _, r := range histRes.Reads {
+		t0 := time.Unix(0, r.At)
+		var err error
+		if r.Error != "" {
+			err = errors.New(r.Error)
+		}
+		hist.add(phaseOf(t0), time.Duration(r.Us)*time.Microsecond, r.Records, err)
+	}
+	for s, n := range histRes.PerSecond {
+		if 3*s+2 < len(tl.secs) {
+			tl.secs[3*s+2].Add(n)
+		}
 	}
 	s2, err := take()
 	if err != nil {
@@ -743,4 +715,184 @@ func pinSelf(cpus string) (restore func(), err error) {
 	}
 	all := fmt.Sprintf("0-%d", runtime.NumCPU()-1)
 	return func() { exec.Command("taskset", "-a", "-p", "-c", all, pid).Run() }, nil
+}
+
+// HistClientOptions are the historical clients' (a process of their own, `meridian bench
+// stream historical-clients`).
+type HistClientOptions struct {
+	// Endpoint is the reader node's client address; Streams the streams' names.
+	Endpoint string   `json:"endpoint"`
+	Streams  []string `json:"streams"`
+	// Readers are the clients; Records the records per range read.
+	Readers int `json:"readers"`
+	Records int `json:"records"`
+	// Start, Phase2 and End are Unix nanoseconds: the run's start (the timeline's origin),
+	// when the reads begin, and when they end.
+	Start  int64 `json:"start"`
+	Phase2 int64 `json:"phase2"`
+	End    int64 `json:"end"`
+	// On and Off are the on/off pattern.
+	On  time.Duration `json:"on"`
+	Off time.Duration `json:"off"`
+	// Seed seeds the read positions.
+	Seed uint64 `json:"seed"`
+}
+
+// HistRead is one historical range read.
+type HistRead struct {
+	// At is its start (Unix nanoseconds), Us its time to the last record.
+	At      int64  `json:"at"`
+	Us      int64  `json:"us"`
+	Records int64  `json:"records"`
+	Error   string `json:"error,omitempty"`
+}
+
+// HistClientResult is what the historical clients did.
+type HistClientResult struct {
+	Reads []HistRead `json:"reads"`
+	// PerSecond are the records received in each second from Start.
+	PerSecond []int64 `json:"per_second"`
+}
+
+// RunHistClients runs the historical clients: each, from Phase2 to End, reads back to back
+// for On then idles for Off; a read is a range of Records records (at most half of the
+// uploaded ones) from a random section of the lower half of a random stream's uploaded
+// records, by time range (a record's timestamp is its number), at the reader node.
+func RunHistClients(ctx context.Context, o HistClientOptions) (*HistClientResult, error) {
+	if o.Endpoint == "" || len(o.Streams) == 0 || o.Readers <= 0 || o.Records <= 0 || o.End <= o.Phase2 || o.On <= 0 || o.Off < 0 {
+		return nil, errors.New("streambench: historical clients: want an endpoint, streams, readers, records, a phase and an on time")
+	}
+	rc, err := client.Dial(o.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	start, phase2At, end := time.Unix(0, o.Start), time.Unix(0, o.Phase2), time.Unix(0, o.End)
+	res := &HistClientResult{}
+	per := make([]atomic.Int64, int(end.Sub(start)/time.Second)+2)
+	addAt := func(at time.Time, n int64) {
+		if s := int(at.Sub(start) / time.Second); s >= 0 && s < len(per) {
+			per[s].Add(n)
+		}
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for k := 0; k < o.Readers; k++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(o.Seed, uint64(k)+1000))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Until(phase2At)):
+			}
+			uploaded := make([]uint64, len(o.Streams))
+			for cycle := phase2At; time.Now().Before(end) && ctx.Err() == nil; cycle = cycle.Add(o.On + o.Off) {
+				for time.Now().Before(cycle.Add(o.On)) && time.Now().Before(end) && ctx.Err() == nil {
+					i := rng.IntN(len(o.Streams))
+					if uploaded[i] == 0 {
+						it := rc.HistoricalRecords(ctx, BenchKeyspace, o.Streams[i], 0, 1)
+						for it.Next() {
+						}
+						if it.Err() != nil || it.Uploaded() == 0 {
+							time.Sleep(100 * time.Millisecond) // nothing uploaded yet
+							continue
+						}
+						uploaded[i] = it.Uploaded()
+					}
+					from, n := histRange(rng, uploaded[i], uint64(o.Records))
+					t0 := time.Now()
+					it := rc.HistoricalRange(ctx, BenchKeyspace, o.Streams[i], int64(from), int64(from+n-1))
+					var got, unreported int64
+					for it.Next() {
+						got++
+						if unreported++; unreported == 10_000 {
+							addAt(time.Now(), unreported)
+							unreported = 0
+						}
+					}
+					now := time.Now()
+					addAt(now, unreported)
+					r := HistRead{At: t0.UnixNano(), Us: now.Sub(t0).Microseconds(), Records: got}
+					if err := it.Err(); err != nil {
+						r.Error = err.Error()
+					}
+					if u := it.Uploaded(); u > uploaded[i] {
+						uploaded[i] = u
+					}
+					if ctx.Err() == nil {
+						mu.Lock()
+						res.Reads = append(res.Reads, r)
+						mu.Unlock()
+					}
+				}
+				if d := time.Until(cycle.Add(o.On + o.Off)); d > 0 {
+					select {
+					case <-ctx.Done():
+					case <-time.After(d):
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range per {
+		res.PerSecond = append(res.PerSecond, per[i].Load())
+	}
+	return res, ctx.Err()
+}
+
+// histRange is a historical read's first record and count: up to want records from a
+// random section of the lower half of the uploaded ones.
+func histRange(rng *rand.Rand, uploaded, want uint64) (from, n uint64) {
+	half := uploaded / 2
+	n = min(want, max(half, 1))
+	if half > n {
+		from = rng.Uint64N(half - n + 1)
+	}
+	return from, n
+}
+
+// HistClientsCommand is the hidden subcommand that runs the historical clients in a process
+// of their own: it reads HistClientOptions as JSON from its argument and writes a
+// HistClientResult as JSON to stdout.
+const HistClientsCommand = "historical-clients"
+
+// runHistClientProcess runs the historical clients as `<exe> bench stream
+// historical-clients <options JSON>`, pinned to cpus if set.
+func runHistClientProcess(ctx context.Context, o HistoricalOptions, logPath string, co HistClientOptions, cpus string) (*HistClientResult, error) {
+	exe := o.Exe
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	arg, err := json.Marshal(co)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"bench", "stream", HistClientsCommand, string(arg)}
+	name := exe
+	if cpus != "" {
+		args = append([]string{"-c", cpus, exe}, args...)
+		name = "taskset"
+	}
+	cmd := exec.CommandContext(ctx, name, args...)
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, logf
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%v (log %s: %s)", err, logPath, strings.TrimSpace(peer.TailFile(logPath, 5)))
+	}
+	var res HistClientResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		return nil, fmt.Errorf("their output: %w", err)
+	}
+	return &res, nil
 }

@@ -22,9 +22,9 @@ func (rep *HistoricalReport) Markdown() string {
 	fmt.Fprintf(&b, " %d streams at ack %s, appended at %s records/s in batches of %s (open loop) and read at %s records/s (1000 records among the last 50,000, at the primary); phase 1 %v (the first %v left out), phase 2 %v with %d historical clients at the reader, each reading ranges of up to %s records from the lower half of a stream's uploaded records, %v on and %v off; buffer cache %s per node.",
 		o.Streams, o.Ack, Count(int64(o.AppendRate)), Count(int64(o.Batch)), Count(int64(o.ReadRate)), o.Phase1, o.Warmup, o.Phase2, o.HistReaders, Count(int64(o.HistRecords)), o.On, o.Off, o.Cache)
 	if o.Pin {
-		b.WriteString(" Pinned: the primary on CPU 0; the reader, the object store and the clients on CPU 1.")
+		b.WriteString(" Pinned (taskset): the primary and its clients (the benchmark's process) on CPU 0; the reader, the object store and the historical clients (a process of their own) on CPU 1.")
 	} else {
-		b.WriteString(" Not pinned: every process shares every core.")
+		b.WriteString(" Not pinned: every process (the primary, its clients in the benchmark's process, the reader, the object store, the historical clients' process) shares every core.")
 	}
 	fmt.Fprintf(&b, " %s records uploaded when phase 2 began.\n\n", Count(int64(rep.UploadedAtPhase2)))
 
