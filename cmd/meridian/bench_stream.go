@@ -133,6 +133,9 @@ func benchStreamHistoricalCmd() *cobra.Command {
 		Short: "Historical reads at a second node (thesis Fig. 5.12): the primary's appends and recent reads with and without historical range reads served from the object store by another server",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.HistReaders == 0 {
+				o.HistReaders = -1 // the library's 0 means the default
+			}
 			o.Log = os.Stderr
 			rep, err := streambench.RunHistorical(cmd.Context(), o)
 			if err != nil {
@@ -152,7 +155,7 @@ func benchStreamHistoricalCmd() *cobra.Command {
 	f.DurationVar(&o.Phase1, "phase1", 30*time.Second, "phase 1: appends and recent reads only (chunks are uploaded meanwhile)")
 	f.DurationVar(&o.Phase2, "phase2", 30*time.Second, "phase 2: the same plus historical reads at the reader")
 	f.DurationVar(&o.Warmup, "warmup", 2*time.Second, "the start of phase 1 left out of its statistics")
-	f.IntVar(&o.HistReaders, "hist-readers", 4, "historical clients at the reader node")
+	f.IntVar(&o.HistReaders, "hist-readers", 4, "historical clients at the reader node (0: none, a control run whose phase 2 is like phase 1)")
 	f.IntVar(&o.HistRecords, "hist-records", 1_000_000, "records per historical range read (at most half of a stream's uploaded records)")
 	f.DurationVar(&o.On, "on", 5*time.Second, "historical clients read back to back for this long…")
 	f.DurationVar(&o.Off, "off", 5*time.Second, "…then idle for this long")

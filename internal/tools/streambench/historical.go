@@ -24,6 +24,7 @@ import (
 	"meridian/internal/tools/peer"
 	"meridian/internal/tools/peer/kafka"
 	"meridian/internal/tools/peer/versitygw"
+	"meridian/internal/tools/streambench/loadgen"
 )
 
 // Object stores of the historical benchmark.
@@ -55,7 +56,8 @@ type HistoricalOptions struct {
 	// Phase1 is the time without historical reads (chunks are uploaded meanwhile), Phase2
 	// the time with them (defaults 30 s each); Warmup is left out of phase 1's statistics.
 	Phase1, Phase2, Warmup time.Duration
-	// HistReaders are the historical clients at the reader node (default 4); each reads
+	// HistReaders are the historical clients at the reader node (default 4; negative: none,
+	// a control run whose phase 2 is like phase 1); each reads
 	// ranges of HistRecords records (default 1,000,000, or half of what is uploaded if
 	// less) from a random section of the lower half of a stream's uploaded records,
 	// back to back for On, then idle for Off (defaults 5 s and 5 s).
@@ -118,7 +120,7 @@ func (o HistoricalOptions) withDefaults() (HistoricalOptions, error) {
 		o.Seed = 1
 	}
 	switch {
-	case o.Streams < 0 || o.Batch < 0 || o.HistReaders < 0 || o.HistRecords < 0 || o.AppendRate < 0 || o.ReadRate < 0:
+	case o.Streams < 0 || o.Batch < 0 || o.HistRecords < 0 || o.AppendRate < 0 || o.ReadRate < 0:
 		return o, errors.New("streambench: historical: negative option")
 	case o.Batch*RecordBytes > 1<<20:
 		return o, fmt.Errorf("streambench: historical: batch %d over the servers' 1 MiB max_batch", o.Batch)
@@ -201,8 +203,17 @@ type Phase struct {
 	Primary     ProcessUse  `json:"primary"`
 	Reader      ProcessUse  `json:"reader"`
 	ObjectStore *ProcessUse `json:"object_store,omitempty"`
+	// HistClientCores is the historical clients' process's CPU over the phase (phase 2).
+	HistClientCores float64 `json:"hist_client_cores,omitempty"`
 	// Uploads is the primary's meridian_stream_store_uploads_total in the phase.
 	Uploads float64 `json:"uploads"`
+}
+
+// FirstErrors are the first failed append, recent read and historical read of the run.
+type FirstErrors struct {
+	Append     string `json:"append,omitempty"`
+	Recent     string `json:"recent,omitempty"`
+	Historical string `json:"historical,omitempty"`
 }
 
 // HistoricalReport is a `bench stream historical` run.
@@ -229,6 +240,8 @@ type HistoricalReport struct {
 	PrimaryHistoricalBytes float64 `json:"primary_historical_bytes"`
 	// Timeline is records per second by second: appends, recent reads, historical reads.
 	Timeline []TimelinePoint `json:"timeline"`
+	// FirstErrors are the first errors of each kind of request, if any failed.
+	FirstErrors FirstErrors `json:"first_errors"`
 	// cdf samples (milliseconds) for the chart.
 	cdfs    []cdfSeries
 	Seconds float64 `json:"seconds"`
@@ -253,6 +266,8 @@ type opStats struct {
 	lat  [2][]time.Duration
 	errs [2]int
 	recs [2]int64
+	// first is the first error.
+	first string
 }
 
 func (s *opStats) add(phase int, d time.Duration, recs int64, err error) {
@@ -263,6 +278,9 @@ func (s *opStats) add(phase int, d time.Duration, recs int64, err error) {
 	defer s.mu.Unlock()
 	if err != nil {
 		s.errs[phase]++
+		if s.first == "" {
+			s.first = err.Error()
+		}
 		return
 	}
 	s.lat[phase] = append(s.lat[phase], d)
@@ -529,6 +547,10 @@ func RunHistorical(ctx context.Context, o HistoricalOptions) (rep *HistoricalRep
 	histDone := make(chan struct{})
 	go func() {
 		defer close(histDone)
+		if o.HistReaders < 0 {
+			histRes = &HistClientResult{}
+			return
+		}
 		histRes, histErr = runHistClientProcess(mctx, o, filepath.Join(dir, "hist-clients.log"), HistClientOptions{
 			Endpoint: reader.Listen, Streams: names, Readers: o.HistReaders, Records: o.HistRecords,
 			Start: start.UnixNano(), Phase2: phase2At.UnixNano(), End: end.UnixNano(), On: o.On, Off: o.Off, Seed: o.Seed}, cpus("1"))
@@ -604,6 +626,10 @@ func RunHistorical(ctx context.Context, o HistoricalOptions) (rep *HistoricalRep
 		mk("1: appends and recent reads", 0, s0, s1, (o.Phase1 - o.Warmup).Seconds()),
 		mk("2: … and historical reads at the reader", 1, s1, s2, o.Phase2.Seconds()),
 	}
+	if el := s2.at.Sub(s1.at).Seconds(); el > 0 {
+		rep.Phases[1].HistClientCores = histRes.CPUSeconds / el
+	}
+	rep.FirstErrors = FirstErrors{Append: appends.first, Recent: recent.first, Historical: hist.first}
 	rep.PrimaryReadRecords = s2.p.Sum("meridian_stream_read_records_total") - s0.p.Sum("meridian_stream_read_records_total")
 	rep.RecentRecords = s2.recent - s0.recent
 	rep.PrimaryHistoricalBytes = (rep.PrimaryReadRecords - float64(rep.RecentRecords)) * RecordBytes
@@ -752,6 +778,8 @@ type HistClientResult struct {
 	Reads []HistRead `json:"reads"`
 	// PerSecond are the records received in each second from Start.
 	PerSecond []int64 `json:"per_second"`
+	// CPUSeconds is the clients' process's CPU time (getrusage), start-up included.
+	CPUSeconds float64 `json:"cpu_seconds"`
 }
 
 // RunHistClients runs the historical clients: each, from Phase2 to End, reads back to back
@@ -840,6 +868,7 @@ func RunHistClients(ctx context.Context, o HistClientOptions) (*HistClientResult
 	for i := range per {
 		res.PerSecond = append(res.PerSecond, per[i].Load())
 	}
+	res.CPUSeconds = loadgen.SelfCPU().Seconds()
 	return res, ctx.Err()
 }
 

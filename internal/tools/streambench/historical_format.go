@@ -38,19 +38,25 @@ func (rep *HistoricalReport) Markdown() string {
 			p.Appends.Errors, p.RecentReads.Errors, p.Historical.Errors)
 	}
 	b.WriteString("\nWhat each node did (counters from its /metrics; CPU and I/O from /proc/<pid>/stat and /proc/<pid>/io, whose rchar and wchar count every read and write call, files and sockets alike: the reader's rchar is mostly its GETs from the object store, its wchar its answers):\n\n")
-	b.WriteString("| phase | primary: records read (metrics) | recent records received | primary historical reads | reader historical reads | uploads | primary cores | primary wchar MB/s | reader cores | reader rchar MB/s | reader wchar MB/s | object store cores |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| phase | primary: records read (metrics) | recent records received | primary historical reads | reader historical reads | uploads | primary cores | primary wchar MB/s | reader cores | reader rchar MB/s | reader wchar MB/s | object store cores | historical clients cores |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range rep.Phases {
 		gw := "—"
 		if p.ObjectStore != nil {
 			gw = fmt.Sprintf("%.2f", p.ObjectStore.Cores)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.0f | %.0f | %.2f | %.1f | %.2f | %.1f | %.1f | %s |\n", p.Name,
+		fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.0f | %.0f | %.2f | %.1f | %.2f | %.1f | %.1f | %s | %.2f |\n", p.Name,
 			Count(int64(p.PrimaryReadRecords)), Count(p.RecentRecords), p.PrimaryHistorical, p.ReaderHistorical, p.Uploads,
-			p.Primary.Cores, rate(p.Primary.WriteMB, p.Seconds), p.Reader.Cores, rate(p.Reader.ReadMB, p.Seconds), rate(p.Reader.WriteMB, p.Seconds), gw)
+			p.Primary.Cores, rate(p.Primary.WriteMB, p.Seconds), p.Reader.Cores, rate(p.Reader.ReadMB, p.Seconds), rate(p.Reader.WriteMB, p.Seconds), gw, p.HistClientCores)
 	}
 	fmt.Fprintf(&b, "\n**Bytes the primary sent for historical reads: %s** (over the whole run, from a scrape before the first request to one after the last: the primary's meridian_stream_read_records_total, %s records, minus the %s records the recent readers received, times %d bytes; the historical reads, %s records, went to the reader alone).\n",
 		Count(int64(rep.PrimaryHistoricalBytes)), Count(int64(rep.PrimaryReadRecords)), Count(rep.RecentRecords), RecordBytes, Count(rep.historicalRecords()))
+	if e := rep.FirstErrors; e != (FirstErrors{}) {
+		fmt.Fprintf(&b, "\nFirst errors: append %q, recent read %q, historical read %q.\n", e.Append, e.Recent, e.Historical)
+	}
+	if o.HistReaders < 0 {
+		b.WriteString("\nControl run: no historical clients (phase 2 is phase 1 again).\n")
+	}
 	if len(rep.Phases) == 2 {
 		p1, p2 := rep.Phases[0], rep.Phases[1]
 		fmt.Fprintf(&b, "\nPhase 2 against phase 1 at the primary: append p99 %s → %s ms (%s), p99.9 %s → %s ms; recent-read p99 %s → %s ms (%s).\n",
