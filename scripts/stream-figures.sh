@@ -7,7 +7,7 @@
 # historical`, PHASE=30s each phase, once unpinned and once with --pin). Writes stream.md,
 # stream.json, stream-ingest.png/.svg, reads.md, reads.json, fig5.8/ and fig5.9/
 # (`meridian bench stream bursts`, BURSTS=60s each), fig5.12/ and fig5.12-pinned/, and
-# uptime.txt (the machine's load beside the numbers) into OUT_DIR. About 17 minutes with the
+# uptime.txt (the machine's load beside the numbers) into OUT_DIR. About 15 minutes with the
 # defaults (DURATION=10s per run, two runs per system and batch size; WARMUP=2s of each left
 # out). HIST_RATE sets the historical benchmark's append rate (records/s, default 500000).
 #

@@ -246,3 +246,34 @@ func TestBenchStreamHistoricalSmoke(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestBenchStreamCommands runs the commands as a user does, with tiny runs: `meridian bench
+// stream --targets grpc` and `meridian bench stream historical --hist-readers 0` (a control
+// run) write their Markdown, JSON and charts.
+func TestBenchStreamCommands(t *testing.T) {
+	exe := meridianBinary(t)
+	for _, c := range []struct {
+		args  []string
+		files []string
+	}{
+		{[]string{"bench", "stream", "--targets", "grpc", "--skip-peers", "kafka,influxdb", "--batches", "1000", "--acks", "memory", "--appenders", "1",
+			"--duration", "600ms", "--warmup", "100ms"}, []string{"stream.md", "stream.json", "stream-ingest.png"}},
+		{[]string{"bench", "stream", "historical", "--object-store", "dir", "--streams", "1", "--append-rate", "100000", "--read-rate", "10000",
+			"--phase1", "1500ms", "--phase2", "1s", "--warmup", "200ms", "--hist-readers", "0"}, []string{"historical.md", "historical.json", "stream-historical.png"}},
+	} {
+		out := t.TempDir()
+		cmd := exec.Command(exe, append(c.args, "--out", out)...)
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", c.args, err, b)
+		}
+		for _, f := range c.files {
+			if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
+				t.Errorf("%v: %s: %v\n%s", c.args, f, err, b)
+			}
+		}
+		if md, _ := os.ReadFile(filepath.Join(out, c.files[0])); strings.Contains(string(md), "failed:") || (c.args[2] == "historical" && !strings.Contains(string(md), "object_store: dir")) {
+			t.Errorf("%v:\n%s", c.args, md)
+		}
+	}
+}
