@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -186,11 +187,18 @@ func benchStreamHistClientsCmd() *cobra.Command {
 			if err := json.Unmarshal([]byte(args[0]), &o); err != nil {
 				return fmt.Errorf("%s: %w", streambench.HistClientsCommand, err)
 			}
-			res, err := streambench.RunHistClients(cmd.Context(), o)
+			res, closeClient, err := streambench.RunHistClients(cmd.Context(), o)
 			if err != nil {
 				return fmt.Errorf("%s: %w", streambench.HistClientsCommand, err)
 			}
-			return json.NewEncoder(os.Stdout).Encode(res)
+			defer closeClient()
+			if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
+				return err
+			}
+			// Stay, with the connections, until the benchmark has read the sockets: it
+			// closes our standard input.
+			_, err = io.Copy(io.Discard, os.Stdin)
+			return err
 		},
 	}
 }

@@ -277,3 +277,27 @@ func TestBenchStreamCommands(t *testing.T) {
 		}
 	}
 }
+
+func TestParseSSAndDelta(t *testing.T) {
+	a := parseSS(`0      0      127.0.0.72:7000 127.0.0.1:40534 users:(("meridian",pid=10,fd=7))
+	 bbr wscale:10,10 bytes_sent:1000 bytes_acked:900 bytes_received:50 segs_out:4
+0      0      127.0.0.1:40600 127.0.0.74:9000 users:(("meridian",pid=10,fd=9))
+	 cubic bytes_acked:4000 bytes_received:10
+`)
+	if len(a) != 2 || a["127.0.0.72:7000 127.0.0.1:40534"].Sent != 900 || a["127.0.0.1:40600 127.0.0.74:9000"].Received != 10 {
+		t.Fatalf("%+v", a)
+	}
+	b := parseSS(`0      0      127.0.0.72:7000 127.0.0.1:40534 users:(("meridian",pid=10,fd=7))
+	 bbr bytes_acked:1900 bytes_received:150
+0      0      127.0.0.1:40600 127.0.0.74:9000 users:(("meridian",pid=10,fd=9))
+	 cubic bytes_acked:9000 bytes_received:20
+0      0      127.0.0.72:7001 127.0.0.73:5000 users:(("meridian",pid=10,fd=11))
+	 cubic bytes_acked:77 bytes_received:33
+0      0      127.0.0.73:7000 127.0.0.1:40999 users:(("meridian",pid=11,fd=7))
+	 cubic bytes_acked:123456 bytes_received:1
+`)
+	d := tcpDelta(a, b, 10, tcpRoles{clientListen: "127.0.0.72:7000", peerAddrs: []string{"127.0.0.72:7001"}, objectStore: "127.0.0.74:9000"})
+	if d != (TCPBytes{ToClients: 1000, FromClients: 100, ToObjectStore: 5000, FromObjectStore: 10, ToPeers: 77, FromPeers: 33}) {
+		t.Errorf("%+v", d)
+	}
+}

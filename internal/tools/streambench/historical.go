@@ -1,7 +1,6 @@
 package streambench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -203,6 +202,11 @@ type Phase struct {
 	Primary     ProcessUse  `json:"primary"`
 	Reader      ProcessUse  `json:"reader"`
 	ObjectStore *ProcessUse `json:"object_store,omitempty"`
+	// PrimaryTCP and ReaderTCP are the servers' TCP bytes in the phase by the other end
+	// (tcp_info's bytes_acked and bytes_received of their established connections, from
+	// ss -tinp at the phase's ends; nil without ss).
+	PrimaryTCP *TCPBytes `json:"primary_tcp,omitempty"`
+	ReaderTCP  *TCPBytes `json:"reader_tcp,omitempty"`
 	// HistClientCores is the historical clients' process's CPU over the phase (phase 2).
 	HistClientCores float64 `json:"hist_client_cores,omitempty"`
 	// Uploads is the primary's meridian_stream_store_uploads_total in the phase.
@@ -459,6 +463,7 @@ func RunHistorical(ctx context.Context, o HistoricalOptions) (rep *HistoricalRep
 	type snap struct {
 		p, r               metricSamples
 		pu, ru, gu         procSnap
+		tcp                tcpSnapshot
 		recent, histRecs   int64
 		at                 time.Time
 		hasObjectStoreSnap bool
@@ -476,7 +481,7 @@ func RunHistorical(ctx context.Context, o HistoricalOptions) (rep *HistoricalRep
 		if err != nil {
 			return snap{}, err
 		}
-		s := snap{p: p, r: r, pu: readProc(primary.Pid()), ru: readProc(reader.Pid()), recent: recentTotal.Load(), at: time.Now()}
+		s := snap{p: p, r: r, pu: readProc(primary.Pid()), ru: readProc(reader.Pid()), tcp: readTCP(ctx), recent: recentTotal.Load(), at: time.Now()}
 		if gwPid > 0 {
 			s.gu, s.hasObjectStoreSnap = readProc(gwPid), true
 		}
@@ -545,13 +550,23 @@ func RunHistorical(ctx context.Context, o HistoricalOptions) (rep *HistoricalRep
 	var histRes *HistClientResult
 	var histErr error
 	histDone := make(chan struct{})
+	// The clients' process answers, then stays (its connections with it, for the last
+	// scrape of the sockets) until finish.
+	var finish func() error
+	defer func() {
+		<-histDone // the clients end by the run's end
+		if finish != nil {
+			finish()
+		}
+	}()
 	go func() {
 		defer close(histDone)
 		if o.HistReaders < 0 {
-			histRes = &HistClientResult{}
+			histRes, finish = &HistClientResult{}, func() error { return nil }
 			return
 		}
-		histRes, histErr = runHistClientProcess(mctx, o, filepath.Join(dir, "hist-clients.log"), HistClientOptions{
+		// ctx, not mctx: the process outlives the load, until finish.
+		histRes, finish, histErr = runHistClientProcess(ctx, o, filepath.Join(dir, "hist-clients.log"), HistClientOptions{
 			Endpoint: reader.Listen, Streams: names, Readers: o.HistReaders, Records: o.HistRecords,
 			Start: start.UnixNano(), Phase2: phase2At.UnixNano(), End: end.UnixNano(), On: o.On, Off: o.Off, Seed: o.Seed}, cpus("1"))
 	}()
@@ -599,6 +614,10 @@ func RunHistorical(ctx context.Context, o HistoricalOptions) (rep *HistoricalRep
 		}
 	}
 	s2, err := take()
+	if ferr := finish(); err == nil && ferr != nil {
+		err = fmt.Errorf("streambench: historical clients: %w", ferr)
+	}
+	finish = nil
 	if err != nil {
 		return nil, err
 	}
@@ -616,6 +635,15 @@ func RunHistorical(ctx context.Context, o HistoricalOptions) (rep *HistoricalRep
 		}
 		el := b.at.Sub(a.at).Seconds()
 		p.Primary, p.Reader = b.pu.sub(a.pu, el), b.ru.sub(a.ru, el)
+		if a.tcp != nil && b.tcp != nil {
+			gwAddr := ""
+			if gw != nil {
+				gwAddr = strings.TrimPrefix(gw.Endpoint(), "http://")
+			}
+			pt := tcpDelta(a.tcp, b.tcp, primary.Pid(), tcpRoles{clientListen: primary.Listen, peerAddrs: []string{primary.PeerListen, reader.PeerListen, reader.Listen}, objectStore: gwAddr})
+			rt := tcpDelta(a.tcp, b.tcp, reader.Pid(), tcpRoles{clientListen: reader.Listen, peerAddrs: []string{reader.PeerListen, primary.PeerListen, primary.Listen}, objectStore: gwAddr})
+			p.PrimaryTCP, p.ReaderTCP = &pt, &rt
+		}
 		if a.hasObjectStoreSnap {
 			u := b.gu.sub(a.gu, el)
 			p.ObjectStore = &u
@@ -785,16 +813,17 @@ type HistClientResult struct {
 // RunHistClients runs the historical clients: each, from Phase2 to End, reads back to back
 // for On then idles for Off; a read is a range of Records records (at most half of the
 // uploaded ones) from a random section of the lower half of a random stream's uploaded
-// records, by time range (a record's timestamp is its number), at the reader node.
-func RunHistClients(ctx context.Context, o HistClientOptions) (*HistClientResult, error) {
+// records, by time range (a record's timestamp is its number), at the reader node. The
+// returned close ends the clients' connection (kept open until then, so that the benchmark can
+// read its byte counts).
+func RunHistClients(ctx context.Context, o HistClientOptions) (_ *HistClientResult, close func() error, _ error) {
 	if o.Endpoint == "" || len(o.Streams) == 0 || o.Readers <= 0 || o.Records <= 0 || o.End <= o.Phase2 || o.On <= 0 || o.Off < 0 {
-		return nil, errors.New("streambench: historical clients: want an endpoint, streams, readers, records, a phase and an on time")
+		return nil, nil, errors.New("streambench: historical clients: want an endpoint, streams, readers, records, a phase and an on time")
 	}
 	rc, err := client.Dial(o.Endpoint)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer rc.Close()
 	start, phase2At, end := time.Unix(0, o.Start), time.Unix(0, o.Phase2), time.Unix(0, o.End)
 	res := &HistClientResult{}
 	per := make([]atomic.Int64, int(end.Sub(start)/time.Second)+2)
@@ -869,7 +898,11 @@ func RunHistClients(ctx context.Context, o HistClientOptions) (*HistClientResult
 		res.PerSecond = append(res.PerSecond, per[i].Load())
 	}
 	res.CPUSeconds = loadgen.SelfCPU().Seconds()
-	return res, ctx.Err()
+	if err := ctx.Err(); err != nil {
+		rc.Close()
+		return nil, nil, err
+	}
+	return res, rc.Close, nil
 }
 
 // histRange is a historical read's first record and count: up to want records from a
@@ -890,17 +923,17 @@ const HistClientsCommand = "historical-clients"
 
 // runHistClientProcess runs the historical clients as `<exe> bench stream
 // historical-clients <options JSON>`, pinned to cpus if set.
-func runHistClientProcess(ctx context.Context, o HistoricalOptions, logPath string, co HistClientOptions, cpus string) (*HistClientResult, error) {
+func runHistClientProcess(ctx context.Context, o HistoricalOptions, logPath string, co HistClientOptions, cpus string) (*HistClientResult, func() error, error) {
 	exe := o.Exe
 	if exe == "" {
 		var err error
 		if exe, err = os.Executable(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	arg, err := json.Marshal(co)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	args := []string{"bench", "stream", HistClientsCommand, string(arg)}
 	name := exe
@@ -911,17 +944,33 @@ func runHistClientProcess(ctx context.Context, o HistoricalOptions, logPath stri
 	cmd := exec.CommandContext(ctx, name, args...)
 	logf, err := os.Create(logPath)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer logf.Close()
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, logf
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%v (log %s: %s)", err, logPath, strings.TrimSpace(peer.TailFile(logPath, 5)))
+	cmd.Stderr = logf
+	stdin, err := cmd.StdinPipe()
+	if err == nil {
+		var stdout io.ReadCloser
+		if stdout, err = cmd.StdoutPipe(); err == nil {
+			if err = cmd.Start(); err == nil {
+				// The process writes its result, then waits for its standard input to close.
+				var res HistClientResult
+				derr := json.NewDecoder(stdout).Decode(&res)
+				finish := func() error {
+					stdin.Close()
+					err := cmd.Wait()
+					logf.Close()
+					if err != nil {
+						return fmt.Errorf("%v (log %s: %s)", err, logPath, strings.TrimSpace(peer.TailFile(logPath, 5)))
+					}
+					return nil
+				}
+				if derr != nil {
+					return nil, nil, errors.Join(fmt.Errorf("their output: %w", derr), finish())
+				}
+				return &res, finish, nil
+			}
+		}
 	}
-	var res HistClientResult
-	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
-		return nil, fmt.Errorf("their output: %w", err)
-	}
-	return &res, nil
+	logf.Close()
+	return nil, nil, err
 }

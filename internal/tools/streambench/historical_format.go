@@ -49,6 +49,20 @@ func (rep *HistoricalReport) Markdown() string {
 			Count(int64(p.PrimaryReadRecords)), Count(p.RecentRecords), p.PrimaryHistorical, p.ReaderHistorical, p.Uploads,
 			p.Primary.Cores, rate(p.Primary.WriteMB, p.Seconds), p.Reader.Cores, rate(p.Reader.ReadMB, p.Seconds), rate(p.Reader.WriteMB, p.Seconds), gw, p.HistClientCores)
 	}
+	if len(rep.Phases) > 0 && rep.Phases[0].PrimaryTCP != nil {
+		b.WriteString("\nTCP bytes by the other end (MB, 10⁶; tcp_info's bytes_acked and bytes_received of each server's established connections, from `ss -tinp` at the phase's ends; the gRPC connections live through the run, while the object store's HTTP connections come and go, so those are left out — the primary's uploads are its meridian_stream_store_uploaded_bytes_total, the reader's GETs its rchar above):\n\n")
+		b.WriteString("| phase | primary → its clients | primary ← its clients | primary → reader and peers | primary ← reader and peers | reader → its clients | reader → primary and peers |\n")
+		b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
+		for _, p := range rep.Phases {
+			pt, rt := p.PrimaryTCP, p.ReaderTCP
+			if pt == nil || rt == nil {
+				continue
+			}
+			mb := func(n int64) string { return fmt.Sprintf("%.2f", float64(n)/1e6) }
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", p.Name, mb(pt.ToClients), mb(pt.FromClients), mb(pt.ToPeers), mb(pt.FromPeers),
+				mb(rt.ToClients), mb(rt.ToPeers))
+		}
+	}
 	fmt.Fprintf(&b, "\n**Bytes the primary sent for historical reads: %s** (over the whole run, from a scrape before the first request to one after the last: the primary's meridian_stream_read_records_total, %s records, minus the %s records the recent readers received, times %d bytes; the historical reads, %s records, went to the reader alone).\n",
 		Count(int64(rep.PrimaryHistoricalBytes)), Count(int64(rep.PrimaryReadRecords)), Count(rep.RecentRecords), RecordBytes, Count(rep.historicalRecords()))
 	if e := rep.FirstErrors; e != (FirstErrors{}) {
