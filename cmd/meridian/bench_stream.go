@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,6 +22,7 @@ func benchStreamCmd() *cobra.Command {
 	var (
 		o                      streambench.Options
 		batches, acks, skip    string
+		targets                string
 		outDir, jsonOut, mdOut string
 	)
 	cmd := &cobra.Command{
@@ -31,7 +34,7 @@ func benchStreamCmd() *cobra.Command {
 			if o.Batches, err = parseInts(batches); err != nil {
 				return fmt.Errorf("bench stream: --batches: %w", err)
 			}
-			o.Acks, o.Skip = splitTrimmed(acks), splitTrimmed(skip)
+			o.Acks, o.Skip, o.Targets = splitTrimmed(acks), splitTrimmed(skip), splitTrimmed(targets)
 			o.Log = os.Stderr
 			rep, err := streambench.Run(cmd.Context(), o)
 			if err != nil {
@@ -46,7 +49,9 @@ func benchStreamCmd() *cobra.Command {
 	f.StringVar(&batches, "batches", "100,1000,10000,30000", "batch sizes (records of 16 bytes per append)")
 	f.StringVar(&acks, "acks", "local,memory", "Meridian's acknowledgement levels, a row each: local (fsynced), memory (written)")
 	f.StringVar(&skip, "skip-peers", "", "systems not run: kafka, influxdb (and meridian)")
-	f.StringVar(&o.Target, "target", streambench.InProcess, fmt.Sprintf("Meridian's target kind (%v)", streambench.Kinds()))
+	f.StringVar(&targets, "targets", "inproc,grpc", fmt.Sprintf("Meridian's target kinds, rows each side by side (%v): inproc is the engine in this process, grpc a `meridian server` process on loopback", streambench.Kinds()))
+	f.StringVar(&targets, "target", "inproc,grpc", "alias of --targets")
+	f.StringVar(&o.Exe, "exe", "", "the meridian binary the grpc target's server runs (default: this executable)")
 	f.IntVar(&o.Appenders, "appenders", 4, "Meridian appenders, each with a stream of its own")
 	f.IntVar(&o.KafkaInFlight, "kafka-inflight", 4, "Kafka producers, each with one batch in flight")
 	f.IntVar(&o.InfluxWriters, "influx-writers", 4, "InfluxDB writers, each with a series of its own")
@@ -63,7 +68,7 @@ func benchStreamCmd() *cobra.Command {
 	f.StringVar(&outDir, "out", "", "write stream.md, stream.json and the charts (PNG and SVG) into this directory")
 	f.StringVar(&jsonOut, "json", "", "write the results as JSON")
 	f.StringVar(&mdOut, "markdown", "", "write the table as Markdown")
-	cmd.AddCommand(benchStreamReadsCmd(), benchStreamBurstsCmd())
+	cmd.AddCommand(benchStreamReadsCmd(), benchStreamBurstsCmd(), benchStreamHistoricalCmd(), benchStreamHistClientsCmd())
 	return cmd
 }
 
@@ -116,6 +121,86 @@ func benchStreamBurstsCmd() *cobra.Command {
 	f.StringVar(&jsonOut, "json", "", "write the results as JSON")
 	f.StringVar(&mdOut, "markdown", "", "write the tables as Markdown")
 	return cmd
+}
+
+// benchStreamHistoricalCmd is `meridian bench stream historical`: Fig. 5.12.
+func benchStreamHistoricalCmd() *cobra.Command {
+	var (
+		o                      streambench.HistoricalOptions
+		outDir, jsonOut, mdOut string
+	)
+	cmd := &cobra.Command{
+		Use:   "historical [--phase1 30s] [--phase2 30s] [--append-rate 500000] [--object-store auto|s3|dir] [--pin]",
+		Short: "Historical reads at a second node (thesis Fig. 5.12): the primary's appends and recent reads with and without historical range reads served from the object store by another server",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.HistReaders == 0 {
+				o.HistReaders = -1 // the library's 0 means the default
+			}
+			o.Log = os.Stderr
+			rep, err := streambench.RunHistorical(cmd.Context(), o)
+			if err != nil {
+				return fmt.Errorf("bench stream historical: %w", err)
+			}
+			md := rep.Markdown()
+			fmt.Print(md)
+			return writeStreamOutputs("bench stream historical", "historical", outDir, mdOut, jsonOut, md, rep, rep.Charts)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.Streams, "streams", 2, "streams at the primary, each with an appender and a recent reader")
+	f.IntVar(&o.Batch, "batch", 1000, "records per append and per recent read")
+	f.Float64Var(&o.AppendRate, "append-rate", 500_000, "offered appends, records per second over all streams (open loop)")
+	f.Float64Var(&o.ReadRate, "read-rate", 0, "offered recent reads at the primary, records per second (0: the append rate)")
+	f.StringVar(&o.Ack, "ack", "memory", "the streams' acknowledgement level: memory (the thesis's) or local")
+	f.DurationVar(&o.Phase1, "phase1", 30*time.Second, "phase 1: appends and recent reads only (chunks are uploaded meanwhile)")
+	f.DurationVar(&o.Phase2, "phase2", 30*time.Second, "phase 2: the same plus historical reads at the reader")
+	f.DurationVar(&o.Warmup, "warmup", 2*time.Second, "the start of phase 1 left out of its statistics")
+	f.IntVar(&o.HistReaders, "hist-readers", 4, "historical clients at the reader node (0: none, a control run whose phase 2 is like phase 1)")
+	f.IntVar(&o.HistRecords, "hist-records", 1_000_000, "records per historical range read (at most half of a stream's uploaded records)")
+	f.DurationVar(&o.On, "on", 5*time.Second, "historical clients read back to back for this long…")
+	f.DurationVar(&o.Off, "off", 5*time.Second, "…then idle for this long")
+	f.StringVar(&o.ObjectStore, "object-store", "auto", "auto (VersityGW if its binary is cached, else dir), s3 (VersityGW as its own process), dir (a shared directory)")
+	f.StringVar(&o.Cache, "cache", "4MiB", "each server's buffer cache (small, so that historical reads go to the object store)")
+	f.BoolVar(&o.Pin, "pin", false, "pin the primary and its clients to CPU 0, the reader, the object store and the historical clients to CPU 1 (taskset)")
+	f.StringVar(&o.Exe, "exe", "", "the meridian binary the servers run (default: this executable)")
+	f.StringVar(&o.VersityGW, "versitygw", "", "the versitygw binary (default: $MERIDIAN_VERSITYGW, else scripts/fetch-versitygw.sh's cache)")
+	f.Uint64Var(&o.Seed, "seed", 1, "seed of the read positions")
+	f.StringVar(&o.Dir, "scratch", "", "scratch directory (default: a temporary one, removed)")
+	f.BoolVar(&o.Keep, "keep", false, "keep the scratch directory")
+	f.StringVar(&outDir, "out", "", "write historical.md, historical.json and the chart (PNG and SVG) into this directory")
+	f.StringVar(&jsonOut, "json", "", "write the results as JSON")
+	f.StringVar(&mdOut, "markdown", "", "write the tables as Markdown")
+	return cmd
+}
+
+// benchStreamHistClientsCmd is the historical benchmark's clients in a process of their own
+// (started by `bench stream historical`, not by hand).
+func benchStreamHistClientsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    streambench.HistClientsCommand + " <options JSON>",
+		Short:  "The historical benchmark's clients (started by bench stream historical)",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var o streambench.HistClientOptions
+			if err := json.Unmarshal([]byte(args[0]), &o); err != nil {
+				return fmt.Errorf("%s: %w", streambench.HistClientsCommand, err)
+			}
+			res, closeClient, err := streambench.RunHistClients(cmd.Context(), o)
+			if err != nil {
+				return fmt.Errorf("%s: %w", streambench.HistClientsCommand, err)
+			}
+			defer closeClient()
+			if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
+				return err
+			}
+			// Stay, with the connections, until the benchmark has read the sockets: it
+			// closes our standard input.
+			_, err = io.Copy(io.Discard, os.Stdin)
+			return err
+		},
+	}
 }
 
 // benchStreamReadsCmd is `meridian bench stream reads`: Fig. 5.11 and the aggregates.

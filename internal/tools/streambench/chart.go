@@ -36,7 +36,7 @@ func (rep *Report) series() []*chartSeries {
 		if r.Error != "" || r.Peak.RecordsPerSec <= 0 {
 			continue
 		}
-		name := fmt.Sprintf("%s (%s)", r.System, r.Ack)
+		name := fmt.Sprintf("%s %s", r.Label(), r.Ack)
 		s := byName[name]
 		if s == nil {
 			s = &chartSeries{name: name}

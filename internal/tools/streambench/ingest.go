@@ -44,8 +44,14 @@ type Options struct {
 	Batches []int
 	// Acks are Meridian's acknowledgement levels, one row each (default local, memory).
 	Acks []string
-	// Target is Meridian's target kind (default InProcess).
+	// Target is Meridian's target kind (default InProcess) when Targets is empty.
 	Target string
+	// Targets are Meridian's target kinds, rows each, side by side in one run: InProcess
+	// (the engine in this process) and GRPC (a `meridian server` process on loopback, the Go
+	// client's appenders in this process). Default: Target.
+	Targets []string
+	// Exe is the meridian binary the gRPC target's server runs (default: this executable).
+	Exe string
 	// Appenders is the number of Meridian appenders, each with a stream of its own
 	// (default 4); KafkaInFlight the Kafka producers (default 4); InfluxWriters the
 	// InfluxDB writers, each with a series of its own (default 4).
@@ -92,8 +98,13 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Target == "" {
 		o.Target = InProcess
 	}
-	if _, err := Lookup(o.Target); err != nil {
-		return o, err
+	if len(o.Targets) == 0 {
+		o.Targets = []string{o.Target}
+	}
+	for _, t := range o.Targets {
+		if _, err := Lookup(t); err != nil {
+			return o, err
+		}
 	}
 	def := func(p *int, v int) {
 		if *p == 0 {
@@ -143,6 +154,8 @@ func (o Options) logf(format string, args ...any) {
 // Row is one system at one batch size: its peak and its loaded run.
 type Row struct {
 	System string `json:"system"`
+	// Target is a Meridian row's target kind (inproc, grpc).
+	Target string `json:"target,omitempty"`
 	// Ack is the acknowledgement: Meridian's level, Kafka's acks (and fsync), InfluxDB's
 	// WAL fsync.
 	Ack    string         `json:"ack"`
@@ -219,17 +232,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	o.logf("bench stream: batches %v, %v per run (%v warm-up), %d cores, load %s, scratch %s", o.Batches, o.Duration, o.Warmup, rep.Cores, rep.LoadBefore, dir)
 
 	if !o.skipped(SystemMeridian) {
-		for _, ack := range o.Acks {
-			for _, b := range o.Batches {
-				row := Row{System: SystemMeridian, Ack: ack, Batch: b}
-				err = runMeridian(ctx, o, filepath.Join(dir, fmt.Sprintf("meridian-%s-%d", ack, b)), &row)
-				if err != nil {
-					if ctx.Err() != nil {
-						return rep, err
-					}
-					row.Error = err.Error()
-				}
-				rep.Rows = append(rep.Rows, row)
+		for _, kind := range o.Targets {
+			if err := runTarget(ctx, o, kind, dir, rep); err != nil {
+				return rep, err
 			}
 		}
 	}
@@ -258,6 +263,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 // finish fills the per-core throughputs and Meridian's ratios to the peers.
 func (rep *Report) finish() {
 	peerPeak := func(system string, b int) float64 {
+		// The peers' rows have no target.
 		for _, r := range rep.Rows {
 			if r.System == system && r.Batch == b && r.Error == "" {
 				return r.Peak.RecordsPerSec
@@ -305,14 +311,46 @@ func (g *generator) fill() []byte {
 	return buf
 }
 
-// runMeridian measures one Meridian row: o.Appenders targets of kind o.Target, each an
+// runTarget runs every acknowledgement level and batch size on one target kind, in a session
+// of its own (the gRPC target's server process is started for them and stopped after them,
+// so that it does not share the cores with another system's run). Only a cancelled context
+// is returned as an error; a failed session or row is reported in the rows.
+func runTarget(ctx context.Context, o Options, kind, dir string, rep *Report) error {
+	sess, err := openSession(ctx, kind, sessionOptions{Dir: dir, Exe: o.Exe, Log: o.Log})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		o.logf("bench stream: target %s did not start: %v", kind, err)
+	}
+	for _, ack := range o.Acks {
+		for _, b := range o.Batches {
+			row := Row{System: SystemMeridian, Target: kind, Ack: ack, Batch: b}
+			rerr := err
+			if sess != nil {
+				rerr = runMeridian(ctx, o, sess, kind, filepath.Join(dir, fmt.Sprintf("meridian-%s-%s-%d", kind, ack, b)), &row)
+			}
+			if rerr != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				row.Error = rerr.Error()
+			}
+			rep.Rows = append(rep.Rows, row)
+		}
+	}
+	if sess != nil {
+		if err := sess.Close(); err != nil {
+			o.logf("bench stream: target %s: %v", kind, err)
+		}
+	}
+	return nil
+}
+
+// runMeridian measures one Meridian row: o.Appenders targets of the session's kind, each an
 // appender with a stream of its own, in dir (removed afterwards); the peak, then the loaded
 // run at o.Fraction of it, on the same streams.
-func runMeridian(ctx context.Context, o Options, dir string, row *Row) (err error) {
-	factory, err := Lookup(o.Target)
-	if err != nil {
-		return err
-	}
+func runMeridian(ctx context.Context, o Options, sess session, kind, dir string, row *Row) (err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -328,8 +366,8 @@ func runMeridian(ctx context.Context, o Options, dir string, row *Row) (err erro
 		}
 	}()
 	for i := range targets {
-		cfg := TargetConfig{Appender: i, Run: fmt.Sprintf("%s-%s-%d", o.Target, row.Ack, b), RecordBytes: RecordBytes, ValueOffset: 8, Ack: row.Ack, Dir: dir}
-		if targets[i], err = factory(ctx, cfg); err != nil {
+		cfg := TargetConfig{Appender: i, Run: fmt.Sprintf("%s-%s-%d", kind, row.Ack, b), RecordBytes: RecordBytes, ValueOffset: 8, Ack: row.Ack, Dir: dir}
+		if targets[i], err = sess.Open(ctx, cfg); err != nil {
 			return fmt.Errorf("streambench: open target %d: %w", i, err)
 		}
 		gens[i] = newGenerator(b)
@@ -351,8 +389,8 @@ func runMeridian(ctx context.Context, o Options, dir string, row *Row) (err erro
 		return targets[w].Append(ctx, gens[w].fill())
 	}
 	lo := loadgen.Options{Workers: o.Appenders, BatchRecords: b, RecordBytes: RecordBytes, Records: o.MaxRecords,
-		Duration: o.Duration, Warmup: o.Warmup, Poisson: o.Poisson, InProcess: o.Target == InProcess,
-		Name: fmt.Sprintf("meridian %s ack=%s B=%d", o.Target, row.Ack, b), Log: o.Log}
+		Duration: o.Duration, Warmup: o.Warmup, Poisson: o.Poisson, ServerPids: sess.ServerPids(), InProcess: len(sess.ServerPids()) == 0,
+		Name: fmt.Sprintf("meridian %s ack=%s B=%d", kind, row.Ack, b), Log: o.Log}
 	if row.Peak, err = loadgen.Run(ctx, lo, send); err != nil {
 		return err
 	}

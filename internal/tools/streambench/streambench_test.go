@@ -84,7 +84,7 @@ func TestMarkdownAndJSON(t *testing.T) {
 			t.Errorf("line with %d cells, header %d: %s", strings.Count(l, "|"), cols, l)
 		}
 	}
-	for _, want := range []string{"| meridian | local | 100 | 1,000,000 | 16.0 | 500,000 | 1.50 | 0.250 | 0.500 | 1.00 | — | 700,000 | 4.00× | — |",
+	for _, want := range []string{"| meridian | local | 100 | 1,000,000 | 16.0 | 500,000 | 1.50 | 0.250 | — | 0.500 | 1.00 | — | 700,000 | 4.00× | — |",
 		"| kafka | all | 1,000 | failed: broker / gone for good |", "8.00×"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the table lacks %q:\n%s", want, md)
