@@ -151,6 +151,8 @@ func (rs *RemoteStream) Refresh(ctx context.Context) (Manifest, error) {
 		return rs.manifest, nil
 	}
 	rs.nodes.final.Store(m.Nodes - 1) // nodes before the last uploaded one never change
+	rs.nodes.last.Store(m.Nodes)
+	rs.nodes.keep.Store(m.Chunks*ChunkBlocks - (m.Nodes-1)*uint64(s.icfg.N))
 	idx, err := OpenIndex(rs.nodes, s.icfg, m.Nodes)
 	if err != nil {
 		return rs.manifest, fmt.Errorf("kawkab: remote stream %d: open the index of %d nodes: %w", rs.id, m.Nodes, err)
@@ -236,6 +238,11 @@ func (rs *RemoteStream) Close() error { return nil }
 type remoteNodes struct {
 	rs    *RemoteStream
 	final atomic.Uint64
+	// last is the manifest's last node and keep the body entries it has in the manifest's
+	// blocks: the primary re-puts that node as it grows (its next upload may land between
+	// the manifest's GET and the node's), so a read of it is cut back to the manifest, as
+	// the uploader cut it (streamTier.putIndex).
+	last, keep atomic.Uint64
 }
 
 func (rn *remoteNodes) Get(j uint64) ([]byte, error) {
@@ -270,7 +277,30 @@ func (rn *remoteNodes) Get(j uint64) ([]byte, error) {
 	if err := load(b); err != nil {
 		return nil, err
 	}
+	if j == rn.last.Load() {
+		return rn.cutToManifest(j, b)
+	}
 	return b, nil
+}
+
+// cutToManifest cuts the manifest's last node, read after a later upload extended it, back to
+// the manifest's blocks (sealed, as the uploader puts it). A node with fewer entries is left
+// for OpenIndex's check to refuse.
+func (rn *remoteNodes) cutToManifest(j uint64, b []byte) ([]byte, error) {
+	nd, err := UnmarshalNode(b)
+	if err != nil {
+		return nil, fmt.Errorf("kawkab: remote stream %d: index node %d: %w", rn.rs.id, j, err)
+	}
+	keep := int(rn.keep.Load())
+	if len(nd.Body) < keep || (len(nd.Body) == keep && !nd.Open) {
+		return b, nil
+	}
+	nd.Body, nd.Open = nd.Body[:keep], false
+	out, err := MarshalNode(nd)
+	if err != nil {
+		return nil, fmt.Errorf("kawkab: remote stream %d: index node %d cut to the manifest's %d entries: %w", rn.rs.id, j, keep, err)
+	}
+	return out, nil
 }
 
 func (rn *remoteNodes) Put(j uint64, _ []byte) error {
