@@ -208,19 +208,40 @@ func burstSchedule(o BurstsOptions) []bool {
 	return out
 }
 
-// offeredBefore is the records offered to one appender from the start to at (its share of
-// the schedule's rates, integrated second by second).
-func offeredBefore(at time.Duration, bursts []bool, steady, burst float64) float64 {
-	sec := at.Seconds()
-	var sum float64
-	for i := 0; i < len(bursts) && float64(i) < sec; i++ {
-		rate := steady
-		if bursts[i] {
-			rate = burst
+// schedule is a burst schedule with the number of burst seconds before each second, so that
+// the records offered up to any time take O(1): the clients ask before every batch.
+type schedule struct {
+	bursts []bool
+	before []int // before[i]: burst seconds among seconds 0 … i−1
+}
+
+func newSchedule(bursts []bool) schedule {
+	before := make([]int, len(bursts)+1)
+	for i, b := range bursts {
+		before[i+1] = before[i]
+		if b {
+			before[i+1]++
 		}
-		sum += rate * math.Min(1, sec-float64(i))
 	}
-	return sum
+	return schedule{bursts: bursts, before: before}
+}
+
+// burst reports whether the second holding at is a burst.
+func (s schedule) burst(at time.Duration) bool {
+	sec := int(at.Seconds())
+	return sec >= 0 && sec < len(s.bursts) && s.bursts[sec]
+}
+
+// offered is the records offered from the start to at at these rates (one appender's share,
+// or all of them), integrated second by second; the schedule's end holds after it.
+func (s schedule) offered(at time.Duration, steady, burst float64) float64 {
+	sec := min(math.Max(at.Seconds(), 0), float64(len(s.bursts)))
+	whole := int(sec)
+	bursted := float64(s.before[whole])
+	if whole < len(s.bursts) && s.bursts[whole] {
+		bursted += sec - float64(whole)
+	}
+	return steady*(sec-bursted) + burst*bursted
 }
 
 // RunBursts runs Figs. 5.8–5.9's experiment.
@@ -267,7 +288,7 @@ func RunBursts(ctx context.Context, o BurstsOptions) (rep *BurstsReport, err err
 		}
 	}
 	rep = &BurstsReport{Options: o}
-	bursts := burstSchedule(o)
+	sched := newSchedule(burstSchedule(o))
 	perSteady, perBurst := o.SteadyRate/float64(o.Appenders), o.BurstRate/float64(o.Appenders)
 	o.logf("bench stream bursts: %d appenders, %.0f rec/s steady, %.0f in bursts (p = %.2f), %d-byte records, batches of %d, local store %d MiB, cache %d MiB, %d upload workers, %v",
 		o.Appenders, o.SteadyRate, o.BurstRate, o.BurstProbability, o.RecordBytes, o.BatchRecords, o.CapacityBytes>>20, o.CacheBytes>>20, o.UploadWorkers, o.Duration)
@@ -295,11 +316,12 @@ func RunBursts(ctx context.Context, o BurstsOptions) (rep *BurstsReport, err err
 			for runCtx.Err() == nil {
 				// Open loop: send when the schedule says the next batch is due; a client
 				// held up by a slowed append catches up without skipping.
-				due := offeredBefore(time.Since(start), bursts, perSteady, perBurst)
+				elapsed := time.Since(start)
+				due := sched.offered(elapsed, perSteady, perBurst)
 				if float64(sent+int64(o.BatchRecords)) > due {
 					need := float64(sent+int64(o.BatchRecords)) - due
 					rate := perSteady
-					if sec := int(time.Since(start).Seconds()); sec < len(bursts) && bursts[sec] {
+					if sched.burst(elapsed) {
 						rate = perBurst
 					}
 					wait := time.Duration(need / rate * float64(time.Second))
@@ -348,7 +370,7 @@ func RunBursts(ctx context.Context, o BurstsOptions) (rep *BurstsReport, err err
 					return
 				}
 			}
-			due := offeredBefore(o.Duration, bursts, perSteady, perBurst)
+			due := sched.offered(o.Duration, perSteady, perBurst)
 			behind.Add(int64(math.Max(0, due-float64(sent))))
 		})
 		wg.Go(func() {
@@ -385,10 +407,9 @@ func RunBursts(ctx context.Context, o BurstsOptions) (rep *BurstsReport, err err
 		period.Reset()
 		histMu.Unlock()
 		// The period's offered load, and whether its middle was in a burst.
-		offered := (offeredBefore(now.Sub(start), bursts, o.SteadyRate, o.BurstRate) -
-			offeredBefore(lastAt.Sub(start), bursts, o.SteadyRate, o.BurstRate)) / dt
-		sec := int((now.Sub(start) - now.Sub(lastAt)/2).Seconds())
-		burst := sec < len(bursts) && bursts[sec]
+		offered := (sched.offered(now.Sub(start), o.SteadyRate, o.BurstRate) -
+			sched.offered(lastAt.Sub(start), o.SteadyRate, o.BurstRate)) / dt
+		burst := sched.burst(now.Sub(start) - now.Sub(lastAt)/2)
 		frac := func(n, d int64) float64 {
 			if d <= 0 {
 				return 0
@@ -437,7 +458,7 @@ sampling:
 	s := st.Stats()
 	rep.Load = LoadAvg()
 	rep.Acknowledged = acked.Load()
-	rep.Offered = int64(offeredBefore(o.Duration, bursts, o.SteadyRate, o.BurstRate))
+	rep.Offered = int64(sched.offered(o.Duration, o.SteadyRate, o.BurstRate))
 	rep.Behind = behind.Load()
 	rep.Slowed, rep.Declined, rep.Dropped = s.AppendsSlowed, uint64(declined.Load()), uint64(dropped.Load())
 	rep.Uploads, rep.DeletedChunks, rep.UploadFailures = s.Uploads, s.DeletedChunks, s.UploadFailures

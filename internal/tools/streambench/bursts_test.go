@@ -32,8 +32,8 @@ func TestBurstSchedule(t *testing.T) {
 		at   time.Duration
 		want float64
 	}{{0, 0}, {500 * time.Millisecond, 50}, {time.Second, 100}, {1500 * time.Millisecond, 100 + 150}, {3 * time.Second, 100 + 300 + 100}, {5 * time.Second, 500}} {
-		if got := offeredBefore(c.at, sched, 100, 300); math.Abs(got-c.want) > 1e-9 {
-			t.Errorf("offeredBefore(%v) = %v, want %v", c.at, got, c.want)
+		if got := newSchedule(sched).offered(c.at, 100, 300); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("offered(%v) = %v, want %v", c.at, got, c.want)
 		}
 	}
 }
