@@ -686,47 +686,8 @@ func TestKill9(t *testing.T) {
 	dir := t.TempDir()
 	var acked []ackedBatch
 	for round, killAfter := range []int{1, 5, 60, 150, 80} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$")
-		cmd.Env = append(os.Environ(), killEnv+"="+dir)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(out)
-		n, killed := 0, false
-		for sc.Scan() {
-			line := sc.Text()
-			var a ackedBatch
-			var opened uint64
-			switch {
-			case strings.HasPrefix(line, "ack "):
-				if _, err := fmt.Sscanf(line, "ack %d %d %d %d", &a.first, &a.n, &a.writer, &a.seq); err != nil {
-					t.Fatalf("helper said %q: %v", line, err)
-				}
-				acked = append(acked, a)
-				if n++; n == killAfter {
-					// Other appends are in flight: the kill lands anywhere in them.
-					if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-						t.Fatal(err)
-					}
-					killed = true
-				}
-			case strings.HasPrefix(line, "open "):
-				fmt.Sscanf(line, "open %d", &opened)
-				t.Logf("round %d: the helper opened the stream with %d records", round, opened)
-			case strings.HasPrefix(line, "error "):
-				t.Fatalf("helper: %s", line)
-			}
-		}
-		werr := cmd.Wait()
-		if !killed {
-			t.Fatalf("round %d: the helper ended before %d acknowledgements: %v\n%s", round, killAfter, werr, stderr.String())
-		}
+		var n int
+		acked, n = appendUntilKilled(t, round, "TestHelperProcess", killEnv+"="+dir, killAfter, acked)
 		s, err := OpenStream(dir, killCfg.ID, StreamOptions{Sync: noSync})
 		if err != nil {
 			t.Fatalf("round %d: reopen after kill -9: %v", round, err)
@@ -739,4 +700,55 @@ func TestKill9(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// appendUntilKilled runs helper (a test of this binary appending and printing "ack FIRST N
+// WRITER SEQ" per acknowledged batch, "open RECORDS" when it opened the stream, "error ..."
+// on a failure) with env, and sends it SIGKILL at its killAfter-th acknowledgement, while
+// other appends are in flight. It returns acked with the round's acknowledgements added and
+// how many it read; it fails the test if the helper ended before the kill.
+func appendUntilKilled(t *testing.T, round int, helper, env string, killAfter int, acked []ackedBatch) ([]ackedBatch, int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+helper+"$")
+	cmd.Env = append(os.Environ(), env)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	n, killed := 0, false
+	for sc.Scan() {
+		line := sc.Text()
+		var a ackedBatch
+		var opened uint64
+		switch {
+		case strings.HasPrefix(line, "ack "):
+			if _, err := fmt.Sscanf(line, "ack %d %d %d %d", &a.first, &a.n, &a.writer, &a.seq); err != nil {
+				t.Fatalf("helper said %q: %v", line, err)
+			}
+			acked = append(acked, a)
+			if n++; n == killAfter {
+				// Other appends are in flight: the kill lands anywhere in them.
+				if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				killed = true
+			}
+		case strings.HasPrefix(line, "open "):
+			fmt.Sscanf(line, "open %d", &opened)
+			t.Logf("round %d: the helper opened the stream with %d records", round, opened)
+		case strings.HasPrefix(line, "error "):
+			t.Fatalf("helper: %s", line)
+		}
+	}
+	werr := cmd.Wait()
+	if !killed {
+		t.Fatalf("round %d: the helper ended before %d acknowledgements: %v\n%s", round, killAfter, werr, stderr.String())
+	}
+	return acked, n
 }

@@ -1,16 +1,11 @@
 package kawkab
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -71,42 +66,7 @@ func TestStoreKill9(t *testing.T) {
 	dir := t.TempDir()
 	var acked []ackedBatch
 	for round, killAfter := range []int{40, 120, 15, 200} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestStoreHelperProcess$")
-		cmd.Env = append(os.Environ(), storeKillEnv+"="+dir)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(out)
-		n, killed := 0, false
-		for sc.Scan() {
-			line := sc.Text()
-			var a ackedBatch
-			switch {
-			case strings.HasPrefix(line, "ack "):
-				if _, err := fmt.Sscanf(line, "ack %d %d %d %d", &a.first, &a.n, &a.writer, &a.seq); err != nil {
-					t.Fatalf("helper said %q: %v", line, err)
-				}
-				acked = append(acked, a)
-				if n++; n == killAfter {
-					if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-						t.Fatal(err)
-					}
-					killed = true
-				}
-			case strings.HasPrefix(line, "error "):
-				t.Fatalf("helper: %s", line)
-			}
-		}
-		werr := cmd.Wait()
-		if !killed {
-			t.Fatalf("round %d: the helper ended before %d acknowledgements: %v\n%s", round, killAfter, werr, stderr.String())
-		}
+		acked, _ = appendUntilKilled(t, round, "TestStoreHelperProcess", storeKillEnv+"="+dir, killAfter, acked)
 		opt := killStoreOpts(t, dir)
 		opt.Stream.Sync = noSync
 		st, err := OpenStore(filepath.Join(dir, "local"), opt)
